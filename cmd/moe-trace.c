@@ -1,0 +1,1421 @@
+/* cmd/moe-trace.c -- moe-trace: make, import, inspect and cut MoE routing traces. */
+#include "config.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "moe/cli.h"
+#include "moe/gen.h"
+#include "moe/import.h"
+#include "moe/io.h"
+#include "moe/moe.h"
+#include "moe/rng.h"
+#include "moe/trace.h"
+
+static const char *prog = "moe-trace";
+static int g_argc;        /* whole command line, for @PG lines */
+static char **g_argv;
+static char errbuf[512];
+
+/* ------------------------------------------------------------------ shared plumbing */
+
+static int fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int fail(const char *fmt, ...)
+{
+    fflush(stdout);
+    fprintf(stderr, "%s: ", prog);
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+    return 1;
+}
+
+static int usage_error(const char *sub, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int usage_error(const char *sub, const char *fmt, ...)
+{
+    fflush(stdout);
+    fprintf(stderr, "%s: ", prog);
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "\nTry '%s%s%s --help' for more information.\n", prog, sub ? " " : "",
+            sub ? sub : "");
+    return 2;
+}
+
+/* An open input trace with its header. */
+typedef struct input {
+    moe_trace_t *t;
+    moe_trace_hdr_t h;
+    const char *path;
+} input_t;
+
+static int input_open(input_t *in, const char *path, int threads)
+{
+    int st;
+    moe_trace_hdr_init(&in->h);
+    in->path = path;
+    in->t = moe_trace_open(path, "r", threads, &st, errbuf, sizeof errbuf);
+    if (!in->t)
+        return fail("%s", errbuf);
+    if (moe_trace_read_header(in->t, &in->h) < 0) {
+        fail("%s", moe_trace_errmsg(in->t));
+        moe_trace_close(in->t, NULL, 0);
+        in->t = NULL;
+        moe_trace_hdr_release(&in->h);
+        return 1;
+    }
+    return 0;
+}
+
+static void input_close(input_t *in)
+{
+    moe_trace_close(in->t, NULL, 0);
+    moe_trace_hdr_release(&in->h);
+    in->t = NULL;
+}
+
+/* Read the next record; 1, 0 at end, or -1 after printing the error. */
+static int input_next(input_t *in, moe_trace_rec_t *r)
+{
+    int rc = moe_trace_read(in->t, r);
+    if (rc < 0) {
+        fail("%s", moe_trace_errmsg(in->t));
+        return -1;
+    }
+    return rc;
+}
+
+/* Open an output trace for header h (copied, with this command's @PG line added). */
+static moe_trace_t *output_open(const moe_opts_t *o, const char *path, const moe_trace_hdr_t *h,
+                                char deffmt)
+{
+    char fmt = o->fmt ? o->fmt : deffmt;
+    if ((fmt == 'b' || fmt == 'u') && strcmp(path, "-") == 0 && isatty(STDOUT_FILENO) &&
+        !o->force) {
+        fail("refusing to write binary data to a terminal (use -o FILE, -O t, or -f)");
+        return NULL;
+    }
+    char mode[4] = {'w', fmt, o->level >= 0 ? (char)('0' + o->level) : '\0', '\0'};
+    int st;
+    moe_trace_t *t = moe_trace_open(path, mode, o->threads, &st, errbuf, sizeof errbuf);
+    if (!t) {
+        fail("%s", errbuf);
+        return NULL;
+    }
+    moe_trace_hdr_t hh;
+    moe_trace_hdr_init(&hh);
+    int rc = moe_trace_hdr_copy(&hh, h);
+    if (!rc && !o->no_pg)
+        rc = moe_trace_hdr_add_pg(&hh, prog, g_argc, g_argv);
+    if (!rc)
+        rc = moe_trace_write_header(t, &hh);
+    moe_trace_hdr_release(&hh);
+    if (rc) {
+        fail("%s", moe_trace_errmsg(t));
+        moe_trace_abort(t);
+        return NULL;
+    }
+    return t;
+}
+
+/* Write one record; -1 after printing the error. */
+static int output_write(moe_trace_t *t, const moe_trace_rec_t *r)
+{
+    if (moe_trace_write(t, r) == 0)
+        return 0;
+    if (errno == EPIPE) /* reader went away (e.g. `| head`): stop quietly */
+        exit(0);
+    fail("%s", moe_trace_errmsg(t));
+    return -1;
+}
+
+/* Commit an output; returns 0 or 1 after printing the error. With ok == 0 the output is
+ * discarded. */
+static int output_close(moe_trace_t *t, int ok)
+{
+    if (!t)
+        return ok ? 0 : 1;
+    if (!ok) {
+        moe_trace_abort(t);
+        return 1;
+    }
+    if (moe_trace_close(t, errbuf, sizeof errbuf) != 0) {
+        if (errno == EPIPE)
+            return 0;
+        return fail("%s", errbuf);
+    }
+    return 0;
+}
+
+/* Parse options common to all subcommands plus the caller's own; returns the getopt code for
+ * the caller, or -1 at the end, or -2 (usage error, already reported) / -3 (--help) / -4
+ * (--version). */
+static int next_opt(const char *sub, moe_opts_t *o, int argc, char **argv, const char *shortopts,
+                    const struct option *longopts, int *rc)
+{
+    char err[256];
+    for (;;) {
+        int c = getopt_long(argc, argv, shortopts, longopts, NULL);
+        if (c == -1)
+            return -1;
+        if (c == MOE_OPTC_HELP)
+            return -3;
+        if (c == MOE_OPTC_VERSION)
+            return -4;
+        if (c == '?' || c == ':') {
+            *rc = usage_error(sub, "invalid or incomplete option '%s'", argv[optind - 1]);
+            return -2;
+        }
+        int h = moe_opts_parse(o, c, optarg, err, sizeof err);
+        if (h < 0) {
+            *rc = usage_error(sub, "%s", err);
+            return -2;
+        }
+        if (h == 0)
+            return c;
+    }
+}
+
+static int u32_opt(const char *sub, const char *arg, uint64_t min, uint64_t max, const char *what,
+                   uint32_t *out, int *rc)
+{
+    char err[256];
+    uint64_t v;
+    if (moe_parse_u64(arg, min, max, &v, what, err, sizeof err)) {
+        *rc = usage_error(sub, "%s", err);
+        return -1;
+    }
+    *out = (uint32_t)v;
+    return 0;
+}
+
+static int dbl_opt(const char *sub, const char *arg, double min, double max, const char *what,
+                   double *out, int *rc)
+{
+    char err[256];
+    if (moe_parse_double(arg, min, max, out, what, err, sizeof err)) {
+        *rc = usage_error(sub, "%s", err);
+        return -1;
+    }
+    return 0;
+}
+
+/* Progress for a loop over an input trace. */
+static void progress_tick(moe_progress_t *pg, const moe_trace_t *t, uint64_t n)
+{
+    if (pg && (n & 4095) == 0)
+        moe_progress_update(pg, moe_trace_size(t) ? moe_trace_tell(t) : n);
+}
+
+static moe_progress_t *progress_for(const moe_opts_t *o, const char *label, const moe_trace_t *t)
+{
+    return moe_progress_new(label, moe_trace_size(t), o->progress);
+}
+
+/* A text report or view written atomically to -o (or stdout). */
+typedef struct textout {
+    FILE *fp;
+    moe_ofile_t *of;
+} textout_t;
+
+static int textout_open(textout_t *o, const char *path)
+{
+    int st;
+    o->of = moe_ofile_open(path, &st, errbuf, sizeof errbuf);
+    if (!o->of)
+        return fail("%s", errbuf);
+    o->fp = fdopen(moe_ofile_fd(o->of), "w");
+    if (!o->fp) {
+        moe_ofile_abort(o->of);
+        return fail("cannot write '%s': %s", path, strerror(errno));
+    }
+    moe_ofile_release_fd(o->of);
+    return 0;
+}
+
+static int textout_close(textout_t *o, const char *path, int ok)
+{
+    int bad = ferror(o->fp);
+    if (fclose(o->fp) != 0 || bad) {
+        if (errno == EPIPE)
+            exit(0);
+        ok = ok ? !fail("write error on '%s': %s", path, strerror(errno)) : 0;
+    }
+    if (!ok) {
+        moe_ofile_abort(o->of);
+        return 1;
+    }
+    if (moe_ofile_commit(o->of) != 0)
+        return fail("cannot write '%s': %s", path, strerror(errno));
+    return 0;
+}
+
+/* ------------------------------------------------------------------ view */
+
+static void view_usage(FILE *fp)
+{
+    fprintf(fp, "Usage: %s view [options] [TRACE]\n"
+                "Print a routing trace as text (or convert between trace formats).\n\n"
+                "  -h, --header-only      print only the header\n"
+                "  -H, --no-header        print only the records\n", prog);
+    moe_opts_usage(fp, MOE_OPT_ALL);
+    fputs("\nTRACE is a binary trace, a text view, or '-' for standard input [-].\n"
+          "Output defaults to text (-O t); -O b converts a text view back to binary.\n", fp);
+}
+
+static int view_text_only(input_t *in, const moe_opts_t *o, int header, int records)
+{
+    textout_t out;
+    if (textout_open(&out, o->out))
+        return 1;
+    int ok = 1;
+    moe_trace_hdr_t hh;
+    moe_trace_hdr_init(&hh);
+    if (header) {
+        ok = moe_trace_hdr_copy(&hh, &in->h) == 0 &&
+             (o->no_pg || moe_trace_hdr_add_pg(&hh, prog, g_argc, g_argv) == 0) &&
+             moe_trace_hdr_print(out.fp, &hh) == 0;
+    }
+    moe_trace_rec_t r = {0};
+    moe_progress_t *pg = progress_for(o, "view", in->t);
+    int rc = 0;
+    while (ok && records && (rc = input_next(in, &r)) == 1) {
+        if (moe_trace_rec_print(out.fp, &in->h, &r) != 0)
+            ok = 0;
+        progress_tick(pg, in->t, moe_trace_count(in->t));
+    }
+    moe_progress_free(pg);
+    moe_trace_rec_release(&r);
+    moe_trace_hdr_release(&hh);
+    return textout_close(&out, o->out, ok && rc >= 0);
+}
+
+/* Copy records from in to out through an optional per-record filter (0 = drop). */
+typedef int (*rec_filter_fn)(void *ctx, const moe_trace_hdr_t *h, moe_trace_rec_t *r);
+
+static int copy_records(input_t *in, moe_trace_t *out, const moe_opts_t *o, rec_filter_fn keep,
+                        void *ctx, uint64_t limit)
+{
+    moe_trace_rec_t r = {0};
+    moe_progress_t *pg = progress_for(o, "records", in->t);
+    int rc;
+    uint64_t n = 0;
+    while (n < limit && (rc = input_next(in, &r)) == 1) {
+        if (keep && !keep(ctx, &in->h, &r))
+            continue;
+        if (output_write(out, &r) != 0) {
+            rc = -1;
+            break;
+        }
+        n++;
+        progress_tick(pg, in->t, moe_trace_count(in->t));
+    }
+    if (n == limit)
+        rc = 0;
+    moe_progress_free(pg);
+    moe_trace_rec_release(&r);
+    return rc < 0 ? -1 : 0;
+}
+
+static int cmd_view(int argc, char **argv)
+{
+    static const struct option lo[] = {{"header-only", no_argument, 0, 'h'},
+                                       {"no-header", no_argument, 0, 'H'}, MOE_OPTS_LONG, {0}};
+    moe_opts_t o;
+    moe_opts_init(&o);
+    int header_only = 0, no_header = 0, c, rc = 0;
+    while ((c = next_opt("view", &o, argc, argv, "hH" MOE_OPTS_SHORT, lo, &rc)) != -1) {
+        switch (c) {
+        case 'h': header_only = 1; break;
+        case 'H': no_header = 1; break;
+        case -3: view_usage(stdout); return 0;
+        case -4: moe_print_version(stdout, prog); return 0;
+        default: return rc ? rc : usage_error("view", "unexpected option");
+        }
+    }
+    if (argc - optind > 1)
+        return usage_error("view", "too many arguments");
+    if (header_only && no_header)
+        return usage_error("view", "--header-only and --no-header exclude each other");
+    moe_opts_apply_log(&o);
+    input_t in;
+    if (input_open(&in, optind < argc ? argv[optind] : "-", o.threads))
+        return 1;
+    char fmt = o.fmt ? o.fmt : 't';
+    if (header_only || no_header) {
+        if (fmt != 't') {
+            input_close(&in);
+            return usage_error("view", "--header-only and --no-header write text only");
+        }
+        rc = view_text_only(&in, &o, !no_header, !header_only);
+    } else {
+        moe_trace_t *out = output_open(&o, o.out, &in.h, 't');
+        rc = output_close(out, out && copy_records(&in, out, &o, NULL, NULL, UINT64_MAX) == 0);
+    }
+    input_close(&in);
+    return rc;
+}
+
+/* ------------------------------------------------------------------ stats */
+
+/* Distinct 32-bit values (sequence ids, steps, ranks): open addressing, grows with the number
+ * of distinct values, never with the number of tokens. */
+typedef struct u32set {
+    uint64_t *slot; /* value, or SET_EMPTY */
+    size_t cap, n;
+    uint32_t last;  /* fast path: runs of the same value */
+    int have_last;
+} u32set_t;
+
+#define SET_EMPTY UINT64_MAX
+
+/* Insert v; returns 1 if it was new. */
+static int u32set_put(uint64_t *slot, size_t cap, uint64_t v)
+{
+    size_t j = moe_hash64(0, v) & (cap - 1);
+    while (slot[j] != SET_EMPTY && slot[j] != v)
+        j = (j + 1) & (cap - 1);
+    int fresh = slot[j] == SET_EMPTY;
+    slot[j] = v;
+    return fresh;
+}
+
+static int u32set_add(u32set_t *s, uint32_t v)
+{
+    if (s->have_last && s->last == v)
+        return 0;
+    s->last = v;
+    s->have_last = 1;
+    if (2 * (s->n + 1) > s->cap) {
+        size_t cap = s->cap ? 2 * s->cap : 1024;
+        uint64_t *ns = malloc(cap * sizeof *ns);
+        if (!ns)
+            return -1;
+        memset(ns, 0xff, cap * sizeof *ns);
+        for (size_t i = 0; i < s->cap; i++)
+            if (s->slot[i] != SET_EMPTY)
+                u32set_put(ns, cap, s->slot[i]);
+        free(s->slot);
+        s->slot = ns;
+        s->cap = cap;
+    }
+    s->n += (size_t)u32set_put(s->slot, s->cap, v);
+    return 0;
+}
+
+static void stats_usage(FILE *fp)
+{
+    fprintf(fp, "Usage: %s stats [options] [TRACE]\n"
+                "Summarise a routing trace: counts, per-layer expert load and skew, missing "
+                "cells.\n\n"
+                "      --loads            also print every expert's load, one line per layer\n",
+            prog);
+    moe_opts_usage(fp, MOE_OPT_OUTPUT | MOE_OPT_THREADS | MOE_OPT_PROGRESS);
+}
+
+typedef struct stats {
+    uint64_t tokens, incomplete, missing;
+    uint64_t *load;     /* [layers][experts] */
+    uint64_t *present;  /* tokens with the layer present, per layer */
+    u32set_t seqs, steps, ranks;
+} stats_t;
+
+static int stats_scan(input_t *in, const moe_opts_t *o, stats_t *s)
+{
+    const moe_trace_hdr_t *h = &in->h;
+    const uint32_t L = h->layers, E = h->experts, K = h->topk;
+    s->load = calloc((size_t)L * E, sizeof *s->load);
+    s->present = calloc(L, sizeof *s->present);
+    if (!s->load || !s->present)
+        return fail("out of memory");
+    moe_trace_rec_t r = {0};
+    moe_progress_t *pg = progress_for(o, "stats", in->t);
+    int rc;
+    while ((rc = input_next(in, &r)) == 1) {
+        s->tokens++;
+        unsigned miss = 0;
+        for (uint32_t l = 0; l < L; l++) {
+            const uint16_t *id = r.ids + (size_t)l * K;
+            if (id[0] == MOE_EXPERT_NONE) {
+                miss++;
+                continue;
+            }
+            uint64_t *ld = s->load + (size_t)l * E;
+            for (uint32_t k = 0; k < K; k++)
+                ld[id[k]]++;
+            s->present[l]++;
+        }
+        s->missing += miss;
+        s->incomplete += miss != 0;
+        if (u32set_add(&s->seqs, r.seq) || u32set_add(&s->steps, r.step) ||
+            u32set_add(&s->ranks, r.rank)) {
+            rc = -1;
+            fail("out of memory");
+            break;
+        }
+        progress_tick(pg, in->t, s->tokens);
+    }
+    moe_progress_free(pg);
+    moe_trace_rec_release(&r);
+    return rc < 0 ? 1 : 0;
+}
+
+static void stats_print(FILE *fp, const moe_trace_hdr_t *h, const stats_t *s, int loads)
+{
+    const uint32_t L = h->layers, E = h->experts;
+    fprintf(fp, "tokens %llu\nsequences %zu\nlayers %u\nexperts %u\ntopk %u\n",
+            (unsigned long long)s->tokens, s->seqs.n, L, E, h->topk);
+    fprintf(fp, "steps %zu\nsource_ranks %zu\nweights %s\nhidden %u\nelem_bytes %u\n",
+            s->steps.n, s->ranks.n, (h->flags & MOE_TRACE_WEIGHTS) ? "yes" : "no", h->hidden,
+            h->elem_bytes);
+    fprintf(fp, "missing_cells %llu\nincomplete_tokens %llu\n", (unsigned long long)s->missing,
+            (unsigned long long)s->incomplete);
+    fprintf(fp, "# per-layer expert load: tokens routed to each expert (top-k counts each)\n"
+                "# %5s %10s %9s %9s %9s %11s %8s %7s %7s\n",
+            "layer", "tokens", "missing", "min", "max", "mean", "max/mean", "cv", "hottest");
+    for (uint32_t l = 0; l < L; l++) {
+        const uint64_t *ld = s->load + (size_t)l * E;
+        uint64_t mn = UINT64_MAX, mx = 0, sum = 0;
+        uint32_t hot = 0;
+        for (uint32_t e = 0; e < E; e++) {
+            mn = ld[e] < mn ? ld[e] : mn;
+            if (ld[e] > mx) {
+                mx = ld[e];
+                hot = e;
+            }
+            sum += ld[e];
+        }
+        double mean = (double)sum / E, var = 0;
+        for (uint32_t e = 0; e < E; e++)
+            var += ((double)ld[e] - mean) * ((double)ld[e] - mean);
+        double cv = mean > 0 ? sqrt(var / E) / mean : 0;
+        fprintf(fp, "layer %5u %10llu %9llu %9llu %9llu %11.2f %8.3f %7.3f %7u\n", l,
+                (unsigned long long)s->present[l], (unsigned long long)(s->tokens - s->present[l]),
+                (unsigned long long)mn, (unsigned long long)mx, mean, mean > 0 ? mx / mean : 0,
+                cv, hot);
+    }
+    for (uint32_t l = 0; loads && l < L; l++) {
+        fprintf(fp, "load %u", l);
+        for (uint32_t e = 0; e < E; e++)
+            fprintf(fp, " %llu", (unsigned long long)s->load[(size_t)l * E + e]);
+        fputc('\n', fp);
+    }
+}
+
+static int cmd_stats(int argc, char **argv)
+{
+    static const struct option lo[] = {{"loads", no_argument, 0, MOE_OPTC_TOOL}, MOE_OPTS_LONG,
+                                       {0}};
+    moe_opts_t o;
+    moe_opts_init(&o);
+    int loads = 0, c, rc = 0;
+    while ((c = next_opt("stats", &o, argc, argv, MOE_OPTS_SHORT, lo, &rc)) != -1) {
+        switch (c) {
+        case MOE_OPTC_TOOL: loads = 1; break;
+        case -3: stats_usage(stdout); return 0;
+        case -4: moe_print_version(stdout, prog); return 0;
+        default: return rc ? rc : usage_error("stats", "unexpected option");
+        }
+    }
+    if (argc - optind > 1)
+        return usage_error("stats", "too many arguments");
+    moe_opts_apply_log(&o);
+    input_t in;
+    if (input_open(&in, optind < argc ? argv[optind] : "-", o.threads))
+        return 1;
+    stats_t s = {0};
+    rc = stats_scan(&in, &o, &s);
+    if (rc == 0) {
+        textout_t out;
+        rc = textout_open(&out, o.out);
+        if (rc == 0) {
+            stats_print(out.fp, &in.h, &s, loads);
+            rc = textout_close(&out, o.out, 1);
+        }
+    }
+    free(s.load);
+    free(s.present);
+    free(s.seqs.slot);
+    free(s.steps.slot);
+    free(s.ranks.slot);
+    input_close(&in);
+    return rc;
+}
+
+/* ------------------------------------------------------------------ head, slice, cat */
+
+static void head_usage(FILE *fp)
+{
+    fprintf(fp, "Usage: %s head [options] [TRACE]\n"
+                "Write the first N tokens of a trace.\n\n"
+                "  -n, --tokens=N         number of tokens [10]\n", prog);
+    moe_opts_usage(fp, MOE_OPT_ALL);
+}
+
+/* Run a one-input, one-output subcommand: open, copy through `keep`, close. */
+static int filter_run(const moe_opts_t *o, const char *path, const moe_trace_hdr_t *outh,
+                      rec_filter_fn keep, void *ctx, uint64_t limit, input_t *in)
+{
+    moe_trace_t *out = output_open(o, o->out, outh ? outh : &in->h, 'b');
+    int rc = output_close(out, out && copy_records(in, out, o, keep, ctx, limit) == 0);
+    (void)path;
+    return rc;
+}
+
+static int cmd_head(int argc, char **argv)
+{
+    static const struct option lo[] = {{"tokens", required_argument, 0, 'n'}, MOE_OPTS_LONG,
+                                       {0}};
+    moe_opts_t o;
+    moe_opts_init(&o);
+    uint64_t n = 10;
+    int c, rc = 0;
+    char err[256];
+    while ((c = next_opt("head", &o, argc, argv, "n:" MOE_OPTS_SHORT, lo, &rc)) != -1) {
+        switch (c) {
+        case 'n':
+            if (moe_parse_u64(optarg, 0, UINT64_MAX, &n, "token count", err, sizeof err))
+                return usage_error("head", "%s", err);
+            break;
+        case -3: head_usage(stdout); return 0;
+        case -4: moe_print_version(stdout, prog); return 0;
+        default: return rc ? rc : usage_error("head", "unexpected option");
+        }
+    }
+    if (argc - optind > 1)
+        return usage_error("head", "too many arguments");
+    moe_opts_apply_log(&o);
+    input_t in;
+    if (input_open(&in, optind < argc ? argv[optind] : "-", o.threads))
+        return 1;
+    rc = filter_run(&o, in.path, NULL, NULL, NULL, n, &in);
+    input_close(&in);
+    return rc;
+}
+
+typedef struct slice_ctx {
+    uint32_t first, count, topk;
+} slice_ctx_t;
+
+static int slice_keep(void *ctx, const moe_trace_hdr_t *h, moe_trace_rec_t *r)
+{
+    const slice_ctx_t *s = ctx;
+    size_t off = (size_t)s->first * s->topk, n = (size_t)s->count * s->topk;
+    (void)h;
+    memmove(r->ids, r->ids + off, n * sizeof *r->ids);
+    if (r->weights)
+        memmove(r->weights, r->weights + off, n * sizeof *r->weights);
+    return 1;
+}
+
+static void slice_usage(FILE *fp)
+{
+    fprintf(fp, "Usage: %s slice --layers=A-B [options] [TRACE]\n"
+                "Keep MoE layers A to B (0-based, inclusive) of every token.\n\n"
+                "      --layers=A-B       layer range to keep (a single layer: A)\n", prog);
+    moe_opts_usage(fp, MOE_OPT_ALL);
+}
+
+static int parse_layer_range(const char *s, uint32_t *a, uint32_t *b)
+{
+    char *end;
+    errno = 0;
+    unsigned long x = strtoul(s, &end, 10), y = x;
+    if (end == s || *s == '-' || errno)
+        return -1;
+    if (*end == '-') {
+        const char *q = end + 1;
+        y = strtoul(q, &end, 10);
+        if (end == q || *q == '-' || errno)
+            return -1;
+    }
+    if (*end || x > y || y >= MOE_TRACE_MAX_LAYERS)
+        return -1;
+    *a = (uint32_t)x;
+    *b = (uint32_t)y;
+    return 0;
+}
+
+static int cmd_slice(int argc, char **argv)
+{
+    static const struct option lo[] = {{"layers", required_argument, 0, MOE_OPTC_TOOL},
+                                       MOE_OPTS_LONG, {0}};
+    moe_opts_t o;
+    moe_opts_init(&o);
+    uint32_t a = 0, b = 0;
+    int have = 0, c, rc = 0;
+    while ((c = next_opt("slice", &o, argc, argv, MOE_OPTS_SHORT, lo, &rc)) != -1) {
+        switch (c) {
+        case MOE_OPTC_TOOL:
+            if (parse_layer_range(optarg, &a, &b))
+                return usage_error("slice", "invalid layer range '%s' (expected A-B)", optarg);
+            have = 1;
+            break;
+        case -3: slice_usage(stdout); return 0;
+        case -4: moe_print_version(stdout, prog); return 0;
+        default: return rc ? rc : usage_error("slice", "unexpected option");
+        }
+    }
+    if (!have)
+        return usage_error("slice", "--layers is required");
+    if (argc - optind > 1)
+        return usage_error("slice", "too many arguments");
+    moe_opts_apply_log(&o);
+    input_t in;
+    if (input_open(&in, optind < argc ? argv[optind] : "-", o.threads))
+        return 1;
+    if (b >= in.h.layers) {
+        rc = fail("'%s': layer range %u-%u outside the trace's %u layers", in.path, a, b,
+                  in.h.layers);
+    } else {
+        moe_trace_hdr_t oh = in.h; /* shallow: same text */
+        oh.layers = b - a + 1;
+        slice_ctx_t ctx = {a, b - a + 1, in.h.topk};
+        rc = filter_run(&o, in.path, &oh, slice_keep, &ctx, UINT64_MAX, &in);
+    }
+    input_close(&in);
+    return rc;
+}
+
+static void cat_usage(FILE *fp)
+{
+    fprintf(fp, "Usage: %s cat [options] TRACE...\n"
+                "Concatenate traces of the same shape (layers, experts, top-k, weights).\n\n",
+            prog);
+    moe_opts_usage(fp, MOE_OPT_ALL);
+}
+
+static int cmd_cat(int argc, char **argv)
+{
+    static const struct option lo[] = {MOE_OPTS_LONG, {0}};
+    moe_opts_t o;
+    moe_opts_init(&o);
+    int c, rc = 0;
+    while ((c = next_opt("cat", &o, argc, argv, MOE_OPTS_SHORT, lo, &rc)) != -1) {
+        switch (c) {
+        case -3: cat_usage(stdout); return 0;
+        case -4: moe_print_version(stdout, prog); return 0;
+        default: return rc ? rc : usage_error("cat", "unexpected option");
+        }
+    }
+    if (optind >= argc)
+        return usage_error("cat", "no input traces");
+    moe_opts_apply_log(&o);
+    input_t first;
+    if (input_open(&first, argv[optind], o.threads))
+        return 1;
+    moe_trace_t *out = output_open(&o, o.out, &first.h, 'b');
+    int ok = out && copy_records(&first, out, &o, NULL, NULL, UINT64_MAX) == 0;
+    for (int i = optind + 1; ok && i < argc; i++) {
+        input_t in;
+        if (input_open(&in, argv[i], o.threads)) {
+            ok = 0;
+            break;
+        }
+        if (!moe_trace_hdr_same_shape(&in.h, &first.h)) {
+            fail("'%s': shape %u layers, %u experts, top-%u%s differs from '%s' (%u, %u, top-%u%s)",
+                 in.path, in.h.layers, in.h.experts, in.h.topk,
+                 (in.h.flags & MOE_TRACE_WEIGHTS) ? ", weights" : "", first.path,
+                 first.h.layers, first.h.experts, first.h.topk,
+                 (first.h.flags & MOE_TRACE_WEIGHTS) ? ", weights" : "");
+            ok = 0;
+        } else {
+            ok = copy_records(&in, out, &o, NULL, NULL, UINT64_MAX) == 0;
+        }
+        input_close(&in);
+    }
+    rc = output_close(out, ok);
+    input_close(&first);
+    return rc;
+}
+
+/* ------------------------------------------------------------------ sample, split */
+
+/* Seeded, stateless choice of a key (token or sequence id): the same key gets the same answer
+ * in every run and in every file, so samples of related traces line up. */
+static int hash_keep(uint64_t seed, uint64_t key, double fraction)
+{
+    return (double)(moe_hash64(seed, key) >> 11) * 0x1p-53 < fraction;
+}
+
+typedef struct sample_ctx {
+    uint64_t seed;
+    double fraction;
+    int by_seq;
+} sample_ctx_t;
+
+static int sample_keep(void *ctx, const moe_trace_hdr_t *h, moe_trace_rec_t *r)
+{
+    const sample_ctx_t *s = ctx;
+    (void)h;
+    return hash_keep(s->seed, s->by_seq ? r->seq : r->token, s->fraction);
+}
+
+static void sample_usage(FILE *fp)
+{
+    fprintf(fp, "Usage: %s sample (-p F | -n N) [options] [TRACE]\n"
+                "Write a seeded random sample of the tokens (or sequences) of a trace.\n\n"
+                "  -p, --fraction=F       keep each token (sequence) with probability F\n"
+                "  -n, --count=N          keep exactly N tokens (N sequences with --by-sequence;\n"
+                "                         then TRACE must be a file: it is read twice)\n"
+                "      --by-sequence      sample whole sequences instead of tokens\n"
+                "  -S, --seed=N           random seed [1]\n", prog);
+    moe_opts_usage(fp, MOE_OPT_ALL);
+}
+
+/* Reservoir sample of exactly n tokens, written in input order. */
+static int sample_count_tokens(input_t *in, const moe_opts_t *o, uint64_t n, uint64_t seed)
+{
+    moe_trace_rec_t *res = calloc(n ? n : 1, sizeof *res);
+    uint64_t *idx = calloc(n ? n : 1, sizeof *idx), seen = 0;
+    if (!res || !idx) {
+        free(res);
+        free(idx);
+        return fail("out of memory (sample of %llu tokens)", (unsigned long long)n);
+    }
+    moe_rng_t rng;
+    moe_rng_seed(&rng, seed);
+    moe_trace_rec_t r = {0};
+    int rc;
+    while ((rc = input_next(in, &r)) == 1) {
+        uint64_t j = seen < n ? seen : moe_rng_below(&rng, seen + 1);
+        if (j < n) {
+            moe_trace_rec_t tmp = res[j]; /* swap buffers: no copy of the id arrays */
+            res[j] = r;
+            r = tmp;
+            idx[j] = seen;
+        }
+        seen++;
+    }
+    moe_trace_rec_release(&r);
+    uint64_t kept = seen < n ? seen : n;
+    /* Input order: sort the kept slots by index (insertion sort on indices is enough for
+     * moderate n; use qsort-like shell sort for large n). */
+    for (uint64_t gap = kept / 2; gap > 0; gap /= 2)
+        for (uint64_t i = gap; i < kept; i++)
+            for (uint64_t j = i; j >= gap && idx[j - gap] > idx[j]; j -= gap) {
+                uint64_t ti = idx[j];
+                idx[j] = idx[j - gap];
+                idx[j - gap] = ti;
+                moe_trace_rec_t tr = res[j];
+                res[j] = res[j - gap];
+                res[j - gap] = tr;
+            }
+    moe_trace_t *out = rc < 0 ? NULL : output_open(o, o->out, &in->h, 'b');
+    int ok = out != NULL;
+    for (uint64_t i = 0; ok && i < kept; i++)
+        ok = output_write(out, &res[i]) == 0;
+    for (uint64_t i = 0; i < n; i++)
+        moe_trace_rec_release(&res[i]);
+    free(res);
+    free(idx);
+    return output_close(out, ok);
+}
+
+/* Exactly n sequences: the n with the smallest seeded hash (two passes over a file). */
+static int sample_count_seqs(input_t *in, const moe_opts_t *o, uint64_t n, uint64_t seed)
+{
+    if (strcmp(in->path, "-") == 0)
+        return fail("sample -n with --by-sequence needs a file, not standard input");
+    u32set_t seqs = {0};
+    moe_trace_rec_t r = {0};
+    int rc;
+    while ((rc = input_next(in, &r)) == 1)
+        if (u32set_add(&seqs, r.seq)) {
+            rc = fail("out of memory");
+            break;
+        }
+    uint64_t *h = malloc((seqs.n ? seqs.n : 1) * sizeof *h), m = 0;
+    for (size_t i = 0; h && i < seqs.cap; i++)
+        if (seqs.slot[i] != SET_EMPTY)
+            h[m++] = moe_hash64(seed, seqs.slot[i]);
+    /* Threshold = the n-th smallest hash; selection by sorting is fine at sequence counts. */
+    for (uint64_t gap = m / 2; gap > 0; gap /= 2)
+        for (uint64_t i = gap; i < m; i++)
+            for (uint64_t j = i; j >= gap && h[j - gap] > h[j]; j -= gap) {
+                uint64_t t = h[j];
+                h[j] = h[j - gap];
+                h[j - gap] = t;
+            }
+    uint64_t thresh = m == 0 ? 0 : n >= m ? UINT64_MAX : h[n - 1];
+    free(h);
+    free(seqs.slot);
+    if (rc < 0 || !h)
+        return rc < 0 ? 1 : fail("out of memory");
+    input_t again;
+    if (input_open(&again, in->path, o->threads))
+        return 1;
+    moe_trace_t *out = output_open(o, o->out, &again.h, 'b');
+    int ok = out != NULL;
+    while (ok && (rc = input_next(&again, &r)) == 1)
+        if (n > 0 && moe_hash64(seed, r.seq) <= thresh)
+            ok = output_write(out, &r) == 0;
+    moe_trace_rec_release(&r);
+    input_close(&again);
+    return output_close(out, ok && rc >= 0);
+}
+
+static int cmd_sample(int argc, char **argv)
+{
+    static const struct option lo[] = {
+        {"fraction", required_argument, 0, 'p'}, {"count", required_argument, 0, 'n'},
+        {"by-sequence", no_argument, 0, MOE_OPTC_TOOL}, {"seed", required_argument, 0, 'S'},
+        MOE_OPTS_LONG, {0}};
+    moe_opts_t o;
+    moe_opts_init(&o);
+    sample_ctx_t ctx = {1, -1, 0};
+    uint64_t count = UINT64_MAX;
+    int c, rc = 0;
+    char err[256];
+    while ((c = next_opt("sample", &o, argc, argv, "p:n:S:" MOE_OPTS_SHORT, lo, &rc)) != -1) {
+        switch (c) {
+        case 'p':
+            if (dbl_opt("sample", optarg, 0, 1, "fraction", &ctx.fraction, &rc))
+                return rc;
+            break;
+        case 'n':
+            if (moe_parse_u64(optarg, 0, UINT64_MAX - 1, &count, "count", err, sizeof err))
+                return usage_error("sample", "%s", err);
+            break;
+        case 'S':
+            if (moe_parse_u64(optarg, 0, UINT64_MAX, &ctx.seed, "seed", err, sizeof err))
+                return usage_error("sample", "%s", err);
+            break;
+        case MOE_OPTC_TOOL: ctx.by_seq = 1; break;
+        case -3: sample_usage(stdout); return 0;
+        case -4: moe_print_version(stdout, prog); return 0;
+        default: return rc ? rc : usage_error("sample", "unexpected option");
+        }
+    }
+    if ((ctx.fraction < 0) == (count == UINT64_MAX))
+        return usage_error("sample", "give exactly one of --fraction and --count");
+    if (argc - optind > 1)
+        return usage_error("sample", "too many arguments");
+    moe_opts_apply_log(&o);
+    input_t in;
+    if (input_open(&in, optind < argc ? argv[optind] : "-", o.threads))
+        return 1;
+    if (ctx.fraction >= 0)
+        rc = filter_run(&o, in.path, NULL, sample_keep, &ctx, UINT64_MAX, &in);
+    else if (ctx.by_seq)
+        rc = sample_count_seqs(&in, &o, count, ctx.seed);
+    else
+        rc = sample_count_tokens(&in, &o, count, ctx.seed);
+    input_close(&in);
+    return rc;
+}
+
+/* Sequence id list "1-500,600,700-710" as sorted disjoint ranges. */
+typedef struct idlist {
+    uint32_t (*r)[2];
+    size_t n;
+} idlist_t;
+
+static int idlist_parse(idlist_t *l, const char *s)
+{
+    const char *p = s;
+    while (*p) {
+        char *end;
+        if (*p < '0' || *p > '9')
+            return -1;
+        errno = 0;
+        unsigned long a = strtoul(p, &end, 10), b = a;
+        if (*end == '-') {
+            p = end + 1;
+            if (*p < '0' || *p > '9')
+                return -1;
+            b = strtoul(p, &end, 10);
+        }
+        if (errno || a > b || b > UINT32_MAX || (*end && *end != ','))
+            return -1;
+        void *nr = realloc(l->r, (l->n + 1) * sizeof *l->r);
+        if (!nr)
+            return -1;
+        l->r = nr;
+        l->r[l->n][0] = (uint32_t)a;
+        l->r[l->n][1] = (uint32_t)b;
+        l->n++;
+        p = *end ? end + 1 : end;
+        if (*end && !*p)
+            return -1;
+    }
+    return l->n ? 0 : -1;
+}
+
+static int idlist_has(const idlist_t *l, uint32_t v)
+{
+    for (size_t i = 0; i < l->n; i++)
+        if (v >= l->r[i][0] && v <= l->r[i][1])
+            return 1;
+    return 0;
+}
+
+static void split_usage(FILE *fp)
+{
+    fprintf(fp, "Usage: %s split (--ratio R | --ids LIST) --train FILE --test FILE [options] "
+                "[TRACE]\n"
+                "Split a trace by sequence into a training part and a test part.\n\n"
+                "      --ratio=R          put each sequence in the training part with "
+                "probability R\n"
+                "      --ids=LIST         training sequences: ids and ranges, e.g. 1-500,612\n"
+                "      --train=FILE       output for the training part\n"
+                "      --test=FILE        output for the test part\n"
+                "  -S, --seed=N           random seed for --ratio [1]\n", prog);
+    moe_opts_usage(fp, MOE_OPT_FORMAT | MOE_OPT_THREADS | MOE_OPT_PG | MOE_OPT_PROGRESS);
+}
+
+static int cmd_split(int argc, char **argv)
+{
+    enum { O_RATIO = MOE_OPTC_TOOL, O_IDS, O_TRAIN, O_TEST };
+    static const struct option lo[] = {
+        {"ratio", required_argument, 0, O_RATIO}, {"ids", required_argument, 0, O_IDS},
+        {"train", required_argument, 0, O_TRAIN}, {"test", required_argument, 0, O_TEST},
+        {"seed", required_argument, 0, 'S'}, MOE_OPTS_LONG, {0}};
+    moe_opts_t o;
+    moe_opts_init(&o);
+    double ratio = -1;
+    uint64_t seed = 1;
+    idlist_t ids = {0};
+    const char *train = NULL, *test = NULL;
+    int c, rc = 0;
+    char err[256];
+    while ((c = next_opt("split", &o, argc, argv, "S:" MOE_OPTS_SHORT, lo, &rc)) != -1) {
+        switch (c) {
+        case O_RATIO:
+            if (dbl_opt("split", optarg, 0, 1, "ratio", &ratio, &rc))
+                goto out;
+            break;
+        case O_IDS:
+            if (idlist_parse(&ids, optarg)) {
+                rc = usage_error("split", "invalid id list '%s' (expected e.g. 1-500,612)",
+                                 optarg);
+                goto out;
+            }
+            break;
+        case O_TRAIN: train = optarg; break;
+        case O_TEST: test = optarg; break;
+        case 'S':
+            if (moe_parse_u64(optarg, 0, UINT64_MAX, &seed, "seed", err, sizeof err)) {
+                rc = usage_error("split", "%s", err);
+                goto out;
+            }
+            break;
+        case -3: split_usage(stdout); goto out;
+        case -4: moe_print_version(stdout, prog); goto out;
+        default: rc = rc ? rc : usage_error("split", "unexpected option"); goto out;
+        }
+    }
+    if ((ratio < 0) == (ids.n == 0)) {
+        rc = usage_error("split", "give exactly one of --ratio and --ids");
+        goto out;
+    }
+    if (!train || !test || argc - optind > 1) {
+        rc = usage_error("split", !train || !test ? "--train and --test are required"
+                                                  : "too many arguments");
+        goto out;
+    }
+    moe_opts_apply_log(&o);
+    input_t in;
+    if (input_open(&in, optind < argc ? argv[optind] : "-", o.threads)) {
+        rc = 1;
+        goto out;
+    }
+    moe_trace_t *ot = output_open(&o, train, &in.h, 'b');
+    moe_trace_t *os = ot ? output_open(&o, test, &in.h, 'b') : NULL;
+    int ok = ot && os;
+    moe_trace_rec_t r = {0};
+    while (ok && (rc = input_next(&in, &r)) == 1) {
+        int to_train = ids.n ? idlist_has(&ids, r.seq) : hash_keep(seed, r.seq, ratio);
+        ok = output_write(to_train ? ot : os, &r) == 0;
+    }
+    ok = ok && rc >= 0;
+    moe_trace_rec_release(&r);
+    rc = output_close(ot, ok);
+    rc |= output_close(os, ok && rc == 0);
+    input_close(&in);
+out:
+    free(ids.r);
+    return rc;
+}
+
+/* ------------------------------------------------------------------ gen */
+
+static void gen_usage(FILE *fp)
+{
+    moe_gen_params_t d;
+    moe_gen_params_default(&d);
+    fprintf(fp, "Usage: %s gen [options]\n"
+                "Generate a seeded synthetic routing trace (model: moe-trace(1), GENERATOR).\n\n"
+                "  -L, --layers=N         MoE layers [%u]\n"
+                "  -E, --experts=N        experts per layer [%u]\n"
+                "  -k, --topk=N           experts per token per layer [%u]\n"
+                "  -n, --tokens=N         tokens (K/M/G suffixes) [%llu]\n"
+                "  -s, --sequences=N      sequences the tokens are split into [%u]\n"
+                "  -r, --ranks=N          source (data-parallel) ranks [%u]\n"
+                "      --steps=N          steps (iterations) the sequences span [%u]\n"
+                "      --zipf=S           expert-load skew exponent, 0 = uniform [%g]\n"
+                "      --affinity=A       inter-layer affinity strength, 0..1 [%g]\n"
+                "      --fanout=N         preferred successors per expert [%u]\n"
+                "      --coact=C          top-k co-activation strength, 0..1 [%g]\n"
+                "      --hot-ranks=N      ranks that own more sequences [%u]\n"
+                "      --hot-factor=F     how many times more [%g]\n"
+                "  -w, --weights          record gate weights\n"
+                "      --hidden=H         hidden size recorded in the header [0: unknown]\n"
+                "      --elem-bytes=B     bytes per element recorded in the header [0]\n"
+                "  -S, --seed=N           random seed [%llu]\n",
+            prog, d.layers, d.experts, d.topk, (unsigned long long)d.tokens, d.sequences,
+            d.ranks, d.steps, d.zipf, d.affinity, d.fanout, d.coact, d.hot_ranks, d.hot_factor,
+            (unsigned long long)d.seed);
+    moe_opts_usage(fp, MOE_OPT_ALL);
+}
+
+static int gen_parse(int argc, char **argv, moe_gen_params_t *p, moe_opts_t *o, int *rc)
+{
+    enum { O_STEPS = MOE_OPTC_TOOL, O_ZIPF, O_AFF, O_FAN, O_COACT, O_HOTR, O_HOTF, O_HID, O_EB };
+    static const struct option lo[] = {
+        {"layers", required_argument, 0, 'L'}, {"experts", required_argument, 0, 'E'},
+        {"topk", required_argument, 0, 'k'}, {"tokens", required_argument, 0, 'n'},
+        {"sequences", required_argument, 0, 's'}, {"ranks", required_argument, 0, 'r'},
+        {"steps", required_argument, 0, O_STEPS}, {"zipf", required_argument, 0, O_ZIPF},
+        {"affinity", required_argument, 0, O_AFF}, {"fanout", required_argument, 0, O_FAN},
+        {"coact", required_argument, 0, O_COACT}, {"hot-ranks", required_argument, 0, O_HOTR},
+        {"hot-factor", required_argument, 0, O_HOTF}, {"weights", no_argument, 0, 'w'},
+        {"hidden", required_argument, 0, O_HID}, {"elem-bytes", required_argument, 0, O_EB},
+        {"seed", required_argument, 0, 'S'}, MOE_OPTS_LONG, {0}};
+    const char *sub = "gen";
+    char err[256];
+    int c;
+    while ((c = next_opt(sub, o, argc, argv, "L:E:k:n:s:r:wS:" MOE_OPTS_SHORT, lo, rc)) != -1) {
+        int bad = 0;
+        switch (c) {
+        case 'L': bad = u32_opt(sub, optarg, 1, MOE_TRACE_MAX_LAYERS, "layer count", &p->layers, rc); break;
+        case 'E': bad = u32_opt(sub, optarg, 1, MOE_TRACE_MAX_EXPERTS, "expert count", &p->experts, rc); break;
+        case 'k': bad = u32_opt(sub, optarg, 1, MOE_TRACE_MAX_TOPK, "top-k", &p->topk, rc); break;
+        case 'n':
+            if (moe_parse_u64(optarg, 1, UINT64_MAX / 2, &p->tokens, "token count", err,
+                              sizeof err))
+                return *rc = usage_error(sub, "%s", err), -1;
+            break;
+        case 's': bad = u32_opt(sub, optarg, 1, UINT32_MAX, "sequence count", &p->sequences, rc); break;
+        case 'r': bad = u32_opt(sub, optarg, 1, 1u << 20, "rank count", &p->ranks, rc); break;
+        case O_STEPS: bad = u32_opt(sub, optarg, 1, UINT32_MAX, "step count", &p->steps, rc); break;
+        case O_ZIPF: bad = dbl_opt(sub, optarg, 0, 10, "zipf exponent", &p->zipf, rc); break;
+        case O_AFF: bad = dbl_opt(sub, optarg, 0, 1, "affinity", &p->affinity, rc); break;
+        case O_FAN: bad = u32_opt(sub, optarg, 1, MOE_TRACE_MAX_EXPERTS, "fanout", &p->fanout, rc); break;
+        case O_COACT: bad = dbl_opt(sub, optarg, 0, 1, "coact", &p->coact, rc); break;
+        case O_HOTR: bad = u32_opt(sub, optarg, 0, 1u << 20, "hot rank count", &p->hot_ranks, rc); break;
+        case O_HOTF: bad = dbl_opt(sub, optarg, 1e-6, 1e6, "hot factor", &p->hot_factor, rc); break;
+        case O_HID: bad = u32_opt(sub, optarg, 0, UINT32_MAX, "hidden size", &p->hidden, rc); break;
+        case O_EB: bad = u32_opt(sub, optarg, 0, 64, "element bytes", &p->elem_bytes, rc); break;
+        case 'w': p->weights = 1; break;
+        case 'S':
+            if (moe_parse_u64(optarg, 0, UINT64_MAX, &p->seed, "seed", err, sizeof err))
+                return *rc = usage_error(sub, "%s", err), -1;
+            break;
+        case -3: gen_usage(stdout); return 1;
+        case -4: moe_print_version(stdout, prog); return 1;
+        default: if (!*rc) *rc = usage_error(sub, "unexpected option"); return -1;
+        }
+        if (bad)
+            return -1;
+    }
+    if (optind < argc)
+        return *rc = usage_error(sub, "unexpected argument '%s'", argv[optind]), -1;
+    return 0;
+}
+
+static int cmd_gen(int argc, char **argv)
+{
+    moe_gen_params_t p;
+    moe_gen_params_default(&p);
+    moe_opts_t o;
+    moe_opts_init(&o);
+    int rc = 0, st = gen_parse(argc, argv, &p, &o, &rc);
+    if (st != 0)
+        return st > 0 ? 0 : rc;
+    moe_opts_apply_log(&o);
+    moe_gen_t *g = moe_gen_new(&p, &st, errbuf, sizeof errbuf);
+    if (!g)
+        return fail("gen: %s", errbuf);
+    moe_trace_hdr_t h;
+    moe_trace_hdr_init(&h);
+    moe_gen_header(g, &h);
+    moe_trace_t *out = output_open(&o, o.out, &h, 'b');
+    int ok = out != NULL;
+    moe_trace_rec_t r = {0};
+    ok = ok && moe_trace_rec_init(&r, &h) == 0;
+    moe_progress_t *pg = moe_progress_new("gen", p.tokens, o.progress);
+    for (uint64_t n = 0; ok && moe_gen_next(g, &r) == 1; n++) {
+        ok = output_write(out, &r) == 0;
+        if ((n & 4095) == 0)
+            moe_progress_update(pg, n);
+    }
+    moe_progress_free(pg);
+    moe_trace_rec_release(&r);
+    moe_trace_hdr_release(&h);
+    moe_gen_free(g);
+    return output_close(out, ok);
+}
+
+/* ------------------------------------------------------------------ import */
+
+static void import_usage(FILE *fp)
+{
+    fprintf(fp, "Usage: %s import [options] INPUT...\n"
+                "Convert router logs of other systems into a routing trace.\n\n"
+                "      --format=F         auto, tokens, jsonl, csv, npy or megatron [auto]\n"
+                "      --meta=FILE        tokens format: 'sequence phase position' per row\n"
+                "      --weights=FILE     tokens format: gate weights, same shape as the ids\n"
+                "      --experts=E        experts per layer [inferred: largest id + 1]\n"
+                "      --drop-incomplete  drop tokens with missing (layer, token) cells\n"
+                "                         [keep them, marked missing]\n"
+                "      --hidden=H         hidden size recorded in the header [0: unknown]\n"
+                "      --elem-bytes=B     bytes per element recorded in the header [0]\n", prog);
+    moe_opts_usage(fp, MOE_OPT_ALL);
+}
+
+typedef struct import_job {
+    moe_import_opts_t io;
+    uint32_t hidden, elem_bytes;
+    char **inputs;
+    int ninputs;
+    moe_import_report_t total;
+} import_job_t;
+
+/* Read every input into `out` (whose header is written from the first input's shape with
+ * `experts`). Returns 0 or 1 after printing the error. */
+static int import_pass(import_job_t *job, const moe_opts_t *o, const char *path, char fmt,
+                       uint32_t experts)
+{
+    moe_trace_t *out = NULL;
+    moe_trace_hdr_t first, h;
+    moe_trace_hdr_init(&first);
+    moe_trace_rec_t r = {0};
+    int ok = 1, st;
+    memset(&job->total, 0, sizeof job->total);
+    moe_opts_t oo = *o;
+    oo.fmt = fmt;
+    oo.level = fmt == 'u' ? 0 : o->level;
+    moe_progress_t *pg = moe_progress_new("import", (uint64_t)job->ninputs, o->progress);
+    for (int i = 0; ok && i < job->ninputs; i++) {
+        const char *in = job->inputs[i];
+        moe_importer_t *im = moe_import_open(&job->io, in, (uint32_t)i, &st, errbuf,
+                                             sizeof errbuf);
+        moe_trace_hdr_init(&h);
+        if (!im || moe_import_header(im, &h) < 0) {
+            ok = !fail("%s", im ? moe_import_errmsg(im) : errbuf);
+        } else if (i == 0) {
+            h.experts = experts;
+            h.hidden = job->hidden;
+            h.elem_bytes = job->elem_bytes;
+            ok = moe_trace_hdr_copy(&first, &h) == 0 &&
+                 (out = output_open(&oo, path, &first, fmt)) != NULL;
+        } else if (h.layers != first.layers || h.topk != first.topk ||
+                   (h.flags & MOE_TRACE_WEIGHTS) != (first.flags & MOE_TRACE_WEIGHTS)) {
+            ok = !fail("'%s': %u layers, top-%u%s, but '%s' has %u layers, top-%u%s", in,
+                       h.layers, h.topk, (h.flags & MOE_TRACE_WEIGHTS) ? " with weights" : "",
+                       job->inputs[0], first.layers, first.topk,
+                       (first.flags & MOE_TRACE_WEIGHTS) ? " with weights" : "");
+        }
+        int rc = 0;
+        while (ok && (rc = moe_import_next(im, &r)) == 1) {
+            for (size_t k = 0; k < (size_t)first.layers * first.topk; k++)
+                if (r.ids[k] != MOE_EXPERT_NONE && r.ids[k] >= experts) {
+                    ok = !fail("'%s': expert id %u out of range (%u experts)", in, r.ids[k],
+                               experts);
+                    break;
+                }
+            ok = ok && output_write(out, &r) == 0;
+        }
+        if (ok && rc < 0)
+            ok = !fail("%s", moe_import_errmsg(im));
+        if (im) {
+            moe_import_report_t rep;
+            moe_import_report(im, &rep);
+            job->total.tokens += rep.tokens;
+            job->total.incomplete += rep.incomplete;
+            job->total.missing_cells += rep.missing_cells;
+            job->total.dropped += rep.dropped;
+            job->total.bytes_in += rep.bytes_in;
+            job->total.sequences += rep.sequences;
+            if (rep.tokens && rep.max_id + 1 > job->total.max_id + 1)
+                job->total.max_id = rep.max_id;
+        }
+        moe_import_close(im);
+        moe_trace_hdr_release(&h);
+        moe_progress_update(pg, (uint64_t)i + 1);
+    }
+    moe_progress_free(pg);
+    if (ok && job->total.tokens == 0)
+        ok = !fail("no tokens in input");
+    moe_trace_rec_release(&r);
+    moe_trace_hdr_release(&first);
+    return output_close(out, ok);
+}
+
+/* Without --experts, E is only known at the end: spool to a stored-block trace with 16-bit
+ * ids, then copy it with the inferred E. */
+static int import_spooled(import_job_t *job, const moe_opts_t *o)
+{
+    const char *tmpdir = getenv("TMPDIR");
+    char spool[4096];
+    snprintf(spool, sizeof spool, "%s/moe-import-XXXXXX", tmpdir && *tmpdir ? tmpdir : "/tmp");
+    int fd = mkstemp(spool);
+    if (fd < 0)
+        return fail("cannot create a temporary file in '%s': %s",
+                    tmpdir && *tmpdir ? tmpdir : "/tmp", strerror(errno));
+    close(fd);
+    moe_opts_t so = *o;
+    so.no_pg = 1;
+    so.threads = 0;
+    int rc = import_pass(job, &so, spool, 'u', MOE_TRACE_MAX_EXPERTS);
+    if (rc == 0) {
+        input_t in;
+        rc = input_open(&in, spool, 0);
+        if (rc == 0) {
+            in.h.experts = job->total.max_id + 1;
+            if (in.h.topk > in.h.experts)
+                in.h.experts = in.h.topk;
+            /* The spool was written without @PG; add ours now. */
+            moe_trace_t *out = output_open(o, o->out, &in.h, 'b');
+            rc = output_close(out, out && copy_records(&in, out, o, NULL, NULL,
+                                                       UINT64_MAX) == 0);
+            input_close(&in);
+        }
+    }
+    unlink(spool);
+    return rc;
+}
+
+static int cmd_import(int argc, char **argv)
+{
+    enum { O_FMT = MOE_OPTC_TOOL, O_META, O_W, O_E, O_DROP, O_HID, O_EB };
+    static const struct option lo[] = {
+        {"format", required_argument, 0, O_FMT}, {"meta", required_argument, 0, O_META},
+        {"weights", required_argument, 0, O_W}, {"experts", required_argument, 0, O_E},
+        {"drop-incomplete", no_argument, 0, O_DROP}, {"hidden", required_argument, 0, O_HID},
+        {"elem-bytes", required_argument, 0, O_EB}, MOE_OPTS_LONG, {0}};
+    const char *sub = "import";
+    moe_opts_t o;
+    moe_opts_init(&o);
+    import_job_t job;
+    memset(&job, 0, sizeof job);
+    int c, rc = 0;
+    while ((c = next_opt(sub, &o, argc, argv, MOE_OPTS_SHORT, lo, &rc)) != -1) {
+        switch (c) {
+        case O_FMT:
+            job.io.format = moe_import_fmt_parse(optarg);
+            if (job.io.format < 0)
+                return usage_error(sub, "unknown format '%s'", optarg);
+            break;
+        case O_META: job.io.meta = optarg; break;
+        case O_W: job.io.weights = optarg; break;
+        case O_E:
+            if (u32_opt(sub, optarg, 1, MOE_TRACE_MAX_EXPERTS, "expert count",
+                        &job.io.experts, &rc))
+                return rc;
+            break;
+        case O_DROP: job.io.drop_incomplete = 1; break;
+        case O_HID:
+            if (u32_opt(sub, optarg, 0, UINT32_MAX, "hidden size", &job.hidden, &rc))
+                return rc;
+            break;
+        case O_EB:
+            if (u32_opt(sub, optarg, 0, 64, "element bytes", &job.elem_bytes, &rc))
+                return rc;
+            break;
+        case -3: import_usage(stdout); return 0;
+        case -4: moe_print_version(stdout, prog); return 0;
+        default: return rc ? rc : usage_error(sub, "unexpected option");
+        }
+    }
+    if (optind >= argc)
+        return usage_error(sub, "no input files");
+    if ((job.io.meta || job.io.weights) && argc - optind > 1)
+        return usage_error(sub, "--meta and --weights take a single input");
+    moe_opts_apply_log(&o);
+    job.inputs = argv + optind;
+    job.ninputs = argc - optind;
+    rc = job.io.experts ? import_pass(&job, &o, o.out, 'b', job.io.experts)
+                        : import_spooled(&job, &o);
+    const moe_import_report_t *t = &job.total;
+    if (rc == 0 && (t->incomplete || o.verbosity > 0) && o.verbosity >= 0)
+        fprintf(stderr, "%s: import: %llu tokens (%llu incomplete, %llu missing cells, "
+                        "%llu dropped)\n", prog, (unsigned long long)t->tokens,
+                (unsigned long long)t->incomplete, (unsigned long long)t->missing_cells,
+                (unsigned long long)t->dropped);
+    return rc;
+}
+
+/* ------------------------------------------------------------------ main */
+
+typedef struct subcommand {
+    const char *name;
+    int (*run)(int argc, char **argv);
+    const char *summary;
+} subcommand_t;
+
+static const subcommand_t subcommands[] = {
+    {"gen", cmd_gen, "generate a seeded synthetic trace"},
+    {"import", cmd_import, "convert router logs (tokens, JSONL, CSV, npy, Megatron)"},
+    {"view", cmd_view, "print a trace as text, or convert between formats"},
+    {"stats", cmd_stats, "token, sequence and per-layer load statistics"},
+    {"head", cmd_head, "the first N tokens"},
+    {"sample", cmd_sample, "a seeded random sample of tokens or sequences"},
+    {"split", cmd_split, "split by sequence into train and test parts"},
+    {"cat", cmd_cat, "concatenate traces of the same shape"},
+    {"slice", cmd_slice, "keep a range of layers"},
+};
+
+static void main_usage(FILE *fp)
+{
+    fprintf(fp, "Usage: %s COMMAND [options] [ARGS]\n"
+                "Make, import, inspect and cut Mixture-of-Experts routing traces.\n\n"
+                "Commands:\n", prog);
+    for (size_t i = 0; i < sizeof subcommands / sizeof *subcommands; i++)
+        fprintf(fp, "  %-8s %s\n", subcommands[i].name, subcommands[i].summary);
+    fprintf(fp, "\n      --help             display this help and exit\n"
+                "      --version          output version information and exit\n\n"
+                "'%s COMMAND --help' lists a command's options. Exit status: 0 success,\n"
+                "1 failure (input, data or I/O), 2 usage error. See moe-trace(1), "
+                "moe-trace(5).\n", prog);
+}
+
+int main(int argc, char **argv)
+{
+    g_argc = argc;
+    g_argv = argv;
+    moe_log_set_prog(prog);
+    opterr = 0; /* our own one-line messages instead of getopt's */
+    signal(SIGPIPE, SIG_IGN); /* EPIPE is handled: a closed reader ends the run quietly */
+    moe_ofile_cleanup_on_signal();
+    if (argc < 2)
+        return usage_error(NULL, "no command given");
+    if (strcmp(argv[1], "--help") == 0) {
+        main_usage(stdout);
+        return moe_close_stdout(prog) ? 1 : 0;
+    }
+    if (strcmp(argv[1], "--version") == 0) {
+        moe_print_version(stdout, prog);
+        return moe_close_stdout(prog) ? 1 : 0;
+    }
+    for (size_t i = 0; i < sizeof subcommands / sizeof *subcommands; i++) {
+        if (strcmp(argv[1], subcommands[i].name) == 0) {
+            int rc = subcommands[i].run(argc - 1, argv + 1);
+            if (moe_close_stdout(prog) && rc == 0)
+                rc = 1;
+            return rc;
+        }
+    }
+    return usage_error(NULL, "unknown command '%s'", argv[1]);
+}

@@ -1,0 +1,250 @@
+/* lib/cli.c -- shared command-line plumbing: common options, version, @PG lines, number
+ * parsing, error messages and the progress meter. */
+#include "config.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "moe/cli.h"
+#include "moe/moe.h"
+
+void moe_opts_init(moe_opts_t *o)
+{
+    memset(o, 0, sizeof *o);
+    o->out = "-";
+    o->level = -1;
+    o->progress = -1;
+}
+
+int moe_opts_parse(moe_opts_t *o, int c, const char *arg, char *err, size_t errlen)
+{
+    uint64_t v;
+    switch (c) {
+    case 'o':
+        o->out = arg;
+        return 1;
+    case 'O':
+        if (strlen(arg) != 1 || !strchr("butz", arg[0])) {
+            snprintf(err, errlen, "invalid output format '%s' (expected b, u, t or z)", arg);
+            return -1;
+        }
+        o->fmt = arg[0];
+        return 1;
+    case 'l':
+        if (moe_parse_u64(arg, 0, 9, &v, "compression level", err, errlen))
+            return -1;
+        o->level = (int)v;
+        return 1;
+    case '@':
+        if (moe_parse_u64(arg, 0, 1024, &v, "thread count", err, errlen))
+            return -1;
+        o->threads = (int)v;
+        return 1;
+    case 'v': o->verbosity++; return 1;
+    case 'q': o->verbosity--; return 1;
+    case 'f': o->force = 1; return 1;
+    case MOE_OPTC_NO_PG: o->no_pg = 1; return 1;
+    case MOE_OPTC_PROGRESS: o->progress = 1; return 1;
+    case MOE_OPTC_NO_PROGRESS: o->progress = 0; return 1;
+    default: return 0;
+    }
+}
+
+void moe_opts_apply_log(const moe_opts_t *o)
+{
+    moe_log_set_level(MOE_LOG_WARN - o->verbosity);
+}
+
+void moe_opts_usage(FILE *fp, unsigned groups)
+{
+    if (groups & MOE_OPT_OUTPUT)
+        fputs("  -o, --output=FILE      write to FILE [-: standard output]\n"
+              "  -f, --force            write binary output to a terminal\n", fp);
+    if (groups & MOE_OPT_FORMAT)
+        fputs("  -O, --output-fmt=F     b binary, u uncompressed binary, t text, z gzipped text\n"
+              "  -l, --level=N          compression level 0-9 [6]\n", fp);
+    if (groups & MOE_OPT_THREADS)
+        fputs("  -@, --threads=N        additional threads for (de)compression [0]\n", fp);
+    if (groups & MOE_OPT_PG)
+        fputs("      --no-PG            do not add a @PG line with this command line\n", fp);
+    if (groups & MOE_OPT_PROGRESS)
+        fputs("      --progress         show a progress meter on standard error\n"
+              "      --no-progress      never show the progress meter [shown on a terminal]\n",
+              fp);
+    fputs("  -v, --verbose          more messages (repeatable)\n"
+          "  -q, --quiet            fewer messages (errors only)\n"
+          "      --help             display this help and exit\n"
+          "      --version          output version information and exit\n", fp);
+}
+
+void moe_print_version(FILE *fp, const char *prog)
+{
+    fprintf(fp, "%s (moeflow) %s\nlibmoecore %s\nfeatures: %s\n", prog, PACKAGE_VERSION,
+            moe_version(), moe_features());
+}
+
+char *moe_pg_line(const char *prog, int argc, char *const *argv)
+{
+    size_t n = 64 + 3 * strlen(prog) + strlen(PACKAGE_VERSION);
+    for (int i = 0; i < argc; i++)
+        n += strlen(argv[i]) + 1;
+    char *s = malloc(n);
+    if (!s)
+        return NULL;
+    int off = snprintf(s, n, "@PG\tID:%s\tPN:%s\tVN:%s\tCL:", prog, prog, PACKAGE_VERSION);
+    char *p = s + off;
+    for (int i = 0; i < argc; i++) {
+        if (i)
+            *p++ = ' ';
+        for (const char *a = argv[i]; *a; a++)
+            *p++ = (*a == '\t' || *a == '\n' || *a == '\r') ? ' ' : *a;
+    }
+    *p = '\0';
+    return s;
+}
+
+int moe_parse_u64(const char *s, uint64_t min, uint64_t max, uint64_t *out, const char *what,
+                  char *err, size_t errlen)
+{
+    char *end;
+    errno = 0;
+    if (!s || !*s || *s == '-' || *s == '+' || *s == ' ')
+        goto bad;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || end == s)
+        goto bad;
+    uint64_t mul = 1;
+    if (*end) {
+        int bin = end[1] == 'i';
+        uint64_t base = bin ? 1024 : 1000;
+        switch (*end) {
+        case 'k': case 'K': mul = base; break;
+        case 'm': case 'M': mul = base * base; break;
+        case 'g': case 'G': mul = base * base * base; break;
+        default: goto bad;
+        }
+        if (end[1 + bin] != '\0')
+            goto bad;
+    }
+    if (v > UINT64_MAX / mul)
+        goto range;
+    v *= mul;
+    if (v < min || v > max)
+        goto range;
+    *out = v;
+    return 0;
+bad:
+    snprintf(err, errlen, "invalid %s '%s'", what, s ? s : "");
+    return -1;
+range:
+    snprintf(err, errlen, "%s '%s' out of range [%llu, %llu]", what, s,
+             (unsigned long long)min, (unsigned long long)max);
+    return -1;
+}
+
+int moe_parse_double(const char *s, double min, double max, double *out, const char *what,
+                     char *err, size_t errlen)
+{
+    char *end;
+    errno = 0;
+    double v = s && *s ? strtod(s, &end) : NAN;
+    if (!s || !*s || errno || *end || !isfinite(v)) {
+        snprintf(err, errlen, "invalid %s '%s'", what, s ? s : "");
+        return -1;
+    }
+    if (v < min || v > max) {
+        snprintf(err, errlen, "%s '%s' out of range [%g, %g]", what, s, min, max);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+void moe_die_msg(const char *prog, const char *fmt, ...)
+{
+    fflush(stdout);
+    fprintf(stderr, "%s: ", prog);
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+}
+
+int moe_close_stdout(const char *prog)
+{
+    int bad = ferror(stdout);
+    if (fclose(stdout) != 0 || bad) {
+        if (errno == EPIPE)
+            return 0;
+        fprintf(stderr, "%s: write error on standard output: %s\n", prog, strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------------ progress */
+
+struct moe_progress {
+    char label[32];
+    uint64_t total;
+    double start, last;
+    int shown;
+};
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+moe_progress_t *moe_progress_new(const char *label, uint64_t total, int mode)
+{
+    if (mode == 0 || (mode < 0 && !isatty(STDERR_FILENO)))
+        return NULL;
+    moe_progress_t *p = calloc(1, sizeof *p);
+    if (!p)
+        return NULL;
+    snprintf(p->label, sizeof p->label, "%s", label);
+    p->total = total;
+    p->start = p->last = now_s();
+    return p;
+}
+
+void moe_progress_update(moe_progress_t *p, uint64_t done)
+{
+    if (!p)
+        return;
+    double t = now_s();
+    if (t - p->last < 0.2)
+        return;
+    p->last = t;
+    p->shown = 1;
+    double el = t - p->start;
+    if (p->total) {
+        double f = (double)done / (double)p->total;
+        f = f > 1 ? 1 : f;
+        int w = (int)(f * 30);
+        fprintf(stderr, "\r%s [%.*s%*s] %5.1f%%  %.0fs", p->label, w,
+                "==============================", 30 - w, "", 100 * f, el);
+        if (f > 0.01)
+            fprintf(stderr, " (eta %.0fs)   ", el / f - el);
+    } else {
+        fprintf(stderr, "\r%s %llu  %.0fs   ", p->label, (unsigned long long)done, el);
+    }
+}
+
+void moe_progress_free(moe_progress_t *p)
+{
+    if (!p)
+        return;
+    if (p->shown)
+        fputs("\r\033[K", stderr);
+    free(p);
+}

@@ -1,0 +1,404 @@
+/* lib/io.c -- atomic output files, signal-safe cleanup, and a fast line reader over
+ * plain or gzipped text. */
+#include "config.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include "moe/io.h"
+#include "moe/moe.h"
+
+/* ------------------------------------------------------------------ raw I/O */
+
+ptrdiff_t moe_read_full(int fd, void *buf, size_t n)
+{
+    size_t got = 0;
+    while (got < n) {
+        ssize_t r = read(fd, (char *)buf + got, n - got);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0)
+            return -1;
+        if (r == 0)
+            break;
+        got += (size_t)r;
+    }
+    return (ptrdiff_t)got;
+}
+
+int moe_write_full(int fd, const void *buf, size_t n)
+{
+    const char *p = buf;
+    while (n > 0) {
+        ssize_t w = write(fd, p, n);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w < 0)
+            return -1;
+        p += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+int moe_open_input(const char *path)
+{
+    if (strcmp(path, "-") == 0)
+        return dup(STDIN_FILENO);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    struct stat st;
+    if (fstat(fd, &st) == 0 && S_ISDIR(st.st_mode)) {
+        close(fd);
+        errno = EISDIR;
+        return -1;
+    }
+    return fd;
+}
+
+/* ------------------------------------------------------------------ temporary outputs */
+
+/* Live temporary files, visible to the signal handler. Slots are claimed by the main thread
+ * only; the handler reads them, so they are written before `used` is set. */
+#define MAX_TEMPS 16
+static char temp_paths[MAX_TEMPS][PATH_MAX];
+static volatile sig_atomic_t temp_used[MAX_TEMPS];
+
+struct moe_ofile {
+    char *path; /* final name, NULL for stdout */
+    int fd;
+    int slot;
+};
+
+static void cleanup_handler(int sig)
+{
+    for (int i = 0; i < MAX_TEMPS; i++)
+        if (temp_used[i])
+            unlink(temp_paths[i]);
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+void moe_ofile_cleanup_on_signal(void)
+{
+    static const int sigs[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
+    for (size_t i = 0; i < sizeof sigs / sizeof *sigs; i++) {
+        struct sigaction sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_handler = cleanup_handler;
+        sigemptyset(&sa.sa_mask);
+        sigaction(sigs[i], &sa, NULL);
+    }
+}
+
+/* Outputs get the permissions a plain open(2) would give them, not mkstemp's 0600. */
+static mode_t current_umask(void)
+{
+    mode_t m = umask(022);
+    umask(m);
+    return m;
+}
+
+static void set_err(char *errbuf, size_t errlen, const char *fmt, const char *path, int err)
+{
+    if (errbuf && errlen)
+        snprintf(errbuf, errlen, fmt, path, strerror(err));
+}
+
+moe_ofile_t *moe_ofile_open(const char *path, int *status, char *errbuf, size_t errlen)
+{
+    moe_ofile_t *f = calloc(1, sizeof *f);
+    if (!f) {
+        *status = MOE_ENOMEM;
+        return NULL;
+    }
+    f->slot = -1;
+    if (strcmp(path, "-") == 0) {
+        f->fd = dup(STDOUT_FILENO);
+        if (f->fd < 0) {
+            set_err(errbuf, errlen, "cannot write to '%s': %s", "-", errno);
+            free(f);
+            *status = MOE_ESYS;
+            return NULL;
+        }
+        return f;
+    }
+    for (int i = 0; i < MAX_TEMPS && f->slot < 0; i++)
+        if (!temp_used[i])
+            f->slot = i;
+    size_t n = strlen(path);
+    f->path = malloc(n + 1);
+    if (f->slot < 0 || !f->path || n + 16 >= PATH_MAX) {
+        *status = f->path ? MOE_EINVAL : MOE_ENOMEM;
+        free(f->path);
+        free(f);
+        if (errbuf && errlen)
+            snprintf(errbuf, errlen, "cannot create '%s': %s", path,
+                     *status == MOE_ENOMEM ? "out of memory" : "name too long or too many outputs");
+        return NULL;
+    }
+    memcpy(f->path, path, n + 1);
+    /* Same directory as the target, so the final rename(2) is atomic. */
+    snprintf(temp_paths[f->slot], PATH_MAX, "%s.tmp%06ldXXXXXX", path, (long)getpid() % 1000000);
+    f->fd = mkstemp(temp_paths[f->slot]);
+    if (f->fd < 0) {
+        set_err(errbuf, errlen, "cannot create '%s': %s", path, errno);
+        free(f->path);
+        free(f);
+        *status = MOE_ESYS;
+        return NULL;
+    }
+    temp_used[f->slot] = 1;
+    fchmod(f->fd, 0666 & ~current_umask());
+    return f;
+}
+
+int moe_ofile_fd(const moe_ofile_t *f)
+{
+    return f->fd;
+}
+
+void moe_ofile_release_fd(moe_ofile_t *f)
+{
+    f->fd = -1;
+}
+
+static void ofile_free(moe_ofile_t *f)
+{
+    if (f->slot >= 0)
+        temp_used[f->slot] = 0;
+    free(f->path);
+    free(f);
+}
+
+int moe_ofile_commit(moe_ofile_t *f)
+{
+    int rc = 0;
+    if (f->fd >= 0 && close(f->fd) != 0)
+        rc = MOE_ESYS;
+    f->fd = -1;
+    if (f->path) {
+        if (rc == 0 && rename(temp_paths[f->slot], f->path) != 0)
+            rc = MOE_ESYS;
+        if (rc != 0) {
+            int e = errno;
+            unlink(temp_paths[f->slot]);
+            errno = e;
+        }
+    }
+    ofile_free(f);
+    return rc;
+}
+
+void moe_ofile_abort(moe_ofile_t *f)
+{
+    if (!f)
+        return;
+    if (f->fd >= 0)
+        close(f->fd);
+    if (f->path)
+        unlink(temp_paths[f->slot]);
+    ofile_free(f);
+}
+
+/* ------------------------------------------------------------------ line reader */
+
+#define LINES_CHUNK (1u << 20)
+
+struct moe_lines {
+    int fd;
+    uint8_t *prefix; /* sniffed bytes still to be consumed before fd */
+    size_t prefix_len, prefix_off;
+    int gz;          /* input is gzip (possibly several members) */
+    z_stream zs;
+    uint8_t *zin;    /* compressed input buffer */
+    char *buf;       /* decompressed text; lines are cut from [start, end) */
+    size_t cap, start, end;
+    int eof;
+    uint64_t lineno, bytes;
+};
+
+/* Raw bytes: the sniffed prefix first, then the descriptor. */
+static ptrdiff_t lines_raw(moe_lines_t *l, uint8_t *dst, size_t n)
+{
+    if (l->prefix_off < l->prefix_len) {
+        size_t k = l->prefix_len - l->prefix_off;
+        k = k < n ? k : n;
+        memcpy(dst, l->prefix + l->prefix_off, k);
+        l->prefix_off += k;
+        return (ptrdiff_t)k;
+    }
+    return moe_read_full(l->fd, dst, n);
+}
+
+/* Inflate into dst; handles concatenated gzip members. Returns bytes produced or < 0. */
+static ptrdiff_t lines_inflate(moe_lines_t *l, uint8_t *dst, size_t n)
+{
+    l->zs.next_out = dst;
+    l->zs.avail_out = (uInt)n;
+    while (l->zs.avail_out == n) {
+        if (l->zs.avail_in == 0) {
+            ptrdiff_t r = lines_raw(l, l->zin, LINES_CHUNK);
+            if (r < 0)
+                return MOE_ESYS;
+            if (r == 0)
+                return l->zs.total_out == 0 && l->zs.total_in == 0 ? 0 : MOE_ETRUNC;
+            l->zs.next_in = l->zin;
+            l->zs.avail_in = (uInt)r;
+        }
+        int rc = inflate(&l->zs, Z_NO_FLUSH);
+        if (rc == Z_STREAM_END) {
+            size_t produced = n - l->zs.avail_out;
+            inflateReset(&l->zs);
+            l->zs.total_in = l->zs.total_out = 0;
+            if (produced)
+                return (ptrdiff_t)produced;
+            continue;
+        }
+        if (rc != Z_OK && rc != Z_BUF_ERROR)
+            return MOE_ECORRUPT;
+    }
+    return (ptrdiff_t)(n - l->zs.avail_out);
+}
+
+moe_lines_t *moe_lines_dopen(int fd, const uint8_t *prefix, size_t prefix_len, int *status)
+{
+    moe_lines_t *l = calloc(1, sizeof *l);
+    if (!l) {
+        *status = MOE_ENOMEM;
+        return NULL;
+    }
+    l->fd = fd;
+    l->cap = LINES_CHUNK;
+    l->buf = malloc(l->cap + 1);
+    uint8_t head[2];
+    size_t have = prefix_len;
+    l->prefix = malloc(prefix_len + 2);
+    if (!l->buf || !l->prefix)
+        goto nomem;
+    memcpy(l->prefix, prefix, prefix_len);
+    if (have < 2) { /* need two bytes to recognise gzip */
+        ptrdiff_t r = moe_read_full(fd, head, 2 - have);
+        if (r < 0) {
+            *status = MOE_ESYS;
+            moe_lines_close(l);
+            return NULL;
+        }
+        memcpy(l->prefix + have, head, (size_t)r);
+        have += (size_t)r;
+    }
+    l->prefix_len = have;
+    l->gz = have >= 2 && l->prefix[0] == 0x1f && l->prefix[1] == 0x8b;
+    if (l->gz) {
+        l->zin = malloc(LINES_CHUNK);
+        if (!l->zin || inflateInit2(&l->zs, 15 + 16) != Z_OK)
+            goto nomem;
+    }
+    return l;
+nomem:
+    *status = MOE_ENOMEM;
+    moe_lines_close(l);
+    return NULL;
+}
+
+moe_lines_t *moe_lines_open(const char *path, int *status, char *errbuf, size_t errlen)
+{
+    int fd = moe_open_input(path);
+    if (fd < 0) {
+        set_err(errbuf, errlen, "cannot open '%s': %s", path, errno);
+        *status = MOE_ESYS;
+        return NULL;
+    }
+    moe_lines_t *l = moe_lines_dopen(fd, NULL, 0, status);
+    if (!l) {
+        close(fd);
+        if (errbuf && errlen)
+            snprintf(errbuf, errlen, "cannot read '%s': %s", path, moe_strerror(*status));
+    }
+    return l;
+}
+
+/* Move the unread tail to the front (growing the buffer for long lines) and read more. */
+static int lines_fill(moe_lines_t *l)
+{
+    size_t keep = l->end - l->start;
+    if (l->start > 0) {
+        memmove(l->buf, l->buf + l->start, keep);
+        l->start = 0;
+        l->end = keep;
+    }
+    if (l->cap - l->end < LINES_CHUNK / 2) {
+        char *nb = realloc(l->buf, l->cap * 2 + 1);
+        if (!nb)
+            return MOE_ENOMEM;
+        l->buf = nb;
+        l->cap *= 2;
+    }
+    ptrdiff_t r = l->gz ? lines_inflate(l, (uint8_t *)l->buf + l->end, l->cap - l->end)
+                        : lines_raw(l, (uint8_t *)l->buf + l->end, l->cap - l->end);
+    if (r < 0)
+        return (int)r;
+    if (r == 0)
+        l->eof = 1;
+    l->end += (size_t)r;
+    return 0;
+}
+
+int moe_lines_next(moe_lines_t *l, char **line, size_t *len)
+{
+    for (;;) {
+        char *s = l->buf + l->start;
+        char *nl = memchr(s, '\n', l->end - l->start);
+        if (nl || (l->eof && l->end > l->start)) {
+            size_t n = nl ? (size_t)(nl - s) : l->end - l->start;
+            l->start += n + (nl != NULL);
+            l->bytes += n + (nl != NULL);
+            if (n > 0 && s[n - 1] == '\r')
+                n--;
+            s[n] = '\0';
+            l->lineno++;
+            *line = s;
+            if (len)
+                *len = n;
+            return 1;
+        }
+        if (l->eof)
+            return 0;
+        int rc = lines_fill(l);
+        if (rc < 0)
+            return rc;
+    }
+}
+
+uint64_t moe_lines_lineno(const moe_lines_t *l)
+{
+    return l->lineno;
+}
+
+uint64_t moe_lines_bytes(const moe_lines_t *l)
+{
+    return l->bytes;
+}
+
+void moe_lines_close(moe_lines_t *l)
+{
+    if (!l)
+        return;
+    if (l->gz && l->zin)
+        inflateEnd(&l->zs);
+    if (l->fd >= 0)
+        close(l->fd);
+    free(l->zin);
+    free(l->prefix);
+    free(l->buf);
+    free(l);
+}

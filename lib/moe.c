@@ -1,0 +1,66 @@
+/* lib/moe.c -- library version, status strings and the logger. */
+#include "config.h"
+
+#include <stdio.h>
+
+#include "moe/moe.h"
+
+static int log_level = MOE_LOG_WARN;
+static const char *log_prog = "moeflow";
+
+const char *moe_version(void)
+{
+    return MOE_VERSION_STRING;
+}
+
+const char *moe_features(void)
+{
+    return MOE_FEATURES;
+}
+
+const char *moe_strerror(int status)
+{
+    switch (status) {
+    case MOE_OK: return "success";
+    case MOE_ESYS: return "system error";
+    case MOE_ENOMEM: return "out of memory";
+    case MOE_EFORMAT: return "invalid format";
+    case MOE_ETRUNC: return "truncated input";
+    case MOE_EVERSION: return "unsupported format version";
+    case MOE_ERANGE: return "value out of range";
+    case MOE_EINVAL: return "invalid argument";
+    case MOE_ESHAPE: return "shape mismatch";
+    case MOE_ECORRUPT: return "corrupt data";
+    case MOE_EEMPTY: return "empty input";
+    default: return "unknown error";
+    }
+}
+
+void moe_log_set_level(int level)
+{
+    log_level = level < MOE_LOG_DEBUG ? MOE_LOG_DEBUG : level > MOE_LOG_OFF ? MOE_LOG_OFF : level;
+}
+
+int moe_log_get_level(void)
+{
+    return log_level;
+}
+
+void moe_log_set_prog(const char *prog)
+{
+    log_prog = prog ? prog : "moeflow";
+}
+
+void moe_log(int level, const char *fmt, ...)
+{
+    static const char *const names[] = {"debug: ", "", "warning: ", "error: "};
+    if (level < log_level || level >= MOE_LOG_OFF)
+        return;
+    fflush(stdout);
+    fprintf(stderr, "%s: %s", log_prog, names[level]);
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+}

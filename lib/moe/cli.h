@@ -1,0 +1,105 @@
+/* moe/cli.h -- what every moeflow tool shares: common options, help lines, version, @PG,
+ * number parsing, progress meter (the samtools sam_opts.h idea). */
+#ifndef MOE_CLI_H
+#define MOE_CLI_H
+
+#include <getopt.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Option groups a command accepts (bits); select both parsing and help lines. */
+enum moe_opt_group {
+    MOE_OPT_OUTPUT = 1u << 0,  /* -o FILE, -f */
+    MOE_OPT_FORMAT = 1u << 1,  /* -O b|u|t|z, -l LEVEL */
+    MOE_OPT_THREADS = 1u << 2, /* -@ N */
+    MOE_OPT_PG = 1u << 3,      /* --no-PG */
+    MOE_OPT_PROGRESS = 1u << 4, /* --progress, --no-progress */
+    MOE_OPT_ALL = 0x1f,
+};
+
+/* Values of the shared options after parsing. */
+typedef struct moe_opts {
+    const char *out; /* -o: output path, "-" = stdout */
+    char fmt;        /* -O: enum moe_trace_fmt letter, 0 = the command's default */
+    int level;       /* -l: compression level 0..9, -1 = default */
+    int threads;     /* -@: additional threads */
+    int verbosity;   /* +1 per -v, -1 per -q */
+    int no_pg;       /* --no-PG */
+    int force;       /* -f: write binary to a terminal anyway */
+    int progress;    /* -1 auto (stderr is a terminal), 0 off, 1 on */
+} moe_opts_t;
+
+/* Long-option codes above the char range, for tools' own switch statements. */
+enum {
+    MOE_OPTC_NO_PG = 0x1000,
+    MOE_OPTC_PROGRESS,
+    MOE_OPTC_NO_PROGRESS,
+    MOE_OPTC_HELP,
+    MOE_OPTC_VERSION,
+    MOE_OPTC_TOOL = 0x1100, /* first code free for a tool's own long options */
+};
+
+/* getopt short-option letters and long-option entries of the shared options; a tool's own
+ * tables are built by concatenation: "n:s:" MOE_OPTS_SHORT and { ..., MOE_OPTS_LONG, {0} }. */
+#define MOE_OPTS_SHORT "o:O:l:@:vqf"
+#define MOE_OPTS_LONG                                                                         \
+    {"output", required_argument, 0, 'o'}, {"output-fmt", required_argument, 0, 'O'},        \
+        {"level", required_argument, 0, 'l'}, {"threads", required_argument, 0, '@'},        \
+        {"verbose", no_argument, 0, 'v'}, {"quiet", no_argument, 0, 'q'},                    \
+        {"force", no_argument, 0, 'f'}, {"no-PG", no_argument, 0, MOE_OPTC_NO_PG},           \
+        {"progress", no_argument, 0, MOE_OPTC_PROGRESS},                                     \
+        {"no-progress", no_argument, 0, MOE_OPTC_NO_PROGRESS},                               \
+        {"help", no_argument, 0, MOE_OPTC_HELP}, {"version", no_argument, 0, MOE_OPTC_VERSION}
+
+/* Defaults: out "-", fmt 0, level -1, threads 0, verbosity 0, progress -1. */
+void moe_opts_init(moe_opts_t *o);
+
+/* Handle one getopt result if it is a shared option. Returns 1 if handled, 0 if the code is not
+ * a shared option, -1 on a bad value (a one-line reason is written to err). --help and --version
+ * are not handled here (the tool prints its own usage). */
+int moe_opts_parse(moe_opts_t *o, int c, const char *arg, char *err, size_t errlen);
+
+/* Apply -v/-q to the library's logger. */
+void moe_opts_apply_log(const moe_opts_t *o);
+
+/* Print the help lines of the selected groups, GNU layout, two-space indent. */
+void moe_opts_usage(FILE *fp, unsigned groups);
+
+/* "moe-trace (moeflow) 0.1.0\nlibmoecore 0.1.0\nfeatures: ...\n" */
+void moe_print_version(FILE *fp, const char *prog);
+
+/* Build the @PG line "@PG\tID:<prog>\tPN:<prog>\tVN:<ver>\tCL:<args>" (tabs and newlines in
+ * arguments become spaces); malloc'd, NULL on ENOMEM. */
+char *moe_pg_line(const char *prog, int argc, char *const *argv);
+
+/* Parse an unsigned integer with optional K/M/G (x1000) or Ki/Mi/Gi (x1024) suffix in
+ * [min, max]; returns 0 or -1 (err gets "invalid ..." text naming `what`). */
+int moe_parse_u64(const char *s, uint64_t min, uint64_t max, uint64_t *out, const char *what,
+                  char *err, size_t errlen);
+/* Parse a finite double in [min, max]; returns 0 or -1 with a reason in err. */
+int moe_parse_double(const char *s, double min, double max, double *out, const char *what,
+                     char *err, size_t errlen);
+
+/* Print an error "prog: message" on stderr after flushing stdout. */
+void moe_die_msg(const char *prog, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Flush and close stdout, checking for write errors (EPIPE on a closed pipe is not an error for
+ * text tools: they exit quietly). Returns 0 or -1 (message printed). */
+int moe_close_stdout(const char *prog);
+
+/* Progress meter on stderr: shown if enabled (mode 1) or mode -1 and stderr is a terminal;
+ * redrawn at most 5 times a second. total = 0 when unknown. */
+typedef struct moe_progress moe_progress_t;
+moe_progress_t *moe_progress_new(const char *label, uint64_t total, int mode);
+void moe_progress_update(moe_progress_t *p, uint64_t done);
+/* Erase the meter line and free; NULL is a no-op. */
+void moe_progress_free(moe_progress_t *p);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

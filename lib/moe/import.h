@@ -1,0 +1,69 @@
+/* moe/import.h -- importers of other systems' router logs into routing traces. */
+#ifndef MOE_IMPORT_H
+#define MOE_IMPORT_H
+
+#include <stdint.h>
+
+#include "moe/trace.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Input formats (moe-trace import --format). */
+enum moe_import_fmt {
+    MOE_IMPORT_AUTO = 0, /* detect from content */
+    MOE_IMPORT_TOKENS,   /* token per line: L space-separated groups of K comma-joined ids */
+    MOE_IMPORT_JSONL,    /* vLLM logger: one JSON object per (layer, token) */
+    MOE_IMPORT_CSV,      /* "Layer ID,Batch Number,Token,Activated Expert IDs" per (layer, token) */
+    MOE_IMPORT_NPY,      /* ExFlow-style NumPy int array [tokens, layers] or [tokens, layers, k] */
+    MOE_IMPORT_MEGATRON, /* Megatron-Core router-trace JSONL (step, layer, rank, topk, ...) */
+};
+
+/* Options of an import. */
+typedef struct moe_import_opts {
+    int format;           /* enum moe_import_fmt */
+    const char *meta;     /* tokens format: "seq phase position" per row (optional) */
+    const char *weights;  /* tokens format: weights file with the same shape (optional) */
+    uint32_t experts;     /* experts per layer; 0 = infer (max id + 1) */
+    int drop_incomplete;  /* drop tokens with missing (layer, token) cells instead of keeping */
+} moe_import_opts_t;
+
+/* What an import found, for the report on stderr and for tests. */
+typedef struct moe_import_report {
+    uint64_t tokens;          /* tokens written */
+    uint64_t incomplete;      /* tokens with at least one missing cell (kept or dropped) */
+    uint64_t missing_cells;   /* (layer, token) cells missing among kept tokens */
+    uint64_t dropped;         /* tokens dropped (--drop-incomplete) */
+    uint64_t bytes_in;        /* uncompressed input bytes parsed */
+    uint32_t sequences;       /* sequences seen */
+    uint32_t max_id;          /* largest expert id seen */
+} moe_import_report_t;
+
+typedef struct moe_importer moe_importer_t;
+
+/* Name of a format ("tokens", "jsonl", ...) or its value from a name; -1 if unknown. */
+const char *moe_import_fmt_name(int fmt);
+int moe_import_fmt_parse(const char *name);
+
+/* Open one input file ("-" = stdin) as a record source. The sequence id for inputs without one
+ * (CSV: one file per prompt) is taken from a number in the file name if there is one, else
+ * `seq_base`. NULL on failure with *status and a one-line reason in errbuf. */
+moe_importer_t *moe_import_open(const moe_import_opts_t *o, const char *path, uint32_t seq_base,
+                                int *status, char *errbuf, size_t errlen);
+/* Shape known so far (experts may be 0 until the whole input is read) and '@CO' provenance lines
+ * (comments of the input, the input's name). Returns 0 or a negative status. */
+int moe_import_header(moe_importer_t *im, moe_trace_hdr_t *h);
+/* Next token. r is (re)sized by the importer. Returns 1, 0 at end, negative on error. */
+int moe_import_next(moe_importer_t *im, moe_trace_rec_t *r);
+/* Counts so far. */
+void moe_import_report(const moe_importer_t *im, moe_import_report_t *rep);
+/* One-line reason of the last failure ("line 12: ragged row: 25 groups, expected 26"). */
+const char *moe_import_errmsg(const moe_importer_t *im);
+/* Close; NULL is a no-op. */
+void moe_import_close(moe_importer_t *im);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

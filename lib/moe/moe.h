@@ -1,0 +1,69 @@
+/* moe/moe.h -- libmoecore basics: version, status codes, logging. */
+#ifndef MOE_MOE_H
+#define MOE_MOE_H
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define MOE_VERSION_MAJOR 0
+#define MOE_VERSION_MINOR 1
+#define MOE_VERSION_PATCH 0
+#define MOE_VERSION_STRING "0.1.0"
+
+/* Runtime library version ("X.Y.Z"); compare with MOE_VERSION_STRING to detect a header/library
+ * mismatch. */
+const char *moe_version(void);
+
+/* Space-separated optional features this library build has ("zlib lpsolve libdeflate mpi ..."). */
+const char *moe_features(void);
+
+/* Status codes. Library functions return 0 (or a count) on success and one of these negative
+ * values on failure; moe_strerror() gives a short lowercase description. Handles that fail keep
+ * a more detailed message (file offset, line number, field) retrievable from the handle. */
+enum moe_status {
+    MOE_OK = 0,
+    MOE_ESYS = -1,      /* system call failed; errno holds the cause */
+    MOE_ENOMEM = -2,    /* out of memory */
+    MOE_EFORMAT = -3,   /* input is not in the expected format */
+    MOE_ETRUNC = -4,    /* input ends early (truncated file, missing end-of-file block) */
+    MOE_EVERSION = -5,  /* input written by a newer, incompatible format version */
+    MOE_ERANGE = -6,    /* a value is outside its allowed range (e.g. expert id >= E) */
+    MOE_EINVAL = -7,    /* invalid argument from the caller */
+    MOE_ESHAPE = -8,    /* inputs have different shapes (layers, experts, top-k) */
+    MOE_ECORRUPT = -9,  /* checksum mismatch or inconsistent internal sizes */
+    MOE_EEMPTY = -10,   /* input holds no data at all */
+};
+
+/* Short description of a status code, e.g. "truncated input"; never NULL. */
+const char *moe_strerror(int status);
+
+/* Log levels: messages at or above the current level are passed to the log sink. */
+enum moe_log_level {
+    MOE_LOG_DEBUG = 0,
+    MOE_LOG_INFO = 1,
+    MOE_LOG_WARN = 2,  /* default */
+    MOE_LOG_ERROR = 3,
+    MOE_LOG_OFF = 4,
+};
+
+/* Set the minimum level logged (default MOE_LOG_WARN). Tools map -v/-q onto this. */
+void moe_log_set_level(int level);
+int moe_log_get_level(void);
+
+/* Set the program name used as prefix of log lines ("moe-trace: warning: ..."). The string is
+ * not copied and must outlive the program. */
+void moe_log_set_prog(const char *prog);
+
+/* Log a diagnostic to stderr if level >= the current level. The library's only output channel:
+ * it never writes to stdout and never exits. */
+void moe_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,137 @@
+/* moe/trace.h -- routing traces: header, records, streaming reader and writer. */
+#ifndef MOE_TRACE_H
+#define MOE_TRACE_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/*
+ * A routing trace records, for each token of a real or synthetic run, the K experts its router
+ * chose in each of the L MoE layers (and optionally the gate weights). Binary traces are
+ * block-gzip files (moe/bgz.h) whose payload is: the header (magic "MOEF", kind 'T', major and
+ * minor version, shape, flags, '@' text lines), then one length-prefixed record per token, each
+ * block holding whole records. The text view is tab-separated with the same '@' header lines.
+ * The layout is specified in moe-trace(5).
+ */
+#define MOE_TRACE_MAJOR 1
+#define MOE_TRACE_MINOR 0
+#define MOE_EXPERT_NONE 0xFFFFu     /* id of a missing (layer, token) cell */
+#define MOE_TRACE_MAX_EXPERTS 65535u /* ids are 0 .. 65534 */
+#define MOE_TRACE_MAX_LAYERS 4096u
+#define MOE_TRACE_MAX_TOPK 256u
+
+/* Header flags. */
+enum moe_trace_flag {
+    MOE_TRACE_WEIGHTS = 1u << 0, /* records carry one float32 gate weight per expert id */
+};
+
+/* Formats of a trace stream, also the letters of -O. */
+enum moe_trace_fmt {
+    MOE_FMT_BINARY = 'b', /* block-gzip binary, compressed */
+    MOE_FMT_UNCOMP = 'u', /* block-gzip binary, stored blocks (fast, for pipes) */
+    MOE_FMT_TEXT = 't',   /* text view */
+    MOE_FMT_TEXTGZ = 'z', /* gzipped text view */
+};
+
+/* Trace header: the model shape and provenance. */
+typedef struct moe_trace_hdr {
+    uint32_t layers;     /* MoE layers L (>= 1) */
+    uint32_t experts;    /* experts per layer E (1 .. MOE_TRACE_MAX_EXPERTS) */
+    uint32_t topk;       /* experts chosen per token per layer K (1 .. min(E, 256)) */
+    uint32_t hidden;     /* hidden size H, 0 if unknown */
+    uint32_t elem_bytes; /* bytes per hidden-state element, 0 if unknown */
+    uint32_t ranks;      /* data-parallel source ranks recorded, 0 if unknown */
+    uint32_t flags;      /* enum moe_trace_flag bits */
+    char *text;          /* '@' lines (each '\n'-terminated), NUL-terminated; NULL = none */
+} moe_trace_hdr_t;
+
+/* One token. `ids` holds layers*topk expert ids, layer-major; a missing cell has all K ids equal
+ * to MOE_EXPERT_NONE (and weights 0). `weights` is non-NULL iff the header has the flag. */
+typedef struct moe_trace_rec {
+    uint64_t token; /* token id, unique within the trace by convention */
+    uint32_t seq;   /* sequence (prompt, sample) id */
+    uint32_t pos;   /* position within the sequence */
+    uint32_t step;  /* iteration / training step at which it was recorded */
+    uint32_t rank;  /* data-parallel rank owning the token */
+    uint16_t *ids;
+    float *weights;
+    uint32_t cap;   /* allocated ids/weights entries (internal bookkeeping) */
+} moe_trace_rec_t;
+
+typedef struct moe_trace moe_trace_t;
+
+/* Zero a header. */
+void moe_trace_hdr_init(moe_trace_hdr_t *h);
+/* Free a header's text and zero it. */
+void moe_trace_hdr_release(moe_trace_hdr_t *h);
+/* Deep copy; returns 0 or MOE_ENOMEM. */
+int moe_trace_hdr_copy(moe_trace_hdr_t *dst, const moe_trace_hdr_t *src);
+/* Validate shape and text (each text line starts with '@', no NUL); 0 or MOE_ERANGE/EFORMAT. */
+int moe_trace_hdr_check(const moe_trace_hdr_t *h);
+/* Append one text line (without '\n'; it must start with '@'). Returns 0 or MOE_ENOMEM. */
+int moe_trace_hdr_add_line(moe_trace_hdr_t *h, const char *line);
+/* Append the @PG line recording a command line (moe_pg_line). Returns 0 or MOE_ENOMEM. */
+int moe_trace_hdr_add_pg(moe_trace_hdr_t *h, const char *prog, int argc, char *const *argv);
+/* Do the two headers describe the same shape (L, E, K, weights flag)? */
+int moe_trace_hdr_same_shape(const moe_trace_hdr_t *a, const moe_trace_hdr_t *b);
+
+/* Size a record's arrays for a header (reallocating as needed). Returns 0 or MOE_ENOMEM. */
+int moe_trace_rec_init(moe_trace_rec_t *r, const moe_trace_hdr_t *h);
+/* Free a record's arrays; the struct may be reused after moe_trace_rec_init. */
+void moe_trace_rec_release(moe_trace_rec_t *r);
+/* Validate ids against the header: each cell complete (ids < E) or wholly missing. Returns 0 or
+ * MOE_ERANGE/MOE_EFORMAT and, when msg is non-NULL, writes a one-line reason to msg[0..n). */
+int moe_trace_rec_check(const moe_trace_rec_t *r, const moe_trace_hdr_t *h, char *msg, size_t n);
+
+/*
+ * Open a trace. path "-" is stdin/stdout. mode:
+ *   "r"      read; the format (binary, text, gzipped text) is detected from content.
+ *   "wb[0-9]" binary, compressed at the given level (default 6); "wu" binary, stored blocks;
+ *   "wt"     text view; "wz[0-9]" gzipped text.
+ * Files opened for writing are written under a temporary name in the same directory and renamed
+ * into place by a successful moe_trace_close; moe_trace_abort (or a failed close) removes them.
+ * threads: additional worker threads for block (de)compression (0 = none).
+ * Returns NULL on failure with *status set and, if errbuf is non-NULL, a one-line reason.
+ */
+moe_trace_t *moe_trace_open(const char *path, const char *mode, int threads, int *status,
+                            char *errbuf, size_t errlen);
+
+/* Read the header (call once, first). Returns 0 or a negative status. */
+int moe_trace_read_header(moe_trace_t *t, moe_trace_hdr_t *h);
+/* Read the next record into r (sized automatically). Returns 1, 0 at end, or a negative status;
+ * ids are validated against the header. */
+int moe_trace_read(moe_trace_t *t, moe_trace_rec_t *r);
+/* Write the header (call once, first); validated with moe_trace_hdr_check. */
+int moe_trace_write_header(moe_trace_t *t, const moe_trace_hdr_t *h);
+/* Write one record; validated with moe_trace_rec_check. Returns 0 or a negative status. */
+int moe_trace_write(moe_trace_t *t, const moe_trace_rec_t *r);
+/* Close and free. Writers flush, write the end-of-file block and commit the file; returns 0 or
+ * the first error seen (then the output is removed) with its one-line reason copied to errbuf
+ * when non-NULL. NULL is a no-op. */
+int moe_trace_close(moe_trace_t *t, char *errbuf, size_t errlen);
+/* Close a writer discarding its output (temporary file removed). NULL is a no-op. */
+void moe_trace_abort(moe_trace_t *t);
+/* One-line reason of the last failure, e.g. "record 12: expert id 70 out of range (E = 64)". */
+const char *moe_trace_errmsg(const moe_trace_t *t);
+/* Format of the open stream (enum moe_trace_fmt). */
+int moe_trace_format(const moe_trace_t *t);
+/* Records read or written so far. */
+uint64_t moe_trace_count(const moe_trace_t *t);
+/* Compressed input bytes consumed so far (for progress), 0 if unknown. */
+uint64_t moe_trace_tell(const moe_trace_t *t);
+/* Size of the input file in bytes, 0 if unknown (pipe). */
+uint64_t moe_trace_size(const moe_trace_t *t);
+
+/* Write the text form of a header (the @MT line and text lines) to fp; 0 or MOE_ESYS. */
+int moe_trace_hdr_print(FILE *fp, const moe_trace_hdr_t *h);
+/* Write the text form of one record (one line) to fp; 0 or MOE_ESYS. */
+int moe_trace_rec_print(FILE *fp, const moe_trace_hdr_t *h, const moe_trace_rec_t *r);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
