@@ -413,6 +413,9 @@ static int u32set_add(u32set_t *s, uint32_t v)
     return 0;
 }
 
+/* stats writes a text report: no trace-format or @PG options. */
+#define STATS_OPTS (MOE_OPT_OUTPUT | MOE_OPT_THREADS | MOE_OPT_PROGRESS)
+
 static void stats_usage(FILE *fp)
 {
     fprintf(fp, "Usage: %s stats [options] [TRACE]\n"
@@ -420,7 +423,7 @@ static void stats_usage(FILE *fp)
                 "cells.\n\n"
                 "      --loads            also print every expert's load, one line per layer\n",
             prog);
-    moe_opts_usage(fp, MOE_OPT_OUTPUT | MOE_OPT_THREADS | MOE_OPT_PROGRESS);
+    moe_opts_usage(fp, STATS_OPTS);
 }
 
 typedef struct stats {
@@ -518,6 +521,7 @@ static int cmd_stats(int argc, char **argv)
                                        {0}};
     moe_opts_t o;
     moe_opts_init(&o);
+    o.allowed = STATS_OPTS;
     int loads = 0, c, rc = 0;
     while ((c = next_opt("stats", &o, argc, argv, MOE_OPTS_SHORT, lo, &rc)) != -1) {
         switch (c) {
@@ -960,6 +964,9 @@ static int idlist_has(const idlist_t *l, uint32_t v)
     return 0;
 }
 
+/* split writes two files named by --train and --test: no -o. */
+#define SPLIT_OPTS (MOE_OPT_ALL & ~MOE_OPT_OUTPUT)
+
 static void split_usage(FILE *fp)
 {
     fprintf(fp, "Usage: %s split (--ratio R | --ids LIST) --train FILE --test FILE [options] "
@@ -971,7 +978,7 @@ static void split_usage(FILE *fp)
                 "      --train=FILE       output for the training part\n"
                 "      --test=FILE        output for the test part\n"
                 "  -S, --seed=N           random seed for --ratio [1]\n", prog);
-    moe_opts_usage(fp, MOE_OPT_FORMAT | MOE_OPT_THREADS | MOE_OPT_PG | MOE_OPT_PROGRESS);
+    moe_opts_usage(fp, SPLIT_OPTS);
 }
 
 static int cmd_split(int argc, char **argv)
@@ -983,6 +990,7 @@ static int cmd_split(int argc, char **argv)
         {"seed", required_argument, 0, 'S'}, MOE_OPTS_LONG, {0}};
     moe_opts_t o;
     moe_opts_init(&o);
+    o.allowed = SPLIT_OPTS;
     double ratio = -1;
     uint64_t seed = 1;
     idlist_t ids = {0};
@@ -1145,8 +1153,8 @@ static int cmd_gen(int argc, char **argv)
         return st > 0 ? 0 : rc;
     moe_opts_apply_log(&o);
     moe_gen_t *g = moe_gen_new(&p, &st, errbuf, sizeof errbuf);
-    if (!g)
-        return fail("gen: %s", errbuf);
+    if (!g) /* contradictory parameters are usage errors; running out of memory is not */
+        return st == MOE_EINVAL ? usage_error("gen", "%s", errbuf) : fail("gen: %s", errbuf);
     moe_trace_hdr_t h;
     moe_trace_hdr_init(&h);
     moe_gen_header(g, &h);
@@ -1190,6 +1198,8 @@ typedef struct import_job {
     char **inputs;
     int ninputs;
     moe_import_report_t total;
+    uint64_t written;       /* tokens written so far (the next token id) */
+    uint32_t max_rank;      /* largest source rank seen */
 } import_job_t;
 
 /* Read every input into `out` (whose header is written from the first input's shape with
@@ -1203,6 +1213,8 @@ static int import_pass(import_job_t *job, const moe_opts_t *o, const char *path,
     moe_trace_rec_t r = {0};
     int ok = 1, st;
     memset(&job->total, 0, sizeof job->total);
+    job->written = 0;
+    job->max_rank = 0;
     moe_opts_t oo = *o;
     oo.fmt = fmt;
     oo.level = fmt == 'u' ? 0 : o->level;
@@ -1229,6 +1241,9 @@ static int import_pass(import_job_t *job, const moe_opts_t *o, const char *path,
         }
         int rc = 0;
         while (ok && (rc = moe_import_next(im, &r)) == 1) {
+            /* Token ids number the output's tokens: unique across several inputs. */
+            r.token = job->written++;
+            job->max_rank = r.rank > job->max_rank ? r.rank : job->max_rank;
             for (size_t k = 0; k < (size_t)first.layers * first.topk; k++)
                 if (r.ids[k] != MOE_EXPERT_NONE && r.ids[k] >= experts) {
                     ok = !fail("'%s': expert id %u out of range (%u experts)", in, r.ids[k],
@@ -1237,8 +1252,10 @@ static int import_pass(import_job_t *job, const moe_opts_t *o, const char *path,
                 }
             ok = ok && output_write(out, &r) == 0;
         }
-        if (ok && rc < 0)
-            ok = !fail("%s", moe_import_errmsg(im));
+        if (ok && rc < 0) { /* name the input unless the message names its file already */
+            const char *m = moe_import_errmsg(im);
+            ok = m[0] == '\'' ? !fail("%s", m) : !fail("'%s': %s", in, m);
+        }
         if (im) {
             moe_import_report_t rep;
             moe_import_report(im, &rep);
@@ -1284,6 +1301,7 @@ static int import_spooled(import_job_t *job, const moe_opts_t *o)
         rc = input_open(&in, spool, 0);
         if (rc == 0) {
             in.h.experts = job->total.max_id + 1;
+            in.h.ranks = job->max_rank + 1;
             if (in.h.topk > in.h.experts)
                 in.h.experts = in.h.topk;
             /* The spool was written without @PG; add ours now. */
@@ -1395,6 +1413,7 @@ int main(int argc, char **argv)
 {
     g_argc = argc;
     g_argv = argv;
+    argv[0] = (char *)prog; /* @PG lines name the tool, not the path it was run by */
     moe_log_set_prog(prog);
     opterr = 0; /* our own one-line messages instead of getopt's */
     signal(SIGPIPE, SIG_IGN); /* EPIPE is handled: a closed reader ends the run quietly */

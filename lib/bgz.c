@@ -18,7 +18,7 @@
 #include "moe/io.h"
 #include "moe/moe.h"
 
-/* The end-of-file marker: an empty member (a final stored block of length 0). */
+/* The end-of-file marker: an empty member (one empty final fixed-Huffman block, 03 00). */
 static const uint8_t bgz_eof[30] = {
     0x1f, 0x8b, 0x08, 0x04, 0, 0, 0, 0, 0, 0xff, 8, 0, 'M', 'F', 4, 0,
     29, 0, 0, 0, 0x03, 0x00, 0, 0, 0, 0, 0, 0, 0, 0};
@@ -288,7 +288,8 @@ static void *worker_main(void *arg)
     return NULL;
 }
 
-/* Make slot s DONE: process it here if no worker has taken it, else wait for the worker. */
+/* Make slot s DONE: process it here if no worker has taken it; while a worker has it, process
+ * other loaded blocks instead of idling (the caller's thread is one of the pool). */
 static int slot_finish(moe_bgz_t *bz, slot_t *s)
 {
     if (bz->nthreads == 0) {
@@ -299,16 +300,20 @@ static int slot_finish(moe_bgz_t *bz, slot_t *s)
         return s->err;
     }
     pthread_mutex_lock(&bz->mu);
-    if (s->state == SLOT_LOADED) {
-        s->state = SLOT_WORKING;
+    while (s->state != SLOT_DONE) {
+        slot_t *w = s->state == SLOT_LOADED ? s : next_loaded(bz);
+        if (!w) {
+            pthread_cond_wait(&bz->cv_done, &bz->mu);
+            continue;
+        }
+        w->state = SLOT_WORKING;
         pthread_mutex_unlock(&bz->mu);
-        int rc = slot_process(bz, &bz->main_codec, s);
+        int rc = slot_process(bz, &bz->main_codec, w);
         pthread_mutex_lock(&bz->mu);
-        s->err = rc;
-        s->state = SLOT_DONE;
+        w->err = rc;
+        w->state = SLOT_DONE;
+        pthread_cond_broadcast(&bz->cv_done);
     }
-    while (s->state != SLOT_DONE)
-        pthread_cond_wait(&bz->cv_done, &bz->mu);
     pthread_mutex_unlock(&bz->mu);
     return s->err;
 }
@@ -344,6 +349,17 @@ int moe_bgz_is_bgz(const uint8_t *b, size_t n)
 {
     return n >= 16 && b[0] == 0x1f && b[1] == 0x8b && b[2] == 8 && (b[3] & 4) && b[10] == 8 &&
            b[11] == 0 && b[12] == 'M' && b[13] == 'F' && b[14] == 4 && b[15] == 0;
+}
+
+/* Could these n < 16 bytes be the start of a member header? (A file cut inside a header is
+ * truncated, not foreign.) */
+static int bgz_header_prefix(const uint8_t *b, size_t n)
+{
+    static const int want[16] = {0x1f, 0x8b, 8, -1, -1, -1, -1, -1, -1, -1, 8, 0, 'M', 'F', 4, 0};
+    for (size_t i = 0; i < n && i < 16; i++)
+        if (i == 3 ? !(b[i] & 4) : (want[i] >= 0 && b[i] != want[i]))
+            return 0;
+    return 1;
 }
 
 static void bgz_fail(moe_bgz_t *bz, int rc, const char *msg)
@@ -435,7 +451,8 @@ static int load_member(moe_bgz_t *bz, slot_t *s)
     if (r == 0)
         return 0;
     if ((size_t)r < sizeof hdr || !moe_bgz_is_bgz(hdr, (size_t)r)) {
-        int trunc = (size_t)r < sizeof hdr && moe_bgz_is_bgz(hdr, (size_t)r);
+        int trunc = (size_t)r < sizeof hdr && ((size_t)r >= 16 ? moe_bgz_is_bgz(hdr, (size_t)r)
+                                                               : bgz_header_prefix(hdr, (size_t)r));
         snprintf(msg, sizeof msg, trunc ? "truncated file (block at offset %llu cut short)"
                                         : "not a block-gzip block at offset %llu",
                  (unsigned long long)bz->pos);

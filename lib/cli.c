@@ -19,11 +19,34 @@ void moe_opts_init(moe_opts_t *o)
     o->out = "-";
     o->level = -1;
     o->progress = -1;
+    o->allowed = MOE_OPT_ALL;
+}
+
+/* The group of a shared option code and its name for messages; 0 if not shared. */
+static unsigned opt_group(int c, const char **name)
+{
+    switch (c) {
+    case 'o': *name = "-o/--output"; return MOE_OPT_OUTPUT;
+    case 'O': *name = "-O/--output-fmt"; return MOE_OPT_FORMAT;
+    case 'l': *name = "-l/--level"; return MOE_OPT_FORMAT;
+    case '@': *name = "-@/--threads"; return MOE_OPT_THREADS;
+    case 'f': *name = "-f/--force"; return MOE_OPT_FORCE;
+    case MOE_OPTC_NO_PG: *name = "--no-PG"; return MOE_OPT_PG;
+    case MOE_OPTC_PROGRESS: *name = "--progress"; return MOE_OPT_PROGRESS;
+    case MOE_OPTC_NO_PROGRESS: *name = "--no-progress"; return MOE_OPT_PROGRESS;
+    default: return 0;
+    }
 }
 
 int moe_opts_parse(moe_opts_t *o, int c, const char *arg, char *err, size_t errlen)
 {
     uint64_t v;
+    const char *name = "";
+    unsigned group = opt_group(c, &name);
+    if (group && !(o->allowed & group)) {
+        snprintf(err, errlen, "option %s does not apply to this command", name);
+        return -1;
+    }
     switch (c) {
     case 'o':
         o->out = arg;
@@ -63,8 +86,9 @@ void moe_opts_apply_log(const moe_opts_t *o)
 void moe_opts_usage(FILE *fp, unsigned groups)
 {
     if (groups & MOE_OPT_OUTPUT)
-        fputs("  -o, --output=FILE      write to FILE [-: standard output]\n"
-              "  -f, --force            write binary output to a terminal\n", fp);
+        fputs("  -o, --output=FILE      write to FILE [-: standard output]\n", fp);
+    if (groups & MOE_OPT_FORCE)
+        fputs("  -f, --force            write binary output to a terminal\n", fp);
     if (groups & MOE_OPT_FORMAT)
         fputs("  -O, --output-fmt=F     b binary, u uncompressed binary, t text, z gzipped text\n"
               "  -l, --level=N          compression level 0-9 [6]\n", fp);

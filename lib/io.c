@@ -132,6 +132,19 @@ moe_ofile_t *moe_ofile_open(const char *path, int *status, char *errbuf, size_t 
         }
         return f;
     }
+    /* Devices and FIFOs (-o /dev/null, a named pipe) are written in place: renaming a
+     * temporary file onto them would replace the special file with a regular one. */
+    struct stat st;
+    if (stat(path, &st) == 0 && !S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode)) {
+        f->fd = open(path, O_WRONLY | O_CLOEXEC);
+        if (f->fd < 0) {
+            set_err(errbuf, errlen, "cannot write to '%s': %s", path, errno);
+            free(f);
+            *status = MOE_ESYS;
+            return NULL;
+        }
+        return f;
+    }
     for (int i = 0; i < MAX_TEMPS && f->slot < 0; i++)
         if (!temp_used[i])
             f->slot = i;
@@ -285,7 +298,8 @@ moe_lines_t *moe_lines_dopen(int fd, const uint8_t *prefix, size_t prefix_len, i
     l->prefix = malloc(prefix_len + 2);
     if (!l->buf || !l->prefix)
         goto nomem;
-    memcpy(l->prefix, prefix, prefix_len);
+    if (prefix_len)
+        memcpy(l->prefix, prefix, prefix_len);
     if (have < 2) { /* need two bytes to recognise gzip */
         ptrdiff_t r = moe_read_full(fd, head, 2 - have);
         if (r < 0) {

@@ -2,6 +2,7 @@
 #include "config.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,6 +46,8 @@ int moe_trace_hdr_check(const moe_trace_hdr_t *h)
         return MOE_ERANGE;
     if (h->flags & ~(uint32_t)MOE_TRACE_WEIGHTS)
         return MOE_EFORMAT;
+    if (4 + trace_rec_size(h) > MOE_BGZ_MAX_BLOCK) /* a record must fit in one block */
+        return MOE_ERANGE;
     /* Text: '@' lines, each ending in a newline. */
     for (const char *p = h->text; p && *p;) {
         const char *nl = strchr(p, '\n');
@@ -72,13 +75,57 @@ int moe_trace_hdr_add_line(moe_trace_hdr_t *h, const char *line)
     return 0;
 }
 
+/* Value of the "KEY:" field of a tab-separated header line (up to tab or newline), or NULL. */
+static const char *line_field(const char *line, const char *end, const char *key, size_t *len)
+{
+    size_t kl = strlen(key);
+    for (const char *p = line; p && p < end; p = memchr(p, '\t', (size_t)(end - p))) {
+        p += *p == '\t';
+        if ((size_t)(end - p) > kl && memcmp(p, key, kl) == 0) {
+            const char *v = p + kl;
+            *len = strcspn(v, "\t\n");
+            return v;
+        }
+    }
+    return NULL;
+}
+
 int moe_trace_hdr_add_pg(moe_trace_hdr_t *h, const char *prog, int argc, char *const *argv)
 {
-    char *line = moe_pg_line(prog, argc, argv);
-    if (!line)
-        return MOE_ENOMEM;
-    int rc = moe_trace_hdr_add_line(h, line);
+    /* SAM-style provenance: IDs unique within the header (prog, prog.1, ...) and PP naming the
+     * program whose output this one read (the last @PG line). */
+    unsigned same = 0;
+    const char *pp = NULL;
+    size_t pplen = 0;
+    for (const char *p = h->text; p && *p;) {
+        const char *nl = strchr(p, '\n');
+        const char *end = nl ? nl : p + strlen(p);
+        size_t n;
+        const char *pn = line_field(p, end, "PN:", &n);
+        if (strncmp(p, "@PG\t", 4) == 0) {
+            same += pn && n == strlen(prog) && memcmp(pn, prog, n) == 0;
+            pp = line_field(p, end, "ID:", &pplen);
+        }
+        p = nl ? nl + 1 : end;
+    }
+    char *cl = moe_pg_line(prog, argc, argv);
+    char id[128], ppf[160] = "";
+    if (same)
+        snprintf(id, sizeof id, "%s.%u", prog, same);
+    else
+        snprintf(id, sizeof id, "%s", prog);
+    if (pp)
+        snprintf(ppf, sizeof ppf, "\tPP:%.*s", (int)(pplen < 120 ? pplen : 120), pp);
+    const char *rest = cl ? strstr(cl, "\tPN:") : NULL;
+    size_t n = (rest ? strlen(rest) : 0) + strlen(id) + strlen(ppf) + 16;
+    char *line = rest ? malloc(n) : NULL;
+    int rc = MOE_ENOMEM;
+    if (line) {
+        snprintf(line, n, "@PG\tID:%s%s%s", id, rest, ppf);
+        rc = moe_trace_hdr_add_line(h, line);
+    }
     free(line);
+    free(cl);
     return rc;
 }
 
@@ -156,6 +203,13 @@ int moe_trace_rec_check(const moe_trace_rec_t *r, const moe_trace_hdr_t *h, char
             return MOE_EFORMAT;
         }
     }
+    for (uint32_t i = 0; r->weights && i < h->layers * h->topk; i++)
+        if (!isfinite(r->weights[i])) {
+            if (msg)
+                snprintf(msg, n, "token %llu: layer %u: gate weight is not a finite number",
+                         (unsigned long long)r->token, i / h->topk);
+            return MOE_ERANGE;
+        }
     return 0;
 }
 
@@ -319,15 +373,16 @@ int moe_trace_read(moe_trace_t *t, moe_trace_rec_t *r)
     int rc = moe_trace_rec_init(r, &t->hdr);
     if (rc)
         return trace_fail(t, rc, "out of memory");
+    t->rec_valid = 0;
     rc = t->bz ? trace_bin_read(t, r) : trace_text_read(t, r);
-    if (rc == 1) {
+    if (rc == 1 && !t->rec_valid) {
         char msg[160];
         int crc = moe_trace_rec_check(r, &t->hdr, msg, sizeof msg);
         if (crc)
             return trace_fail(t, crc, "record %llu: %s", (unsigned long long)t->count + 1,
                               msg);
-        t->count++;
     }
+    t->count += rc == 1;
     return rc;
 }
 

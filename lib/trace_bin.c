@@ -73,6 +73,9 @@ int trace_bin_read_header(moe_trace_t *t)
     if (p[4] != TRACE_KIND)
         return trace_fail(t, MOE_EFORMAT, "'%s': a moeflow '%c' file, not a routing trace",
                           t->path, p[4] >= 32 && p[4] < 127 ? p[4] : '?');
+    if (p[5] == 0)
+        return trace_fail(t, MOE_EVERSION, "'%s': unsupported trace format version %u.%u",
+                          t->path, p[5], p[6]);
     if (p[5] > MOE_TRACE_MAJOR)
         return trace_fail(t, MOE_EVERSION,
                           "'%s': trace format version %u.%u is newer than this reader (%u.%u);"
@@ -109,15 +112,30 @@ int trace_bin_read_header(moe_trace_t *t)
     return 0;
 }
 
-static void decode_ids(const moe_trace_t *t, const uint8_t *p, uint16_t *ids, uint32_t n)
+/* Decode n stored ids; returns the largest raw value, so the caller can skip the per-cell
+ * validation when every id is in range (the common case, and the hot loop of every reader). */
+static unsigned decode_ids(const moe_trace_t *t, const uint8_t *p, uint16_t *ids, uint32_t n)
 {
+    unsigned mx = 0;
     if (t->idw == 1) {
-        for (uint32_t i = 0; i < n; i++)
-            ids[i] = p[i] == 0xff ? MOE_EXPERT_NONE : p[i];
+        uint8_t m = 0;
+        for (uint32_t i = 0; i < n; i++) {
+            m = p[i] > m ? p[i] : m;
+            ids[i] = p[i];
+        }
+        if (m == 0xff) /* missing cells: map the stored marker */
+            for (uint32_t i = 0; i < n; i++)
+                ids[i] = ids[i] == 0xff ? MOE_EXPERT_NONE : ids[i];
+        mx = m;
     } else {
-        for (uint32_t i = 0; i < n; i++)
+        uint16_t m = 0;
+        for (uint32_t i = 0; i < n; i++) {
             ids[i] = (uint16_t)(p[2 * i] | p[2 * i + 1] << 8);
+            m = ids[i] > m ? ids[i] : m;
+        }
+        mx = m;
     }
+    return mx;
 }
 
 int trace_bin_read(moe_trace_t *t, moe_trace_rec_t *r)
@@ -140,7 +158,8 @@ int trace_bin_read(moe_trace_t *t, moe_trace_rec_t *r)
     r->step = get32(p + 16);
     r->rank = get32(p + 20);
     uint32_t n = t->hdr.layers * t->hdr.topk;
-    decode_ids(t, p + TRACE_REC_FIXED, r->ids, n);
+    /* Records with weights always get the full check (finite weights). */
+    t->rec_valid = decode_ids(t, p + TRACE_REC_FIXED, r->ids, n) < t->hdr.experts && !r->weights;
     if (r->weights) {
         const uint8_t *w = p + TRACE_REC_FIXED + (size_t)n * t->idw;
         for (uint32_t i = 0; i < n; i++)

@@ -34,6 +34,7 @@ struct moe_trace {
     uint8_t *buf;           /* encode buffer (records, text lines) */
     size_t cap;
     uint64_t count;
+    int rec_valid;          /* the codec saw every id of the last record in range */
     uint64_t size;          /* input file size, 0 if unknown */
     int err;
     char msg[256];

@@ -200,6 +200,8 @@ int trace_text_read_header(moe_trace_t *t)
         if (moe_trace_hdr_add_line(&t->hdr, line))
             return trace_fail(t, MOE_ENOMEM, "out of memory");
     }
+    while (rc == 1 && (line[0] == '#' || line[0] == '\0')) /* comments, blank lines */
+        rc = next_line(t, &line);
     if (rc < 0)
         return rc;
     t->blk = rc == 1 ? (const uint8_t *)line : NULL; /* pending record line */
@@ -233,7 +235,7 @@ static int parse_group(moe_trace_t *t, const char **s, uint16_t *ids, float *w)
         uint64_t v;
         if (k && *p++ != ',')
             return bad_line(t, "wrong number of expert ids in a group");
-        if (parse_u64(&p, UINT32_MAX, &v) != 0)
+        if (parse_u64(&p, UINT64_MAX, &v) != 0)
             return bad_line(t, "non-numeric expert id");
         if (v >= h->experts)
             return trace_fail(t, MOE_ERANGE, "'%s': line %llu: expert id %llu out of range "
@@ -245,9 +247,10 @@ static int parse_group(moe_trace_t *t, const char **s, uint16_t *ids, float *w)
             char *end;
             if (*p++ != ':')
                 return bad_line(t, "missing gate weight");
-            errno = 0;
+            /* No errno test: strtof flags subnormal results (tiny weights the writer does
+             * produce) with ERANGE too; overflow shows as an infinity. */
             w[k] = strtof(p, &end);
-            if (end == p || errno == ERANGE || !isfinite(w[k]))
+            if (end == p || !isfinite(w[k]))
                 return bad_line(t, "bad gate weight");
             p = end;
         }
@@ -267,7 +270,7 @@ int trace_text_read(moe_trace_t *t, moe_trace_rec_t *r)
         do {
             if ((rc = next_line(t, &line)) <= 0)
                 return rc;
-        } while (line[0] == '#');
+        } while (line[0] == '#' || line[0] == '\0');
         if (line[0] == '@')
             return bad_line(t, "header line after records");
     }

@@ -13,12 +13,13 @@ extern "C" {
 
 /* Option groups a command accepts (bits); select both parsing and help lines. */
 enum moe_opt_group {
-    MOE_OPT_OUTPUT = 1u << 0,  /* -o FILE, -f */
+    MOE_OPT_OUTPUT = 1u << 0,  /* -o FILE */
     MOE_OPT_FORMAT = 1u << 1,  /* -O b|u|t|z, -l LEVEL */
     MOE_OPT_THREADS = 1u << 2, /* -@ N */
     MOE_OPT_PG = 1u << 3,      /* --no-PG */
     MOE_OPT_PROGRESS = 1u << 4, /* --progress, --no-progress */
-    MOE_OPT_ALL = 0x1f,
+    MOE_OPT_FORCE = 1u << 5,   /* -f */
+    MOE_OPT_ALL = 0x3f,
 };
 
 /* Values of the shared options after parsing. */
@@ -31,6 +32,7 @@ typedef struct moe_opts {
     int no_pg;       /* --no-PG */
     int force;       /* -f: write binary to a terminal anyway */
     int progress;    /* -1 auto (stderr is a terminal), 0 off, 1 on */
+    unsigned allowed; /* groups the command accepts (set before parsing) [MOE_OPT_ALL] */
 } moe_opts_t;
 
 /* Long-option codes above the char range, for tools' own switch statements. */
@@ -55,12 +57,13 @@ enum {
         {"no-progress", no_argument, 0, MOE_OPTC_NO_PROGRESS},                               \
         {"help", no_argument, 0, MOE_OPTC_HELP}, {"version", no_argument, 0, MOE_OPTC_VERSION}
 
-/* Defaults: out "-", fmt 0, level -1, threads 0, verbosity 0, progress -1. */
+/* Defaults: out "-", fmt 0, level -1, threads 0, verbosity 0, progress -1, all groups allowed.
+ */
 void moe_opts_init(moe_opts_t *o);
 
 /* Handle one getopt result if it is a shared option. Returns 1 if handled, 0 if the code is not
- * a shared option, -1 on a bad value (a one-line reason is written to err). --help and --version
- * are not handled here (the tool prints its own usage). */
+ * a shared option, -1 on a bad value or an option outside o->allowed (a one-line reason is
+ * written to err). --help and --version are not handled here (the tool prints its own usage). */
 int moe_opts_parse(moe_opts_t *o, int c, const char *arg, char *err, size_t errlen);
 
 /* Apply -v/-q to the library's logger. */

@@ -1,0 +1,57 @@
+#!/bin/sh
+# bench/bench_trace.sh -- speed and size of the routing-trace format against baselines measured
+# in the same run: stats vs zcat, -@ 1 vs -@ 0, import throughput, binary vs gzip'd text size.
+# Usage: sh bench/bench_trace.sh [BIN_DIR]   (needs ../shared/traces beside the checkout)
+set -eu
+here=$(cd "$(dirname "$0")/.." && pwd)
+bin=${1:-$here/cmd}
+shared=${MOE_SHARED:-$here/../shared}
+src=$shared/traces/deepseek-v2-lite-chat
+reps=${MOE_BENCH_REPS:-7}
+[ -f "$src/tokens.txt.gz" ] || { echo "bench: $src/tokens.txt.gz not found" >&2; exit 77; }
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+# Best (minimum) wall time of $reps runs of a shell command, in seconds.
+best() {
+    b=""
+    i=0
+    while [ "$i" -lt "$reps" ]; do
+        t0=$(date +%s%N)
+        sh -c "$1" >/dev/null
+        t1=$(date +%s%N)
+        d=$(( t1 - t0 ))
+        if [ -z "$b" ] || [ "$d" -lt "$b" ]; then b=$d; fi
+        i=$((i + 1))
+    done
+    awk -v n="$b" 'BEGIN { printf "%.4f", n / 1e9 }'
+}
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; }
+check() { awk -v v="$1" -v op="$2" -v t="$3" 'BEGIN {
+    ok = (op == "<=") ? v <= t : v >= t; print ok ? "ok" : "MISSED" }'; }
+
+mt=$bin/moe-trace
+text_bytes=$(zcat "$src/tokens.txt.gz" | wc -c)
+t_import=$(best "'$mt' import --no-PG --meta '$src/tokens.meta.txt.gz' -o '$tmp/ds.moet' '$src/tokens.txt.gz'")
+mbs=$(awk -v b="$text_bytes" -v t="$t_import" 'BEGIN { printf "%.1f", b / t / 1e6 }')
+t_zcat=$(best "zcat '$tmp/ds.moet'")
+t_s0=$(best "'$mt' stats -@ 0 '$tmp/ds.moet'")
+t_s1=$(best "'$mt' stats -@ 1 '$tmp/ds.moet'")
+sz_bin=$(wc -c <"$tmp/ds.moet")
+sz_txt=$(wc -c <"$src/tokens.txt.gz")
+tokens=$("$mt" stats "$tmp/ds.moet" | awk '$1 == "tokens" { print $2 }')
+
+r_stats=$(ratio "$t_s0" "$t_zcat")
+r_thr=$(ratio "$t_s0" "$t_s1")
+r_size=$(ratio "$sz_bin" "$sz_txt")
+echo "# moeflow bench_trace: DeepSeek-V2-Lite canonical trace, $tokens tokens, best of $reps"
+echo "# machine: $(nproc) cores, $(uname -m); $("$mt" --version | tail -n 1)"
+printf '%-44s %12s %12s %10s %8s\n' "# measure" "value" "baseline" "ratio" "target"
+printf '%-44s %11ss %11ss %10s %8s %s\n' "stats -@0 vs zcat to /dev/null" "$t_s0" "$t_zcat" \
+    "$r_stats" "<=1.30" "$(check "$r_stats" '<=' 1.3)"
+printf '%-44s %11ss %11ss %10s %8s %s\n' "stats -@1 speed-up over -@0" "$t_s1" "$t_s0" \
+    "$r_thr" ">=1.60" "$(check "$r_thr" '>=' 1.6)"
+printf '%-44s %10sMB/s %11ss %10s %8s %s\n' "import of canonical text ($text_bytes B)" "$mbs" \
+    "$t_import" "-" ">=50" "$(check "$mbs" '>=' 50)"
+printf '%-44s %12s %12s %10s %8s %s\n' "binary trace size vs tokens.txt.gz" "$sz_bin" "$sz_txt" \
+    "$r_size" "<1.00" "$(check "$r_size" '<=' 0.9999)"

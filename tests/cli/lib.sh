@@ -1,0 +1,195 @@
+# tests/cli/lib.sh -- sourced by the CLI tests: the tool wrapper, a scratch directory, assertions
+# and golden files. POSIX sh.
+#
+# Environment (set by `make check`): MOE_BIN (directory of moe-trace), top_srcdir, top_builddir,
+# LC_ALL=C; optional MOE_VALGRIND, a command prefix wrapped around every moe-trace run, and
+# UPDATE=1 to rewrite the golden files instead of comparing with them.
+#
+# A test is a series of cases:  begin "what"; <commands and checks>; end
+# Checks record failures and go on; `finish` prints the summary and exits 0, 1, or 77 (skip).
+
+set -u
+LC_ALL=C
+export LC_ALL
+
+if [ -z "${MOE_BIN:-}" ] || [ ! -x "$MOE_BIN/moe-trace" ]; then
+    echo "MOE_BIN must name the directory holding moe-trace (got '${MOE_BIN:-}')" >&2
+    exit 99
+fi
+: "${top_srcdir:=$(cd "$(dirname "$0")/../.." && pwd)}"
+MOE_VALGRIND=${MOE_VALGRIND:-}
+GOLDEN_DIR=$top_srcdir/tests/cli/golden
+DATA_DIR=$top_srcdir/tests/data
+
+T=$(mktemp -d "${TMPDIR:-/tmp}/moe-cli.XXXXXX") || exit 99
+trap 'rm -rf "$T"' EXIT
+trap 'exit 130' HUP INT TERM
+
+failures=0
+ncases=0
+case_name=
+case_failed=0
+rc=0
+
+# moe ARGS...: run moe-trace (through $MOE_VALGRIND when set).
+moe() {
+    $MOE_VALGRIND "$MOE_BIN/moe-trace" "$@"
+}
+
+begin() {
+    case_name=$1
+    case_failed=0
+    ncases=$((ncases + 1))
+}
+
+# fail MESSAGE: record a failed check of the current case.
+fail() {
+    echo "  FAIL [$case_name]: $*"
+    case_failed=1
+    failures=$((failures + 1))
+}
+
+end() {
+    if [ "$case_failed" = 0 ]; then
+        echo "ok - $case_name"
+    else
+        echo "not ok - $case_name"
+    fi
+}
+
+skip_case() {
+    echo "skip - $case_name: $*"
+}
+
+# finish: summary line and exit status.
+finish() {
+    echo "$ncases cases, $failures failed checks"
+    [ "$failures" = 0 ] || exit 1
+    exit 0
+}
+
+# run CMD...: run a command with stdout in $T/out and stderr in $T/err; status in $rc.
+run() {
+    "$@" >"$T/out" 2>"$T/err"
+    rc=$?
+}
+
+# expect_exit CODE CMD...: run and check the exit status (stderr shown on a mismatch).
+expect_exit() {
+    _want=$1
+    shift
+    run "$@"
+    if [ "$rc" != "$_want" ]; then
+        fail "exit $rc, expected $_want: $*"
+        sed 's/^/    stderr: /' "$T/err" | head -5
+    fi
+}
+
+# expect_err_line [SUBSTRING]: stderr of the last run is exactly one line, starting with
+# 'moe-trace: ' (and containing SUBSTRING).
+expect_err_line() {
+    _n=$(wc -l <"$T/err" | tr -d ' ')
+    _c=$(wc -c <"$T/err" | tr -d ' ')
+    if [ "$_n" != 1 ] || [ "$(tail -c 1 "$T/err" | od -An -c | tr -d ' ')" != '\n' ]; then
+        fail "expected one line on stderr, got $_n lines ($_c bytes)"
+        sed 's/^/    stderr: /' "$T/err" | head -5
+        return
+    fi
+    case $(cat "$T/err") in
+    "moe-trace: "*) ;;
+    *) fail "stderr does not start with 'moe-trace: ': $(cat "$T/err")" ;;
+    esac
+    if [ $# -gt 0 ] && ! grep -F -q -- "$1" "$T/err"; then
+        fail "stderr lacks '$1': $(cat "$T/err")"
+    fi
+}
+
+# expect_usage_error SUBCOMMAND: stderr is a 'moe-trace: ' line plus the --help hint.
+expect_usage_error() {
+    _hint="Try 'moe-trace${1:+ $1} --help' for more information."
+    if [ "$(wc -l <"$T/err" | tr -d ' ')" != 2 ] ||
+        [ "$(head -n 1 "$T/err" | cut -c1-11)" != "moe-trace: " ] ||
+        [ "$(tail -n 1 "$T/err")" != "$_hint" ]; then
+        fail "expected a usage error and the hint \"$_hint\""
+        sed 's/^/    stderr: /' "$T/err" | head -5
+    fi
+}
+
+expect_no_stderr() {
+    if [ -s "$T/err" ]; then
+        fail "unexpected stderr output"
+        sed 's/^/    stderr: /' "$T/err" | head -5
+    fi
+}
+
+expect_no_stdout() {
+    if [ -s "$T/out" ]; then
+        fail "unexpected stdout output ($(wc -c <"$T/out" | tr -d ' ') bytes)"
+    fi
+}
+
+# expect_no_output PATH: neither PATH nor a temporary PATH.tmp* exists.
+expect_no_output() {
+    for _f in "$1" "$1".tmp*; do
+        if [ -e "$_f" ]; then
+            fail "output left behind: $_f"
+        fi
+    done
+}
+
+# same_file A B [WHAT]: byte-identical files.
+same_file() {
+    if ! cmp -s "$1" "$2"; then
+        fail "${3:-files differ}: $1 vs $2"
+        if grep -Iq . "$1" && grep -Iq . "$2"; then
+            diff "$1" "$2" | head -6 | sed 's/^/    /'
+        fi
+    fi
+}
+
+differ_file() {
+    if cmp -s "$1" "$2"; then
+        fail "${3:-files should differ}: $1 vs $2"
+    fi
+}
+
+# expect_eq ACTUAL EXPECTED WHAT
+expect_eq() {
+    if [ "$1" != "$2" ]; then
+        fail "$3: got '$1', expected '$2'"
+    fi
+}
+
+# golden NAME: stdout and exit status of the last run against tests/cli/golden/NAME.out
+# (with UPDATE=1: rewrite that file).
+golden() {
+    { cat "$T/out"; echo "--- exit $rc"; } >"$T/golden.actual"
+    if [ "${UPDATE:-0}" = 1 ]; then
+        mkdir -p "$GOLDEN_DIR"
+        cp "$T/golden.actual" "$GOLDEN_DIR/$1.out"
+        echo "  updated $GOLDEN_DIR/$1.out"
+    elif [ ! -f "$GOLDEN_DIR/$1.out" ]; then
+        fail "missing golden file $GOLDEN_DIR/$1.out (run with UPDATE=1 to create it)"
+    elif ! cmp -s "$T/golden.actual" "$GOLDEN_DIR/$1.out"; then
+        fail "output differs from $GOLDEN_DIR/$1.out"
+        diff "$GOLDEN_DIR/$1.out" "$T/golden.actual" | head -10 | sed 's/^/    /'
+    fi
+}
+
+# tokens FILE: number of records of a trace (any format).
+tokens() {
+    moe view -H "$1" | wc -l | tr -d ' '
+}
+
+# stat_of FILE KEY: a value from `moe-trace stats` ("tokens", "sequences", ...).
+stat_of() {
+    moe stats "$1" | awk -v k="$2" '$1 == k { print $2 }'
+}
+
+have() {
+    command -v "$1" >/dev/null 2>&1
+}
+
+file_size() {
+    wc -c <"$1" | tr -d ' '
+}

@@ -1,0 +1,80 @@
+#!/bin/sh
+# tests/cli/memory.sh -- streaming tools run in bounded memory: peak RSS of stats and view over a
+# 10-million-token trace stays under 64 MB, with and without worker threads.
+
+. "$(dirname "$0")/lib.sh"
+
+LIMIT_KB=65536
+
+if [ -n "$MOE_VALGRIND" ]; then
+    echo "skip: peak memory is not measured under valgrind"
+    exit 77
+fi
+
+# peak_kb OUTFILE CMD...: run CMD (stdout to /dev/null) and print its peak RSS in KB.
+if /usr/bin/time -f %M -o "$T/probe" true >/dev/null 2>&1 && [ -s "$T/probe" ]; then
+    peak_kb() {
+        /usr/bin/time -f %M -o "$T/rss" "$@" >/dev/null 2>"$T/err"
+        _st=$?
+        tail -n 1 "$T/rss"
+        return $_st
+    }
+    how="/usr/bin/time"
+elif have python3; then
+    peak_kb() {
+        python3 -c '
+import resource, subprocess, sys
+with open(sys.argv[1], "w") as err:
+    rc = subprocess.call(sys.argv[2:], stdout=subprocess.DEVNULL, stderr=err)
+print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
+sys.exit(rc)' "$T/err" "$@"
+    }
+    how="python3 getrusage"
+else
+    echo "skip: neither GNU /usr/bin/time nor python3 to measure peak memory"
+    exit 77
+fi
+
+# The measurement itself works: a 100 MB buffer shows up.
+begin "the RSS probe ($how) sees a 100 MB process"
+kb=$(peak_kb dd if=/dev/zero of=/dev/null bs=100M count=1)
+[ -n "$kb" ] && [ "$kb" -gt 100000 ] || fail "dd with a 100 MB buffer measured at '$kb' KB"
+end
+
+BIG=$T/big10m.moet
+start=$(date +%s)
+"$MOE_BIN/moe-trace" gen -L 4 -E 8 -k 2 -n 10M -s 10000 -S 1 -@ 2 -o "$BIG" ||
+    { echo "cannot generate the 10M-token trace"; exit 1; }
+echo "generated $(file_size "$BIG") bytes in $(($(date +%s) - start)) s"
+
+# name | arguments (the trace is appended)
+while IFS='|' read -r name args; do
+    name=$(echo $name)
+    case $name in '' | '#'*) continue ;; esac
+    begin "peak RSS of moe-trace $name"
+    kb=$(peak_kb "$MOE_BIN/moe-trace" $args "$BIG" </dev/null)
+    st=$?
+    expect_eq "$st" 0 "exit status"
+    expect_no_stderr
+    if [ -z "$kb" ] || [ "$kb" -ge "$LIMIT_KB" ]; then
+        fail "peak RSS ${kb:-?} KB, limit $LIMIT_KB KB"
+    fi
+    echo "  peak RSS: $kb KB"
+    end
+done <<'EOF'
+stats           | stats
+stats -@ 1      | stats -@ 1
+stats -@ 3      | stats -@ 3 --loads
+view            | view
+view -@ 1       | view -@ 1
+view -O b       | view -O b -f
+view -O b -@ 1  | view -O b -f -@ 1
+EOF
+
+begin "the 10M-token trace was read whole"
+expect_eq "$("$MOE_BIN/moe-trace" stats -@ 2 "$BIG" | awk '$1 == "tokens" { print $2 }')" \
+    10000000 "tokens"
+end
+
+echo "total $(($(date +%s) - start)) s"
+finish
