@@ -31,6 +31,12 @@ check() { awk -v v="$1" -v op="$2" -v t="$3" 'BEGIN {
     ok = (op == "<=") ? v <= t : v >= t; print ok ? "ok" : "MISSED" }'; }
 
 mt=$bin/moe-trace
+# Time the program itself, not libtool's wrapper script around an uninstalled binary.
+if [ -x "$bin/.libs/moe-trace" ] && [ -d "$bin/../lib/.libs" ]; then
+    mt=$bin/.libs/moe-trace
+    LD_LIBRARY_PATH=$(cd "$bin/../lib/.libs" && pwd)${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+    export LD_LIBRARY_PATH
+fi
 text_bytes=$(zcat "$src/tokens.txt.gz" | wc -c)
 t_import=$(best "'$mt' import --no-PG --meta '$src/tokens.meta.txt.gz' -o '$tmp/ds.moet' '$src/tokens.txt.gz'")
 mbs=$(awk -v b="$text_bytes" -v t="$t_import" 'BEGIN { printf "%.1f", b / t / 1e6 }')
