@@ -1287,11 +1287,9 @@ static int import_spooled(import_job_t *job, const moe_opts_t *o)
     const char *tmpdir = getenv("TMPDIR");
     char spool[4096];
     snprintf(spool, sizeof spool, "%s/moe-import-XXXXXX", tmpdir && *tmpdir ? tmpdir : "/tmp");
-    int fd = mkstemp(spool);
-    if (fd < 0)
+    if (moe_scratch_create(spool) != 0)
         return fail("cannot create a temporary file in '%s': %s",
                     tmpdir && *tmpdir ? tmpdir : "/tmp", strerror(errno));
-    close(fd);
     moe_opts_t so = *o;
     so.no_pg = 1;
     so.threads = 0;
@@ -1311,7 +1309,7 @@ static int import_spooled(import_job_t *job, const moe_opts_t *o)
             input_close(&in);
         }
     }
-    unlink(spool);
+    moe_scratch_remove(spool);
     return rc;
 }
 

@@ -137,7 +137,7 @@ int moe_parse_u64(const char *s, uint64_t min, uint64_t max, uint64_t *out, cons
 {
     char *end;
     errno = 0;
-    if (!s || !*s || *s == '-' || *s == '+' || *s == ' ')
+    if (!s || *s < '0' || *s > '9') /* no sign, no leading space (strtoull would take them) */
         goto bad;
     unsigned long long v = strtoull(s, &end, 10);
     if (errno || end == s)

@@ -79,6 +79,35 @@ struct moe_ofile {
     int slot;
 };
 
+int moe_scratch_create(char *template_path)
+{
+    int slot = -1;
+    for (int i = 0; i < MAX_TEMPS && slot < 0; i++)
+        if (!temp_used[i])
+            slot = i;
+    if (slot < 0 || strlen(template_path) >= PATH_MAX) {
+        errno = slot < 0 ? EMFILE : ENAMETOOLONG;
+        return MOE_ESYS;
+    }
+    int fd = mkstemp(template_path);
+    if (fd < 0)
+        return MOE_ESYS;
+    close(fd);
+    snprintf(temp_paths[slot], PATH_MAX, "%s", template_path);
+    temp_used[slot] = 1;
+    return 0;
+}
+
+void moe_scratch_remove(const char *path)
+{
+    for (int i = 0; i < MAX_TEMPS; i++)
+        if (temp_used[i] && strcmp(temp_paths[i], path) == 0) {
+            temp_used[i] = 0;
+            break;
+        }
+    unlink(path);
+}
+
 static void cleanup_handler(int sig)
 {
     for (int i = 0; i < MAX_TEMPS; i++)

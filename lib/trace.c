@@ -44,7 +44,7 @@ int moe_trace_hdr_check(const moe_trace_hdr_t *h)
         h->experts > MOE_TRACE_MAX_EXPERTS || h->topk < 1 || h->topk > MOE_TRACE_MAX_TOPK ||
         h->topk > h->experts)
         return MOE_ERANGE;
-    if (h->flags & ~(uint32_t)MOE_TRACE_WEIGHTS)
+    if (h->flags & MOE_TRACE_REQUIRED_FLAGS & ~(uint32_t)MOE_TRACE_WEIGHTS)
         return MOE_EFORMAT;
     if (4 + trace_rec_size(h) > MOE_BGZ_MAX_BLOCK) /* a record must fit in one block */
         return MOE_ERANGE;

@@ -28,6 +28,13 @@ void moe_ofile_abort(moe_ofile_t *f);
  * file before the process dies of the signal. Call once from main(). */
 void moe_ofile_cleanup_on_signal(void);
 
+/* Create an empty scratch file from a mkstemp(3) template ("/tmp/x-XXXXXX", modified in place)
+ * that the signal handlers of moe_ofile_cleanup_on_signal remove too. Returns 0 or MOE_ESYS
+ * (errno set). Remove it with moe_scratch_remove. */
+int moe_scratch_create(char *template_path);
+/* Remove a scratch file made by moe_scratch_create and forget it. */
+void moe_scratch_remove(const char *path);
+
 /* Open an input path ("-" = stdin) for reading; returns an fd or -1 with errno set. */
 int moe_open_input(const char *path);
 

@@ -24,9 +24,12 @@ extern "C" {
 #define MOE_TRACE_MAX_LAYERS 4096u
 #define MOE_TRACE_MAX_TOPK 256u
 
-/* Header flags. */
+/* Header flags. Bits 0-15 change how records are read: a reader rejects a trace with one it
+ * does not know. Bits 16-31 are advisory: a newer minor version may set them, readers ignore
+ * the ones they do not know. */
 enum moe_trace_flag {
     MOE_TRACE_WEIGHTS = 1u << 0, /* records carry one float32 gate weight per expert id */
+    MOE_TRACE_REQUIRED_FLAGS = 0xffffu,
 };
 
 /* Formats of a trace stream, also the letters of -O. */

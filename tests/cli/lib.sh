@@ -31,9 +31,21 @@ case_name=
 case_failed=0
 rc=0
 
+# In a libtool build $MOE_BIN/moe-trace is a wrapper script; valgrind must run the real
+# program, which `libtool --mode=execute` substitutes for the wrapper.
+moe_libtool=
+if [ -n "$MOE_VALGRIND" ] && [ -x "${top_builddir:-.}/libtool" ] &&
+    grep -q 'wrapper script' "$MOE_BIN/moe-trace" 2>/dev/null; then
+    moe_libtool=${top_builddir:-.}/libtool
+fi
+
 # moe ARGS...: run moe-trace (through $MOE_VALGRIND when set).
 moe() {
-    $MOE_VALGRIND "$MOE_BIN/moe-trace" "$@"
+    if [ -n "$moe_libtool" ]; then
+        "$moe_libtool" --mode=execute $MOE_VALGRIND "$MOE_BIN/moe-trace" "$@"
+    else
+        $MOE_VALGRIND "$MOE_BIN/moe-trace" "$@"
+    fi
 }
 
 begin() {
@@ -85,38 +97,51 @@ expect_exit() {
     fi
 }
 
+# tool_err: $T/err.tool, the stderr of the last run without valgrind's own report lines
+# ('==PID== ...'; memory errors and definite leaks already show as exit status 99).
+tool_err() {
+    if [ -n "$MOE_VALGRIND" ]; then
+        grep -v '^==[0-9]*==' "$T/err" >"$T/err.tool"
+    else
+        cp "$T/err" "$T/err.tool"
+    fi
+}
+
 # expect_err_line [SUBSTRING]: stderr of the last run is exactly one line, starting with
 # 'moe-trace: ' (and containing SUBSTRING).
 expect_err_line() {
-    _n=$(wc -l <"$T/err" | tr -d ' ')
-    _c=$(wc -c <"$T/err" | tr -d ' ')
-    if [ "$_n" != 1 ] || [ "$(tail -c 1 "$T/err" | od -An -c | tr -d ' ')" != '\n' ]; then
+    tool_err
+    _n=$(wc -l <"$T/err.tool" | tr -d ' ')
+    _c=$(wc -c <"$T/err.tool" | tr -d ' ')
+    if [ "$_n" != 1 ] || [ "$(tail -c 1 "$T/err.tool" | od -An -c | tr -d ' ')" != '\n' ]; then
         fail "expected one line on stderr, got $_n lines ($_c bytes)"
         sed 's/^/    stderr: /' "$T/err" | head -5
         return
     fi
-    case $(cat "$T/err") in
+    case $(cat "$T/err.tool") in
     "moe-trace: "*) ;;
-    *) fail "stderr does not start with 'moe-trace: ': $(cat "$T/err")" ;;
+    *) fail "stderr does not start with 'moe-trace: ': $(cat "$T/err.tool")" ;;
     esac
-    if [ $# -gt 0 ] && ! grep -F -q -- "$1" "$T/err"; then
-        fail "stderr lacks '$1': $(cat "$T/err")"
+    if [ $# -gt 0 ] && ! grep -F -q -- "$1" "$T/err.tool"; then
+        fail "stderr lacks '$1': $(cat "$T/err.tool")"
     fi
 }
 
 # expect_usage_error SUBCOMMAND: stderr is a 'moe-trace: ' line plus the --help hint.
 expect_usage_error() {
+    tool_err
     _hint="Try 'moe-trace${1:+ $1} --help' for more information."
-    if [ "$(wc -l <"$T/err" | tr -d ' ')" != 2 ] ||
-        [ "$(head -n 1 "$T/err" | cut -c1-11)" != "moe-trace: " ] ||
-        [ "$(tail -n 1 "$T/err")" != "$_hint" ]; then
+    if [ "$(wc -l <"$T/err.tool" | tr -d ' ')" != 2 ] ||
+        [ "$(head -n 1 "$T/err.tool" | cut -c1-11)" != "moe-trace: " ] ||
+        [ "$(tail -n 1 "$T/err.tool")" != "$_hint" ]; then
         fail "expected a usage error and the hint \"$_hint\""
         sed 's/^/    stderr: /' "$T/err" | head -5
     fi
 }
 
 expect_no_stderr() {
-    if [ -s "$T/err" ]; then
+    tool_err
+    if [ -s "$T/err.tool" ]; then
         fail "unexpected stderr output"
         sed 's/^/    stderr: /' "$T/err" | head -5
     fi

@@ -30,32 +30,32 @@ while IFS='|' read -r name genopts cmd; do
     end
 done <<'EOF'
 # -- view: text view of binary traces
-view_basic      | -L 3 -E 8 -k 2 -n 40 -s 4 -S 7                      | view --no-PG
-view_weights    | -L 2 -E 6 -k 2 -n 24 -s 3 -w -S 3                   | view --no-PG
-view_e300       | -L 2 -E 300 -k 3 -n 20 -s 2 -S 5                    | view --no-PG
-view_ranks      | -L 2 -E 8 -k 1 -n 32 -s 8 -r 4 --steps 2 -S 12      | view --no-PG
+view_basic      | -L 3 -E 8 -k 2 -n 40 -s 4 -S 7       | view --no-PG
+view_weights    | -L 2 -E 6 -k 2 -n 24 -s 3 -w -S 3    | view --no-PG
+view_e300       | -L 2 -E 300 -k 3 -n 20 -s 2 -S 5     | view --no-PG
+view_ranks      | -L 2 -E 8 -k 1 -n 32 -s 8 -r 4 --steps 2 -S 12 | view --no-PG
 view_header     | -L 4 -E 16 -k 2 -n 16 -s 2 --hidden 4096 --elem-bytes 2 -S 1 | view -h --no-PG
-view_noheader   | -L 2 -E 4 -k 2 -n 12 -s 2 -S 2                      | view -H
-view_text_input | -L 2 -E 8 -k 2 -n 16 -s 2 -O t -S 8                 | view --no-PG
+view_noheader   | -L 2 -E 4 -k 2 -n 12 -s 2 -S 2       | view -H
+view_text_input | -L 2 -E 8 -k 2 -n 16 -s 2 -O t -S 8  | view --no-PG
 # -- stats
-stats_basic     | -L 4 -E 8 -k 2 -n 2000 -s 10 -r 4 --steps 3 -S 11   | stats
-stats_loads     | -L 2 -E 8 -k 2 -n 500 -s 5 --zipf 1.2 -S 2          | stats --loads
+stats_basic     | -L 4 -E 8 -k 2 -n 2000 -s 10 -r 4 --steps 3 -S 11 | stats
+stats_loads     | -L 2 -E 8 -k 2 -n 500 -s 5 --zipf 1.2 -S 2 | stats --loads
 stats_uniform   | -L 2 -E 4 -k 1 -n 400 -s 4 --zipf 0 --affinity 0 -S 5 | stats --loads
-stats_weights   | -L 3 -E 16 -k 4 -n 300 -s 3 -w -S 6                 | stats
+stats_weights   | -L 3 -E 16 -k 4 -n 300 -s 3 -w -S 6  | stats
 # -- head, slice, sample
-head_3          | -L 3 -E 8 -k 2 -n 40 -s 4 -S 7                      | head -n 3 -O t --no-PG
-head_all        | -L 2 -E 8 -k 2 -n 16 -s 2 -S 7                      | head -n 1K -O t --no-PG
-head_0          | -L 2 -E 8 -k 2 -n 16 -s 2 -S 7                      | head -n 0 -O t --no-PG
-slice_1_2       | -L 4 -E 8 -k 2 -n 30 -s 3 -S 9                      | slice --layers 1-2 -O t --no-PG
-slice_last_w    | -L 4 -E 8 -k 2 -n 16 -s 2 -w -S 9                   | slice --layers 3 -O t --no-PG
-slice_range_err | -L 4 -E 8 -k 2 -n 16 -s 2 -S 9                      | slice --layers 3-4 -O t --no-PG
-sample_half     | -L 2 -E 8 -k 2 -n 60 -s 6 -S 4                      | sample -p 0.5 -O t --no-PG
-sample_seed     | -L 2 -E 8 -k 2 -n 60 -s 6 -S 4                      | sample -p 0.5 -S 99 -O t --no-PG
-sample_n        | -L 2 -E 8 -k 2 -n 60 -s 6 -S 4                      | sample -n 5 -O t --no-PG
-sample_byseq    | -L 2 -E 8 -k 2 -n 60 -s 6 -S 4                      | sample -p 0.5 --by-sequence -O t --no-PG
+head_3          | -L 3 -E 8 -k 2 -n 40 -s 4 -S 7       | head -n 3 -O t --no-PG
+head_all        | -L 2 -E 8 -k 2 -n 16 -s 2 -S 7       | head -n 1K -O t --no-PG
+head_0          | -L 2 -E 8 -k 2 -n 16 -s 2 -S 7       | head -n 0 -O t --no-PG
+slice_1_2       | -L 4 -E 8 -k 2 -n 30 -s 3 -S 9       | slice --layers 1-2 -O t --no-PG
+slice_last_w    | -L 4 -E 8 -k 2 -n 16 -s 2 -w -S 9    | slice --layers 3 -O t --no-PG
+slice_range_err | -L 4 -E 8 -k 2 -n 16 -s 2 -S 9       | slice --layers 3-4 -O t --no-PG
+sample_half     | -L 2 -E 8 -k 2 -n 60 -s 6 -S 4       | sample -p 0.5 -O t --no-PG
+sample_seed     | -L 2 -E 8 -k 2 -n 60 -s 6 -S 4       | sample -p 0.5 -S 99 -O t --no-PG
+sample_n        | -L 2 -E 8 -k 2 -n 60 -s 6 -S 4       | sample -n 5 -O t --no-PG
+sample_byseq    | -L 2 -E 8 -k 2 -n 60 -s 6 -S 4       | sample -p 0.5 --by-sequence -O t --no-PG
 # -- gen itself, as text
-gen_text        | -                                                   | gen -L 2 -E 8 -k 2 -n 20 -s 2 -r 2 -S 42 -O t --no-PG
-gen_text_w      | -                                                   | gen -L 2 -E 8 -k 2 -n 16 -s 2 -w -S 42 -O t --no-PG
+gen_text | - | gen -L 2 -E 8 -k 2 -n 20 -s 2 -r 2 -S 42 -O t --no-PG
+gen_text_w | - | gen -L 2 -E 8 -k 2 -n 16 -s 2 -w -S 42 -O t --no-PG
 EOF
 
 finish

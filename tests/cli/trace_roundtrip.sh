@@ -41,11 +41,15 @@ EOF
 
 # A hand-written view with missing cells, comments and 64-bit tokens.
 begin "text with missing cells -> binary -> text"
-printf '@MT\tVN:1.0\tlayers:3\texperts:300\ttopk:2\thidden:0\telem_bytes:0\tranks:2\tweights:1\n' >"$T/miss.txt"
-printf '@CO\thand-written\n' >>"$T/miss.txt"
-printf '18446744073709551615\t4294967295\t0\t7\t1\t299:0.5,0:0.25\t.\t17:9.99995e-41,256:-0\n' >>"$T/miss.txt"
-printf '0\t0\t1\t7\t0\t.\t.\t.\n' >>"$T/miss.txt"
-printf '5\t1\t0\t8\t1\t1:1,2:0\t3:0.125,4:0.875\t.\n' >>"$T/miss.txt"
+{
+    printf '@MT\tVN:1.0\tlayers:3\texperts:300\ttopk:2\thidden:0\telem_bytes:0\tranks:2'
+    printf '\tweights:1\n'
+    printf '@CO\thand-written\n'
+    printf '18446744073709551615\t4294967295\t0\t7\t1\t299:0.5,0:0.25\t.'
+    printf '\t17:9.99995e-41,256:-0\n'
+    printf '0\t0\t1\t7\t0\t.\t.\t.\n'
+    printf '5\t1\t0\t8\t1\t1:1,2:0\t3:0.125,4:0.875\t.\n'
+} >"$T/miss.txt"
 moe view -O b --no-PG -o "$T/miss.moet" "$T/miss.txt" || fail "text -> binary failed"
 moe view --no-PG "$T/miss.moet" >"$T/miss.back.txt"
 same_file "$T/miss.txt" "$T/miss.back.txt" "text with missing cells"
@@ -76,6 +80,29 @@ same_file "$T/stats_file.txt" "$T/stats_pipe.txt" "stats of a piped text view"
 moe gen -L 4 -E 16 -k 2 -n 20000 -s 8 -S 11 --no-PG -O u | moe view -O b --no-PG -o "$T/piped.b"
 same_file "$T/file.b" "$T/piped.b" "gen -O u | view -O b"
 end
+
+begin "writing to a FIFO goes through it (and leaves it a FIFO)"
+if mkfifo "$T/fifo" 2>/dev/null; then
+    for fmt in t b; do
+        cat "$T/fifo" >"$T/fifo.$fmt" &
+        reader=$!
+        moe gen -L 4 -E 16 -k 2 -n 20000 -s 8 -S 11 --no-PG -O $fmt -o "$T/fifo"
+        st=$?
+        if [ -p "$T/fifo" ]; then
+            wait $reader
+        else
+            fail "-O $fmt: the FIFO was replaced by a regular file"
+            kill $reader 2>/dev/null
+            rm -f "$T/fifo"
+            mkfifo "$T/fifo"
+        fi
+        expect_eq "$st" 0 "exit status of -o FIFO"
+        same_file "$T/file.$fmt" "$T/fifo.$fmt" "-O $fmt written through a FIFO"
+    done
+    end
+else
+    skip_case "mkfifo not available"
+fi
 
 # ---------------------------------------------------------------- gzip compatibility
 begin "zcat reads the container; its output is the payload"

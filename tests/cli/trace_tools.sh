@@ -16,7 +16,8 @@
 # Loads (tokens per expert):  layer 0: 4 3 2 1   layer 1: 1 1 3 3   layer 2: 3 2 2 1
 TAB=$(printf '\t')
 {
-    printf '@MT\tVN:1.0\tlayers:3\texperts:4\ttopk:2\thidden:1024\telem_bytes:2\tranks:2\tweights:0\n'
+    printf '@MT\tVN:1.0\tlayers:3\texperts:4\ttopk:2\thidden:1024\telem_bytes:2\tranks:2'
+    printf '\tweights:0\n'
     printf '@CO\thand-written test trace\n'
     printf '0\t0\t0\t0\t0\t0,1\t2,3\t0,2\n'
     printf '1\t0\t1\t0\t1\t0,2\t.\t1,3\n'
@@ -145,7 +146,8 @@ for other in e8 l2 k1 w; do
     expect_no_output "$T/cat.moet"
 done
 expect_exit 1 moe cat -o "$T/cat.moet" "$T/small.moet" "$T/e8.moet"
-expect_err_line "'$T/e8.moet': shape 3 layers, 8 experts, top-2 differs from '$T/small.moet' (3, 4, top-2)"
+expect_err_line \
+    "'$T/e8.moet': shape 3 layers, 8 experts, top-2 differs from '$T/small.moet' (3, 4, top-2)"
 # Same shape, other hidden size and text: allowed (the first header wins).
 moe gen -L 3 -E 4 -k 2 -n 20 -s 2 --hidden 7 -o "$T/h7.moet"
 expect_exit 0 moe cat -O t --no-PG "$T/small.moet" "$T/h7.moet"
@@ -166,7 +168,8 @@ moe sample -n 0 -O t --no-PG "$T/small.moet" | grep -vc '^@' >"$T/n0"
 expect_eq "$(cat "$T/n0")" 0 "sample -n 0"
 # Exactly N over a larger trace, for several seeds.
 for s in 1 2 3; do
-    expect_eq "$(moe sample -n 777 -S $s -O t "$T/g.moet" | grep -vc '^@')" 777 "sample -n 777 -S $s"
+    expect_eq "$(moe sample -n 777 -S $s -O t "$T/g.moet" | grep -vc '^@')" 777 \
+        "sample -n 777 -S $s"
 done
 # By sequence: whole sequences only.
 moe sample -n 2 --by-sequence -S 9 -O t --no-PG "$T/small.moet" | grep -v '^@' >"$T/bs"

@@ -403,7 +403,8 @@ static void test_rec_print(void)
     size_t n = fread(buf, 1, sizeof buf - 1, fp);
     buf[n] = '\0';
     fclose(fp);
-    CHECK_STR(buf, "18446744073709551615\t4294967295\t0\t9\t1\t299:0.5,0:0.25\t.\t17:0.1,256:1e-30\n"
+    CHECK_STR(buf, "18446744073709551615\t4294967295\t0\t9\t1\t299:0.5,0:0.25\t.\t"
+                   "17:0.1,256:1e-30\n"
                    "18446744073709551615\t4294967295\t0\t9\t1\t299,0\t.\t17,256\n");
     moe_trace_rec_release(&r);
     printf("record print: ids, missing cells, shortest weights, 64-bit token\n");

@@ -1,0 +1,39 @@
+/* tests/fuzz/fuzz_import.c -- libFuzzer target: one importer, chosen at build time with
+ * -DFUZZ_FORMAT=MOE_IMPORT_<NAME> (MOE_IMPORT_AUTO exercises detection too). */
+#include "config.h"
+
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "fuzz_common.h"
+#include "moe/import.h"
+
+#ifndef FUZZ_FORMAT
+#define FUZZ_FORMAT MOE_IMPORT_AUTO
+#endif
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    char path[64], err[256];
+    if (fuzz_path(data, size, path, sizeof path) != 0)
+        return 0;
+    moe_import_opts_t o = {0};
+    o.format = FUZZ_FORMAT;
+    int st;
+    moe_importer_t *im = moe_import_open(&o, path, 1, &st, err, sizeof err);
+    if (!im)
+        return 0;
+    moe_trace_hdr_t h;
+    moe_trace_hdr_init(&h);
+    if (moe_import_header(im, &h) == 0) {
+        moe_trace_rec_t r = {0};
+        for (int n = 0; n < 100000 && moe_import_next(im, &r) == 1; n++)
+            ;
+        moe_trace_rec_release(&r);
+    }
+    moe_trace_hdr_release(&h);
+    moe_import_close(im);
+    return 0;
+}

@@ -1,0 +1,43 @@
+#!/bin/sh
+# tests/fuzz/run.sh -- run every libFuzzer target for SECONDS each, seeded from the test
+# fixtures; fails on the first crash, leak or sanitizer report.
+# Usage: sh tests/fuzz/run.sh BUILD_DIR [SECONDS]   (after `make -C BUILD_DIR fuzz`)
+set -eu
+build=$(cd "${1:?usage: run.sh BUILD_DIR [SECONDS]}" && pwd)
+secs=${2:-30}
+src=$(cd "$(dirname "$0")/../.." && pwd)
+bin=$build/tests/fuzz/bin
+work=${MOE_FUZZ_DIR:-$(mktemp -d)}
+mkdir -p "$work"
+mt=$build/cmd/moe-trace
+
+# Seed corpora: small traces in every format, and the importers' fixtures by format.
+seed() { mkdir -p "$work/corpus/$1"; }
+seed trace
+"$mt" gen -n 20 -s 4 -L 3 -E 8 -k 2 --no-PG -o "$work/corpus/trace/b.moet"
+"$mt" gen -n 20 -s 4 -L 2 -E 300 -k 3 -w --no-PG -O u -o "$work/corpus/trace/u.moet"
+"$mt" gen -n 10 -s 2 -L 2 -E 8 -k 2 -w -O t -o "$work/corpus/trace/t.txt"
+"$mt" gen -n 10 -s 2 -L 2 -E 8 -k 2 -O z -o "$work/corpus/trace/z.txt.gz"
+for f in tokens jsonl csv npy megatron; do seed "$f"; done
+d=$src/tests/data/import
+cp "$d"/*.tokens "$d"/*.meta "$d"/*.weights "$work/corpus/tokens/" 2>/dev/null || true
+cp "$d"/*.jsonl "$work/corpus/jsonl/" 2>/dev/null || true
+cp "$d"/megatron*.jsonl "$work/corpus/megatron/" 2>/dev/null || true
+cp "$d"/*.csv "$work/corpus/csv/" 2>/dev/null || true
+cp "$d"/*.npy "$work/corpus/npy/" 2>/dev/null || true
+
+status=0
+for t in trace import_tokens import_jsonl import_csv import_npy import_megatron; do
+    c=$work/corpus/${t#import_}
+    log=$work/$t.log
+    if "$bin/fuzz_$t" -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 -max_len=65536 \
+        -print_final_stats=1 -artifact_prefix="$work/$t-" "$c" >"$log" 2>&1; then
+        runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log")
+        echo "fuzz $t: ${secs}s, $runs runs, no findings"
+    else
+        echo "fuzz $t: FAILED (log: $log)"
+        tail -n 40 "$log"
+        status=1
+    fi
+done
+exit $status
