@@ -2,7 +2,8 @@
 # build-aux/setup.sh -- install what is missing, build moeflow, then run the demo or the tests.
 #   sh build-aux/setup.sh demo    the end-to-end demo on bundled synthetic data
 #   sh build-aux/setup.sh check   the whole test suite (what CI runs): a normal build and an
-#                                 ASan+UBSan build, each running `make check`
+#                                 ASan+UBSan build, each running `make check`, then every
+#                                 libFuzzer target for MOE_FUZZ_SECONDS (30) seconds
 # Builds go to _build/ (and _build-san/), out of the source tree.
 set -eu
 cd "$(dirname "$0")/.."
@@ -12,7 +13,7 @@ case $what in demo|check|build) ;; *) echo "usage: $0 demo|check|build" >&2; exi
 
 # Debian packages the build needs (tools, required and optional libraries).
 pkgs="build-essential autoconf automake libtool pkg-config zlib1g-dev liblpsolve55-dev
-libdeflate-dev libopenmpi-dev openmpi-bin gzip time"
+libdeflate-dev libopenmpi-dev openmpi-bin gzip time clang"
 missing=""
 for p in $pkgs; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing="$missing $p"
@@ -69,7 +70,8 @@ check)
     check _build || rc=1
     build _build-san --enable-asan --enable-ubsan
     ASAN_OPTIONS=detect_leaks=1 check _build-san || rc=1
-    [ "$rc" -eq 0 ] && echo "setup: all tests passed (normal and ASan+UBSan builds)"
+    make -C _build fuzz && sh tests/fuzz/run.sh _build "${MOE_FUZZ_SECONDS:-30}" || rc=1
+    [ "$rc" -eq 0 ] && echo "setup: all tests passed (normal and ASan+UBSan builds, fuzzing)"
     exit "$rc" ;;
 build) ;;
 esac
