@@ -1202,6 +1202,12 @@ typedef struct import_job {
     uint32_t max_rank;      /* largest source rank seen */
 } import_job_t;
 
+/* Print an importer's message, naming the input unless the message names a file already. */
+static int import_fail(const char *input, const char *msg)
+{
+    return msg[0] == '\'' || strstr(msg, input) ? fail("%s", msg) : fail("'%s': %s", input, msg);
+}
+
 /* Read every input into `out` (whose header is written from the first input's shape with
  * `experts`). Returns 0 or 1 after printing the error. */
 static int import_pass(import_job_t *job, const moe_opts_t *o, const char *path, char fmt,
@@ -1225,7 +1231,7 @@ static int import_pass(import_job_t *job, const moe_opts_t *o, const char *path,
                                              sizeof errbuf);
         moe_trace_hdr_init(&h);
         if (!im || moe_import_header(im, &h) < 0) {
-            ok = !fail("%s", im ? moe_import_errmsg(im) : errbuf);
+            ok = !import_fail(in, im ? moe_import_errmsg(im) : errbuf);
         } else if (i == 0) {
             h.experts = experts;
             h.hidden = job->hidden;
@@ -1252,10 +1258,8 @@ static int import_pass(import_job_t *job, const moe_opts_t *o, const char *path,
                 }
             ok = ok && output_write(out, &r) == 0;
         }
-        if (ok && rc < 0) { /* name the input unless the message names its file already */
-            const char *m = moe_import_errmsg(im);
-            ok = m[0] == '\'' ? !fail("%s", m) : !fail("'%s': %s", in, m);
-        }
+        if (ok && rc < 0)
+            ok = !import_fail(in, moe_import_errmsg(im));
         if (im) {
             moe_import_report_t rep;
             moe_import_report(im, &rep);

@@ -1,0 +1,58 @@
+#!/bin/sh
+# tests/cli/import_errors.sh -- bad import inputs: one line naming the input, status 1, no
+# output file left behind.
+. "${top_srcdir:-$(cd "$(dirname "$0")/../.." && pwd)}/tests/cli/lib.sh"
+
+OUT=$T/out.moet
+
+# bad_import WHAT SUBSTRING FILE [OPTIONS...]: import fails cleanly.
+bad_import() {
+    _what=$1 _sub=$2 _file=$3
+    shift 3
+    begin "import: $_what"
+    expect_exit 1 moe import "$@" -o "$OUT" "$_file"
+    expect_err_line "$_sub"
+    expect_no_output "$OUT"
+    end
+}
+
+printf '1,2 3,4\n5,6 7,8\n' >"$T/good.tokens"
+printf '1,2 3,4\n5,6\n' >"$T/ragged.tokens"
+printf '1,2 3,4\n5,6 7,8,9\n' >"$T/ragged_k.tokens"
+printf '1,2 3,4\n5,x6 7,8\n' >"$T/nonnum.tokens"
+printf '# only a comment\n' >"$T/comment_only.tokens"
+: >"$T/empty.txt"
+printf 'hello world\nthis is not a router log\n' >"$T/prose.txt"
+printf '{"layer": 0, "experts": [1, 2], "token_idx": 0\n' >"$T/broken.jsonl"
+printf 'Layer ID,Batch Number,Token,Activated Expert IDs\n1,0,"unterminated,"[1, 2]"\n' \
+    >"$T/broken.csv"
+printf '\223NUMPY\001\000' >"$T/cut.npy"
+
+bad_import "ragged rows (layers)" "groups, expected" "$T/ragged.tokens" --format tokens
+bad_import "ragged rows (top-k)" "expected" "$T/ragged_k.tokens" --format tokens
+bad_import "non-numeric id" "x6" "$T/nonnum.tokens" --format tokens
+bad_import "expert id >= --experts" "out of range" "$T/good.tokens" --experts 8
+bad_import "comments only" "no tokens" "$T/comment_only.tokens" --format tokens
+bad_import "empty file" "empty.txt" "$T/empty.txt"
+bad_import "undetectable format" "prose.txt': cannot detect" "$T/prose.txt"
+bad_import "malformed JSON" "broken.jsonl" "$T/broken.jsonl" --format jsonl
+bad_import "malformed CSV" "broken.csv" "$T/broken.csv" --format csv
+bad_import "truncated npy header" "cut.npy" "$T/cut.npy" --format npy
+bad_import "nonexistent file" "No such file or directory" "$T/missing.tokens"
+bad_import "meta with another format" "tokens format only" "$T/broken.jsonl" \
+    --format jsonl --meta "$T/good.tokens"
+
+begin "import: shapes of several inputs must agree"
+printf '1,2 3,4 5,6\n' >"$T/three.tokens"
+expect_exit 1 moe import --format tokens -o "$OUT" "$T/good.tokens" "$T/three.tokens"
+expect_err_line "3 layers"
+expect_no_output "$OUT"
+end
+
+begin "import: several inputs get distinct token ids"
+run moe import --format tokens --no-PG -o "$OUT" "$T/good.tokens" "$T/good.tokens"
+expect_eq "$rc" 0 "status"
+expect_eq "$(moe view --no-header "$OUT" | cut -f 1 | tr '\n' ' ')" "0 1 2 3 " "token ids"
+end
+
+finish
