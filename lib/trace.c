@@ -29,10 +29,11 @@ void moe_trace_hdr_release(moe_trace_hdr_t *h)
 int moe_trace_hdr_copy(moe_trace_hdr_t *dst, const moe_trace_hdr_t *src)
 {
     char *text = NULL;
+    if (dst == src)
+        return 0;
     if (src->text && !(text = strdup(src->text)))
         return MOE_ENOMEM;
-    if (dst != src)
-        free(dst->text);
+    free(dst->text);
     *dst = *src;
     dst->text = text;
     return 0;
