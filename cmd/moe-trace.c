@@ -25,32 +25,8 @@ static char errbuf[512];
 
 /* ------------------------------------------------------------------ shared plumbing */
 
-static int fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int fail(const char *fmt, ...)
-{
-    fflush(stdout);
-    fprintf(stderr, "%s: ", prog);
-    va_list ap;
-    va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
-    va_end(ap);
-    fputc('\n', stderr);
-    return 1;
-}
-
-static int usage_error(const char *sub, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static int usage_error(const char *sub, const char *fmt, ...)
-{
-    fflush(stdout);
-    fprintf(stderr, "%s: ", prog);
-    va_list ap;
-    va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
-    va_end(ap);
-    fprintf(stderr, "\nTry '%s%s%s --help' for more information.\n", prog, sub ? " " : "",
-            sub ? sub : "");
-    return 2;
-}
+#define fail(...) moe_fail(prog, __VA_ARGS__)
+#define usage_error(sub, ...) moe_usage_error(prog, sub, __VA_ARGS__)
 
 /* An open input trace with its header. */
 typedef struct input {
@@ -157,33 +133,52 @@ static int output_close(moe_trace_t *t, int ok)
     return 0;
 }
 
-/* Parse options common to all subcommands plus the caller's own; returns the getopt code for
- * the caller, or -1 at the end, or -2 (usage error, already reported) / -3 (--help) / -4
- * (--version). */
-static int next_opt(const char *sub, moe_opts_t *o, int argc, char **argv, const char *shortopts,
-                    const struct option *longopts, int *rc)
+/* next_opt() result: stop and return *rc (0 after --help or --version, 2 after a usage error,
+ * which is already reported). */
+#define OPT_STOP (-2)
+
+/* Parse options common to all subcommands plus the caller's own; returns the getopt code of a
+ * command-specific option, -1 at the end, or OPT_STOP. --help prints `usage`. */
+static int next_opt(const char *sub, void (*usage)(FILE *), moe_opts_t *o, int argc, char **argv,
+                    const char *shortopts, const struct option *longopts, int *rc)
 {
     char err[256];
     for (;;) {
         int c = getopt_long(argc, argv, shortopts, longopts, NULL);
         if (c == -1)
             return -1;
-        if (c == MOE_OPTC_HELP)
-            return -3;
-        if (c == MOE_OPTC_VERSION)
-            return -4;
+        *rc = 0;
+        if (c == MOE_OPTC_HELP) {
+            usage(stdout);
+            return OPT_STOP;
+        }
+        if (c == MOE_OPTC_VERSION) {
+            moe_print_version(stdout, prog);
+            return OPT_STOP;
+        }
         if (c == '?' || c == ':') {
             *rc = usage_error(sub, "invalid or incomplete option '%s'", argv[optind - 1]);
-            return -2;
+            return OPT_STOP;
         }
         int h = moe_opts_parse(o, c, optarg, err, sizeof err);
         if (h < 0) {
             *rc = usage_error(sub, "%s", err);
-            return -2;
+            return OPT_STOP;
         }
         if (h == 0)
             return c;
     }
+}
+
+/* After the options of a one-input command: at most one argument (default "-"), apply -v/-q and
+ * open the input. Returns 0, or the exit status (1, or 2 for a usage error). */
+static int open_single_input(const char *sub, const moe_opts_t *o, int argc, char **argv,
+                             input_t *in)
+{
+    if (argc - optind > 1)
+        return usage_error(sub, "too many arguments");
+    moe_opts_apply_log(o);
+    return input_open(in, optind < argc ? argv[optind] : "-", o->threads);
 }
 
 static int u32_opt(const char *sub, const char *arg, uint64_t min, uint64_t max, const char *what,
@@ -334,13 +329,11 @@ static int cmd_view(int argc, char **argv)
     moe_opts_t o;
     moe_opts_init(&o);
     int header_only = 0, no_header = 0, c, rc = 0;
-    while ((c = next_opt("view", &o, argc, argv, "hH" MOE_OPTS_SHORT, lo, &rc)) != -1) {
+    while ((c = next_opt("view", view_usage, &o, argc, argv, "hH" MOE_OPTS_SHORT, lo, &rc)) != -1) {
         switch (c) {
         case 'h': header_only = 1; break;
         case 'H': no_header = 1; break;
-        case -3: view_usage(stdout); return 0;
-        case -4: moe_print_version(stdout, prog); return 0;
-        default: return rc ? rc : usage_error("view", "unexpected option");
+        case OPT_STOP: return rc;
         }
     }
     if (argc - optind > 1)
@@ -523,20 +516,15 @@ static int cmd_stats(int argc, char **argv)
     moe_opts_init(&o);
     o.allowed = STATS_OPTS;
     int loads = 0, c, rc = 0;
-    while ((c = next_opt("stats", &o, argc, argv, MOE_OPTS_SHORT, lo, &rc)) != -1) {
+    while ((c = next_opt("stats", stats_usage, &o, argc, argv, MOE_OPTS_SHORT, lo, &rc)) != -1) {
         switch (c) {
         case MOE_OPTC_TOOL: loads = 1; break;
-        case -3: stats_usage(stdout); return 0;
-        case -4: moe_print_version(stdout, prog); return 0;
-        default: return rc ? rc : usage_error("stats", "unexpected option");
+        case OPT_STOP: return rc;
         }
     }
-    if (argc - optind > 1)
-        return usage_error("stats", "too many arguments");
-    moe_opts_apply_log(&o);
     input_t in;
-    if (input_open(&in, optind < argc ? argv[optind] : "-", o.threads))
-        return 1;
+    if ((rc = open_single_input("stats", &o, argc, argv, &in)))
+        return rc;
     stats_t s = {0};
     rc = stats_scan(&in, &o, &s);
     if (rc == 0) {
@@ -585,23 +573,18 @@ static int cmd_head(int argc, char **argv)
     uint64_t n = 10;
     int c, rc = 0;
     char err[256];
-    while ((c = next_opt("head", &o, argc, argv, "n:" MOE_OPTS_SHORT, lo, &rc)) != -1) {
+    while ((c = next_opt("head", head_usage, &o, argc, argv, "n:" MOE_OPTS_SHORT, lo, &rc)) != -1) {
         switch (c) {
         case 'n':
             if (moe_parse_u64(optarg, 0, UINT64_MAX, &n, "token count", err, sizeof err))
                 return usage_error("head", "%s", err);
             break;
-        case -3: head_usage(stdout); return 0;
-        case -4: moe_print_version(stdout, prog); return 0;
-        default: return rc ? rc : usage_error("head", "unexpected option");
+        case OPT_STOP: return rc;
         }
     }
-    if (argc - optind > 1)
-        return usage_error("head", "too many arguments");
-    moe_opts_apply_log(&o);
     input_t in;
-    if (input_open(&in, optind < argc ? argv[optind] : "-", o.threads))
-        return 1;
+    if ((rc = open_single_input("head", &o, argc, argv, &in)))
+        return rc;
     rc = filter_run(&o, in.path, NULL, NULL, NULL, n, &in);
     input_close(&in);
     return rc;
@@ -658,26 +641,21 @@ static int cmd_slice(int argc, char **argv)
     moe_opts_init(&o);
     uint32_t a = 0, b = 0;
     int have = 0, c, rc = 0;
-    while ((c = next_opt("slice", &o, argc, argv, MOE_OPTS_SHORT, lo, &rc)) != -1) {
+    while ((c = next_opt("slice", slice_usage, &o, argc, argv, MOE_OPTS_SHORT, lo, &rc)) != -1) {
         switch (c) {
         case MOE_OPTC_TOOL:
             if (parse_layer_range(optarg, &a, &b))
                 return usage_error("slice", "invalid layer range '%s' (expected A-B)", optarg);
             have = 1;
             break;
-        case -3: slice_usage(stdout); return 0;
-        case -4: moe_print_version(stdout, prog); return 0;
-        default: return rc ? rc : usage_error("slice", "unexpected option");
+        case OPT_STOP: return rc;
         }
     }
     if (!have)
         return usage_error("slice", "--layers is required");
-    if (argc - optind > 1)
-        return usage_error("slice", "too many arguments");
-    moe_opts_apply_log(&o);
     input_t in;
-    if (input_open(&in, optind < argc ? argv[optind] : "-", o.threads))
-        return 1;
+    if ((rc = open_single_input("slice", &o, argc, argv, &in)))
+        return rc;
     if (b >= in.h.layers) {
         rc = fail("'%s': layer range %u-%u outside the trace's %u layers", in.path, a, b,
                   in.h.layers);
@@ -705,11 +683,9 @@ static int cmd_cat(int argc, char **argv)
     moe_opts_t o;
     moe_opts_init(&o);
     int c, rc = 0;
-    while ((c = next_opt("cat", &o, argc, argv, MOE_OPTS_SHORT, lo, &rc)) != -1) {
+    while ((c = next_opt("cat", cat_usage, &o, argc, argv, MOE_OPTS_SHORT, lo, &rc)) != -1) {
         switch (c) {
-        case -3: cat_usage(stdout); return 0;
-        case -4: moe_print_version(stdout, prog); return 0;
-        default: return rc ? rc : usage_error("cat", "unexpected option");
+        case OPT_STOP: return rc;
         }
     }
     if (optind >= argc)
@@ -881,7 +857,7 @@ static int cmd_sample(int argc, char **argv)
     uint64_t count = UINT64_MAX;
     int c, rc = 0;
     char err[256];
-    while ((c = next_opt("sample", &o, argc, argv, "p:n:S:" MOE_OPTS_SHORT, lo, &rc)) != -1) {
+    while ((c = next_opt("sample", sample_usage, &o, argc, argv, "p:n:S:" MOE_OPTS_SHORT, lo, &rc)) != -1) {
         switch (c) {
         case 'p':
             if (dbl_opt("sample", optarg, 0, 1, "fraction", &ctx.fraction, &rc))
@@ -896,19 +872,14 @@ static int cmd_sample(int argc, char **argv)
                 return usage_error("sample", "%s", err);
             break;
         case MOE_OPTC_TOOL: ctx.by_seq = 1; break;
-        case -3: sample_usage(stdout); return 0;
-        case -4: moe_print_version(stdout, prog); return 0;
-        default: return rc ? rc : usage_error("sample", "unexpected option");
+        case OPT_STOP: return rc;
         }
     }
     if ((ctx.fraction < 0) == (count == UINT64_MAX))
         return usage_error("sample", "give exactly one of --fraction and --count");
-    if (argc - optind > 1)
-        return usage_error("sample", "too many arguments");
-    moe_opts_apply_log(&o);
     input_t in;
-    if (input_open(&in, optind < argc ? argv[optind] : "-", o.threads))
-        return 1;
+    if ((rc = open_single_input("sample", &o, argc, argv, &in)))
+        return rc;
     if (ctx.fraction >= 0)
         rc = filter_run(&o, in.path, NULL, sample_keep, &ctx, UINT64_MAX, &in);
     else if (ctx.by_seq)
@@ -997,7 +968,7 @@ static int cmd_split(int argc, char **argv)
     const char *train = NULL, *test = NULL;
     int c, rc = 0;
     char err[256];
-    while ((c = next_opt("split", &o, argc, argv, "S:" MOE_OPTS_SHORT, lo, &rc)) != -1) {
+    while ((c = next_opt("split", split_usage, &o, argc, argv, "S:" MOE_OPTS_SHORT, lo, &rc)) != -1) {
         switch (c) {
         case O_RATIO:
             if (dbl_opt("split", optarg, 0, 1, "ratio", &ratio, &rc))
@@ -1018,9 +989,7 @@ static int cmd_split(int argc, char **argv)
                 goto out;
             }
             break;
-        case -3: split_usage(stdout); goto out;
-        case -4: moe_print_version(stdout, prog); goto out;
-        default: rc = rc ? rc : usage_error("split", "unexpected option"); goto out;
+        case OPT_STOP: goto out;
         }
     }
     if ((ratio < 0) == (ids.n == 0)) {
@@ -1103,7 +1072,7 @@ static int gen_parse(int argc, char **argv, moe_gen_params_t *p, moe_opts_t *o, 
     const char *sub = "gen";
     char err[256];
     int c;
-    while ((c = next_opt(sub, o, argc, argv, "L:E:k:n:s:r:wS:" MOE_OPTS_SHORT, lo, rc)) != -1) {
+    while ((c = next_opt(sub, gen_usage, o, argc, argv, "L:E:k:n:s:r:wS:" MOE_OPTS_SHORT, lo, rc)) != -1) {
         int bad = 0;
         switch (c) {
         case 'L': bad = u32_opt(sub, optarg, 1, MOE_TRACE_MAX_LAYERS, "layer count", &p->layers, rc); break;
@@ -1130,9 +1099,7 @@ static int gen_parse(int argc, char **argv, moe_gen_params_t *p, moe_opts_t *o, 
             if (moe_parse_u64(optarg, 0, UINT64_MAX, &p->seed, "seed", err, sizeof err))
                 return *rc = usage_error(sub, "%s", err), -1;
             break;
-        case -3: gen_usage(stdout); return 1;
-        case -4: moe_print_version(stdout, prog); return 1;
-        default: if (!*rc) *rc = usage_error(sub, "unexpected option"); return -1;
+        case OPT_STOP: return *rc ? -1 : 1;
         }
         if (bad)
             return -1;
@@ -1331,7 +1298,7 @@ static int cmd_import(int argc, char **argv)
     import_job_t job;
     memset(&job, 0, sizeof job);
     int c, rc = 0;
-    while ((c = next_opt(sub, &o, argc, argv, MOE_OPTS_SHORT, lo, &rc)) != -1) {
+    while ((c = next_opt(sub, import_usage, &o, argc, argv, MOE_OPTS_SHORT, lo, &rc)) != -1) {
         switch (c) {
         case O_FMT:
             job.io.format = moe_import_fmt_parse(optarg);
@@ -1354,9 +1321,7 @@ static int cmd_import(int argc, char **argv)
             if (u32_opt(sub, optarg, 0, 64, "element bytes", &job.elem_bytes, &rc))
                 return rc;
             break;
-        case -3: import_usage(stdout); return 0;
-        case -4: moe_print_version(stdout, prog); return 0;
-        default: return rc ? rc : usage_error(sub, "unexpected option");
+        case OPT_STOP: return rc;
         }
     }
     if (optind >= argc)

@@ -189,15 +189,32 @@ int moe_parse_double(const char *s, double min, double max, double *out, const c
     return 0;
 }
 
-void moe_die_msg(const char *prog, const char *fmt, ...)
+static void vmessage(const char *prog, const char *fmt, va_list ap)
 {
     fflush(stdout);
     fprintf(stderr, "%s: ", prog);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+}
+
+int moe_fail(const char *prog, const char *fmt, ...)
+{
     va_list ap;
     va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
+    vmessage(prog, fmt, ap);
     va_end(ap);
-    fputc('\n', stderr);
+    return 1;
+}
+
+int moe_usage_error(const char *prog, const char *sub, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vmessage(prog, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "Try '%s%s%s --help' for more information.\n", prog, sub ? " " : "",
+            sub ? sub : "");
+    return 2;
 }
 
 int moe_close_stdout(const char *prog)

@@ -87,8 +87,13 @@ int moe_parse_u64(const char *s, uint64_t min, uint64_t max, uint64_t *out, cons
 int moe_parse_double(const char *s, double min, double max, double *out, const char *what,
                      char *err, size_t errlen);
 
-/* Print an error "prog: message" on stderr after flushing stdout. */
-void moe_die_msg(const char *prog, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Print "prog: message" on stderr after flushing stdout; returns 1, the exit status of a
+ * runtime failure, so tools write `return moe_fail(prog, "cannot ...", ...)`. */
+int moe_fail(const char *prog, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Print "prog: message" and "Try 'prog [sub] --help' for more information." on stderr; returns
+ * 2, the exit status of a usage error. sub may be NULL. */
+int moe_usage_error(const char *prog, const char *sub, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 
 /* Flush and close stdout, checking for write errors (EPIPE on a closed pipe is not an error for
  * text tools: they exit quietly). Returns 0 or -1 (message printed). */
