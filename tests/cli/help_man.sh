@@ -48,9 +48,10 @@ check_tool() {
 
 n=0
 for t in "$MOE_BIN"/moe-*; do
-    case $t in *.o|*.c|*-*.*) continue ;; esac
-    [ -x "$t" ] || continue
-    check_tool "$(basename "$t")"
+    name=$(basename "$t")
+    case $name in *.*) continue ;; esac # objects, sources
+    [ -f "$t" ] && [ -x "$t" ] || continue
+    check_tool "$name"
     n=$((n + 1))
 done
 [ "$n" -gt 0 ] || fail "no tools found in $MOE_BIN"
