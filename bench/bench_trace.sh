@@ -12,19 +12,24 @@ reps=${MOE_BENCH_REPS:-7}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
-# Best (minimum) wall time of $reps runs of a shell command, in seconds.
+# Best (minimum) wall times of several shell commands, measured round-robin ($reps rounds) so
+# that a passing load on the machine affects every command alike. Prints one time per line.
 best() {
-    b=""
-    i=0
-    while [ "$i" -lt "$reps" ]; do
-        t0=$(date +%s%N)
-        sh -c "$1" >/dev/null
-        t1=$(date +%s%N)
-        d=$(( t1 - t0 ))
-        if [ -z "$b" ] || [ "$d" -lt "$b" ]; then b=$d; fi
-        i=$((i + 1))
+    for c in "$@"; do echo ""; done >"$tmp/best"
+    r=0
+    while [ "$r" -lt "$reps" ]; do
+        i=0
+        for c in "$@"; do
+            t0=$(date +%s%N)
+            sh -c "$c" >/dev/null
+            t1=$(date +%s%N)
+            i=$((i + 1))
+            awk -v i="$i" -v d=$((t1 - t0)) 'NR == i { if ($1 == "" || d < $1) $1 = d } { print }' \
+                "$tmp/best" >"$tmp/best.new" && mv "$tmp/best.new" "$tmp/best"
+        done
+        r=$((r + 1))
     done
-    awk -v n="$b" 'BEGIN { printf "%.4f", n / 1e9 }'
+    awk '{ printf "%.4f\n", $1 / 1e9 }' "$tmp/best"
 }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; }
 check() { awk -v v="$1" -v op="$2" -v t="$3" 'BEGIN {
@@ -38,11 +43,13 @@ if [ -x "$bin/.libs/moe-trace" ] && [ -d "$bin/../lib/.libs" ]; then
     export LD_LIBRARY_PATH
 fi
 text_bytes=$(zcat "$src/tokens.txt.gz" | wc -c)
-t_import=$(best "'$mt' import --no-PG --meta '$src/tokens.meta.txt.gz' -o '$tmp/ds.moet' '$src/tokens.txt.gz'")
+t_import=$(reps=3; best "'$mt' import --no-PG --meta '$src/tokens.meta.txt.gz' -o '$tmp/ds.moet' '$src/tokens.txt.gz'")
 mbs=$(awk -v b="$text_bytes" -v t="$t_import" 'BEGIN { printf "%.1f", b / t / 1e6 }')
-t_zcat=$(best "zcat '$tmp/ds.moet'")
-t_s0=$(best "'$mt' stats -@ 0 '$tmp/ds.moet'")
-t_s1=$(best "'$mt' stats -@ 1 '$tmp/ds.moet'")
+best "zcat '$tmp/ds.moet'" "'$mt' stats -@ 0 '$tmp/ds.moet'" "'$mt' stats -@ 1 '$tmp/ds.moet'" \
+    >"$tmp/times"
+t_zcat=$(sed -n 1p "$tmp/times")
+t_s0=$(sed -n 2p "$tmp/times")
+t_s1=$(sed -n 3p "$tmp/times")
 sz_bin=$(wc -c <"$tmp/ds.moet")
 sz_txt=$(wc -c <"$src/tokens.txt.gz")
 tokens=$("$mt" stats "$tmp/ds.moet" | awk '$1 == "tokens" { print $2 }')
