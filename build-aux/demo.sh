@@ -26,4 +26,15 @@ for f in train test; do
     printf '%s: ' "$f"
     moe-trace stats "$out/$f.moet" | awk '$1=="tokens"{t=$2} $1=="sequences"{s=$2} END{print t" tokens, "s" sequences"}'
 done
+say "5. inter-layer expert affinity against a shuffled baseline, a table and two heatmaps"
+printf '(with this load skew the popular experts dominate P(next | this) in the shuffle too:\n'
+printf ' the mutual information shows the affinity the generator put in)\n'
+run moe-affinity -@ 1 --summary "$out/synthetic.moet"
+run moe-affinity -@ 1 -o "$out/synthetic.aff" --png "$out/affinity-pair-0-1.png" \
+    "$out/synthetic.moet"
+run moe-affinity --plot grid --png "$out/affinity-grid.png" --svg "$out/affinity-grid.svg" \
+    "$out/synthetic.moet"
+printf 'does the affinity fitted on train predict test?\n'
+moe-affinity compare --summary "$out/train.moet" "$out/test.moet"
+ls -l "$out"/affinity-*
 printf '\ndemo outputs are in %s/\n' "$out"

@@ -1,0 +1,748 @@
+/* cmd/moe-affinity.c -- moe-affinity: inter-layer expert affinity tables and heatmaps. */
+#include "config.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include "moe/affinity.h"
+#include "moe/cli.h"
+#include "moe/io.h"
+#include "moe/moe.h"
+#include "moe/plot.h"
+#include "moe/trace.h"
+#include "moe/trace_map.h"
+
+static const char *prog = "moe-affinity";
+static int g_argc;
+static char **g_argv;
+static char errbuf[512];
+
+/* The options every mode accepts besides its own: text output, threads, @PG, progress. */
+#define AFF_OPTS (MOE_OPT_OUTPUT | MOE_OPT_FORMAT | MOE_OPT_THREADS | MOE_OPT_PG | \
+                  MOE_OPT_PROGRESS)
+
+/* Error reporting in the house style: "moe-affinity: ..." (status 1) and usage errors with
+ * the --help hint (status 2). */
+#define fail(...) moe_fail(prog, __VA_ARGS__)
+#define usage_error(sub, ...) moe_usage_error(prog, sub, __VA_ARGS__)
+
+/* Help lines of the common options; `pg`: the mode writes a table with a @PG line. */
+static void common_usage(FILE *fp, int pg)
+{
+    fputs("  -o, --output=FILE      write to FILE [-: standard output]\n"
+          "  -O, --output-fmt=F     t text, z gzipped text [t]\n"
+          "  -l, --level=N          gzip level 0-9 for -O z [6]\n"
+          "  -@, --threads=N        additional threads reading and counting [0]\n", fp);
+    moe_opts_usage(fp, (pg ? MOE_OPT_PG : 0) | MOE_OPT_PROGRESS);
+}
+
+/* ------------------------------------------------------------------ options */
+
+enum {
+    O_HOPS = MOE_OPTC_TOOL, O_TOP1, O_NO_COACT, O_NO_SHUFFLE, O_WINDOW, O_BY_STEP, O_PNG, O_SVG,
+    O_PLOT, O_PAIR, O_LAYER, O_SHUFFLED, O_LEVELS, O_KERNEL,
+};
+
+typedef struct job {
+    moe_opts_t o;
+    moe_affinity_opts_t ao;
+    int summary;
+    const char *png, *svg;
+    int plot_kind;          /* -1: the mode's default */
+    uint32_t *pairs;
+    size_t npairs;
+    uint32_t layer;
+    int shuffled;
+    int have_out;           /* -o given */
+} job_t;
+
+/* Parse "0,3-5" into layer indices. */
+static int parse_pairs(job_t *j, const char *arg, char *err, size_t errlen)
+{
+    const char *p = arg;
+    while (*p) {
+        char *end;
+        errno = 0;
+        unsigned long a = strtoul(p, &end, 10), b = a;
+        if (end == p || errno || a >= MOE_TRACE_MAX_LAYERS)
+            goto bad;
+        if (*end == '-') {
+            p = end + 1;
+            b = strtoul(p, &end, 10);
+            if (end == p || errno || b < a || b >= MOE_TRACE_MAX_LAYERS)
+                goto bad;
+        }
+        for (unsigned long k = a; k <= b; k++) {
+            if (j->npairs >= 64) {
+                snprintf(err, errlen, "--pair: at most 64 pairs");
+                return -1;
+            }
+            uint32_t *q = realloc(j->pairs, (j->npairs + 1) * sizeof *q);
+            if (!q) {
+                snprintf(err, errlen, "out of memory");
+                return -1;
+            }
+            j->pairs = q;
+            j->pairs[j->npairs++] = (uint32_t)k;
+        }
+        if (*end == ',' && end[1])
+            p = end + 1;
+        else if (*end)
+            goto bad;
+        else
+            p = end;
+    }
+    return 0;
+bad:
+    snprintf(err, errlen, "invalid pair list '%s' (expected layers like 0,3-5)", arg);
+    return -1;
+}
+
+static int u32_arg(const char *arg, uint64_t min, uint64_t max, const char *what, uint32_t *out,
+                   char *err, size_t errlen)
+{
+    uint64_t v;
+    if (moe_parse_u64(arg, min, max, &v, what, err, errlen))
+        return -1;
+    *out = (uint32_t)v;
+    return 0;
+}
+
+/* The options of all modes in one table; each mode rejects those that do not apply. */
+static const struct option long_opts[] = {
+    {"hops", required_argument, 0, O_HOPS}, {"top1", no_argument, 0, O_TOP1},
+    {"no-coact", no_argument, 0, O_NO_COACT}, {"no-shuffle", no_argument, 0, O_NO_SHUFFLE},
+    {"seed", required_argument, 0, 'S'}, {"window", required_argument, 0, O_WINDOW},
+    {"by-step", required_argument, 0, O_BY_STEP}, {"summary", no_argument, 0, 's'},
+    {"png", required_argument, 0, O_PNG}, {"svg", required_argument, 0, O_SVG},
+    {"plot", required_argument, 0, O_PLOT}, {"pair", required_argument, 0, O_PAIR},
+    {"layer", required_argument, 0, O_LAYER}, {"shuffled", no_argument, 0, O_SHUFFLED},
+    {"levels", required_argument, 0, O_LEVELS}, {"kernel", required_argument, 0, O_KERNEL},
+    MOE_OPTS_LONG, {0}};
+
+/* Which options each mode takes (bit per option code past MOE_OPTC_TOOL, plus 'S', 's'). */
+static int allowed(const char *sub, int c)
+{
+    if (c == 'S' || c == O_TOP1 || c == O_KERNEL)
+        return 1;
+    if (!sub)
+        return c != O_LEVELS;
+    if (strcmp(sub, "converge") == 0)
+        return c == O_LEVELS;
+    /* compare */
+    return c == 's' || c == O_WINDOW;
+}
+
+static const char *opt_name(int c)
+{
+    for (const struct option *o = long_opts; o->name; o++)
+        if (o->val == c)
+            return o->name;
+    return "?";
+}
+
+/* Parse the command line of a mode. Returns 0, or 1 after --help/--version, or -1 with *rc set
+ * (usage error). */
+static int parse(const char *sub, int argc, char **argv, job_t *j, void (*usage)(FILE *),
+                 int *rc)
+{
+    char err[256];
+    moe_opts_init(&j->o);
+    j->o.allowed = sub ? AFF_OPTS & ~(unsigned)MOE_OPT_PG : AFF_OPTS; /* reports: no @PG */
+    moe_affinity_opts_default(&j->ao);
+    j->plot_kind = -1;
+    j->layer = UINT32_MAX;
+    int c;
+    while ((c = getopt_long(argc, argv, "sS:" MOE_OPTS_SHORT, long_opts, NULL)) != -1) {
+        if (c == MOE_OPTC_HELP) {
+            usage(stdout);
+            return 1;
+        }
+        if (c == MOE_OPTC_VERSION) {
+            moe_print_version(stdout, prog);
+            return 1;
+        }
+        if (c == '?' || c == ':') {
+            *rc = usage_error(sub, "invalid or incomplete option '%s'", argv[optind - 1]);
+            return -1;
+        }
+        int h = moe_opts_parse(&j->o, c, optarg, err, sizeof err);
+        if (h < 0) {
+            *rc = usage_error(sub, "%s", err);
+            return -1;
+        }
+        if (h > 0) {
+            j->have_out |= c == 'o';
+            continue;
+        }
+        if (!allowed(sub, c)) {
+            *rc = usage_error(sub, "option --%s does not apply to %s", opt_name(c),
+                              sub ? sub : "the table mode");
+            return -1;
+        }
+        int bad = 0;
+        uint64_t v;
+        switch (c) {
+        case O_HOPS:
+            bad = u32_arg(optarg, 1, MOE_AFF_MAX_HOPS, "hop count", &j->ao.hops, err, sizeof err);
+            break;
+        case O_TOP1: j->ao.top1 = 1; break;
+        case O_NO_COACT: j->ao.coact = 0; break;
+        case O_NO_SHUFFLE: j->ao.shuffle = 0; break;
+        case 'S':
+            bad = moe_parse_u64(optarg, 0, UINT64_MAX, &v, "seed", err, sizeof err);
+            if (!bad)
+                j->ao.seed = v;
+            break;
+        case O_WINDOW:
+            bad = u32_arg(optarg, 2, 1u << 24, "shuffle window", &j->ao.window, err, sizeof err);
+            break;
+        case O_BY_STEP:
+            bad = u32_arg(optarg, 1, UINT32_MAX, "step window", &j->ao.step_window, err,
+                          sizeof err);
+            break;
+        case 's': j->summary = 1; break;
+        case O_PNG: j->png = optarg; break;
+        case O_SVG: j->svg = optarg; break;
+        case O_PLOT: {
+            static const char *kinds[] = {"pair", "grid", "load", "steps"};
+            j->plot_kind = -2;
+            for (int k = 0; k < 4; k++)
+                if (strcmp(optarg, kinds[k]) == 0)
+                    j->plot_kind = k;
+            if (j->plot_kind == -2) {
+                snprintf(err, sizeof err, "unknown plot '%s' (pair, grid, load or steps)",
+                         optarg);
+                bad = -1;
+            }
+            break;
+        }
+        case O_PAIR: bad = parse_pairs(j, optarg, err, sizeof err); break;
+        case O_LAYER:
+            bad = u32_arg(optarg, 0, MOE_TRACE_MAX_LAYERS - 1, "layer", &j->layer, err,
+                          sizeof err);
+            break;
+        case O_SHUFFLED: j->shuffled = 1; break;
+        case O_LEVELS:
+            bad = u32_arg(optarg, 1, 30, "level count", &j->ao.bands, err, sizeof err);
+            break;
+        case O_KERNEL: {
+            static const char *names[] = {"auto", "scalar", "avx2", "avx512"};
+            j->ao.kernel = -1;
+            for (int k = 0; k < 4; k++)
+                if (strcmp(optarg, names[k]) == 0)
+                    j->ao.kernel = k;
+            if (j->ao.kernel < 0) {
+                snprintf(err, sizeof err, "unknown kernel '%s' (auto, scalar, avx2, avx512)",
+                         optarg);
+                bad = -1;
+            }
+            break;
+        }
+        default: bad = -1; snprintf(err, sizeof err, "unexpected option"); break;
+        }
+        if (bad) {
+            *rc = usage_error(sub, "%s", err);
+            return -1;
+        }
+    }
+    if (j->o.fmt && j->o.fmt != 't' && j->o.fmt != 'z') {
+        *rc = usage_error(sub, "tables are text: -O t or -O z");
+        return -1;
+    }
+    if (j->o.force) {
+        *rc = usage_error(sub, "option -f/--force does not apply: the output is text");
+        return -1;
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------------ output */
+
+/* A text output written atomically, optionally gzipped. */
+typedef struct textout {
+    moe_ofile_t *of;
+    int fd;
+    gzFile gz;
+    const char *path;
+} textout_t;
+
+static int textout_open(textout_t *t, const moe_opts_t *o)
+{
+    int st;
+    memset(t, 0, sizeof *t);
+    t->path = o->out;
+    t->of = moe_ofile_open(o->out, &st, errbuf, sizeof errbuf);
+    if (!t->of)
+        return fail("%s", errbuf);
+    t->fd = moe_ofile_fd(t->of);
+    if (o->fmt == 'z') {
+        char mode[4] = {'w', 'b', (char)('0' + (o->level < 0 ? 6 : o->level % 10)), '\0'};
+        t->gz = gzdopen(dup(t->fd), mode);
+        if (!t->gz) {
+            moe_ofile_abort(t->of);
+            return fail("cannot write '%s': out of memory", o->out);
+        }
+    }
+    return 0;
+}
+
+static int textout_sink(void *ctx, const void *buf, size_t len)
+{
+    textout_t *t = ctx;
+    if (t->gz)
+        return gzwrite(t->gz, buf, (unsigned)len) == (int)len ? 0 : MOE_ESYS;
+    return moe_write_full(t->fd, buf, len) == 0 ? 0 : MOE_ESYS;
+}
+
+/* Finish a text output: commit it (ok) or remove it. 0 or 1 after a message. */
+static int textout_close(textout_t *t, int ok)
+{
+    if (t->gz && gzclose(t->gz) != Z_OK && ok)
+        ok = !fail("write error on '%s': %s", t->path, strerror(errno));
+    if (!ok) {
+        moe_ofile_abort(t->of);
+        return 1;
+    }
+    if (moe_ofile_commit(t->of) != 0) {
+        if (errno == EPIPE)
+            return 0;
+        return fail("cannot write '%s': %s", t->path, strerror(errno));
+    }
+    return 0;
+}
+
+/* A picture file: written under a temporary name, committed with the other outputs. */
+static moe_ofile_t *picture_open(const char *path)
+{
+    int st;
+    moe_ofile_t *of = moe_ofile_open(path, &st, errbuf, sizeof errbuf);
+    if (!of)
+        fail("%s", errbuf);
+    return of;
+}
+
+static int picture_write(moe_ofile_t *of, const char *path, const void *buf, size_t len)
+{
+    if (moe_write_full(moe_ofile_fd(of), buf, len) == 0)
+        return 0;
+    return fail("write error on '%s': %s", path, strerror(errno));
+}
+
+static int picture_commit(moe_ofile_t *of, const char *path)
+{
+    if (moe_ofile_commit(of) != 0)
+        return fail("cannot write '%s': %s", path, strerror(errno));
+    return 0;
+}
+
+/* Render the pictures asked for into memory (before any file is opened). */
+typedef struct pictures {
+    uint8_t *png;
+    size_t png_len;
+    char *svg;
+    size_t svg_len;
+    moe_ofile_t *png_of, *svg_of;
+} pictures_t;
+
+static int render(const job_t *j, const moe_affinity_t *a, int default_kind, pictures_t *p)
+{
+    memset(p, 0, sizeof *p);
+    if (!j->png && !j->svg)
+        return 0;
+    moe_affinity_plot_t po = {j->plot_kind >= 0 ? j->plot_kind : default_kind, j->pairs,
+                              j->npairs, j->shuffled, j->layer};
+    moe_canvas_t *c = NULL;
+    if (moe_affinity_plot(a, &po, &c, errbuf, sizeof errbuf) != 0)
+        return fail("cannot draw: %s", errbuf);
+    int rc = 0;
+    if (j->png && moe_canvas_png(c, &p->png, &p->png_len) != 0)
+        rc = fail("cannot draw: out of memory");
+    if (!rc && j->svg && moe_canvas_svg(c, &p->svg, &p->svg_len) != 0)
+        rc = fail("cannot draw: out of memory");
+    moe_canvas_free(c);
+    return rc;
+}
+
+/* Open the picture files (temporaries) and write them; nothing is committed yet. */
+static int pictures_write(const job_t *j, pictures_t *p)
+{
+    if (j->png && (!(p->png_of = picture_open(j->png)) ||
+                   picture_write(p->png_of, j->png, p->png, p->png_len)))
+        return 1;
+    if (j->svg && (!(p->svg_of = picture_open(j->svg)) ||
+                   picture_write(p->svg_of, j->svg, p->svg, p->svg_len)))
+        return 1;
+    return 0;
+}
+
+static int pictures_commit(const job_t *j, pictures_t *p)
+{
+    int rc = 0;
+    if (p->png_of) {
+        rc |= picture_commit(p->png_of, j->png);
+        p->png_of = NULL;
+    }
+    if (p->svg_of) {
+        rc |= picture_commit(p->svg_of, j->svg);
+        p->svg_of = NULL;
+    }
+    return rc;
+}
+
+/* Remove uncommitted picture files and free the images. */
+static void pictures_free(pictures_t *p)
+{
+    moe_ofile_abort(p->png_of);
+    moe_ofile_abort(p->svg_of);
+    free(p->png);
+    free(p->svg);
+}
+
+/* ------------------------------------------------------------------ counting */
+
+static void progress_cb(void *ctx, uint64_t done, uint64_t total)
+{
+    (void)total;
+    moe_progress_update(ctx, done);
+}
+
+/* Count a trace into a new affinity object. NULL after printing the error. */
+static moe_affinity_t *count_trace(const char *path, const job_t *j)
+{
+    int st;
+    moe_trace_map_t *m = moe_trace_map_open(path, j->o.threads, &st, errbuf, sizeof errbuf);
+    if (!m) {
+        fail("%s", errbuf);
+        return NULL;
+    }
+    moe_affinity_t *a = moe_affinity_new(moe_trace_map_header(m), &j->ao, &st, errbuf,
+                                         sizeof errbuf);
+    if (!a) {
+        fail("'%s': %s", path, errbuf);
+        moe_trace_map_close(m);
+        return NULL;
+    }
+    if (moe_affinity_set_source(a, path)) {
+        fail("out of memory");
+        moe_affinity_free(a);
+        moe_trace_map_close(m);
+        return NULL;
+    }
+    moe_progress_t *pg = moe_progress_new("affinity", 0, j->o.progress);
+    int rc = moe_affinity_scan(a, m, pg ? progress_cb : NULL, pg);
+    moe_progress_free(pg);
+    if (rc) {
+        fail("%s", moe_trace_map_errmsg(m));
+        moe_affinity_free(a);
+        a = NULL;
+    }
+    moe_trace_map_close(m);
+    return a;
+}
+
+/* '@' lines for a table: the input's own, then this command's @PG line. */
+static char *table_text(const job_t *j, const moe_affinity_t *a)
+{
+    moe_trace_hdr_t h;
+    moe_trace_hdr_init(&h);
+    if (moe_trace_hdr_add_line(&h, "@CO\tmoe-affinity table") != 0)
+        return NULL;
+    const char *t = moe_affinity_text(a);
+    if (*t) {
+        size_t n = strlen(h.text) + strlen(t) + 1;
+        char *x = realloc(h.text, n);
+        if (!x) {
+            moe_trace_hdr_release(&h);
+            return NULL;
+        }
+        strcat(x, t);
+        h.text = x;
+    }
+    if (!j->o.no_pg && moe_trace_hdr_add_pg(&h, prog, g_argc, g_argv) != 0) {
+        moe_trace_hdr_release(&h);
+        return NULL;
+    }
+    return h.text;
+}
+
+/* ------------------------------------------------------------------ the table mode */
+
+static void main_usage(FILE *fp)
+{
+    fprintf(fp,
+            "Usage: %s [options] [TRACE]\n"
+            "       %s converge [options] [TRACE]\n"
+            "       %s compare [options] A B\n"
+            "Measure inter-layer expert affinity in a routing trace: per-layer expert loads,\n"
+            "transitions between layers over the top-k sets, conditional probabilities\n"
+            "P(next | this), most affiliated experts, mutual information and same-layer\n"
+            "co-activation, each next to a shuffled no-affinity baseline.\n\n"
+            "Statistics:\n"
+            "      --hops=D           count transitions j -> j+d for d = 1..D [1]\n"
+            "      --top1             use each cell's top-1 expert (highest weight, else the\n"
+            "                         first id) instead of the top-k set\n"
+            "      --no-coact         skip same-layer co-activation counts\n"
+            "      --no-shuffle       skip the shuffled baseline\n"
+            "  -S, --seed=N           seed of the shuffle [1]\n"
+            "      --window=N         shuffle within windows of N records [8192]\n"
+            "      --by-step=W        report loads and affinity per window of W steps\n"
+            "  -s, --summary          one line per statistic instead of the table\n"
+            "      --kernel=K         counting kernel: auto, scalar, avx2, avx512 [auto]\n"
+            "Pictures:\n"
+            "      --png=FILE         draw a heatmap as PNG\n"
+            "      --svg=FILE         draw a heatmap as SVG\n"
+            "      --plot=KIND        pair, grid, load or steps [pair; steps with --by-step]\n"
+            "      --pair=LIST        layers j of the pairs j -> j+1 drawn, e.g. 0,5-7 [0]\n"
+            "      --layer=J          layer whose loads the steps plot shows [the last]\n"
+            "      --shuffled         draw the shuffled baseline instead of the trace\n"
+            "Output and common options:\n",
+            prog, prog, prog);
+    common_usage(fp, 1);
+    fprintf(fp, "\nWith --png or --svg and no -o, only the pictures are written. TRACE is a\n"
+                "binary trace, a text view, or '-' for standard input [-].\n\n"
+                "Commands:\n"
+                "  converge  affinity of growing samples of sequences against the whole trace\n"
+                "  compare   how well the affinity of trace A predicts trace B\n\n"
+                "'%s COMMAND --help' lists a command's options. Exit status: 0 success,\n"
+                "1 failure (input, data or I/O), 2 usage error. See moe-affinity(1),\n"
+                "moe-affinity(5).\n", prog);
+}
+
+static int run_table(int argc, char **argv)
+{
+    job_t j;
+    memset(&j, 0, sizeof j);
+    int rc = 0, st = parse(NULL, argc, argv, &j, main_usage, &rc);
+    if (st) {
+        free(j.pairs);
+        return st > 0 ? 0 : rc;
+    }
+    if (argc - optind > 1) {
+        free(j.pairs);
+        return usage_error(NULL, "too many arguments");
+    }
+    if (j.ao.step_window && j.summary) {
+        free(j.pairs);
+        return usage_error(NULL, "--by-step and --summary exclude each other");
+    }
+    int kind = j.plot_kind >= 0 ? j.plot_kind : j.ao.step_window ? MOE_AFF_PLOT_STEPS
+                                                                 : MOE_AFF_PLOT_PAIR;
+    if ((kind == MOE_AFF_PLOT_STEPS) != (j.ao.step_window != 0) && (j.png || j.svg)) {
+        free(j.pairs);
+        return usage_error(NULL, "--plot steps goes with --by-step, the other plots without");
+    }
+    if (j.shuffled && !j.ao.shuffle) {
+        free(j.pairs);
+        return usage_error(NULL, "--shuffled needs the baseline (drop --no-shuffle)");
+    }
+    moe_opts_apply_log(&j.o);
+    const char *in = optind < argc ? argv[optind] : "-";
+    moe_affinity_t *a = count_trace(in, &j);
+    if (!a) {
+        free(j.pairs);
+        return 1;
+    }
+    pictures_t pics;
+    rc = render(&j, a, kind, &pics);
+    int want_text = j.summary || j.have_out || (!j.png && !j.svg);
+    textout_t out;
+    int text_open = 0;
+    if (!rc)
+        rc = pictures_write(&j, &pics);
+    if (!rc && want_text) {
+        rc = textout_open(&out, &j.o);
+        text_open = rc == 0;
+    }
+    if (!rc && want_text) {
+        int wrc;
+        char *text = NULL;
+        if (j.summary) {
+            wrc = moe_affinity_write_summary(a, textout_sink, &out);
+        } else if (j.ao.step_window) {
+            wrc = moe_affinity_write_steps(a, textout_sink, &out);
+        } else {
+            text = table_text(&j, a);
+            wrc = text ? moe_affinity_write(a, text, textout_sink, &out) : MOE_ENOMEM;
+        }
+        free(text);
+        if (wrc && errno == EPIPE) { /* the reader went away: stop quietly */
+            textout_close(&out, 0);
+            pictures_free(&pics);
+            moe_affinity_free(a);
+            free(j.pairs);
+            exit(0);
+        }
+        if (wrc)
+            rc = fail("write error on '%s': %s", j.o.out,
+                      wrc == MOE_ESYS ? strerror(errno) : moe_strerror(wrc));
+    }
+    /* everything written: commit all, or remove all */
+    if (text_open)
+        rc = textout_close(&out, rc == 0) || rc;
+    if (!rc)
+        rc = pictures_commit(&j, &pics);
+    pictures_free(&pics);
+    moe_affinity_free(a);
+    free(j.pairs);
+    return rc;
+}
+
+/* ------------------------------------------------------------------ converge */
+
+static void converge_usage(FILE *fp)
+{
+    fprintf(fp, "Usage: %s converge [options] [TRACE]\n"
+                "How many tokens does the affinity need? Sequences are sampled by a seeded hash\n"
+                "into nested samples of 1/2, 1/4, ... of the trace; for each sample the table\n"
+                "gives the mean total-variation distance of its conditional rows P(next | i)\n"
+                "to the whole trace's, and the share of experts whose most affiliated expert\n"
+                "is unchanged (layer pairs j -> j+1).\n\n"
+                "      --levels=N         smallest sample 1/2^N of the sequences [12]\n"
+                "      --top1             use each cell's top-1 expert instead of the set\n"
+                "  -S, --seed=N           seed of the sampling [1]\n"
+                "      --kernel=K         counting kernel: auto, scalar, avx2, avx512 [auto]\n",
+            prog);
+    common_usage(fp, 0);
+}
+
+static int run_converge(int argc, char **argv)
+{
+    job_t j;
+    memset(&j, 0, sizeof j);
+    int rc = 0, st = parse("converge", argc, argv, &j, converge_usage, &rc);
+    if (st)
+        return st > 0 ? 0 : rc;
+    if (argc - optind > 1)
+        return usage_error("converge", "too many arguments");
+    if (!j.ao.bands)
+        j.ao.bands = 12;
+    moe_opts_apply_log(&j.o);
+    moe_affinity_t *a = count_trace(optind < argc ? argv[optind] : "-", &j);
+    if (!a)
+        return 1;
+    textout_t out;
+    rc = textout_open(&out, &j.o);
+    if (!rc) {
+        int wrc = moe_affinity_write_converge(a, textout_sink, &out);
+        if (wrc)
+            fail("write error on '%s': %s", j.o.out, strerror(errno));
+        rc = textout_close(&out, wrc == 0);
+    }
+    moe_affinity_free(a);
+    return rc;
+}
+
+/* ------------------------------------------------------------------ compare */
+
+static void compare_usage(FILE *fp)
+{
+    fprintf(fp, "Usage: %s compare [options] A B\n"
+                "How well does the affinity measured on A predict B (ExFlow Table III)? Per\n"
+                "layer pair j -> j+1: the mean total-variation distance between the rows\n"
+                "P(next | i) of A and B, the log2-likelihood per transition of B under A's\n"
+                "rows and under A's shuffled baseline (their difference is the gain of the\n"
+                "affinity), and the share of experts with the same most affiliated expert.\n"
+                "A and B are traces or affinity tables; A needs its shuffled baseline.\n\n"
+                "  -s, --summary          only the means over the layer pairs\n"
+                "      --top1             use each cell's top-1 expert instead of the set\n"
+                "  -S, --seed=N           seed of A's shuffle [1]\n"
+                "      --window=N         shuffle within windows of N records [8192]\n"
+                "      --kernel=K         counting kernel: auto, scalar, avx2, avx512 [auto]\n",
+            prog);
+    common_usage(fp, 0);
+}
+
+/* A trace or an affinity table (told apart by the first line). */
+static moe_affinity_t *load_either(const char *path, const job_t *j)
+{
+    if (strcmp(path, "-") != 0) {
+        int st;
+        moe_lines_t *l = moe_lines_open(path, &st, errbuf, sizeof errbuf);
+        char *line = NULL;
+        int table = l && moe_lines_next(l, &line, NULL) == 1 &&
+                    moe_affinity_is_table((const uint8_t *)line, strlen(line));
+        moe_lines_close(l);
+        if (table) {
+            moe_affinity_t *a = moe_affinity_read(path, &st, errbuf, sizeof errbuf);
+            if (!a)
+                fail("%s", errbuf);
+            else if (moe_affinity_set_source(a, path))
+                fail("out of memory");
+            return a;
+        }
+    }
+    return count_trace(path, j);
+}
+
+static int run_compare(int argc, char **argv)
+{
+    job_t j;
+    memset(&j, 0, sizeof j);
+    int rc = 0, st = parse("compare", argc, argv, &j, compare_usage, &rc);
+    if (st)
+        return st > 0 ? 0 : rc;
+    if (argc - optind != 2)
+        return usage_error("compare", "expected two inputs, A and B");
+    moe_opts_apply_log(&j.o);
+    moe_affinity_t *a = load_either(argv[optind], &j), *b = NULL;
+    if (a)
+        b = load_either(argv[optind + 1], &j);
+    if (!a || !b) {
+        moe_affinity_free(a);
+        return 1;
+    }
+    moe_affinity_info_t ia, ib;
+    moe_affinity_info(a, &ia);
+    moe_affinity_info(b, &ib);
+    if (ia.layers != ib.layers || ia.experts != ib.experts) {
+        rc = fail("'%s' has %u layers and %u experts, '%s' %u and %u", argv[optind], ia.layers,
+                  ia.experts, argv[optind + 1], ib.layers, ib.experts);
+    } else if (!ia.shuffled) {
+        rc = fail("'%s': the table has no shuffled baseline", argv[optind]);
+    } else if (ia.layers < 2) {
+        rc = fail("'%s': a single layer has no layer pairs", argv[optind]);
+    } else {
+        textout_t out;
+        rc = textout_open(&out, &j.o);
+        if (!rc) {
+            int wrc = moe_affinity_write_compare(a, b, j.summary, textout_sink, &out);
+            if (wrc)
+                fail("write error on '%s': %s", j.o.out, strerror(errno));
+            rc = textout_close(&out, wrc == 0);
+        }
+    }
+    moe_affinity_free(a);
+    moe_affinity_free(b);
+    return rc;
+}
+
+/* ------------------------------------------------------------------ main */
+
+int main(int argc, char **argv)
+{
+    g_argc = argc;
+    g_argv = argv;
+    argv[0] = (char *)prog;
+    moe_log_set_prog(prog);
+    opterr = 0;
+    signal(SIGPIPE, SIG_IGN);
+    moe_ofile_cleanup_on_signal();
+    int rc;
+    if (argc > 1 && strcmp(argv[1], "converge") == 0)
+        rc = run_converge(argc - 1, argv + 1);
+    else if (argc > 1 && strcmp(argv[1], "compare") == 0)
+        rc = run_compare(argc - 1, argv + 1);
+    else
+        rc = run_table(argc, argv);
+    if (moe_close_stdout(prog) && rc == 0)
+        rc = 1;
+    return rc;
+}

@@ -1,0 +1,60 @@
+# tests/cli/affinity_lib.sh -- sourced by the moe-affinity CLI tests after lib.sh: the tool
+# wrapper and the checks of its error conventions. POSIX sh.
+
+if [ ! -x "$MOE_BIN/moe-affinity" ]; then
+    echo "MOE_BIN must hold moe-affinity (got '$MOE_BIN')" >&2
+    exit 99
+fi
+AFF_DATA=$top_srcdir/tests/data/affinity
+
+# aff ARGS...: run moe-affinity (through $MOE_VALGRIND when set).
+aff() {
+    if [ -n "$moe_libtool" ]; then
+        "$moe_libtool" --mode=execute $MOE_VALGRIND "$MOE_BIN/moe-affinity" "$@"
+    else
+        $MOE_VALGRIND "$MOE_BIN/moe-affinity" "$@"
+    fi
+}
+
+# expect_aff_err_line [SUBSTRING]: stderr of the last run is exactly one line starting with
+# 'moe-affinity: ' (and containing SUBSTRING).
+expect_aff_err_line() {
+    tool_err
+    _n=$(wc -l <"$T/err.tool" | tr -d ' ')
+    if [ "$_n" != 1 ]; then
+        fail "expected one line on stderr, got $_n"
+        sed 's/^/    stderr: /' "$T/err" | head -5
+        return
+    fi
+    case $(cat "$T/err.tool") in
+    "moe-affinity: "*) ;;
+    *) fail "stderr does not start with 'moe-affinity: ': $(cat "$T/err.tool")" ;;
+    esac
+    if [ $# -gt 0 ] && ! grep -F -q -- "$1" "$T/err.tool"; then
+        fail "stderr lacks '$1': $(cat "$T/err.tool")"
+    fi
+}
+
+# expect_aff_usage_error [SUBCOMMAND]: a 'moe-affinity: ' line plus the --help hint.
+expect_aff_usage_error() {
+    tool_err
+    _hint="Try 'moe-affinity${1:+ $1} --help' for more information."
+    if [ "$(wc -l <"$T/err.tool" | tr -d ' ')" != 2 ] ||
+        [ "$(head -n 1 "$T/err.tool" | cut -c1-14)" != "moe-affinity: " ] ||
+        [ "$(tail -n 1 "$T/err.tool")" != "$_hint" ]; then
+        fail "expected a usage error and the hint \"$_hint\""
+        sed 's/^/    stderr: /' "$T/err" | head -5
+    fi
+}
+
+# summary_of FILE KEY [COLUMN]: a value of `moe-affinity --summary` (2: real, 3: shuffled).
+summary_of() {
+    aff --summary "$1" | awk -v k="$2" -v c="${3:-2}" '$1 == k { print $c }'
+}
+
+# A python3 that can run the PNG/SVG checks, or empty.
+PY=
+if command -v python3 >/dev/null 2>&1 && python3 -c 'import zlib, xml.etree.ElementTree' \
+    >/dev/null 2>&1; then
+    PY=python3
+fi
