@@ -1,6 +1,6 @@
 #!/bin/sh
-# tests/cli/memory.sh -- streaming tools run in bounded memory: peak RSS of stats and view over a
-# 10-million-token trace stays under 64 MB, with and without worker threads.
+# tests/cli/memory.sh -- streaming tools run in bounded memory: peak RSS of stats, view and
+# moe-affinity over a 10-million-token trace stays under 64 MB, with and without worker threads.
 
 . "$(dirname "$0")/lib.sh"
 
@@ -47,12 +47,14 @@ start=$(date +%s)
     { echo "cannot generate the 10M-token trace"; exit 1; }
 echo "generated $(file_size "$BIG") bytes in $(($(date +%s) - start)) s"
 
-# name | arguments (the trace is appended)
-while IFS='|' read -r name args; do
+# tool | name | arguments (the trace is appended)
+while IFS='|' read -r tool name args; do
+    tool=$(echo $tool)
     name=$(echo $name)
-    case $name in '' | '#'*) continue ;; esac
-    begin "peak RSS of moe-trace $name"
-    kb=$(peak_kb "$MOE_BIN/moe-trace" $args "$BIG" </dev/null)
+    case $tool in '' | '#'*) continue ;; esac
+    [ -x "$MOE_BIN/$tool" ] || continue
+    begin "peak RSS of $tool $name"
+    kb=$(peak_kb "$MOE_BIN/$tool" $args "$BIG" </dev/null)
     st=$?
     expect_eq "$st" 0 "exit status"
     expect_no_stderr
@@ -62,13 +64,16 @@ while IFS='|' read -r name args; do
     echo "  peak RSS: $kb KB"
     end
 done <<'EOF'
-stats           | stats
-stats -@ 1      | stats -@ 1
-stats -@ 3      | stats -@ 3 --loads
-view            | view
-view -@ 1       | view -@ 1
-view -O b       | view -O b -f
-view -O b -@ 1  | view -O b -f -@ 1
+moe-trace    | stats           | stats
+moe-trace    | stats -@ 1      | stats -@ 1
+moe-trace    | stats -@ 3      | stats -@ 3 --loads
+moe-trace    | view            | view
+moe-trace    | view -@ 1       | view -@ 1
+moe-trace    | view -O b       | view -O b -f
+moe-trace    | view -O b -@ 1  | view -O b -f -@ 1
+moe-affinity | (table)         | -o /dev/null
+moe-affinity | -@ 1 --summary  | -@ 1 --summary
+moe-affinity | --hops 2 -@ 1   | --hops 2 -@ 1 -o /dev/null
 EOF
 
 begin "the 10M-token trace was read whole"

@@ -19,6 +19,11 @@ seed trace
 "$mt" gen -n 10 -s 2 -L 2 -E 8 -k 2 -w -O t -o "$work/corpus/trace/t.txt"
 "$mt" gen -n 10 -s 2 -L 2 -E 8 -k 2 -O z -o "$work/corpus/trace/z.txt.gz"
 for f in tokens jsonl csv npy megatron; do seed "$f"; done
+seed affinity_table
+"$build/cmd/moe-affinity" --no-PG -o "$work/corpus/affinity_table/small.aff" \
+    "$work/corpus/trace/b.moet"
+"$build/cmd/moe-affinity" --no-PG --top1 -o "$work/corpus/affinity_table/w.aff" \
+    "$work/corpus/trace/u.moet"
 d=$src/tests/data/import
 cp "$d"/*.tokens "$d"/*.meta "$d"/*.weights "$work/corpus/tokens/" 2>/dev/null || true
 cp "$d"/*.jsonl "$work/corpus/jsonl/" 2>/dev/null || true
@@ -27,7 +32,8 @@ cp "$d"/*.csv "$work/corpus/csv/" 2>/dev/null || true
 cp "$d"/*.npy "$work/corpus/npy/" 2>/dev/null || true
 
 status=0
-for t in trace import_tokens import_jsonl import_csv import_npy import_megatron; do
+for t in trace import_tokens import_jsonl import_csv import_npy import_megatron \
+    affinity_table; do
     c=$work/corpus/${t#import_}
     log=$work/$t.log
     if "$bin/fuzz_$t" -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 -max_len=65536 \
