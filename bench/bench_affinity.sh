@@ -71,3 +71,8 @@ printf '%-46s %9ss %9ss %8s %8s %s\n' "moe-affinity -@1 vs moe-trace stats -@1" 
 printf '%-46s %9ss %9ss %8s %8s\n' "moe-affinity -@0 vs moe-trace stats -@0" "$a0" "$s0" "$r0" "-"
 printf '%-46s %9ss %9ss %8s %8s\n' "moe-affinity -@1 --summary vs stats -@1" "$as" "$s1" "$rs" "-"
 printf '%-46s %9ss %9ss %8s %8s\n' "  --no-shuffle --no-coact vs stats -@1" "$an" "$s1" "$rn" "-"
+# Two threads gain little when another program holds the second core: say so, since the -@1
+# ratio then tends to the -@0 one (work, not parallel time).
+awk -v s1="$s1" -v s0="$s0" 'BEGIN { if (s1 > 0.8 * s0)
+    printf "# note: stats -@1 took %.0f%% of stats -@0: the machine looks busy (a core short?)\n",
+        100 * s1 / s0 }'

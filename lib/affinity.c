@@ -16,7 +16,9 @@
 
 #define CHUNK 2048u           /* shuffled records counted per task */
 #define MAX_STEP_LOCALS 4     /* by-step: windows a worker keeps counters for at once */
-#define MAX_TABLE_BYTES (UINT64_C(4) << 30)
+/* Bound on the count tables: a table header (or a trace shape) asking for more is refused up
+ * front, before any allocation, so a small hostile table cannot claim gigabytes. */
+#define MAX_TABLE_BYTES (UINT64_C(1) << 30)
 
 void moe_affinity_opts_default(moe_affinity_opts_t *o)
 {
@@ -69,7 +71,7 @@ moe_affinity_t *aff_alloc(const moe_trace_hdr_t *h, const moe_affinity_opts_t *o
                      (o->coact ? (uint64_t)L * E * E * 8 : 0);
     if (bytes > MAX_TABLE_BYTES) {
         *status = set_err(errbuf, errlen, MOE_ENOMEM, "affinity tables for %u layers, %u "
-                          "experts and %llu pairs need %.1f GiB (limit 4 GiB)", L, E,
+                          "experts and %llu pairs need %.1f GiB (limit 1 GiB)", L, E,
                           (unsigned long long)npairs, (double)bytes / (1u << 30));
         return NULL;
     }
