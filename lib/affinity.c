@@ -303,51 +303,33 @@ static const uint64_t bit64[64] = {
 #undef B4
 };
 
-static inline uint64_t cell_mask(const uint16_t *c, uint32_t K)
-{
-    switch (K) { /* independent lookups, combined as a tree, for the common top-k */
-    case 1: return bit64[c[0]];
-    case 2: return bit64[c[0]] | bit64[c[1]];
-    case 4: return (bit64[c[0]] | bit64[c[1]]) | (bit64[c[2]] | bit64[c[3]]);
-    case 6:
-        return (bit64[c[0]] | bit64[c[1]]) | (bit64[c[2]] | bit64[c[3]]) |
-               (bit64[c[4]] | bit64[c[5]]);
-    case 8:
-        return ((bit64[c[0]] | bit64[c[1]]) | (bit64[c[2]] | bit64[c[3]])) |
-               ((bit64[c[4]] | bit64[c[5]]) | (bit64[c[6]] | bit64[c[7]]));
-    default: {
-        uint64_t m = 0;
-        for (uint32_t k = 0; k < K; k++)
-            m |= bit64[c[k]];
-        return m;
+/* The expert set of one cell as a 64-bit mask, from decoded (uint16_t) or raw stored (uint8_t)
+ * ids: independent lookups combined as a tree for the common top-k. One body, two types. */
+#define DEFINE_CELL_MASK(name, T)                                                             \
+    static inline uint64_t name(const T *c, uint32_t K)                                       \
+    {                                                                                         \
+        switch (K) {                                                                          \
+        case 1: return bit64[c[0]];                                                           \
+        case 2: return bit64[c[0]] | bit64[c[1]];                                             \
+        case 4: return (bit64[c[0]] | bit64[c[1]]) | (bit64[c[2]] | bit64[c[3]]);             \
+        case 6:                                                                               \
+            return (bit64[c[0]] | bit64[c[1]]) | (bit64[c[2]] | bit64[c[3]]) |                \
+                   (bit64[c[4]] | bit64[c[5]]);                                               \
+        case 8:                                                                               \
+            return ((bit64[c[0]] | bit64[c[1]]) | (bit64[c[2]] | bit64[c[3]])) |              \
+                   ((bit64[c[4]] | bit64[c[5]]) | (bit64[c[6]] | bit64[c[7]]));               \
+        default: {                                                                            \
+            uint64_t m = 0;                                                                   \
+            for (uint32_t k = 0; k < K; k++)                                                  \
+                m |= bit64[c[k]];                                                             \
+            return m;                                                                         \
+        }                                                                                     \
+        }                                                                                     \
     }
-    }
-}
+DEFINE_CELL_MASK(cell_mask, uint16_t)
+DEFINE_CELL_MASK(raw_mask, uint8_t)
 
-/* Masks of the records of batch b, layer-major: full[j * n + r] (the top-k cell) and, with
- * top1, set[j * n + r] (the top-1 expert). Mask path. */
-static inline uint64_t raw_mask(const uint8_t *c, uint32_t K)
-{
-    switch (K) {
-    case 1: return bit64[c[0]];
-    case 2: return bit64[c[0]] | bit64[c[1]];
-    case 4: return (bit64[c[0]] | bit64[c[1]]) | (bit64[c[2]] | bit64[c[3]]);
-    case 6:
-        return (bit64[c[0]] | bit64[c[1]]) | (bit64[c[2]] | bit64[c[3]]) |
-               (bit64[c[4]] | bit64[c[5]]);
-    case 8:
-        return ((bit64[c[0]] | bit64[c[1]]) | (bit64[c[2]] | bit64[c[3]])) |
-               ((bit64[c[4]] | bit64[c[5]]) | (bit64[c[6]] | bit64[c[7]]));
-    default: {
-        uint64_t m = 0;
-        for (uint32_t k = 0; k < K; k++)
-            m |= bit64[c[k]];
-        return m;
-    }
-    }
-}
-
-/* The same from the stored bytes (E <= 64: one byte per id, 0xff = missing). */
+/* batch_masks (below) from the stored bytes (E <= 64: one byte per id, 0xff = missing). */
 static int batch_masks_raw(const aff_shape_t *s, const moe_trace_batch_t *b, uint64_t *full,
                            uint64_t *set)
 {
@@ -372,7 +354,9 @@ static int batch_masks_raw(const aff_shape_t *s, const moe_trace_batch_t *b, uin
     return missing != 0;
 }
 
-/* Returns whether some cell of the batch is missing. */
+/* Masks of the records of batch b, layer-major: full[j * n + r] (the top-k cell) and, with
+ * top1, set[j * n + r] (the top-1 expert). Mask path. Returns whether some cell of the batch is
+ * missing. */
 static int batch_masks(const aff_shape_t *s, const moe_trace_batch_t *b, uint64_t *full,
                        uint64_t *set)
 {
