@@ -1,0 +1,124 @@
+/* moe/acct.h -- the communication accounting every tool shares: transfers, bytes and load of a
+ * placement on a routing trace, per dispatch scheme. */
+#ifndef MOE_ACCT_H
+#define MOE_ACCT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "moe/placement.h"
+#include "moe/topo.h"
+#include "moe/trace.h"
+#include "moe/trace_map.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/*
+ * The one definition of DESIGN.md, implemented once (moe-place eval, moe-costmodel simulate and
+ * moe-run's byte checks call it). A transfer is one hidden-state vector sent between two ranks.
+ * For a token at layer j with expert set S_j, R_j is the set of distinct ranks serving S_j
+ * (one copy of each expert is chosen, see below); a token is sent to a rank once however many
+ * of its experts that rank holds.
+ *
+ *  vanilla  (two all-to-alls per layer) the token lives on its source rank s: dispatch
+ *           |R_j \ {s}|, combine |R_j \ {s}|.
+ *  coherent (ExFlow, one all-to-all per layer) the token has a home h, first s: dispatch
+ *           |R_j \ {h}|; the new home h' is the rank of R_j serving most of S_j (ties: h if it
+ *           is among them, else the rank of the highest-weight expert among them when the trace
+ *           has weights, else the lowest rank); combine |R_j \ {h'}|; h <- h'.
+ *
+ * A missing (token, layer) cell costs nothing and leaves the home unchanged. With replicas the
+ * copy serving expert e is, in order of preference: one on the current home (s for vanilla),
+ * one on a rank already chosen for this token and layer, one on the home's node, else copy
+ * (hash(token, layer, e) mod copies) -- deterministic, and spreading load across copies.
+ *
+ * Load is counted in expert-token pairs: rank r processes one unit per expert of S_j it serves.
+ *
+ * Source ranks: the rank recorded in the trace when the trace header's `ranks` equals the
+ * placement's (MOE_SOURCE_AUTO), else sequence id mod G, so that whole sequences start on one
+ * rank as in data-parallel inference.
+ */
+enum moe_scheme {
+    MOE_SCHEME_VANILLA = 0,
+    MOE_SCHEME_COHERENT = 1,
+    MOE_SCHEMES = 2,
+};
+
+enum moe_source {
+    MOE_SOURCE_AUTO = 0,     /* recorded if the trace's ranks equal G, else sequence */
+    MOE_SOURCE_RECORDED = 1, /* the trace's rank field (must be < G) */
+    MOE_SOURCE_SEQUENCE = 2, /* sequence id mod G */
+    MOE_SOURCE_TOKEN = 3,    /* token id mod G */
+};
+
+enum moe_phase { MOE_DISPATCH = 0, MOE_COMBINE = 1, MOE_PHASES = 2 };
+
+typedef struct moe_acct_opts {
+    uint32_t topk;   /* use the first topk ids of each cell (the top-1 path with 1; ids are
+                      * taken in stored order, or by descending weight when the trace has
+                      * weights); 0 = all K [0] */
+    int source;      /* enum moe_source [AUTO] */
+    int matrix;      /* keep the rank x rank transfer matrix per scheme [0] */
+} moe_acct_opts_t;
+
+/* Defaults as marked above. */
+void moe_acct_opts_default(moe_acct_opts_t *o);
+
+/* Counts of one layer for one scheme. */
+typedef struct moe_acct_layer {
+    uint64_t cells;                                  /* tokens with this layer present */
+    uint64_t xfer[MOE_PHASES][MOE_LINK_CLASSES];     /* transfers by phase and link class
+                                                      * (class SELF stays 0) */
+    uint64_t local;      /* cells needing no transfer at all */
+    uint64_t stay_rank;  /* cells whose home after this layer equals the one before it */
+    uint64_t stay_node;  /* ... whose home is on the same node as before */
+} moe_acct_layer_t;
+
+typedef struct moe_acct moe_acct_t;
+
+/* Accumulator for placement p (checked by the caller) on traces of header h (same L and E). The
+ * topology gives the node grouping; NULL means p->gpus_per_node. Returns NULL with *status and a
+ * one-line reason (shape mismatch, top-k out of range, recorded source ranks >= G). */
+moe_acct_t *moe_acct_new(const moe_placement_t *p, const moe_topo_t *topo,
+                         const moe_trace_hdr_t *h, const moe_acct_opts_t *o, int *status,
+                         char *errbuf, size_t errlen);
+/* Free; NULL is a no-op. */
+void moe_acct_free(moe_acct_t *a);
+
+/* Account one token: `ids` (L*K, layer-major; missing cells MOE_EXPERT_NONE), `weights` or NULL,
+ * and its token id, sequence id and recorded rank. Returns 0 or MOE_ERANGE (recorded rank >= G;
+ * ids are trusted to be validated by the reader). */
+int moe_acct_token(moe_acct_t *a, const uint16_t *ids, const float *weights, uint64_t token,
+                   uint32_t seq, uint32_t rank);
+/* Account every record of a trace map on all its workers (per-worker accumulators merged in
+ * worker order: integer sums, so the result does not depend on the thread count). Returns 0 or
+ * a negative status with the reason in moe_trace_map_errmsg(m). */
+int moe_acct_scan(moe_acct_t *a, moe_trace_map_t *m,
+                  void (*progress)(void *ctx, uint64_t done, uint64_t total), void *ctx);
+/* Add b's counts to a (same placement shape and options). */
+int moe_acct_merge(moe_acct_t *a, const moe_acct_t *b);
+
+/* Results. */
+uint64_t moe_acct_tokens(const moe_acct_t *a);
+/* Counts of layer j for a scheme. */
+const moe_acct_layer_t *moe_acct_layer(const moe_acct_t *a, int scheme, uint32_t layer);
+/* Sum over layers. */
+void moe_acct_total(const moe_acct_t *a, int scheme, moe_acct_layer_t *out);
+/* Expert-token pairs processed by each rank in layer j (G values). */
+const uint64_t *moe_acct_load(const moe_acct_t *a, int scheme, uint32_t layer);
+/* Max over ranks / mean over ranks of layer j's load (1 when balanced; 0 with no load). */
+double moe_acct_imbalance(const moe_acct_t *a, int scheme, uint32_t layer);
+/* Transfers from rank src to rank dst summed over layers and phases (0 without opts.matrix). */
+uint64_t moe_acct_matrix(const moe_acct_t *a, int scheme, uint32_t src, uint32_t dst);
+/* Transfers per present (token, layer) cell: dispatch + combine, all classes. */
+double moe_acct_per_token_layer(const moe_acct_t *a, int scheme);
+/* Name of a scheme ("vanilla", "coherent") and the reverse (-1 if unknown). */
+const char *moe_scheme_name(int scheme);
+int moe_scheme_parse(const char *s);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,90 @@
+/* moe/place.h -- fitting expert placements to routing statistics. */
+#ifndef MOE_PLACE_H
+#define MOE_PLACE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "moe/affinity.h"
+#include "moe/placement.h"
+#include "moe/topo.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/*
+ * Fitting reads the routing statistics of moe/affinity.h -- per-layer expert loads, same-layer
+ * co-activation counts and consecutive-layer transition counts -- so a placement can be fitted
+ * from a trace or from affinity tables alike, in memory that depends on the model shape only.
+ *
+ *  contiguous   expert e on rank e / (E / G) in every layer (DeepSpeed's layout)
+ *  round-robin  expert e on rank e mod G
+ *  random       a seeded uniform layout with E / G experts per rank
+ *  balanced     EPLB-style: hottest replicas split first, then experts packed onto nodes and
+ *               within nodes onto GPUs by descending load, each to the least loaded place with
+ *               a free slot
+ *  exflow       ExFlow's staged integer program (eq. 8-12) over top-1 transitions, solved with
+ *               lp_solve: nodes first, then GPUs within each node, each stage under the time
+ *               limit; the solver's status and bound are reported
+ *  affinity     the default: minimises the link-weighted transfers of the scheme (top-k,
+ *               context-coherent or vanilla) modelled on the pairwise statistics, under the
+ *               per-rank load bound; exact for top-1 with one expert per rank per layer
+ *               (independent assignment problems per layer pair), otherwise multi-start local
+ *               search (layer re-assignment, swaps), hierarchical over nodes and GPUs
+ */
+enum moe_place_method {
+    MOE_PLACE_CONTIGUOUS = 0,
+    MOE_PLACE_ROUND_ROBIN = 1,
+    MOE_PLACE_RANDOM = 2,
+    MOE_PLACE_BALANCED = 3,
+    MOE_PLACE_EXFLOW = 4,
+    MOE_PLACE_AFFINITY = 5,
+};
+
+typedef struct moe_place_opts {
+    int method;            /* enum moe_place_method [AFFINITY] */
+    int scheme;            /* enum moe_scheme the objective models [COHERENT] */
+    double max_imbalance;  /* bound on max/mean rank load per layer [1.10] */
+    uint32_t replicas;     /* extra copies per layer (of the hottest experts) [0] */
+    double time_limit;     /* seconds for the whole fit (exflow: per lp_solve stage) [60] */
+    uint64_t seed;         /* random layouts and multi-start [1] */
+    int threads;           /* additional threads [0] */
+    uint32_t starts;       /* affinity: multi-start runs [8] */
+    void (*progress)(void *ctx, uint64_t done, uint64_t total); /* optional */
+    void *progress_ctx;
+} moe_place_opts_t;
+
+void moe_place_opts_default(moe_place_opts_t *o);
+
+/* What a fit reports. */
+typedef struct moe_place_result {
+    double objective;     /* modelled cost per token per layer on the fit data (see method) */
+    double bound;         /* a lower bound of that objective, NaN when none is known */
+    double seconds;       /* wall time of the fit */
+    char status[96];      /* solver status ("optimal", "time limit, gap 3.1%", "heuristic") */
+} moe_place_result_t;
+
+/* Fit a placement of the experts of `a` (scanned with hops >= 1 and co-activation; top1 for
+ * exflow) to the ranks of `topo`. capacity = ceil((E + replicas) / G). Returns the placement
+ * (checked, with an @FT line describing the fit) or NULL with *status and a one-line reason. */
+moe_placement_t *moe_place_fit(const moe_affinity_t *a, const moe_topo_t *topo,
+                               const moe_place_opts_t *o, moe_place_result_t *res, int *status,
+                               char *errbuf, size_t errlen);
+
+/* Lower bound of top-1 hops per token transition for any placement with `capacity` experts per
+ * rank per layer: the sum over layer pairs of (tokens - the most tokens that can stay), where
+ * staying is relaxed to a bipartite b-matching (each expert shares a rank with at most capacity
+ * experts of the next layer), solved exactly as an LP with lp_solve. Needs `a` scanned with
+ * top1. Returns 0 with *bound in hops per token per layer pair, or a negative status. */
+int moe_place_top1_bound(const moe_affinity_t *a, uint32_t capacity, double *bound,
+                         char *errbuf, size_t errlen);
+
+/* Name of a method and the reverse (-1 if unknown). */
+const char *moe_place_method_name(int method);
+int moe_place_method_parse(const char *s);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,114 @@
+/* moe/placement.h -- expert placements: which ranks hold each (layer, expert); file formats. */
+#ifndef MOE_PLACEMENT_H
+#define MOE_PLACEMENT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/*
+ * A placement maps every expert of every MoE layer to the ranks holding a copy of it: one rank
+ * normally, several when hot experts are replicated (EPLB's redundant experts). Each rank has
+ * `capacity` expert slots per layer (the memory it sets aside for expert weights); a valid
+ * placement gives every expert at least one rank, never the same rank twice, and no rank more
+ * than `capacity` experts in any layer. Ranks are grouped into nodes of gpus_per_node.
+ *
+ * Text form (moe-place(5)): '@' header lines -- @PL with the shape first, then free @CO
+ * comments, @FT (how it was fitted) and @PG (the command lines that made it) -- and one line
+ * "layer<TAB>expert<TAB>rank[,rank...]" per expert, layer-major. Plain or gzipped.
+ */
+#define MOE_PLACEMENT_MAJOR 1
+#define MOE_PLACEMENT_MINOR 0
+#define MOE_PLACEMENT_MAX_RANKS 65535u
+
+typedef struct moe_placement {
+    uint32_t layers, experts, ranks;
+    uint32_t gpus_per_node; /* ranks per node (divides ranks) */
+    uint32_t capacity;      /* expert slots per rank per layer */
+    uint32_t maxrep;        /* room for copies per expert (>= 1) */
+    uint8_t *nrep;          /* [layers * experts] copies of each expert */
+    uint16_t *rank;         /* [(layer * experts + expert) * maxrep + i] rank of copy i; the
+                             * first copy is the primary one */
+    char *text;             /* '@' lines after @PL (each '\n'-terminated), NUL-terminated, or
+                             * NULL */
+} moe_placement_t;
+
+/* A placement with no expert placed yet (room for maxrep copies each, at most 255). Returns
+ * NULL with *status (MOE_EINVAL for a bad shape: zero sizes, ranks not a multiple of
+ * gpus_per_node, capacity * ranks < experts; MOE_ENOMEM). */
+moe_placement_t *moe_placement_new(uint32_t layers, uint32_t experts, uint32_t ranks,
+                                   uint32_t gpus_per_node, uint32_t capacity, uint32_t maxrep,
+                                   int *status);
+/* Free; NULL is a no-op. */
+void moe_placement_free(moe_placement_t *p);
+/* Deep copy, or NULL on ENOMEM. */
+moe_placement_t *moe_placement_dup(const moe_placement_t *p);
+
+/* Add rank r as a copy of (layer, expert). Returns 0, MOE_ERANGE (index out of range, no room
+ * for another copy) or MOE_EINVAL (r already holds it). Capacity is not checked here. */
+int moe_placement_add(moe_placement_t *p, uint32_t layer, uint32_t expert, uint32_t r);
+/* Remove every copy of every expert (keeps shape and text). */
+void moe_placement_clear(moe_placement_t *p);
+/* The ranks holding (layer, expert): *n of them. */
+static inline const uint16_t *moe_placement_ranks(const moe_placement_t *p, uint32_t layer,
+                                                  uint32_t expert, uint32_t *n)
+{
+    size_t i = (size_t)layer * p->experts + expert;
+    *n = p->nrep[i];
+    return p->rank + i * p->maxrep;
+}
+/* Rank of the primary copy of (layer, expert). */
+static inline uint32_t moe_placement_primary(const moe_placement_t *p, uint32_t layer,
+                                             uint32_t expert)
+{
+    return p->rank[((size_t)layer * p->experts + expert) * p->maxrep];
+}
+/* Total copies in a layer (experts + replicas). */
+uint32_t moe_placement_slots(const moe_placement_t *p, uint32_t layer);
+
+/* Check validity (see above). Returns 0 or MOE_EFORMAT with a one-line reason, e.g.
+ * "layer 3: rank 5 holds 9 experts, capacity 8" or "layer 0 expert 17: on no rank". */
+int moe_placement_check(const moe_placement_t *p, char *errbuf, size_t errlen);
+/* Append one '@' text line (without '\n'). 0 or MOE_ENOMEM / MOE_EFORMAT (no leading '@'). */
+int moe_placement_add_line(moe_placement_t *p, const char *line);
+
+/* Where text goes: returns 0 or a negative status. */
+typedef int (*moe_placement_sink_fn)(void *ctx, const void *buf, size_t len);
+
+/* Write the text form. */
+int moe_placement_write(const moe_placement_t *p, moe_placement_sink_fn fn, void *ctx);
+/* Read a placement (moe-place(5), plain or gzipped, "-" = stdin) and check it. Returns NULL with
+ * *status and a one-line reason ("'p.moep' line 7: rank 9 out of range (8 ranks)"). */
+moe_placement_t *moe_placement_read(const char *path, int *status, char *errbuf, size_t errlen);
+/* Parse a placement held in memory (same grammar; `name` labels messages). */
+moe_placement_t *moe_placement_parse(const char *text, size_t len, const char *name, int *status,
+                                     char *errbuf, size_t errlen);
+
+/* Other systems' formats. */
+enum moe_placement_format {
+    MOE_PLACEMENT_TEXT = 0,   /* moe-place(5) */
+    MOE_PLACEMENT_EXFLOW = 1, /* ExFlow's CSV: header "Expert,Node", one row per expert with
+                               * global id layer * E + expert and its GPU; primary copies only */
+    MOE_PLACEMENT_EPLB = 2,   /* EPLB-style JSON: per layer phy2log (physical slot -> logical
+                               * expert, slots rank-major, `capacity` per rank), log2phy and
+                               * logcnt */
+};
+
+/* Export in a format (EXFLOW refuses replicas with MOE_EINVAL and a reason). */
+int moe_placement_export(const moe_placement_t *p, int format, moe_placement_sink_fn fn,
+                         void *ctx, char *errbuf, size_t errlen);
+/* Import a file of another format. ExFlow CSVs carry neither the layer count nor E: `experts`
+ * (0: 8, ExFlow's Mixtral) gives E, the layers follow from the ids, the ranks from the largest
+ * GPU id + 1 unless `ranks` is given; gpus_per_node 0 means all ranks on one node. The result is
+ * checked. Returns NULL with *status and a one-line reason. */
+moe_placement_t *moe_placement_import(const char *path, int format, uint32_t experts,
+                                      uint32_t ranks, uint32_t gpus_per_node, int *status,
+                                      char *errbuf, size_t errlen);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

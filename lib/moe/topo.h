@@ -1,0 +1,92 @@
+/* moe/topo.h -- cluster topology: nodes, GPUs per node, link classes and their speeds. */
+#ifndef MOE_TOPO_H
+#define MOE_TOPO_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/*
+ * G ranks (one GPU each) are grouped into nodes of equal size; rank r lives on node
+ * r / gpus_per_node. A transfer between two ranks goes over one link class: none when both are
+ * the same rank, the intra-node fabric (NVLink, PCIe switch) within a node, the inter-node
+ * network (InfiniBand, RoCE) between nodes. The host class (PCIe to host memory) serves
+ * offload and prefetch in the cost models. Each class has a bandwidth, a latency and optionally
+ * an efficiency-vs-message-size curve (the fraction of the bandwidth a message of that size
+ * achieves, interpolated linearly between points, clamped at the ends), as measured by
+ * moe-run --calibrate or fitted from nccl-tests tables. The text format is moe-topology(5).
+ */
+enum moe_link_class {
+    MOE_LINK_SELF = 0,  /* same rank: free */
+    MOE_LINK_INTRA = 1, /* between GPUs of one node */
+    MOE_LINK_INTER = 2, /* between nodes */
+    MOE_LINK_HOST = 3,  /* GPU <-> host memory */
+    MOE_LINK_CLASSES = 4,
+};
+
+/* Maximum points of an efficiency curve. */
+#define MOE_TOPO_MAX_CURVE 64u
+
+typedef struct moe_link {
+    double bw;        /* bandwidth per rank, bytes/s (0: unknown) */
+    double latency;   /* seconds per message */
+    uint32_t npoints; /* points of the efficiency curve (0: efficiency 1) */
+    double size[MOE_TOPO_MAX_CURVE]; /* message sizes in bytes, strictly increasing */
+    double eff[MOE_TOPO_MAX_CURVE];  /* efficiency in (0, 1] at each size */
+} moe_link_t;
+
+typedef struct moe_topo {
+    char name[64];           /* preset or file name, for reports */
+    uint32_t nodes;          /* >= 1 */
+    uint32_t gpus_per_node;  /* >= 1 */
+    moe_link_t link[MOE_LINK_CLASSES];
+    double hbm_bw;           /* device memory bandwidth, bytes/s (0: unknown) */
+    double flops;            /* dense compute rate per GPU, FLOP/s (0: unknown) */
+    double cost[MOE_LINK_CLASSES]; /* weight of one transfer of each class in placement
+                                    * objectives: self 0, intra 1, inter bw_intra/bw_inter when
+                                    * both are known, else 4 */
+} moe_topo_t;
+
+/* A topology of nodes x gpus_per_node with no speeds known (cost weights intra 1, inter 4).
+ * Returns 0 or MOE_EINVAL (zero sizes, more than 65535 ranks). */
+int moe_topo_uniform(moe_topo_t *t, uint32_t nodes, uint32_t gpus_per_node);
+/* Read a topology file (moe-topology(5); plain or gzipped; "-" = stdin). Returns 0 or a
+ * negative status with a one-line reason ("'x.topo' line 3: unknown link class 'nvl'"). */
+int moe_topo_read(moe_topo_t *t, const char *path, char *errbuf, size_t errlen);
+/* Parse a topology held in memory (the same grammar); `name` labels error messages. */
+int moe_topo_parse(moe_topo_t *t, const char *text, size_t len, const char *name, char *errbuf,
+                   size_t errlen);
+/* Write the text form (moe-topology(5)) into a malloc'd NUL-terminated string; NULL on ENOMEM. */
+char *moe_topo_format(const moe_topo_t *t);
+/* Recompute cost[] from the link bandwidths (called by the readers; call after editing). */
+void moe_topo_update_cost(moe_topo_t *t);
+
+/* Ranks in the topology. */
+static inline uint32_t moe_topo_ranks(const moe_topo_t *t) { return t->nodes * t->gpus_per_node; }
+/* Node of a rank. */
+static inline uint32_t moe_topo_node(const moe_topo_t *t, uint32_t rank)
+{
+    return rank / t->gpus_per_node;
+}
+/* Link class of a transfer from rank a to rank b. */
+static inline int moe_topo_class(const moe_topo_t *t, uint32_t a, uint32_t b)
+{
+    if (a == b)
+        return MOE_LINK_SELF;
+    return a / t->gpus_per_node == b / t->gpus_per_node ? MOE_LINK_INTRA : MOE_LINK_INTER;
+}
+/* Efficiency of a message of `bytes` on link class c (1 without a curve). */
+double moe_topo_efficiency(const moe_topo_t *t, int c, double bytes);
+/* Seconds to move one message of `bytes` over class c: latency + bytes / (bw * efficiency);
+ * 0 for MOE_LINK_SELF, NaN when the bandwidth is unknown. */
+double moe_topo_time(const moe_topo_t *t, int c, double bytes);
+/* Name of a link class: "self", "intra", "inter", "host". */
+const char *moe_link_name(int c);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
