@@ -133,41 +133,13 @@ static int output_close(moe_trace_t *t, int ok)
     return 0;
 }
 
-/* next_opt() result: stop and return *rc (0 after --help or --version, 2 after a usage error,
- * which is already reported). */
-#define OPT_STOP (-2)
+#define OPT_STOP MOE_OPT_STOP
 
-/* Parse options common to all subcommands plus the caller's own; returns the getopt code of a
- * command-specific option, -1 at the end, or OPT_STOP. --help prints `usage`. */
+/* The shared option loop (moe_opts_next) for a subcommand of moe-trace. */
 static int next_opt(const char *sub, void (*usage)(FILE *), moe_opts_t *o, int argc, char **argv,
                     const char *shortopts, const struct option *longopts, int *rc)
 {
-    char err[256];
-    for (;;) {
-        int c = getopt_long(argc, argv, shortopts, longopts, NULL);
-        if (c == -1)
-            return -1;
-        *rc = 0;
-        if (c == MOE_OPTC_HELP) {
-            usage(stdout);
-            return OPT_STOP;
-        }
-        if (c == MOE_OPTC_VERSION) {
-            moe_print_version(stdout, prog);
-            return OPT_STOP;
-        }
-        if (c == '?' || c == ':') {
-            *rc = usage_error(sub, "invalid or incomplete option '%s'", argv[optind - 1]);
-            return OPT_STOP;
-        }
-        int h = moe_opts_parse(o, c, optarg, err, sizeof err);
-        if (h < 0) {
-            *rc = usage_error(sub, "%s", err);
-            return OPT_STOP;
-        }
-        if (h == 0)
-            return c;
-    }
+    return moe_opts_next(prog, sub, usage, o, argc, argv, shortopts, longopts, rc);
 }
 
 /* After the options of a one-input command: at most one argument (default "-"), apply -v/-q and

@@ -289,3 +289,36 @@ void moe_progress_free(moe_progress_t *p)
         fputs("\r\033[K", stderr);
     free(p);
 }
+
+int moe_opts_next(const char *prog, const char *sub, void (*usage)(FILE *), moe_opts_t *o,
+                  int argc, char **argv, const char *shortopts, const struct option *longopts,
+                  int *rc)
+{
+    char err[256];
+    for (;;) {
+        int c = getopt_long(argc, argv, shortopts, longopts, NULL);
+        if (c == -1)
+            return -1;
+        *rc = 0;
+        if (c == MOE_OPTC_HELP) {
+            usage(stdout);
+            return MOE_OPT_STOP;
+        }
+        if (c == MOE_OPTC_VERSION) {
+            moe_print_version(stdout, prog);
+            return MOE_OPT_STOP;
+        }
+        if (c == '?' || c == ':') {
+            *rc = moe_usage_error(prog, sub, "invalid or incomplete option '%s'",
+                                  argv[optind - 1]);
+            return MOE_OPT_STOP;
+        }
+        int h = moe_opts_parse(o, c, optarg, err, sizeof err);
+        if (h < 0) {
+            *rc = moe_usage_error(prog, sub, "%s", err);
+            return MOE_OPT_STOP;
+        }
+        if (h == 0)
+            return c;
+    }
+}

@@ -16,4 +16,17 @@
 int moe_place_exflow(const moe_affinity_t *a, const moe_topo_t *topo, const moe_place_opts_t *o,
                      moe_placement_t *out, moe_place_result_t *res, char *errbuf, size_t errlen);
 
+/*
+ * The affinity method (moe/place.h): multi-start local search on the link-weighted pairwise
+ * model, exact per layer pair for top-1 with one expert per rank on one node. Fills `out`.
+ */
+int moe_place_affinity(const moe_affinity_t *a, const moe_topo_t *topo,
+                       const moe_place_opts_t *o, moe_placement_t *out, moe_place_result_t *res,
+                       char *errbuf, size_t errlen);
+
+/* Minimum-cost assignment of n rows to distinct columns of an n x m cost matrix (n <= m,
+ * row-major): Hungarian method with potentials, O(n^2 m). Writes each row's column to col[n].
+ * Returns 0 or MOE_ENOMEM. */
+int place_assign(const double *cost, uint32_t n, uint32_t m, uint32_t *col);
+
 #endif

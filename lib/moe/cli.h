@@ -66,6 +66,18 @@ void moe_opts_init(moe_opts_t *o);
  * written to err). --help and --version are not handled here (the tool prints its own usage). */
 int moe_opts_parse(moe_opts_t *o, int c, const char *arg, char *err, size_t errlen);
 
+/* moe_opts_next() result: the caller stops and returns *rc (0 after --help or --version, 2
+ * after a usage error, already reported). */
+#define MOE_OPT_STOP (-2)
+
+/* getopt_long loop step for a tool (and subcommand `sub`, or NULL): handles the shared options
+ * into o, --help (prints `usage` on stdout), --version and bad options (one line plus the
+ * "Try ... --help" hint). Returns the code of a tool-specific option, -1 at the end of the
+ * options, or MOE_OPT_STOP with *rc set. Call with opterr = 0. */
+int moe_opts_next(const char *prog, const char *sub, void (*usage)(FILE *), moe_opts_t *o,
+                  int argc, char **argv, const char *shortopts, const struct option *longopts,
+                  int *rc);
+
 /* Apply -v/-q to the library's logger. */
 void moe_opts_apply_log(const moe_opts_t *o);
 

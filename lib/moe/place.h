@@ -42,6 +42,20 @@ enum moe_place_method {
     MOE_PLACE_AFFINITY = 5,
 };
 
+/* Tokens of the fit data held in memory (a bounded sample): the affinity method refines its
+ * placement on their exact transfer counts (moe/acct.h) and bounds rank loads in each group of
+ * them, so that the load bound holds on tokens it did not see (groups are folds of whole
+ * sequences). */
+typedef struct moe_place_sample {
+    uint32_t n;              /* tokens */
+    uint32_t layers, sets;   /* ids per token: layers * sets, layer-major (sets: K, or 1 for
+                              * top-1 paths); a missing cell holds MOE_EXPERT_NONE */
+    const uint16_t *ids;
+    const uint32_t *source;  /* [n] source rank of each token (< ranks) */
+    const uint8_t *group;    /* [n] group of each token (< groups), or NULL */
+    uint32_t groups;         /* 0 .. 16 */
+} moe_place_sample_t;
+
 typedef struct moe_place_opts {
     int method;            /* enum moe_place_method [AFFINITY] */
     int scheme;            /* enum moe_scheme the objective models [COHERENT] */
@@ -53,13 +67,21 @@ typedef struct moe_place_opts {
     uint32_t starts;       /* affinity: multi-start runs [8] */
     void (*progress)(void *ctx, uint64_t done, uint64_t total); /* optional */
     void *progress_ctx;
+    /* Optional: the real cost of a candidate placement (e.g. moe_acct transfers per token per
+     * layer on the fit trace, link-weighted), lower is better. The affinity method models the
+     * cost on pairwise statistics; with a scorer it keeps, of the candidates its starts and
+     * model weightings produce, the one the scorer ranks best. Called on the calling thread. */
+    double (*score)(void *ctx, const moe_placement_t *p);
+    void *score_ctx;
+    const moe_place_sample_t *sample; /* optional, see above */
 } moe_place_opts_t;
 
 void moe_place_opts_default(moe_place_opts_t *o);
 
 /* What a fit reports. */
 typedef struct moe_place_result {
-    double objective;     /* modelled cost per token per layer on the fit data (see method) */
+    double objective;     /* cost per token per layer on the fit data: the scorer's when one
+                           * is given, else the method's model (exflow: top-1 hops) */
     double bound;         /* a lower bound of that objective, NaN when none is known */
     double seconds;       /* wall time of the fit */
     char status[96];      /* solver status ("optimal", "time limit, gap 3.1%", "heuristic") */

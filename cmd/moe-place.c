@@ -1,0 +1,1012 @@
+/* cmd/moe-place.c -- moe-place: fit expert placements, evaluate them on traces, convert them. */
+#include "config.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include "moe/acct.h"
+#include "moe/affinity.h"
+#include "moe/cli.h"
+#include "moe/io.h"
+#include "moe/moe.h"
+#include "moe/place.h"
+#include "moe/placement.h"
+#include "moe/rng.h"
+#include "moe/topo.h"
+#include "moe/trace.h"
+#include "moe/trace_map.h"
+
+static const char *prog = "moe-place";
+static int g_argc;
+static char **g_argv;
+static char errbuf[512];
+
+#define fail(...) moe_fail(prog, __VA_ARGS__)
+#define usage_error(sub, ...) moe_usage_error(prog, sub, __VA_ARGS__)
+
+/* Tokens kept in memory to score candidate placements with the real accounting: a seeded
+ * uniform sample of the fit trace (reservoir), bounded so memory does not grow with it. */
+#define SAMPLE_TOKENS 8192u
+/* Sequence folds of the sample whose loads the fit bounds each (see moe_place_sample_t). */
+#define SAMPLE_GROUPS 4u
+
+enum {
+    O_RANKS = MOE_OPTC_TOOL, O_GPN, O_TOPOLOGY, O_METHOD, O_SCHEME, O_MAX_IMB, O_REPLICAS,
+    O_TIME_LIMIT, O_SEED, O_STARTS, O_TOPK, O_INTER_COST, O_SOURCE, O_HIDDEN, O_ELEM_BYTES,
+    O_MATRIX, O_MATRIX_BYTES, O_JSON, O_FORMAT, O_EXPERTS, O_NO_LAYERS,
+};
+
+static const struct option long_opts[] = {
+    {"ranks", required_argument, 0, O_RANKS}, {"gpus-per-node", required_argument, 0, O_GPN},
+    {"topology", required_argument, 0, O_TOPOLOGY}, {"method", required_argument, 0, O_METHOD},
+    {"scheme", required_argument, 0, O_SCHEME},
+    {"max-imbalance", required_argument, 0, O_MAX_IMB},
+    {"replicas", required_argument, 0, O_REPLICAS},
+    {"time-limit", required_argument, 0, O_TIME_LIMIT}, {"seed", required_argument, 0, O_SEED},
+    {"starts", required_argument, 0, O_STARTS}, {"topk", required_argument, 0, O_TOPK},
+    {"inter-cost", required_argument, 0, O_INTER_COST},
+    {"source", required_argument, 0, O_SOURCE}, {"hidden", required_argument, 0, O_HIDDEN},
+    {"elem-bytes", required_argument, 0, O_ELEM_BYTES},
+    {"matrix", required_argument, 0, O_MATRIX},
+    {"matrix-bytes", required_argument, 0, O_MATRIX_BYTES}, {"json", no_argument, 0, O_JSON},
+    {"format", required_argument, 0, O_FORMAT}, {"experts", required_argument, 0, O_EXPERTS},
+    {"no-layers", no_argument, 0, O_NO_LAYERS}, MOE_OPTS_LONG, {0}};
+
+/* Everything any subcommand takes; each parser rejects what does not apply to it. */
+typedef struct cfg {
+    moe_opts_t o;
+    moe_place_opts_t po;
+    uint32_t ranks, gpn, topk, hidden, elem_bytes, experts;
+    const char *topology, *matrix, *matrix_bytes;
+    double inter_cost;      /* < 0: the topology's */
+    int source, json, format, scheme_set, no_layers;
+} cfg_t;
+
+static const char *opt_name(int c)
+{
+    for (const struct option *o = long_opts; o->name; o++)
+        if (o->val == c)
+            return o->name;
+    return "?";
+}
+
+/* ------------------------------------------------------------------ option parsing */
+
+static int parse_u32(const char *sub, const char *arg, uint64_t min, uint64_t max,
+                     const char *what, uint32_t *out)
+{
+    char err[256];
+    uint64_t v;
+    if (moe_parse_u64(arg, min, max, &v, what, err, sizeof err))
+        return usage_error(sub, "%s", err);
+    *out = (uint32_t)v;
+    return 0;
+}
+
+static int parse_dbl(const char *sub, const char *arg, double min, double max, const char *what,
+                     double *out)
+{
+    char err[256];
+    if (moe_parse_double(arg, min, max, out, what, err, sizeof err))
+        return usage_error(sub, "%s", err);
+    return 0;
+}
+
+/* A word from a list; its index or a usage error. */
+static int parse_word(const char *sub, const char *arg, const char *what,
+                      const char *const *words, int n, int *out)
+{
+    for (int i = 0; i < n; i++)
+        if (!strcmp(arg, words[i])) {
+            *out = i;
+            return 0;
+        }
+    return usage_error(sub, "unknown %s '%s'", what, arg);
+}
+
+/* One tool-specific option. Returns 0 or the usage error status. */
+static int take_opt(const char *sub, int c, const char *arg, cfg_t *g)
+{
+    static const char *const sources[] = {"auto", "recorded", "sequence", "token"};
+    static const char *const formats[] = {"text", "exflow", "eplb"};
+    uint64_t v;
+    char err[256];
+    switch (c) {
+    case O_RANKS: return parse_u32(sub, arg, 1, MOE_PLACEMENT_MAX_RANKS, "rank count", &g->ranks);
+    case O_GPN:
+        return parse_u32(sub, arg, 1, MOE_PLACEMENT_MAX_RANKS, "GPUs per node", &g->gpn);
+    case O_TOPOLOGY: g->topology = arg; return 0;
+    case O_METHOD:
+        if ((g->po.method = moe_place_method_parse(arg)) < 0)
+            return usage_error(sub, "unknown method '%s' (contiguous, round-robin, random, "
+                                    "balanced, exflow, affinity)", arg);
+        return 0;
+    case O_SCHEME:
+        g->scheme_set = 1;
+        if ((g->po.scheme = moe_scheme_parse(arg)) < 0)
+            return usage_error(sub, "unknown scheme '%s' (vanilla, coherent)", arg);
+        return 0;
+    case O_MAX_IMB:
+        if (parse_dbl(sub, arg, 0, 1e6, "load imbalance", &g->po.max_imbalance))
+            return 2;
+        if (g->po.max_imbalance > 0 && g->po.max_imbalance < 1)
+            return usage_error(sub, "--max-imbalance must be 0 (off) or at least 1");
+        return 0;
+    case O_REPLICAS: return parse_u32(sub, arg, 0, 65535, "replica count", &g->po.replicas);
+    case O_TIME_LIMIT: return parse_dbl(sub, arg, 0.001, 1e7, "time limit", &g->po.time_limit);
+    case O_SEED:
+        if (moe_parse_u64(arg, 0, UINT64_MAX, &v, "seed", err, sizeof err))
+            return usage_error(sub, "%s", err);
+        g->po.seed = v;
+        return 0;
+    case O_STARTS: return parse_u32(sub, arg, 1, 4096, "start count", &g->po.starts);
+    case O_TOPK: return parse_u32(sub, arg, 1, MOE_TRACE_MAX_TOPK, "top-k", &g->topk);
+    case O_INTER_COST: return parse_dbl(sub, arg, 1, 1e6, "inter-node cost", &g->inter_cost);
+    case O_SOURCE: return parse_word(sub, arg, "source", sources, 4, &g->source);
+    case O_HIDDEN: return parse_u32(sub, arg, 1, UINT32_MAX, "hidden size", &g->hidden);
+    case O_ELEM_BYTES: return parse_u32(sub, arg, 1, 64, "element size", &g->elem_bytes);
+    case O_MATRIX: g->matrix = arg; return 0;
+    case O_MATRIX_BYTES: g->matrix_bytes = arg; return 0;
+    case O_JSON: g->json = 1; return 0;
+    case O_FORMAT: return parse_word(sub, arg, "format", formats, 3, &g->format);
+    case O_EXPERTS: return parse_u32(sub, arg, 1, 65535, "expert count", &g->experts);
+    case O_NO_LAYERS: g->no_layers = 1; return 0;
+    }
+    return usage_error(sub, "unexpected option");
+}
+
+/* Parse a subcommand's options; `takes` lists the tool options it accepts (0-terminated).
+ * Returns 0 to go on, or MOE_OPT_STOP with *rc (help, version, usage error). */
+static int parse(const char *sub, int argc, char **argv, cfg_t *g, unsigned groups,
+                 const int *takes, void (*usage)(FILE *), int *rc)
+{
+    memset(g, 0, sizeof *g);
+    moe_opts_init(&g->o);
+    g->o.allowed = groups;
+    moe_place_opts_default(&g->po);
+    g->inter_cost = -1;
+    g->format = -1;
+    int c;
+    while ((c = moe_opts_next(prog, sub, usage, &g->o, argc, argv, MOE_OPTS_SHORT, long_opts,
+                              rc)) != -1) {
+        if (c == MOE_OPT_STOP)
+            return MOE_OPT_STOP;
+        int ok = 0;
+        for (const int *t = takes; *t && !ok; t++)
+            ok = *t == c;
+        if (!ok) {
+            *rc = usage_error(sub, "option --%s does not apply to %s", opt_name(c), sub);
+            return MOE_OPT_STOP;
+        }
+        if ((*rc = take_opt(sub, c, optarg, g)) != 0)
+            return MOE_OPT_STOP;
+    }
+    if (g->o.fmt && g->o.fmt != 't' && g->o.fmt != 'z') {
+        *rc = usage_error(sub, "the output is text: -O t or -O z");
+        return MOE_OPT_STOP;
+    }
+    moe_opts_apply_log(&g->o);
+    return 0;
+}
+
+/* The help lines of the shared options a text-writing subcommand takes. */
+static void output_usage(FILE *fp, int pg)
+{
+    fputs("  -o, --output=FILE      write to FILE [-: standard output]\n"
+          "  -O, --output-fmt=F     t text, z gzipped text [t]\n"
+          "  -l, --level=N          gzip level 0-9 for -O z [6]\n", fp);
+    moe_opts_usage(fp, pg ? MOE_OPT_PG : 0);
+}
+
+/* ------------------------------------------------------------------ text output */
+
+/* A text output written under a temporary name and renamed on success, optionally gzipped. */
+typedef struct textout {
+    moe_ofile_t *of;
+    int fd;
+    gzFile gz;
+    const char *path;
+} textout_t;
+
+static int textout_open(textout_t *t, const char *path, char fmt, int level)
+{
+    int st;
+    memset(t, 0, sizeof *t);
+    t->path = path;
+    if (!(t->of = moe_ofile_open(path, &st, errbuf, sizeof errbuf)))
+        return fail("%s", errbuf);
+    t->fd = moe_ofile_fd(t->of);
+    if (fmt == 'z') {
+        char mode[4] = {'w', 'b', (char)('0' + (level < 0 ? 6 : level % 10)), '\0'};
+        if (!(t->gz = gzdopen(dup(t->fd), mode))) {
+            moe_ofile_abort(t->of);
+            return fail("cannot write '%s': out of memory", path);
+        }
+    }
+    return 0;
+}
+
+static int textout_sink(void *ctx, const void *buf, size_t len)
+{
+    textout_t *t = ctx;
+    if (!len)
+        return 0;
+    if (t->gz)
+        return gzwrite(t->gz, buf, (unsigned)len) == (int)len ? 0 : MOE_ESYS;
+    return moe_write_full(t->fd, buf, len) == 0 ? 0 : MOE_ESYS;
+}
+
+static int textout_printf(textout_t *t, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static int textout_printf(textout_t *t, const char *fmt, ...)
+{
+    char buf[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    if (n < 0 || (size_t)n >= sizeof buf)
+        return MOE_EINVAL;
+    return textout_sink(t, buf, (size_t)n);
+}
+
+/* Commit (ok) or remove the output. 0, or 1 after a message. */
+static int textout_close(textout_t *t, int ok)
+{
+    if (t->gz && gzclose(t->gz) != Z_OK && ok)
+        ok = !fail("write error on '%s': %s", t->path, strerror(errno));
+    if (!ok) {
+        moe_ofile_abort(t->of);
+        return 1;
+    }
+    if (moe_ofile_commit(t->of) != 0) {
+        if (errno == EPIPE)
+            return 0;
+        return fail("cannot write '%s': %s", t->path, strerror(errno));
+    }
+    return 0;
+}
+
+/* Write a placement (with this command's @PG line unless --no-PG) to the output. */
+static int write_placement(moe_placement_t *p, const cfg_t *g, int format)
+{
+    if (format == MOE_PLACEMENT_TEXT && !g->o.no_pg) {
+        char *pg = moe_pg_line(prog, g_argc, g_argv);
+        int st = pg ? moe_placement_add_line(p, pg) : MOE_ENOMEM;
+        free(pg);
+        if (st)
+            return fail("out of memory");
+    }
+    textout_t out;
+    if (textout_open(&out, g->o.out, g->o.fmt, g->o.level))
+        return 1;
+    int rc = format == MOE_PLACEMENT_TEXT
+                 ? moe_placement_write(p, textout_sink, &out)
+                 : moe_placement_export(p, format, textout_sink, &out, errbuf, sizeof errbuf);
+    if (rc == MOE_ESYS)
+        fail("write error on '%s': %s", g->o.out, strerror(errno));
+    else if (rc)
+        fail("%s", errbuf);
+    return textout_close(&out, rc == 0);
+}
+
+/* ------------------------------------------------------------------ topology */
+
+/* The topology from --topology, or --ranks with --gpus-per-node (default: one node). `ranks`
+ * is the rank count the data imposes (0: none). */
+static int make_topo(const char *sub, const cfg_t *g, uint32_t ranks, moe_topo_t *t)
+{
+    if (g->topology) {
+        if (g->gpn)
+            return usage_error(sub, "give --topology or --gpus-per-node, not both");
+        if (moe_topo_read(t, g->topology, errbuf, sizeof errbuf))
+            return fail("%s", errbuf);
+        uint32_t want = g->ranks ? g->ranks : ranks;
+        if (want && want != moe_topo_ranks(t))
+            return fail("'%s' has %u ranks (%u nodes x %u), not %u", g->topology,
+                        moe_topo_ranks(t), t->nodes, t->gpus_per_node, want);
+    } else {
+        uint32_t G = g->ranks ? g->ranks : ranks;
+        if (!G)
+            return usage_error(sub, "--ranks or --topology is required");
+        uint32_t gpn = g->gpn ? g->gpn : G;
+        if (G % gpn)
+            return usage_error(sub, "--ranks %u is not a multiple of --gpus-per-node %u", G, gpn);
+        if (moe_topo_uniform(t, G / gpn, gpn))
+            return usage_error(sub, "invalid topology %u x %u", G / gpn, gpn);
+    }
+    if (g->inter_cost > 0)
+        t->cost[MOE_LINK_INTER] = g->inter_cost;
+    return 0;
+}
+
+/* ------------------------------------------------------------------ fit */
+
+static void fit_usage(FILE *fp)
+{
+    fputs("Usage: moe-place fit --ranks=G [options] TRACE|TABLE\n"
+          "Fit a placement of experts to ranks from a routing trace or an affinity table.\n"
+          "\n"
+          "      --ranks=G          ranks (GPUs) to place on [from --topology]\n"
+          "      --gpus-per-node=N  ranks per node [G: one node]\n"
+          "      --topology=FILE    topology file (moe-topology(5)) instead of the two above\n"
+          "      --method=M         contiguous, round-robin, random, balanced, exflow or\n"
+          "                         affinity [affinity]\n"
+          "      --scheme=S         scheme the objective models: vanilla or coherent\n"
+          "                         [coherent]\n"
+          "      --topk=K           fit top-1 paths with 1 (ExFlow's objective) [all K]\n"
+          "      --max-imbalance=X  bound on max/mean rank load per layer, 0 = none [1.10]\n"
+          "      --replicas=N       extra copies of the hottest experts per layer [0]\n"
+          "      --inter-cost=W     weight of an inter-node transfer against an intra-node\n"
+          "                         one [topology bandwidth ratio, else 4]\n"
+          "      --starts=N         affinity: multi-start runs [8]\n"
+          "      --time-limit=S     seconds for the fit (exflow: per solver stage) [60]\n"
+          "      --seed=S           seed of random layouts and starts [1]\n"
+          "  -@, --threads=N        additional threads [0]\n", fp);
+    output_usage(fp, 1);
+    moe_opts_usage(fp, MOE_OPT_PROGRESS);
+}
+
+/* A uniform sample of a trace's tokens, for scoring candidates. */
+typedef struct sample {
+    moe_trace_hdr_t h;
+    uint32_t n, cap, LK;
+    uint16_t *ids;
+    float *w;
+    uint64_t *token;
+    uint32_t *seq, *rank;
+    const moe_topo_t *topo;
+    uint32_t topk;
+    int scheme;
+    /* the fit's view: sets as fitted, source ranks, folds */
+    moe_place_sample_t view;
+    uint16_t *sets;
+    uint32_t *src;
+    uint8_t *group;
+} sample_t;
+
+static void sample_free(sample_t *s)
+{
+    moe_trace_hdr_release(&s->h);
+    free(s->ids);
+    free(s->w);
+    free(s->token);
+    free(s->seq);
+    free(s->rank);
+    free(s->sets);
+    free(s->src);
+    free(s->group);
+}
+
+/* The fit's view of the sample for G ranks: top-1 ids (the highest weight, else the first) or
+ * whole sets, source ranks as moe_acct assigns them, folds by a hash of the sequence id. */
+static int sample_prepare(sample_t *s, uint32_t G, int top1)
+{
+    uint32_t L = s->h.layers, K = s->h.topk, S = top1 ? 1 : K;
+    s->sets = top1 ? malloc((size_t)s->n * L * sizeof *s->sets) : NULL;
+    s->src = malloc((s->n ? s->n : 1) * sizeof *s->src);
+    s->group = malloc(s->n ? s->n : 1);
+    if ((top1 && !s->sets) || !s->src || !s->group)
+        return fail("out of memory");
+    for (uint32_t t = 0; t < s->n; t++) {
+        for (uint32_t j = 0; top1 && j < L; j++) {
+            const uint16_t *c = s->ids + ((size_t)t * L + j) * K;
+            const float *w = s->w ? s->w + ((size_t)t * L + j) * K : NULL;
+            uint32_t best = 0;
+            for (uint32_t i = 1; w && i < K; i++)
+                if (w[i] > w[best])
+                    best = i;
+            s->sets[(size_t)t * L + j] = c[best];
+        }
+        s->src[t] = s->h.ranks == G ? s->rank[t] % G : s->seq[t] % G;
+        s->group[t] = (uint8_t)(moe_hash64(0x5eed, s->seq[t]) % SAMPLE_GROUPS);
+    }
+    s->view = (moe_place_sample_t){s->n, L, S, top1 ? s->sets : s->ids, s->src, s->group,
+                                   SAMPLE_GROUPS};
+    return 0;
+}
+
+/* Reservoir-sample up to SAMPLE_TOKENS records (seeded: the same every run). */
+static int sample_load(sample_t *s, const char *path, uint64_t seed, int threads)
+{
+    int st;
+    memset(s, 0, sizeof *s);
+    moe_trace_t *t = moe_trace_open(path, "r", threads, &st, errbuf, sizeof errbuf);
+    if (!t || moe_trace_read_header(t, &s->h)) {
+        int rc = fail("%s", t ? moe_trace_errmsg(t) : errbuf);
+        moe_trace_close(t, NULL, 0);
+        return rc;
+    }
+    s->LK = s->h.layers * s->h.topk;
+    s->cap = SAMPLE_TOKENS;
+    int weights = (s->h.flags & MOE_TRACE_WEIGHTS) != 0;
+    s->ids = malloc((size_t)s->cap * s->LK * sizeof *s->ids);
+    s->w = weights ? malloc((size_t)s->cap * s->LK * sizeof *s->w) : NULL;
+    s->token = malloc(s->cap * sizeof *s->token);
+    s->seq = malloc(s->cap * sizeof *s->seq);
+    s->rank = malloc(s->cap * sizeof *s->rank);
+    moe_trace_rec_t r = {0};
+    moe_rng_t rng;
+    moe_rng_seed(&rng, seed);
+    int rc = s->ids && (s->w || !weights) && s->token && s->seq && s->rank ? 0 : MOE_ENOMEM;
+    uint64_t seen = 0;
+    while (!rc && (rc = moe_trace_read(t, &r)) == 1) {
+        rc = 0;
+        uint64_t at = seen < s->cap ? seen : moe_rng_below(&rng, seen + 1);
+        seen++;
+        if (at >= s->cap)
+            continue;
+        memcpy(s->ids + at * s->LK, r.ids, s->LK * sizeof *s->ids);
+        if (weights)
+            memcpy(s->w + at * s->LK, r.weights, s->LK * sizeof *s->w);
+        s->token[at] = r.token;
+        s->seq[at] = r.seq;
+        s->rank[at] = r.rank;
+    }
+    s->n = seen < s->cap ? (uint32_t)seen : s->cap;
+    moe_trace_rec_release(&r);
+    if (rc < 0)
+        rc = fail("%s", rc == MOE_ENOMEM ? "out of memory" : moe_trace_errmsg(t));
+    moe_trace_close(t, NULL, 0);
+    return rc;
+}
+
+/* The scorer: link-weighted transfers per token per layer of the sample under p. */
+static double sample_score(void *ctx, const moe_placement_t *p)
+{
+    sample_t *s = ctx;
+    moe_acct_opts_t ao;
+    moe_acct_opts_default(&ao);
+    ao.topk = s->topk;
+    int st;
+    char err[256];
+    moe_acct_t *a = moe_acct_new(p, s->topo, &s->h, &ao, &st, err, sizeof err);
+    if (!a)
+        return INFINITY;
+    for (uint32_t i = 0; i < s->n; i++)
+        if (moe_acct_token(a, s->ids + (size_t)i * s->LK, s->w ? s->w + (size_t)i * s->LK : NULL,
+                           s->token[i], s->seq[i], s->rank[i])) {
+            moe_acct_free(a);
+            return INFINITY;
+        }
+    moe_acct_layer_t t;
+    moe_acct_total(a, s->scheme, &t);
+    double cost = 0;
+    for (int ph = 0; ph < MOE_PHASES; ph++)
+        for (int c = 0; c < MOE_LINK_CLASSES; c++)
+            cost += (double)t.xfer[ph][c] * s->topo->cost[c];
+    moe_acct_free(a);
+    return t.cells ? cost / (double)t.cells : 0;
+}
+
+static void progress_cb(void *ctx, uint64_t done, uint64_t total)
+{
+    (void)total;
+    moe_progress_update(ctx, done);
+}
+
+/* Routing statistics from a trace or an affinity table; *is_trace tells which. */
+static moe_affinity_t *load_stats(const char *path, const cfg_t *g, int top1, int *is_trace)
+{
+    int st;
+    *is_trace = 1;
+    if (strcmp(path, "-") != 0) {
+        moe_lines_t *l = moe_lines_open(path, &st, errbuf, sizeof errbuf);
+        if (!l) {
+            fail("%s", errbuf);
+            return NULL;
+        }
+        char *line = NULL;
+        int table = moe_lines_next(l, &line, NULL) == 1 &&
+                    moe_affinity_is_table((const uint8_t *)line, strlen(line));
+        moe_lines_close(l);
+        if (table) {
+            *is_trace = 0;
+            moe_affinity_t *a = moe_affinity_read(path, &st, errbuf, sizeof errbuf);
+            if (!a)
+                fail("%s", errbuf);
+            return a;
+        }
+    }
+    moe_trace_map_t *m = moe_trace_map_open(path, g->o.threads, &st, errbuf, sizeof errbuf);
+    if (!m) {
+        fail("%s", errbuf);
+        return NULL;
+    }
+    moe_affinity_opts_t ao;
+    moe_affinity_opts_default(&ao);
+    ao.top1 = top1;
+    ao.coact = !top1;
+    ao.shuffle = 0;
+    moe_affinity_t *a = moe_affinity_new(moe_trace_map_header(m), &ao, &st, errbuf,
+                                         sizeof errbuf);
+    if (!a) {
+        fail("'%s': %s", path, errbuf);
+    } else {
+        moe_progress_t *pg = moe_progress_new("statistics", 0, g->o.progress);
+        int rc = moe_affinity_scan(a, m, pg ? progress_cb : NULL, pg);
+        moe_progress_free(pg);
+        if (rc) {
+            fail("%s", moe_trace_map_errmsg(m));
+            moe_affinity_free(a);
+            a = NULL;
+        }
+    }
+    moe_trace_map_close(m);
+    return a;
+}
+
+static int run_fit(int argc, char **argv)
+{
+    static const int takes[] = {O_RANKS, O_GPN, O_TOPOLOGY, O_METHOD, O_SCHEME, O_MAX_IMB,
+                                O_REPLICAS, O_TIME_LIMIT, O_SEED, O_STARTS, O_TOPK,
+                                O_INTER_COST, 0};
+    cfg_t g;
+    int rc = 0;
+    if (parse("fit", argc, argv, &g, MOE_OPT_OUTPUT | MOE_OPT_FORMAT | MOE_OPT_THREADS |
+              MOE_OPT_PG | MOE_OPT_PROGRESS, takes, fit_usage, &rc))
+        return rc;
+    if (argc - optind != 1)
+        return usage_error("fit", argc - optind ? "too many arguments" : "expected one input");
+    if (g.topk > 1)
+        return usage_error("fit", "--topk fits top-1 paths (1) or whole sets (leave it out)");
+    const char *in = argv[optind];
+    moe_topo_t topo;
+    if ((rc = make_topo("fit", &g, 0, &topo)) != 0)
+        return rc;
+    int top1 = g.topk == 1 || g.po.method == MOE_PLACE_EXFLOW, is_trace;
+    moe_affinity_t *a = load_stats(in, &g, top1, &is_trace);
+    if (!a)
+        return 1;
+    moe_affinity_info_t info;
+    moe_affinity_info(a, &info);
+    sample_t s = {0};
+    if (info.top1 != top1)
+        rc = fail("'%s': the table counts %s sets; refit from the trace or count the table %s",
+                  in, info.top1 ? "top-1" : "top-k", top1 ? "with --top1" : "without --top1");
+    else if (!info.tokens)
+        rc = fail("'%s': no tokens to fit", in);
+    else if (info.layers > 1 && info.hops < 1)
+        rc = fail("'%s': the table has no layer transitions", in);
+    if (!rc && is_trace && strcmp(in, "-") != 0 &&
+        (g.po.method == MOE_PLACE_AFFINITY || g.po.method == MOE_PLACE_EXFLOW)) {
+        rc = sample_load(&s, in, g.po.seed, g.o.threads);
+        rc = rc ? rc : sample_prepare(&s, moe_topo_ranks(&topo), top1);
+        g.po.sample = rc ? NULL : &s.view;
+        s.topo = &topo;
+        s.topk = top1;
+        s.scheme = g.po.scheme;
+        g.po.score = sample_score;
+        g.po.score_ctx = &s;
+    }
+    moe_place_result_t res;
+    g.po.threads = g.o.threads;
+    int st;
+    moe_placement_t *p = rc ? NULL : moe_place_fit(a, &topo, &g.po, &res, &st, errbuf,
+                                                   sizeof errbuf);
+    if (!rc && !p)
+        rc = fail("'%s': %s", in, errbuf);
+    if (p) {
+        moe_log(MOE_LOG_INFO, "%s: objective %.4f%s, %s, %.2f s",
+                moe_place_method_name(g.po.method), res.objective,
+                isfinite(res.bound) ? "" : " (no bound)", res.status, res.seconds);
+        rc = write_placement(p, &g, MOE_PLACEMENT_TEXT);
+    }
+    moe_placement_free(p);
+    sample_free(&s);
+    moe_affinity_free(a);
+    return rc;
+}
+
+/* ------------------------------------------------------------------ eval */
+
+static void eval_usage(FILE *fp)
+{
+    fputs("Usage: moe-place eval [options] PLACEMENT TRACE\n"
+          "Account the transfers, bytes and load of a placement on a routing trace, for\n"
+          "vanilla and context-coherent expert parallelism.\n"
+          "\n"
+          "      --topk=K           use the first K experts of each cell (1: top-1 paths)\n"
+          "                         [all]\n"
+          "      --source=S         source rank of a token: auto, recorded, sequence (id mod\n"
+          "                         G) or token (id mod G) [auto: recorded when the trace\n"
+          "                         has G ranks, else sequence]\n"
+          "      --topology=FILE    topology (moe-topology(5)) [the placement's nodes]\n"
+          "      --hidden=H         hidden size for bytes [the trace's]\n"
+          "      --elem-bytes=B     bytes per element [the trace's]\n"
+          "      --scheme=S         scheme of the matrices: vanilla or coherent [coherent]\n"
+          "      --matrix=FILE      write the rank x rank traffic as an nccl-tests alltoallv\n"
+          "                         matrix (CSV of fractions of the largest entry)\n"
+          "      --matrix-bytes=FILE  write the rank x rank bytes (one row per source rank)\n"
+          "      --no-layers        leave out the per-layer lines\n"
+          "      --json             write JSON instead of the table\n"
+          "  -@, --threads=N        additional threads [0]\n", fp);
+    output_usage(fp, 0);
+    moe_opts_usage(fp, MOE_OPT_PROGRESS);
+}
+
+/* Headline figures of one scheme. */
+typedef struct summary {
+    double per_tl, dispatch, combine, intra, inter, local, stay_rank, stay_node, hops, max_load;
+    double bytes;  /* per token, NaN if the vector size is unknown */
+} summary_t;
+
+static void summarise(const moe_acct_t *a, int s, double vec, summary_t *o)
+{
+    moe_acct_layer_t t;
+    moe_acct_total(a, s, &t);
+    double cells = t.cells ? (double)t.cells : 1, tok = (double)moe_acct_tokens(a);
+    double d = 0, c = 0, ia = 0, ie = 0;
+    for (int k = 0; k < MOE_LINK_CLASSES; k++) {
+        d += (double)t.xfer[MOE_DISPATCH][k];
+        c += (double)t.xfer[MOE_COMBINE][k];
+    }
+    for (int ph = 0; ph < MOE_PHASES; ph++) {
+        ia += (double)t.xfer[ph][MOE_LINK_INTRA];
+        ie += (double)t.xfer[ph][MOE_LINK_INTER];
+    }
+    const moe_acct_layer_t *l0 = moe_acct_layer(a, s, 0);
+    double first = 0;
+    for (int k = 0; k < MOE_LINK_CLASSES; k++)
+        first += (double)l0->xfer[MOE_DISPATCH][k];
+    uint32_t L = 0;
+    o->max_load = 0;
+    for (; moe_acct_layer(a, s, L); L++)
+        o->max_load = fmax(o->max_load, moe_acct_imbalance(a, s, L));
+    *o = (summary_t){(d + c) / cells, d / cells, c / cells, ia / cells, ie / cells,
+                     (double)t.local / cells, (double)t.stay_rank / cells,
+                     (double)t.stay_node / cells, tok ? (d - first) / tok : 0, o->max_load,
+                     vec > 0 && tok ? (d + c) * vec / tok : NAN};
+}
+
+static int eval_table(textout_t *out, const moe_acct_t *a, const char *ppath,
+                      const moe_placement_t *p, const char *tpath, const moe_trace_hdr_t *h,
+                      const moe_topo_t *topo, const cfg_t *g, double vec, int source)
+{
+    static const char *const src_names[] = {"auto", "recorded", "sequence id mod G",
+                                            "token id mod G"};
+    int rc = textout_printf(out, "# moe-place eval\n# placement: %s: %u layers x %u experts on "
+                            "%u ranks (%u nodes x %u), capacity %u\n",
+                            ppath, p->layers, p->experts, p->ranks, topo->nodes,
+                            topo->gpus_per_node, p->capacity);
+    rc = rc ? rc : textout_printf(out, "# trace: %s: %" PRIu64 " tokens, top-%u of %u (%u used), "
+                                  "source ranks: %s\n", tpath, moe_acct_tokens(a), h->topk,
+                                  h->experts, g->topk ? g->topk : h->topk, src_names[source]);
+    if (!rc && vec > 0)
+        rc = textout_printf(out, "# transfer: %.0f bytes (hidden %u x %u bytes)\n", vec,
+                            g->hidden ? g->hidden : h->hidden,
+                            g->elem_bytes ? g->elem_bytes : h->elem_bytes);
+    else if (!rc)
+        rc = textout_printf(out, "# transfer: size unknown (give --hidden and --elem-bytes)\n");
+    rc = rc ? rc : textout_printf(out, "#SCHEME\tscheme\tper_token_layer\tdispatch\tcombine\t"
+                                  "intra\tinter\tlocal\tstay_rank\tstay_node\thops_per_token\t"
+                                  "max_load\tbytes_per_token\n");
+    for (int s = 0; s < MOE_SCHEMES && !rc; s++) {
+        summary_t m;
+        summarise(a, s, vec, &m);
+        char bytes[32] = "NA";
+        if (isfinite(m.bytes))
+            snprintf(bytes, sizeof bytes, "%.1f", m.bytes);
+        rc = textout_printf(out, "SCHEME\t%s\t%.4f\t%.4f\t%.4f\t%.4f\t%.4f\t%.4f\t%.4f\t%.4f\t"
+                            "%.4f\t%.4f\t%s\n", moe_scheme_name(s), m.per_tl, m.dispatch,
+                            m.combine, m.intra, m.inter, m.local, m.stay_rank, m.stay_node,
+                            m.hops, m.max_load, bytes);
+    }
+    if (g->no_layers)
+        return rc;
+    rc = rc ? rc : textout_printf(out, "#LAYER\tlayer\tscheme\tcells\tper_token\tintra\tinter\t"
+                                  "local\tstay_rank\tstay_node\tmax_load\n");
+    for (uint32_t j = 0; j < p->layers && !rc; j++)
+        for (int s = 0; s < MOE_SCHEMES && !rc; s++) {
+            const moe_acct_layer_t *l = moe_acct_layer(a, s, j);
+            double cells = l->cells ? (double)l->cells : 1, ia = 0, ie = 0;
+            for (int ph = 0; ph < MOE_PHASES; ph++) {
+                ia += (double)l->xfer[ph][MOE_LINK_INTRA];
+                ie += (double)l->xfer[ph][MOE_LINK_INTER];
+            }
+            rc = textout_printf(out, "LAYER\t%u\t%s\t%" PRIu64 "\t%.4f\t%.4f\t%.4f\t%.4f\t%.4f\t"
+                                "%.4f\t%.4f\n", j, moe_scheme_name(s), l->cells,
+                                (ia + ie) / cells, ia / cells, ie / cells,
+                                (double)l->local / cells, (double)l->stay_rank / cells,
+                                (double)l->stay_node / cells, moe_acct_imbalance(a, s, j));
+        }
+    return rc;
+}
+
+/* JSON numbers: finite values, else null. */
+static const char *jnum(char *buf, size_t n, double v)
+{
+    if (isfinite(v))
+        snprintf(buf, n, "%.6g", v);
+    else
+        snprintf(buf, n, "null");
+    return buf;
+}
+
+static int eval_json(textout_t *out, const moe_acct_t *a, const moe_placement_t *p,
+                     const moe_trace_hdr_t *h, const cfg_t *g, double vec)
+{
+    char b[12][32];
+    int rc = textout_printf(out, "{\"tokens\": %" PRIu64 ", \"layers\": %u, \"experts\": %u, "
+                            "\"topk\": %u, \"ranks\": %u, \"transfer_bytes\": %s, \"schemes\": {",
+                            moe_acct_tokens(a), p->layers, p->experts,
+                            g->topk ? g->topk : h->topk, p->ranks, jnum(b[0], 32, vec > 0 ? vec : NAN));
+    for (int s = 0; s < MOE_SCHEMES && !rc; s++) {
+        summary_t m;
+        summarise(a, s, vec, &m);
+        rc = textout_printf(out, "%s\n  \"%s\": {\"per_token_layer\": %s, \"dispatch\": %s, "
+                            "\"combine\": %s, \"intra\": %s, \"inter\": %s, \"local\": %s, "
+                            "\"stay_rank\": %s, \"stay_node\": %s, \"hops_per_token\": %s, "
+                            "\"max_load\": %s, \"bytes_per_token\": %s, \"layers\": [",
+                            s ? "," : "", moe_scheme_name(s), jnum(b[0], 32, m.per_tl),
+                            jnum(b[1], 32, m.dispatch), jnum(b[2], 32, m.combine),
+                            jnum(b[3], 32, m.intra), jnum(b[4], 32, m.inter),
+                            jnum(b[5], 32, m.local), jnum(b[6], 32, m.stay_rank),
+                            jnum(b[7], 32, m.stay_node), jnum(b[8], 32, m.hops),
+                            jnum(b[9], 32, m.max_load), jnum(b[10], 32, m.bytes));
+        for (uint32_t j = 0; j < p->layers && !rc; j++) {
+            const moe_acct_layer_t *l = moe_acct_layer(a, s, j);
+            uint64_t x = 0;
+            for (int ph = 0; ph < MOE_PHASES; ph++)
+                for (int c = 0; c < MOE_LINK_CLASSES; c++)
+                    x += l->xfer[ph][c];
+            rc = textout_printf(out, "%s{\"cells\": %" PRIu64 ", \"transfers\": %" PRIu64
+                                ", \"max_load\": %s}", j ? ", " : "", l->cells, x,
+                                jnum(b[11], 32, moe_acct_imbalance(a, s, j)));
+        }
+        rc = rc ? rc : textout_printf(out, "]}");
+    }
+    return rc ? rc : textout_printf(out, "\n}}\n");
+}
+
+/* Write the rank x rank matrix of a scheme: nccl-tests fractions or bytes. */
+static int write_matrix(const char *path, const moe_acct_t *a, int scheme, uint32_t G,
+                        double vec, int bytes)
+{
+    textout_t out;
+    if (textout_open(&out, path, 't', -1))
+        return 1;
+    uint64_t max = 0;
+    for (uint32_t i = 0; i < G; i++)
+        for (uint32_t k = 0; k < G; k++)
+            max = moe_acct_matrix(a, scheme, i, k) > max ? moe_acct_matrix(a, scheme, i, k) : max;
+    int rc = 0;
+    for (uint32_t i = 0; i < G && !rc; i++)
+        for (uint32_t k = 0; k < G && !rc; k++) {
+            uint64_t x = moe_acct_matrix(a, scheme, i, k);
+            const char *sep = k + 1 < G ? (bytes ? " " : ",") : "\n";
+            if (bytes)
+                rc = textout_printf(&out, "%.0f%s", (double)x * vec, sep);
+            else
+                rc = textout_printf(&out, "%.6f%s", max ? (double)x / (double)max : 0.0, sep);
+        }
+    if (rc)
+        fail("write error on '%s': %s", path, strerror(errno));
+    return textout_close(&out, rc == 0);
+}
+
+static int run_eval(int argc, char **argv)
+{
+    static const int takes[] = {O_TOPK, O_SOURCE, O_TOPOLOGY, O_HIDDEN, O_ELEM_BYTES, O_SCHEME,
+                                O_MATRIX, O_MATRIX_BYTES, O_JSON, O_NO_LAYERS, 0};
+    cfg_t g;
+    int rc = 0;
+    if (parse("eval", argc, argv, &g, MOE_OPT_OUTPUT | MOE_OPT_FORMAT | MOE_OPT_THREADS |
+              MOE_OPT_PROGRESS, takes, eval_usage, &rc))
+        return rc;
+    if (argc - optind != 2)
+        return usage_error("eval", "expected a placement and a trace");
+    const char *ppath = argv[optind], *tpath = argv[optind + 1];
+    if (!strcmp(ppath, "-") && !strcmp(tpath, "-"))
+        return usage_error("eval", "the placement and the trace cannot both be standard input");
+    int st;
+    moe_placement_t *p = moe_placement_read(ppath, &st, errbuf, sizeof errbuf);
+    if (!p)
+        return fail("%s", errbuf);
+    moe_topo_t topo;
+    if (g.topology)
+        rc = make_topo("eval", &g, p->ranks, &topo);
+    else if (moe_topo_uniform(&topo, p->ranks / p->gpus_per_node, p->gpus_per_node))
+        rc = fail("'%s': invalid shape", ppath);
+    moe_trace_map_t *m = rc ? NULL : moe_trace_map_open(tpath, g.o.threads, &st, errbuf,
+                                                        sizeof errbuf);
+    if (!rc && !m)
+        rc = fail("%s", errbuf);
+    moe_acct_t *a = NULL;
+    const moe_trace_hdr_t *h = m ? moe_trace_map_header(m) : NULL;
+    moe_acct_opts_t ao;
+    moe_acct_opts_default(&ao);
+    ao.topk = g.topk;
+    ao.source = g.source;
+    ao.matrix = g.matrix || g.matrix_bytes;
+    if (m && !(a = moe_acct_new(p, &topo, h, &ao, &st, errbuf, sizeof errbuf)))
+        rc = fail("'%s' on '%s': %s", ppath, tpath, errbuf);
+    if (a) {
+        moe_progress_t *pg = moe_progress_new("eval", 0, g.o.progress);
+        if (moe_acct_scan(a, m, pg ? progress_cb : NULL, pg))
+            rc = fail("%s", moe_trace_map_errmsg(m));
+        moe_progress_free(pg);
+    }
+    double vec = (double)(g.hidden ? g.hidden : h ? h->hidden : 0) *
+                 (g.elem_bytes ? g.elem_bytes : h ? h->elem_bytes : 0);
+    if (!rc && g.matrix_bytes && !(vec > 0))
+        rc = fail("--matrix-bytes needs the vector size: give --hidden and --elem-bytes");
+    int source = g.source ? g.source : h && h->ranks == p->ranks ? MOE_SOURCE_RECORDED
+                                                                 : MOE_SOURCE_SEQUENCE;
+    int scheme = g.scheme_set ? g.po.scheme : MOE_SCHEME_COHERENT;
+    if (!rc && g.matrix)
+        rc = write_matrix(g.matrix, a, scheme, p->ranks, vec, 0);
+    if (!rc && g.matrix_bytes)
+        rc = write_matrix(g.matrix_bytes, a, scheme, p->ranks, vec, 1);
+    textout_t out;
+    if (!rc && !(rc = textout_open(&out, g.o.out, g.o.fmt, g.o.level))) {
+        int w = g.json ? eval_json(&out, a, p, h, &g, vec)
+                       : eval_table(&out, a, ppath, p, tpath, h, &topo, &g, vec, source);
+        if (w)
+            fail("write error on '%s': %s", g.o.out, strerror(errno));
+        rc = textout_close(&out, w == 0);
+    }
+    moe_acct_free(a);
+    moe_trace_map_close(m);
+    moe_placement_free(p);
+    return rc;
+}
+
+/* ------------------------------------------------------------------ export, import, check */
+
+static void export_usage(FILE *fp)
+{
+    fputs("Usage: moe-place export --format=F [options] PLACEMENT\n"
+          "Write a placement in another system's format.\n"
+          "\n"
+          "      --format=F         text (moe-place(5)), exflow (CSV Expert,Node) or eplb\n"
+          "                         (JSON phy2log/log2phy/logcnt) [text]\n", fp);
+    output_usage(fp, 0);
+}
+
+static int run_export(int argc, char **argv)
+{
+    static const int takes[] = {O_FORMAT, 0};
+    cfg_t g;
+    int rc = 0;
+    if (parse("export", argc, argv, &g, MOE_OPT_OUTPUT | MOE_OPT_FORMAT, takes, export_usage,
+              &rc))
+        return rc;
+    if (argc - optind != 1)
+        return usage_error("export", "expected one placement");
+    int st;
+    moe_placement_t *p = moe_placement_read(argv[optind], &st, errbuf, sizeof errbuf);
+    if (!p)
+        return fail("%s", errbuf);
+    g.o.no_pg = 1; /* a conversion adds no history */
+    rc = write_placement(p, &g, g.format < 0 ? MOE_PLACEMENT_TEXT : g.format);
+    moe_placement_free(p);
+    return rc;
+}
+
+static void import_usage(FILE *fp)
+{
+    fputs("Usage: moe-place import --format=F [options] FILE\n"
+          "Convert another system's placement into a moe-place(5) placement.\n"
+          "\n"
+          "      --format=F         exflow (CSV Expert,Node) or eplb (JSON phy2log)\n"
+          "      --experts=E        exflow: experts per layer [8]\n"
+          "      --ranks=G          ranks [exflow: largest GPU id + 1; eplb: num_ranks]\n"
+          "      --gpus-per-node=N  ranks per node [all on one node]\n", fp);
+    output_usage(fp, 1);
+}
+
+static int run_import(int argc, char **argv)
+{
+    static const int takes[] = {O_FORMAT, O_EXPERTS, O_RANKS, O_GPN, 0};
+    cfg_t g;
+    int rc = 0;
+    if (parse("import", argc, argv, &g, MOE_OPT_OUTPUT | MOE_OPT_FORMAT | MOE_OPT_PG, takes,
+              import_usage, &rc))
+        return rc;
+    if (g.format != MOE_PLACEMENT_EXFLOW && g.format != MOE_PLACEMENT_EPLB)
+        return usage_error("import", "--format=exflow or --format=eplb is required");
+    if (argc - optind != 1)
+        return usage_error("import", "expected one input");
+    int st;
+    moe_placement_t *p = moe_placement_import(argv[optind], g.format, g.experts, g.ranks, g.gpn,
+                                              &st, errbuf, sizeof errbuf);
+    if (!p)
+        return fail("%s", errbuf);
+    rc = write_placement(p, &g, MOE_PLACEMENT_TEXT);
+    moe_placement_free(p);
+    return rc;
+}
+
+static void check_usage(FILE *fp)
+{
+    fputs("Usage: moe-place check PLACEMENT...\n"
+          "Check placements: every expert on a rank, no rank over its capacity.\n"
+          "Prints one line per placement.\n\n", fp);
+    moe_opts_usage(fp, 0);
+}
+
+static int run_check(int argc, char **argv)
+{
+    static const int takes[] = {0};
+    cfg_t g;
+    int rc = 0;
+    if (parse("check", argc, argv, &g, 0, takes, check_usage, &rc))
+        return rc;
+    if (argc - optind < 1)
+        return usage_error("check", "expected at least one placement");
+    for (int i = optind; i < argc; i++) {
+        int st;
+        moe_placement_t *p = moe_placement_read(argv[i], &st, errbuf, sizeof errbuf);
+        if (!p) {
+            rc = fail("%s", errbuf);
+            continue;
+        }
+        uint32_t copies = 0;
+        for (uint32_t l = 0; l < p->layers; l++)
+            copies += moe_placement_slots(p, l) - p->experts;
+        printf("%s: ok: %u layers x %u experts on %u ranks (%u per node), capacity %u, "
+               "%u replicas\n", argv[i], p->layers, p->experts, p->ranks, p->gpus_per_node,
+               p->capacity, copies);
+        moe_placement_free(p);
+    }
+    return rc;
+}
+
+/* ------------------------------------------------------------------ main */
+
+static void main_usage(FILE *fp)
+{
+    fputs("Usage: moe-place COMMAND [options] ...\n"
+          "Place MoE experts on ranks and measure what a placement costs.\n"
+          "\n"
+          "Commands:\n"
+          "  fit      fit a placement to a routing trace or affinity table\n"
+          "  eval     transfers, bytes and load of a placement on a trace\n"
+          "  export   write a placement as ExFlow CSV or EPLB JSON\n"
+          "  import   read an ExFlow CSV or EPLB JSON placement\n"
+          "  check    validate placement files\n"
+          "\n"
+          "Run 'moe-place COMMAND --help' for a command's options.\n"
+          "      --help             display this help and exit\n"
+          "      --version          output version information and exit\n", fp);
+}
+
+int main(int argc, char **argv)
+{
+    g_argc = argc;
+    g_argv = argv;
+    argv[0] = (char *)prog;
+    moe_log_set_prog(prog);
+    opterr = 0;
+    signal(SIGPIPE, SIG_IGN);
+    moe_ofile_cleanup_on_signal();
+    static const struct {
+        const char *name;
+        int (*run)(int, char **);
+    } cmds[] = {{"fit", run_fit}, {"eval", run_eval}, {"export", run_export},
+                {"import", run_import}, {"check", run_check}};
+    int rc = -1;
+    if (argc < 2)
+        rc = usage_error(NULL, "missing command");
+    else if (!strcmp(argv[1], "--help"))
+        main_usage(stdout), rc = 0;
+    else if (!strcmp(argv[1], "--version"))
+        moe_print_version(stdout, prog), rc = 0;
+    for (size_t i = 0; rc < 0 && i < sizeof cmds / sizeof *cmds; i++)
+        if (!strcmp(argv[1], cmds[i].name))
+            rc = cmds[i].run(argc - 1, argv + 1);
+    if (rc < 0)
+        rc = usage_error(NULL, "unknown command '%s'", argv[1]);
+    if (moe_close_stdout(prog) && rc == 0)
+        rc = 1;
+    return rc;
+}

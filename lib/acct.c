@@ -1,0 +1,430 @@
+/* lib/acct.c -- the shared communication accounting: transfers, load and locality per scheme. */
+#include "config.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "moe/acct.h"
+#include "moe/moe.h"
+#include "moe/rng.h"
+#include "acct_internal.h"
+
+
+struct moe_acct {
+    const moe_placement_t *p;
+    uint32_t L, E, K, k, G, gpn;
+    int source, weights, matrix;
+    uint64_t tokens;
+    moe_acct_layer_t *layer[MOE_SCHEMES];  /* [L] */
+    uint64_t *load[MOE_SCHEMES];           /* [L][G] */
+    uint64_t *mat[MOE_SCHEMES];            /* [G][G] or NULL */
+    /* per-token scratch */
+    served_t *srv;                         /* [k] */
+    uint16_t *cell;                        /* [k] ids of the cell in use */
+    float *cw;                             /* [k] their weights */
+};
+
+void moe_acct_opts_default(moe_acct_opts_t *o)
+{
+    memset(o, 0, sizeof *o);
+}
+
+const char *moe_scheme_name(int scheme)
+{
+    return scheme == MOE_SCHEME_VANILLA ? "vanilla" : scheme == MOE_SCHEME_COHERENT ? "coherent"
+                                                                                     : "?";
+}
+
+int moe_scheme_parse(const char *s)
+{
+    for (int i = 0; i < MOE_SCHEMES; i++)
+        if (!strcmp(s, moe_scheme_name(i)))
+            return i;
+    return -1;
+}
+
+static moe_acct_t *acct_alloc(const moe_placement_t *p, uint32_t K, uint32_t k, uint32_t gpn,
+                              int matrix)
+{
+    moe_acct_t *a = calloc(1, sizeof *a);
+    if (!a)
+        return NULL;
+    a->p = p;
+    a->L = p->layers;
+    a->E = p->experts;
+    a->K = K;
+    a->k = k;
+    a->G = p->ranks;
+    a->gpn = gpn;
+    a->matrix = matrix;
+    int ok = (a->srv = calloc(k, sizeof *a->srv)) && (a->cell = calloc(k, sizeof *a->cell)) &&
+             (a->cw = calloc(k, sizeof *a->cw));
+    for (int s = 0; s < MOE_SCHEMES && ok; s++) {
+        ok = (a->layer[s] = calloc(a->L, sizeof *a->layer[s])) &&
+             (a->load[s] = calloc((size_t)a->L * a->G, sizeof *a->load[s]));
+        if (ok && matrix)
+            ok = (a->mat[s] = calloc((size_t)a->G * a->G, sizeof *a->mat[s])) != NULL;
+    }
+    if (!ok) {
+        moe_acct_free(a);
+        return NULL;
+    }
+    return a;
+}
+
+moe_acct_t *moe_acct_new(const moe_placement_t *p, const moe_topo_t *topo,
+                         const moe_trace_hdr_t *h, const moe_acct_opts_t *o, int *status,
+                         char *errbuf, size_t errlen)
+{
+    *status = MOE_ESHAPE;
+    if (h->layers != p->layers || h->experts != p->experts) {
+        snprintf(errbuf, errlen,
+                 "placement is for %u layers x %u experts, the trace has %u x %u", p->layers,
+                 p->experts, h->layers, h->experts);
+        return NULL;
+    }
+    if (topo && moe_topo_ranks(topo) != p->ranks) {
+        snprintf(errbuf, errlen, "placement has %u ranks, the topology %u", p->ranks,
+                 moe_topo_ranks(topo));
+        return NULL;
+    }
+    *status = MOE_EINVAL;
+    if (o->topk > h->topk) {
+        snprintf(errbuf, errlen, "top-k %u exceeds the trace's %u", o->topk, h->topk);
+        return NULL;
+    }
+    int source = o->source;
+    if (source == MOE_SOURCE_AUTO)
+        source = h->ranks == p->ranks ? MOE_SOURCE_RECORDED : MOE_SOURCE_SEQUENCE;
+    uint32_t k = o->topk ? o->topk : h->topk;
+    moe_acct_t *a = acct_alloc(p, h->topk, k, topo ? topo->gpus_per_node : p->gpus_per_node,
+                               o->matrix);
+    if (!a) {
+        *status = MOE_ENOMEM;
+        snprintf(errbuf, errlen, "%s", moe_strerror(MOE_ENOMEM));
+        return NULL;
+    }
+    a->source = source;
+    a->weights = (h->flags & MOE_TRACE_WEIGHTS) != 0;
+    *status = 0;
+    return a;
+}
+
+void moe_acct_free(moe_acct_t *a)
+{
+    if (!a)
+        return;
+    for (int s = 0; s < MOE_SCHEMES; s++) {
+        free(a->layer[s]);
+        free(a->load[s]);
+        free(a->mat[s]);
+    }
+    free(a->srv);
+    free(a->cell);
+    free(a->cw);
+    free(a);
+}
+
+/* The ids of a cell to account, into a->cell / a->cw: all K, or the first k in stored order, or
+ * by descending weight (stable) when the trace has weights. Returns 0 for a missing cell. */
+static uint32_t take_cell(moe_acct_t *a, const uint16_t *ids, const float *w)
+{
+    if (ids[0] == MOE_EXPERT_NONE)
+        return 0;
+    if (a->k == a->K || !w) {
+        for (uint32_t i = 0; i < a->k; i++) {
+            a->cell[i] = ids[i];
+            a->cw[i] = w ? w[i] : 0;
+        }
+        return a->k;
+    }
+    /* insertion into the sorted k heaviest so far; strict comparisons keep ties in order */
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < a->K; i++) {
+        if (n == a->k && !(w[i] > a->cw[a->k - 1]))
+            continue;
+        uint32_t at = n < a->k ? n++ : a->k - 1;
+        while (at > 0 && w[i] > a->cw[at - 1]) {
+            a->cell[at] = a->cell[at - 1];
+            a->cw[at] = a->cw[at - 1];
+            at--;
+        }
+        a->cell[at] = ids[i];
+        a->cw[at] = w[i];
+    }
+    return a->k;
+}
+
+/* The copy of expert e serving a token at home h (see moe/acct.h). */
+static uint32_t pick_copy(const moe_acct_t *a, uint32_t layer, uint32_t e, uint32_t h,
+                          const served_t *srv, uint32_t nsrv, uint64_t token)
+{
+    uint32_t n;
+    const uint16_t *rk = moe_placement_ranks(a->p, layer, e, &n);
+    if (n == 1)
+        return rk[0];
+    for (uint32_t c = 0; c < n; c++)
+        if (rk[c] == h)
+            return h;
+    for (uint32_t i = 0; i < nsrv; i++)
+        for (uint32_t c = 0; c < n; c++)
+            if (rk[c] == srv[i].rank)
+                return rk[c];
+    for (uint32_t c = 0; c < n; c++)
+        if (rk[c] / a->gpn == h / a->gpn)
+            return rk[c];
+    uint64_t x = moe_hash64(token, ((uint64_t)layer << 32) | e);
+    return rk[x % n];
+}
+
+uint32_t acct_serve_add(served_t *srv, uint32_t ns, uint32_t r, float w)
+{
+    uint32_t j = 0;
+    while (j < ns && srv[j].rank != r)
+        j++;
+    if (j == ns)
+        srv[ns++] = (served_t){r, 0, w};
+    srv[j].count++;
+    if (w > srv[j].weight)
+        srv[j].weight = w;
+    return ns;
+}
+
+uint32_t acct_new_home(const served_t *srv, uint32_t ns, uint32_t h, int weights)
+{
+    const served_t *best = &srv[0];
+    for (uint32_t i = 1; i < ns; i++) {
+        const served_t *s = &srv[i];
+        if (s->count != best->count) {
+            if (s->count > best->count)
+                best = s;
+            continue;
+        }
+        if (best->rank == h)
+            continue;
+        if (s->rank == h || (weights && s->weight > best->weight) ||
+            ((!weights || s->weight == best->weight) && s->rank < best->rank))
+            best = s;
+    }
+    return best->rank;
+}
+
+/* Group the cell's experts by serving rank. Returns the number of ranks. */
+static uint32_t serve(moe_acct_t *a, uint32_t layer, uint32_t n, uint32_t h, uint64_t token)
+{
+    uint32_t ns = 0;
+    for (uint32_t i = 0; i < n; i++)
+        ns = acct_serve_add(a->srv, ns,
+                            pick_copy(a, layer, a->cell[i], h, a->srv, ns, token), a->cw[i]);
+    return ns;
+}
+
+static inline int link_of(const moe_acct_t *a, uint32_t x, uint32_t y)
+{
+    if (x == y)
+        return MOE_LINK_SELF;
+    return x / a->gpn == y / a->gpn ? MOE_LINK_INTRA : MOE_LINK_INTER;
+}
+
+/* Count the transfers of one scheme at one layer: dispatch from `from`, combine to `to`. */
+static void count_layer(moe_acct_t *a, int scheme, uint32_t j, uint32_t ns, uint32_t from,
+                        uint32_t to)
+{
+    moe_acct_layer_t *c = &a->layer[scheme][j];
+    uint64_t *load = a->load[scheme] + (size_t)j * a->G;
+    uint64_t *mat = a->mat[scheme];
+    uint32_t moved = 0;
+    c->cells++;
+    for (uint32_t i = 0; i < ns; i++) {
+        uint32_t r = a->srv[i].rank;
+        load[r] += a->srv[i].count;
+        if (r != from) {
+            c->xfer[MOE_DISPATCH][link_of(a, from, r)]++;
+            if (mat)
+                mat[(size_t)from * a->G + r]++;
+            moved++;
+        }
+        if (r != to) {
+            c->xfer[MOE_COMBINE][link_of(a, r, to)]++;
+            if (mat)
+                mat[(size_t)r * a->G + to]++;
+            moved++;
+        }
+    }
+    c->local += !moved;
+    c->stay_rank += from == to;
+    c->stay_node += from / a->gpn == to / a->gpn;
+}
+
+int moe_acct_token(moe_acct_t *a, const uint16_t *ids, const float *weights, uint64_t token,
+                   uint32_t seq, uint32_t rank)
+{
+    uint32_t s;
+    switch (a->source) {
+    case MOE_SOURCE_RECORDED:
+        if (rank >= a->G)
+            return MOE_ERANGE;
+        s = rank;
+        break;
+    case MOE_SOURCE_TOKEN:
+        s = (uint32_t)(token % a->G);
+        break;
+    default:
+        s = seq % a->G;
+    }
+    uint32_t h = s;
+    for (uint32_t j = 0; j < a->L; j++) {
+        const uint16_t *cid = ids + (size_t)j * a->K;
+        uint32_t n = take_cell(a, cid, weights ? weights + (size_t)j * a->K : NULL);
+        if (!n)
+            continue;
+        uint32_t ns = serve(a, j, n, s, token);
+        count_layer(a, MOE_SCHEME_VANILLA, j, ns, s, s);
+        ns = serve(a, j, n, h, token);
+        uint32_t h2 = acct_new_home(a->srv, ns, h, a->weights);
+        count_layer(a, MOE_SCHEME_COHERENT, j, ns, h, h2);
+        h = h2;
+    }
+    a->tokens++;
+    return 0;
+}
+
+int moe_acct_merge(moe_acct_t *a, const moe_acct_t *b)
+{
+    if (a->L != b->L || a->G != b->G || (a->matrix != 0) != (b->matrix != 0))
+        return MOE_ESHAPE;
+    for (int s = 0; s < MOE_SCHEMES; s++) {
+        uint64_t *x = (uint64_t *)a->layer[s];
+        const uint64_t *y = (const uint64_t *)b->layer[s];
+        for (size_t i = 0; i < a->L * (sizeof(moe_acct_layer_t) / sizeof(uint64_t)); i++)
+            x[i] += y[i];
+        for (size_t i = 0; i < (size_t)a->L * a->G; i++)
+            a->load[s][i] += b->load[s][i];
+        for (size_t i = 0; a->matrix && i < (size_t)a->G * a->G; i++)
+            a->mat[s][i] += b->mat[s][i];
+    }
+    a->tokens += b->tokens;
+    return 0;
+}
+
+/* ------------------------------------------------------------------ scanning a trace */
+
+typedef struct scan_ctx {
+    moe_acct_t **w;     /* per-worker accumulators */
+    moe_trace_map_t *m;
+    uint32_t LK;
+    void (*progress)(void *ctx, uint64_t done, uint64_t total);
+    void *ctx;
+} scan_ctx_t;
+
+static void scan_progress(void *arg, uint64_t done, uint64_t total)
+{
+    scan_ctx_t *c = arg;
+    c->progress(c->ctx, done, total);
+}
+
+static int scan_batch(void *arg, int worker, moe_trace_batch_t *b)
+{
+    scan_ctx_t *c = arg;
+    moe_acct_t *a = c->w[worker];
+    for (size_t r = 0; r < b->n; r++) {
+        const float *wt = b->weights ? b->weights + r * c->LK : NULL;
+        if (moe_acct_token(a, b->ids + r * c->LK, wt, b->token[r], b->seq[r], b->rank[r]))
+            return moe_trace_map_fail(c->m, MOE_ERANGE,
+                                      "token %" PRIu64 ": source rank %u out of range (%u ranks)",
+                                      b->token[r], b->rank[r], a->G);
+    }
+    return 0;
+}
+
+int moe_acct_scan(moe_acct_t *a, moe_trace_map_t *m,
+                  void (*progress)(void *ctx, uint64_t done, uint64_t total), void *ctx)
+{
+    int nw = moe_trace_map_workers(m);
+    scan_ctx_t c = {calloc((size_t)nw, sizeof(moe_acct_t *)), m, a->L * a->K, progress, ctx};
+    if (!c.w)
+        return MOE_ENOMEM;
+    c.w[0] = a;
+    int rc = 0;
+    for (int i = 1; i < nw && !rc; i++) {
+        c.w[i] = acct_alloc(a->p, a->K, a->k, a->gpn, a->matrix);
+        if (!c.w[i])
+            rc = MOE_ENOMEM;
+        else {
+            c.w[i]->source = a->source;
+            c.w[i]->weights = a->weights;
+        }
+    }
+    if (!rc) {
+        moe_trace_map_ops_t ops = {0};
+        ops.batch = scan_batch;
+        ops.fields = MOE_MAP_TOKEN | MOE_MAP_SEQ | MOE_MAP_RANK;
+        ops.progress = progress ? scan_progress : NULL;
+        rc = moe_trace_map_run(m, &ops, &c);
+    }
+    for (int i = 1; i < nw; i++) {
+        if (!rc && c.w[i])
+            rc = moe_acct_merge(a, c.w[i]);
+        moe_acct_free(c.w[i]);
+    }
+    free(c.w);
+    return rc;
+}
+
+/* ------------------------------------------------------------------ results */
+
+uint64_t moe_acct_tokens(const moe_acct_t *a)
+{
+    return a->tokens;
+}
+
+const moe_acct_layer_t *moe_acct_layer(const moe_acct_t *a, int scheme, uint32_t layer)
+{
+    return scheme >= 0 && scheme < MOE_SCHEMES && layer < a->L ? &a->layer[scheme][layer] : NULL;
+}
+
+void moe_acct_total(const moe_acct_t *a, int scheme, moe_acct_layer_t *out)
+{
+    memset(out, 0, sizeof *out);
+    uint64_t *x = (uint64_t *)out;
+    for (uint32_t j = 0; j < a->L; j++) {
+        const uint64_t *y = (const uint64_t *)&a->layer[scheme][j];
+        for (size_t i = 0; i < sizeof *out / sizeof(uint64_t); i++)
+            x[i] += y[i];
+    }
+}
+
+const uint64_t *moe_acct_load(const moe_acct_t *a, int scheme, uint32_t layer)
+{
+    return layer < a->L ? a->load[scheme] + (size_t)layer * a->G : NULL;
+}
+
+double moe_acct_imbalance(const moe_acct_t *a, int scheme, uint32_t layer)
+{
+    const uint64_t *l = moe_acct_load(a, scheme, layer);
+    uint64_t max = 0, sum = 0;
+    for (uint32_t r = 0; l && r < a->G; r++) {
+        sum += l[r];
+        max = l[r] > max ? l[r] : max;
+    }
+    return sum ? (double)max * a->G / (double)sum : 0;
+}
+
+uint64_t moe_acct_matrix(const moe_acct_t *a, int scheme, uint32_t src, uint32_t dst)
+{
+    return a->mat[scheme] && src < a->G && dst < a->G ? a->mat[scheme][(size_t)src * a->G + dst]
+                                                       : 0;
+}
+
+double moe_acct_per_token_layer(const moe_acct_t *a, int scheme)
+{
+    moe_acct_layer_t t;
+    moe_acct_total(a, scheme, &t);
+    uint64_t x = 0;
+    for (int ph = 0; ph < MOE_PHASES; ph++)
+        for (int c = 0; c < MOE_LINK_CLASSES; c++)
+            x += t.xfer[ph][c];
+    return t.cells ? (double)x / (double)t.cells : 0;
+}
