@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "import_internal.h"
+#include "json_internal.h"
 
 /*
  * Both formats hold one JSON object per line and one (layer, token) cell or one (layer, batch
@@ -37,232 +38,6 @@
  * Both: layers are numbered from the smallest layer id of the first unit (vLLM counts from 0,
  * Megatron from 1), L and K come from the first unit, and a negative id marks a missing cell.
  */
-
-/* ------------------------------------------------------------------ a small JSON reader */
-
-enum jkind { J_NONE, J_NUM, J_STR, J_ARR, J_OTHER };
-
-typedef struct jval {
-    int kind;
-    double num;          /* J_NUM */
-    const char *s;       /* J_STR: raw text between the quotes (escapes kept); J_NUM: the text */
-    size_t len;
-    size_t off, n;       /* J_ARR: numbers nums[off .. off + n) */
-    uint32_t rows, cols; /* J_ARR: rows = 0 for a flat list, else rows x cols */
-} jval_t;
-
-#define J_MAXF 32
-
-typedef struct jobj {
-    struct {
-        const char *key;
-        size_t klen;
-        jval_t v;
-    } f[J_MAXF];
-    int n;
-    double *nums;
-    size_t nnum, numcap;
-    int oom;
-} jobj_t;
-
-static const char *jws(const char *p)
-{
-    while (*p == ' ' || *p == '\t' || *p == '\r' || *p == '\n')
-        p++;
-    return p;
-}
-
-/* p at '"': past the closing quote, NULL if unterminated. */
-static const char *jstr(const char *p)
-{
-    for (p++; *p != '"'; p++) {
-        if (*p == '\0')
-            return NULL;
-        if (*p == '\\' && *++p == '\0')
-            return NULL;
-    }
-    return p + 1;
-}
-
-static const char *jnum(const char *p, double *v)
-{
-    if (*p != '-' && (unsigned)(*p - '0') > 9)
-        return NULL;
-    return imp_parse_double(&p, v) < 0 ? NULL : p;
-}
-
-static const char *jlit(const char *p, const char *word)
-{
-    size_t n = strlen(word);
-    return strncmp(p, word, n) == 0 ? p + n : NULL;
-}
-
-/* Skip any value; NULL if malformed or nested deeper than a router log ever is. */
-static const char *jskip(const char *p, int depth)
-{
-    if (depth > 64)
-        return NULL;
-    if (*p == '"')
-        return jstr(p);
-    if (*p == 't' || *p == 'f' || *p == 'n')
-        return *p == 't' ? jlit(p, "true") : *p == 'f' ? jlit(p, "false") : jlit(p, "null");
-    if (*p != '{' && *p != '[') {
-        double v;
-        return jnum(p, &v);
-    }
-    char close = *p == '{' ? '}' : ']';
-    int obj = *p == '{';
-    p = jws(p + 1);
-    if (*p == close)
-        return p + 1;
-    for (;;) {
-        if (obj && (*p != '"' || !(p = jstr(p)) || *(p = jws(p)) != ':'))
-            return NULL;
-        if (obj)
-            p = jws(p + 1);
-        if (!(p = jskip(p, depth + 1)))
-            return NULL;
-        p = jws(p);
-        if (*p != ',')
-            return *p == close ? p + 1 : NULL;
-        p = jws(p + 1);
-    }
-}
-
-static int jpush(jobj_t *o, double x)
-{
-    if (o->nnum == o->numcap) {
-        size_t cap = o->numcap ? o->numcap * 2 : 256;
-        double *t = realloc(o->nums, cap * sizeof *t);
-        if (!t) {
-            o->oom = 1;
-            return -1;
-        }
-        o->nums = t;
-        o->numcap = cap;
-    }
-    o->nums[o->nnum++] = x;
-    return 0;
-}
-
-/* A list of numbers, p at '['; past ']', or NULL (nnum restored) if it is not one. */
-static const char *jnumlist(jobj_t *o, const char *p)
-{
-    p = jws(p + 1);
-    if (*p == ']')
-        return p + 1;
-    for (;;) {
-        double x;
-        if (!(p = jnum(p, &x)) || jpush(o, x) < 0)
-            return NULL;
-        p = jws(p);
-        if (*p != ',')
-            return *p == ']' ? p + 1 : NULL;
-        p = jws(p + 1);
-    }
-}
-
-/* [n, ...] or [[n, ...], ...] with rows of equal length; NULL if it is anything else. */
-static const char *jarr(jobj_t *o, const char *p, jval_t *v)
-{
-    size_t save = o->nnum;
-    v->off = o->nnum;
-    v->rows = v->cols = 0;
-    const char *q = jws(p + 1);
-    if (*q != '[') {
-        p = jnumlist(o, p);
-    } else {
-        for (p = q;;) {
-            size_t before = o->nnum;
-            if (*p != '[' || !(p = jnumlist(o, p)))
-                break;
-            uint32_t c = (uint32_t)(o->nnum - before);
-            if (v->rows++ > 0 && c != v->cols) {
-                p = NULL;
-                break;
-            }
-            v->cols = c;
-            p = jws(p);
-            if (*p != ',') {
-                p = *p == ']' ? p + 1 : NULL;
-                break;
-            }
-            p = jws(p + 1);
-        }
-    }
-    if (!p)
-        o->nnum = save;
-    v->n = o->nnum - v->off;
-    return p;
-}
-
-/* One value at p into v; past it or NULL. */
-static const char *jvalue(jobj_t *o, const char *p, jval_t *v)
-{
-    const char *q;
-    memset(v, 0, sizeof *v);
-    v->s = p;
-    if (*p == '[' && (q = jarr(o, p, v)) != NULL) {
-        v->kind = J_ARR;
-    } else if (*p == '"') {
-        if ((q = jstr(p)) != NULL) {
-            v->kind = J_STR;
-            v->s = p + 1;
-            v->len = (size_t)(q - p) - 2;
-        }
-    } else if ((q = jnum(p, &v->num)) != NULL) {
-        v->kind = J_NUM;
-        v->len = (size_t)(q - p);
-    } else if ((q = jlit(p, "null")) != NULL) {
-        v->kind = J_NONE; /* null reads as absent */
-    } else {
-        q = jskip(p, 1);
-        v->kind = J_OTHER;
-    }
-    return q;
-}
-
-/* Parse one object filling o; returns 0, or -1 with *at = where it went wrong. */
-static int jobj_parse(jobj_t *o, const char *line, const char **at)
-{
-    const char *p = jws(line);
-    o->n = 0;
-    o->nnum = 0;
-    o->oom = 0;
-    if (*p != '{')
-        return *at = p, -1;
-    p = jws(p + 1);
-    while (*p != '}') {
-        const char *k = p + 1, *e;
-        if (*p != '"' || !(e = jstr(p)) || *(p = jws(e)) != ':')
-            return *at = p, -1;
-        size_t klen = (size_t)(e - 1 - k);
-        jval_t v;
-        if (!(e = jvalue(o, jws(p + 1), &v)))
-            return *at = jws(p + 1), -1;
-        if (o->n < J_MAXF) { /* further keys are skipped: no router log has that many */
-            o->f[o->n].key = k;
-            o->f[o->n].klen = klen;
-            o->f[o->n++].v = v;
-        }
-        p = jws(e);
-        if (*p == ',' && *(p = jws(p + 1)) == '"')
-            continue;
-        if (*p != '}')
-            return *at = p, -1;
-    }
-    p = jws(p + 1);
-    return *p ? (*at = p, -1) : 0;
-}
-
-static const jval_t *jget(const jobj_t *o, const char *key)
-{
-    size_t n = strlen(key);
-    for (int i = 0; i < o->n; i++)
-        if (o->f[i].klen == n && memcmp(o->f[i].key, key, n) == 0 && o->f[i].v.kind != J_NONE)
-            return &o->f[i].v;
-    return NULL;
-}
 
 /* ------------------------------------------------------------------ importer state */
 
@@ -345,7 +120,7 @@ static int append(char **buf, size_t *len, size_t *cap, const char *s, size_t n)
 static int juint(moe_importer_t *im, const jobj_t *o, const char *key, int64_t dflt,
                  uint64_t max, uint64_t lineno, uint64_t *out)
 {
-    const jval_t *v = jget(o, key);
+    const jval_t *v = jtok_get(o, key);
     if (!v && dflt >= 0) {
         *out = (uint64_t)dflt;
         return 0;
@@ -443,7 +218,7 @@ static int check_k(moe_importer_t *im, jstate_t *s, uint32_t k, int has_w, uint6
 /* The unit key of a vLLM record: (dataset, problem_id) as written. */
 static int vl_unit(jstate_t *s)
 {
-    const jval_t *ds = jget(&s->obj, "dataset"), *pid = jget(&s->obj, "problem_id");
+    const jval_t *ds = jtok_get(&s->obj, "dataset"), *pid = jtok_get(&s->obj, "problem_id");
     s->cand_len = 0;
     if ((ds && append(&s->cand, &s->cand_len, &s->cand_cap, ds->s, ds->len) < 0) ||
         append(&s->cand, &s->cand_len, &s->cand_cap, "\x01", 1) < 0 ||
@@ -455,7 +230,7 @@ static int vl_unit(jstate_t *s)
 /* seq of a new vLLM problem: problem_id, shifted for a dataset after the first. */
 static int vl_seq(moe_importer_t *im, jstate_t *s, uint64_t lineno)
 {
-    const jval_t *ds = jget(&s->obj, "dataset"), *pid = jget(&s->obj, "problem_id");
+    const jval_t *ds = jtok_get(&s->obj, "dataset"), *pid = jtok_get(&s->obj, "problem_id");
     imp_key_t dk = {{ds ? fnv64(ds->s, ds->len) : 0, ds ? ds->len : 0, 0, 0}};
     size_t nds = s->datasets.n;
     long d = imp_map_get(&s->datasets, &dk, 1);
@@ -483,9 +258,9 @@ static int vl_seq(moe_importer_t *im, jstate_t *s, uint64_t lineno)
 static int vl_add(moe_importer_t *im, jstate_t *s, uint64_t lineno)
 {
     const jobj_t *o = &s->obj;
-    const jval_t *ex = jget(o, "experts"), *gp = jget(o, "gating_probs");
+    const jval_t *ex = jtok_get(o, "experts"), *gp = jtok_get(o, "gating_probs");
     uint64_t layer, tok;
-    const char *tk = jget(o, "token_idx") ? "token_idx" : "token_pos";
+    const char *tk = jtok_get(o, "token_idx") ? "token_idx" : "token_pos";
     int st;
     if ((st = juint(im, o, "layer", -1, UINT32_MAX, lineno, &layer)) < 0 ||
         (st = juint(im, o, tk, -1, UINT32_MAX, lineno, &tok)) < 0)
@@ -536,8 +311,8 @@ static int mg_unit(moe_importer_t *im, jstate_t *s, uint64_t lineno)
 static int mg_first_token(moe_importer_t *im, jstate_t *s, const imp_key_t *grp, uint64_t layer,
                           uint64_t rows, uint64_t lineno, uint64_t *tok)
 {
-    const char *tk = jget(&s->obj, "token") ? "token" : "token_idx";
-    if (jget(&s->obj, tk))
+    const char *tk = jtok_get(&s->obj, "token") ? "token" : "token_idx";
+    if (jtok_get(&s->obj, tk))
         return juint(im, &s->obj, tk, 0, UINT32_MAX, lineno, tok);
     imp_key_t ck = {{grp->k[0], grp->k[1], grp->k[2], layer}};
     size_t before = s->counters.n;
@@ -571,11 +346,11 @@ static int mg_shape(moe_importer_t *im, jstate_t *s, const jval_t *ix, const jva
 static int mg_add(moe_importer_t *im, jstate_t *s, uint64_t lineno)
 {
     const jobj_t *o = &s->obj;
-    const jval_t *ix = jget(o, "top_indices"), *wv = jget(o, "top_probs");
+    const jval_t *ix = jtok_get(o, "top_indices"), *wv = jtok_get(o, "top_probs");
     uint64_t layer, tok;
     imp_key_t grp = {{0, 0, 0, 0}};
     int st;
-    if (!wv && ix && (wv = jget(o, "scores")) != NULL &&
+    if (!wv && ix && (wv = jtok_get(o, "scores")) != NULL &&
         (wv->kind != J_ARR || wv->rows != ix->rows || wv->n != ix->n))
         wv = NULL; /* full router scores over all experts, not the chosen ones' weights */
     if (!ix || ix->kind != J_ARR)
@@ -616,7 +391,7 @@ static int next_obj(moe_importer_t *im, jstate_t *s, uint64_t *lineno)
     } else {
         do {
             st = moe_lines_next(im->lines, &line, &len);
-        } while (st == 1 && (*jws(line) == '\0' || *jws(line) == '#'));
+        } while (st == 1 && (*jtok_ws(line) == '\0' || *jtok_ws(line) == '#'));
         *lineno = moe_lines_lineno(im->lines);
     }
     if (st <= 0)
@@ -624,7 +399,7 @@ static int next_obj(moe_importer_t *im, jstate_t *s, uint64_t *lineno)
                                  moe_strerror(st))
                       : 0;
     const char *at = line;
-    if (jobj_parse(&s->obj, line, &at) < 0)
+    if (jtok_obj_parse(&s->obj, line, &at) < 0)
         return imp_fail(im, s->obj.oom ? MOE_ENOMEM : MOE_EFORMAT,
                         "line %llu: malformed JSON at column %llu", (unsigned long long)*lineno,
                         (unsigned long long)(at - line) + 1);

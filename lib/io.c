@@ -279,7 +279,7 @@ static ptrdiff_t lines_raw(moe_lines_t *l, uint8_t *dst, size_t n)
         l->prefix_off += k;
         return (ptrdiff_t)k;
     }
-    return moe_read_full(l->fd, dst, n);
+    return l->fd < 0 ? 0 : moe_read_full(l->fd, dst, n);
 }
 
 /* Inflate into dst; handles concatenated gzip members. Returns bytes produced or < 0. */
@@ -329,7 +329,7 @@ moe_lines_t *moe_lines_dopen(int fd, const uint8_t *prefix, size_t prefix_len, i
         goto nomem;
     if (prefix_len)
         memcpy(l->prefix, prefix, prefix_len);
-    if (have < 2) { /* need two bytes to recognise gzip */
+    if (have < 2 && fd >= 0) { /* need two bytes to recognise gzip */
         ptrdiff_t r = moe_read_full(fd, head, 2 - have);
         if (r < 0) {
             *status = MOE_ESYS;

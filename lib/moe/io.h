@@ -43,7 +43,8 @@ typedef struct moe_lines moe_lines_t;
 
 /* Open a path ("-" = stdin). NULL on failure, *status and errbuf set as for moe_ofile_open. */
 moe_lines_t *moe_lines_open(const char *path, int *status, char *errbuf, size_t errlen);
-/* Open over bytes already read (prefix) followed by the rest of fd (taken over). */
+/* Open over bytes already read (prefix) followed by the rest of fd (taken over). With fd -1
+ * the prefix is the whole input: text (or gzip) held in memory. */
 moe_lines_t *moe_lines_dopen(int fd, const uint8_t *prefix, size_t prefix_len, int *status);
 /* Next line without its '\n' (a trailing '\r' is removed too), NUL-terminated, writable, valid
  * until the next call; *len set when non-NULL. Returns 1, 0 at end, or a negative status. */

@@ -1,0 +1,367 @@
+/* tests/unit/test_topo.c -- topology files (moe-topology(5)): parsing, units, the writer's round
+ * trip, efficiency curves, transfer times, every rejection, and the presets. */
+#include "config.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <float.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include "moe/moe.h"
+#include "moe/topo.h"
+#include "unit.h"
+
+static char tmpdir[512];
+
+static const char *tmp_path(const char *name)
+{
+    static char buf[8][1024];
+    static int i;
+    i = (i + 1) % 8;
+    snprintf(buf[i], sizeof buf[i], "%s/%s", tmpdir, name);
+    return buf[i];
+}
+
+static const char *write_text(const char *name, const char *text)
+{
+    const char *path = tmp_path(name);
+    FILE *fp = fopen(path, "wb");
+    CHECK(fp != NULL);
+    if (fp) {
+        fputs(text, fp);
+        fclose(fp);
+    }
+    return path;
+}
+
+static int parse(moe_topo_t *t, const char *text, char *err, size_t errlen)
+{
+    err[0] = '\0';
+    return moe_topo_parse(t, text, strlen(text), "x.topo", err, errlen);
+}
+
+/* Same struct, field by field (the struct has padding). */
+static int same_topo(const moe_topo_t *a, const moe_topo_t *b)
+{
+    if (strcmp(a->name, b->name) != 0 || a->nodes != b->nodes ||
+        a->gpus_per_node != b->gpus_per_node || a->hbm_bw != b->hbm_bw || a->flops != b->flops)
+        return 0;
+    for (int c = 0; c < MOE_LINK_CLASSES; c++) {
+        const moe_link_t *x = &a->link[c], *y = &b->link[c];
+        if (x->bw != y->bw || x->latency != y->latency || x->npoints != y->npoints ||
+            a->cost[c] != b->cost[c])
+            return 0;
+        for (uint32_t i = 0; i < x->npoints; i++)
+            if (x->size[i] != y->size[i] || x->eff[i] != y->eff[i])
+                return 0;
+    }
+    return 1;
+}
+
+static const char example[] =
+    "# a two-node H100 cluster\n"
+    "topology dgx-h100\n"
+    "nodes 2\n"
+    "gpus-per-node 8   # SXM5\n"
+    "link intra bandwidth 450e9 latency 3e-6\n"
+    "link inter bandwidth 50e9 latency 5e-6\n"
+    "\tlink host  latency 10e-6 bandwidth 55e9\n"
+    "efficiency intra 1024:0.02 65536:0.35 1048576:0.8 67108864:0.95\n"
+    "\n"
+    "hbm-bandwidth 3.35e12\n"
+    "flops 989e12\n";
+
+static void test_parse(void)
+{
+    moe_topo_t t;
+    char err[256];
+    CHECK_EQ_INT(parse(&t, example, err, sizeof err), 0);
+    CHECK_STR(t.name, "dgx-h100");
+    CHECK_EQ_INT(t.nodes, 2);
+    CHECK_EQ_INT(t.gpus_per_node, 8);
+    CHECK_EQ_INT(moe_topo_ranks(&t), 16);
+    CHECK(t.link[MOE_LINK_INTRA].bw == 450e9 && t.link[MOE_LINK_INTRA].latency == 3e-6);
+    CHECK(t.link[MOE_LINK_INTER].bw == 50e9 && t.link[MOE_LINK_INTER].latency == 5e-6);
+    CHECK(t.link[MOE_LINK_HOST].bw == 55e9 && t.link[MOE_LINK_HOST].latency == 10e-6);
+    CHECK(t.link[MOE_LINK_SELF].bw == 0 && t.link[MOE_LINK_SELF].npoints == 0);
+    CHECK_EQ_INT(t.link[MOE_LINK_INTRA].npoints, 4);
+    CHECK(t.link[MOE_LINK_INTRA].size[3] == 67108864 && t.link[MOE_LINK_INTRA].eff[3] == 0.95);
+    CHECK_EQ_INT(t.link[MOE_LINK_INTER].npoints, 0);
+    CHECK(t.hbm_bw == 3.35e12 && t.flops == 989e12);
+    CHECK(t.cost[MOE_LINK_SELF] == 0 && t.cost[MOE_LINK_INTRA] == 1);
+    CHECK(t.cost[MOE_LINK_INTER] == 9); /* 450e9 / 50e9 */
+    /* the least a file can say */
+    CHECK_EQ_INT(parse(&t, "nodes 1\ngpus-per-node 4", err, sizeof err), 0);
+    CHECK_STR(t.name, "x");
+    CHECK(t.link[MOE_LINK_INTRA].bw == 0 && t.cost[MOE_LINK_INTER] == 4);
+}
+
+static void test_units(void)
+{
+    moe_topo_t t;
+    char err[256];
+    const char *u = "nodes 1\ngpus-per-node 8\n"
+                    "link intra bandwidth 450 GB/s latency 3 us\n"
+                    "link inter bandwidth 400 Gb/s latency 0.5e1 us\n"
+                    "link host bandwidth 64 GB/s latency 2 ms\n"
+                    "hbm-bandwidth 3.35 TB/s\nflops 989 TFLOP/s\n";
+    CHECK_EQ_INT(parse(&t, u, err, sizeof err), 0);
+    CHECK(t.link[MOE_LINK_INTRA].bw == 450e9);
+    CHECK(t.link[MOE_LINK_INTRA].latency == 3e-6); /* as strtod reads "3e-6": exactly */
+    CHECK(t.link[MOE_LINK_INTER].bw == 50e9);
+    CHECK(t.link[MOE_LINK_INTER].latency == 5e-6);
+    CHECK(t.link[MOE_LINK_HOST].bw == 64e9 && t.link[MOE_LINK_HOST].latency == 2e-3);
+    CHECK(t.hbm_bw == 3.35e12 && t.flops == 989e12);
+    CHECK_EQ_INT(parse(&t, "nodes 1\ngpus-per-node 1\nlink inter bandwidth 200 Mb/s\n"
+                           "flops 1 PFLOP/s\nhbm-bandwidth 7 B/s", err, sizeof err), 0);
+    CHECK(t.link[MOE_LINK_INTER].bw == 25e6 && t.flops == 1e15 && t.hbm_bw == 7);
+    /* a unit of another quantity is not a unit here */
+    CHECK_EQ_INT(parse(&t, "nodes 1\ngpus-per-node 1\nflops 5 GB/s\n", err, sizeof err),
+                 MOE_EFORMAT);
+    CHECK(strstr(err, "'x.topo' line 3: 'flops' takes one value, found 'GB/s' after it"));
+}
+
+static void test_round_trip(void)
+{
+    moe_topo_t t, u, w;
+    char err[256];
+    CHECK_EQ_INT(parse(&t, example, err, sizeof err), 0);
+    char *a = moe_topo_format(&t);
+    CHECK(a != NULL);
+    CHECK_EQ_INT(a ? parse(&u, a, err, sizeof err) : -1, 0);
+    CHECK(same_topo(&t, &u));
+    char *b = moe_topo_format(&u);
+    CHECK_STR(b, a);
+    CHECK(a && strstr(a, "\nlink intra bandwidth 450000000000 latency 3e-06\n"));
+    free(a);
+    free(b);
+    /* doubles that need all 17 digits, extremes, zero bandwidth with a latency */
+    CHECK_EQ_INT(moe_topo_uniform(&t, 3, 5), 0);
+    strcpy(t.name, "odd name#1");
+    t.link[MOE_LINK_INTRA].bw = 0.1 + 0.2;
+    t.link[MOE_LINK_INTRA].latency = 1.0 / 3;
+    t.link[MOE_LINK_INTER].latency = 5e-324;
+    t.link[MOE_LINK_HOST].bw = DBL_MAX;
+    t.link[MOE_LINK_INTER].npoints = MOE_TOPO_MAX_CURVE;
+    for (uint32_t i = 0; i < MOE_TOPO_MAX_CURVE; i++) {
+        t.link[MOE_LINK_INTER].size[i] = ldexp(1.0, (int)i) / 3;
+        t.link[MOE_LINK_INTER].eff[i] = (i + 1.0) / (MOE_TOPO_MAX_CURVE + 1.0);
+    }
+    t.hbm_bw = 2.0 / 7;
+    moe_topo_update_cost(&t);
+    a = moe_topo_format(&t);
+    CHECK_EQ_INT(a ? parse(&u, a, err, sizeof err) : -1, 0);
+    strcpy(t.name, "odd_name_1"); /* blanks and '#' are written as '_' */
+    CHECK(same_topo(&t, &u));
+    /* through a file, gzip and stdin too */
+    const char *f = write_text("rt.topo", a ? a : "");
+    CHECK_EQ_INT(moe_topo_read(&w, f, err, sizeof err), 0);
+    CHECK(same_topo(&t, &w));
+    const char *gz = tmp_path("rt.topo.gz");
+    gzFile g = gzopen(gz, "wb");
+    if (g && a) {
+        gzputs(g, a);
+        gzclose(g);
+    }
+    memset(&w, 0, sizeof w);
+    CHECK_EQ_INT(moe_topo_read(&w, gz, err, sizeof err), 0);
+    CHECK(same_topo(&t, &w));
+    int saved = dup(0), fd = open(f, O_RDONLY);
+    CHECK(saved >= 0 && fd >= 0 && dup2(fd, 0) == 0);
+    close(fd);
+    memset(&w, 0, sizeof w);
+    CHECK_EQ_INT(moe_topo_read(&w, "-", err, sizeof err), 0);
+    CHECK(same_topo(&t, &w));
+    dup2(saved, 0);
+    close(saved);
+    free(a);
+    /* no name: none written, and the reader names it after the file */
+    t.name[0] = '\0';
+    a = moe_topo_format(&t);
+    CHECK(a && !strstr(a, "\ntopology "));
+    CHECK_EQ_INT(moe_topo_read(&w, write_text("my.cluster.topo", a ? a : ""), err, sizeof err),
+                 0);
+    CHECK_STR(w.name, "my.cluster");
+    free(a);
+}
+
+static void test_efficiency(void)
+{
+    moe_topo_t t;
+    char err[256];
+    CHECK_EQ_INT(parse(&t, "nodes 2\ngpus-per-node 2\n"
+                           "link intra bandwidth 100e9 latency 1e-6\n"
+                           "efficiency intra 1000:0.1 3000:0.5 5000:0.9\n"
+                           "link inter bandwidth 10e9\n", err, sizeof err), 0);
+    const int I = MOE_LINK_INTRA, X = MOE_LINK_INTER;
+    CHECK(moe_topo_efficiency(&t, I, 10) == 0.1);     /* clamped below */
+    CHECK(moe_topo_efficiency(&t, I, 1000) == 0.1);
+    CHECK(fabs(moe_topo_efficiency(&t, I, 2000) - 0.3) < 1e-15);
+    CHECK(fabs(moe_topo_efficiency(&t, I, 4500) - 0.8) < 1e-15);
+    CHECK(moe_topo_efficiency(&t, I, 5000) == 0.9);
+    CHECK(moe_topo_efficiency(&t, I, 1e12) == 0.9);   /* clamped above */
+    CHECK(moe_topo_efficiency(&t, X, 123) == 1.0);    /* no curve */
+    CHECK(moe_topo_time(&t, MOE_LINK_SELF, 1e9) == 0);
+    CHECK(fabs(moe_topo_time(&t, I, 2000) - (1e-6 + 2000 / (100e9 * 0.3))) < 1e-18);
+    CHECK(fabs(moe_topo_time(&t, X, 1e6) - 1e-4) < 1e-18);
+    CHECK(isnan(moe_topo_time(&t, MOE_LINK_HOST, 1e6)));
+    CHECK_EQ_INT(moe_topo_class(&t, 1, 1), MOE_LINK_SELF);
+    CHECK_EQ_INT(moe_topo_class(&t, 0, 1), MOE_LINK_INTRA);
+    CHECK_EQ_INT(moe_topo_class(&t, 1, 2), MOE_LINK_INTER);
+    CHECK(t.cost[MOE_LINK_INTER] == 10);
+}
+
+typedef struct bad {
+    const char *text;
+    int status;
+    const char *msg;
+} bad_t;
+
+#define NG "nodes 1\ngpus-per-node 8\n"
+
+static const bad_t bad_topo[] = {
+    {"", MOE_EFORMAT, "'x.topo': no 'nodes' line"},
+    {"nodes 2\n", MOE_EFORMAT, "'x.topo': no 'gpus-per-node' line"},
+    {NG "link nvl bandwidth 1\n", MOE_EFORMAT,
+     "'x.topo' line 3: unknown link class 'nvl' (intra, inter, host)"},
+    {NG "link self bandwidth 1\n", MOE_EFORMAT, "line 3: unknown link class 'self'"},
+    {NG "link\n", MOE_EFORMAT, "line 3: 'link' lacks a link class"},
+    {NG "nvlink 4\n", MOE_EFORMAT, "line 3: unknown keyword 'nvlink'"},
+    {NG "nodes 2\n", MOE_EFORMAT, "line 3: second 'nodes' line"},
+    {"nodes 0\n", MOE_ERANGE, "line 1: nodes: expected a whole number from 1 to 65535, "
+                              "found '0'"},
+    {"nodes 65536\n", MOE_ERANGE, "found '65536'"},
+    {"nodes two\n", MOE_ERANGE, "found 'two'"},
+    {"nodes 1 2\n", MOE_EFORMAT, "line 1: 'nodes' takes one value, found 2"},
+    {"nodes 300\ngpus-per-node 300\n", MOE_ERANGE,
+     "'x.topo': 300 nodes x 300 GPUs is more than 65535 ranks"},
+    {NG "topology a b\n", MOE_EFORMAT, "'topology' takes one value, found 2"},
+    {NG "topology 0123456789012345678901234567890123456789012345678901234567890123\n",
+     MOE_ERANGE, "topology name longer than 63 characters"},
+    {NG "link intra\n", MOE_EFORMAT, "'link intra' sets neither bandwidth nor latency"},
+    {NG "link intra speed 4\n", MOE_EFORMAT,
+     "unknown link parameter 'speed' (bandwidth, latency)"},
+    {NG "link intra bandwidth\n", MOE_EFORMAT, "'bandwidth' lacks a value"},
+    {NG "link intra bandwidth 1 bandwidth 2\n", MOE_EFORMAT, "'bandwidth' given twice"},
+    {NG "link intra bandwidth fast\n", MOE_EFORMAT,
+     "bandwidth: expected a number of bytes/s, found 'fast'"},
+    {NG "link intra bandwidth 0x10\n", MOE_EFORMAT, "found '0x10'"},
+    {NG "link intra bandwidth inf\n", MOE_EFORMAT, "found 'inf'"},
+    {NG "link intra bandwidth 1e999\n", MOE_EFORMAT, "found '1e999'"},
+    {NG "link intra bandwidth 1.2.3\n", MOE_EFORMAT, "found '1.2.3'"},
+    {NG "link intra latency -1e-6\n", MOE_ERANGE, "latency: -1e-6 is negative"},
+    {NG "link intra latency 1 GB/s\n", MOE_EFORMAT,
+     "unknown link parameter 'GB/s' (bandwidth, latency)"},
+    {NG "link intra latency 1\nlink intra bandwidth 2\n", MOE_EFORMAT,
+     "line 4: second 'link intra' line"},
+    {NG "efficiency inter\n", MOE_EFORMAT, "'efficiency inter' has no SIZE:EFFICIENCY points"},
+    {NG "efficiency inter 1:0.5\nefficiency inter 2:0.5\n", MOE_EFORMAT,
+     "line 4: second 'efficiency inter' line"},
+    {NG "efficiency inter 1:0.5 1:0.6\n", MOE_ERANGE,
+     "efficiency sizes must increase (1 after 1)"},
+    {NG "efficiency inter 2:0.5 1:0.6\n", MOE_ERANGE, "efficiency sizes must increase"},
+    {NG "efficiency inter 1:0\n", MOE_ERANGE, "efficiency 0 at size 1 is not in (0, 1]"},
+    {NG "efficiency inter 1:1.5\n", MOE_ERANGE, "efficiency 1.5 at size 1 is not in (0, 1]"},
+    {NG "efficiency inter 1:0.5 2\n", MOE_EFORMAT, "expected SIZE:EFFICIENCY, found '2'"},
+    {NG "efficiency inter 1:x\n", MOE_EFORMAT, "expected SIZE:EFFICIENCY, found '1:x'"},
+    {NG "efficiency inter -1:0.5\n", MOE_ERANGE, "efficiency size -1 is negative"},
+    {NG "hbm-bandwidth\n", MOE_EFORMAT, "'hbm-bandwidth' lacks a value"},
+    {NG "flops 1 2\n", MOE_EFORMAT, "'flops' takes one value, found '2' after it"},
+    {NG "flops 1\nflops 2\n", MOE_EFORMAT, "line 4: second 'flops' line"},
+};
+
+static void test_errors(void)
+{
+    for (size_t i = 0; i < sizeof bad_topo / sizeof *bad_topo; i++) {
+        const bad_t *b = &bad_topo[i];
+        moe_topo_t t;
+        memset(&t, 0x5a, sizeof t);
+        char err[256];
+        int rc = parse(&t, b->text, err, sizeof err);
+        CHECK_EQ_INT(rc, b->status);
+        if (!strstr(err, b->msg))
+            fprintf(stderr, "case %zu: '%s' lacks '%s'\n", i, err, b->msg);
+        CHECK(strstr(err, b->msg) != NULL);
+        CHECK(t.nodes == 0x5a5a5a5a); /* left alone */
+    }
+    /* 64 points are fine, 65 are not */
+    char buf[4096];
+    int n = snprintf(buf, sizeof buf, NG "efficiency intra");
+    for (int i = 1; i <= 64; i++)
+        n += snprintf(buf + n, sizeof buf - (size_t)n, " %d:0.5", i);
+    moe_topo_t t;
+    char err[256];
+    CHECK_EQ_INT(parse(&t, buf, err, sizeof err), 0);
+    CHECK_EQ_INT(t.link[MOE_LINK_INTRA].npoints, 64);
+    snprintf(buf + n, sizeof buf - (size_t)n, " 65:0.5\n");
+    CHECK_EQ_INT(parse(&t, buf, err, sizeof err), MOE_ERANGE);
+    CHECK(strstr(err, "more than 64 efficiency points"));
+    static const char nul[] = "nodes 1\ngpus\0-per-node 8\n";
+    CHECK_EQ_INT(moe_topo_parse(&t, nul, sizeof nul - 1, "n", err, sizeof err), MOE_EFORMAT);
+    CHECK_STR(err, "'n' line 2: NUL byte in line");
+    CHECK_EQ_INT(moe_topo_read(&t, tmp_path("none.topo"), err, sizeof err), MOE_ESYS);
+    CHECK(strstr(err, "cannot open"));
+    CHECK_EQ_INT(moe_topo_parse(&t, "nodes 0", 7, NULL, NULL, 0), MOE_ERANGE);
+}
+
+/* Every preset parses, names itself after its file, and says nodes 1. */
+static void test_presets(void)
+{
+    const char *top = getenv("top_srcdir");
+    char dir[1024];
+    snprintf(dir, sizeof dir, "%s/share/topologies", top ? top : ".");
+    DIR *d = opendir(dir);
+    if (!d) {
+        printf("test_topo: no %s, skipping the presets\n", dir);
+        return;
+    }
+    int count = 0;
+    struct dirent *de;
+    while ((de = readdir(d)) != NULL) {
+        size_t len = strlen(de->d_name);
+        if (len < 6 || strcmp(de->d_name + len - 5, ".topo") != 0)
+            continue;
+        char path[2048], err[256], want[256];
+        snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
+        moe_topo_t t;
+        int rc = moe_topo_read(&t, path, err, sizeof err);
+        if (rc)
+            fprintf(stderr, "%s\n", err);
+        CHECK_EQ_INT(rc, 0);
+        snprintf(want, sizeof want, "%.*s", (int)(len - 5), de->d_name);
+        CHECK_STR(t.name, want);
+        CHECK_EQ_INT(t.nodes, 1);
+        CHECK(t.link[MOE_LINK_INTRA].bw > 0 && t.link[MOE_LINK_INTER].bw > 0);
+        CHECK(t.hbm_bw > 0 && t.flops > 0);
+        count++;
+    }
+    closedir(d);
+    CHECK(count >= 5);
+}
+
+int main(void)
+{
+    const char *t = getenv("TMPDIR");
+    snprintf(tmpdir, sizeof tmpdir, "%s/test_topo.XXXXXX", t && *t ? t : "/tmp");
+    if (!mkdtemp(tmpdir)) {
+        perror("mkdtemp");
+        return 1;
+    }
+    moe_log_set_level(MOE_LOG_OFF);
+    test_parse();
+    test_units();
+    test_round_trip();
+    test_efficiency();
+    test_errors();
+    test_presets();
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "cannot remove %s\n", tmpdir);
+    return unit_done("test_topo");
+}
