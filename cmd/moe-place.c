@@ -674,9 +674,9 @@ static int eval_table(textout_t *out, const moe_acct_t *a, const char *ppath,
     static const char *const src_names[] = {"auto", "recorded", "sequence id mod G",
                                             "token id mod G"};
     int rc = textout_printf(out, "# moe-place eval\n# placement: %s: %u layers x %u experts on "
-                            "%u ranks (%u nodes x %u), capacity %u\n",
+                            "%u ranks (%u node%s x %u), capacity %u\n",
                             ppath, p->layers, p->experts, p->ranks, topo->nodes,
-                            topo->gpus_per_node, p->capacity);
+                            topo->nodes == 1 ? "" : "s", topo->gpus_per_node, p->capacity);
     rc = rc ? rc : textout_printf(out, "# trace: %s: %" PRIu64 " tokens, top-%u of %u (%u used), "
                                   "source ranks: %s\n", tpath, moe_acct_tokens(a), h->topk,
                                   h->experts, g->topk ? g->topk : h->topk, src_names[source]);

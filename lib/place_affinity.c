@@ -730,7 +730,7 @@ static void *run_worker(void *arg)
         if (jb->exact)
             jb->rc[c] = exact_chain(&jb->st[c]);
         else
-            jb->rc[c] = search(&jb->st[c], moe_hash64(jb->seed, c / jb->nweights), jb->deadline);
+            jb->rc[c] = search(&jb->st[c], moe_hash64(jb->seed, c), jb->deadline);
         if (!jb->rc[c])
             jb->modelled[c] = state_cost(&jb->st[c]);
     }
@@ -895,8 +895,8 @@ static int build_model(model_t *m, const moe_affinity_t *a, const moe_topo_t *to
 /* Ratios alpha/beta tried for top-k coherent sets: the same-layer term counts pairs of a set,
  * the transition term pairs of consecutive sets. On DeepSeek-V2-Lite (8 ranks) 2 did best of
  * 0.25 .. 8 (5.00 coherent transfers per token and layer against 5.04 for 1 and 5.08 for 4);
- * with a scorer the neighbours are tried too. */
-static const double coherent_ratios[] = {2.0, 1.0, 4.0};
+ * with a scorer the starts cycle through 2, 1, 4 and 2 again, and the scorer picks. */
+static const double coherent_ratios[] = {2.0, 1.0, 4.0, 2.0};
 #define DEFAULT_RATIO 0
 
 int moe_place_affinity(const moe_affinity_t *a, const moe_topo_t *topo,
@@ -915,7 +915,8 @@ int moe_place_affinity(const moe_affinity_t *a, const moe_topo_t *topo,
     jb.exact = base.top1 && base.C == 1 && base.E == base.G && topo->nodes == 1;
     int coherent_topk = !base.top1 && o->scheme == MOE_SCHEME_COHERENT;
     jb.nweights = coherent_topk && o->score ? sizeof coherent_ratios / sizeof *coherent_ratios : 1;
-    jb.ncand = jb.exact ? 1 : (o->starts ? o->starts : 1) * jb.nweights;
+    /* start c uses weighting c mod nweights: the starts are shared out, not multiplied */
+    jb.ncand = jb.exact ? 1 : o->starts ? o->starts : 1;
     jb.models = calloc(jb.nweights, sizeof *jb.models);
     jb.st = calloc(jb.ncand, sizeof *jb.st);
     jb.modelled = calloc(jb.ncand, sizeof *jb.modelled);
@@ -960,8 +961,9 @@ int moe_place_affinity(const moe_affinity_t *a, const moe_topo_t *topo,
         add_replicas(&jb.st[best], out, o->replicas);
         double units = (double)in.tokens * (base.top1 ? (base.L > 1 ? base.L - 1 : 1) : base.L);
         res->objective = o->score ? best_score : units > 0 ? jb.modelled[best] / units : 0;
-        snprintf(res->status, sizeof res->status, "%s, %u candidates",
-                 jb.exact ? "optimal (layer-pair chain)" : "local search", jb.ncand);
+        snprintf(res->status, sizeof res->status, "%s, %u candidate%s",
+                 jb.exact ? "optimal (layer-pair chain)" : "local search", jb.ncand,
+                 jb.ncand == 1 ? "" : "s");
         if (base.top1 && !o->replicas) {
             double b;
             char tmp[128];

@@ -1,0 +1,110 @@
+#!/bin/sh
+# bench/bench_place.sh -- what moe-place's placements save, measured on real traces, and how
+# fast it fits at scale. Prints one table per acceptance point of the moe-place issue:
+#  1. DeepSeek-V2-Lite: fit on prompts 1..500, evaluate on 501..1000; coherent transfers per
+#     token per layer against vanilla expert parallelism with the contiguous placement (target
+#     <= 0.55), held-out max/mean rank load (target <= 1.15); 4, 8, 16 ranks and 2 nodes x 4.
+#  2. Mixtral top-1 paths, 4 and 8 GPUs: hops per token of the affinity placement fitted and
+#     evaluated on the same tokens against ExFlow's published placements (target: <=).
+#  4. Fit time: a DeepSeek-V3-shaped trace (58 layers, 256 experts, top-8, 200,000 tokens) on
+#     64 ranks (8 nodes x 8) (target <= 60 s, memory bounded) and a Mixtral-sized one (<= 1 s),
+#     each beside the time `moe-trace stats` takes to read the same file.
+# Usage: sh bench/bench_place.sh [BIN_DIR]   (needs ../shared beside the checkout)
+set -eu
+here=$(cd "$(dirname "$0")/.." && pwd)
+bin=${1:-$here/cmd}
+shared=${MOE_SHARED:-$here/../shared}
+ds=$shared/traces/deepseek-v2-lite-chat
+mx=$shared/traces/mixtral-8x7b-instruct-fp8
+ex=$shared/anchors/exflow-mixtral
+[ -f "$ds/tokens.txt.gz" ] || { echo "bench: $ds/tokens.txt.gz not found" >&2; exit 77; }
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+mt=$bin/moe-trace
+mp=$bin/moe-place
+# Time the programs themselves, not libtool's wrapper scripts around uninstalled binaries.
+if [ -x "$bin/.libs/moe-place" ] && [ -d "$bin/../lib/.libs" ]; then
+    mt=$bin/.libs/moe-trace
+    mp=$bin/.libs/moe-place
+    LD_LIBRARY_PATH=$(cd "$bin/../lib/.libs" && pwd)${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+    export LD_LIBRARY_PATH
+fi
+check() { awk -v v="$1" -v op="$2" -v t="$3" 'BEGIN {
+    ok = (op == "<=") ? v <= t : v >= t; print ok ? "ok" : "MISSED" }'; }
+# field NAME of the SCHEME line of SCHEME in an eval report
+col() { awk -F '\t' -v s="$2" -v c="$3" '
+    $1 == "#SCHEME" { for (i = 1; i <= NF; i++) if ($i == c) k = i }
+    $1 == "SCHEME" && $2 == s { print $k }' "$1"; }
+secs() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", (b - a) / 1e9 }'; }
+
+"$mt" import --no-PG -q --meta "$ds/tokens.meta.txt.gz" -o "$tmp/ds.mft" "$ds/tokens.txt.gz"
+"$mt" split --no-PG --ids 1-500 --train "$tmp/fit.mft" --test "$tmp/eval.mft" "$tmp/ds.mft"
+
+echo "# 1. DeepSeek-V2-Lite: fit on prompts 1..500, evaluate on prompts 501..1000"
+echo "#    ratio: transfers per token per layer / those of vanilla EP with the contiguous placement"
+printf '%-6s %-22s %-9s %9s %7s %8s %8s %9s %s\n' ranks method scheme xfer/tl ratio intra inter max_load target
+for cfg in 4:4 8:8 16:16 8:4; do
+    G=${cfg%%:*}
+    g=${cfg##*:}
+    topo="--ranks $G --gpus-per-node $g"
+    "$mp" fit $topo --method contiguous --no-PG -o "$tmp/c.moep" "$tmp/fit.mft"
+    "$mp" eval --no-layers "$tmp/c.moep" "$tmp/eval.mft" >"$tmp/c.txt"
+    base=$(col "$tmp/c.txt" vanilla per_token_layer)
+    label="$G"
+    [ "$g" = "$G" ] || label="$((G / g))x$g"
+    row() { # method scheme report
+        v=$(col "$3" "$2" per_token_layer)
+        r=$(awk -v a="$v" -v b="$base" 'BEGIN { printf "%.3f", a / b }')
+        l=$(col "$3" "$2" max_load)
+        t=$4
+        [ "$t" = "-" ] || t="$(check "$r" "<=" 0.55)/$(check "$l" "<=" 1.15)"
+        printf '%-6s %-22s %-9s %9s %7s %8s %8s %9s %s\n' "$label" "$1" "$2" "$v" "$r" \
+            "$(col "$3" "$2" intra)" "$(col "$3" "$2" inter)" "$l" "$t"
+    }
+    row contiguous vanilla "$tmp/c.txt" -
+    row contiguous coherent "$tmp/c.txt" -
+    "$mp" fit $topo --method balanced --no-PG -o "$tmp/b.moep" "$tmp/fit.mft"
+    "$mp" eval --no-layers "$tmp/b.moep" "$tmp/eval.mft" >"$tmp/b.txt"
+    row balanced coherent "$tmp/b.txt" -
+    for imb in 1.10 1.05; do
+        "$mp" fit $topo -@ 1 --max-imbalance $imb --no-PG -o "$tmp/a.moep" "$tmp/fit.mft"
+        "$mp" eval --no-layers "$tmp/a.moep" "$tmp/eval.mft" >"$tmp/a.txt"
+        row "affinity imb=$imb" coherent "$tmp/a.txt" x
+    done
+done
+
+echo
+echo "# 2. Mixtral-8x7B top-1 paths, fitted and evaluated on the same 134 tokens"
+"$mt" import --no-PG -q --weights "$mx/tokens.weights.txt.gz" --meta "$mx/tokens.meta.txt.gz" \
+    -o "$tmp/mx.mft" "$mx/tokens.txt.gz"
+printf '%-5s %-28s %-28s %s\n' gpus "exflow published hops/token" "affinity hops/token" target
+for G in 4 8; do
+    "$mp" import --format exflow --no-PG -o "$tmp/ex.moep" "$ex"/solution_intra${G}_*.csv
+    "$mp" eval --topk 1 --no-layers "$tmp/ex.moep" "$tmp/mx.mft" >"$tmp/ex.txt"
+    "$mp" fit --ranks "$G" --topk 1 --no-PG -o "$tmp/af.moep" "$tmp/mx.mft"
+    "$mp" eval --topk 1 --no-layers "$tmp/af.moep" "$tmp/mx.mft" >"$tmp/af.txt"
+    e=$(col "$tmp/ex.txt" coherent hops_per_token)
+    a=$(col "$tmp/af.txt" coherent hops_per_token)
+    printf '%-5s %-28s %-28s %s\n' "$G" "$e" "$a" "$(check "$a" "<=" "$e")"
+done
+
+echo
+echo "# 4. Fit time (2 cores: -@ 1), beside reading the same trace with moe-trace stats -@ 1"
+"$mt" gen --no-PG -L 58 -E 256 -k 8 -n 200000 -s 2000 -r 64 -@ 1 -o "$tmp/v3.mft"
+"$mt" gen --no-PG -L 32 -E 8 -k 2 -n 20000 -s 200 -o "$tmp/mix.mft"
+printf '%-34s %9s %9s %10s %s\n' case fit_s stats_s peak_MB target
+for c in "v3.mft:--ranks 64 --gpus-per-node 8:60" "mix.mft:--ranks 8:1" "mix.mft:--ranks 4:1"; do
+    f=${c%%:*}
+    rest=${c#*:}
+    args=${rest%:*}
+    lim=${rest##*:}
+    t0=$(date +%s%N)
+    "$mt" stats -@ 1 "$tmp/$f" >/dev/null
+    t1=$(date +%s%N)
+    /usr/bin/time -f '%M' -o "$tmp/rss" "$mp" fit -@ 1 $args --no-PG -o "$tmp/s.moep" "$tmp/$f"
+    t2=$(date +%s%N)
+    fit=$(secs "$t1" "$t2")
+    printf '%-34s %9s %9s %10s %s\n' "$f $args" "$fit" "$(secs "$t0" "$t1")" \
+        "$(awk '{ printf "%.0f", $1 / 1024 }' "$tmp/rss")" "$(check "$fit" "<=" "$lim")"
+done
