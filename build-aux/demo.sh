@@ -37,4 +37,24 @@ run moe-affinity --plot grid --png "$out/affinity-grid.png" --svg "$out/affinity
 printf 'does the affinity fitted on train predict test?\n'
 moe-affinity compare --summary "$out/train.moet" "$out/test.moet"
 ls -l "$out"/affinity-*
+
+say "6. expert placement: fit on the train half, evaluate on the held-out test half"
+run moe-place fit --ranks 8 --gpus-per-node 4 --method contiguous -o "$out/contiguous.moep" \
+    "$out/train.moet"
+run moe-place fit -@ 1 --ranks 8 --gpus-per-node 4 -o "$out/affinity.moep" "$out/train.moet"
+run moe-place check "$out/contiguous.moep" "$out/affinity.moep"
+for p in contiguous affinity; do
+    run moe-place eval --no-layers --hidden 2048 --elem-bytes 2 "$out/$p.moep" "$out/test.moet" |
+        grep -v '^# trace\|^# moe-place'
+done
+heldout() { moe-place eval --no-layers "$1" "$out/test.moet" | awk -F '\t' -v s="$2" \
+    '$1 == "SCHEME" && $2 == s { print $3 }'; }
+v=$(heldout "$out/contiguous.moep" vanilla)
+c=$(heldout "$out/affinity.moep" coherent)
+printf 'held-out: %s transfers per token per layer (coherent, affinity placement) against %s\n' \
+    "$c" "$v"
+printf '(vanilla expert parallelism, contiguous placement): %s of it\n' \
+    "$(awk -v a="$c" -v b="$v" 'BEGIN { printf "%.2f", a / b }')"
+run moe-place export --format exflow -o "$out/affinity.exflow.csv" "$out/affinity.moep"
+run moe-place export --format eplb -o "$out/affinity.eplb.json" "$out/affinity.moep"
 printf '\ndemo outputs are in %s/\n' "$out"
