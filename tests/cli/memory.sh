@@ -1,6 +1,7 @@
 #!/bin/sh
-# tests/cli/memory.sh -- streaming tools run in bounded memory: peak RSS of stats, view and
-# moe-affinity over a 10-million-token trace stays under 64 MB, with and without worker threads.
+# tests/cli/memory.sh -- streaming tools run in bounded memory: peak RSS of stats, view,
+# moe-affinity and moe-place fit/eval over a 10-million-token trace stays under 64 MB, with and
+# without worker threads.
 
 . "$(dirname "$0")/lib.sh"
 
@@ -75,6 +76,37 @@ moe-affinity | (table)         | -o /dev/null
 moe-affinity | -@ 1 --summary  | -@ 1 --summary
 moe-affinity | --hops 2 -@ 1   | --hops 2 -@ 1 -o /dev/null
 EOF
+
+# moe-place: fit (statistics, token sample, solver) and eval (accounting, matrices) stream too.
+if [ -x "$MOE_BIN/moe-place" ]; then
+    PL=$T/big.moep
+    "$MOE_BIN/moe-place" fit --ranks 4 --method contiguous --no-PG -o "$PL" "$BIG" ||
+        { echo "cannot fit the placement to evaluate"; exit 1; }
+    # name | arguments (the trace is appended)
+    while IFS='|' read -r name args; do
+        name=$(echo $name)
+        case $name in '' | '#'*) continue ;; esac
+        begin "peak RSS of moe-place $name"
+        # shellcheck disable=SC2086
+        kb=$(peak_kb "$MOE_BIN/moe-place" $args "$BIG" </dev/null)
+        st=$?
+        expect_eq "$st" 0 "exit status"
+        expect_no_stderr
+        if [ -z "$kb" ] || [ "$kb" -ge "$LIMIT_KB" ]; then
+            fail "peak RSS ${kb:-?} KB, limit $LIMIT_KB KB"
+        fi
+        echo "  peak RSS: $kb KB"
+        end
+    done <<EOF
+fit (affinity)        | fit --ranks 4 -o /dev/null
+fit -@ 2              | fit --ranks 8 --gpus-per-node 4 -@ 2 -o /dev/null
+fit exflow --topk 1   | fit --ranks 4 --gpus-per-node 2 --method exflow --topk 1 -@ 1 -o /dev/null
+fit balanced          | fit --ranks 8 --method balanced --replicas 4 -o /dev/null
+eval                  | eval $PL
+eval -@ 2             | eval -@ 2 $PL
+eval -@ 3 matrices    | eval -@ 3 --topk 1 --hidden 16 --elem-bytes 2 --json --matrix-bytes /dev/null $PL
+EOF
+fi
 
 begin "the 10M-token trace was read whole"
 expect_eq "$("$MOE_BIN/moe-trace" stats -@ 2 "$BIG" | awk '$1 == "tokens" { print $2 }')" \
