@@ -685,9 +685,7 @@ static moe_placement_t *xf_import(moe_lines_t *l, perr_t *e, uint32_t E, uint32_
     size_t n = 0;
     moe_placement_t *p = NULL;
     E = E ? E : 8;
-    if (E > MAX_EXPERTS)
-        *rc = fail(e, MOE_EINVAL, "%u experts per layer: at most %u", E, MAX_EXPERTS);
-    else if ((*rc = xf_rows(l, e, ranks, &rows, &n)) == 0) {
+    if ((*rc = xf_rows(l, e, ranks, &rows, &n)) == 0) {
         qsort(rows, n, sizeof *rows, xrow_cmp);
         uint32_t G = ranks;
         for (size_t i = 0; i < n && !ranks; i++)
@@ -1121,6 +1119,12 @@ moe_placement_t *moe_placement_import(const char *path, int format, uint32_t exp
         return moe_placement_read(path, status, errbuf, errlen);
     if (format != MOE_PLACEMENT_EXFLOW && format != MOE_PLACEMENT_EPLB) {
         *status = say(errbuf, errlen, MOE_EINVAL, "unknown placement format %d", format);
+        return NULL;
+    }
+    if (experts > MAX_EXPERTS || ranks > MOE_PLACEMENT_MAX_RANKS ||
+        gpus_per_node > MOE_PLACEMENT_MAX_RANKS) {
+        *status = say(errbuf, errlen, MOE_EINVAL, "%u experts, %u ranks, %u GPUs per node: at "
+                      "most %u of each", experts, ranks, gpus_per_node, MAX_EXPERTS);
         return NULL;
     }
     moe_lines_t *l = moe_lines_open(path, status, errbuf, errlen);

@@ -574,6 +574,8 @@ static void test_exflow_errors(void)
     const char *f = write_text("r.csv", "Expert,Node\n0,0\n1,5\n");
     CHECK(import(f, MOE_PLACEMENT_EXFLOW, 2, 4, 0, &st, err, sizeof err) == NULL);
     CHECK(st == MOE_ERANGE && strstr(err, "line 3: GPU 5 out of range (4 ranks)"));
+    CHECK(import(f, MOE_PLACEMENT_EXFLOW, 2, 70000, 0, &st, err, sizeof err) == NULL);
+    CHECK(st == MOE_EINVAL && strstr(err, "2 experts, 70000 ranks, 0 GPUs per node: at most"));
     CHECK(import(f, 7, 2, 4, 0, &st, err, sizeof err) == NULL);
     CHECK(st == MOE_EINVAL && strstr(err, "unknown placement format 7"));
     CHECK(import(tmp_path("none.csv"), MOE_PLACEMENT_EXFLOW, 0, 0, 0, &st, err, sizeof err) ==
