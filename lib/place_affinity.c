@@ -384,8 +384,32 @@ static int reassign_layer(state_t *s, uint32_t j, double *cost, uint32_t *col, u
     return 1;
 }
 
-/* One candidate: random start, repair, sweeps until no improvement or the deadline. */
-static int search(state_t *s, uint64_t seed, double deadline)
+/* A chained start for top-1 sets: layer 0 as given, then each layer laid out by an assignment
+ * keeping the most tokens of its pair with the previous one (link-weighted). */
+static int chain_layers(state_t *s, double *cost, uint32_t *col)
+{
+    const model_t *m = s->m;
+    uint32_t slots = m->G * m->C;
+    for (uint32_t j = 1; j < m->L; j++) {
+        const double *T = m->tr + (size_t)(j - 1) * m->E * m->E;
+        for (uint32_t b = 0; b < m->E; b++)
+            for (uint32_t q = 0; q < slots; q++) {
+                double c = 0;
+                for (uint32_t a = 0; a < m->E; a++)
+                    c += T[(size_t)a * m->E + b] * link_cost(m, s->rank[vix(m, j - 1, a)], q / m->C);
+                cost[(size_t)b * slots + q] = c;
+            }
+        if (place_assign(cost, m->E, slots, col))
+            return MOE_ENOMEM;
+        for (uint32_t b = 0; b < m->E; b++)
+            s->rank[vix(m, j, b)] = (uint16_t)(col[b] / m->C);
+    }
+    return 0;
+}
+
+/* One candidate: a random start (chained for top-1 sets when `chain`), repaired to the load
+ * bound, then sweeps until no improvement or the deadline. */
+static int search(state_t *s, uint64_t seed, int chain, double deadline)
 {
     const model_t *m = s->m;
     uint32_t slots = m->G * m->C;
@@ -402,6 +426,12 @@ static int search(state_t *s, uint64_t seed, double deadline)
     moe_rng_seed(&rng, seed);
     for (uint32_t j = 0; j < m->L; j++)
         random_layer(s, j, &rng, perm);
+    if (chain && m->top1 && chain_layers(s, cost, perm)) {
+        free(perm);
+        free(cost);
+        free(old);
+        return MOE_ENOMEM;
+    }
     state_rebuild(s);
     for (uint32_t j = 0; j < m->L; j++)
         repair_layer(s, j);
@@ -730,7 +760,7 @@ static void *run_worker(void *arg)
         if (jb->exact)
             jb->rc[c] = exact_chain(&jb->st[c]);
         else
-            jb->rc[c] = search(&jb->st[c], moe_hash64(jb->seed, c), jb->deadline);
+            jb->rc[c] = search(&jb->st[c], moe_hash64(jb->seed, c), c % 2 == 0, jb->deadline);
         if (!jb->rc[c])
             jb->modelled[c] = state_cost(&jb->st[c]);
     }

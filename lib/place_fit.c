@@ -252,7 +252,7 @@ moe_placement_t *moe_place_fit(const moe_affinity_t *a, const moe_topo_t *topo,
     default:
         rc = place_fixed(p, o->method, o->seed);
     }
-    if (!rc && o->score && o->method != MOE_PLACE_AFFINITY)
+    if (!rc && o->score && o->method < MOE_PLACE_EXFLOW) /* exflow reports its own hops */
         res->objective = o->score(o->score_ctx, p);
     res->seconds = now() - t0;
     if (!rc && (rc = moe_placement_check(p, errbuf, errlen)) != 0)

@@ -131,12 +131,13 @@ static int is_pl(const char *line)
            (line[3] == '\t' || line[3] == '\n' || line[3] == '\0');
 }
 
-/* Header text that reads back unchanged: '@' lines, each ending in '\n', no '\r', no @PL. */
+/* Header text that reads back unchanged: '@' lines but @PL, each ending in '\n' and not in
+ * "\r\n" (readers drop that '\r'). */
 static int text_ok(const char *t)
 {
     while (t && *t) {
         const char *nl = strchr(t, '\n');
-        if (*t != '@' || !nl || is_pl(t) || memchr(t, '\r', (size_t)(nl - t)))
+        if (*t != '@' || !nl || is_pl(t) || nl[-1] == '\r')
             return 0;
         t = nl + 1;
     }
@@ -346,6 +347,8 @@ static int header_line(prd_t *r, const char *line, size_t len)
         return fail(&r->e, MOE_EFORMAT, "header line after the first record");
     if (is_pl(line))
         return fail(&r->e, MOE_EFORMAT, "a second @PL line");
+    while (len && line[len - 1] == '\r') /* "\r\r\n": one CR is left; a writer adds none */
+        len--;
     if (grow((void **)&r->text, &r->tcap, r->tlen + len + 2, 1))
         return fail(&r->e, MOE_ENOMEM, "out of memory");
     memcpy(r->text + r->tlen, line, len);
@@ -682,9 +685,7 @@ static moe_placement_t *xf_import(moe_lines_t *l, perr_t *e, uint32_t E, uint32_
     size_t n = 0;
     moe_placement_t *p = NULL;
     E = E ? E : 8;
-    if (E > MAX_EXPERTS)
-        *rc = fail(e, MOE_EINVAL, "%u experts per layer: at most %u", E, MAX_EXPERTS);
-    else if ((*rc = xf_rows(l, e, ranks, &rows, &n)) == 0) {
+    if ((*rc = xf_rows(l, e, ranks, &rows, &n)) == 0) {
         qsort(rows, n, sizeof *rows, xrow_cmp);
         uint32_t G = ranks;
         for (size_t i = 0; i < n && !ranks; i++)
@@ -827,6 +828,12 @@ typedef struct eplb {
     uint32_t *copies;             /* [L * E] slots of each expert in phy2log */
 } eplb_t;
 
+/* The numbers of an array value, NULL if it has none. */
+static const double *numbers(const jobj_t *o, const jval_t *v)
+{
+    return v && v->n ? o->nums + v->off : NULL;
+}
+
 /* x as an integer in [lo, hi]. */
 static int as_int(double x, int64_t lo, int64_t hi, int64_t *v)
 {
@@ -874,7 +881,7 @@ static int eplb_slots(perr_t *e, const jobj_t *o, const jval_t *v, uint32_t rank
         return fail(e, MOE_ERANGE, "'phy2log' of %u x %u slots is too large", v->rows, v->cols);
     x->L = v->rows;
     x->P = v->cols;
-    x->phy = o->nums + v->off;
+    x->phy = numbers(o, v);
     if ((rc = eplb_count(e, o, "num_layers", MAX_LAYERS, &n)) < 0)
         return rc;
     if (rc && n != x->L)
@@ -963,9 +970,9 @@ static int eplb_agree(perr_t *e, const jobj_t *o, eplb_t *x, uint32_t maxrep)
     if (c && (c->kind != J_ARR || c->rows != x->L || c->cols != x->E))
         return fail(e, MOE_EFORMAT, "'logcnt' is not a list of %u layers of %u counts", x->L,
                     x->E);
-    x->l2p = v ? o->nums + v->off : NULL;
+    x->l2p = numbers(o, v);
     x->M = v ? v->cols : 0;
-    x->cnt = c ? o->nums + c->off : NULL;
+    x->cnt = numbers(o, c);
     for (uint32_t l = 0; l < x->L; l++)
         for (uint32_t i = 0; i < x->E; i++) {
             size_t k = (size_t)l * x->E + i;
@@ -1112,6 +1119,12 @@ moe_placement_t *moe_placement_import(const char *path, int format, uint32_t exp
         return moe_placement_read(path, status, errbuf, errlen);
     if (format != MOE_PLACEMENT_EXFLOW && format != MOE_PLACEMENT_EPLB) {
         *status = say(errbuf, errlen, MOE_EINVAL, "unknown placement format %d", format);
+        return NULL;
+    }
+    if (experts > MAX_EXPERTS || ranks > MOE_PLACEMENT_MAX_RANKS ||
+        gpus_per_node > MOE_PLACEMENT_MAX_RANKS) {
+        *status = say(errbuf, errlen, MOE_EINVAL, "%u experts, %u ranks, %u GPUs per node: at "
+                      "most %u of each", experts, ranks, gpus_per_node, MAX_EXPERTS);
         return NULL;
     }
     moe_lines_t *l = moe_lines_open(path, status, errbuf, errlen);

@@ -78,7 +78,9 @@ int moe_placement_add_line(moe_placement_t *p, const char *line);
 /* Where text goes: returns 0 or a negative status. */
 typedef int (*moe_placement_sink_fn)(void *ctx, const void *buf, size_t len);
 
-/* Write the text form. */
+/* Write the text form; equal placements give identical bytes. Returns 0, the sink's status,
+ * MOE_ENOMEM, or MOE_EINVAL for a placement that fails moe_placement_check or whose text is not
+ * '@' lines each ending in '\n' (it could not be read back). */
 int moe_placement_write(const moe_placement_t *p, moe_placement_sink_fn fn, void *ctx);
 /* Read a placement (moe-place(5), plain or gzipped, "-" = stdin) and check it. Returns NULL with
  * *status and a one-line reason ("'p.moep' line 7: rank 9 out of range (8 ranks)"). */
@@ -103,7 +105,9 @@ int moe_placement_export(const moe_placement_t *p, int format, moe_placement_sin
 /* Import a file of another format. ExFlow CSVs carry neither the layer count nor E: `experts`
  * (0: 8, ExFlow's Mixtral) gives E, the layers follow from the ids, the ranks from the largest
  * GPU id + 1 unless `ranks` is given; gpus_per_node 0 means all ranks on one node. The result is
- * checked. Returns NULL with *status and a one-line reason. */
+ * checked. EPLB JSON takes its counts from the file, or from these arguments where the file
+ * has none (num_ranks or `ranks` is required; where both are given they must agree). TEXT is
+ * moe_placement_read. Returns NULL with *status and a one-line reason. */
 moe_placement_t *moe_placement_import(const char *path, int format, uint32_t experts,
                                       uint32_t ranks, uint32_t gpus_per_node, int *status,
                                       char *errbuf, size_t errlen);

@@ -11,7 +11,8 @@ work=${MOE_FUZZ_DIR:-$(mktemp -d)}
 mkdir -p "$work"
 mt=$build/cmd/moe-trace
 
-# Seed corpora: small traces in every format, and the importers' fixtures by format.
+# Seed corpora: small traces in every format, the importers' fixtures by format, placement
+# fixtures and the topology presets.
 seed() { mkdir -p "$work/corpus/$1"; }
 seed trace
 "$mt" gen -n 20 -s 4 -L 3 -E 8 -k 2 --no-PG -o "$work/corpus/trace/b.moet"
@@ -30,10 +31,16 @@ cp "$d"/*.jsonl "$work/corpus/jsonl/" 2>/dev/null || true
 cp "$d"/megatron*.jsonl "$work/corpus/megatron/" 2>/dev/null || true
 cp "$d"/*.csv "$work/corpus/csv/" 2>/dev/null || true
 cp "$d"/*.npy "$work/corpus/npy/" 2>/dev/null || true
+for f in placement_text placement_exflow placement_eplb topology; do seed "$f"; done
+p=$src/tests/data/placement
+cp "$p"/*.moep "$p"/*.moep.gz "$work/corpus/placement_text/"
+cp "$p"/*.csv "$work/corpus/placement_exflow/"
+cp "$p"/*.json "$work/corpus/placement_eplb/"
+cp "$src"/share/topologies/*.topo "$work/corpus/topology/"
 
 status=0
 for t in trace import_tokens import_jsonl import_csv import_npy import_megatron \
-    affinity_table; do
+    affinity_table placement_text placement_exflow placement_eplb topology; do
     c=$work/corpus/${t#import_}
     log=$work/$t.log
     if "$bin/fuzz_$t" -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 -max_len=65536 \

@@ -221,14 +221,14 @@ static void test_read_forms(void)
 {
     int st;
     char err[256] = "";
-    /* comments, blank lines and CRLF line ends are fine; no text gives NULL text */
+    /* comments, blank lines and CRLF line ends are fine (a header line loses every CR) */
     const char *crlf = "@PL\tVN:1.0\tlayers:1\texperts:2\tranks:2\tgpus_per_node:1\tcapacity:1"
-                       "\tfit:ilp\r\n#layer\texpert\tranks\r\n\r\n0\t0\t1\r\n# between\r\n"
-                       "0\t1\t0";
+                       "\tfit:ilp\r\n@CO\tx\r\r\n#layer\texpert\tranks\r\n\r\n0\t0\t1\r\n"
+                       "# between\r\n0\t1\t0";
     moe_placement_t *p = moe_placement_parse(crlf, strlen(crlf), "crlf", &st, err, sizeof err);
     CHECK(p != NULL);
     if (p) {
-        CHECK(p->text == NULL);
+        CHECK_STR(p->text, "@CO\tx\n");
         CHECK_EQ_INT(moe_placement_primary(p, 0, 0), 1);
         CHECK_EQ_INT(p->gpus_per_node, 1);
     }
@@ -237,7 +237,7 @@ static void test_read_forms(void)
     const char *newer = "@PL\tVN:1.7\tlayers:1\texperts:1\tranks:1\tgpus_per_node:1\t"
                         "capacity:1\tnew:x\n0\t0\t0\textra\n";
     p = moe_placement_parse(newer, strlen(newer), "newer", &st, err, sizeof err);
-    CHECK(p != NULL);
+    CHECK(p != NULL && p->text == NULL); /* no header lines: no text */
     moe_placement_free(p);
     /* gzip, from a file and from memory, and stdin */
     moe_placement_t *s = sample();
@@ -410,6 +410,14 @@ static void test_write_refuses(void)
     CHECK_EQ_INT(moe_placement_write(p, mem_sink, &m), MOE_EINVAL);
     p->text = (char *)"CO\tno at\n";
     CHECK_EQ_INT(moe_placement_write(p, mem_sink, &m), MOE_EINVAL);
+    p->text = (char *)"@CO\tcr\r\n";
+    CHECK_EQ_INT(moe_placement_write(p, mem_sink, &m), MOE_EINVAL);
+    p->text = (char *)"@CO\ta\rb\n"; /* a CR inside a line reads back as it is */
+    char *cr = to_text(p);
+    moe_placement_t *q = cr ? moe_placement_parse(cr, strlen(cr), "cr", NULL, NULL, 0) : NULL;
+    CHECK(q && q->text && strcmp(q->text, "@CO\ta\rb\n") == 0);
+    moe_placement_free(q);
+    free(cr);
     p->text = keep;
     /* an expert on no rank, or a rank over capacity */
     p->nrep[5] = 0;
@@ -566,6 +574,8 @@ static void test_exflow_errors(void)
     const char *f = write_text("r.csv", "Expert,Node\n0,0\n1,5\n");
     CHECK(import(f, MOE_PLACEMENT_EXFLOW, 2, 4, 0, &st, err, sizeof err) == NULL);
     CHECK(st == MOE_ERANGE && strstr(err, "line 3: GPU 5 out of range (4 ranks)"));
+    CHECK(import(f, MOE_PLACEMENT_EXFLOW, 2, 70000, 0, &st, err, sizeof err) == NULL);
+    CHECK(st == MOE_EINVAL && strstr(err, "2 experts, 70000 ranks, 0 GPUs per node: at most"));
     CHECK(import(f, 7, 2, 4, 0, &st, err, sizeof err) == NULL);
     CHECK(st == MOE_EINVAL && strstr(err, "unknown placement format 7"));
     CHECK(import(tmp_path("none.csv"), MOE_PLACEMENT_EXFLOW, 0, 0, 0, &st, err, sizeof err) ==
