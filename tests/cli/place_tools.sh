@@ -36,6 +36,19 @@ moe gen -L 4 -E 16 -k 2 -n 3000 -s 30 -r 4 -S 3 --hidden 16 --elem-bytes 2 --no-
     moe gen -L 4 -E 8 -k 2 -n 2000 -s 20 -r 4 -w -S 4 --no-PG -o "$G2" ||
     { echo "cannot make the test traces"; exit 1; }
 
+# ------------------------------------------------------------------ --help
+
+begin "each subcommand's --help lists each option once"
+for sub in "" fit eval export import check; do
+    # shellcheck disable=SC2086
+    run mp $sub --help
+    expect_eq "$rc" 0 "moe-place $sub --help"
+    dup=$(grep -o -- '^ *\(-[a-zA-Z@], \)\{0,1\}--[a-zA-Z][-a-zA-Z]*' "$T/out" |
+        sed 's/.*--/--/' | sort | uniq -d | tr '\n' ' ')
+    [ -z "$dup" ] || fail "moe-place $sub --help lists these options twice: $dup"
+done
+end
+
 # ------------------------------------------------------------------ every method
 
 begin "every method fits on one and two nodes, and check accepts the result"
