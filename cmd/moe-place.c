@@ -2,6 +2,7 @@
 #include "config.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <math.h>
@@ -197,13 +198,14 @@ static int parse(const char *sub, int argc, char **argv, cfg_t *g, unsigned grou
     return 0;
 }
 
-/* The help lines of the shared options a text-writing subcommand takes. */
-static void output_usage(FILE *fp, int pg)
+/* The help lines of the shared options a text-writing subcommand takes: output, then the
+ * groups given (MOE_OPT_PG, MOE_OPT_PROGRESS) and the ones every command has. */
+static void output_usage(FILE *fp, unsigned groups)
 {
     fputs("  -o, --output=FILE      write to FILE [-: standard output]\n"
           "  -O, --output-fmt=F     t text, z gzipped text [t]\n"
           "  -l, --level=N          gzip level 0-9 for -O z [6]\n", fp);
-    moe_opts_usage(fp, pg ? MOE_OPT_PG : 0);
+    moe_opts_usage(fp, groups);
 }
 
 /* ------------------------------------------------------------------ text output */
@@ -351,8 +353,7 @@ static void fit_usage(FILE *fp)
           "      --time-limit=S     seconds for the fit (exflow: per solver stage) [60]\n"
           "      --seed=S           seed of random layouts and starts [1]\n"
           "  -@, --threads=N        additional threads [0]\n", fp);
-    output_usage(fp, 1);
-    moe_opts_usage(fp, MOE_OPT_PROGRESS);
+    output_usage(fp, MOE_OPT_PG | MOE_OPT_PROGRESS);
 }
 
 /* A uniform sample of a trace's tokens, for scoring candidates. */
@@ -544,6 +545,30 @@ static moe_affinity_t *load_stats(const char *path, const cfg_t *g, int top1, in
     return a;
 }
 
+/* Copy standard input into a scratch file (removed by the caller, or by the signal handlers):
+ * the fit reads its input twice, statistics then the token sample, and standard input must
+ * give the same placement as the file it came from. 0, or 1 after a message. */
+static int spool_stdin(char *path, size_t n)
+{
+    const char *tmpdir = getenv("TMPDIR");
+    snprintf(path, n, "%s/moe-place-XXXXXX", tmpdir && *tmpdir ? tmpdir : "/tmp");
+    if (moe_scratch_create(path) != 0)
+        return fail("cannot create a temporary file in '%s': %s",
+                    tmpdir && *tmpdir ? tmpdir : "/tmp", strerror(errno));
+    int fd = open(path, O_WRONLY | O_TRUNC), rc = fd < 0;
+    char buf[1 << 16];
+    for (ssize_t k; !rc && (k = read(STDIN_FILENO, buf, sizeof buf)) != 0;)
+        rc = k < 0 ? errno != EINTR : moe_write_full(fd, buf, (size_t)k) != 0;
+    if ((fd >= 0 && close(fd) != 0) || rc) {
+        fail("cannot spool standard input to '%s': %s", path, strerror(errno));
+        moe_scratch_remove(path);
+        return 1;
+    }
+    return 0;
+}
+
+static int fit_input(const char *in, cfg_t *gp, const moe_topo_t *topo_in);
+
 static int run_fit(int argc, char **argv)
 {
     static const int takes[] = {O_RANKS, O_GPN, O_TOPOLOGY, O_METHOD, O_SCHEME, O_MAX_IMB,
@@ -562,6 +587,24 @@ static int run_fit(int argc, char **argv)
     moe_topo_t topo;
     if ((rc = make_topo("fit", &g, 0, &topo)) != 0)
         return rc;
+    char spool[4096] = "";
+    if (!strcmp(in, "-")) {
+        if (spool_stdin(spool, sizeof spool))
+            return 1;
+        in = spool;
+    }
+    rc = fit_input(in, &g, &topo);
+    if (spool[0])
+        moe_scratch_remove(spool);
+    return rc;
+}
+
+/* fit's work on one input file. */
+static int fit_input(const char *in, cfg_t *gp, const moe_topo_t *topo_in)
+{
+    cfg_t g = *gp;
+    moe_topo_t topo = *topo_in;
+    int rc = 0;
     int top1 = g.topk == 1 || g.po.method == MOE_PLACE_EXFLOW, is_trace;
     moe_affinity_t *a = load_stats(in, &g, top1, &is_trace);
     if (!a)
@@ -576,7 +619,7 @@ static int run_fit(int argc, char **argv)
         rc = fail("'%s': no tokens to fit", in);
     else if (info.layers > 1 && info.hops < 1)
         rc = fail("'%s': the table has no layer transitions", in);
-    if (!rc && is_trace && strcmp(in, "-") != 0 &&
+    if (!rc && is_trace &&
         (g.po.method == MOE_PLACE_AFFINITY || g.po.method == MOE_PLACE_EXFLOW)) {
         rc = sample_load(&s, in, g.po.seed, g.o.threads);
         rc = rc ? rc : sample_prepare(&s, moe_topo_ranks(&topo), top1);
@@ -595,9 +638,9 @@ static int run_fit(int argc, char **argv)
     if (!rc && !p)
         rc = fail("'%s': %s", in, errbuf);
     if (p) {
-        moe_log(MOE_LOG_INFO, "%s: objective %.4f%s, %s, %.2f s",
-                moe_place_method_name(g.po.method), res.objective,
-                isfinite(res.bound) ? "" : " (no bound)", res.status, res.seconds);
+        moe_log(MOE_LOG_INFO, "%s: objective %.4f %s, bound %.4f, %s, %.2f s",
+                moe_place_method_name(g.po.method), res.objective, res.units, res.bound,
+                res.status, res.seconds);
         rc = write_placement(p, &g, MOE_PLACEMENT_TEXT);
     }
     moe_placement_free(p);
@@ -629,8 +672,7 @@ static void eval_usage(FILE *fp)
           "      --no-layers        leave out the per-layer lines\n"
           "      --json             write JSON instead of the table\n"
           "  -@, --threads=N        additional threads [0]\n", fp);
-    output_usage(fp, 0);
-    moe_opts_usage(fp, MOE_OPT_PROGRESS);
+    output_usage(fp, MOE_OPT_PROGRESS);
 }
 
 /* Headline figures of one scheme. */
@@ -767,13 +809,10 @@ static int eval_json(textout_t *out, const moe_acct_t *a, const moe_placement_t 
     return rc ? rc : textout_printf(out, "\n}}\n");
 }
 
-/* Write the rank x rank matrix of a scheme: nccl-tests fractions or bytes. */
-static int write_matrix(const char *path, const moe_acct_t *a, int scheme, uint32_t G,
-                        double vec, int bytes)
+/* Write the rank x rank matrix of a scheme: nccl-tests fractions or bytes. 0 or MOE_ESYS. */
+static int write_matrix(textout_t *out, const moe_acct_t *a, int scheme, uint32_t G, double vec,
+                        int bytes)
 {
-    textout_t out;
-    if (textout_open(&out, path, 't', -1))
-        return 1;
     uint64_t max = 0;
     for (uint32_t i = 0; i < G; i++)
         for (uint32_t k = 0; k < G; k++)
@@ -784,13 +823,46 @@ static int write_matrix(const char *path, const moe_acct_t *a, int scheme, uint3
             uint64_t x = moe_acct_matrix(a, scheme, i, k);
             const char *sep = k + 1 < G ? (bytes ? " " : ",") : "\n";
             if (bytes)
-                rc = textout_printf(&out, "%.0f%s", (double)x * vec, sep);
+                rc = textout_printf(out, "%.0f%s", (double)x * vec, sep);
             else
-                rc = textout_printf(&out, "%.6f%s", max ? (double)x / (double)max : 0.0, sep);
+                rc = textout_printf(out, "%.6f%s", max ? (double)x / (double)max : 0.0, sep);
         }
-    if (rc)
-        fail("write error on '%s': %s", path, strerror(errno));
-    return textout_close(&out, rc == 0);
+    return rc;
+}
+
+/* eval's outputs: the report and the optional matrices, committed together or not at all. */
+typedef struct eval_out {
+    textout_t t[3];
+    const char *path[3];
+    int n;
+} eval_out_t;
+
+static int eval_out_open(eval_out_t *o, const cfg_t *g)
+{
+    const char *paths[3] = {g->o.out, g->matrix, g->matrix_bytes};
+    o->n = 0;
+    for (int i = 0; i < 3; i++) {
+        o->path[i] = paths[i];
+        if (!paths[i])
+            continue;
+        if (textout_open(&o->t[i], paths[i], i ? 't' : g->o.fmt, g->o.level)) {
+            for (int k = 0; k < i; k++)
+                if (o->path[k])
+                    textout_close(&o->t[k], 0);
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* Commit every output (ok) or remove them all. 0 or 1 after a message. */
+static int eval_out_close(eval_out_t *o, int ok)
+{
+    int rc = ok ? 0 : 1;
+    for (int i = 0; i < 3; i++)
+        if (o->path[i] && textout_close(&o->t[i], ok))
+            rc = 1, ok = 0;
+    return rc;
 }
 
 static int run_eval(int argc, char **argv)
@@ -831,8 +903,10 @@ static int run_eval(int argc, char **argv)
         rc = fail("'%s' on '%s': %s", ppath, tpath, errbuf);
     if (a) {
         moe_progress_t *pg = moe_progress_new("eval", 0, g.o.progress);
-        if (moe_acct_scan(a, m, pg ? progress_cb : NULL, pg))
-            rc = fail("%s", moe_trace_map_errmsg(m));
+        if (moe_acct_scan(a, m, pg ? progress_cb : NULL, pg)) {
+            const char *msg = moe_trace_map_errmsg(m); /* read errors name the file already */
+            rc = msg[0] == '\'' ? fail("%s", msg) : fail("'%s': %s", tpath, msg);
+        }
         moe_progress_free(pg);
     }
     double vec = (double)(g.hidden ? g.hidden : h ? h->hidden : 0) *
@@ -842,17 +916,17 @@ static int run_eval(int argc, char **argv)
     int source = g.source ? g.source : h && h->ranks == p->ranks ? MOE_SOURCE_RECORDED
                                                                  : MOE_SOURCE_SEQUENCE;
     int scheme = g.scheme_set ? g.po.scheme : MOE_SCHEME_COHERENT;
-    if (!rc && g.matrix)
-        rc = write_matrix(g.matrix, a, scheme, p->ranks, vec, 0);
-    if (!rc && g.matrix_bytes)
-        rc = write_matrix(g.matrix_bytes, a, scheme, p->ranks, vec, 1);
-    textout_t out;
-    if (!rc && !(rc = textout_open(&out, g.o.out, g.o.fmt, g.o.level))) {
-        int w = g.json ? eval_json(&out, a, p, h, &g, vec)
-                       : eval_table(&out, a, ppath, p, tpath, h, &topo, &g, vec, source);
+    eval_out_t out;
+    if (!rc && !(rc = eval_out_open(&out, &g))) {
+        int w = g.json ? eval_json(&out.t[0], a, p, h, &g, vec)
+                       : eval_table(&out.t[0], a, ppath, p, tpath, h, &topo, &g, vec, source);
+        int bad = w ? 0 : -1;
+        for (int i = 1; i < 3 && !w; i++)
+            if (out.path[i] && (w = write_matrix(&out.t[i], a, scheme, p->ranks, vec, i == 2)))
+                bad = i;
         if (w)
-            fail("write error on '%s': %s", g.o.out, strerror(errno));
-        rc = textout_close(&out, w == 0);
+            fail("write error on '%s': %s", out.path[bad < 0 ? 0 : bad], strerror(errno));
+        rc = eval_out_close(&out, w == 0);
     }
     moe_acct_free(a);
     moe_trace_map_close(m);
@@ -901,7 +975,7 @@ static void import_usage(FILE *fp)
           "      --experts=E        exflow: experts per layer [8]\n"
           "      --ranks=G          ranks [exflow: largest GPU id + 1; eplb: num_ranks]\n"
           "      --gpus-per-node=N  ranks per node [all on one node]\n", fp);
-    output_usage(fp, 1);
+    output_usage(fp, MOE_OPT_PG);
 }
 
 static int run_import(int argc, char **argv)

@@ -333,7 +333,8 @@ static int scan_batch(void *arg, int worker, moe_trace_batch_t *b)
         const float *wt = b->weights ? b->weights + r * c->LK : NULL;
         if (moe_acct_token(a, b->ids + r * c->LK, wt, b->token[r], b->seq[r], b->rank[r]))
             return moe_trace_map_fail(c->m, MOE_ERANGE,
-                                      "token %" PRIu64 ": source rank %u out of range (%u ranks)",
+                                      "token %" PRIu64 ": recorded source rank %u out of range "
+                                      "(%u ranks; --source sequence ignores it)",
                                       b->token[r], b->rank[r], a->G);
     }
     return 0;

@@ -637,9 +637,14 @@ static int ref_init(refine_t *r, state_t *s, const moe_place_sample_t *x, int co
                 r->first[v] += r->first[v - 1];
     }
     for (uint32_t t = 0; t < r->n; t++) {
-        for (uint32_t j = 0; j < r->L; j++)
-            r->home[(size_t)t * r->L + j] = UINT16_MAX;
-        ref_token(r, t, 0, 1);
+        uint32_t h = x->source[t];
+        for (uint32_t j = 0; j < r->L; j++) {
+            size_t c = (size_t)t * r->L + j;
+            uint32_t h2;
+            r->cost[c] = (uint16_t)ref_cell(r, t, j, h, &h2);
+            r->home[c] = (uint16_t)h2;
+            h = h2;
+        }
     }
     return 0;
 }
@@ -809,6 +814,29 @@ static void to_placement(const state_t *s, moe_placement_t *p)
 
 /* Fill free slots with copies of the hottest experts (by load per copy), each on the rank with
  * a free slot its affinity pulls to most. */
+/* The rank with a free slot, not holding expert e of layer j yet, that e's affinity pulls to
+ * most; UINT32_MAX if none. */
+static uint32_t replica_rank(const state_t *s, const moe_placement_t *p, uint32_t j, uint32_t e,
+                             const uint32_t *held)
+{
+    const model_t *m = s->m;
+    size_t v = vix(m, j, e);
+    uint32_t to = UINT32_MAX, cnt;
+    const uint16_t *rk = moe_placement_ranks(p, j, e, &cnt);
+    for (uint32_t r = 0; r < m->G; r++) {
+        int has = 0;
+        for (uint32_t c = 0; c < cnt; c++)
+            has |= rk[c] == r;
+        if (has || held[r] >= m->C)
+            continue;
+        if (to == UINT32_MAX || s->conn[v * m->G + r] > s->conn[v * m->G + to])
+            to = r;
+    }
+    return to;
+}
+
+/* Fill free slots with copies of the hottest experts (by load per copy) that can still take
+ * one, each on the rank with a free slot its affinity pulls to most. */
 static void add_replicas(const state_t *s, moe_placement_t *p, uint32_t replicas)
 {
     const model_t *m = s->m;
@@ -817,32 +845,21 @@ static void add_replicas(const state_t *s, moe_placement_t *p, uint32_t replicas
         return;
     for (uint32_t j = 0; j < m->L; j++) {
         memcpy(held, s->rcnt + (size_t)j * m->G, m->G * sizeof *held);
+        const double *load = gload(m, 0, j);
         for (uint32_t n = 0; n < replicas; n++) {
-            uint32_t best = UINT32_MAX, cnt;
+            uint32_t best = UINT32_MAX, to = UINT32_MAX, bc = 1, cnt;
             for (uint32_t e = 0; e < m->E; e++) {
                 moe_placement_ranks(p, j, e, &cnt);
-                uint32_t bc;
-                if (best != UINT32_MAX)
-                    moe_placement_ranks(p, j, best, &bc);
-                if (cnt < p->maxrep && (best == UINT32_MAX ||
-                    gload(m, 0, j)[e] / cnt > gload(m, 0, j)[best] / bc))
+                if (cnt >= p->maxrep || (best != UINT32_MAX && !(load[e] / cnt > load[best] / bc)))
+                    continue;
+                uint32_t r = replica_rank(s, p, j, e, held);
+                if (r != UINT32_MAX) {
                     best = e;
+                    bc = cnt;
+                    to = r;
+                }
             }
             if (best == UINT32_MAX)
-                break;
-            size_t v = vix(m, j, best);
-            uint32_t to = UINT32_MAX;
-            for (uint32_t r = 0; r < m->G; r++) {
-                const uint16_t *rk = moe_placement_ranks(p, j, best, &cnt);
-                int has = 0;
-                for (uint32_t c = 0; c < cnt; c++)
-                    has |= rk[c] == r;
-                if (has || held[r] >= m->C)
-                    continue;
-                if (to == UINT32_MAX || s->conn[v * m->G + r] > s->conn[v * m->G + to])
-                    to = r;
-            }
-            if (to == UINT32_MAX)
                 break;
             moe_placement_add(p, j, best, to);
             held[to]++;
@@ -968,7 +985,7 @@ int moe_place_affinity(const moe_affinity_t *a, const moe_topo_t *topo,
         if ((rc = jb.rc[c]) != 0)
             break;
         double sc = jb.modelled[c];
-        if (o->score) {
+        if (o->score && !jb.exact) {
             to_placement(&jb.st[c], out);
             add_replicas(&jb.st[c], out, o->replicas);
             sc = o->score(o->score_ctx, out);
@@ -978,7 +995,7 @@ int moe_place_affinity(const moe_affinity_t *a, const moe_topo_t *topo,
             best = c;
         }
     }
-    if (!rc && o->sample && o->sample->n && o->sample->sets == in.sets) {
+    if (!rc && !jb.exact && o->sample && o->sample->n && o->sample->sets == in.sets) {
         rc = refine(&jb.st[best], o->sample, o->scheme == MOE_SCHEME_COHERENT, jb.deadline);
         if (!rc && o->score) {
             to_placement(&jb.st[best], out);
@@ -989,8 +1006,14 @@ int moe_place_affinity(const moe_affinity_t *a, const moe_topo_t *topo,
     if (!rc) {
         to_placement(&jb.st[best], out);
         add_replicas(&jb.st[best], out, o->replicas);
+        /* top-1: the model's hops per token and layer pair, the units of the bound and of
+         * exflow; top-k: the scorer's exact transfers per cell when there is one */
         double units = (double)in.tokens * (base.top1 ? (base.L > 1 ? base.L - 1 : 1) : base.L);
-        res->objective = o->score ? best_score : units > 0 ? jb.modelled[best] / units : 0;
+        int model = base.top1 || !o->score;
+        double cost = state_cost(&jb.st[best]);
+        res->objective = !model ? best_score : units > 0 ? cost / units : 0;
+        snprintf(res->units, sizeof res->units, "%s",
+                 base.top1 ? "hops_per_pair" : model ? "model_per_cell" : "weighted_transfers_per_cell");
         snprintf(res->status, sizeof res->status, "%s, %u candidate%s",
                  jb.exact ? "optimal (layer-pair chain)" : "local search", jb.ncand,
                  jb.ncand == 1 ? "" : "s");

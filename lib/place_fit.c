@@ -196,7 +196,8 @@ static int add_fit_line(moe_placement_t *p, const moe_place_opts_t *o, const moe
                      in->top1 ? "top1" : "topk", in->tokens, t->name, t->cost[MOE_LINK_INTER],
                      o->replicas, o->max_imbalance, o->seed, res->status);
     if (isfinite(res->objective))
-        n += snprintf(line + n, sizeof line - (size_t)n, "\tobjective:%.6f", res->objective);
+        n += snprintf(line + n, sizeof line - (size_t)n, "\tobjective:%.6f\tunits:%s",
+                      res->objective, res->units);
     if (isfinite(res->bound))
         snprintf(line + n, sizeof line - (size_t)n, "\tbound:%.6f", res->bound);
     return moe_placement_add_line(p, line);
@@ -255,6 +256,9 @@ moe_placement_t *moe_place_fit(const moe_affinity_t *a, const moe_topo_t *topo,
     if (!rc && o->score && o->method < MOE_PLACE_EXFLOW) /* exflow reports its own hops */
         res->objective = o->score(o->score_ctx, p);
     res->seconds = now() - t0;
+    if (!res->units[0])
+        snprintf(res->units, sizeof res->units, "%s",
+                 o->method == MOE_PLACE_EXFLOW ? "hops_per_pair" : "weighted_transfers_per_cell");
     if (!rc && (rc = moe_placement_check(p, errbuf, errlen)) != 0)
         moe_log(MOE_LOG_ERROR, "internal error: %s placement invalid: %s",
                 moe_place_method_name(o->method), errbuf);

@@ -80,7 +80,8 @@ typedef struct moe_acct moe_acct_t;
 
 /* Accumulator for placement p (checked by the caller) on traces of header h (same L and E). The
  * topology gives the node grouping; NULL means p->gpus_per_node. Returns NULL with *status and a
- * one-line reason (shape mismatch, top-k out of range, recorded source ranks >= G). */
+ * one-line reason (shape mismatch, top-k out of range, topology of another size). Recorded
+ * source ranks are checked per token, by moe_acct_token. */
 moe_acct_t *moe_acct_new(const moe_placement_t *p, const moe_topo_t *topo,
                          const moe_trace_hdr_t *h, const moe_acct_opts_t *o, int *status,
                          char *errbuf, size_t errlen);

@@ -80,8 +80,11 @@ void moe_place_opts_default(moe_place_opts_t *o);
 
 /* What a fit reports. */
 typedef struct moe_place_result {
-    double objective;     /* cost per token per layer on the fit data: the scorer's when one
-                           * is given, else the method's model (exflow: top-1 hops) */
+    double objective;     /* cost on the fit data, in `units`: for top-1 statistics the
+                           * link-weighted hops per token and layer pair (exflow, affinity; the
+                           * units of the bound), else the scorer's cost per (token, layer) cell
+                           * when one is given, else the model's */
+    char units[32];       /* "hops_per_pair", "weighted_transfers_per_cell", "model_per_cell" */
     double bound;         /* a lower bound of that objective, NaN when none is known */
     double seconds;       /* wall time of the fit */
     char status[96];      /* solver status ("optimal", "time limit, gap 3.1%", "heuristic") */

@@ -228,8 +228,11 @@ if [ -x "$moe_aff" ]; then
     bad 1 "the table counts top-k sets" fit --ranks 4 --method exflow -o "$OUT" "$T/topk.aff"
     bad 1 "with --top1" fit --ranks 4 --topk 1 -o "$OUT" "$T/topk.aff"
     bad 1 "the table counts top-1 sets" fit --ranks 4 -o "$OUT" "$T/top1.aff"
-    # a table must be a file
-    bad 1 "not a moeflow trace" fit --ranks 4 -o "$OUT" - <"$T/topk.aff"
+    # a table on standard input fits as the file does
+    expect_exit 0 mp fit --ranks 4 --no-PG -o "$T/file.moep" "$T/topk.aff"
+    expect_exit 0 mp fit --ranks 4 --no-PG -o "$OUT" - <"$T/topk.aff"
+    cmp -s "$T/file.moep" "$OUT" || fail "a table on stdin fits differently from the file"
+    rm -f "$OUT"
     # the matching table fits
     expect_exit 0 mp fit --ranks 4 --method exflow --gpus-per-node 2 --time-limit 1 \
         -o "$OUT" "$T/top1.aff"

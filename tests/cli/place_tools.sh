@@ -277,8 +277,7 @@ end
 
 # ------------------------------------------------------------------ pipes
 
-# STYLE.md: "pipe path equals file path". (moe-place(1) says fit keeps its token sample only
-# when the input is a trace file, so affinity and exflow fits of standard input miss the scorer.)
+# STYLE.md: "pipe path equals file path" (fit copies standard input to a temporary file).
 begin "pipes: fit from stdin to stdout into eval, export from stdin"
 mp fit --no-PG --ranks 4 -o "$T/file.moep" "$G1"
 for method in contiguous balanced random exflow affinity; do

@@ -243,7 +243,11 @@ static void test_fixed(void)
 
 /* ------------------------------------------------------------------ balanced, replicas */
 
-static void check_replicas(const moe_placement_t *p, const moe_affinity_t *a, uint32_t replicas)
+/* hottest: the replicated experts must be the hottest ones (balanced); the affinity method
+ * replicates the hottest expert that still fits a free slot on a rank not holding it, which
+ * need not be the hottest of all. */
+static void check_replicas(const moe_placement_t *p, const moe_affinity_t *a, uint32_t replicas,
+                           int hottest)
 {
     CHECK_EQ_INT(p->capacity, (p->experts + replicas + p->ranks - 1) / p->ranks);
     for (uint32_t l = 0; l < p->layers; l++) {
@@ -264,7 +268,8 @@ static void check_replicas(const moe_placement_t *p, const moe_affinity_t *a, ui
         }
         /* the replicated experts are the hottest */
         CHECK(min_repl != UINT64_MAX);
-        CHECK(min_repl >= max_single);
+        if (hottest)
+            CHECK(min_repl >= max_single);
     }
 }
 
@@ -334,7 +339,7 @@ static void test_balanced(void)
         o.method = MOE_PLACE_BALANCED;
         b = fit(a, &t, &o, NULL);
         if (b) {
-            check_replicas(b, a, replicas);
+            check_replicas(b, a, replicas, 1);
             for (uint32_t l = 0; l < 3; l++)
                 CHECK(rank_imbalance(b, a, l) <= rank_imbalance(c, a, l));
             char buf[64];
@@ -346,7 +351,7 @@ static void test_balanced(void)
         o.time_limit = 20;
         b = fit(a, &t, &o, NULL);
         if (b)
-            check_replicas(b, a, replicas);
+            check_replicas(b, a, replicas, 0);
         moe_placement_free(b);
     }
     moe_placement_free(c);
