@@ -181,7 +181,6 @@ static int stage_build(plc_stage_t *s, const moe_affinity_t *a, const uint32_t *
     return rc;
 }
 
-
 /* The b-matching bound of the stage (place_bound.c), pair by pair: item a of layer j shares
  * its place with at most lim[j + 1] items of layer j + 1, and b with at most lim[j]. */
 static int stage_bmatch(const plc_stage_t *s, double *bound, char *errbuf, size_t errlen)
@@ -224,9 +223,21 @@ typedef struct xf_rows {
     size_t *list;
 } xf_rows_t;
 
-/* Objective (minimise minus the weight kept), binaries, and the fixed x of the symmetry. */
+/* The largest edge weight: the objective's unit. */
+static double stage_wmax(const plc_stage_t *s)
+{
+    double w = 1;
+    for (size_t e = 0; e < s->eoff[s->layers - 1]; e++)
+        w = s->edge[e].w > w ? s->edge[e].w : w;
+    return w;
+}
+
+/* Objective (minimise minus the weight kept, in units of the largest weight: with raw counts
+ * lp_solve's branch and bound ran into accuracy errors on small test models), binaries, and
+ * the fixed x of the symmetry. */
 static int model_columns(lprec *lp, const plc_stage_t *s)
 {
+    double wn = stage_wmax(s);
     uint32_t P = s->places, N = s->off[s->layers];
     size_t ne = s->eoff[s->layers - 1], n = ne * P;
     int *col = malloc((n + 1) * sizeof *col);
@@ -235,7 +246,7 @@ static int model_columns(lprec *lp, const plc_stage_t *s)
     for (size_t e = 0; e < ne && ok; e++)
         for (uint32_t p = 0; p < P; p++) {
             col[e * P + p] = col_s(s, e, p);
-            val[e * P + p] = -s->edge[e].w;
+            val[e * P + p] = -s->edge[e].w / wn;
         }
     ok = ok && set_obj_fnex(lp, (int)n, val, col);
     free(col);
@@ -413,9 +424,11 @@ static int stage_lp(plc_stage_t *s, uint32_t maxn, xf_clock_t *clk, xf_out_t *ou
     double left = clk->deadline - plc_now();
     set_timeout(lp, left > 1 ? (long)ceil(left) : 1);
     /* Only a layout keeping at least one more token than the start is worth finding: that is
-     * the objective bound, and nodes within 0.5 of the best are pruned (values are counts). */
-    set_obj_bound(lp, -(s->total - out->hops) - 0.5);
-    set_mip_gap(lp, TRUE, 0.5);
+     * the objective bound, and nodes within half a token of the best are pruned (values are
+     * counts, here in units of the largest weight). */
+    double wn = stage_wmax(s);
+    set_obj_bound(lp, (-(s->total - out->hops) - 0.5) / wn);
+    set_mip_gap(lp, TRUE, 0.5 / wn);
     int ret = solve(lp);
     int found = (ret == OPTIMAL || ret == SUBOPTIMAL) && !read_layout(s, lp, cand, cnt);
     double h = found ? plc_stage_hops(s, cand) : out->hops;
@@ -430,7 +443,7 @@ static int stage_lp(plc_stage_t *s, uint32_t maxn, xf_clock_t *clk, xf_out_t *ou
         out->bound = out->hops;
     } else if (fabs(lp->real_solution) < 1e29) {
         /* The root relaxation, the best bound depth-first branch and bound keeps. */
-        double root = s->total + lp->real_solution;
+        double root = s->total + lp->real_solution * wn;
         if (root > out->bound)
             out->bound = root;
     }

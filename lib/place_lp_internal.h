@@ -53,8 +53,10 @@ double plc_now(void);
 double plc_stage_hops(const plc_stage_t *s, const uint32_t *place);
 /* Most items in one layer. */
 uint32_t plc_stage_maxn(const plc_stage_t *s);
-/* Fill s->place with a good layout by local search (place_search.c), improving it until
- * plc_now() passes `deadline` (the first layout is always finished). 0 or MOE_ENOMEM. */
+/* Fill s->place with a good layout by local search (place_search.c). The first search always
+ * runs to its end, whatever the deadline (so the result does not depend on the machine's
+ * speed when the limit is short); further ones, from other starting layers, run while
+ * plc_now() is before `deadline`. 0 or MOE_ENOMEM. */
 int plc_stage_start(plc_stage_t *s, double deadline);
 
 #endif
