@@ -47,6 +47,17 @@ typedef struct plc_stage {
     double total;       /* weight of all edges */
 } plc_stage_t;
 
+/* Column of x[k][p], "item k on place p", in the integer program (1-based); the columns of
+ * the edges follow those of the items. */
+static inline int plc_col_x(const plc_stage_t *s, uint32_t k, uint32_t p)
+{
+    return 1 + (int)((size_t)k * s->places + p);
+}
+
+/* The integer program of a stage (place_exflow.c, place_model.c), objective weights in units
+ * of `unit`. NULL when lp_solve cannot allocate it. */
+lprec *plc_model_build(const plc_stage_t *s, double unit);
+
 /* Seconds on a monotonic clock. */
 double plc_now(void);
 /* Weight of the edges whose items are on different places in `place`. */
