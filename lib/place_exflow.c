@@ -32,7 +32,7 @@
  * on p shares p with at most lim[j+1] items of the next layer, sum_b s[(a,b)][p] <=
  * lim[j+1] x[a][p] (and the same for b backwards). With those rows the LP relaxation is at
  * least the b-matching bound of place_bound.c (the paper's rows alone relax to 0 hops), which
- * is what lets branch and bound prove optimality.
+ * is what lets branch and bound prove optimality. place_model.c builds the model.
  *
  * Symmetry. The places of a stage are interchangeable. Relabelling them in order of the
  * smallest layer-0 item they hold (empty places last) turns any layout into one where an item
@@ -59,9 +59,10 @@ typedef struct xf_out {
     int too_big;       /* the model was not given to lp_solve */
 } xf_out_t;
 
-/* Largest model handed to lp_solve (columns; rows are about twice as many): beyond, building
- * it takes more memory than is sensible and its root relaxation alone outlasts any limit. */
-#define XF_MAX_COLUMNS 2000000u
+/* Largest model handed to lp_solve (columns; rows are about twice as many). DeepSeek-V2-Lite
+ * on 8 GPUs (26 layers of 64 experts) has 830 000 and takes 480 MB; beyond, memory grows past
+ * what is sensible while the root relaxation alone already outlasts any useful limit. */
+#define XF_MAX_COLUMNS 1000000u
 
 /* The time limit, checked by lp_solve's abort callback (set_timeout counts whole seconds). */
 typedef struct xf_clock {
@@ -181,7 +182,6 @@ static int stage_build(plc_stage_t *s, const moe_affinity_t *a, const uint32_t *
     return rc;
 }
 
-
 /* The b-matching bound of the stage (place_bound.c), pair by pair: item a of layer j shares
  * its place with at most lim[j + 1] items of layer j + 1, and b with at most lim[j]. */
 static int stage_bmatch(const plc_stage_t *s, double *bound, char *errbuf, size_t errlen)
@@ -206,164 +206,13 @@ static int stage_bmatch(const plc_stage_t *s, double *bound, char *errbuf, size_
 
 /* ------------------------------------------------------------------ the integer program */
 
-/* Columns (1-based): x[k][p] for item k on place p, then s[e][p] for edge e kept on p. */
-static int col_x(const plc_stage_t *s, uint32_t k, uint32_t p)
+/* The largest edge weight: the objective's unit. */
+static double stage_wmax(const plc_stage_t *s)
 {
-    return 1 + (int)((size_t)k * s->places + p);
-}
-
-static int col_s(const plc_stage_t *s, size_t e, uint32_t p)
-{
-    return 1 + (int)((s->off[s->layers] + e) * s->places + p);
-}
-
-/* Scratch rows of the model builder. */
-typedef struct xf_rows {
-    int *col;
-    REAL *val;
-    size_t *list;
-} xf_rows_t;
-
-/* Objective (minimise minus the weight kept), binaries, and the fixed x of the symmetry. */
-static int model_columns(lprec *lp, const plc_stage_t *s)
-{
-    uint32_t P = s->places, N = s->off[s->layers];
-    size_t ne = s->eoff[s->layers - 1], n = ne * P;
-    int *col = malloc((n + 1) * sizeof *col);
-    REAL *val = malloc((n + 1) * sizeof *val);
-    int ok = col && val;
-    for (size_t e = 0; e < ne && ok; e++)
-        for (uint32_t p = 0; p < P; p++) {
-            col[e * P + p] = col_s(s, e, p);
-            val[e * P + p] = -s->edge[e].w;
-        }
-    ok = ok && set_obj_fnex(lp, (int)n, val, col);
-    free(col);
-    free(val);
-    for (uint32_t k = 0; k < N && ok; k++)
-        for (uint32_t p = 0; p < P && ok; p++)
-            ok = set_binary(lp, col_x(s, k, p), TRUE) &&
-                 (k >= s->off[1] || p <= k - s->off[0] || set_upbo(lp, col_x(s, k, p), 0));
-    return ok ? 0 : MOE_ENOMEM;
-}
-
-/* Eq. 10 (each item on one place) and eq. 9 (items per place and layer). */
-static int model_assign(lprec *lp, const plc_stage_t *s, xf_rows_t *r)
-{
-    uint32_t P = s->places;
-    int ok = 1;
-    for (uint32_t k = 0; k < s->off[s->layers] && ok; k++) {
-        for (uint32_t p = 0; p < P; p++) {
-            r->col[p] = col_x(s, k, p);
-            r->val[p] = 1;
-        }
-        ok = add_constraintex(lp, (int)P, r->val, r->col, EQ, 1);
-    }
-    for (uint32_t j = 0; j < s->layers && ok; j++)
-        for (uint32_t p = 0; p < P && ok; p++) {
-            uint32_t n = s->off[j + 1] - s->off[j];
-            for (uint32_t t = 0; t < n; t++) {
-                r->col[t] = col_x(s, s->off[j] + t, p);
-                r->val[t] = 1;
-            }
-            ok = add_constraintex(lp, (int)n, r->val, r->col, s->exact[j] ? EQ : LE, s->lim[j]);
-        }
-    return ok ? 0 : MOE_ENOMEM;
-}
-
-/* The places in order of their smallest item of layer 0 (see Symmetry above): an item r of
- * layer 0 is on place p > 0 only if an earlier item is on place p - 1. */
-static int model_order(lprec *lp, const plc_stage_t *s, xf_rows_t *r)
-{
-    int ok = 1;
-    for (uint32_t k = s->off[0] + 1; k < s->off[1] && ok; k++)
-        for (uint32_t p = 1; p < s->places && p <= k - s->off[0] && ok; p++) {
-            uint32_t n = 0;
-            for (uint32_t m = s->off[0]; m < k; m++) {
-                r->col[n] = col_x(s, m, p - 1);
-                r->val[n++] = -1;
-            }
-            r->col[n] = col_x(s, k, p);
-            r->val[n++] = 1;
-            ok = add_constraintex(lp, (int)n, r->val, r->col, LE, 0);
-        }
-    return ok ? 0 : MOE_ENOMEM;
-}
-
-/* s[e][p] <= x[a][p] and s[e][p] <= x[b][p]: an edge stays on p only if both ends are there.
- * (add_constraintex sorts its arrays in place, so each row gets fresh ones.) */
-static int model_links(lprec *lp, const plc_stage_t *s)
-{
-    int ok = 1;
-    for (size_t e = 0; e < s->eoff[s->layers - 1] && ok; e++)
-        for (uint32_t p = 0; p < s->places && ok; p++) {
-            REAL va[2] = {1, -1}, vb[2] = {1, -1};
-            int ca[2] = {col_s(s, e, p), col_x(s, s->edge[e].a, p)};
-            int cb[2] = {col_s(s, e, p), col_x(s, s->edge[e].b, p)};
-            ok = add_constraintex(lp, 2, va, ca, LE, 0) && add_constraintex(lp, 2, vb, cb, LE, 0);
-        }
-    return ok ? 0 : MOE_ENOMEM;
-}
-
-/* The products of eq. 9 with x: sum over the edges of hub h of s[e][p] <= cap x[h][p], where
- * the hub is the edge's a (fwd) or b end and cap the other layer's limit; rows that cannot bind
- * (no more edges than cap) are left out. */
-static int model_hub(lprec *lp, const plc_stage_t *s, uint32_t j, int fwd, xf_rows_t *r)
-{
-    uint32_t hl = fwd ? j : j + 1, cap = s->lim[fwd ? j + 1 : j];
-    int ok = 1;
-    for (uint32_t h = s->off[hl]; h < s->off[hl + 1] && ok; h++) {
-        size_t n = 0;
-        for (size_t e = s->eoff[j]; e < s->eoff[j + 1]; e++)
-            if ((fwd ? s->edge[e].a : s->edge[e].b) == h)
-                r->list[n++] = e;
-        for (uint32_t p = 0; p < s->places && ok && n > cap; p++) {
-            for (size_t t = 0; t < n; t++) {
-                r->col[t] = col_s(s, r->list[t], p);
-                r->val[t] = 1;
-            }
-            r->col[n] = col_x(s, h, p);
-            r->val[n] = -(REAL)cap;
-            ok = add_constraintex(lp, (int)n + 1, r->val, r->col, LE, 0);
-        }
-    }
-    return ok ? 0 : MOE_ENOMEM;
-}
-
-/* The whole model of a stage, NULL on ENOMEM. */
-static lprec *model_build(const plc_stage_t *s, uint32_t maxn)
-{
-    size_t cols = (s->off[s->layers] + s->eoff[s->layers - 1]) * s->places;
-    lprec *lp = plc_lp_new(0, (int)cols);
-    size_t room = (size_t)maxn + s->places + 2;
-    xf_rows_t r = {malloc(room * sizeof *r.col), malloc(room * sizeof *r.val),
-                   malloc(room * sizeof *r.list)};
-    int rc = lp && r.col && r.val && r.list ? 0 : MOE_ENOMEM;
-    if (!rc && !set_add_rowmode(lp, TRUE))
-        rc = MOE_ENOMEM;
-    if (!rc)
-        rc = model_columns(lp, s);
-    if (!rc)
-        rc = model_assign(lp, s, &r);
-    if (!rc)
-        rc = model_order(lp, s, &r);
-    if (!rc)
-        rc = model_links(lp, s);
-    for (uint32_t j = 0; j + 1 < s->layers && !rc; j++) {
-        rc = model_hub(lp, s, j, 1, &r);
-        if (!rc)
-            rc = model_hub(lp, s, j, 0, &r);
-    }
-    if (!rc && !set_add_rowmode(lp, FALSE))
-        rc = MOE_ENOMEM;
-    free(r.col);
-    free(r.val);
-    free(r.list);
-    if (rc && lp) {
-        delete_lp(lp);
-        lp = NULL;
-    }
-    return lp;
+    double w = 1;
+    for (size_t e = 0; e < s->eoff[s->layers - 1]; e++)
+        w = s->edge[e].w > w ? s->edge[e].w : w;
+    return w;
 }
 
 /* The layout in lp_solve's solution, if it is one: every item on exactly one place, places
@@ -378,7 +227,7 @@ static int read_layout(const plc_stage_t *s, lprec *lp, uint32_t *place, uint32_
         for (uint32_t k = s->off[j]; k < s->off[j + 1]; k++) {
             uint32_t on = 0;
             for (uint32_t p = 0; p < s->places; p++)
-                if (v[col_x(s, k, p) - 1] > 0.5) {
+                if (v[plc_col_x(s, k, p) - 1] > 0.5) {
                     place[k] = p;
                     on++;
                 }
@@ -393,10 +242,11 @@ static int read_layout(const plc_stage_t *s, lprec *lp, uint32_t *place, uint32_
 }
 
 /* Solve the model of s from its start layout (out->hops, out->bound set) within the clock. */
-static int stage_lp(plc_stage_t *s, uint32_t maxn, xf_clock_t *clk, xf_out_t *out)
+static int stage_lp(plc_stage_t *s, xf_clock_t *clk, xf_out_t *out)
 {
     out->start_kept = 0;
-    lprec *lp = model_build(s, maxn);
+    double wn = stage_wmax(s);
+    lprec *lp = plc_model_build(s, wn);
     uint32_t N = s->off[s->layers];
     uint32_t *cand = malloc((N + 1) * sizeof *cand), *cnt = malloc(s->places * sizeof *cnt);
     if (!lp || !cand || !cnt) {
@@ -413,9 +263,10 @@ static int stage_lp(plc_stage_t *s, uint32_t maxn, xf_clock_t *clk, xf_out_t *ou
     double left = clk->deadline - plc_now();
     set_timeout(lp, left > 1 ? (long)ceil(left) : 1);
     /* Only a layout keeping at least one more token than the start is worth finding: that is
-     * the objective bound, and nodes within 0.5 of the best are pruned (values are counts). */
-    set_obj_bound(lp, -(s->total - out->hops) - 0.5);
-    set_mip_gap(lp, TRUE, 0.5);
+     * the objective bound, and nodes within half a token of the best are pruned (values are
+     * counts, here in units of the largest weight). */
+    set_obj_bound(lp, (-(s->total - out->hops) - 0.5) / wn);
+    set_mip_gap(lp, TRUE, 0.5 / wn);
     int ret = solve(lp);
     int found = (ret == OPTIMAL || ret == SUBOPTIMAL) && !read_layout(s, lp, cand, cnt);
     double h = found ? plc_stage_hops(s, cand) : out->hops;
@@ -425,12 +276,12 @@ static int stage_lp(plc_stage_t *s, uint32_t maxn, xf_clock_t *clk, xf_out_t *ou
     } else {
         out->start_kept = 1;
     }
-    if (ret == OPTIMAL || (ret == INFEASIBLE && !clk->fired)) {
+    if ((ret == OPTIMAL && found) || (ret == INFEASIBLE && !clk->fired)) {
         /* INFEASIBLE: nothing beats the objective bound, so the start is optimal. */
         out->bound = out->hops;
     } else if (fabs(lp->real_solution) < 1e29) {
         /* The root relaxation, the best bound depth-first branch and bound keeps. */
-        double root = s->total + lp->real_solution;
+        double root = s->total + lp->real_solution * wn;
         if (root > out->bound)
             out->bound = root;
     }
@@ -446,7 +297,6 @@ static int stage_lp(plc_stage_t *s, uint32_t maxn, xf_clock_t *clk, xf_out_t *ou
 static int stage_solve(plc_stage_t *s, double limit, xf_out_t *out, char *errbuf, size_t errlen)
 {
     xf_clock_t clk = {plc_now() + limit, 0};
-    uint32_t maxn = plc_stage_maxn(s);
     memset(out, 0, sizeof *out);
     char why[160] = "out of memory";
     int rc = plc_stage_start(s, clk.deadline);
@@ -456,13 +306,13 @@ static int stage_solve(plc_stage_t *s, double limit, xf_out_t *out, char *errbuf
         rc = stage_bmatch(s, &out->bound, why, sizeof why);
     size_t cols = (s->off[s->layers] + s->eoff[s->layers - 1]) * s->places;
     if (!rc && out->bound < out->hops - 0.5) {
-        /* lp_solve gets what is left of the time unless the search took it all, or the model
-         * would not fit lp_solve's int indices and memory comfortably. */
+        /* lp_solve gets what is left of the time unless the search took it all or the model
+         * is too large. */
         out->start_kept = 1;
         out->too_big = cols > XF_MAX_COLUMNS;
         out->timed_out = !out->too_big && plc_now() >= clk.deadline;
         if (!out->too_big && !out->timed_out)
-            rc = stage_lp(s, maxn, &clk, out);
+            rc = stage_lp(s, &clk, out);
     }
     if (rc)
         return set_err(errbuf, errlen, rc, "exflow: %s", rc == MOE_ENOMEM ? "out of memory"
@@ -491,7 +341,7 @@ static int exflow_nodes(const moe_affinity_t *a, const moe_topo_t *topo, uint32_
     else
         rc = stage_solve(&s, limit, out, errbuf, errlen);
     /* Every expert is an item, in cell order. */
-    for (uint32_t k = 0; k < s.off[s.layers] && !rc; k++)
+    for (uint32_t k = 0; !rc && k < s.off[s.layers]; k++)
         node_of[k] = s.place[k];
     stage_release(&s);
     return rc;

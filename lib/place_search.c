@@ -83,6 +83,8 @@ static int assign_rows(lprec *lp, const plc_stage_t *s, uint32_t j, int *col, RE
 static int layer_assign(const plc_stage_t *s, uint32_t j, const double *stay, uint32_t *pl)
 {
     uint32_t P = s->places, n = s->off[j + 1] - s->off[j];
+    if (!n)
+        return 0;
     lprec *lp = plc_lp_new(0, (int)(n * P));
     size_t room = (n > P ? n : P) + 1;
     int *col = malloc(room * sizeof *col);
@@ -132,11 +134,12 @@ static int layer_improve(plc_stage_t *s, uint32_t j, int sides, double *stay, ui
 
 /*
  * Re-placing one layer at a time stops at layouts where improving needs changes in several
- * layers at once. The chain search looks at all layers together: each layer gets a small set of
- * candidate changes (none, swapping two of its items, moving one to a place with room,
- * exchanging the contents of two places), and since hops only join consecutive layers, the best
- * combination of one candidate per layer is found exactly by dynamic programming along the
- * layers, in time linear in the layers and quadratic in the candidates of a layer.
+ * layers at once. The chain search looks at all layers together: each layer gets a set of
+ * candidate changes (none, swapping two of its items or, in small layers, two pairs, moving one
+ * to a place with room, exchanging the contents of two places), and since hops only join
+ * consecutive layers, the best combination of one candidate per layer is found exactly by
+ * dynamic programming along the layers, in time linear in the layers and quadratic in the
+ * candidates of a layer.
  */
 /* Most single swaps in a layer for pairs of them to be candidates too. */
 #define XF_DOUBLES_MAX 48u
@@ -403,8 +406,8 @@ static void start_from(plc_stage_t *s, uint32_t m, double *stay, uint32_t *pl)
 }
 
 /* Improve the layout until neither re-placing single layers (given both neighbours) nor the
- * chain search helps, or the deadline passes. Each change keeps at least one more token, so
- * this ends; the counts are capped all the same. */
+ * chain search helps, or the deadline (0: none) passes. Each change keeps at least one more
+ * token, so this ends; the counts are capped all the same. */
 static int descend(plc_stage_t *s, uint32_t maxn, double deadline, double *stay, uint32_t *pl)
 {
     double gain = 1;
@@ -415,7 +418,7 @@ static int descend(plc_stage_t *s, uint32_t maxn, double deadline, double *stay,
             for (uint32_t j = 0; j < s->layers; j++)
                 any |= layer_improve(s, j, XF_PREV | XF_NEXT, stay, pl);
         }
-        if (plc_now() >= deadline)
+        if (deadline > 0 && plc_now() >= deadline)
             break;
         rc = chain_search(s, maxn, &gain);
     }
@@ -424,10 +427,10 @@ static int descend(plc_stage_t *s, uint32_t maxn, double deadline, double *stay,
 
 /*
  * The start layout: the best of local searches from a few layouts built outwards from
- * different layers (the first, the last, the middle, the quarters), as long as the clock
- * allows (the first always runs). With one expert per place the first is optimal at once: each
- * layer pair is then an assignment problem of its own, and placing each layer for the best
- * given the one before solves them all.
+ * different layers (the first, the last, the middle, the quarters). The first search always
+ * finishes; the others run while the clock allows. With one expert per place the first is
+ * optimal at once: each layer pair is then an assignment problem of its own, and placing each
+ * layer for the best given the one before solves them all.
  */
 int plc_stage_start(plc_stage_t *s, double deadline)
 {
@@ -444,7 +447,7 @@ int plc_stage_start(plc_stage_t *s, double deadline)
         if (seen)
             continue;
         start_from(s, anchor[a], stay, pl);
-        rc = descend(s, maxn, deadline, stay, pl);
+        rc = descend(s, maxn, a ? deadline : 0, stay, pl);
         double h = plc_stage_hops(s, s->place);
         if (!rc && h < best) {
             best = h;
