@@ -547,8 +547,47 @@ static void tiny_case(uint32_t L, uint32_t E, uint32_t G, uint64_t seed, double 
     moe_affinity_free(a);
 }
 
+/* Acceptance 3 of the moe-place issue: top-1 paths, 8 experts, few layers, where lp_solve
+ * proves the ExFlow program optimal, the affinity method reaches that optimum. */
+static void exflow_optimum_case(uint32_t L, uint32_t G, uint64_t seed)
+{
+    char name[64];
+    snprintf(name, sizeof name, "opt8_%u_%u_%u.moet", L, G, (unsigned)seed);
+    const char *path = gen_trace(name, L, 8, 2, 4000, 0.6, seed);
+    moe_affinity_t *a = scan(path, 1, 0);
+    moe_topo_t t;
+    CHECK_EQ_INT(moe_topo_uniform(&t, 1, G), 0);
+    moe_place_opts_t o;
+    moe_place_opts_default(&o);
+    o.max_imbalance = 0;
+    o.time_limit = 60;
+    o.method = MOE_PLACE_EXFLOW;
+    moe_place_result_t rx, ra;
+    moe_placement_t *x = fit(a, &t, &o, &rx);
+    o.method = MOE_PLACE_AFFINITY;
+    moe_placement_t *p = fit(a, &t, &o, &ra);
+    if (x && p && strncmp(rx.status, "optimal", 7) == 0) {
+        if (hops(p, a) != hops(x, a))
+            fprintf(stderr, "  L=%u G=%u seed %u: affinity %llu hops, exflow optimum %llu\n", L,
+                    G, (unsigned)seed, (unsigned long long)hops(p, a),
+                    (unsigned long long)hops(x, a));
+        CHECK_EQ_INT(hops(p, a), hops(x, a));
+    } else if (x) {
+        fprintf(stderr, "  L=%u G=%u seed %u: exflow not proven optimal (%s)\n", L, G,
+                (unsigned)seed, rx.status);
+        CHECK(0);
+    }
+    moe_placement_free(x);
+    moe_placement_free(p);
+    moe_affinity_free(a);
+}
+
 static void test_tiny(void)
 {
+    for (uint64_t seed = 11; seed <= 13; seed++) {
+        exflow_optimum_case(3, 4, seed);
+        exflow_optimum_case(4, 2, seed);
+    }
     for (uint64_t seed = 1; seed <= 3; seed++) {
         tiny_case(3, 4, 2, seed, 0.6);
         tiny_case(3, 6, 3, seed, 0.6);
