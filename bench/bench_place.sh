@@ -43,34 +43,39 @@ secs() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", (b - a) / 1e9 }'; }
 
 echo "# 1. DeepSeek-V2-Lite: fit on prompts 1..500, evaluate on prompts 501..1000"
 echo "#    ratio: transfers per token per layer / those of vanilla EP with the contiguous placement"
-printf '%-6s %-22s %-9s %9s %7s %8s %8s %9s %s\n' ranks method scheme xfer/tl ratio intra inter max_load target
+echo "#    in-sample: the same on the fitting prompts (ExFlow's point: report both)"
+printf '%-6s %-22s %-9s %9s %7s %8s %8s %9s %10s %s\n' ranks method scheme xfer/tl ratio intra \
+    inter max_load in-sample target
 for cfg in 4:4 8:8 16:16 8:4; do
     G=${cfg%%:*}
     g=${cfg##*:}
     topo="--ranks $G --gpus-per-node $g"
     "$mp" fit $topo --method contiguous --no-PG -o "$tmp/c.moep" "$tmp/fit.mft"
     "$mp" eval --no-layers "$tmp/c.moep" "$tmp/eval.mft" >"$tmp/c.txt"
+    "$mp" eval --no-layers "$tmp/c.moep" "$tmp/fit.mft" >"$tmp/ci.txt"
     base=$(col "$tmp/c.txt" vanilla per_token_layer)
     label="$G"
     [ "$g" = "$G" ] || label="$((G / g))x$g"
-    row() { # method scheme report
+    row() { # method scheme report target in-sample-report
         v=$(col "$3" "$2" per_token_layer)
         r=$(awk -v a="$v" -v b="$base" 'BEGIN { printf "%.3f", a / b }')
         l=$(col "$3" "$2" max_load)
         t=$4
         [ "$t" = "-" ] || t="$(check "$r" "<=" 0.55)/$(check "$l" "<=" 1.15)"
-        printf '%-6s %-22s %-9s %9s %7s %8s %8s %9s %s\n' "$label" "$1" "$2" "$v" "$r" \
-            "$(col "$3" "$2" intra)" "$(col "$3" "$2" inter)" "$l" "$t"
+        printf '%-6s %-22s %-9s %9s %7s %8s %8s %9s %10s %s\n' "$label" "$1" "$2" "$v" "$r" \
+            "$(col "$3" "$2" intra)" "$(col "$3" "$2" inter)" "$l" "$(col "$5" "$2" per_token_layer)" "$t"
     }
-    row contiguous vanilla "$tmp/c.txt" -
-    row contiguous coherent "$tmp/c.txt" -
+    row contiguous vanilla "$tmp/c.txt" - "$tmp/ci.txt"
+    row contiguous coherent "$tmp/c.txt" - "$tmp/ci.txt"
     "$mp" fit $topo --method balanced --no-PG -o "$tmp/b.moep" "$tmp/fit.mft"
     "$mp" eval --no-layers "$tmp/b.moep" "$tmp/eval.mft" >"$tmp/b.txt"
-    row balanced coherent "$tmp/b.txt" -
+    "$mp" eval --no-layers "$tmp/b.moep" "$tmp/fit.mft" >"$tmp/bi.txt"
+    row balanced coherent "$tmp/b.txt" - "$tmp/bi.txt"
     for imb in 1.10 1.05; do
         "$mp" fit $topo -@ 1 --max-imbalance $imb --no-PG -o "$tmp/a.moep" "$tmp/fit.mft"
         "$mp" eval --no-layers "$tmp/a.moep" "$tmp/eval.mft" >"$tmp/a.txt"
-        row "affinity imb=$imb" coherent "$tmp/a.txt" x
+        "$mp" eval --no-layers "$tmp/a.moep" "$tmp/fit.mft" >"$tmp/ai.txt"
+        row "affinity imb=$imb" coherent "$tmp/a.txt" x "$tmp/ai.txt"
     done
 done
 

@@ -80,6 +80,7 @@ EOF
 # moe-place: fit (statistics, token sample, solver) and eval (accounting, matrices) stream too.
 if [ -x "$MOE_BIN/moe-place" ]; then
     PL=$T/big.moep
+    asan=$(ldd "${top_builddir:-.}/lib/.libs/libmoecore.so" 2>/dev/null | grep libasan)
     "$MOE_BIN/moe-place" fit --ranks 4 --method contiguous --no-PG -o "$PL" "$BIG" ||
         { echo "cannot fit the placement to evaluate"; exit 1; }
     # name | arguments (the trace is appended)
@@ -92,8 +93,13 @@ if [ -x "$MOE_BIN/moe-place" ]; then
         st=$?
         expect_eq "$st" 0 "exit status"
         expect_no_stderr
-        if [ -z "$kb" ] || [ "$kb" -ge "$LIMIT_KB" ]; then
-            fail "peak RSS ${kb:-?} KB, limit $LIMIT_KB KB"
+        limit=$LIMIT_KB
+        # lp_solve's many small allocations sit in AddressSanitizer's quarantine (freed memory
+        # is held back, up to 256 MB): under ASan the solver's peak says nothing about
+        # streaming, which the other cases check.
+        case $name in *exflow*) [ -n "$asan" ] && limit=$((LIMIT_KB * 4)) ;; esac
+        if [ -z "$kb" ] || [ "$kb" -ge "$limit" ]; then
+            fail "peak RSS ${kb:-?} KB, limit $limit KB"
         fi
         echo "  peak RSS: $kb KB"
         end
