@@ -70,7 +70,7 @@ check)
     check _build || rc=1
     build _build-san --enable-asan --enable-ubsan
     ASAN_OPTIONS=detect_leaks=1 check _build-san || rc=1
-    make -C _build fuzz && sh tests/fuzz/run.sh _build "${MOE_FUZZ_SECONDS:-30}" || rc=1
+    make -C _build fuzz && sh tests/fuzz/run.sh _build "${MOE_FUZZ_SECONDS:-20}" || rc=1
     [ "$rc" -eq 0 ] && echo "setup: all tests passed (normal and ASan+UBSan builds, fuzzing)"
     exit "$rc" ;;
 build) ;;
