@@ -266,57 +266,26 @@ static int parse(const char *sub, int argc, char **argv, job_t *j, void (*usage)
 
 /* ------------------------------------------------------------------ output */
 
-/* A text output written atomically, optionally gzipped. */
-typedef struct textout {
-    moe_ofile_t *of;
-    int fd;
-    gzFile gz;
-    const char *path;
-} textout_t;
-
-static int textout_open(textout_t *t, const moe_opts_t *o)
+/* Open the text output of the options ('z': gzipped); NULL after a message. */
+static moe_textout_t *textout_open(const moe_opts_t *o)
 {
     int st;
-    memset(t, 0, sizeof *t);
-    t->path = o->out;
-    t->of = moe_ofile_open(o->out, &st, errbuf, sizeof errbuf);
-    if (!t->of)
-        return fail("%s", errbuf);
-    t->fd = moe_ofile_fd(t->of);
-    if (o->fmt == 'z') {
-        char mode[4] = {'w', 'b', (char)('0' + (o->level < 0 ? 6 : o->level % 10)), '\0'};
-        t->gz = gzdopen(dup(t->fd), mode);
-        if (!t->gz) {
-            moe_ofile_abort(t->of);
-            return fail("cannot write '%s': out of memory", o->out);
-        }
-    }
-    return 0;
+    int level = o->fmt == 'z' ? (o->level < 0 ? 6 : o->level) : -1;
+    moe_textout_t *t = moe_textout_open(o->out, level, &st, errbuf, sizeof errbuf);
+    if (!t)
+        fail("%s", errbuf);
+    return t;
 }
 
-static int textout_sink(void *ctx, const void *buf, size_t len)
+/* Commit (ok) or remove the text output. 0, or 1 after a message; a reader of standard output
+ * that went away is no error. */
+static int textout_close(moe_textout_t *t, const char *path, int ok)
 {
-    textout_t *t = ctx;
-    if (t->gz)
-        return gzwrite(t->gz, buf, (unsigned)len) == (int)len ? 0 : MOE_ESYS;
-    return moe_write_full(t->fd, buf, len) == 0 ? 0 : MOE_ESYS;
-}
-
-/* Finish a text output: commit it (ok) or remove it. 0 or 1 after a message. */
-static int textout_close(textout_t *t, int ok)
-{
-    if (t->gz && gzclose(t->gz) != Z_OK && ok)
-        ok = !fail("write error on '%s': %s", t->path, strerror(errno));
-    if (!ok) {
-        moe_ofile_abort(t->of);
-        return 1;
-    }
-    if (moe_ofile_commit(t->of) != 0) {
-        if (errno == EPIPE)
-            return 0;
-        return fail("cannot write '%s': %s", t->path, strerror(errno));
-    }
-    return 0;
+    if (moe_textout_close(t, ok) == 0)
+        return ok ? 0 : 1;
+    if (errno == EPIPE)
+        return 0;
+    return fail("cannot write '%s': %s", path, strerror(errno));
 }
 
 /* A picture file: written under a temporary name, committed with the other outputs. */
@@ -553,28 +522,25 @@ static int run_table(int argc, char **argv)
     pictures_t pics;
     rc = render(&j, a, kind, &pics);
     int want_text = j.summary || j.have_out || (!j.png && !j.svg);
-    textout_t out;
-    int text_open = 0;
+    moe_textout_t *out = NULL;
     if (!rc)
         rc = pictures_write(&j, &pics);
-    if (!rc && want_text) {
-        rc = textout_open(&out, &j.o);
-        text_open = rc == 0;
-    }
+    if (!rc && want_text)
+        rc = (out = textout_open(&j.o)) == NULL;
     if (!rc && want_text) {
         int wrc;
         char *text = NULL;
         if (j.summary) {
-            wrc = moe_affinity_write_summary(a, textout_sink, &out);
+            wrc = moe_affinity_write_summary(a, moe_textout_write, out);
         } else if (j.ao.step_window) {
-            wrc = moe_affinity_write_steps(a, textout_sink, &out);
+            wrc = moe_affinity_write_steps(a, moe_textout_write, out);
         } else {
             text = table_text(&j, a);
-            wrc = text ? moe_affinity_write(a, text, textout_sink, &out) : MOE_ENOMEM;
+            wrc = text ? moe_affinity_write(a, text, moe_textout_write, out) : MOE_ENOMEM;
         }
         free(text);
         if (wrc && errno == EPIPE) { /* the reader went away: stop quietly */
-            textout_close(&out, 0);
+            moe_textout_close(out, 0);
             pictures_free(&pics);
             moe_affinity_free(a);
             free(j.pairs);
@@ -585,8 +551,8 @@ static int run_table(int argc, char **argv)
                       wrc == MOE_ESYS ? strerror(errno) : moe_strerror(wrc));
     }
     /* everything written: commit all, or remove all */
-    if (text_open)
-        rc = textout_close(&out, rc == 0) || rc;
+    if (out)
+        rc = textout_close(out, j.o.out, rc == 0) || rc;
     if (!rc)
         rc = pictures_commit(&j, &pics);
     pictures_free(&pics);
@@ -628,13 +594,13 @@ static int run_converge(int argc, char **argv)
     moe_affinity_t *a = count_trace(optind < argc ? argv[optind] : "-", &j);
     if (!a)
         return 1;
-    textout_t out;
-    rc = textout_open(&out, &j.o);
-    if (!rc) {
-        int wrc = moe_affinity_write_converge(a, textout_sink, &out);
+    moe_textout_t *out = textout_open(&j.o);
+    rc = !out;
+    if (out) {
+        int wrc = moe_affinity_write_converge(a, moe_textout_write, out);
         if (wrc)
             fail("write error on '%s': %s", j.o.out, strerror(errno));
-        rc = textout_close(&out, wrc == 0);
+        rc = textout_close(out, j.o.out, wrc == 0);
     }
     moe_affinity_free(a);
     return rc;
@@ -710,13 +676,13 @@ static int run_compare(int argc, char **argv)
     } else if (ia.layers < 2) {
         rc = fail("'%s': a single layer has no layer pairs", argv[optind]);
     } else {
-        textout_t out;
-        rc = textout_open(&out, &j.o);
-        if (!rc) {
-            int wrc = moe_affinity_write_compare(a, b, j.summary, textout_sink, &out);
+        moe_textout_t *out = textout_open(&j.o);
+        rc = !out;
+        if (out) {
+            int wrc = moe_affinity_write_compare(a, b, j.summary, moe_textout_write, out);
             if (wrc)
                 fail("write error on '%s': %s", j.o.out, strerror(errno));
-            rc = textout_close(&out, wrc == 0);
+            rc = textout_close(out, j.o.out, wrc == 0);
         }
     }
     moe_affinity_free(a);

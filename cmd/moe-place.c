@@ -11,7 +11,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-#include <zlib.h>
 
 #include "moe/acct.h"
 #include "moe/affinity.h"
@@ -210,71 +209,26 @@ static void output_usage(FILE *fp, unsigned groups)
 
 /* ------------------------------------------------------------------ text output */
 
-/* A text output written under a temporary name and renamed on success, optionally gzipped. */
-typedef struct textout {
-    moe_ofile_t *of;
-    int fd;
-    gzFile gz;
-    const char *path;
-} textout_t;
-
-static int textout_open(textout_t *t, const char *path, char fmt, int level)
+/* Open a text output ('z': gzipped); NULL after a message. */
+static moe_textout_t *out_open(const char *path, char fmt, int level)
 {
     int st;
-    memset(t, 0, sizeof *t);
-    t->path = path;
-    if (!(t->of = moe_ofile_open(path, &st, errbuf, sizeof errbuf)))
-        return fail("%s", errbuf);
-    t->fd = moe_ofile_fd(t->of);
-    if (fmt == 'z') {
-        char mode[4] = {'w', 'b', (char)('0' + (level < 0 ? 6 : level % 10)), '\0'};
-        if (!(t->gz = gzdopen(dup(t->fd), mode))) {
-            moe_ofile_abort(t->of);
-            return fail("cannot write '%s': out of memory", path);
-        }
-    }
-    return 0;
+    moe_textout_t *t = moe_textout_open(path, fmt == 'z' ? (level < 0 ? 6 : level) : -1, &st,
+                                        errbuf, sizeof errbuf);
+    if (!t)
+        fail("%s", errbuf);
+    return t;
 }
 
-static int textout_sink(void *ctx, const void *buf, size_t len)
+/* Commit (ok) or remove an output. 0, or 1 after a message; a reader of standard output that
+ * went away is no error. */
+static int out_close(moe_textout_t *t, const char *path, int ok)
 {
-    textout_t *t = ctx;
-    if (!len)
+    if (moe_textout_close(t, ok) == 0)
+        return ok ? 0 : 1;
+    if (errno == EPIPE)
         return 0;
-    if (t->gz)
-        return gzwrite(t->gz, buf, (unsigned)len) == (int)len ? 0 : MOE_ESYS;
-    return moe_write_full(t->fd, buf, len) == 0 ? 0 : MOE_ESYS;
-}
-
-static int textout_printf(textout_t *t, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-static int textout_printf(textout_t *t, const char *fmt, ...)
-{
-    char buf[1024];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(buf, sizeof buf, fmt, ap);
-    va_end(ap);
-    if (n < 0 || (size_t)n >= sizeof buf)
-        return MOE_EINVAL;
-    return textout_sink(t, buf, (size_t)n);
-}
-
-/* Commit (ok) or remove the output. 0, or 1 after a message. */
-static int textout_close(textout_t *t, int ok)
-{
-    if (t->gz && gzclose(t->gz) != Z_OK && ok)
-        ok = !fail("write error on '%s': %s", t->path, strerror(errno));
-    if (!ok) {
-        moe_ofile_abort(t->of);
-        return 1;
-    }
-    if (moe_ofile_commit(t->of) != 0) {
-        if (errno == EPIPE)
-            return 0;
-        return fail("cannot write '%s': %s", t->path, strerror(errno));
-    }
-    return 0;
+    return fail("cannot write '%s': %s", path, strerror(errno));
 }
 
 /* Write a placement (with this command's @PG line unless --no-PG) to the output. */
@@ -287,17 +241,19 @@ static int write_placement(moe_placement_t *p, const cfg_t *g, int format)
         if (st)
             return fail("out of memory");
     }
-    textout_t out;
-    if (textout_open(&out, g->o.out, g->o.fmt, g->o.level))
+    moe_textout_t *out = out_open(g->o.out, g->o.fmt, g->o.level);
+    if (!out)
         return 1;
     int rc = format == MOE_PLACEMENT_TEXT
-                 ? moe_placement_write(p, textout_sink, &out)
-                 : moe_placement_export(p, format, textout_sink, &out, errbuf, sizeof errbuf);
+                 ? moe_placement_write(p, moe_textout_write, out)
+                 : moe_placement_export(p, format, moe_textout_write, out, errbuf, sizeof errbuf);
+    if (rc == MOE_ESYS && errno == EPIPE)
+        return out_close(out, g->o.out, 0), 0;
     if (rc == MOE_ESYS)
         fail("write error on '%s': %s", g->o.out, strerror(errno));
     else if (rc)
         fail("%s", errbuf);
-    return textout_close(&out, rc == 0);
+    return out_close(out, g->o.out, rc == 0);
 }
 
 /* ------------------------------------------------------------------ topology */
@@ -709,26 +665,26 @@ static void summarise(const moe_acct_t *a, int s, double vec, summary_t *o)
                      vec > 0 && tok ? (d + c) * vec / tok : NAN};
 }
 
-static int eval_table(textout_t *out, const moe_acct_t *a, const char *ppath,
+static int eval_table(moe_textout_t *out, const moe_acct_t *a, const char *ppath,
                       const moe_placement_t *p, const char *tpath, const moe_trace_hdr_t *h,
                       const moe_topo_t *topo, const cfg_t *g, double vec, int source)
 {
     static const char *const src_names[] = {"auto", "recorded", "sequence id mod G",
                                             "token id mod G"};
-    int rc = textout_printf(out, "# moe-place eval\n# placement: %s: %u layers x %u experts on "
+    int rc = moe_textout_printf(out, "# moe-place eval\n# placement: %s: %u layers x %u experts on "
                             "%u ranks (%u node%s x %u), capacity %u\n",
                             ppath, p->layers, p->experts, p->ranks, topo->nodes,
                             topo->nodes == 1 ? "" : "s", topo->gpus_per_node, p->capacity);
-    rc = rc ? rc : textout_printf(out, "# trace: %s: %" PRIu64 " tokens, top-%u of %u (%u used), "
+    rc = rc ? rc : moe_textout_printf(out, "# trace: %s: %" PRIu64 " tokens, top-%u of %u (%u used), "
                                   "source ranks: %s\n", tpath, moe_acct_tokens(a), h->topk,
                                   h->experts, g->topk ? g->topk : h->topk, src_names[source]);
     if (!rc && vec > 0)
-        rc = textout_printf(out, "# transfer: %.0f bytes (hidden %u x %u bytes)\n", vec,
+        rc = moe_textout_printf(out, "# transfer: %.0f bytes (hidden %u x %u bytes)\n", vec,
                             g->hidden ? g->hidden : h->hidden,
                             g->elem_bytes ? g->elem_bytes : h->elem_bytes);
     else if (!rc)
-        rc = textout_printf(out, "# transfer: size unknown (give --hidden and --elem-bytes)\n");
-    rc = rc ? rc : textout_printf(out, "#SCHEME\tscheme\tper_token_layer\tdispatch\tcombine\t"
+        rc = moe_textout_printf(out, "# transfer: size unknown (give --hidden and --elem-bytes)\n");
+    rc = rc ? rc : moe_textout_printf(out, "#SCHEME\tscheme\tper_token_layer\tdispatch\tcombine\t"
                                   "intra\tinter\tlocal\tstay_rank\tstay_node\thops_per_token\t"
                                   "max_load\tbytes_per_token\n");
     for (int s = 0; s < MOE_SCHEMES && !rc; s++) {
@@ -737,14 +693,14 @@ static int eval_table(textout_t *out, const moe_acct_t *a, const char *ppath,
         char bytes[32] = "NA";
         if (isfinite(m.bytes))
             snprintf(bytes, sizeof bytes, "%.1f", m.bytes);
-        rc = textout_printf(out, "SCHEME\t%s\t%.4f\t%.4f\t%.4f\t%.4f\t%.4f\t%.4f\t%.4f\t%.4f\t"
+        rc = moe_textout_printf(out, "SCHEME\t%s\t%.4f\t%.4f\t%.4f\t%.4f\t%.4f\t%.4f\t%.4f\t%.4f\t"
                             "%.4f\t%.4f\t%s\n", moe_scheme_name(s), m.per_tl, m.dispatch,
                             m.combine, m.intra, m.inter, m.local, m.stay_rank, m.stay_node,
                             m.hops, m.max_load, bytes);
     }
     if (g->no_layers)
         return rc;
-    rc = rc ? rc : textout_printf(out, "#LAYER\tlayer\tscheme\tcells\tper_token\tintra\tinter\t"
+    rc = rc ? rc : moe_textout_printf(out, "#LAYER\tlayer\tscheme\tcells\tper_token\tintra\tinter\t"
                                   "local\tstay_rank\tstay_node\tmax_load\n");
     for (uint32_t j = 0; j < p->layers && !rc; j++)
         for (int s = 0; s < MOE_SCHEMES && !rc; s++) {
@@ -754,7 +710,7 @@ static int eval_table(textout_t *out, const moe_acct_t *a, const char *ppath,
                 ia += (double)l->xfer[ph][MOE_LINK_INTRA];
                 ie += (double)l->xfer[ph][MOE_LINK_INTER];
             }
-            rc = textout_printf(out, "LAYER\t%u\t%s\t%" PRIu64 "\t%.4f\t%.4f\t%.4f\t%.4f\t%.4f\t"
+            rc = moe_textout_printf(out, "LAYER\t%u\t%s\t%" PRIu64 "\t%.4f\t%.4f\t%.4f\t%.4f\t%.4f\t"
                                 "%.4f\t%.4f\n", j, moe_scheme_name(s), l->cells,
                                 (ia + ie) / cells, ia / cells, ie / cells,
                                 (double)l->local / cells, (double)l->stay_rank / cells,
@@ -773,18 +729,18 @@ static const char *jnum(char *buf, size_t n, double v)
     return buf;
 }
 
-static int eval_json(textout_t *out, const moe_acct_t *a, const moe_placement_t *p,
+static int eval_json(moe_textout_t *out, const moe_acct_t *a, const moe_placement_t *p,
                      const moe_trace_hdr_t *h, const cfg_t *g, double vec)
 {
     char b[12][32];
-    int rc = textout_printf(out, "{\"tokens\": %" PRIu64 ", \"layers\": %u, \"experts\": %u, "
+    int rc = moe_textout_printf(out, "{\"tokens\": %" PRIu64 ", \"layers\": %u, \"experts\": %u, "
                             "\"topk\": %u, \"ranks\": %u, \"transfer_bytes\": %s, \"schemes\": {",
                             moe_acct_tokens(a), p->layers, p->experts,
                             g->topk ? g->topk : h->topk, p->ranks, jnum(b[0], 32, vec > 0 ? vec : NAN));
     for (int s = 0; s < MOE_SCHEMES && !rc; s++) {
         summary_t m;
         summarise(a, s, vec, &m);
-        rc = textout_printf(out, "%s\n  \"%s\": {\"per_token_layer\": %s, \"dispatch\": %s, "
+        rc = moe_textout_printf(out, "%s\n  \"%s\": {\"per_token_layer\": %s, \"dispatch\": %s, "
                             "\"combine\": %s, \"intra\": %s, \"inter\": %s, \"local\": %s, "
                             "\"stay_rank\": %s, \"stay_node\": %s, \"hops_per_token\": %s, "
                             "\"max_load\": %s, \"bytes_per_token\": %s, \"layers\": [",
@@ -800,18 +756,18 @@ static int eval_json(textout_t *out, const moe_acct_t *a, const moe_placement_t 
             for (int ph = 0; ph < MOE_PHASES; ph++)
                 for (int c = 0; c < MOE_LINK_CLASSES; c++)
                     x += l->xfer[ph][c];
-            rc = textout_printf(out, "%s{\"cells\": %" PRIu64 ", \"transfers\": %" PRIu64
+            rc = moe_textout_printf(out, "%s{\"cells\": %" PRIu64 ", \"transfers\": %" PRIu64
                                 ", \"max_load\": %s}", j ? ", " : "", l->cells, x,
                                 jnum(b[11], 32, moe_acct_imbalance(a, s, j)));
         }
-        rc = rc ? rc : textout_printf(out, "]}");
+        rc = rc ? rc : moe_textout_printf(out, "]}");
     }
-    return rc ? rc : textout_printf(out, "\n}}\n");
+    return rc ? rc : moe_textout_printf(out, "\n}}\n");
 }
 
 /* Write the rank x rank matrix of a scheme: nccl-tests fractions or bytes. 0 or MOE_ESYS. */
-static int write_matrix(textout_t *out, const moe_acct_t *a, int scheme, uint32_t G, double vec,
-                        int bytes)
+static int write_matrix(moe_textout_t *out, const moe_acct_t *a, int scheme, uint32_t G,
+                        double vec, int bytes)
 {
     uint64_t max = 0;
     for (uint32_t i = 0; i < G; i++)
@@ -823,32 +779,29 @@ static int write_matrix(textout_t *out, const moe_acct_t *a, int scheme, uint32_
             uint64_t x = moe_acct_matrix(a, scheme, i, k);
             const char *sep = k + 1 < G ? (bytes ? " " : ",") : "\n";
             if (bytes)
-                rc = textout_printf(out, "%.0f%s", (double)x * vec, sep);
+                rc = moe_textout_printf(out, "%.0f%s", (double)x * vec, sep);
             else
-                rc = textout_printf(out, "%.6f%s", max ? (double)x / (double)max : 0.0, sep);
+                rc = moe_textout_printf(out, "%.6f%s", max ? (double)x / (double)max : 0.0, sep);
         }
     return rc;
 }
 
 /* eval's outputs: the report and the optional matrices, committed together or not at all. */
 typedef struct eval_out {
-    textout_t t[3];
+    moe_textout_t *t[3];
     const char *path[3];
-    int n;
 } eval_out_t;
 
 static int eval_out_open(eval_out_t *o, const cfg_t *g)
 {
     const char *paths[3] = {g->o.out, g->matrix, g->matrix_bytes};
-    o->n = 0;
+    memset(o, 0, sizeof *o);
     for (int i = 0; i < 3; i++) {
-        o->path[i] = paths[i];
-        if (!paths[i])
+        if (!(o->path[i] = paths[i]))
             continue;
-        if (textout_open(&o->t[i], paths[i], i ? 't' : g->o.fmt, g->o.level)) {
+        if (!(o->t[i] = out_open(paths[i], i ? 't' : g->o.fmt, g->o.level))) {
             for (int k = 0; k < i; k++)
-                if (o->path[k])
-                    textout_close(&o->t[k], 0);
+                moe_textout_close(o->t[k], 0);
             return 1;
         }
     }
@@ -860,7 +813,7 @@ static int eval_out_close(eval_out_t *o, int ok)
 {
     int rc = ok ? 0 : 1;
     for (int i = 0; i < 3; i++)
-        if (o->path[i] && textout_close(&o->t[i], ok))
+        if (o->t[i] && out_close(o->t[i], o->path[i], ok))
             rc = 1, ok = 0;
     return rc;
 }
@@ -918,11 +871,11 @@ static int run_eval(int argc, char **argv)
     int scheme = g.scheme_set ? g.po.scheme : MOE_SCHEME_COHERENT;
     eval_out_t out;
     if (!rc && !(rc = eval_out_open(&out, &g))) {
-        int w = g.json ? eval_json(&out.t[0], a, p, h, &g, vec)
-                       : eval_table(&out.t[0], a, ppath, p, tpath, h, &topo, &g, vec, source);
+        int w = g.json ? eval_json(out.t[0], a, p, h, &g, vec)
+                       : eval_table(out.t[0], a, ppath, p, tpath, h, &topo, &g, vec, source);
         int bad = w ? 0 : -1;
         for (int i = 1; i < 3 && !w; i++)
-            if (out.path[i] && (w = write_matrix(&out.t[i], a, scheme, p->ranks, vec, i == 2)))
+            if (out.t[i] && (w = write_matrix(out.t[i], a, scheme, p->ranks, vec, i == 2)))
                 bad = i;
         if (w)
             fail("write error on '%s': %s", out.path[bad < 0 ? 0 : bad], strerror(errno));

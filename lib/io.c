@@ -3,6 +3,7 @@
 #include "config.h"
 
 #include <errno.h>
+#include <stdarg.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <signal.h>
@@ -11,6 +12,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <zlib.h>
 #include <zlib.h>
 
 #include "moe/io.h"
@@ -444,4 +446,83 @@ void moe_lines_close(moe_lines_t *l)
     free(l->prefix);
     free(l->buf);
     free(l);
+}
+
+/* ------------------------------------------------------------------ text outputs */
+
+struct moe_textout {
+    moe_ofile_t *of;
+    gzFile gz;
+};
+
+moe_textout_t *moe_textout_open(const char *path, int gzip_level, int *status, char *errbuf,
+                                size_t errlen)
+{
+    moe_textout_t *t = calloc(1, sizeof *t);
+    if (!t) {
+        *status = MOE_ENOMEM;
+        snprintf(errbuf, errlen, "cannot write '%s': %s", path, moe_strerror(MOE_ENOMEM));
+        return NULL;
+    }
+    if (!(t->of = moe_ofile_open(path, status, errbuf, errlen))) {
+        free(t);
+        return NULL;
+    }
+    if (gzip_level >= 0) {
+        char mode[4] = {'w', 'b', (char)('0' + gzip_level % 10), '\0'};
+        int fd = dup(moe_ofile_fd(t->of));
+        if (fd < 0 || !(t->gz = gzdopen(fd, mode))) {
+            if (fd >= 0)
+                close(fd);
+            *status = MOE_ENOMEM;
+            snprintf(errbuf, errlen, "cannot write '%s': %s", path, moe_strerror(MOE_ENOMEM));
+            moe_ofile_abort(t->of);
+            free(t);
+            return NULL;
+        }
+    }
+    *status = 0;
+    return t;
+}
+
+int moe_textout_write(void *ctx, const void *buf, size_t len)
+{
+    moe_textout_t *t = ctx;
+    if (!len)
+        return 0;
+    if (t->gz)
+        return gzwrite(t->gz, buf, (unsigned)len) == (int)len ? 0 : MOE_ESYS;
+    return moe_write_full(moe_ofile_fd(t->of), buf, len) == 0 ? 0 : MOE_ESYS;
+}
+
+int moe_textout_printf(moe_textout_t *t, const char *fmt, ...)
+{
+    char buf[4096];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    if (n < 0 || (size_t)n >= sizeof buf)
+        return MOE_EINVAL;
+    return moe_textout_write(t, buf, (size_t)n);
+}
+
+int moe_textout_close(moe_textout_t *t, int ok)
+{
+    if (!t)
+        return 0;
+    int rc = 0;
+    if (t->gz && gzclose(t->gz) != Z_OK && ok) {
+        rc = MOE_ESYS;
+        ok = 0;
+    }
+    if (!ok) {
+        int e = errno;
+        moe_ofile_abort(t->of);
+        errno = e;
+    } else if (moe_ofile_commit(t->of) != 0) {
+        rc = MOE_ESYS;
+    }
+    free(t);
+    return rc;
 }

@@ -28,6 +28,23 @@ void moe_ofile_abort(moe_ofile_t *f);
  * file before the process dies of the signal. Call once from main(). */
 void moe_ofile_cleanup_on_signal(void);
 
+/* A text output: an moe_ofile (temporary name, renamed on commit), plain or gzipped. */
+typedef struct moe_textout moe_textout_t;
+
+/* Open for writing; gzip_level 0-9 compresses, < 0 writes plain text. NULL on failure with
+ * *status and a one-line reason, as moe_ofile_open. */
+moe_textout_t *moe_textout_open(const char *path, int gzip_level, int *status, char *errbuf,
+                                size_t errlen);
+/* Write len bytes (the shape of the libraries' sink callbacks: ctx is the textout). Returns 0 or
+ * MOE_ESYS with errno set (EPIPE when the reader of standard output went away). */
+int moe_textout_write(void *ctx, const void *buf, size_t len);
+/* printf into the output (lines up to 4 KiB). 0, MOE_ESYS or MOE_EINVAL (too long). */
+int moe_textout_printf(moe_textout_t *t, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+/* Commit (ok) or remove (!ok) the output and free the handle. Returns 0, or MOE_ESYS with errno
+ * set when committing fails. NULL is a no-op. */
+int moe_textout_close(moe_textout_t *t, int ok);
+
 /* Create an empty scratch file from a mkstemp(3) template ("/tmp/x-XXXXXX", modified in place)
  * that the signal handlers of moe_ofile_cleanup_on_signal remove too. Returns 0 or MOE_ESYS
  * (errno set). Remove it with moe_scratch_remove. */
