@@ -14,67 +14,14 @@
 #include "affinity_internal.h"
 #include "moe/io.h"
 #include "moe/moe.h"
+#include "textbuf_internal.h"
 
 #define TABLE_MAJOR 1
 #define TABLE_MINOR 0
 
 /* ------------------------------------------------------------------ buffered output */
 
-typedef struct out {
-    moe_affinity_sink_fn fn;
-    void *ctx;
-    char buf[1 << 16];
-    size_t n;
-    int err;
-} out_t;
-
-static void out_flush(out_t *o)
-{
-    if (o->n && !o->err)
-        o->err = o->fn(o->ctx, o->buf, o->n);
-    o->n = 0;
-}
-
-static void out_mem(out_t *o, const char *s, size_t n)
-{
-    if (o->n + n > sizeof o->buf)
-        out_flush(o);
-    if (n > sizeof o->buf) {
-        if (!o->err)
-            o->err = o->fn(o->ctx, s, n);
-        return;
-    }
-    memcpy(o->buf + o->n, s, n);
-    o->n += n;
-}
-
-static void out_str(out_t *o, const char *s)
-{
-    out_mem(o, s, strlen(s));
-}
-
-static void out_fmt(out_t *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void out_fmt(out_t *o, const char *fmt, ...)
-{
-    char tmp[512];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
-    va_end(ap);
-    if (n >= (int)sizeof tmp) { /* long lines (paths): format again on the heap */
-        char *big = malloc((size_t)n + 1);
-        if (big) {
-            va_start(ap, fmt);
-            vsnprintf(big, (size_t)n + 1, fmt, ap);
-            va_end(ap);
-            out_mem(o, big, (size_t)n);
-            free(big);
-        }
-        return;
-    }
-    if (n > 0)
-        out_mem(o, tmp, (size_t)n);
-}
+typedef textbuf_t out_t;
 
 /* Unsigned decimals: the tables are mostly counts, so this is the hot path. */
 
@@ -135,7 +82,7 @@ static inline void out_tab_u64(out_t *o, uint64_t v)
 {
     pthread_once(&digits4_once, digits4_init);
     if (o->n + 21 > sizeof o->buf)
-        out_flush(o);
+        tb_flush(o);
     o->n = (size_t)(put_tab_u64(o->buf + o->n, v) - o->buf);
 }
 
@@ -146,7 +93,7 @@ static void out_row_u64(out_t *o, const uint64_t *v, size_t n)
     while (n) {
         size_t room = (sizeof o->buf - o->n - 1) / 21, k = n < room ? n : room;
         if (!k) {
-            out_flush(o);
+            tb_flush(o);
             continue;
         }
         char *p = o->buf + o->n;
@@ -156,7 +103,7 @@ static void out_row_u64(out_t *o, const uint64_t *v, size_t n)
         v += k;
         n -= k;
     }
-    out_mem(o, "\n", 1);
+    tb_mem(o, "\n", 1);
 }
 
 /* A tab and a statistic with six decimals ("nan" when undefined). Non-negative values below
@@ -165,11 +112,11 @@ static void out_row_u64(out_t *o, const uint64_t *v, size_t n)
 static void out_tab_f(out_t *o, double v)
 {
     if (isnan(v)) {
-        out_str(o, "\tnan");
+        tb_str(o, "\tnan");
         return;
     }
     if (!(v >= 0 && v < 1e12)) {
-        out_fmt(o, "\t%.6f", v);
+        tb_fmt(o, "\t%.6f", v);
         return;
     }
     uint64_t u = (uint64_t)(v * 1e6 + 0.5), ip = u / 1000000, fp = u % 1000000;
@@ -177,13 +124,7 @@ static void out_tab_f(out_t *o, double v)
     char f[8] = {'.', 0, 0, 0, 0, 0, 0, 0};
     for (int k = 6; k >= 1; k--, fp /= 10)
         f[k] = (char)('0' + fp % 10);
-    out_mem(o, f, 7);
-}
-
-static int out_end(out_t *o)
-{
-    out_flush(o);
-    return o->err;
+    tb_mem(o, f, 7);
 }
 
 /* ------------------------------------------------------------------ the table */
@@ -192,19 +133,19 @@ static void write_header(out_t *o, const moe_affinity_t *a, const char *text)
 {
     moe_affinity_info_t in;
     moe_affinity_info(a, &in);
-    out_fmt(o, "@AF\tVN:%d.%d\tlayers:%u\texperts:%u\ttopk:%u\tsets:%u\thops:%u\ttop1:%d"
+    tb_fmt(o, "@AF\tVN:%d.%d\tlayers:%u\texperts:%u\ttopk:%u\tsets:%u\thops:%u\ttop1:%d"
                "\tcoact:%d\tshuffled:%d\tseed:%" PRIu64 "\twindow:%u\ttokens:%" PRIu64
                "\tincomplete:%" PRIu64 "\n",
             TABLE_MAJOR, TABLE_MINOR, in.layers, in.experts, in.topk, in.sets, in.hops, in.top1,
             in.coact, in.shuffled, in.seed, in.window, in.tokens, in.incomplete);
     if (text)
-        out_str(o, text);
+        tb_str(o, text);
 }
 
 static void write_layers(out_t *o, const moe_affinity_t *a)
 {
     const aff_shape_t *s = &a->s;
-    out_str(o, "#LAYER\tlayer\tpresent\tmissing\tmin\tmax\tmean\tmax_mean\tcv\thottest\n");
+    tb_str(o, "#LAYER\tlayer\tpresent\tmissing\tmin\tmax\tmean\tmax_mean\tcv\thottest\n");
     for (uint32_t j = 0; j < s->L; j++) {
         const uint64_t *ld = a->real.setload + (size_t)j * s->E;
         uint64_t mn = UINT64_MAX, mx = 0, sum = 0;
@@ -220,22 +161,22 @@ static void write_layers(out_t *o, const moe_affinity_t *a)
             sq += (double)ld[i] * (double)ld[i];
         }
         double mean = (double)sum / s->E, var = sq / s->E - mean * mean;
-        out_fmt(o, "LAYER\t%u", j);
+        tb_fmt(o, "LAYER\t%u", j);
         out_tab_u64(o, a->real.tokens - a->real.lmiss[j]);
         out_tab_u64(o, a->real.lmiss[j]);
         out_tab_u64(o, mn);
         out_tab_u64(o, mx);
-        out_fmt(o, "\t%.2f", mean);
+        tb_fmt(o, "\t%.2f", mean);
         out_tab_f(o, mean > 0 ? (double)mx / mean : NAN);
         out_tab_f(o, mean > 0 ? sqrt(var > 0 ? var : 0) / mean : NAN);
-        out_fmt(o, "\t%u\n", hot);
+        tb_fmt(o, "\t%u\n", hot);
     }
-    out_str(o, "#LOAD\tlayer\ttokens whose set holds expert 0, 1, ...\n");
+    tb_str(o, "#LOAD\tlayer\ttokens whose set holds expert 0, 1, ...\n");
     for (uint32_t j = 0; j < s->L; j++) {
-        out_fmt(o, "LOAD\t%u", j);
+        tb_fmt(o, "LOAD\t%u", j);
         for (uint32_t i = 0; i < s->E; i++)
             out_tab_u64(o, a->real.setload[(size_t)j * s->E + i]);
-        out_str(o, "\n");
+        tb_str(o, "\n");
     }
 }
 
@@ -243,14 +184,14 @@ static void write_pairs(out_t *o, const moe_affinity_t *a)
 {
     const aff_shape_t *s = &a->s;
     int sh = a->shuf.tr != NULL;
-    out_str(o, "#PAIR\thop\tlayer\ttokens\texcluded\ttransitions\tmean_max_cond\t"
+    tb_str(o, "#PAIR\thop\tlayer\ttokens\texcluded\ttransitions\tmean_max_cond\t"
                "weighted_max_cond\tmutual_info\texcluded_shuf\tmean_max_cond_shuf\t"
                "weighted_max_cond_shuf\tmutual_info_shuf\n");
     for (uint32_t d = 1; d <= s->hops; d++)
         for (uint32_t j = 0; j + d < s->L; j++) {
             moe_affinity_pair_t r, f;
             aff_pair_stats(s, &a->real, aff_pair(s, d, j), &r);
-            out_fmt(o, "PAIR\t%u\t%u", d, j);
+            tb_fmt(o, "PAIR\t%u\t%u", d, j);
             out_tab_u64(o, r.tokens);
             out_tab_u64(o, r.excluded);
             out_tab_u64(o, r.transitions);
@@ -264,9 +205,9 @@ static void write_pairs(out_t *o, const moe_affinity_t *a)
                 out_tab_f(o, f.weighted_max_conditional);
                 out_tab_f(o, f.mutual_information);
             } else {
-                out_str(o, "\t-\t-\t-\t-");
+                tb_str(o, "\t-\t-\t-\t-");
             }
-            out_str(o, "\n");
+            tb_str(o, "\n");
         }
 }
 
@@ -283,7 +224,7 @@ static void write_ma(out_t *o, const moe_affinity_t *a)
 {
     const aff_shape_t *s = &a->s;
     const uint32_t E = s->E;
-    out_str(o, "#MA\thop\tlayer\texpert\trow_load\tmost_affiliated\tconditional\t"
+    tb_str(o, "#MA\thop\tlayer\texpert\trow_load\tmost_affiliated\tconditional\t"
                "most_affiliated_shuf\tconditional_shuf\n");
     for (uint32_t d = 1; d <= s->hops; d++)
         for (uint32_t j = 0; j + d < s->L; j++) {
@@ -295,7 +236,7 @@ static void write_ma(out_t *o, const moe_affinity_t *a)
                 if (!rl)
                     continue;
                 uint32_t best = row_best(T + (size_t)i * E, E);
-                out_str(o, "MA");
+                tb_str(o, "MA");
                 out_tab_u64(o, d);
                 out_tab_u64(o, j);
                 out_tab_u64(o, i);
@@ -308,9 +249,9 @@ static void write_ma(out_t *o, const moe_affinity_t *a)
                     out_tab_u64(o, bs);
                     out_tab_f(o, (double)S[(size_t)i * E + bs] / (double)rs);
                 } else {
-                    out_str(o, "\t-\t-");
+                    tb_str(o, "\t-\t-");
                 }
-                out_str(o, "\n");
+                tb_str(o, "\n");
             }
         }
 }
@@ -340,11 +281,11 @@ static void format_row(out_t *o, const moe_affinity_t *a, size_t g)
         while (d < s->hops && p >= s->pair_base[d + 1])
             d++;
         if (k == 0)
-            out_str(o, shuf ? "#TS\thop\tlayer\texpert\trow_load\tthe same in the shuffled "
+            tb_str(o, shuf ? "#TS\thop\tlayer\texpert\trow_load\tthe same in the shuffled "
                               "baseline\n"
                             : "#TC\thop\tlayer\texpert\trow_load\ttransitions to expert 0, 1, "
                               "... of layer + hop\n");
-        out_str(o, shuf ? "TS" : "TC");
+        tb_str(o, shuf ? "TS" : "TC");
         out_tab_u64(o, d);
         out_tab_u64(o, p - s->pair_base[d]);
         out_tab_u64(o, i);
@@ -353,9 +294,9 @@ static void format_row(out_t *o, const moe_affinity_t *a, size_t g)
     } else {
         size_t k = g - tc - ts;
         if (k == 0)
-            out_str(o, "#CO\tlayer\texpert\ttokens with both the expert and expert 0, 1, ... "
+            tb_str(o, "#CO\tlayer\texpert\ttokens with both the expert and expert 0, 1, ... "
                        "(diagonal: the load)\n");
-        out_str(o, "CO");
+        tb_str(o, "CO");
         out_tab_u64(o, k / E);
         out_tab_u64(o, k % E);
         row = a->real.co + k * E;
@@ -432,12 +373,9 @@ static void *rows_helper(void *arg)
             job->chunks[c].err = MOE_ENOMEM;
             continue;
         }
-        o->fn = chunk_sink;
-        o->ctx = &job->chunks[c];
-        o->n = 0;
-        o->err = 0;
+        tb_init(o, chunk_sink, &job->chunks[c]);
         format_chunk(o, job, c);
-        job->chunks[c].err = out_end(o);
+        job->chunks[c].err = tb_end(o);
     }
     free(o);
     return NULL;
@@ -451,10 +389,7 @@ int moe_affinity_write(const moe_affinity_t *a, const char *text, moe_affinity_s
     out_t *o = malloc(sizeof *o);
     if (!o)
         return MOE_ENOMEM;
-    o->fn = fn;
-    o->ctx = ctx;
-    o->n = 0;
-    o->err = 0;
+    tb_init(o, fn, ctx);
     size_t tc, ts;
     rows_job_t job;
     memset(&job, 0, sizeof job);
@@ -486,7 +421,7 @@ int moe_affinity_write(const moe_affinity_t *a, const char *text, moe_affinity_s
         for (int k = 0; k < nh; k++)
             pthread_join(tid[k], NULL);
         pthread_mutex_destroy(&job.mu);
-        out_flush(o);
+        tb_flush(o);
         for (size_t k = job.front; k < job.nchunks; k++) {
             chunk_t *ch = &job.chunks[k];
             if (ch->err && !o->err)
@@ -498,7 +433,7 @@ int moe_affinity_write(const moe_affinity_t *a, const char *text, moe_affinity_s
     for (size_t k = 0; job.chunks && k < job.nchunks; k++)
         free(job.chunks[k].p);
     free(job.chunks);
-    int rc = out_end(o);
+    int rc = tb_end(o);
     free(o);
     return rc;
 }
@@ -513,13 +448,13 @@ const char *moe_affinity_text(const moe_affinity_t *a)
 static void sum_line(out_t *o, const char *name, uint32_t d, double real, double shuf, int sh)
 {
     if (d > 1)
-        out_fmt(o, "%s@%u %.6f", name, d, real);
+        tb_fmt(o, "%s@%u %.6f", name, d, real);
     else
-        out_fmt(o, "%s %.6f", name, real);
+        tb_fmt(o, "%s %.6f", name, real);
     if (sh)
-        out_fmt(o, " %.6f\n", shuf);
+        tb_fmt(o, " %.6f\n", shuf);
     else
-        out_str(o, " -\n");
+        tb_str(o, " -\n");
 }
 
 int moe_affinity_write_summary(const moe_affinity_t *a, moe_affinity_sink_fn fn, void *ctx)
@@ -539,14 +474,14 @@ int moe_affinity_write_summary(const moe_affinity_t *a, moe_affinity_sink_fn fn,
     moe_affinity_info(a, &in);
     moe_affinity_summary(a, sm);
     int sh = in.shuffled;
-    out_str(o, "# statistic value shuffled-baseline ('-': the shuffle leaves it unchanged)\n");
-    out_fmt(o, "tokens %" PRIu64 " -\nincomplete_tokens %" PRIu64 " -\nmissing_cells %" PRIu64
+    tb_str(o, "# statistic value shuffled-baseline ('-': the shuffle leaves it unchanged)\n");
+    tb_fmt(o, "tokens %" PRIu64 " -\nincomplete_tokens %" PRIu64 " -\nmissing_cells %" PRIu64
                " -\nlayers %u -\nexperts %u -\ntopk %u -\nsets %s -\nhops %u -\n",
             in.tokens, in.incomplete, in.missing_cells, in.layers, in.experts, in.topk,
             in.top1 ? "top1" : "topk", in.hops);
-    out_fmt(o, "excluded_tokens %" PRIu64 " -\n", sm->excluded[0]);
+    tb_fmt(o, "excluded_tokens %" PRIu64 " -\n", sm->excluded[0]);
     if (sh)
-        out_fmt(o, "excluded_tokens_shuffled %" PRIu64 " -\n", sm->excluded[1]);
+        tb_fmt(o, "excluded_tokens_shuffled %" PRIu64 " -\n", sm->excluded[1]);
     sum_line(o, "load_max_mean", 1, sm->load_max_mean, 0, 0);
     sum_line(o, "load_cv", 1, sm->load_cv, 0, 0);
     sum_line(o, "coact_max_conditional", 1, sm->coact_max_conditional, 0, 0);
@@ -558,7 +493,7 @@ int moe_affinity_write_summary(const moe_affinity_t *a, moe_affinity_sink_fn fn,
         sum_line(o, "mutual_information", d, sm->mutual_information[0][d - 1],
                  sm->mutual_information[1][d - 1], sh);
     }
-    int rc = out_end(o);
+    int rc = tb_end(o);
     free(o);
     free(sm);
     return rc;
@@ -948,7 +883,7 @@ int moe_affinity_write_converge(const moe_affinity_t *a, moe_affinity_sink_fn fn
         aff_tot_add(s, &full, &a->groups[g]);
         seqs += a->groups[g].seqs;
     }
-    out_str(o, "# convergence: affinity (hop 1) of nested samples of sequences against the "
+    tb_str(o, "# convergence: affinity (hop 1) of nested samples of sequences against the "
                "whole trace\n"
                "# fraction sequences tokens tv_mean ma_unchanged unseen mean_max_conditional\n");
     const uint32_t E = s->E;
@@ -999,14 +934,14 @@ int moe_affinity_write_converge(const moe_affinity_t *a, moe_affinity_sink_fn fn
                 same += fb == sb;
             }
         }
-        out_fmt(o, "%-10.6g %9" PRIu64 " %9" PRIu64 " %9.6f %9.6f %7" PRIu64 " %9.6f\n",
+        tb_fmt(o, "%-10.6g %9" PRIu64 " %9" PRIu64 " %9.6f %9.6f %7" PRIu64 " %9.6f\n",
                 ldexp(1.0, -k), sq, samp.tokens, rows ? tv / rows : NAN,
                 rows ? (double)same / rows : NAN, unseen, mrows ? mmc / mrows : NAN);
     }
     aff_tot_release(&samp);
     aff_tot_release(&full);
     (void)seqs;
-    int rc = out_end(o);
+    int rc = tb_end(o);
     free(o);
     return rc;
 }
@@ -1025,7 +960,7 @@ int moe_affinity_write_steps(const moe_affinity_t *a, moe_affinity_sink_fn fn, v
     o->ctx = ctx;
     o->n = 0;
     o->err = 0;
-    out_fmt(o, "# by-step: statistics per window of %u steps (hop 1)\n"
+    tb_fmt(o, "# by-step: statistics per window of %u steps (hop 1)\n"
                "#STEP\twindow\tfirst_step\tlast_step\ttokens\tload_max_mean\t"
                "mean_max_conditional\tweighted_max_conditional\tmutual_information\n",
             a->o.step_window);
@@ -1055,23 +990,23 @@ int moe_affinity_write_steps(const moe_affinity_t *a, moe_affinity_sink_fn fn, v
             mi += isfinite(ps.mutual_information) ? ps.mutual_information : 0;
             np++;
         }
-        out_fmt(o, "STEP\t%" PRIu64 "\t%u\t%u", t->key, t->step_lo, t->step_hi);
+        tb_fmt(o, "STEP\t%" PRIu64 "\t%u\t%u", t->key, t->step_lo, t->step_hi);
         out_tab_u64(o, t->tokens);
         out_tab_f(o, nl ? mm / nl : NAN);
         out_tab_f(o, np ? mmc / np : NAN);
         out_tab_f(o, np ? wmc / np : NAN);
         out_tab_f(o, np ? mi / np : NAN);
-        out_str(o, "\n");
+        tb_str(o, "\n");
     }
-    out_str(o, "#SLOAD\twindow\tlayer\ttokens whose set holds expert 0, 1, ...\n");
+    tb_str(o, "#SLOAD\twindow\tlayer\ttokens whose set holds expert 0, 1, ...\n");
     for (size_t g = 0; g < a->ngroups; g++)
         for (uint32_t j = 0; j < s->L; j++) {
-            out_fmt(o, "SLOAD\t%" PRIu64 "\t%u", a->groups[g].key, j);
+            tb_fmt(o, "SLOAD\t%" PRIu64 "\t%u", a->groups[g].key, j);
             for (uint32_t i = 0; i < s->E; i++)
                 out_tab_u64(o, a->groups[g].setload[(size_t)j * s->E + i]);
-            out_str(o, "\n");
+            tb_str(o, "\n");
         }
-    int rc = out_end(o);
+    int rc = tb_end(o);
     free(o);
     return rc;
 }
@@ -1099,7 +1034,7 @@ int moe_affinity_write_compare(const moe_affinity_t *a, const moe_affinity_t *b,
     uint32_t n = 0;
     int rc = 0;
     if (!summary_only)
-        out_fmt(o, "# compare: how well the affinity (hop 1) of A predicts B\n# A: %s\n# B: %s\n"
+        tb_fmt(o, "# compare: how well the affinity (hop 1) of A predicts B\n# A: %s\n# B: %s\n"
                    "#PAIR\tlayer\texperts\ttv\tll\tll_shuffled\tll_gain\tma_common\n",
                 a->source ? a->source : "-", b->source ? b->source : "-");
     for (uint32_t j = 0; j + 1 < a->s.L; j++) {
@@ -1107,13 +1042,13 @@ int moe_affinity_write_compare(const moe_affinity_t *a, const moe_affinity_t *b,
         if ((rc = moe_affinity_compare(a, b, j, &c)) != 0)
             break;
         if (!summary_only) {
-            out_fmt(o, "PAIR\t%u\t%u", j, c.experts);
+            tb_fmt(o, "PAIR\t%u\t%u", j, c.experts);
             out_tab_f(o, c.tv);
             out_tab_f(o, c.ll);
             out_tab_f(o, c.ll_shuffled);
             out_tab_f(o, c.ll - c.ll_shuffled);
             out_tab_f(o, c.ma_common);
-            out_str(o, "\n");
+            tb_str(o, "\n");
         }
         if (isfinite(c.tv) && isfinite(c.ll)) {
             tv += c.tv;
@@ -1125,12 +1060,12 @@ int moe_affinity_write_compare(const moe_affinity_t *a, const moe_affinity_t *b,
     }
     if (rc == 0) {
         double k = n ? n : NAN;
-        out_str(o, summary_only ? "# statistic value (means over layer pairs)\n"
+        tb_str(o, summary_only ? "# statistic value (means over layer pairs)\n"
                                 : "# means over layer pairs\n");
-        out_fmt(o, "tv_mean %.6f\nll %.6f\nll_shuffled %.6f\nll_gain %.6f\nma_common %.6f\n",
+        tb_fmt(o, "tv_mean %.6f\nll %.6f\nll_shuffled %.6f\nll_gain %.6f\nma_common %.6f\n",
                 tv / k, ll / k, lls / k, (ll - lls) / k, ma / k);
     }
-    int orc = out_end(o);
+    int orc = tb_end(o);
     free(o);
     return rc ? rc : orc;
 }

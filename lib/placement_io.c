@@ -9,6 +9,7 @@
 
 #include "import_internal.h"
 #include "json_internal.h"
+#include "textbuf_internal.h"
 #include "moe/io.h"
 #include "moe/moe.h"
 #include "moe/placement.h"
@@ -61,64 +62,20 @@ static int say(char *buf, size_t len, int rc, const char *fmt, ...)
 
 /* ------------------------------------------------------------------ buffered output */
 
-typedef struct pout {
-    moe_placement_sink_fn fn;
-    void *ctx;
-    int err;
-    size_t n;
-    char buf[1 << 16];
-} pout_t;
+typedef textbuf_t pout_t;
 
 static pout_t *po_new(moe_placement_sink_fn fn, void *ctx)
 {
     pout_t *o = malloc(sizeof *o);
-    if (o) {
-        o->fn = fn;
-        o->ctx = ctx;
-        o->err = 0;
-        o->n = 0;
-    }
+    if (o)
+        tb_init(o, fn, ctx);
     return o;
-}
-
-static void po_flush(pout_t *o)
-{
-    if (o->n && !o->err)
-        o->err = o->fn(o->ctx, o->buf, o->n);
-    o->n = 0;
-}
-
-static void po_mem(pout_t *o, const void *s, size_t n)
-{
-    if (o->n + n > sizeof o->buf)
-        po_flush(o);
-    if (n > sizeof o->buf) {
-        if (!o->err)
-            o->err = o->fn(o->ctx, s, n);
-        return;
-    }
-    memcpy(o->buf + o->n, s, n);
-    o->n += n;
-}
-
-/* Short pieces only: numbers and fixed words. */
-static void po_fmt(pout_t *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void po_fmt(pout_t *o, const char *fmt, ...)
-{
-    char tmp[256];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
-    va_end(ap);
-    if (n > 0)
-        po_mem(o, tmp, (size_t)n < sizeof tmp ? (size_t)n : sizeof tmp - 1);
 }
 
 /* Flush and free; the first error of the sink, or 0. */
 static int po_done(pout_t *o)
 {
-    po_flush(o);
-    int rc = o->err;
+    int rc = tb_end(o);
     free(o);
     return rc;
 }
@@ -155,10 +112,10 @@ static void write_cell(pout_t *o, const moe_placement_t *p, uint32_t l, uint32_t
 {
     uint32_t n;
     const uint16_t *rk = moe_placement_ranks(p, l, e, &n);
-    po_fmt(o, "%u\t%u\t%u", l, e, rk[0]);
+    tb_fmt(o, "%u\t%u\t%u", l, e, rk[0]);
     for (uint32_t c = 1; c < n; c++)
-        po_fmt(o, ",%u", rk[c]);
-    po_mem(o, "\n", 1);
+        tb_fmt(o, ",%u", rk[c]);
+    tb_mem(o, "\n", 1);
 }
 
 int moe_placement_write(const moe_placement_t *p, moe_placement_sink_fn fn, void *ctx)
@@ -172,13 +129,13 @@ int moe_placement_write(const moe_placement_t *p, moe_placement_sink_fn fn, void
     pout_t *o = po_new(fn, ctx);
     if (!o)
         return MOE_ENOMEM;
-    po_fmt(o, "@PL\tVN:%d.%d\tlayers:%u\texperts:%u\tranks:%u\tgpus_per_node:%u\tcapacity:%u\n",
+    tb_fmt(o, "@PL\tVN:%d.%d\tlayers:%u\texperts:%u\tranks:%u\tgpus_per_node:%u\tcapacity:%u\n",
            MOE_PLACEMENT_MAJOR, MOE_PLACEMENT_MINOR, p->layers, p->experts, p->ranks,
            p->gpus_per_node, p->capacity);
     if (p->text)
-        po_mem(o, p->text, strlen(p->text));
+        tb_mem(o, p->text, strlen(p->text));
     static const char cols[] = "#layer\texpert\tranks\n";
-    po_mem(o, cols, sizeof cols - 1);
+    tb_mem(o, cols, sizeof cols - 1);
     for (uint32_t l = 0; l < p->layers; l++)
         for (uint32_t e = 0; e < p->experts; e++)
             write_cell(o, p, l, e);
@@ -705,10 +662,10 @@ static int xf_export(const moe_placement_t *p, pout_t *o, char *errbuf, size_t e
                 return say(errbuf, errlen, MOE_EINVAL, "ExFlow's CSV holds one GPU per expert: "
                            "layer %u expert %u has %u copies", l, e,
                            p->nrep[(size_t)l * p->experts + e]);
-    po_fmt(o, "Expert,Node\r\n");
+    tb_fmt(o, "Expert,Node\r\n");
     for (uint32_t l = 0; l < p->layers; l++)
         for (uint32_t e = 0; e < p->experts; e++)
-            po_fmt(o, "%zu,%u\r\n", (size_t)l * p->experts + e, moe_placement_primary(p, l, e));
+            tb_fmt(o, "%zu,%u\r\n", (size_t)l * p->experts + e, moe_placement_primary(p, l, e));
     return 0;
 }
 
@@ -743,17 +700,17 @@ static void eplb_layer(const moe_placement_t *p, uint32_t l, int32_t *phy, uint3
 
 static void po_ints(pout_t *o, const int32_t *v, size_t n)
 {
-    po_mem(o, "[", 1);
+    tb_mem(o, "[", 1);
     for (size_t i = 0; i < n; i++)
-        po_fmt(o, i ? ",%d" : "%d", v[i]);
-    po_mem(o, "]", 1);
+        tb_fmt(o, i ? ",%d" : "%d", v[i]);
+    tb_mem(o, "]", 1);
 }
 
 static void eplb_rows(const moe_placement_t *p, pout_t *o, int what, uint32_t maxcnt,
                       int32_t *phy, uint32_t *slot, uint32_t *fill)
 {
     static const char *const key[3] = {"phy2log", "log2phy", "logcnt"};
-    po_fmt(o, "\"%s\":[\n", key[what]);
+    tb_fmt(o, "\"%s\":[\n", key[what]);
     for (uint32_t l = 0; l < p->layers; l++) {
         eplb_layer(p, l, phy, slot, fill);
         if (what == 0)
@@ -763,15 +720,15 @@ static void eplb_rows(const moe_placement_t *p, pout_t *o, int what, uint32_t ma
             int32_t row[MAX_COPIES];
             for (uint32_t c = 0; c < maxcnt; c++)
                 row[c] = c < n ? (int32_t)slot[(size_t)e * p->maxrep + c] : -1;
-            po_mem(o, e == 0 ? "[" : ",", 1);
+            tb_mem(o, e == 0 ? "[" : ",", 1);
             if (what == 1)
                 po_ints(o, row, maxcnt);
             else
-                po_fmt(o, "%u", n);
+                tb_fmt(o, "%u", n);
         }
-        po_fmt(o, "%s%s\n", what ? "]" : "", l + 1 < p->layers ? "," : "");
+        tb_fmt(o, "%s%s\n", what ? "]" : "", l + 1 < p->layers ? "," : "");
     }
-    po_fmt(o, "]%s\n", what < 2 ? "," : "}");
+    tb_fmt(o, "]%s\n", what < 2 ? "," : "}");
 }
 
 static int eplb_export(const moe_placement_t *p, pout_t *o)
@@ -784,7 +741,7 @@ static int eplb_export(const moe_placement_t *p, pout_t *o)
     uint32_t *fill = malloc(p->ranks * sizeof *fill);
     int rc = phy && slot && fill ? 0 : MOE_ENOMEM;
     if (!rc) {
-        po_fmt(o, "{\"num_layers\":%u,\"num_logical_experts\":%u,\"num_ranks\":%u,"
+        tb_fmt(o, "{\"num_layers\":%u,\"num_logical_experts\":%u,\"num_ranks\":%u,"
                "\"gpus_per_node\":%u,\"slots_per_rank\":%u,\n", p->layers, p->experts,
                p->ranks, p->gpus_per_node, p->capacity);
         for (int what = 0; what < 3; what++)
