@@ -387,33 +387,12 @@ static void progress_cb(void *ctx, uint64_t done, uint64_t total)
 static moe_affinity_t *count_trace(const char *path, const job_t *j)
 {
     int st;
-    moe_trace_map_t *m = moe_trace_map_open(path, j->o.threads, &st, errbuf, sizeof errbuf);
-    if (!m) {
-        fail("%s", errbuf);
-        return NULL;
-    }
-    moe_affinity_t *a = moe_affinity_new(moe_trace_map_header(m), &j->ao, &st, errbuf,
-                                         sizeof errbuf);
-    if (!a) {
-        fail("'%s': %s", path, errbuf);
-        moe_trace_map_close(m);
-        return NULL;
-    }
-    if (moe_affinity_set_source(a, path)) {
-        fail("out of memory");
-        moe_affinity_free(a);
-        moe_trace_map_close(m);
-        return NULL;
-    }
     moe_progress_t *pg = moe_progress_new("affinity", 0, j->o.progress);
-    int rc = moe_affinity_scan(a, m, pg ? progress_cb : NULL, pg);
+    moe_affinity_t *a = moe_affinity_count(path, &j->ao, j->o.threads, pg ? progress_cb : NULL,
+                                           pg, &st, errbuf, sizeof errbuf);
     moe_progress_free(pg);
-    if (rc) {
-        fail("%s", moe_trace_map_errmsg(m));
-        moe_affinity_free(a);
-        a = NULL;
-    }
-    moe_trace_map_close(m);
+    if (!a)
+        fail("%s", errbuf);
     return a;
 }
 

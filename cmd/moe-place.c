@@ -473,31 +473,17 @@ static moe_affinity_t *load_stats(const char *path, const cfg_t *g, int top1, in
             return a;
         }
     }
-    moe_trace_map_t *m = moe_trace_map_open(path, g->o.threads, &st, errbuf, sizeof errbuf);
-    if (!m) {
-        fail("%s", errbuf);
-        return NULL;
-    }
     moe_affinity_opts_t ao;
     moe_affinity_opts_default(&ao);
     ao.top1 = top1;
     ao.coact = !top1;
     ao.shuffle = 0;
-    moe_affinity_t *a = moe_affinity_new(moe_trace_map_header(m), &ao, &st, errbuf,
-                                         sizeof errbuf);
-    if (!a) {
-        fail("'%s': %s", path, errbuf);
-    } else {
-        moe_progress_t *pg = moe_progress_new("statistics", 0, g->o.progress);
-        int rc = moe_affinity_scan(a, m, pg ? progress_cb : NULL, pg);
-        moe_progress_free(pg);
-        if (rc) {
-            fail("%s", moe_trace_map_errmsg(m));
-            moe_affinity_free(a);
-            a = NULL;
-        }
-    }
-    moe_trace_map_close(m);
+    moe_progress_t *pg = moe_progress_new("statistics", 0, g->o.progress);
+    moe_affinity_t *a = moe_affinity_count(path, &ao, g->o.threads, pg ? progress_cb : NULL, pg,
+                                           &st, errbuf, sizeof errbuf);
+    moe_progress_free(pg);
+    if (!a)
+        fail("%s", errbuf);
     return a;
 }
 

@@ -1228,3 +1228,25 @@ int moe_affinity_scan(moe_affinity_t *a, moe_trace_map_t *m,
     scan_free(&sc);
     return rc;
 }
+
+moe_affinity_t *moe_affinity_count(const char *path, const moe_affinity_opts_t *o, int threads,
+                                   void (*progress)(void *ctx, uint64_t done, uint64_t total),
+                                   void *ctx, int *status, char *errbuf, size_t errlen)
+{
+    moe_trace_map_t *m = moe_trace_map_open(path, threads, status, errbuf, errlen);
+    if (!m)
+        return NULL;
+    char why[256];
+    moe_affinity_t *a = moe_affinity_new(moe_trace_map_header(m), o, status, why, sizeof why);
+    if (!a) {
+        snprintf(errbuf, errlen, "'%s': %s", path, why);
+    } else if ((*status = moe_affinity_set_source(a, path)) != 0 ||
+               (*status = moe_affinity_scan(a, m, progress, ctx)) != 0) {
+        snprintf(errbuf, errlen, "%s",
+                 *status == MOE_ENOMEM ? moe_strerror(*status) : moe_trace_map_errmsg(m));
+        moe_affinity_free(a);
+        a = NULL;
+    }
+    moe_trace_map_close(m);
+    return a;
+}

@@ -92,6 +92,12 @@ moe_affinity_t *moe_affinity_new(const moe_trace_hdr_t *h, const moe_affinity_op
  * done and total. */
 int moe_affinity_scan(moe_affinity_t *a, moe_trace_map_t *m,
                       void (*progress)(void *ctx, uint64_t done, uint64_t total), void *ctx);
+/* Open a trace (path or "-"), count it with `threads` additional workers and name the input
+ * after path: moe_trace_map_open, moe_affinity_new, moe_affinity_set_source and
+ * moe_affinity_scan in one call. NULL with *status and a one-line reason on failure. */
+moe_affinity_t *moe_affinity_count(const char *path, const moe_affinity_opts_t *o, int threads,
+                                   void (*progress)(void *ctx, uint64_t done, uint64_t total),
+                                   void *ctx, int *status, char *errbuf, size_t errlen);
 /* Name the input (recorded in tables); the string is copied. 0 or MOE_ENOMEM. */
 int moe_affinity_set_source(moe_affinity_t *a, const char *name);
 /* Name of the kernel that counts (e.g. "avx512"). */
