@@ -55,6 +55,8 @@ printf 'held-out: %s transfers per token per layer (coherent, affinity placement
     "$c" "$v"
 printf '(vanilla expert parallelism, contiguous placement): %s of it\n' \
     "$(awk -v a="$c" -v b="$v" 'BEGIN { printf "%.2f", a / b }')"
+printf '(this synthetic routing has little structure to place by, see its mutual information\n'
+printf ' above; on the real DeepSeek-V2-Lite trace the same steps give 0.65: bench/bench_place.sh)\n'
 run moe-place export --format exflow -o "$out/affinity.exflow.csv" "$out/affinity.moep"
 run moe-place export --format eplb -o "$out/affinity.eplb.json" "$out/affinity.moep"
 printf '\ndemo outputs are in %s/\n' "$out"
