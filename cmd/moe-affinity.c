@@ -266,26 +266,15 @@ static int parse(const char *sub, int argc, char **argv, job_t *j, void (*usage)
 
 /* ------------------------------------------------------------------ output */
 
-/* Open the text output of the options ('z': gzipped); NULL after a message. */
+/* The text output of the options (-o, -O, -l); NULL after a message. */
 static moe_textout_t *textout_open(const moe_opts_t *o)
 {
-    int st;
-    int level = o->fmt == 'z' ? (o->level < 0 ? 6 : o->level) : -1;
-    moe_textout_t *t = moe_textout_open(o->out, level, &st, errbuf, sizeof errbuf);
-    if (!t)
-        fail("%s", errbuf);
-    return t;
+    return moe_cli_text_open(prog, o->out, o->fmt, o->level);
 }
 
-/* Commit (ok) or remove the text output. 0, or 1 after a message; a reader of standard output
- * that went away is no error. */
 static int textout_close(moe_textout_t *t, const char *path, int ok)
 {
-    if (moe_textout_close(t, ok) == 0)
-        return ok ? 0 : 1;
-    if (errno == EPIPE)
-        return 0;
-    return fail("cannot write '%s': %s", path, strerror(errno));
+    return moe_cli_text_close(prog, t, path, ok);
 }
 
 /* A picture file: written under a temporary name, committed with the other outputs. */

@@ -209,26 +209,14 @@ static void output_usage(FILE *fp, unsigned groups)
 
 /* ------------------------------------------------------------------ text output */
 
-/* Open a text output ('z': gzipped); NULL after a message. */
 static moe_textout_t *out_open(const char *path, char fmt, int level)
 {
-    int st;
-    moe_textout_t *t = moe_textout_open(path, fmt == 'z' ? (level < 0 ? 6 : level) : -1, &st,
-                                        errbuf, sizeof errbuf);
-    if (!t)
-        fail("%s", errbuf);
-    return t;
+    return moe_cli_text_open(prog, path, fmt, level);
 }
 
-/* Commit (ok) or remove an output. 0, or 1 after a message; a reader of standard output that
- * went away is no error. */
 static int out_close(moe_textout_t *t, const char *path, int ok)
 {
-    if (moe_textout_close(t, ok) == 0)
-        return ok ? 0 : 1;
-    if (errno == EPIPE)
-        return 0;
-    return fail("cannot write '%s': %s", path, strerror(errno));
+    return moe_cli_text_close(prog, t, path, ok);
 }
 
 /* Write a placement (with this command's @PG line unless --no-PG) to the output. */

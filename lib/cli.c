@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "moe/cli.h"
+#include "moe/io.h"
 #include "moe/moe.h"
 
 void moe_opts_init(moe_opts_t *o)
@@ -321,4 +322,24 @@ int moe_opts_next(const char *prog, const char *sub, void (*usage)(FILE *), moe_
         if (h == 0)
             return c;
     }
+}
+
+struct moe_textout *moe_cli_text_open(const char *prog, const char *path, char fmt, int level)
+{
+    char err[512];
+    int st;
+    moe_textout_t *t = moe_textout_open(path, fmt == 'z' ? (level < 0 ? 6 : level) : -1, &st,
+                                        err, sizeof err);
+    if (!t)
+        moe_fail(prog, "%s", err);
+    return t;
+}
+
+int moe_cli_text_close(const char *prog, struct moe_textout *t, const char *path, int ok)
+{
+    if (moe_textout_close(t, ok) == 0)
+        return ok ? 0 : 1;
+    if (errno == EPIPE)
+        return 0;
+    return moe_fail(prog, "cannot write '%s': %s", path, strerror(errno));
 }

@@ -737,7 +737,6 @@ static int refine(state_t *s, const moe_place_sample_t *x, int coherent, double 
 /* ------------------------------------------------------------------ candidates */
 
 typedef struct job {
-    const model_t *base;
     model_t *models;       /* one per weighting */
     uint32_t nweights, ncand;
     uint64_t seed;
@@ -821,13 +820,9 @@ static uint32_t replica_rank(const state_t *s, const moe_placement_t *p, uint32_
 {
     const model_t *m = s->m;
     size_t v = vix(m, j, e);
-    uint32_t to = UINT32_MAX, cnt;
-    const uint16_t *rk = moe_placement_ranks(p, j, e, &cnt);
+    uint32_t to = UINT32_MAX;
     for (uint32_t r = 0; r < m->G; r++) {
-        int has = 0;
-        for (uint32_t c = 0; c < cnt; c++)
-            has |= rk[c] == r;
-        if (has || held[r] >= m->C)
+        if (held[r] >= m->C || moe_placement_holds(p, j, e, r))
             continue;
         if (to == UINT32_MAX || s->conn[v * m->G + r] > s->conn[v * m->G + to])
             to = r;
@@ -955,7 +950,7 @@ int moe_place_affinity(const moe_affinity_t *a, const moe_topo_t *topo,
     model_t base;
     double *co = NULL, *tr = NULL, *load = NULL, *cap = NULL;
     int rc = build_model(&base, a, topo, o, out->capacity, &co, &tr, &load, &cap);
-    job_t jb = {.base = &base, .seed = o->seed};
+    job_t jb = {.seed = o->seed};
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     jb.deadline = (double)ts.tv_sec + ts.tv_nsec * 1e-9 + (o->time_limit > 0 ? o->time_limit : 1e9);

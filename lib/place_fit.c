@@ -100,17 +100,6 @@ static void replicate(const uint64_t *load, uint32_t E, uint32_t replicas, uint3
     }
 }
 
-/* Does rank r already hold expert e in layer l? */
-static int holds(const moe_placement_t *p, uint32_t l, uint32_t e, uint32_t r)
-{
-    uint32_t n;
-    const uint16_t *rk = moe_placement_ranks(p, l, e, &n);
-    for (uint32_t i = 0; i < n; i++)
-        if (rk[i] == r)
-            return 1;
-    return 0;
-}
-
 /* Pack the copies of one layer, heaviest first, each onto the least loaded node with a free slot
  * and room for another copy of it, then onto that node's least loaded GPU likewise. */
 static int pack_layer(moe_placement_t *p, uint32_t l, copy_t *c, uint32_t nc, double *nload,
@@ -130,7 +119,7 @@ static int pack_layer(moe_placement_t *p, uint32_t l, copy_t *c, uint32_t nc, do
         uint32_t e = c[i].expert, best = UINT32_MAX;
         for (uint32_t r = 0; r < G; r++) {
             uint32_t n = r / g;
-            if (!rfree[r] || holds(p, l, e, r))
+            if (!rfree[r] || moe_placement_holds(p, l, e, r))
                 continue;
             uint32_t bn = best == UINT32_MAX ? 0 : best / g;
             if (best == UINT32_MAX || nload[n] < nload[bn] ||

@@ -70,13 +70,11 @@ int moe_placement_add(moe_placement_t *p, uint32_t layer, uint32_t expert, uint3
     if (layer >= p->layers || expert >= p->experts || r >= p->ranks)
         return MOE_ERANGE;
     size_t i = (size_t)layer * p->experts + expert;
-    uint16_t *rk = p->rank + i * p->maxrep;
-    for (uint32_t c = 0; c < p->nrep[i]; c++)
-        if (rk[c] == r)
-            return MOE_EINVAL;
+    if (moe_placement_holds(p, layer, expert, r))
+        return MOE_EINVAL;
     if (p->nrep[i] >= p->maxrep)
         return MOE_ERANGE;
-    rk[p->nrep[i]++] = (uint16_t)r;
+    p->rank[i * p->maxrep + p->nrep[i]++] = (uint16_t)r;
     return 0;
 }
 

@@ -107,6 +107,13 @@ int moe_fail(const char *prog, const char *fmt, ...) __attribute__((format(print
 int moe_usage_error(const char *prog, const char *sub, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
+/* A tool's text output (moe_textout_open, moe/io.h) with the failure reported: fmt 'z'
+ * gzips at `level` (< 0: 6), anything else writes plain text. NULL after "prog: ..." on stderr. */
+struct moe_textout *moe_cli_text_open(const char *prog, const char *path, char fmt, int level);
+/* Commit (ok) or remove the output. Returns 0, or 1 (the exit status) when !ok or after
+ * reporting a failed commit; a reader of standard output that went away is no error. */
+int moe_cli_text_close(const char *prog, struct moe_textout *t, const char *path, int ok);
+
 /* Flush and close stdout, checking for write errors (EPIPE on a closed pipe is not an error for
  * text tools: they exit quietly). Returns 0 or -1 (message printed). */
 int moe_close_stdout(const char *prog);

@@ -60,6 +60,17 @@ static inline const uint16_t *moe_placement_ranks(const moe_placement_t *p, uint
     *n = p->nrep[i];
     return p->rank + i * p->maxrep;
 }
+/* Does rank r hold a copy of (layer, expert)? */
+static inline int moe_placement_holds(const moe_placement_t *p, uint32_t layer, uint32_t expert,
+                                      uint32_t r)
+{
+    uint32_t n;
+    const uint16_t *rk = moe_placement_ranks(p, layer, expert, &n);
+    for (uint32_t i = 0; i < n; i++)
+        if (rk[i] == r)
+            return 1;
+    return 0;
+}
 /* Rank of the primary copy of (layer, expert). */
 static inline uint32_t moe_placement_primary(const moe_placement_t *p, uint32_t layer,
                                              uint32_t expert)
