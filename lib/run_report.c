@@ -242,10 +242,18 @@ static int json_body(const run_t *r, const sums_t *s, moe_textout_t *t, double c
         P("%s{\"rank\": %d, \"sent\": %.0f, \"intra\": %.0f, \"inter\": %.0f, \"accounting\": "
           "%.0f}", q ? ", " : "", q, s->rank[q * 4], s->rank[q * 4 + 1], s->rank[q * 4 + 2],
           s->rank[q * 4 + 3]);
-    double sec = r->t_iter / r->cfg.iters;
-    P("],\n  \"accounting_equal\": %s,\n",
+    double sec = r->t_iter / r->cfg.iters, tv = 0, tb[MOE_LINK_CLASSES] = {0};
+    for (int q = 0; q < r->G; q++)
+        tv += s->rank[q * 4];
+    for (size_t l = 0; l < r->L; l++)
+        for (int c = 0; c < MOE_LINK_CLASSES; c++)
+            tb[c] += s->by[l * 5 + c];
+    P("],\n  \"total_vector_bytes\": %.0f, \"total_bytes_intra\": %.0f, "
+      "\"total_bytes_inter\": %.0f,\n", tv, tb[MOE_LINK_INTRA], tb[MOE_LINK_INTER]);
+    P("  \"accounting_equal\": %s,\n",
       s->acct_equal < 0 ? "null" : s->acct_equal ? "true" : "false");
-    P("  \"allgather_bytes\": {\"intra\": %.0f, \"inter\": %.0f},\n", s->ag[1], s->ag[2]);
+    P("  \"allgather_bytes\": {\"intra\": %.0f, \"inter\": %.0f}, \"allgather_total\": %.0f,\n",
+      s->ag[1], s->ag[2], s->ag[1] + s->ag[2]);
     P("  \"iteration_ms\": %.6f, \"tokens_per_s\": %.3f,\n", 1e3 * sec,
       sec > 0 ? r->ntok / sec : 0);
     if (check_err >= 0 || !check_ok)
