@@ -8,6 +8,11 @@ OMPI_ALLOW_RUN_AS_ROOT=1
 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 OMPI_MCA_rmaps_base_oversubscribe=1
 export OMPI_ALLOW_RUN_AS_ROOT OMPI_ALLOW_RUN_AS_ROOT_CONFIRM OMPI_MCA_rmaps_base_oversubscribe
+# Under LeakSanitizer: Open MPI's own allocations are suppressed by frame (tests/lsan.supp); keep
+# its plugins loaded and unwind without frame pointers so that those frames are known.
+OMPI_MCA_mca_base_component_disable_dlclose=1
+LSAN_OPTIONS=${LSAN_OPTIONS:+$LSAN_OPTIONS:}fast_unwind_on_malloc=0
+export OMPI_MCA_mca_base_component_disable_dlclose LSAN_OPTIONS
 
 # mpi NP ARGS...: moe-run on NP ranks (a hung job is killed after 120 s).
 mpi() {
