@@ -241,7 +241,7 @@ static int run_main(run_t *r, const args_t *a)
     double err = 0, tol = r->cfg.dtype == MOE_DTYPE_FP32 ? 1e-4 : 2e-2;
     int ok = 1;
     if (r->cfg.check) {
-        err = r->me == 0 ? run_reference_check(r) : 0;
+        err = run_check(r);
         double v[1] = {err < 0 || !(err <= tol) ? 1 : 0};
         run_comm_allreduce(r->comm, v, 1, MOE_RUN_MAX);
         ok = v[0] == 0;

@@ -416,8 +416,10 @@ void run_dc_iter(run_t *r)
             run_gate(r, l, NULL, n, r->loc, ids + l * n * K, w + l * n * K);
         gather_needs(&d, 0, (uint32_t)L, ids);
     }
-    for (uint32_t l = 0; l < L; l++)
+    for (uint32_t l = 0; l < L; l++) {
         dc_layer(&d, l, ids + (known ? l * n * K : 0), w + (known ? l * n * K : 0), known);
+        run_layer_done(r, l);
+    }
     for (int p = 0; p < 2; p++) {
         r->b->ops->free(r->b, d.sbuf[p].p);
         free(d.store[p]);

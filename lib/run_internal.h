@@ -119,8 +119,11 @@ struct run {
     double t_iter;                   /* seconds of the timed iterations (max over ranks) */
     int timing;                      /* record statistics in this iteration */
     uint32_t chunks_used;
-    /* the output of the last iteration, on rank 0 (--check) */
-    float *out;                      /* [ntok][H] */
+    /* --check: a verification iteration after the timed ones, compared layer by layer */
+    int verify;                      /* in the verification iteration */
+    float *out;                      /* [ntok][H] on rank 0: the rows after the last layer */
+    double *layer_err;               /* [L] on rank 0: max relative difference per layer */
+    struct run_ref *ref;             /* rank 0: the serial reference's state */
 };
 
 /* ---- set-up (run_setup.c) */
@@ -161,9 +164,12 @@ void run_gate(run_t *r, uint32_t l, const float *x, size_t n, const uint32_t *ro
 void run_iterations(run_t *r);
 /* The chunk count pipelined mode uses (cost estimate for auto). */
 uint32_t run_auto_chunks(run_t *r);
-/* Serial vanilla reference on rank 0 (the whole token stream); returns max relative error of
- * r->out against it, or -1 on ENOMEM. */
-double run_reference_check(run_t *r);
+/* --check: one more (untimed) iteration in which, after every layer, rank 0 gathers all rows
+ * and advances the serial vanilla reference through the same layer; layer_err[l] gets the
+ * largest |out - ref| / max(1, |ref|). Returns the largest over layers (rank 0; 0 elsewhere). */
+double run_check(run_t *r);
+/* End of layer l of an iteration (the verification iteration compares it). */
+void run_layer_done(run_t *r, uint32_t l);
 
 /* ---- report (run_report.c) */
 int run_report(run_t *r, FILE *fp, double check_err, int check_ok);

@@ -153,9 +153,9 @@ static void header(const run_t *r, FILE *fp)
             r->ntok, r->replay ? "replayed from " : "computed", r->replay ? r->cfg.trace : "",
             r->cfg.placement ? r->cfg.placement : "contiguous", r->cfg.iters, r->cfg.warmup,
             r->cfg.seed);
-    fprintf(fp, "#\n# %5s %11s %11s %11s %12s %12s %9s %9s %8s %8s\n", "layer", "dispatch_ms",
-            "compute_ms", "combine_ms", "intra_B", "inter_B", "algbw", "busbw", "max_load",
-            "imbal");
+    fprintf(fp, "#\n# %5s %11s %11s %11s %12s %12s %9s %9s %8s %8s %9s\n", "layer",
+            "dispatch_ms", "compute_ms", "combine_ms", "intra_B", "inter_B", "algbw", "busbw",
+            "max_load", "imbal", "check");
 }
 
 int run_report(run_t *r, FILE *fp, double check_err, int check_ok)
@@ -174,9 +174,12 @@ int run_report(run_t *r, FILE *fp, double check_err, int check_ok)
     for (size_t l = 0; l < r->L; l++) {
         double b, alg, bus, mean = s.load[l * 2 + 1] / r->G;
         bw(r, &s, l, &b, &alg, &bus);
-        fprintf(fp, "  %5zu %11.3f %11.3f %11.3f %12.0f %12.0f %9.3f %9.3f %8.0f %8.3f\n", l,
-                s.t[l * 3], s.t[l * 3 + 1], s.t[l * 3 + 2], s.by[l * 5 + 1], s.by[l * 5 + 2],
-                alg, bus, s.load[l * 2], mean > 0 ? s.load[l * 2] / mean : 0);
+        char chk[32] = "-";
+        if (r->layer_err)
+            snprintf(chk, sizeof chk, "%.2g", r->layer_err[l]);
+        fprintf(fp, "  %5zu %11.3f %11.3f %11.3f %12.0f %12.0f %9.3f %9.3f %8.0f %8.3f %9s\n",
+                l, s.t[l * 3], s.t[l * 3 + 1], s.t[l * 3 + 2], s.by[l * 5 + 1], s.by[l * 5 + 2],
+                alg, bus, s.load[l * 2], mean > 0 ? s.load[l * 2] / mean : 0, chk);
         for (int p = 0; p < 3; p++)
             T[p] += s.t[l * 3 + p];
         for (int c = 0; c < 4; c++)
@@ -232,10 +235,13 @@ static int json_body(const run_t *r, const sums_t *s, moe_textout_t *t, double c
           "%.6f, \"dispatch_vectors\": {\"intra\": %.0f, \"inter\": %.0f}, "
           "\"combine_vectors\": {\"intra\": %.0f, \"inter\": %.0f}, \"bytes\": {\"intra\": "
           "%.0f, \"inter\": %.0f}, \"algbw_gbs\": %.6f, \"busbw_gbs\": %.6f, \"max_load\": "
-          "%.0f, \"total_load\": %.0f}%s\n",
+          "%.0f, \"total_load\": %.0f, \"max_rel_diff\": ",
           l, s->t[l * 3], s->t[l * 3 + 1], s->t[l * 3 + 2], x[1], x[2], x[5], x[6],
-          s->by[l * 5 + 1], s->by[l * 5 + 2], alg, bus, s->load[l * 2], s->load[l * 2 + 1],
-          l + 1 < r->L ? "," : "");
+          s->by[l * 5 + 1], s->by[l * 5 + 2], alg, bus, s->load[l * 2], s->load[l * 2 + 1]);
+        if (r->layer_err)
+            P("%.6g}%s\n", r->layer_err[l], l + 1 < r->L ? "," : "");
+        else
+            P("null}%s\n", l + 1 < r->L ? "," : "");
     }
     P("  ],\n  \"rank_vector_bytes\": [");
     for (int q = 0; q < r->G; q++)

@@ -371,6 +371,7 @@ void run_release(run_t *r)
     free(r->tok_row);
     free(r->st);
     free(r->out);
+    free(r->layer_err);
     moe_acct_free(r->acct);
     moe_placement_free(r->pl);
     moe_trace_hdr_release(&r->hdr);

@@ -15,6 +15,9 @@ for mode in vanilla coherent "pipelined --chunks 3" "pipelined --chunks auto" hi
     grep -q 'check against the serial vanilla reference: .*: ok$' "$T/out" ||
         fail "no passing check line"
     grep -q '"ok": true' "$T/r.json" || fail "JSON lacks a passing check"
+    # the check column: every layer compared, within the fp32 tolerance
+    awk '/^ *[0-9]/ { n++; if ($NF == "-" || $NF + 0 > 1e-4) bad++ }
+        END { exit !(n == 26 && !bad) }' "$T/out" || fail "per-layer check column"
     end
 done
 
