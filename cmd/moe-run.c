@@ -76,7 +76,8 @@ static void usage(FILE *fp)
         "      --gpus-per-node N     ranks per node [topology, placement, else all]\n"
         "      --topology FILE       moe-topology(5) file giving the node grouping\n"
         "Modes:\n"
-        "      --chunks N|auto       pipelined: chunks per layer [auto]\n"
+        "      --chunks N|auto       pipelined, hierarchical: chunks per layer [pipelined:\n"
+        "                            auto, hierarchical: 1]\n"
         "      --credits C           datacentric: experts pulled per rank per round [4]\n"
         "      --no-prefetch         datacentric: do not pull the next layer's experts early\n"
         "Run and report:\n"
@@ -170,6 +171,7 @@ static int take(args_t *a, int c, const char *arg)
     case O_CHECK: g->check = 1; return 0;
     case O_JSON: a->json = arg; return 0;
     case O_CHUNKS:
+        g->chunks_set = 1;
         if (!strcmp(arg, "auto")) {
             g->chunks = 0;
             return 0;
@@ -213,6 +215,8 @@ static int parse(int argc, char **argv, args_t *a)
     }
     if (optind < argc)
         return moe_usage_error(prog, NULL, "unexpected argument '%s'", argv[optind]);
+    if (g->chunks_set && g->mode != RUN_PIPELINED && g->mode != RUN_HIERARCHICAL)
+        return moe_usage_error(prog, NULL, "--chunks applies to pipelined and hierarchical mode");
     if (a->calibrate && (a->json || g->check))
         return moe_usage_error(prog, NULL, "--calibrate takes neither --json nor --check");
     if (!a->calibrate && strcmp(a->o.out, "-"))

@@ -59,7 +59,8 @@ typedef struct run_cfg {
     int iters, warmup;
     uint64_t seed;
     int check;
-    uint32_t chunks;                /* pipelined: 0 = auto */
+    uint32_t chunks;                /* pipelined, hierarchical: 0 = auto */
+    int chunks_set;                 /* --chunks given (hierarchical runs unchunked without) */
     uint32_t credits;               /* datacentric: experts in flight per rank per round */
     int prefetch;                   /* datacentric: pull the next layer's experts early */
 } run_cfg_t;

@@ -112,7 +112,7 @@ static void gather_outputs(run_t *r)
 void run_iterations(run_t *r)
 {
     int total = r->cfg.warmup + r->cfg.iters;
-    if (r->cfg.mode == RUN_PIPELINED)
+    if (r->cfg.mode == RUN_PIPELINED || (r->cfg.mode == RUN_HIERARCHICAL && r->cfg.chunks_set))
         r->chunks_used = r->cfg.chunks ? r->cfg.chunks : run_auto_chunks(r);
     for (int it = 0; it < total; it++) {
         r->timing = it >= r->cfg.warmup;

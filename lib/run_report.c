@@ -141,8 +141,8 @@ static void header(const run_t *r, FILE *fp)
     fprintf(fp, "# ranks %d (%d nodes x %u), backend %s on %s\n", r->G, r->G / (int)r->gpn,
             r->gpn, r->b->name, r->b->device);
     fprintf(fp, "# mode %s", run_mode_name(r->cfg.mode));
-    if (r->cfg.mode == RUN_PIPELINED)
-        fprintf(fp, " (%u chunks%s)", r->chunks_used, r->cfg.chunks ? "" : ", auto");
+    if (r->chunks_used)
+        fprintf(fp, " (chunks %u%s)", r->chunks_used, r->cfg.chunks ? "" : ", auto");
     if (r->cfg.mode == RUN_DATACENTRIC)
         fprintf(fp, " (credits %u, prefetch %s)", r->cfg.credits,
                 r->cfg.prefetch && r->replay ? "on" : "off");

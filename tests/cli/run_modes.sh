@@ -8,7 +8,7 @@ run_data 256
 
 common="--hidden 32 --ffn 24 --iters 1 --warmup 0 --check"
 for mode in vanilla coherent "pipelined --chunks 3" "pipelined --chunks auto" hierarchical \
-    datacentric "datacentric --credits 1 --no-prefetch"; do
+    "hierarchical --chunks 3" datacentric "datacentric --credits 1 --no-prefetch"; do
     begin "replayed, $mode: --check passes"
     expect_exit 0 mpi 8 --mode $mode --trace "$T/ds.mft" --placement "$T/p8.moep" $common \
         --json "$T/r.json"
