@@ -75,6 +75,31 @@ typedef struct ent {
     size_t meta;                 /* offset of its meta record in the unsorted meta array */
 } ent_t;
 
+/* Given the send counts and displacements (rows) of cnt[0..2G), exchange them: fills the
+ * receive counts and displacements cnt[2G..4G) and returns the rows to receive. */
+static size_t exchange_counts(run_t *r, int set, size_t *cnt)
+{
+    int G = r->G;
+    size_t *one = Hh(r, set, HS_PAIR, 2 * (size_t)G * sizeof *one), n = 0;
+    for (int p = 0; p < G; p++) {
+        one[p] = sizeof(size_t);
+        one[G + p] = (size_t)p * sizeof(size_t);
+    }
+    RUN_CK(r, run_comm_alltoallv(r->comm, cnt, one, one + G, cnt + 2 * G, one, one + G));
+    for (int p = 0; p < G; p++) {
+        cnt[3 * G + p] = n;
+        n += cnt[2 * G + p];
+    }
+    return n;
+}
+
+/* The four count arrays of cnt in units of `unit` bytes, into out (4G entries). */
+static void scale_counts(const run_t *r, const size_t *cnt, size_t unit, size_t *out)
+{
+    for (size_t i = 0; i < 4 * (size_t)r->G; i++)
+        out[i] = cnt[i] * unit;
+}
+
 /* Exchange counts (rows) and metadata, start the row transfer. ents/umeta unsorted. */
 static void hop_post(hop_t *h, const float *src, const ent_t *ents, size_t ne,
                      const uint32_t *umeta)
@@ -82,7 +107,7 @@ static void hop_post(hop_t *h, const float *src, const ent_t *ents, size_t ne,
     run_t *r = h->r;
     const moe_run_backend_ops_t *o = r->b->ops;
     int G = r->G;
-    size_t H = r->H, S = h->S, *sc = h->cnt, *sd = sc + G, *rc = sd + G, *rd = rc + G;
+    size_t H = r->H, S = h->S, *sc = h->cnt, *sd = sc + G;
     memset(sc, 0, (size_t)G * sizeof *sc);
     for (size_t i = 0; i < ne; i++)
         sc[ents[i].dest]++;
@@ -105,26 +130,10 @@ static void hop_post(hop_t *h, const float *src, const ent_t *ents, size_t ne,
             r->st[h->l].meta_bytes += S * 4;
         }
     }
-    /* counts: one size_t per rank each way */
-    size_t *bsc = Hh(r, h->set, HS_PAIR, 4 * (size_t)G * sizeof *bsc);
-    for (int p = 0; p < G; p++) {
-        bsc[p] = sizeof(size_t);
-        bsc[G + p] = (size_t)p * sizeof(size_t);
-    }
-    RUN_CK(r, run_comm_alltoallv(r->comm, sc, bsc, bsc + G, rc, bsc, bsc + G));
-    h->nr = 0;
-    for (int p = 0; p < G; p++) {
-        rd[p] = h->nr;
-        h->nr += rc[p];
-    }
+    h->nr = exchange_counts(r, h->set, h->cnt);
     h->rmeta = Hh(r, h->set, HS_RMETA, (h->nr + 1) * S * sizeof *h->rmeta);
-    size_t *m = bsc; /* metadata in bytes */
-    for (int p = 0; p < G; p++) {
-        m[p] = sc[p] * S * 4;
-        m[G + p] = sd[p] * S * 4;
-        m[2 * G + p] = rc[p] * S * 4;
-        m[3 * G + p] = rd[p] * S * 4;
-    }
+    size_t *m = Hh(r, h->set, HS_PAIR, 4 * (size_t)G * sizeof *m); /* metadata in bytes */
+    scale_counts(r, h->cnt, S * 4, m);
     RUN_CK(r, run_comm_alltoallv(r->comm, h->smeta, m, m + G, h->rmeta, m + 2 * G, m + 3 * G));
     /* rows: gather, pack, start */
     float *sendx = D(r, h->set, DS_SENDX, (ne + 1) * H * sizeof(float));
@@ -135,12 +144,7 @@ static void hop_post(hop_t *h, const float *src, const ent_t *ents, size_t ne,
     RUN_CK(r, o->gather(r->b, src, didx, ne, r->H, sendx));
     RUN_CK(r, o->pack(r->b, sendx, ne * H, r->cfg.dtype, sendw));
     size_t *w = h->cnt + 4 * (size_t)G; /* byte counts live after the row counts */
-    for (int p = 0; p < G; p++) {
-        w[p] = sc[p] * H * r->esz;
-        w[G + p] = sd[p] * H * r->esz;
-        w[2 * G + p] = rc[p] * H * r->esz;
-        w[3 * G + p] = rd[p] * H * r->esz;
-    }
+    scale_counts(r, h->cnt, H * r->esz, w);
     RUN_CK(r, o->ialltoallv(r->b, sendw, w, w + G, h->recvw, w + 2 * G, w + 3 * G, &h->req));
 }
 
@@ -291,8 +295,7 @@ static void hop_combine(hop_t *h)
     run_t *r = h->r;
     const moe_run_backend_ops_t *o = r->b->ops;
     int G = r->G;
-    size_t S = h->S, H = r->H, ne = 0;
-    size_t *sc = h->cnt, *sd = sc + G, *rc = sd + G, *rd = rc + G;
+    size_t S = h->S, H = r->H, ne = 0, *sc = h->cnt, *sd = sc + G;
     memset(sc, 0, (size_t)G * sizeof *sc);
     for (size_t j = 0; j < h->nr; j++) {
         uint32_t ret = h->rmeta[j * S + M_RET];
@@ -322,24 +325,10 @@ static void hop_combine(hop_t *h)
             r->st[h->l].meta_bytes += 4;
         }
     }
-    size_t *b = Hh(r, h->set, HS_PAIR, 4 * (size_t)G * sizeof *b);
-    for (int p = 0; p < G; p++) {
-        b[p] = sizeof(size_t);
-        b[G + p] = (size_t)p * sizeof(size_t);
-    }
-    RUN_CK(r, run_comm_alltoallv(r->comm, sc, b, b + G, rc, b, b + G));
-    h->ncr = 0;
-    for (int p = 0; p < G; p++) {
-        rd[p] = h->ncr;
-        h->ncr += rc[p];
-    }
+    h->ncr = exchange_counts(r, h->set, h->cnt);
     h->crmeta = Hh(r, h->set, HS_CRMETA, (h->ncr + 1) * sizeof *h->crmeta);
-    for (int p = 0; p < G; p++) {
-        b[p] = sc[p] * 4;
-        b[G + p] = sd[p] * 4;
-        b[2 * G + p] = rc[p] * 4;
-        b[3 * G + p] = rd[p] * 4;
-    }
+    size_t *b = Hh(r, h->set, HS_PAIR, 4 * (size_t)G * sizeof *b);
+    scale_counts(r, h->cnt, 4, b);
     RUN_CK(r, run_comm_alltoallv(r->comm, cm, b, b + G, h->crmeta, b + 2 * G, b + 3 * G));
     float *sendx = D(r, h->set, DS_SENDX, (ne + 1) * H * sizeof(float));
     void *sw = D(r, h->set, DS_CSW, (ne + 1) * H * r->esz);
@@ -348,12 +337,7 @@ static void hop_combine(hop_t *h)
     RUN_CK(r, o->upload(r->b, didx, row, ne * sizeof *row));
     RUN_CK(r, o->gather(r->b, h->P, didx, ne, r->H, sendx));
     RUN_CK(r, o->pack(r->b, sendx, ne * H, r->cfg.dtype, sw));
-    for (int p = 0; p < G; p++) {
-        b[p] = sc[p] * H * r->esz;
-        b[G + p] = sd[p] * H * r->esz;
-        b[2 * G + p] = rc[p] * H * r->esz;
-        b[3 * G + p] = rd[p] * H * r->esz;
-    }
+    scale_counts(r, h->cnt, H * r->esz, b);
     RUN_CK(r, o->alltoallv(r->b, sw, b, b + G, rw, b + 2 * G, b + 3 * G));
     h->crx = D(r, h->set, DS_CRX, (h->ncr + 1) * H * sizeof(float));
     RUN_CK(r, o->unpack(r->b, rw, h->ncr * H, r->cfg.dtype, h->crx));
