@@ -61,7 +61,7 @@ run moe-place export --format exflow -o "$out/affinity.exflow.csv" "$out/affinit
 run moe-place export --format eplb -o "$out/affinity.eplb.json" "$out/affinity.moep"
 
 say "7. moe-run: the same held-out tokens through real MoE layers on 8 MPI ranks (CPU)"
-if command -v mpirun >/dev/null 2>&1 && moe-run --version | grep -q 'cpu (MPI)'; then
+if command -v mpirun >/dev/null 2>&1 && moe-run --version | grep -q '(MPI)'; then
     [ "$(id -u)" != 0 ] || export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
     for m in vanilla:contiguous coherent:affinity; do
         run mpirun --oversubscribe -np 8 moe-run --mode "${m%%:*}" --trace "$out/test.moet" \

@@ -19,8 +19,20 @@ static const char *prog = "moe-run";
 enum {
     O_MODE = MOE_OPTC_TOOL, O_LAYERS, O_EXPERTS, O_TOPK, O_HIDDEN, O_FFN, O_TPR, O_DTYPE,
     O_TRACE, O_PLACEMENT, O_TOPOLOGY, O_GPN, O_ITERS, O_WARMUP, O_SEED, O_CHECK, O_JSON,
-    O_CHUNKS, O_CREDITS, O_NO_PREFETCH, O_CALIBRATE, O_VERSION,
+    O_CHUNKS, O_CREDITS, O_NO_PREFETCH, O_CALIBRATE, O_VERSION, O_BACKEND,
 };
+
+/* The backends of this build; the first is the default. */
+static const struct backend {
+    const char *name;
+    moe_run_backend_t *(*make)(moe_run_comm_t *c, char *errbuf, size_t errlen);
+} backends[] = {
+    {"cpu", moe_run_backend_cpu},
+#ifdef MOE_RUN_CUDA
+    {"cuda", moe_run_backend_cuda},
+#endif
+};
+#define NBACKENDS (sizeof backends / sizeof *backends)
 
 static const struct option long_opts[] = {
     {"mode", required_argument, 0, O_MODE}, {"layers", required_argument, 0, O_LAYERS},
@@ -35,6 +47,7 @@ static const struct option long_opts[] = {
     {"chunks", required_argument, 0, O_CHUNKS}, {"credits", required_argument, 0, O_CREDITS},
     {"no-prefetch", no_argument, 0, O_NO_PREFETCH},
     {"calibrate", no_argument, 0, O_CALIBRATE}, {"version", no_argument, 0, O_VERSION},
+    {"backend", required_argument, 0, O_BACKEND},
     MOE_OPTS_LONG, {0}};
 
 /* Only rank 0 talks; before MPI is up the launcher's environment says which rank this is. */
@@ -72,6 +85,7 @@ static void usage(FILE *fp)
         "      --tokens-per-rank N   tokens of the run: G x N (the trace's first) [64]\n"
         "      --dtype T             wire type: fp32, bf16, fp16 [fp32]\n"
         "      --seed S              weights and tokens seed [1]\n"
+        "      --backend B           cpu, or cuda in a GPU build [cpu]\n"
         "Cluster:\n"
         "      --gpus-per-node N     ranks per node [topology, placement, else all]\n"
         "      --topology FILE       moe-topology(5) file giving the node grouping\n"
@@ -102,21 +116,23 @@ static void version(void)
     if (env_rank())
         return;
     moe_print_version(stdout, prog);
+    printf("backends:");
+    for (size_t i = 0; i < NBACKENDS; i++)
+        printf(" %s", backends[i].name);
 #ifdef HAVE_MPI
-    printf("backends: cpu (MPI)%s\n",
-#if defined(HAVE_CUDA) && defined(HAVE_NCCL)
-           ", cuda+nccl toolkit found (GPU backend not built into this moe-run)"
+    printf(" (MPI)");
 #else
-           "; no CUDA/NCCL: CPU backend only"
+    printf(" (single rank: built without MPI)");
 #endif
-    );
-#else
-    printf("backends: cpu only, single rank (built without MPI)\n");
+#ifndef MOE_RUN_CUDA
+    printf(", CPU backend only (no CUDA/NCCL backend in this build)");
 #endif
+    printf("\n");
 }
 
 typedef struct args {
     run_cfg_t c;
+    const struct backend *be;
     moe_opts_t o;
     const char *json;
     int calibrate;
@@ -180,6 +196,14 @@ static int take(args_t *a, int c, const char *arg)
     case O_CREDITS: return u32(arg, 1, 65535, "credit count", &g->credits);
     case O_NO_PREFETCH: g->prefetch = 0; return 0;
     case O_CALIBRATE: a->calibrate = 1; return 0;
+    case O_BACKEND:
+        for (size_t i = 0; i < NBACKENDS; i++)
+            if (!strcmp(arg, backends[i].name)) {
+                a->be = &backends[i];
+                return 0;
+            }
+        return moe_usage_error(prog, NULL, "this moe-run has no backend '%s' (%s%s)", arg,
+                               backends[0].name, NBACKENDS > 1 ? ", cuda" : "");
     }
     return moe_usage_error(prog, NULL, "unexpected option");
 }
@@ -188,6 +212,7 @@ static int take(args_t *a, int c, const char *arg)
 static int parse(int argc, char **argv, args_t *a)
 {
     memset(a, 0, sizeof *a);
+    a->be = &backends[0];
     moe_opts_init(&a->o);
     a->o.allowed = MOE_OPT_OUTPUT;
     run_cfg_t *g = &a->c;
@@ -289,7 +314,7 @@ int main(int argc, char **argv)
     }
     char errbuf[256];
     run_t r = {.cfg = a.c, .comm = comm};
-    r.b = moe_run_backend_cpu(comm, errbuf, sizeof errbuf);
+    r.b = a.be->make(comm, errbuf, sizeof errbuf);
     if (!r.b) {
         fprintf(stderr, "%s: %s\n", prog, errbuf);
         moe_run_comm_abort(comm, 1);

@@ -89,6 +89,8 @@ one_message "unknown mode 'bogus'"
 expect_eq "$(grep -c "^Try 'moe-run --help'" "$T/err")" 1 "hint lines"
 expect_exit 2 "$R" --chunks 0
 expect_exit 2 "$R" --dtype fp8
+expect_exit 2 "$R" --backend bogus
+expect_exit 2 "$R" --mode coherent --chunks 2
 expect_exit 2 "$R" -o x.topo
 expect_exit 2 "$R" --calibrate --check
 end

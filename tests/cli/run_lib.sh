@@ -3,7 +3,7 @@
 # Skips (77) without mpirun, without an MPI build of moe-run, or without ../shared.
 
 MPIRUN=$(command -v mpirun 2>/dev/null) || { echo "skip: mpirun not found"; exit 77; }
-"$MOE_BIN/moe-run" --version | grep -q 'cpu (MPI)' || { echo "skip: moe-run without MPI"; exit 77; }
+"$MOE_BIN/moe-run" --version | grep -q '(MPI)' || { echo "skip: moe-run without MPI"; exit 77; }
 OMPI_ALLOW_RUN_AS_ROOT=1
 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 OMPI_MCA_rmaps_base_oversubscribe=1
