@@ -12,7 +12,9 @@
 #include "moe/cli.h"
 #include "moe/kern.h"
 #include "moe/moe.h"
-#include "../lib/run_internal.h"
+#include "moe/run.h"
+#include "moe/run_backend.h"
+#include "moe/trace.h"
 
 static const char *prog = "moe-run";
 
@@ -131,7 +133,7 @@ static void version(void)
 }
 
 typedef struct args {
-    run_cfg_t c;
+    moe_run_cfg_t c;
     const struct backend *be;
     moe_opts_t o;
     const char *json;
@@ -150,12 +152,12 @@ static int u32(const char *arg, uint64_t min, uint64_t max, const char *what, ui
 
 static int take(args_t *a, int c, const char *arg)
 {
-    run_cfg_t *g = &a->c;
+    moe_run_cfg_t *g = &a->c;
     uint64_t v;
     char err[256];
     switch (c) {
     case O_MODE:
-        if ((g->mode = run_mode_parse(arg)) < 0)
+        if ((g->mode = moe_run_mode_parse(arg)) < 0)
             return moe_usage_error(prog, NULL, "unknown mode '%s' (vanilla, coherent, "
                                                "pipelined, hierarchical, datacentric)", arg);
         return 0;
@@ -215,15 +217,8 @@ static int parse(int argc, char **argv, args_t *a)
     a->be = &backends[0];
     moe_opts_init(&a->o);
     a->o.allowed = MOE_OPT_OUTPUT;
-    run_cfg_t *g = &a->c;
-    g->H = 64;
-    g->F = 128;
-    g->tokens_per_rank = 64;
-    g->iters = 3;
-    g->warmup = 1;
-    g->seed = 1;
-    g->credits = 4;
-    g->prefetch = 1;
+    moe_run_cfg_t *g = &a->c;
+    moe_run_cfg_default(g);
     int c, rc = 0;
     opterr = 0;
     for (int i = 1; i < argc && strcmp(argv[i], "--"); i++)
@@ -240,7 +235,7 @@ static int parse(int argc, char **argv, args_t *a)
     }
     if (optind < argc)
         return moe_usage_error(prog, NULL, "unexpected argument '%s'", argv[optind]);
-    if (g->chunks_set && g->mode != RUN_PIPELINED && g->mode != RUN_HIERARCHICAL)
+    if (g->chunks_set && g->mode != MOE_RUN_PIPELINED && g->mode != MOE_RUN_HIERARCHICAL)
         return moe_usage_error(prog, NULL, "--chunks applies to pipelined and hierarchical mode");
     if (a->calibrate && (a->json || g->check))
         return moe_usage_error(prog, NULL, "--calibrate takes neither --json nor --check");
@@ -251,36 +246,30 @@ static int parse(int argc, char **argv, args_t *a)
     return -1;
 }
 
-static int run_main(run_t *r, const args_t *a)
+static int run_main(moe_run_t *r, const args_t *a)
 {
     char errbuf[512] = "";
-    int rc = run_setup(r, errbuf, sizeof errbuf);
+    int rank = moe_run_rank(r), rc = moe_run_setup(r, errbuf, sizeof errbuf);
     if (rc) {
         if (rc > 0)
             fprintf(stderr, "%s: %s\n", prog, errbuf);
         return 1;
     }
     if (a->calibrate) {
-        rc = run_calibrate(r, a->o.out, errbuf, sizeof errbuf);
-        if (rc && !r->me)
+        rc = moe_run_calibrate(r, a->o.out, errbuf, sizeof errbuf);
+        if (rc && !rank)
             fprintf(stderr, "%s: %s\n", prog, errbuf);
         return rc;
     }
-    run_iterations(r);
-    double err = 0, tol = r->cfg.dtype == MOE_DTYPE_FP32 ? 1e-4 : 2e-2;
-    int ok = 1;
-    if (r->cfg.check) {
-        err = run_check(r);
-        double v[1] = {err < 0 || !(err <= tol) ? 1 : 0};
-        run_comm_allreduce(r->comm, v, 1, MOE_RUN_MAX);
-        ok = v[0] == 0;
-    }
-    rc = run_report(r, stdout, r->cfg.check ? err : -1, ok);
+    moe_run_iterations(r);
+    double err = 0, tol = 0;
+    int ok = !a->c.check || moe_run_check(r, &err, &tol);
+    rc = moe_run_report(r, stdout);
     if (!rc && a->json)
-        rc = run_report_json(r, a->json, r->cfg.check ? err : -1, ok, errbuf, sizeof errbuf);
-    if (rc && !r->me)
+        rc = moe_run_report_json(r, a->json, errbuf, sizeof errbuf);
+    if (rc && !rank)
         fprintf(stderr, "%s: %s\n", prog, errbuf);
-    if (!ok && !r->me)
+    if (!ok && !rank)
         fprintf(stderr, "%s: --check failed: max relative difference %.3g exceeds %.0e\n", prog,
                 err, tol);
     return rc || !ok;
@@ -307,26 +296,25 @@ int main(int argc, char **argv)
     }
     if (rc >= 0)
         return rc ? rc : moe_close_stdout(prog) ? 1 : 0;
-    moe_run_comm_t *comm = run_comm_init(&argc, &argv);
+    moe_run_comm_t *comm = moe_run_comm_init(&argc, &argv);
     if (!comm) {
         fprintf(stderr, "%s: cannot initialise MPI\n", prog);
         return 1;
     }
     char errbuf[256];
-    run_t r = {.cfg = a.c, .comm = comm};
-    r.b = a.be->make(comm, errbuf, sizeof errbuf);
-    if (!r.b) {
-        fprintf(stderr, "%s: %s\n", prog, errbuf);
+    moe_run_backend_t *b = a.be->make(comm, errbuf, sizeof errbuf);
+    moe_run_t *r = b ? moe_run_new(&a.c, b) : NULL;
+    if (!r) {
+        fprintf(stderr, "%s: %s\n", prog, b ? moe_strerror(MOE_ENOMEM) : errbuf);
         moe_run_comm_abort(comm, 1);
     }
-    rc = run_main(&r, &a);
+    rc = run_main(r, &a);
     /* all ranks agree on the status before leaving */
-    double v = rc;
-    run_comm_allreduce(comm, &v, 1, MOE_RUN_MAX);
-    run_release(&r);
-    r.b->ops->destroy(r.b);
-    run_comm_finalize(comm);
+    int all = moe_run_comm_max(comm, rc);
+    moe_run_free(r);
+    b->ops->destroy(b);
+    moe_run_comm_finalize(comm);
     if (!rc && moe_close_stdout(prog))
         rc = 1;
-    return v ? (rc ? rc : 1) : 0;
+    return all ? (rc ? rc : 1) : 0;
 }

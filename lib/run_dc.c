@@ -119,7 +119,8 @@ static void schedule_layer(dc_t *d, uint32_t l, const uint8_t *need)
     for (size_t i = 1; i < n; i++) { /* insertion sort by (dst, key): n is small */
         item_t v = a[i];
         size_t j = i;
-        while (j > 0 && (a[j - 1].dst > v.dst || (a[j - 1].dst == v.dst && a[j - 1].round > v.round))) {
+        while (j > 0 && (a[j - 1].dst > v.dst ||
+                         (a[j - 1].dst == v.dst && a[j - 1].round > v.round))) {
             a[j] = a[j - 1];
             j--;
         }
@@ -408,7 +409,8 @@ void run_dc_iter(run_t *r)
     int known = r->replay;
     int32_t *ids = calloc((known ? L : 1) * (n * K + 1), sizeof *ids);
     float *w = calloc((known ? L : 1) * (n * K + 1), sizeof *w);
-    if (!d.need || !d.first || !d.rounds || !d.stored || !d.store[0] || !d.store[1] || !d.cnt || !ids || !w)
+    if (!d.need || !d.first || !d.rounds || !d.stored || !d.store[0] || !d.store[1] || !d.cnt ||
+        !ids || !w)
         run_die(r, "datacentric", MOE_ENOMEM);
     if (known) {
         /* the replayed gate does not depend on x: every layer's needs up front */

@@ -285,7 +285,7 @@ static void hop_compute(hop_t *h)
     RUN_CK(r, o->ffn_grouped(r->b, xs, G, off, r->H, r->F, W1, W2, ys));
     RUN_CK(r, o->zero(r->b, h->P, h->nr * H * sizeof(float)));
     RUN_CK(r, o->scatter_add(r->b, ys, didx, dw, np, r->H, h->P));
-    if (r->cfg.mode == RUN_HIERARCHICAL && h->stage == 1)
+    if (r->cfg.mode == MOE_RUN_HIERARCHICAL && h->stage == 1)
         hop_forward(h);
 }
 
@@ -350,7 +350,7 @@ static size_t plan(run_t *r, uint32_t l, size_t i0, size_t i1, const int32_t *id
                    const float *w, uint32_t *newhome, ent_t **pents, uint32_t **pmeta)
 {
     size_t K = r->K, S = M_HEAD + 3 * K, ne = 0, nw = 0;
-    int coherent = r->cfg.mode == RUN_COHERENT, hier = r->cfg.mode == RUN_HIERARCHICAL;
+    int coherent = r->cfg.mode == MOE_RUN_COHERENT, hier = r->cfg.mode == MOE_RUN_HIERARCHICAL;
     ent_t *ents = Hh(r, 0, HS_ENT, ((i1 - i0) * K + 1) * sizeof *ents);
     uint32_t *um = run_hbuf(r, HX + 6, ((i1 - i0) * K * S + 1) * sizeof *um);
     moe_route_t *rt = run_hbuf(r, HX + 7, sizeof *rt);
@@ -529,7 +529,7 @@ void run_ep_layer(run_t *r, uint32_t l)
             tick(r, l, RUN_COMPUTE, t1);
             t1 = now(r);
             hop_combine(h);
-            if (r->cfg.mode == RUN_COHERENT)
+            if (r->cfg.mode == MOE_RUN_COHERENT)
                 rehome(r, h, newhome);
             apply(r, h, r->x.p);
             tick(r, l, RUN_COMBINE, t1);

@@ -112,19 +112,20 @@ static void gather_outputs(run_t *r)
 void run_iterations(run_t *r)
 {
     int total = r->cfg.warmup + r->cfg.iters;
-    if (r->cfg.mode == RUN_PIPELINED || (r->cfg.mode == RUN_HIERARCHICAL && r->cfg.chunks_set))
+    if (r->cfg.mode == MOE_RUN_PIPELINED ||
+        (r->cfg.mode == MOE_RUN_HIERARCHICAL && r->cfg.chunks_set))
         r->chunks_used = r->cfg.chunks ? r->cfg.chunks : run_auto_chunks(r);
     for (int it = 0; it < total; it++) {
         r->timing = it >= r->cfg.warmup;
         run_load_inputs(r);
         RUN_CK(r, r->b->ops->barrier(r->b));
         double t0 = now(r);
-        if (r->cfg.mode == RUN_DATACENTRIC)
+        if (r->cfg.mode == MOE_RUN_DATACENTRIC)
             run_dc_iter(r);
         else
             for (uint32_t l = 0; l < r->L; l++)
                 run_ep_layer(r, l);
-        if (r->cfg.mode == RUN_COHERENT)
+        if (r->cfg.mode == MOE_RUN_COHERENT)
             coherent_allgather(r);
         RUN_CK(r, r->b->ops->barrier(r->b));
         if (r->timing)
@@ -264,7 +265,7 @@ double run_check(run_t *r)
     r->timing = 0;
     r->verify = 1;
     run_load_inputs(r);
-    if (r->cfg.mode == RUN_DATACENTRIC)
+    if (r->cfg.mode == MOE_RUN_DATACENTRIC)
         run_dc_iter(r);
     else
         for (uint32_t l = 0; l < r->L; l++) {

@@ -29,8 +29,8 @@ static int acct_scheme(const run_t *r)
 {
     if (!r->replay)
         return -1;
-    return r->cfg.mode == RUN_COHERENT ? MOE_SCHEME_COHERENT
-           : r->cfg.mode == RUN_VANILLA || r->cfg.mode == RUN_PIPELINED ? MOE_SCHEME_VANILLA
+    return r->cfg.mode == MOE_RUN_COHERENT ? MOE_SCHEME_COHERENT
+           : r->cfg.mode == MOE_RUN_VANILLA || r->cfg.mode == MOE_RUN_PIPELINED ? MOE_SCHEME_VANILLA
                                                                        : -1;
 }
 
@@ -140,10 +140,10 @@ static void header(const run_t *r, FILE *fp)
     fprintf(fp, "# moe-run (moeflow) %s, libmoecore %s\n", PACKAGE_VERSION, moe_version());
     fprintf(fp, "# ranks %d (%d nodes x %u), backend %s on %s\n", r->G, r->G / (int)r->gpn,
             r->gpn, r->b->name, r->b->device);
-    fprintf(fp, "# mode %s", run_mode_name(r->cfg.mode));
+    fprintf(fp, "# mode %s", moe_run_mode_name(r->cfg.mode));
     if (r->chunks_used)
         fprintf(fp, " (chunks %u%s)", r->chunks_used, r->cfg.chunks ? "" : ", auto");
-    if (r->cfg.mode == RUN_DATACENTRIC)
+    if (r->cfg.mode == MOE_RUN_DATACENTRIC)
         fprintf(fp, " (credits %u, prefetch %s)", r->cfg.credits,
                 r->cfg.prefetch && r->replay ? "on" : "off");
     fprintf(fp, ", dtype %s, layers %u, experts %u, top-%u, hidden %u, ffn %u\n",
@@ -196,7 +196,7 @@ int run_report(run_t *r, FILE *fp, double check_err, int check_ok)
                 "and layer), %.0f metadata bytes\n",
             1e3 * sec, sec > 0 ? r->ntok / sec : 0, vec,
             r->ntok ? vec / ((double)r->ntok * r->L) : 0, s.by[4]);
-    if (r->cfg.mode == RUN_COHERENT)
+    if (r->cfg.mode == MOE_RUN_COHERENT)
         fprintf(fp, "# all-gather of the iteration's tokens: %.0f intra, %.0f inter bytes\n",
                 s.ag[1], s.ag[2]);
     fprintf(fp, "# max rank load %.0f expert-token pairs in a layer (mean %.1f)\n", lmax,
@@ -221,7 +221,7 @@ static int json_body(const run_t *r, const sums_t *s, moe_textout_t *t, double c
     P("{\n  \"tool\": \"moe-run\", \"version\": \"%s\", \"ranks\": %d, \"gpus_per_node\": %u,\n",
       PACKAGE_VERSION, r->G, r->gpn);
     P("  \"backend\": \"%s\", \"mode\": \"%s\", \"chunks\": %u, \"dtype\": \"%s\",\n",
-      r->b->name, run_mode_name(r->cfg.mode), r->chunks_used, moe_dtype_name(r->cfg.dtype));
+      r->b->name, moe_run_mode_name(r->cfg.mode), r->chunks_used, moe_dtype_name(r->cfg.dtype));
     P("  \"layers\": %u, \"experts\": %u, \"topk\": %u, \"hidden\": %u, \"ffn\": %u, "
       "\"tokens\": %zu, \"iters\": %d, \"warmup\": %d, \"replayed\": %s,\n",
       r->L, r->E, r->K, r->H, r->F, r->ntok, r->cfg.iters, r->cfg.warmup,

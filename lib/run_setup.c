@@ -12,17 +12,17 @@
 #include "moe/moe.h"
 #include "run_internal.h"
 
-static const char *const mode_names[RUN_MODES] = {"vanilla", "coherent", "pipelined",
+static const char *const mode_names[MOE_RUN_MODES] = {"vanilla", "coherent", "pipelined",
                                                   "hierarchical", "datacentric"};
 
-const char *run_mode_name(int mode)
+const char *moe_run_mode_name(int mode)
 {
-    return mode >= 0 && mode < RUN_MODES ? mode_names[mode] : "?";
+    return mode >= 0 && mode < MOE_RUN_MODES ? mode_names[mode] : "?";
 }
 
-int run_mode_parse(const char *s)
+int moe_run_mode_parse(const char *s)
 {
-    for (int i = 0; i < RUN_MODES; i++)
+    for (int i = 0; i < MOE_RUN_MODES; i++)
         if (!strcmp(s, mode_names[i]))
             return i;
     return -1;
