@@ -72,7 +72,8 @@ for cfg in 8:8 8:4; do
         mode=${rest%%:*}
         run "$tmp/r.json" "$tmp/${rest#*:}.moep" "$mode"
         b=$(jval "$tmp/r.json" total_vector_bytes)
-        tot=$(awk -v a="$b" -v b="$(jval "$tmp/r.json" allgather_total)" 'BEGIN { printf "%.0f", a + b }')
+        ag=$(jval "$tmp/r.json" allgather_total)
+        tot=$(awk -v a="$b" -v b="$ag" 'BEGIN { printf "%.0f", a + b }')
         base=${base:-$b}
         t="-"
         if [ "$mode" = coherent ] && [ "$p" != contiguous ]; then
