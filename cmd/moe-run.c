@@ -24,12 +24,19 @@ enum {
     O_CHUNKS, O_CREDITS, O_NO_PREFETCH, O_CALIBRATE, O_VERSION, O_BACKEND,
 };
 
+/* The CPU backend computes in fp32 whatever the wire type. */
+static moe_run_backend_t *make_cpu(moe_run_comm_t *c, int dtype, char *errbuf, size_t errlen)
+{
+    (void)dtype;
+    return moe_run_backend_cpu(c, errbuf, errlen);
+}
+
 /* The backends of this build; the first is the default. */
 static const struct backend {
     const char *name;
-    moe_run_backend_t *(*make)(moe_run_comm_t *c, char *errbuf, size_t errlen);
+    moe_run_backend_t *(*make)(moe_run_comm_t *c, int dtype, char *errbuf, size_t errlen);
 } backends[] = {
-    {"cpu", moe_run_backend_cpu},
+    {"cpu", make_cpu},
 #ifdef MOE_RUN_CUDA
     {"cuda", moe_run_backend_cuda},
 #endif
@@ -302,7 +309,7 @@ int main(int argc, char **argv)
         return 1;
     }
     char errbuf[256];
-    moe_run_backend_t *b = a.be->make(comm, errbuf, sizeof errbuf);
+    moe_run_backend_t *b = a.be->make(comm, a.c.dtype, errbuf, sizeof errbuf);
     moe_run_t *r = b ? moe_run_new(&a.c, b) : NULL;
     if (!r) {
         fprintf(stderr, "%s: %s\n", prog, b ? moe_strerror(MOE_ENOMEM) : errbuf);
