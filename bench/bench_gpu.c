@@ -69,7 +69,8 @@ typedef struct bench_state {
     uint32_t *slot;     /* tokens*K: sorted row of each choice */
     float *w;           /* tokens*K combine weights */
     void *xs, *ys;      /* rows x H of dtype: FFN input and output */
-    void *W1, *W2;      /* G experts of dtype */
+    void *W1, *W2;      /* G experts of dtype, back to back */
+    void *w1tab[1024], *w2tab[1024]; /* expert g's weights */
     void *dense_c;      /* rows x 2F of dtype */
     void *copy_src, *copy_dst;
     size_t copy_bytes;
@@ -78,8 +79,9 @@ typedef struct bench_state {
 static void run_ffn(void *p)
 {
     bench_state_t *s = p;
-    GPU_OK(moe_gpu_ffn_grouped(s->ctx, s->c.dtype, s->xs, s->c.G, s->off, s->c.H, s->c.F, s->W1,
-                               s->W2, s->ys));
+    GPU_OK(moe_gpu_ffn_grouped(s->ctx, s->c.dtype, s->xs, s->c.G, s->off, s->c.H, s->c.F,
+                               (const void *const *)s->w1tab, (const void *const *)s->w2tab,
+                               s->ys));
 }
 
 /* Equal FLOPs in one GEMM: (rows x H) times (H x 2F) is 2 * rows * 2F * H = the FFN's
@@ -218,6 +220,10 @@ static void setup(bench_state_t *s)
     s->W2 = dalloc(nw * es);
     GPU_OK(cudaMemcpy(s->W1, wp, nw * es, cudaMemcpyHostToDevice));
     GPU_OK(cudaMemcpy(s->W2, wp, nw * es, cudaMemcpyHostToDevice));
+    for (uint32_t g = 0; g < c->G; g++) {
+        s->w1tab[g] = (char *)s->W1 + (size_t)g * c->H * c->F * es;
+        s->w2tab[g] = (char *)s->W2 + (size_t)g * c->F * c->H * es;
+    }
     free(ids);
     free(src);
     free(slot);

@@ -201,7 +201,7 @@ static int gemm_grouped(moe_gpu_ctx_t *c, cudaDataType_t t, int ng, const int *r
  * copy (from pageable memory, which the copy stages before it returns). */
 static int ffn_grouped_api(moe_gpu_ctx_t *c, int dtype, size_t es, const char *x,
                            uint32_t G, const size_t *off, uint32_t H, uint32_t F,
-                           const char *W1, const char *W2, char *y, int *rows)
+                           const void *const *W1, const void *const *W2, char *y, int *rows)
 {
     int ng = 0, err;
     if ((err = reserve_host(c, G)) != 0)
@@ -220,10 +220,10 @@ static int ffn_grouped_api(moe_gpu_ctx_t *c, int dtype, size_t es, const char *x
             continue;
         char *act = (char *)c->act + r0 * F * es;
         p[i] = (void *)(x + r0 * H * es);
-        p[ng + i] = (void *)(W1 + (size_t)g * H * F * es);
+        p[ng + i] = (void *)W1[g];
         p[2 * ng + i] = act;
         p[3 * ng + i] = act;
-        p[4 * ng + i] = (void *)(W2 + (size_t)g * F * H * es);
+        p[4 * ng + i] = (void *)W2[g];
         p[5 * ng + i] = (void *)(y + r0 * H * es);
         i++;
     }
@@ -242,8 +242,8 @@ static int ffn_grouped_api(moe_gpu_ctx_t *c, int dtype, size_t es, const char *x
 }
 
 extern "C" int moe_gpu_ffn_grouped(moe_gpu_ctx_t *c, int dtype, const void *x, uint32_t G,
-                                   const size_t *off, uint32_t H, uint32_t F, const void *W1,
-                                   const void *W2, void *y)
+                                   const size_t *off, uint32_t H, uint32_t F,
+                                   const void *const *W1, const void *const *W2, void *y)
 {
     cudaDataType_t t = gpu_blas_type(dtype);
     size_t es = moe_dtype_size(dtype);
@@ -258,13 +258,13 @@ extern "C" int moe_gpu_ffn_grouped(moe_gpu_ctx_t *c, int dtype, const void *x, u
     int err = gpu_reserve(&c->act, &c->act_bytes, rows_total * F * es);
     if (err)
         return err;
-    const char *xb = (const char *)x, *w1 = (const char *)W1, *w2 = (const char *)W2;
+    const char *xb = (const char *)x;
     char *yb = (char *)y;
     if (c->gemm_mode == MOE_GPU_GEMM_GROUPED) {
         int *rows = (int *)malloc(G * sizeof(int));
         if (!rows)
             return (int)cudaErrorMemoryAllocation;
-        err = ffn_grouped_api(c, dtype, es, xb, G, off, H, F, w1, w2, yb, rows);
+        err = ffn_grouped_api(c, dtype, es, xb, G, off, H, F, W1, W2, yb, rows);
         free(rows);
         return err;
     }
@@ -274,7 +274,7 @@ extern "C" int moe_gpu_ffn_grouped(moe_gpu_ctx_t *c, int dtype, const void *x, u
             continue;
         char *act = (char *)c->act + r0 * F * es;
         if ((err = gemm_one(c, t, (int)n, (int)F, (int)H, xb + r0 * H * es, (int)H,
-                            w1 + (size_t)g * H * F * es, (int)F, act, (int)F)) != 0)
+                            W1[g], (int)F, act, (int)F)) != 0)
             return err;
     }
     if ((err = gpu_silu((char *)c->act + off[0] * F * es, (off[G] - off[0]) * F, dtype,
@@ -286,7 +286,7 @@ extern "C" int moe_gpu_ffn_grouped(moe_gpu_ctx_t *c, int dtype, const void *x, u
             continue;
         const char *act = (const char *)c->act + r0 * F * es;
         if ((err = gemm_one(c, t, (int)n, (int)H, (int)F, act, (int)F,
-                            w2 + (size_t)g * F * H * es, (int)H, yb + r0 * H * es, (int)H)) != 0)
+                            W2[g], (int)H, yb + r0 * H * es, (int)H)) != 0)
             return err;
     }
     return 0;

@@ -112,14 +112,15 @@ int moe_gpu_route(moe_gpu_ctx_t *ctx, const int32_t *ids, size_t n, uint32_t K, 
 
 /* Grouped moe_kern_ffn over G experts in the expert-sorted layout, in the wire dtype: rows
  * off[g] .. off[g+1]-1 (off on the host, G+1 ascending entries) of x (rows of H values of
- * dtype) go through expert g, whose weights are W1 + g*H*F and W2 + g*F*H (dtype, row-major
- * H x F and F x H, experts back to back); the result rows of y have dtype too, ready to send
- * back. Products accumulate in fp32 (CUBLAS_COMPUTE_32F; no TF32 for fp32); for bf16/fp16
- * the hidden activation is rounded to dtype before and after silu, as a bf16/fp16 model does.
- * Returns 0, an error, or cudaErrorInvalidValue for descending offsets or an unknown dtype. */
+ * dtype) go through expert g, whose weights are W1[g] and W2[g] (host tables of device
+ * pointers to dtype, row-major H x F and F x H; may be NULL for a group without rows); the
+ * result rows of y have dtype too, ready to send back. Products accumulate in fp32
+ * (CUBLAS_COMPUTE_32F; no TF32 for fp32); for bf16/fp16 the hidden activation is rounded to
+ * dtype before and after silu, as a bf16/fp16 model does. Returns 0, an error, or
+ * cudaErrorInvalidValue for descending offsets or an unknown dtype. */
 int moe_gpu_ffn_grouped(moe_gpu_ctx_t *ctx, int dtype, const void *x, uint32_t G,
-                        const size_t *off, uint32_t H, uint32_t F, const void *W1, const void *W2,
-                        void *y);
+                        const size_t *off, uint32_t H, uint32_t F, const void *const *W1,
+                        const void *const *W2, void *y);
 
 /* One dense GEMM C = A B (row-major M x K times K x N, all of dtype, fp32 accumulation), the
  * baseline the benchmark compares the grouped FFN with. */

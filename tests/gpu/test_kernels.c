@@ -362,8 +362,13 @@ static void ffn_case(int dt, int mode, uint32_t H, uint32_t F)
     CHECK_EQ_INT(moe_kern_ffn_grouped(x, G, off, H, F, p1, p2, ref, NULL), 0);
     void *d_x = to_dev(xp, n * H * es), *d_w1 = to_dev(w1p, (size_t)G * H * F * es);
     void *d_w2 = to_dev(w2p, (size_t)G * F * H * es), *d_y = dev_alloc(n * H * es);
+    const void *q1[G], *q2[G];
+    for (int g = 0; g < G; g++) {
+        q1[g] = g == 1 ? NULL : (const char *)d_w1 + (size_t)g * H * F * es;
+        q2[g] = g == 1 ? NULL : (const char *)d_w2 + (size_t)g * F * H * es;
+    }
     moe_gpu_ctx_set_gemm_mode(ctx, mode);
-    GPU_OK(moe_gpu_ffn_grouped(ctx, dt, d_x, G, off, H, F, d_w1, d_w2, d_y));
+    GPU_OK(moe_gpu_ffn_grouped(ctx, dt, d_x, G, off, H, F, q1, q2, d_y));
     void *yp = from_dev(d_y, n * H * es);
     moe_kern_unpack(yp, n * H, dt, got);
     double err = max_rel(got, ref, n * H);
