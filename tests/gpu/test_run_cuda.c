@@ -68,9 +68,11 @@ static void test_kernels(moe_run_backend_t *cpu, moe_run_backend_t *gpu, int dty
         int32_t *dids = b->ops->alloc(b, n * K * 4);
         float *dw = b->ops->alloc(b, n * K * 4);
         CHECK_EQ_INT(b->ops->mixer(b, dx, n, H, dm), 0);
+        out[i][0] = get(b, dx, n * H * 4);
+        /* both gates see the reference's mixer output: then the ids must be identical */
+        CHECK_EQ_INT(b->ops->upload(b, dx, out[0][0], n * H * 4), 0);
         CHECK_EQ_INT(b->ops->gate(b, dx, n, H, dWg, E, K, dids, dw), 0);
         ids[i] = get(b, dids, n * K * 4);
-        out[i][0] = get(b, dx, n * H * 4);
         out[i][1] = get(b, dw, n * K * 4);
         /* permute every (token, choice) to expert-sorted rows with the host's index arrays */
         uint32_t *idx = malloc(n * K * 4);
