@@ -69,7 +69,8 @@ int moe_kern_gate(const float *x, size_t n, uint32_t H, const float *Wg, uint32_
 void moe_kern_gather(const float *src, const uint32_t *idx, size_t n, uint32_t H, float *dst);
 
 /* The combine / un-permute: out row idx[i] += w[i] * y row i, applied in increasing i (the
- * order matters in fp32 when several rows hit the same target). w == NULL means weight 1. */
+ * order matters in fp32 when several rows hit the same target). w == NULL means weight 1. y
+ * and out must not overlap. */
 void moe_kern_scatter_add(const float *y, const uint32_t *idx, const float *w, size_t n,
                           uint32_t H, float *out);
 
