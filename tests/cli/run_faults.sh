@@ -51,6 +51,15 @@ quick
 one_message "none.moep"
 end
 
+begin "rank 2 reads another trace of the same shape: refused, not run"
+"$MOE_BIN/moe-trace" head --no-PG -n 20 -o "$T/other.mft" "$T/ds.mft"
+mpmd -np 2 "$R" $A --trace "$T/ds.mft" : -np 1 "$R" $A --trace "$T/other.mft" \
+    : -np 5 "$R" $A --trace "$T/ds.mft"
+quick
+expect_eq "$rc" 1 "exit status"
+one_message "the ranks read different inputs"
+end
+
 begin "a rank killed in the middle of a long run: the job ends in seconds"
 L="--hidden 16 --ffn 16 --layers 2 --tokens-per-rank 8 --iters 1000000"
 killed=1
