@@ -268,8 +268,8 @@ static double interp(const double *x, const double *y, const char *keep, size_t 
     return y[a] + (x[i] - x[a]) / (x[b] - x[a]) * (y[b] - y[a]);
 }
 
-/* Add the worst-fitted point while one is off by more than tol and room is left; returns the
- * largest error left. */
+/* Add the worst-fitted point while one is off by more than tol (relative: a time predicted
+ * from the curve errs by about as much) and room is left; returns the largest error left. */
 static double greedy(const double *x, const double *y, char *keep, size_t n, uint32_t maxp,
                      double tol)
 {
@@ -278,7 +278,7 @@ static double greedy(const double *x, const double *y, char *keep, size_t n, uin
         double worst = 0;
         size_t at = 0;
         for (size_t i = 0; i < n; i++) {
-            double e = keep[i] ? 0 : fabs(interp(x, y, keep, i) - y[i]);
+            double e = keep[i] ? 0 : fabs(interp(x, y, keep, i) / y[i] - 1);
             if (e > worst)
                 worst = e, at = i;
         }
@@ -287,6 +287,14 @@ static double greedy(const double *x, const double *y, char *keep, size_t n, uin
         keep[at] = 1;
         used++;
     }
+}
+
+/* v to 4 significant digits: measurements carry no more, and the topology file stays legible. */
+static double round4(double v)
+{
+    char b[32];
+    snprintf(b, sizeof b, "%.4g", v);
+    return strtod(b, NULL);
 }
 
 int moe_nccl_fit(moe_topo_t *t, int c, const moe_nccl_table_t *tab, uint32_t maxpoints,
@@ -319,7 +327,7 @@ int moe_nccl_fit(moe_topo_t *t, int c, const moe_nccl_table_t *tab, uint32_t max
     for (size_t i = 0; i < tab->n; i++)
         if (tab->row[i].busbw > 0) {
             x[n] = tab->row[i].size;
-            y[n++] = fmin(1.0, tab->row[i].busbw / bw);
+            y[n++] = round4(fmin(1.0, tab->row[i].busbw / bw));
         }
     keep[0] = keep[n - 1] = 1;
     double worst = greedy(x, y, keep, n, maxpoints, tol);

@@ -83,25 +83,32 @@ static double bytes_of(const moe_sim_layer_t *t)
     return t->bytes[MOE_LINK_INTRA] + t->bytes[MOE_LINK_INTER];
 }
 
+/* Bytes the slowest rank moves. */
+static double slow_of(const moe_sim_layer_t *t)
+{
+    return t->slow[MOE_LINK_INTRA] + t->slow[MOE_LINK_INTER];
+}
+
 /* The clause saying why scheme b wins, against vanilla (v). */
 static void reason(const moe_sim_t *s, int b, const moe_sim_layer_t *t, char *why, size_t n)
 {
     const moe_sim_layer_t *v = &t[MOE_SIM_VANILLA];
-    double vb = bytes_of(v) > 0 ? bytes_of(v) : 1;
+    double vs = slow_of(v) > 0 ? slow_of(v) : 1;
     switch (b) {
     case MOE_SIM_COHERENT:
-        snprintf(why, n, "the placement keeps tokens where their experts are, so its all-to-alls "
-                 "move %.0f%% of vanilla's bytes, which outweighs the per-iteration all-gather "
-                 "(%.3g ms)", 100 * bytes_of(&t[b]) / vb, 1e3 * s->iter[b].time);
+        snprintf(why, n, "the placement keeps tokens where their experts are, so its slowest "
+                 "rank moves %.0f%% of vanilla's bytes, which outweighs the per-iteration "
+                 "all-gather (%.3g ms)", 100 * slow_of(&t[b]) / vs, 1e3 * s->iter[b].time);
         break;
     case MOE_SIM_PIPELINED:
         snprintf(why, n, "%u chunks hide %.0f%% of vanilla's communication behind expert compute",
                  s->chunks, v->comm > 0 ? 100 * (1 - t[b].comm / v->comm) : 0.0);
         break;
     case MOE_SIM_HIERARCHICAL:
-        snprintf(why, n, "sending each token once per node cuts inter-node bytes to %.0f%% of "
-                 "vanilla's", 100 * t[b].bytes[MOE_LINK_INTER] /
-                 (v->bytes[MOE_LINK_INTER] > 0 ? v->bytes[MOE_LINK_INTER] : 1));
+        snprintf(why, n, "sending each token once per node, spread over the node's %u GPUs, "
+                 "cuts the slowest rank's inter-node bytes to %.0f%% of vanilla's", s->gpn,
+                 100 * t[b].slow[MOE_LINK_INTER] /
+                 (v->slow[MOE_LINK_INTER] > 0 ? v->slow[MOE_LINK_INTER] : 1));
         break;
     case MOE_SIM_DATACENTRIC:
         snprintf(why, n, "fetching expert weights (%.3g GB) costs less than moving the tokens "

@@ -143,11 +143,12 @@ int moe_nccl_read(moe_nccl_table_t *t, const char *path, char *errbuf, size_t er
 void moe_nccl_table_release(moe_nccl_table_t *t);
 
 /* Fit link class c of topology t to a table: the class's bandwidth becomes the largest busbw
- * unless it is already set (then efficiency = busbw / bandwidth, clamped to 1), its latency 0
- * (the curve holds what latency costs), and its curve a piecewise-linear one through at most
- * `maxpoints` (2 .. MOE_TOPO_MAX_CURVE) of the measured points, chosen greedily where the
- * interpolation errs most until no point is off by more than `tol`. Returns 0, or MOE_EINVAL
- * (no row with a positive busbw, class self). *maxerr gets the largest error left. */
+ * unless it is already set (then efficiency = busbw / bandwidth, clamped to 1, 4 significant
+ * digits), its latency 0 (the curve holds what latency costs), and its curve a piecewise-linear
+ * one through at most `maxpoints` (2 .. MOE_TOPO_MAX_CURVE) of the measured points: the two
+ * ends, then greedily the point the interpolation errs most on, relatively, until none is off
+ * by more than `tol` (0.05 = 5%). Returns 0, or MOE_EINVAL (no row with a positive busbw, class
+ * self). *maxerr gets the largest relative error left. */
 int moe_nccl_fit(moe_topo_t *t, int c, const moe_nccl_table_t *tab, uint32_t maxpoints,
                  double tol, double *maxerr, char *errbuf, size_t errlen);
 
