@@ -688,8 +688,8 @@ static const uint32_t palette[] = {0x444444, 0x1f77b4, 0xd62728, 0x2ca02c, 0xff7
 static void exflow_usage(FILE *fp)
 {
     fputs("Usage: moe-costmodel exflow [options]\n"
-          "ExFlow's Table I: forward communication of DeepSpeed-MoE, topology-aware gating and\n"
-          "context-coherent expert parallelism, with p and p* given or measured.\n"
+          "ExFlow's Table I: forward communication of DeepSpeed-MoE, topology-aware gating\n"
+          "and context-coherent expert parallelism, with p and p* given or measured.\n"
           "\n"
           "      --ranks=G          GPUs of the expert-parallel group [placement's]\n"
           "      --tokens-per-rank=N  tokens per GPU per iteration [trace tokens / G]\n"
@@ -699,9 +699,9 @@ static void exflow_usage(FILE *fp)
           "      --p-topo=X         the same under topology-aware gating [not shown]\n"
           "      --p-star=X         the same under context coherence (ExFlow's p*)\n"
           "      --trace=FILE       measure p and p* on this routing trace ...\n"
-          "      --placement=FILE   ... with this placement (the accounting of moe-place eval)\n"
-          "      --source=S         source ranks of the tokens: auto, recorded, sequence, token\n"
-          "                         [auto]\n"
+          "      --placement=FILE   ... and this placement (moe-place eval's accounting)\n"
+          "      --source=S         source ranks of the tokens: auto, recorded, sequence or\n"
+          "                         token [auto]\n"
           "      --hidden=H         hidden size, to convert transfers to bytes [trace's]\n"
           "      --elem-bytes=B     bytes per element [trace's]\n"
           "      --config=FILE      read KEY = VALUE lines (long option names) first\n"
@@ -867,10 +867,10 @@ static int run_exflow(int argc, char **argv)
 static void monta_plan_usage_lines(FILE *fp)
 {
     fputs("      --seq=S            context length in tokens (required)\n"
-          "      --seq-per-node=S   tokens one tensor-parallel node holds [32K]\n"
+          "      --seq-per-node=S   tokens one tensor-parallel node holds [32Ki]\n"
           "      --gpus-per-node=N  GPUs per node, the tensor-parallel size [8]\n"
           "      --ep=E             expert-parallel size (nodes of an EP group) [8]\n"
-          "      --nodes=N          nodes available, for the data-parallel count [as needed]\n"
+          "      --nodes=N          nodes available, for the data-parallel count\n"
           "      --switch-ports=N   ranks one switch network connects [unlimited]\n"
           "      --config=FILE      read KEY = VALUE lines (long option names) first\n"
           "      --json             write JSON instead of a table\n", fp);
@@ -879,8 +879,8 @@ static void monta_plan_usage_lines(FILE *fp)
 static void monta_plan_usage(FILE *fp)
 {
     fputs("Usage: moe-costmodel monta plan --seq=S [options]\n"
-          "MoNTA's cluster expansion for long context: context-parallel groups orthogonal to\n"
-          "or aligned with the expert-parallel groups, and the communication priorities.\n"
+          "MoNTA's cluster expansion for long context: context-parallel groups orthogonal\n"
+          "to or aligned with the expert-parallel groups, and the communication priorities.\n"
           "\n", fp);
     monta_plan_usage_lines(fp);
     moe_opts_usage(fp, MOE_OPT_OUTPUT);
@@ -890,9 +890,9 @@ static void monta_usage(FILE *fp)
 {
     fputs("Usage: moe-costmodel monta [options]\n"
           "       moe-costmodel monta plan --seq=S [options]\n"
-          "MoNTA's performance model of one AllToAll under tensor parallelism: baseline, O1\n"
-          "(Drop + AllToAll + AllGather), O2 and O3 (pipelined in chunks), the chunk search of\n"
-          "Alg. 1-2 and the strategy select of Alg. 3; optionally the memory model.\n"
+          "MoNTA's performance model of one AllToAll under tensor parallelism: baseline,\n"
+          "O1 (Drop + AllToAll + AllGather), O2 and O3 (pipelined in chunks), the chunk\n"
+          "search of Alg. 1-2 and the strategy select of Alg. 3; the memory model.\n"
           "\n"
           "      --batch=B          micro-batch size b [1]\n"
           "      --seq=S            sequence length s\n"
@@ -914,8 +914,8 @@ static void monta_usage(FILE *fp)
           "      --min-chunk=BYTES  I_minimal: smallest chunk the search tries [1Mi]\n"
           "      --chunks=N         evaluate O2 and O3 at N chunks instead of searching\n"
           "      --max-chunks=N     most chunks the search tries [s]\n"
-          "      --plot=FILE        PNG (SVG if FILE ends in .svg): time against chunk count\n"
-          "                         and against sequence length\n"
+          "      --plot=FILE        PNG (SVG if FILE ends in .svg): time against chunk\n"
+          "                         count and against sequence length\n"
           "      --flops=F          compute rate per GPU for the layer estimate [topology]\n"
           "      --ffn=F            expert FFN size, enables the layer estimate\n"
           "      --topk=K           experts per token [1]\n"
@@ -1073,8 +1073,13 @@ static int monta_table(moe_textout_t *t, const moe_monta_in_t *in, const moe_mon
             P("%-10s %8s %12s %12s\n", moe_monta_strategy_name(s), "-", "-", "-");
             continue;
         }
-        P("%-10s %8u %12.4f %12.4f\n", moe_monta_strategy_name(s), r->chunks[s],
-          r->time[s] * 1e3, r->time[s] / r->time[MOE_MONTA_BASE]);
+        double base = r->time[MOE_MONTA_BASE];
+        if (base > 0)
+            P("%-10s %8u %12.4f %12.4f\n", moe_monta_strategy_name(s), r->chunks[s],
+              r->time[s] * 1e3, r->time[s] / base);
+        else
+            P("%-10s %8u %12.4f %12s\n", moe_monta_strategy_name(s), r->chunks[s],
+              r->time[s] * 1e3, "-");
     }
     P("selected (Alg. 3): %s\n", moe_monta_strategy_name(r->best));
     if (L->have)
@@ -1262,9 +1267,9 @@ static int run_monta(int argc, char **argv)
 static void janus_usage(FILE *fp)
 {
     fputs("Usage: moe-costmodel janus [options]\n"
-          "Janus: expert-centric (move tokens) against data-centric (move experts) traffic per\n"
-          "MoE block, R = BSk/(4nHE) (eq. 1), the paradigm chosen per block, the per-machine\n"
-          "expert cache and prefetch overlap.\n"
+          "Janus: expert-centric (move tokens) against data-centric (move experts) traffic\n"
+          "per MoE block, R = BSk/(4nHE) (eq. 1), the paradigm chosen per block, the\n"
+          "per-machine expert cache and prefetch overlap.\n"
           "\n"
           "      --batch=B          batch size per worker (required)\n"
           "      --seq=S            sequence length (required)\n"
@@ -1280,7 +1285,8 @@ static void janus_usage(FILE *fp)
           "      --threshold=R      choose data-centric where R exceeds this [1]\n"
           "      --topology=FILE    moe-topology(5) file or preset, for times\n"
           "      --bw-inter=BW      inter-node bandwidth per GPU, for times\n"
-          "      --prefetch=SEC     compute time before each block that hides expert pulls [0]\n"
+          "      --prefetch=SEC     compute time before each block that hides the expert\n"
+          "                         pulls [0]\n"
           "      --config=FILE      read KEY = VALUE lines (long option names) first\n"
           "      --json             write JSON instead of a table\n", fp);
     moe_opts_usage(fp, MOE_OPT_OUTPUT);
@@ -1423,8 +1429,8 @@ static void mpmoe_usage(FILE *fp)
 {
     fputs("Usage: moe-costmodel mpmoe [options]\n"
           "MPMoE: memory footprint (eq. 1-6), the memory-reuse strategies S1-S4 and their\n"
-          "restore costs, the pipeline paradigms with phases P0-P4 and slowdown factors, the\n"
-          "best (n, S) by the performance model, and the profile-based search (Alg. 1).\n"
+          "restore costs, the pipeline paradigms with phases P0-P4 and slowdown factors,\n"
+          "the best (n, S) by the performance model, the profile-based search (Alg. 1).\n"
           "\n"
           "      --tokens=B         tokens of the layer's batch (required)\n"
           "      --hidden=M         model dimension M (required)\n"
@@ -1444,8 +1450,8 @@ static void mpmoe_usage(FILE *fp)
           "      --bw-inter=BW      inter-node bandwidth per GPU\n"
           "      --bw-host=BW       GPU-host (PCIe) bandwidth\n"
           "      --flops=F          compute rate of the expert GEMMs per GPU\n"
-          "      --alpha=Y,X=V      slowdown factor alpha(Y, X) of stream Y (comm, comp, mem)\n"
-          "                         beside X (comm, comp, mem, all); repeatable [1]\n"
+          "      --alpha=Y,X=V      slowdown factor alpha(Y, X) of stream Y (comm, comp,\n"
+          "                         mem) beside X (comm, comp, mem, all); repeatable [1]\n"
           "      --profile=FILE     measured times 'S B n seconds' per line: run Alg. 1\n"
           "      --config=FILE      read KEY = VALUE lines (long option names) first\n"
           "      --json             write JSON instead of a table\n", fp);
@@ -1695,6 +1701,9 @@ static int run_mpmoe(int argc, char **argv)
     uint32_t nhi = g.partitions ? g.partitions : g.max_part ? g.max_part : 8;
     if (nhi < nlo)
         return usage_error("mpmoe", "--min-partitions exceeds --max-partitions");
+    if (nhi > g.tokens)
+        return usage_error("mpmoe", "%u partitions of %g tokens: more partitions than tokens",
+                           nhi, g.tokens);
     moe_topo_t topo;
     if (make_topo(&g, &topo))
         return 1;

@@ -82,6 +82,7 @@ err2 mpmoe cm mpmoe --alpha=comm,comm=0.5
 err2 mpmoe cm mpmoe --alpha=comm,comp=2
 err2 mpmoe cm mpmoe --reuse=S9
 err2 mpmoe cm mpmoe --min-partitions=4 --max-partitions=2 --tokens=1 --hidden=1 --ffn=1
+err2 mpmoe cm mpmoe --partitions=8 --tokens=3 --hidden=1 --ffn=1
 end
 
 begin "runtime and data errors"
