@@ -193,31 +193,33 @@ static int take_frac(const char *sub, const char *arg, double hi, const char *wh
     return 0;
 }
 
-/* --r1 0.741 or --r1 8M:0.427,32M:0.633,256M:0.741 (sizes increasing). */
+/* --r1 0.741 (a fixed efficiency) or --r1 8M:0.427,32M:0.633,256M:0.741 (a curve, sizes
+ * increasing). */
 static int take_eff(const char *sub, const char *arg, const char *what, effopt_t *e)
 {
     char buf[2048];
-    if (strlen(arg) >= sizeof buf)
-        return usage_error(sub, "invalid %s '%s'", what, arg);
-    strcpy(buf, arg);
+    int bad = strlen(arg) >= sizeof buf, fixed = 0;
     e->n = 0;
-    for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok;
+    if (!bad)
+        strcpy(buf, arg);
+    for (char *save = NULL, *tok = bad ? NULL : strtok_r(buf, ",", &save); tok && !bad;
          tok = strtok_r(NULL, ",", &save)) {
         char *colon = strchr(tok, ':');
         double size = 0, eff;
         if (colon)
             *colon = 0;
-        if (e->n == MOE_TOPO_MAX_CURVE || (colon && parse_qty(tok, &size)) ||
-            parse_qty(colon ? colon + 1 : tok, &eff) || !(eff > 0 && eff <= 1) ||
-            (!colon && e->n) || (e->n && !(size > e->size[e->n - 1])) ||
-            (e->n && !e->size[0] && !colon))
-            return usage_error(sub, "invalid %s '%s' (a number in (0, 1] or SIZE:EFF,...)",
-                               what, arg);
-        e->size[e->n] = size;
-        e->eff[e->n++] = eff;
+        fixed |= !colon;
+        bad = e->n == MOE_TOPO_MAX_CURVE || (colon && parse_qty(tok, &size)) ||
+              parse_qty(colon ? colon + 1 : tok, &eff) || !(eff > 0 && eff <= 1) ||
+              (e->n && !(size > e->size[e->n - 1]));
+        if (!bad) {
+            e->size[e->n] = size;
+            e->eff[e->n++] = eff;
+        }
     }
-    if (!e->n)
-        return usage_error(sub, "invalid %s '%s'", what, arg);
+    if (bad || !e->n || (fixed && e->n > 1))
+        return usage_error(sub, "invalid %s '%s' (a number in (0, 1] or SIZE:EFF,...)", what,
+                           arg);
     return 0;
 }
 
@@ -1565,20 +1567,24 @@ static int mpmoe_profile_write(moe_textout_t *t, int json, profile_t *p)
         if (!u || Bs[i] != Bs[u - 1])
             Bs[u++] = Bs[i];
     int w = 0, first = 1;
-    w |= moe_textout_printf(t, json ? ",\n \"profile\": [" : "\nprofile-based search "
-                                                             "(Alg. 1):\n%-6s %10s %6s %12s "
-                                                             "%10s\n", "S", "B", "n",
-                            "time(ms)", "profiled") < 0;
+    if (json)
+        w = moe_textout_printf(t, ",\n \"profile\": [") < 0;
+    else
+        w = moe_textout_printf(t, "\nprofile-based search (Alg. 1):\n%-6s %10s %6s %12s %10s\n",
+                               "S", "B", "n", "time(ms)", "profiled") < 0;
     for (int s = 0; s < MOE_REUSE_STRATEGIES && !w; s++) {
         moe_mpmoe_search_t st;
         moe_mpmoe_search_init(&st);
         p->cur_s = s;
-        int any = 0;
-        for (uint32_t i = 0; i < p->n; i++)
-            any |= p->s[i] == s;
-        for (uint32_t i = 0; any && i < u && !w; i++) {
+        for (uint32_t i = 0; i < u && !w; i++) {
+            int measured = 0; /* batch sizes this strategy has measurements of */
+            for (uint32_t j = 0; j < p->n && !measured; j++)
+                measured = p->s[j] == s && p->B[j] == Bs[i];
+            if (!measured)
+                continue;
             uint32_t before = st.profiled;
             uint32_t n = moe_mpmoe_search_step(&st, Bs[i], profile_time, p);
+            /* a batch inside a known range takes its n unmeasured: its time shows as nan */
             double sec = n ? profile_time(p, Bs[i], n) : NAN;
             if (json)
                 w |= moe_textout_printf(t, "%s\n  {\"reuse\": \"%s\", \"B\": %s, \"n\": %u, "

@@ -65,6 +65,7 @@ err2 "" cm nosuch
 err2 monta cm monta --seq=abc --hidden=8192
 err2 monta cm monta --r1=1.5 --volume=1M
 err2 monta cm monta --r1=32M:0.5,8M:0.4 --volume=1M
+err2 monta cm monta --r1=0.5,8M:0.4 --volume=1M
 err2 monta cm monta --bw-inter=fast --volume=1M
 err2 monta cm monta --activation=half --volume=1M
 err2 monta cm monta --trace=x.moet
