@@ -193,31 +193,33 @@ static int take_frac(const char *sub, const char *arg, double hi, const char *wh
     return 0;
 }
 
-/* --r1 0.741 or --r1 8M:0.427,32M:0.633,256M:0.741 (sizes increasing). */
+/* --r1 0.741 (a fixed efficiency) or --r1 8M:0.427,32M:0.633,256M:0.741 (a curve, sizes
+ * increasing). */
 static int take_eff(const char *sub, const char *arg, const char *what, effopt_t *e)
 {
     char buf[2048];
-    if (strlen(arg) >= sizeof buf)
-        return usage_error(sub, "invalid %s '%s'", what, arg);
-    strcpy(buf, arg);
+    int bad = strlen(arg) >= sizeof buf, fixed = 0;
     e->n = 0;
-    for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok;
+    if (!bad)
+        strcpy(buf, arg);
+    for (char *save = NULL, *tok = bad ? NULL : strtok_r(buf, ",", &save); tok && !bad;
          tok = strtok_r(NULL, ",", &save)) {
         char *colon = strchr(tok, ':');
         double size = 0, eff;
         if (colon)
             *colon = 0;
-        if (e->n == MOE_TOPO_MAX_CURVE || (colon && parse_qty(tok, &size)) ||
-            parse_qty(colon ? colon + 1 : tok, &eff) || !(eff > 0 && eff <= 1) ||
-            (!colon && e->n) || (e->n && !(size > e->size[e->n - 1])) ||
-            (e->n && !e->size[0] && !colon))
-            return usage_error(sub, "invalid %s '%s' (a number in (0, 1] or SIZE:EFF,...)",
-                               what, arg);
-        e->size[e->n] = size;
-        e->eff[e->n++] = eff;
+        fixed |= !colon;
+        bad = e->n == MOE_TOPO_MAX_CURVE || (colon && parse_qty(tok, &size)) ||
+              parse_qty(colon ? colon + 1 : tok, &eff) || !(eff > 0 && eff <= 1) ||
+              (e->n && !(size > e->size[e->n - 1]));
+        if (!bad) {
+            e->size[e->n] = size;
+            e->eff[e->n++] = eff;
+        }
     }
-    if (!e->n)
-        return usage_error(sub, "invalid %s '%s'", what, arg);
+    if (bad || !e->n || (fixed && e->n > 1))
+        return usage_error(sub, "invalid %s '%s' (a number in (0, 1] or SIZE:EFF,...)", what,
+                           arg);
     return 0;
 }
 
@@ -642,6 +644,7 @@ typedef struct chart {
 #define CHART_W 720
 #define CHART_H 440
 #define LEGEND_H 24
+#define CHART_TOP 10
 
 static int draw_chart(moe_canvas_t *c, int x0, const chart_t *ch)
 {
@@ -655,7 +658,7 @@ static int draw_chart(moe_canvas_t *c, int x0, const chart_t *ch)
     for (int k = 0; k < ch->ns && !err; k++) {
         moe_linechart_t lc = {ch->x, ch->s[k].y, ch->n, lo, hi, ch->title, ch->xlabel,
                               ch->ylabel, ch->s[k].rgb, 2};
-        err = moe_plot_lines(c, x0, 0, CHART_W, CHART_H, &lc);
+        err = moe_plot_lines(c, x0 + 4, CHART_TOP, CHART_W - 28, CHART_H - CHART_TOP, &lc);
     }
     for (int k = 0, lx = x0 + 80; k < ch->ns && !err; k++) {
         err = moe_canvas_rect(c, lx, CHART_H + 6, 14, 14, ch->s[k].rgb);
@@ -687,8 +690,8 @@ static const uint32_t palette[] = {0x444444, 0x1f77b4, 0xd62728, 0x2ca02c, 0xff7
 static void exflow_usage(FILE *fp)
 {
     fputs("Usage: moe-costmodel exflow [options]\n"
-          "ExFlow's Table I: forward communication of DeepSpeed-MoE, topology-aware gating and\n"
-          "context-coherent expert parallelism, with p and p* given or measured.\n"
+          "ExFlow's Table I: forward communication of DeepSpeed-MoE, topology-aware gating\n"
+          "and context-coherent expert parallelism, with p and p* given or measured.\n"
           "\n"
           "      --ranks=G          GPUs of the expert-parallel group [placement's]\n"
           "      --tokens-per-rank=N  tokens per GPU per iteration [trace tokens / G]\n"
@@ -698,9 +701,9 @@ static void exflow_usage(FILE *fp)
           "      --p-topo=X         the same under topology-aware gating [not shown]\n"
           "      --p-star=X         the same under context coherence (ExFlow's p*)\n"
           "      --trace=FILE       measure p and p* on this routing trace ...\n"
-          "      --placement=FILE   ... with this placement (the accounting of moe-place eval)\n"
-          "      --source=S         source ranks of the tokens: auto, recorded, sequence, token\n"
-          "                         [auto]\n"
+          "      --placement=FILE   ... and this placement (moe-place eval's accounting)\n"
+          "      --source=S         source ranks of the tokens: auto, recorded, sequence or\n"
+          "                         token [auto]\n"
           "      --hidden=H         hidden size, to convert transfers to bytes [trace's]\n"
           "      --elem-bytes=B     bytes per element [trace's]\n"
           "      --config=FILE      read KEY = VALUE lines (long option names) first\n"
@@ -866,10 +869,10 @@ static int run_exflow(int argc, char **argv)
 static void monta_plan_usage_lines(FILE *fp)
 {
     fputs("      --seq=S            context length in tokens (required)\n"
-          "      --seq-per-node=S   tokens one tensor-parallel node holds [32K]\n"
+          "      --seq-per-node=S   tokens one tensor-parallel node holds [32Ki]\n"
           "      --gpus-per-node=N  GPUs per node, the tensor-parallel size [8]\n"
           "      --ep=E             expert-parallel size (nodes of an EP group) [8]\n"
-          "      --nodes=N          nodes available, for the data-parallel count [as needed]\n"
+          "      --nodes=N          nodes available, for the data-parallel count\n"
           "      --switch-ports=N   ranks one switch network connects [unlimited]\n"
           "      --config=FILE      read KEY = VALUE lines (long option names) first\n"
           "      --json             write JSON instead of a table\n", fp);
@@ -878,8 +881,8 @@ static void monta_plan_usage_lines(FILE *fp)
 static void monta_plan_usage(FILE *fp)
 {
     fputs("Usage: moe-costmodel monta plan --seq=S [options]\n"
-          "MoNTA's cluster expansion for long context: context-parallel groups orthogonal to\n"
-          "or aligned with the expert-parallel groups, and the communication priorities.\n"
+          "MoNTA's cluster expansion for long context: context-parallel groups orthogonal\n"
+          "to or aligned with the expert-parallel groups, and the communication priorities.\n"
           "\n", fp);
     monta_plan_usage_lines(fp);
     moe_opts_usage(fp, MOE_OPT_OUTPUT);
@@ -889,9 +892,9 @@ static void monta_usage(FILE *fp)
 {
     fputs("Usage: moe-costmodel monta [options]\n"
           "       moe-costmodel monta plan --seq=S [options]\n"
-          "MoNTA's performance model of one AllToAll under tensor parallelism: baseline, O1\n"
-          "(Drop + AllToAll + AllGather), O2 and O3 (pipelined in chunks), the chunk search of\n"
-          "Alg. 1-2 and the strategy select of Alg. 3; optionally the memory model.\n"
+          "MoNTA's performance model of one AllToAll under tensor parallelism: baseline,\n"
+          "O1 (Drop + AllToAll + AllGather), O2 and O3 (pipelined in chunks), the chunk\n"
+          "search of Alg. 1-2 and the strategy select of Alg. 3; the memory model.\n"
           "\n"
           "      --batch=B          micro-batch size b [1]\n"
           "      --seq=S            sequence length s\n"
@@ -913,8 +916,8 @@ static void monta_usage(FILE *fp)
           "      --min-chunk=BYTES  I_minimal: smallest chunk the search tries [1Mi]\n"
           "      --chunks=N         evaluate O2 and O3 at N chunks instead of searching\n"
           "      --max-chunks=N     most chunks the search tries [s]\n"
-          "      --plot=FILE        PNG (SVG if FILE ends in .svg): time against chunk count\n"
-          "                         and against sequence length\n"
+          "      --plot=FILE        PNG (SVG if FILE ends in .svg): time against chunk\n"
+          "                         count and against sequence length\n"
           "      --flops=F          compute rate per GPU for the layer estimate [topology]\n"
           "      --ffn=F            expert FFN size, enables the layer estimate\n"
           "      --topk=K           experts per token [1]\n"
@@ -1072,8 +1075,13 @@ static int monta_table(moe_textout_t *t, const moe_monta_in_t *in, const moe_mon
             P("%-10s %8s %12s %12s\n", moe_monta_strategy_name(s), "-", "-", "-");
             continue;
         }
-        P("%-10s %8u %12.4f %12.4f\n", moe_monta_strategy_name(s), r->chunks[s],
-          r->time[s] * 1e3, r->time[s] / r->time[MOE_MONTA_BASE]);
+        double base = r->time[MOE_MONTA_BASE];
+        if (base > 0)
+            P("%-10s %8u %12.4f %12.4f\n", moe_monta_strategy_name(s), r->chunks[s],
+              r->time[s] * 1e3, r->time[s] / base);
+        else
+            P("%-10s %8u %12.4f %12s\n", moe_monta_strategy_name(s), r->chunks[s],
+              r->time[s] * 1e3, "-");
     }
     P("selected (Alg. 3): %s\n", moe_monta_strategy_name(r->best));
     if (L->have)
@@ -1261,9 +1269,9 @@ static int run_monta(int argc, char **argv)
 static void janus_usage(FILE *fp)
 {
     fputs("Usage: moe-costmodel janus [options]\n"
-          "Janus: expert-centric (move tokens) against data-centric (move experts) traffic per\n"
-          "MoE block, R = BSk/(4nHE) (eq. 1), the paradigm chosen per block, the per-machine\n"
-          "expert cache and prefetch overlap.\n"
+          "Janus: expert-centric (move tokens) against data-centric (move experts) traffic\n"
+          "per MoE block, R = BSk/(4nHE) (eq. 1), the paradigm chosen per block, the\n"
+          "per-machine expert cache and prefetch overlap.\n"
           "\n"
           "      --batch=B          batch size per worker (required)\n"
           "      --seq=S            sequence length (required)\n"
@@ -1279,7 +1287,8 @@ static void janus_usage(FILE *fp)
           "      --threshold=R      choose data-centric where R exceeds this [1]\n"
           "      --topology=FILE    moe-topology(5) file or preset, for times\n"
           "      --bw-inter=BW      inter-node bandwidth per GPU, for times\n"
-          "      --prefetch=SEC     compute time before each block that hides expert pulls [0]\n"
+          "      --prefetch=SEC     compute time before each block that hides the expert\n"
+          "                         pulls [0]\n"
           "      --config=FILE      read KEY = VALUE lines (long option names) first\n"
           "      --json             write JSON instead of a table\n", fp);
     moe_opts_usage(fp, MOE_OPT_OUTPUT);
@@ -1422,8 +1431,8 @@ static void mpmoe_usage(FILE *fp)
 {
     fputs("Usage: moe-costmodel mpmoe [options]\n"
           "MPMoE: memory footprint (eq. 1-6), the memory-reuse strategies S1-S4 and their\n"
-          "restore costs, the pipeline paradigms with phases P0-P4 and slowdown factors, the\n"
-          "best (n, S) by the performance model, and the profile-based search (Alg. 1).\n"
+          "restore costs, the pipeline paradigms with phases P0-P4 and slowdown factors,\n"
+          "the best (n, S) by the performance model, the profile-based search (Alg. 1).\n"
           "\n"
           "      --tokens=B         tokens of the layer's batch (required)\n"
           "      --hidden=M         model dimension M (required)\n"
@@ -1443,8 +1452,8 @@ static void mpmoe_usage(FILE *fp)
           "      --bw-inter=BW      inter-node bandwidth per GPU\n"
           "      --bw-host=BW       GPU-host (PCIe) bandwidth\n"
           "      --flops=F          compute rate of the expert GEMMs per GPU\n"
-          "      --alpha=Y,X=V      slowdown factor alpha(Y, X) of stream Y (comm, comp, mem)\n"
-          "                         beside X (comm, comp, mem, all); repeatable [1]\n"
+          "      --alpha=Y,X=V      slowdown factor alpha(Y, X) of stream Y (comm, comp,\n"
+          "                         mem) beside X (comm, comp, mem, all); repeatable [1]\n"
           "      --profile=FILE     measured times 'S B n seconds' per line: run Alg. 1\n"
           "      --config=FILE      read KEY = VALUE lines (long option names) first\n"
           "      --json             write JSON instead of a table\n", fp);
@@ -1558,20 +1567,24 @@ static int mpmoe_profile_write(moe_textout_t *t, int json, profile_t *p)
         if (!u || Bs[i] != Bs[u - 1])
             Bs[u++] = Bs[i];
     int w = 0, first = 1;
-    w |= moe_textout_printf(t, json ? ",\n \"profile\": [" : "\nprofile-based search "
-                                                             "(Alg. 1):\n%-6s %10s %6s %12s "
-                                                             "%10s\n", "S", "B", "n",
-                            "time(ms)", "profiled") < 0;
+    if (json)
+        w = moe_textout_printf(t, ",\n \"profile\": [") < 0;
+    else
+        w = moe_textout_printf(t, "\nprofile-based search (Alg. 1):\n%-6s %10s %6s %12s %10s\n",
+                               "S", "B", "n", "time(ms)", "profiled") < 0;
     for (int s = 0; s < MOE_REUSE_STRATEGIES && !w; s++) {
         moe_mpmoe_search_t st;
         moe_mpmoe_search_init(&st);
         p->cur_s = s;
-        int any = 0;
-        for (uint32_t i = 0; i < p->n; i++)
-            any |= p->s[i] == s;
-        for (uint32_t i = 0; any && i < u && !w; i++) {
+        for (uint32_t i = 0; i < u && !w; i++) {
+            int measured = 0; /* batch sizes this strategy has measurements of */
+            for (uint32_t j = 0; j < p->n && !measured; j++)
+                measured = p->s[j] == s && p->B[j] == Bs[i];
+            if (!measured)
+                continue;
             uint32_t before = st.profiled;
             uint32_t n = moe_mpmoe_search_step(&st, Bs[i], profile_time, p);
+            /* a batch inside a known range takes its n unmeasured: its time shows as nan */
             double sec = n ? profile_time(p, Bs[i], n) : NAN;
             if (json)
                 w |= moe_textout_printf(t, "%s\n  {\"reuse\": \"%s\", \"B\": %s, \"n\": %u, "
@@ -1591,7 +1604,10 @@ static int mpmoe_profile_write(moe_textout_t *t, int json, profile_t *p)
     return w ? -1 : 0;
 }
 
-static int mpmoe_cfg_row(moe_textout_t *t, int json, int first, const moe_mpmoe_cfg_t *c)
+/* One configuration; `restore` is its time over PMoE's (no reuse) at the same n: the cost of
+ * restoring T_DI and T_M that the pipeline does not hide. */
+static int mpmoe_cfg_row(moe_textout_t *t, int json, int first, const moe_mpmoe_cfg_t *c,
+                         double restore)
 {
     const double MiB = 1048576.0;
     if (json) {
@@ -1603,9 +1619,9 @@ static int mpmoe_cfg_row(moe_textout_t *t, int json, int first, const moe_mpmoe_
           J(c->fwd.phase[4]));
         return 0;
     }
-    P("%4u %-5s %4d/%d %10.4f %10.4f %10.4f %12.2f\n", c->n, moe_mpmoe_reuse_name(c->reuse),
-      c->fwd.paradigm, c->bwd.paradigm, c->fwd.total * 1e3, c->bwd.total * 1e3, c->time * 1e3,
-      c->memory / MiB);
+    P("%4u %-5s %4d/%d %10.4f %10.4f %10.4f %10.4f %12.2f\n", c->n,
+      moe_mpmoe_reuse_name(c->reuse), c->fwd.paradigm, c->bwd.paradigm, c->fwd.total * 1e3,
+      c->bwd.total * 1e3, c->time * 1e3, restore * 1e3, c->memory / MiB);
     return 0;
 }
 
@@ -1640,15 +1656,16 @@ static int mpmoe_write(moe_textout_t *t, const cfg_t *g, const moe_mpmoe_in_t *i
     if (g->json)
         P("],\n \"configs\": [");
     else
-        P("\n%4s %-5s %6s %10s %10s %10s %12s\n", "n", "S", "parad", "fwd_ms", "bwd_ms",
-          "total_ms", "memory_MiB");
+        P("\n%4s %-5s %6s %10s %10s %10s %10s %12s\n", "n", "S", "parad", "fwd_ms", "bwd_ms",
+          "total_ms", "restore_ms", "memory_MiB");
     int first = 1;
     for (uint32_t n = nlo; n <= nhi; n++)
         for (int s = 0; s < MOE_REUSE_STRATEGIES; s++) {
-            moe_mpmoe_cfg_t c;
+            moe_mpmoe_cfg_t c, none;
             if (g->reuse >= 0 && s != g->reuse)
                 continue;
-            if (moe_mpmoe_eval(in, n, s, &c) || mpmoe_cfg_row(t, g->json, first, &c))
+            if (moe_mpmoe_eval(in, n, s, &c) || moe_mpmoe_eval(in, n, MOE_REUSE_NONE, &none) ||
+                mpmoe_cfg_row(t, g->json, first, &c, c.time - none.time))
                 return -1;
             first = 0;
         }
@@ -1690,6 +1707,9 @@ static int run_mpmoe(int argc, char **argv)
     uint32_t nhi = g.partitions ? g.partitions : g.max_part ? g.max_part : 8;
     if (nhi < nlo)
         return usage_error("mpmoe", "--min-partitions exceeds --max-partitions");
+    if (nhi > g.tokens)
+        return usage_error("mpmoe", "%u partitions of %g tokens: more partitions than tokens",
+                           nhi, g.tokens);
     moe_topo_t topo;
     if (make_topo(&g, &topo))
         return 1;

@@ -21,7 +21,7 @@ static int in_ok(const moe_mpmoe_in_t *in)
 
 int moe_mpmoe_memory(const moe_mpmoe_in_t *in, uint32_t n, moe_mpmoe_mem_t *out)
 {
-    if (!n || !in_ok(in))
+    if (!n || !in_ok(in) || n > in->B)
         return MOE_EINVAL;
     double B = in->B, M = in->M, H = in->H, E = in->E;
     out->ms = 4 * (E * M + 2 * H * M);   /* eq. 1: parameters, gradients, Adam's two moments */

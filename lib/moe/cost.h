@@ -154,6 +154,8 @@ typedef struct moe_monta_mem {
 
 /* Evaluate eq. 1 with Table 3 and Table 4. Returns 0 or MOE_EINVAL. */
 int moe_monta_memory(const moe_monta_mem_in_t *in, moe_monta_mem_t *out);
+/* Name of a Table 4 row ("none", "tp", "sp", "selective", "full") and the reverse (-1 when
+ * unknown). */
 const char *moe_monta_act_name(int act);
 int moe_monta_act_parse(const char *s);
 
@@ -205,7 +207,8 @@ typedef struct moe_mpmoe_mem {
     double phi;                 /* eq. 6 */
 } moe_mpmoe_mem_t;
 
-/* Eq. 1-6 for n partitions. Returns 0 or MOE_EINVAL. */
+/* Eq. 1-6 for n partitions. Returns 0 or MOE_EINVAL (n = 0 or more than B, sizes not
+ * positive). */
 int moe_mpmoe_memory(const moe_mpmoe_in_t *in, uint32_t n, moe_mpmoe_mem_t *out);
 
 /* Memory-reuse strategies of Table II: how T_DI and T_M are restored for the backward pass. */
@@ -243,6 +246,7 @@ int moe_mpmoe_eval(const moe_mpmoe_in_t *in, uint32_t n, int reuse, moe_mpmoe_cf
  * MOE_ERANGE when no configuration fits. */
 int moe_mpmoe_best(const moe_mpmoe_in_t *in, uint32_t nmin, uint32_t nmax, double mem_limit,
                    moe_mpmoe_cfg_t *best);
+/* Name of a reuse strategy ("none", "S1" .. "S4") and the reverse (-1 when unknown). */
 const char *moe_mpmoe_reuse_name(int s);
 int moe_mpmoe_reuse_parse(const char *s);
 

@@ -65,6 +65,7 @@ err2 "" cm nosuch
 err2 monta cm monta --seq=abc --hidden=8192
 err2 monta cm monta --r1=1.5 --volume=1M
 err2 monta cm monta --r1=32M:0.5,8M:0.4 --volume=1M
+err2 monta cm monta --r1=0.5,8M:0.4 --volume=1M
 err2 monta cm monta --bw-inter=fast --volume=1M
 err2 monta cm monta --activation=half --volume=1M
 err2 monta cm monta --trace=x.moet
@@ -82,6 +83,7 @@ err2 mpmoe cm mpmoe --alpha=comm,comm=0.5
 err2 mpmoe cm mpmoe --alpha=comm,comp=2
 err2 mpmoe cm mpmoe --reuse=S9
 err2 mpmoe cm mpmoe --min-partitions=4 --max-partitions=2 --tokens=1 --hidden=1 --ffn=1
+err2 mpmoe cm mpmoe --partitions=8 --tokens=3 --hidden=1 --ffn=1
 end
 
 begin "runtime and data errors"
