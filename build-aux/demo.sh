@@ -59,4 +59,14 @@ printf '(this synthetic routing has little structure to place by, see its mutual
 printf ' above; on the real DeepSeek-V2-Lite trace the same steps give 0.65: bench/bench_place.sh)\n'
 run moe-place export --format exflow -o "$out/affinity.exflow.csv" "$out/affinity.moep"
 run moe-place export --format eplb -o "$out/affinity.eplb.json" "$out/affinity.moep"
+
+say "7. predicted time per dispatch scheme of both placements on 2 nodes x 4 H100 (NDR 400)"
+top=$(cd "$(dirname "$0")/.." && pwd)
+sed -e 's/^nodes 1$/nodes 2/' -e 's/^gpus-per-node 8$/gpus-per-node 4/' \
+    "$top/share/topologies/h100-ndr400.topo" >"$out/h100-2x4.topo"
+for p in contiguous affinity; do
+    run moe-costmodel simulate -@ 1 --topology "$out/h100-2x4.topo" --hidden 2048 --ffn 1408 \
+        --dtype bf16 --no-layers --best --plot "$out/schemes-$p.png" "$out/test.moet" \
+        "$out/$p.moep" | grep '^#SCHEME\|^SCHEME\|^# best'
+done
 printf '\ndemo outputs are in %s/\n' "$out"

@@ -158,11 +158,11 @@ int moe_sim_rank(const moe_sim_t *s, int *order, char *why, size_t n)
 
 /* ------------------------------------------------------------------ bar chart */
 
-#define PLOT_W 720
+#define PLOT_W 880
 #define PLOT_H 420
 #define AX_X 80
 #define AX_Y 50
-#define AX_W 600
+#define AX_W 770
 #define AX_H 290
 #define COL_COMPUTE 0x4477aau
 #define COL_COMM 0xee6677u
@@ -204,7 +204,7 @@ static int plot_bar(moe_canvas_t *c, int x, int w, const moe_sim_layer_t *t, dou
     int rc = hc > 0 ? moe_canvas_rect(c, x, base - hc, w, hc, COL_COMPUTE) : 0;
     rc = rc || hm <= 0 ? rc : moe_canvas_rect(c, x, base - hc - hm, w, hm, COL_COMM);
     snprintf(b, sizeof b, isnan(t->time) ? "NA" : "%.3g", 1e3 * t->time);
-    rc = rc ? rc : moe_canvas_text(c, x + w / 2, base - hc - hm - 14, b, 2, MOE_TEXT_CENTER, 0);
+    rc = rc ? rc : moe_canvas_text(c, x + w / 2, base - hc - hm - 18, b, 2, MOE_TEXT_CENTER, 0);
     return rc ? rc : moe_canvas_text(c, x + w / 2, base + 8, name, 2, MOE_TEXT_CENTER, 0);
 }
 
