@@ -195,15 +195,18 @@ static int acct_scheme(int k)
 static int table_line(moe_textout_t *out, const char *tag, const char *lead,
                       const moe_sim_layer_t *l)
 {
-    char b[9][32];
-    return moe_textout_printf(out, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", tag, lead,
+    char b[11][32];
+    return moe_textout_printf(out, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n",
+                              tag, lead,
                               num(b[0], 32, l->time, 1e3), num(b[1], 32, l->comm, 1e3),
                               num(b[2], 32, l->compute, 1e3),
                               num(b[3], 32, l->bytes[MOE_LINK_INTRA], 1),
                               num(b[4], 32, l->bytes[MOE_LINK_INTER], 1),
                               num(b[5], 32, l->slow[MOE_LINK_INTRA], 1),
                               num(b[6], 32, l->slow[MOE_LINK_INTER], 1),
-                              num(b[7], 32, l->max_load, 1), num(b[8], 32, l->imbalance, 1));
+                              num(b[7], 32, l->max_load, 1), num(b[8], 32, l->imbalance, 1),
+                              num(b[9], 32, l->ctime[MOE_LINK_INTRA], 1e3),
+                              num(b[10], 32, l->ctime[MOE_LINK_INTER], 1e3));
 }
 
 static int table_head(moe_textout_t *out, const moe_sim_t *s, const char *tpath,
@@ -221,14 +224,15 @@ static int table_head(moe_textout_t *out, const moe_sim_t *s, const char *tpath,
                                       moe_sim_chunks(s));
     return rc ? rc : moe_textout_printf(out, "#SCHEME\tscheme\ttime_ms\tcomm_ms\tcompute_ms\t"
                                         "intra_bytes\tinter_bytes\tslow_intra_bytes\t"
-                                        "slow_inter_bytes\tmax_load\timbalance\n");
+                                        "slow_inter_bytes\tmax_load\timbalance\tintra_ms\t"
+                                        "inter_ms\n");
 }
 
 static int table_layers(moe_textout_t *out, const moe_sim_t *s, uint32_t L)
 {
     int rc = moe_textout_printf(out, "#LAYER\tscheme\tlayer\ttime_ms\tcomm_ms\tcompute_ms\t"
                                 "intra_bytes\tinter_bytes\tslow_intra_bytes\tslow_inter_bytes\t"
-                                "max_load\timbalance\n");
+                                "max_load\timbalance\tintra_ms\tinter_ms\n");
     char lead[64];
     for (uint32_t j = 0; j < L && !rc; j++)
         for (int k = 0; k < MOE_SIM_SCHEMES && !rc; k++)
@@ -309,17 +313,20 @@ static int write_table(moe_textout_t *out, const moe_sim_t *s, const sim_cfg_t *
 
 static int json_fig(moe_textout_t *out, const moe_sim_layer_t *l)
 {
-    char b[9][32];
+    char b[11][32];
     return moe_textout_printf(out, "\"time\": %s, \"comm\": %s, \"compute\": %s, \"bytes\": "
                               "{\"intra\": %s, \"inter\": %s}, \"slow_bytes\": {\"intra\": %s, "
-                              "\"inter\": %s}, \"max_load\": %s, \"imbalance\": %s",
+                              "\"inter\": %s}, \"max_load\": %s, \"imbalance\": %s, "
+                              "\"class_time\": {\"intra\": %s, \"inter\": %s}",
                               jnum(b[0], 32, l->time, 1), jnum(b[1], 32, l->comm, 1),
                               jnum(b[2], 32, l->compute, 1),
                               jnum(b[3], 32, l->bytes[MOE_LINK_INTRA], 1),
                               jnum(b[4], 32, l->bytes[MOE_LINK_INTER], 1),
                               jnum(b[5], 32, l->slow[MOE_LINK_INTRA], 1),
                               jnum(b[6], 32, l->slow[MOE_LINK_INTER], 1),
-                              jnum(b[7], 32, l->max_load, 1), jnum(b[8], 32, l->imbalance, 1));
+                              jnum(b[7], 32, l->max_load, 1), jnum(b[8], 32, l->imbalance, 1),
+                              jnum(b[9], 32, l->ctime[MOE_LINK_INTRA], 1),
+                              jnum(b[10], 32, l->ctime[MOE_LINK_INTER], 1));
 }
 
 /* One layer: the accounting's counts first (as moe-place eval --json writes them). */

@@ -53,16 +53,20 @@ static void node_sources(const moe_sim_t *s, uint32_t j, uint64_t *out)
 
 /* One all-to-all of x[class] transfers cut into `div` chunks: the slowest rank moves
  * x * vec / G * skew / div bytes on each class (at most all of them), classes in parallel.
- * Returns the seconds of one chunk; slow[] gets the slowest rank's bytes of the whole phase. */
-static double a2a(const moe_sim_t *s, const uint64_t *x, double skew, double div, double *slow)
+ * Returns the seconds of one chunk; o (if not NULL) gets the slowest rank's bytes and seconds
+ * of the whole phase per class. */
+static double a2a(const moe_sim_t *s, const uint64_t *x, double skew, double div,
+                  moe_sim_layer_t *o)
 {
     double t = 0;
     for (int c = MOE_LINK_INTRA; c <= MOE_LINK_INTER; c++) {
         double all = (double)x[c] * s->vec;
-        double one = fmin(all, all / s->G * skew);
-        if (slow)
-            slow[c] += one;
-        t = nmax(t, xtime(s, c, one / div));
+        double one = fmin(all, all / s->G * skew), tc = xtime(s, c, one / div);
+        if (o) {
+            o->slow[c] += one;
+            o->ctime[c] += tc * div;
+        }
+        t = nmax(t, tc);
     }
     return t;
 }
@@ -76,8 +80,8 @@ static void two_a2a(const moe_sim_t *s, int scheme, uint32_t j, double skew, moe
     skew = fmax(skew, o->imbalance);
     for (int k = 0; k < MOE_LINK_CLASSES; k++)
         o->bytes[k] = (double)(c->xfer[MOE_DISPATCH][k] + c->xfer[MOE_COMBINE][k]) * s->vec;
-    o->comm = a2a(s, c->xfer[MOE_DISPATCH], skew, 1, o->slow) +
-              a2a(s, c->xfer[MOE_COMBINE], skew, 1, o->slow);
+    o->comm = a2a(s, c->xfer[MOE_DISPATCH], skew, 1, o) +
+              a2a(s, c->xfer[MOE_COMBINE], skew, 1, o);
     o->compute = ctime_of(s, o->max_load);
     o->time = o->comm + o->compute;
 }
@@ -90,8 +94,10 @@ static void pipelined(const moe_sim_t *s, uint32_t j, double skew, moe_sim_layer
     *o = s->lay[MOE_SIM_VANILLA][j];
     skew = fmax(skew, o->imbalance);
     double n = s->chunks;
-    double d = a2a(s, c->xfer[MOE_DISPATCH], skew, n, NULL);
-    double b = a2a(s, c->xfer[MOE_COMBINE], skew, n, NULL);
+    memset(o->slow, 0, sizeof o->slow);
+    memset(o->ctime, 0, sizeof o->ctime);
+    double d = a2a(s, c->xfer[MOE_DISPATCH], skew, n, o);
+    double b = a2a(s, c->xfer[MOE_COMBINE], skew, n, o);
     double x = o->compute / n;
     o->time = d + x + b + (n - 1) * nmax(d + b, x);
     o->comm = o->time - o->compute;
@@ -121,6 +127,8 @@ static void hierarchical(const moe_sim_t *s, uint32_t j, double vskew, uint64_t 
         o->bytes[MOE_LINK_INTRA] += in * (s->gpn - 1) + li;
         o->slow[MOE_LINK_INTER] += inter;
         o->slow[MOE_LINK_INTRA] += intra;
+        o->ctime[MOE_LINK_INTER] += xtime(s, MOE_LINK_INTER, inter);
+        o->ctime[MOE_LINK_INTRA] += xtime(s, MOE_LINK_INTRA, intra);
         o->comm += xtime(s, MOE_LINK_INTER, inter) + xtime(s, MOE_LINK_INTRA, intra);
     }
     o->max_load = v->max_load;
@@ -177,7 +185,9 @@ static void datacentric(const moe_sim_t *s, uint32_t j, uint64_t *held, uint64_t
     }
     o->slow[MOE_LINK_INTRA] = slow_in;
     o->slow[MOE_LINK_INTER] = slow_out;
-    o->comm = xtime(s, MOE_LINK_INTER, slow_out) + xtime(s, MOE_LINK_INTRA, slow_in);
+    o->ctime[MOE_LINK_INTER] = xtime(s, MOE_LINK_INTER, slow_out);
+    o->ctime[MOE_LINK_INTRA] = xtime(s, MOE_LINK_INTRA, slow_in);
+    o->comm = o->ctime[MOE_LINK_INTER] + o->ctime[MOE_LINK_INTRA];
     o->imbalance = skew_of(s->src + (size_t)j * s->G, s->G, 1, &o->max_load);
     o->max_load *= s->k;
     o->compute = ctime_of(s, o->max_load);
@@ -197,7 +207,8 @@ static void coherent_gather(moe_sim_t *s)
     o->bytes[MOE_LINK_INTER] = T * (G - g);
     o->slow[MOE_LINK_INTRA] = T * (g - 1) / G;
     o->slow[MOE_LINK_INTER] = T * (G - g) / G;
-    o->comm = xtime(s, s->N > 1 ? MOE_LINK_INTER : MOE_LINK_INTRA, T * (G - 1) / G);
+    int ring = s->N > 1 ? MOE_LINK_INTER : MOE_LINK_INTRA;
+    o->comm = o->ctime[ring] = xtime(s, ring, T * (G - 1) / G);
     o->time = o->comm;
 }
 

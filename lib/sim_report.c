@@ -36,6 +36,7 @@ static void add_layer(moe_sim_layer_t *o, const moe_sim_layer_t *l)
     for (int c = 0; c < MOE_LINK_CLASSES; c++) {
         o->bytes[c] += l->bytes[c];
         o->slow[c] += l->slow[c];
+        o->ctime[c] += l->ctime[c];
     }
     o->comm += l->comm;
     o->compute += l->compute;

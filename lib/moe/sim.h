@@ -64,6 +64,9 @@ void moe_sim_opts_default(moe_sim_opts_t *o);
 typedef struct moe_sim_layer {
     double bytes[MOE_LINK_CLASSES]; /* bytes moved on each class, all ranks together */
     double slow[MOE_LINK_CLASSES];  /* bytes the slowest rank sends on each class */
+    double ctime[MOE_LINK_CLASSES]; /* seconds those bytes take on each class (all chunks);
+                                     * the classes of one collective run at once, so comm is
+                                     * not their sum */
     double comm;      /* communication on the critical path */
     double compute;   /* expert compute of the most loaded rank */
     double time;      /* the layer: comm + compute, less what the scheme overlaps */

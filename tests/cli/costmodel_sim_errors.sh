@@ -37,8 +37,8 @@ bad() {
     *) fail "stderr lacks 'moe-costmodel: ...$_msg': $(head -n 1 "$T/err.tool")" ;;
     esac
     if [ "$_st" = 2 ]; then
-        expect_eq "$(tail -n 1 "$T/err.tool")" "Try 'moe-costmodel $1 --help' for more information." \
-            "hint"
+        _hint="Try 'moe-costmodel $1 --help' for more information."
+        expect_eq "$(tail -n 1 "$T/err.tool")" "$_hint" "hint"
     fi
     expect_no_stdout
     expect_no_output "$OUT"

@@ -124,6 +124,8 @@ static void check_layers(const moe_sim_t *s)
     CHECK_NEAR(v->comm, 3.2e-7);
     CHECK_NEAR(v->compute, 1.024e-6);
     CHECK_NEAR(v->time, 1.344e-6);
+    CHECK_NEAR(v->ctime[MOE_LINK_INTER], 3.2e-7);
+    CHECK_NEAR(v->ctime[MOE_LINK_INTRA], 3.2e-8);
     /* layer 1: token 0 goes 0->2, 0->3 (inter), token 1 1->0 (intra): inter 64/4*2 = 32 bytes
      * per phase; load 1 1 1 1 */
     v = moe_sim_layer(s, MOE_SIM_VANILLA, 1);
@@ -147,6 +149,7 @@ static void check_layers(const moe_sim_t *s)
     const moe_sim_layer_t *pl = moe_sim_layer(s, MOE_SIM_PIPELINED, 0);
     CHECK_NEAR(pl->time, 1.184e-6);
     CHECK_NEAR(pl->comm, 1.6e-7);
+    CHECK_NEAR(pl->ctime[MOE_LINK_INTER], 3.2e-7); /* 2 phases x 2 chunks x 8e-8 */
     /* hierarchical layer 0: only token 1 (node 0) needs node 1: one node-level transfer per
      * phase; node loads 3 1 and sources 2 0 (skew 2): inter 32/2*2/2 = 16 bytes, intra
      * all-gather 32*1/4*2 + vanilla's intra 32/4*2 = 32 bytes per phase */
@@ -163,6 +166,7 @@ static void check_layers(const moe_sim_t *s)
     CHECK_NEAR(dc->bytes[MOE_LINK_INTRA], 1536);
     CHECK_NEAR(dc->slow[MOE_LINK_INTER], 512);
     CHECK_NEAR(dc->comm, 5.12e-6 + 1.024e-6);
+    CHECK_NEAR(dc->ctime[MOE_LINK_INTER], 5.12e-6);
     CHECK_NEAR(dc->compute, 1.024e-6);
     CHECK_NEAR(dc->imbalance, 2);
     /* totals add the layers and the iteration term */
