@@ -361,6 +361,30 @@ static int opt_code(const char *name, int *has_arg)
     return -1;
 }
 
+/* Copies of config values, alive until exit (options keep paths as pointers). */
+static char **kept;
+static size_t nkept;
+
+static void free_kept(void)
+{
+    for (size_t i = 0; i < nkept; i++)
+        free(kept[i]);
+    free(kept);
+    kept = NULL;
+    nkept = 0;
+}
+
+static char *keep_string(const char *s)
+{
+    char **k = realloc(kept, (nkept + 1) * sizeof *k);
+    if (!k)
+        return NULL;
+    kept = k;
+    if (!nkept)
+        atexit(free_kept);
+    return kept[nkept++] = strdup(s);
+}
+
 /* Strip blanks at both ends in place. */
 static char *trim(char *s)
 {
@@ -400,7 +424,7 @@ static int config_line(const char *sub, const char *path, int lineno, char *line
     if (c == O_CONFIG && g->depth >= 4)
         return fail("'%s' line %d: config files nested too deeply", path, lineno);
     /* values must outlive the file buffer: they may be kept as strings (paths) */
-    char *keep = val ? strdup(val) : NULL;
+    char *keep = val ? keep_string(val) : NULL;
     if (val && !keep)
         return fail("out of memory");
     const char *outer_path = cfg_path;

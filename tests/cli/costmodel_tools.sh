@@ -49,6 +49,28 @@ has_line '^O3 \(N=4\) +D2D copy per chunk +64\.000 +0\.8000 +0\.0500$'
 has_line '^selected \(Alg\. 3\): O3$'
 end
 
+begin "monta: Table 8 from a moe-topology(5) file with efficiency curves"
+cat >"$T/t8.topo" <<'TOPO'
+topology table8
+nodes 2
+gpus-per-node 8
+link intra bandwidth 200 GB/s
+link inter bandwidth 200 Gb/s
+efficiency inter 8000000:0.427 32000000:0.633 256000000:0.741
+efficiency intra 64000000:0.726 256000000:0.776
+hbm-bandwidth 1600 GB/s
+TOPO
+expect_exit 0 cm monta --topology="$T/t8.topo" --volume=256M --r3=0.8 --chunks=4
+has_line '^baseline +AllToAll +256\.000 +0\.7410 +6\.9096$'
+has_line '^O1 +AllGather +256\.000 +0\.7760 +1\.4433$'
+has_line '^O3 \(N=4\) +AllToAll per chunk +8\.000 +0\.4270 +0\.3747$'
+# the same through a config file naming the topology
+printf 'topology = %s\nvolume = 256M\nr3 = 0.8\nchunks = 4\n' "$T/t8.topo" >"$T/t8.conf"
+cp "$T/out" "$T/t8.out"
+expect_exit 0 cm monta --config="$T/t8.conf"
+same_file "$T/out" "$T/t8.out" "config file and options disagree"
+end
+
 begin "monta: eq. 15 and 16 ratios with fixed efficiencies"
 expect_exit 0 cm monta --volume=256M --tp=8 --ep=2 --bw-inter=200Gb/s --bw-intra=200G \
     --bw-hbm=1.6T --r1=0.427 --r2=0.726 --r3=0.8 --chunks=4

@@ -278,7 +278,7 @@ static void mpmoe_example(void)
      *  eq. 3  M_buf = 4096*1024 + 4096*4096             = 4,194,304 + 16,777,216 = 20,971,520
      *  eq. 4  M_act^pipe = M_buf^pipe = M_act            = 33,554,432
      *  eq. 5  dM = 4096 (2*1024*2/4 + 4096*3/4) = 4096 * (1024 + 3072) = 16,777,216
-     *  eq. 6  phi = 2 dM / (M_ms + 2 M_act) = 33,554,432 / 100,696,064 = 0.333224...
+     *  eq. 6  phi = 2 dM / (M_ms + 2 M_act) = 33,554,432 / 100,696,064 = 0.3332249...
      */
     printf("MPMoE eq. 1-6 worked example (B 4096, M 1024, H 4096, E 8, n 4):\n");
     moe_topo_t t;
@@ -291,7 +291,7 @@ static void mpmoe_example(void)
     CHECK(moe_mpmoe_memory(&in, 4, &m) == 0);
     printf("  M_ms %.0f (33587200)  M_act %.0f (33554432)  M_buf %.0f (20971520)\n", m.ms,
            m.act, m.buf);
-    printf("  dM %.0f (16777216)  phi %.6f (0.333224)\n", m.saved, m.phi);
+    printf("  dM %.0f (16777216)  phi %.7f (0.3332249)\n", m.saved, m.phi);
     CHECK_NEAR(m.ms, 33587200, 0);
     CHECK_NEAR(m.act, 33554432, 0);
     CHECK_NEAR(m.buf, 20971520, 0);
