@@ -20,10 +20,7 @@ struct moe_acct {
     moe_acct_layer_t *layer[MOE_SCHEMES];  /* [L] */
     uint64_t *load[MOE_SCHEMES];           /* [L][G] */
     uint64_t *mat[MOE_SCHEMES];            /* [G][G] or NULL */
-    /* per-token scratch */
-    served_t *srv;                         /* [k] */
-    uint16_t *cell;                        /* [k] ids of the cell in use */
-    float *cw;                             /* [k] their weights */
+    moe_route_t *route;                    /* per-token scratch */
 };
 
 void moe_acct_opts_default(moe_acct_opts_t *o)
@@ -59,8 +56,7 @@ static moe_acct_t *acct_alloc(const moe_placement_t *p, uint32_t K, uint32_t k, 
     a->G = p->ranks;
     a->gpn = gpn;
     a->matrix = matrix;
-    int ok = (a->srv = calloc(k, sizeof *a->srv)) && (a->cell = calloc(k, sizeof *a->cell)) &&
-             (a->cw = calloc(k, sizeof *a->cw));
+    int ok = (a->route = malloc(sizeof *a->route)) != NULL;
     for (int s = 0; s < MOE_SCHEMES && ok; s++) {
         ok = (a->layer[s] = calloc(a->L, sizeof *a->layer[s])) &&
              (a->load[s] = calloc((size_t)a->L * a->G, sizeof *a->load[s]));
@@ -121,38 +117,40 @@ void moe_acct_free(moe_acct_t *a)
         free(a->load[s]);
         free(a->mat[s]);
     }
-    free(a->srv);
-    free(a->cell);
-    free(a->cw);
+    free(a->route);
     free(a);
 }
 
-/* The ids of a cell to account, into a->cell / a->cw: all K, or the first k in stored order, or
- * by descending weight (stable) when the trace has weights. Returns 0 for a missing cell. */
-static uint32_t take_cell(moe_acct_t *a, const uint16_t *ids, const float *w)
+/* The ids of a cell to account, into r->expert / r->weight: all K, or the first k in stored
+ * order, or by descending weight (stable) when the trace has weights. Returns 0 for a missing
+ * cell. */
+static uint32_t take_cell(const moe_acct_t *a, const uint16_t *ids, const float *w,
+                          moe_route_t *r)
 {
+    uint16_t *cell = r->expert;
+    float *cw = r->weight;
     if (ids[0] == MOE_EXPERT_NONE)
         return 0;
     if (a->k == a->K || !w) {
         for (uint32_t i = 0; i < a->k; i++) {
-            a->cell[i] = ids[i];
-            a->cw[i] = w ? w[i] : 0;
+            cell[i] = ids[i];
+            cw[i] = w ? w[i] : 0;
         }
         return a->k;
     }
     /* insertion into the sorted k heaviest so far; strict comparisons keep ties in order */
     uint32_t n = 0;
     for (uint32_t i = 0; i < a->K; i++) {
-        if (n == a->k && !(w[i] > a->cw[a->k - 1]))
+        if (n == a->k && !(w[i] > cw[a->k - 1]))
             continue;
         uint32_t at = n < a->k ? n++ : a->k - 1;
-        while (at > 0 && w[i] > a->cw[at - 1]) {
-            a->cell[at] = a->cell[at - 1];
-            a->cw[at] = a->cw[at - 1];
+        while (at > 0 && w[i] > cw[at - 1]) {
+            cell[at] = cell[at - 1];
+            cw[at] = cw[at - 1];
             at--;
         }
-        a->cell[at] = ids[i];
-        a->cw[at] = w[i];
+        cell[at] = ids[i];
+        cw[at] = w[i];
     }
     return a->k;
 }
@@ -211,14 +209,37 @@ uint32_t acct_new_home(const served_t *srv, uint32_t ns, uint32_t h, int weights
     return best->rank;
 }
 
-/* Group the cell's experts by serving rank. Returns the number of ranks. */
-static uint32_t serve(moe_acct_t *a, uint32_t layer, uint32_t n, uint32_t h, uint64_t token)
+uint32_t moe_acct_route(const moe_acct_t *a, uint32_t layer, const uint16_t *ids,
+                        const float *weights, uint32_t home, uint64_t token, moe_route_t *r)
 {
-    uint32_t ns = 0;
-    for (uint32_t i = 0; i < n; i++)
-        ns = acct_serve_add(a->srv, ns,
-                            pick_copy(a, layer, a->cell[i], h, a->srv, ns, token), a->cw[i]);
-    return ns;
+    served_t srv[MOE_TRACE_MAX_TOPK];
+    uint32_t n = take_cell(a, ids, weights, r), ns = 0;
+    r->n = n;
+    if (!n)
+        return 0;
+    for (uint32_t i = 0; i < n; i++) {
+        r->rank[i] = pick_copy(a, layer, r->expert[i], home, srv, ns, token);
+        ns = acct_serve_add(srv, ns, r->rank[i], r->weight[i]);
+    }
+    r->nranks = ns;
+    for (uint32_t i = 0; i < ns; i++) {
+        r->ranks[i] = srv[i].rank;
+        r->count[i] = srv[i].count;
+    }
+    r->home = acct_new_home(srv, ns, home, a->weights);
+    return n;
+}
+
+uint32_t moe_acct_source(const moe_acct_t *a, uint64_t token, uint32_t seq, uint32_t rank)
+{
+    switch (a->source) {
+    case MOE_SOURCE_RECORDED:
+        return rank < a->G ? rank : UINT32_MAX;
+    case MOE_SOURCE_TOKEN:
+        return (uint32_t)(token % a->G);
+    default:
+        return seq % a->G;
+    }
 }
 
 static inline int link_of(const moe_acct_t *a, uint32_t x, uint32_t y)
@@ -229,17 +250,17 @@ static inline int link_of(const moe_acct_t *a, uint32_t x, uint32_t y)
 }
 
 /* Count the transfers of one scheme at one layer: dispatch from `from`, combine to `to`. */
-static void count_layer(moe_acct_t *a, int scheme, uint32_t j, uint32_t ns, uint32_t from,
-                        uint32_t to)
+static void count_layer(moe_acct_t *a, int scheme, uint32_t j, const moe_route_t *rt,
+                        uint32_t from, uint32_t to)
 {
     moe_acct_layer_t *c = &a->layer[scheme][j];
     uint64_t *load = a->load[scheme] + (size_t)j * a->G;
     uint64_t *mat = a->mat[scheme];
     uint32_t moved = 0;
     c->cells++;
-    for (uint32_t i = 0; i < ns; i++) {
-        uint32_t r = a->srv[i].rank;
-        load[r] += a->srv[i].count;
+    for (uint32_t i = 0; i < rt->nranks; i++) {
+        uint32_t r = rt->ranks[i];
+        load[r] += rt->count[i];
         if (r != from) {
             c->xfer[MOE_DISPATCH][link_of(a, from, r)]++;
             if (mat)
@@ -261,31 +282,20 @@ static void count_layer(moe_acct_t *a, int scheme, uint32_t j, uint32_t ns, uint
 int moe_acct_token(moe_acct_t *a, const uint16_t *ids, const float *weights, uint64_t token,
                    uint32_t seq, uint32_t rank)
 {
-    uint32_t s;
-    switch (a->source) {
-    case MOE_SOURCE_RECORDED:
-        if (rank >= a->G)
-            return MOE_ERANGE;
-        s = rank;
-        break;
-    case MOE_SOURCE_TOKEN:
-        s = (uint32_t)(token % a->G);
-        break;
-    default:
-        s = seq % a->G;
-    }
+    uint32_t s = moe_acct_source(a, token, seq, rank);
+    if (s == UINT32_MAX)
+        return MOE_ERANGE;
     uint32_t h = s;
+    moe_route_t *rt = a->route;
     for (uint32_t j = 0; j < a->L; j++) {
         const uint16_t *cid = ids + (size_t)j * a->K;
-        uint32_t n = take_cell(a, cid, weights ? weights + (size_t)j * a->K : NULL);
-        if (!n)
+        const float *cw = weights ? weights + (size_t)j * a->K : NULL;
+        if (!moe_acct_route(a, j, cid, cw, s, token, rt))
             continue;
-        uint32_t ns = serve(a, j, n, s, token);
-        count_layer(a, MOE_SCHEME_VANILLA, j, ns, s, s);
-        ns = serve(a, j, n, h, token);
-        uint32_t h2 = acct_new_home(a->srv, ns, h, a->weights);
-        count_layer(a, MOE_SCHEME_COHERENT, j, ns, h, h2);
-        h = h2;
+        count_layer(a, MOE_SCHEME_VANILLA, j, rt, s, s);
+        moe_acct_route(a, j, cid, cw, h, token, rt);
+        count_layer(a, MOE_SCHEME_COHERENT, j, rt, h, rt->home);
+        h = rt->home;
     }
     a->tokens++;
     return 0;

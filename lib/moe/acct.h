@@ -93,6 +93,30 @@ void moe_acct_free(moe_acct_t *a);
  * ids are trusted to be validated by the reader). */
 int moe_acct_token(moe_acct_t *a, const uint16_t *ids, const float *weights, uint64_t token,
                    uint32_t seq, uint32_t rank);
+/* The routing of one token at one layer by the accounting's rules: which rank serves each
+ * expert, the distinct destination ranks and the coherent new home. moe-run routes with this,
+ * so that its measured bytes are the accounting's transfers exactly. */
+typedef struct moe_route {
+    uint32_t n;                          /* experts taken (0: missing cell; nothing else set) */
+    uint16_t expert[MOE_TRACE_MAX_TOPK]; /* their ids: stored order, or by descending weight
+                                          * when opts.topk < K and the trace has weights */
+    float weight[MOE_TRACE_MAX_TOPK];    /* their gate weights as given (0 without weights) */
+    uint32_t rank[MOE_TRACE_MAX_TOPK];   /* the rank serving expert[i] (replica rule) */
+    uint32_t nranks;                     /* distinct serving ranks |R_j| */
+    uint32_t ranks[MOE_TRACE_MAX_TOPK];  /* those ranks, in order of first use */
+    uint32_t count[MOE_TRACE_MAX_TOPK];  /* experts served by ranks[i] */
+    uint32_t home;                       /* the coherent scheme's new home h' */
+} moe_route_t;
+
+/* Route the cell `ids` (K ids of `layer`; `weights` K floats or NULL) of token `token` whose
+ * current home is `home` (its source rank s for vanilla, h for coherent) into *r. Thread-safe
+ * on a shared accumulator. Returns r->n (0 for a missing cell). */
+uint32_t moe_acct_route(const moe_acct_t *a, uint32_t layer, const uint16_t *ids,
+                        const float *weights, uint32_t home, uint64_t token, moe_route_t *r);
+/* Source rank of a token by the accumulator's source rule, or UINT32_MAX when a recorded rank
+ * is out of range. */
+uint32_t moe_acct_source(const moe_acct_t *a, uint64_t token, uint32_t seq, uint32_t rank);
+
 /* Account every record of a trace map on all its workers (per-worker accumulators merged in
  * worker order: integer sums, so the result does not depend on the thread count). Returns 0 or
  * a negative status with the reason in moe_trace_map_errmsg(m). */

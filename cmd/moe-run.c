@@ -1,0 +1,303 @@
+/* cmd/moe-run.c -- moe-run: the distributed expert-parallel MoE runtime (MPI on CPUs). */
+#include "config.h"
+
+#include <fcntl.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "moe/cli.h"
+#include "moe/kern.h"
+#include "moe/moe.h"
+#include "../lib/run_internal.h"
+
+static const char *prog = "moe-run";
+
+enum {
+    O_MODE = MOE_OPTC_TOOL, O_LAYERS, O_EXPERTS, O_TOPK, O_HIDDEN, O_FFN, O_TPR, O_DTYPE,
+    O_TRACE, O_PLACEMENT, O_TOPOLOGY, O_GPN, O_ITERS, O_WARMUP, O_SEED, O_CHECK, O_JSON,
+    O_CHUNKS, O_CREDITS, O_NO_PREFETCH, O_CALIBRATE, O_VERSION,
+};
+
+static const struct option long_opts[] = {
+    {"mode", required_argument, 0, O_MODE}, {"layers", required_argument, 0, O_LAYERS},
+    {"experts", required_argument, 0, O_EXPERTS}, {"topk", required_argument, 0, O_TOPK},
+    {"hidden", required_argument, 0, O_HIDDEN}, {"ffn", required_argument, 0, O_FFN},
+    {"tokens-per-rank", required_argument, 0, O_TPR}, {"dtype", required_argument, 0, O_DTYPE},
+    {"trace", required_argument, 0, O_TRACE}, {"placement", required_argument, 0, O_PLACEMENT},
+    {"topology", required_argument, 0, O_TOPOLOGY},
+    {"gpus-per-node", required_argument, 0, O_GPN}, {"iters", required_argument, 0, O_ITERS},
+    {"warmup", required_argument, 0, O_WARMUP}, {"seed", required_argument, 0, O_SEED},
+    {"check", no_argument, 0, O_CHECK}, {"json", required_argument, 0, O_JSON},
+    {"chunks", required_argument, 0, O_CHUNKS}, {"credits", required_argument, 0, O_CREDITS},
+    {"no-prefetch", no_argument, 0, O_NO_PREFETCH},
+    {"calibrate", no_argument, 0, O_CALIBRATE}, {"version", no_argument, 0, O_VERSION},
+    MOE_OPTS_LONG, {0}};
+
+/* Only rank 0 talks; before MPI is up the launcher's environment says which rank this is. */
+static int env_rank(void)
+{
+    static const char *const vars[] = {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK",
+                                       "SLURM_PROCID"};
+    for (size_t i = 0; i < sizeof vars / sizeof *vars; i++) {
+        const char *v = getenv(vars[i]);
+        if (v && *v)
+            return atoi(v);
+    }
+    return 0;
+}
+
+static void usage(FILE *fp)
+{
+    if (env_rank())
+        return;
+    fprintf(fp,
+        "Usage: mpirun -np G moe-run [OPTION]...\n"
+        "Run a stack of MoE layers with expert parallelism over MPI ranks and report times,\n"
+        "bytes by link class and throughput (nccl-tests style); only rank 0 prints.\n"
+        "\n"
+        "Model and inputs:\n"
+        "      --mode M              vanilla, coherent, pipelined, hierarchical, datacentric\n"
+        "                            [vanilla]\n"
+        "      --trace FILE          replay the gate from a routing trace (its L, E, K)\n"
+        "      --placement FILE      expert placement (moe-place(5)) [contiguous]\n"
+        "      --layers L            MoE layers [4, or the trace's]\n"
+        "      --experts E           experts per layer [16, or the trace's]\n"
+        "      --topk K              experts per token [2, or the trace's]\n"
+        "      --hidden H            hidden size [64]\n"
+        "      --ffn F               expert inner size [128]\n"
+        "      --tokens-per-rank N   tokens of the run: G x N (the trace's first) [64]\n"
+        "      --dtype T             wire type: fp32, bf16, fp16 [fp32]\n"
+        "      --seed S              weights and tokens seed [1]\n"
+        "Cluster:\n"
+        "      --gpus-per-node N     ranks per node [topology, placement, else all]\n"
+        "      --topology FILE       moe-topology(5) file giving the node grouping\n"
+        "Modes:\n"
+        "      --chunks N|auto       pipelined: chunks per layer [auto]\n"
+        "      --credits C           datacentric: experts pulled per rank per round [4]\n"
+        "      --no-prefetch         datacentric: do not pull the next layer's experts early\n"
+        "Run and report:\n"
+        "      --iters I             timed iterations [3]\n"
+        "      --warmup W            untimed iterations first [1]\n"
+        "      --check               compare with the serial vanilla reference; exit 1 on\n"
+        "                            mismatch (1e-4 for fp32, 2e-2 for bf16/fp16)\n"
+        "      --json FILE           also write the report as JSON\n"
+        "      --calibrate           sweep all-to-all, all-gather and copy sizes, time the\n"
+        "                            expert FFN, write a topology file (-o)\n"
+        "  -o, --output FILE         calibration output [-]\n"
+        "  -v, --verbose             more messages\n"
+        "  -q, --quiet               fewer messages\n"
+        "      --help                display this help and exit\n"
+        "      --version             output version information and exit\n"
+        "\n"
+        "Exit status: 0 ok, 1 runtime, data or --check failure (on every rank), 2 usage.\n");
+}
+
+static void version(void)
+{
+    if (env_rank())
+        return;
+    moe_print_version(stdout, prog);
+#ifdef HAVE_MPI
+    printf("backends: cpu (MPI)%s\n",
+#if defined(HAVE_CUDA) && defined(HAVE_NCCL)
+           ", cuda+nccl toolkit found (GPU backend not built into this moe-run)"
+#else
+           "; no CUDA/NCCL: CPU backend only"
+#endif
+    );
+#else
+    printf("backends: cpu only, single rank (built without MPI)\n");
+#endif
+}
+
+typedef struct args {
+    run_cfg_t c;
+    moe_opts_t o;
+    const char *json;
+    int calibrate;
+} args_t;
+
+static int u32(const char *arg, uint64_t min, uint64_t max, const char *what, uint32_t *out)
+{
+    uint64_t v;
+    char err[256];
+    if (moe_parse_u64(arg, min, max, &v, what, err, sizeof err))
+        return env_rank() ? 2 : moe_usage_error(prog, NULL, "%s", err);
+    *out = (uint32_t)v;
+    return 0;
+}
+
+static int take(args_t *a, int c, const char *arg)
+{
+    run_cfg_t *g = &a->c;
+    uint64_t v;
+    char err[256];
+    switch (c) {
+    case O_MODE:
+        if ((g->mode = run_mode_parse(arg)) < 0)
+            return moe_usage_error(prog, NULL, "unknown mode '%s' (vanilla, coherent, "
+                                               "pipelined, hierarchical, datacentric)", arg);
+        return 0;
+    case O_LAYERS: return u32(arg, 1, MOE_TRACE_MAX_LAYERS, "layer count", &g->L);
+    case O_EXPERTS: return u32(arg, 1, 65535, "expert count", &g->E);
+    case O_TOPK: return u32(arg, 1, MOE_TRACE_MAX_TOPK, "top-k", &g->K);
+    case O_HIDDEN: return u32(arg, 1, 1u << 20, "hidden size", &g->H);
+    case O_FFN: return u32(arg, 1, 1u << 20, "FFN size", &g->F);
+    case O_TPR:
+        if (moe_parse_u64(arg, 1, UINT32_MAX, &v, "tokens per rank", err, sizeof err))
+            return moe_usage_error(prog, NULL, "%s", err);
+        g->tokens_per_rank = v;
+        return 0;
+    case O_DTYPE:
+        if ((g->dtype = moe_dtype_parse(arg)) < 0)
+            return moe_usage_error(prog, NULL, "unknown dtype '%s' (fp32, bf16, fp16)", arg);
+        return 0;
+    case O_TRACE: g->trace = arg; return 0;
+    case O_PLACEMENT: g->placement = arg; return 0;
+    case O_TOPOLOGY: g->topology = arg; return 0;
+    case O_GPN: return u32(arg, 1, 65535, "GPUs per node", &g->gpn);
+    case O_ITERS: return u32(arg, 1, 1000000, "iteration count", (uint32_t *)&g->iters);
+    case O_WARMUP: return u32(arg, 0, 1000000, "warm-up count", (uint32_t *)&g->warmup);
+    case O_SEED:
+        if (moe_parse_u64(arg, 0, UINT64_MAX, &v, "seed", err, sizeof err))
+            return moe_usage_error(prog, NULL, "%s", err);
+        g->seed = v;
+        return 0;
+    case O_CHECK: g->check = 1; return 0;
+    case O_JSON: a->json = arg; return 0;
+    case O_CHUNKS:
+        if (!strcmp(arg, "auto")) {
+            g->chunks = 0;
+            return 0;
+        }
+        return u32(arg, 1, 4096, "chunk count", &g->chunks);
+    case O_CREDITS: return u32(arg, 1, 65535, "credit count", &g->credits);
+    case O_NO_PREFETCH: g->prefetch = 0; return 0;
+    case O_CALIBRATE: a->calibrate = 1; return 0;
+    }
+    return moe_usage_error(prog, NULL, "unexpected option");
+}
+
+/* Parse; returns -1 to run, else the exit status. Quiet on ranks other than 0. */
+static int parse(int argc, char **argv, args_t *a)
+{
+    memset(a, 0, sizeof *a);
+    moe_opts_init(&a->o);
+    a->o.allowed = MOE_OPT_OUTPUT;
+    run_cfg_t *g = &a->c;
+    g->H = 64;
+    g->F = 128;
+    g->tokens_per_rank = 64;
+    g->iters = 3;
+    g->warmup = 1;
+    g->seed = 1;
+    g->credits = 4;
+    g->prefetch = 1;
+    int c, rc = 0;
+    opterr = 0;
+    for (int i = 1; i < argc && strcmp(argv[i], "--"); i++)
+        if (!strcmp(argv[i], "--version")) {
+            version();
+            return 0;
+        }
+    while ((c = moe_opts_next(prog, NULL, usage, &a->o, argc, argv, MOE_OPTS_SHORT, long_opts,
+                              &rc)) != -1) {
+        if (c == MOE_OPT_STOP)
+            return rc;
+        if ((rc = take(a, c, optarg)) != 0)
+            return rc;
+    }
+    if (optind < argc)
+        return moe_usage_error(prog, NULL, "unexpected argument '%s'", argv[optind]);
+    if (a->calibrate && (a->json || g->check))
+        return moe_usage_error(prog, NULL, "--calibrate takes neither --json nor --check");
+    if (!a->calibrate && strcmp(a->o.out, "-"))
+        return moe_usage_error(prog, NULL, "-o names the output of --calibrate");
+    moe_opts_apply_log(&a->o);
+    moe_log_set_prog(prog);
+    return -1;
+}
+
+static int run_main(run_t *r, const args_t *a)
+{
+    char errbuf[512] = "";
+    int rc = run_setup(r, errbuf, sizeof errbuf);
+    if (rc) {
+        if (rc > 0)
+            fprintf(stderr, "%s: %s\n", prog, errbuf);
+        return 1;
+    }
+    if (a->calibrate) {
+        rc = run_calibrate(r, a->o.out, errbuf, sizeof errbuf);
+        if (rc && !r->me)
+            fprintf(stderr, "%s: %s\n", prog, errbuf);
+        return rc;
+    }
+    run_iterations(r);
+    double err = 0, tol = r->cfg.dtype == MOE_DTYPE_FP32 ? 1e-4 : 2e-2;
+    int ok = 1;
+    if (r->cfg.check) {
+        err = r->me == 0 ? run_reference_check(r) : 0;
+        double v[1] = {err < 0 || !(err <= tol) ? 1 : 0};
+        run_comm_allreduce(r->comm, v, 1, MOE_RUN_MAX);
+        ok = v[0] == 0;
+    }
+    rc = run_report(r, stdout, r->cfg.check ? err : -1, ok);
+    if (!rc && a->json)
+        rc = run_report_json(r, a->json, r->cfg.check ? err : -1, ok, errbuf, sizeof errbuf);
+    if (rc && !r->me)
+        fprintf(stderr, "%s: %s\n", prog, errbuf);
+    if (!ok && !r->me)
+        fprintf(stderr, "%s: --check failed: max relative difference %.3g exceeds %.0e\n", prog,
+                err, tol);
+    return rc || !ok;
+}
+
+int main(int argc, char **argv)
+{
+    args_t a;
+    /* usage errors are the same on every rank: rank 0 reports them */
+    int saved = -1;
+    if (env_rank()) {
+        int nul = open("/dev/null", O_WRONLY);
+        saved = dup(2);
+        if (nul >= 0 && saved >= 0)
+            dup2(nul, 2);
+        if (nul >= 0)
+            close(nul);
+    }
+    int rc = parse(argc, argv, &a);
+    if (saved >= 0) {
+        fflush(stderr);
+        dup2(saved, 2);
+        close(saved);
+    }
+    if (rc >= 0)
+        return rc ? rc : moe_close_stdout(prog) ? 1 : 0;
+    moe_run_comm_t *comm = run_comm_init(&argc, &argv);
+    if (!comm) {
+        fprintf(stderr, "%s: cannot initialise MPI\n", prog);
+        return 1;
+    }
+    char errbuf[256];
+    run_t r = {.cfg = a.c, .comm = comm};
+    r.b = moe_run_backend_cpu(comm, errbuf, sizeof errbuf);
+    if (!r.b) {
+        fprintf(stderr, "%s: %s\n", prog, errbuf);
+        moe_run_comm_abort(comm, 1);
+    }
+    rc = run_main(&r, &a);
+    /* all ranks agree on the status before leaving */
+    double v = rc;
+    run_comm_allreduce(comm, &v, 1, MOE_RUN_MAX);
+    run_release(&r);
+    r.b->ops->destroy(r.b);
+    run_comm_finalize(comm);
+    if (!rc && moe_close_stdout(prog))
+        rc = 1;
+    return v ? (rc ? rc : 1) : 0;
+}

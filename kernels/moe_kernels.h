@@ -1,0 +1,146 @@
+/* kernels/moe_kernels.h -- C launchers of the CUDA kernels of moe-run (kernels/libmoekern.a).
+ *
+ * Each launcher has the meaning of the C reference kernel of the same name in moe/kern.h
+ * (moe_gpu_X computes what moe_kern_X computes), on device pointers, enqueued on the CUDA
+ * stream given as a void * (a cudaStream_t; NULL is the legacy default stream). Launchers
+ * return 0 or an error code for moe_gpu_strerror(): a cudaError_t value, or a cuBLAS status
+ * offset by MOE_GPU_CUBLAS_BASE. They never print, exit or synchronise the stream unless said
+ * so; kernel execution errors surface at the next synchronising call.
+ *
+ * The layout of one MoE layer on a GPU:
+ *   moe_gpu_mixer -> moe_gpu_gate (or ids from a trace) -> moe_gpu_route (expert-sorted order,
+ *   per-expert counts) -> moe_gpu_gather_pack (permute + convert to the wire dtype) ->
+ *   [all-to-all] -> moe_gpu_ffn_grouped (wire dtype in and out) -> [all-to-all] ->
+ *   moe_gpu_combine (weighted sum, un-permute and unpack fused, with the residual). */
+#ifndef MOE_KERNELS_H
+#define MOE_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Codes >= MOE_GPU_CUBLAS_BASE are MOE_GPU_CUBLAS_BASE + a cublasStatus_t. */
+#define MOE_GPU_CUBLAS_BASE 100000
+/* Slot value of a (token, choice) that goes to no expert (a negative id: the token skips the
+ * layer's MoE, as a missing trace cell does). */
+#define MOE_GPU_NO_SLOT UINT32_MAX
+
+/* Short description of a launcher's error code ("out of memory", "CUBLAS_STATUS_..."). */
+const char *moe_gpu_strerror(int err);
+/* Number of CUDA devices into *n (0 when there is no driver or no device: that is not an
+ * error here, so callers can skip cleanly). Returns 0 or an error code. */
+int moe_gpu_device_count(int *n);
+/* The name of device dev (cudaGetDeviceProperties) into buf, at most len bytes with the NUL. */
+int moe_gpu_device_name(int dev, char *buf, size_t len);
+
+/* ------------------------------------------------------------------ context */
+
+/* State that several launchers need: a cuBLAS handle bound to one stream and device
+ * workspaces that grow on demand (growing allocates, which synchronises the device, so size
+ * them once with a first call of the largest shape before timing). One per stream and thread. */
+typedef struct moe_gpu_ctx moe_gpu_ctx_t;
+
+/* Create a context on the current device whose work goes to stream. Returns 0 or an error. */
+int moe_gpu_ctx_create(moe_gpu_ctx_t **ctx, void *stream);
+/* Free a context and its workspaces; NULL does nothing. */
+void moe_gpu_ctx_free(moe_gpu_ctx_t *ctx);
+/* The stream the context's work goes to. */
+void *moe_gpu_ctx_stream(const moe_gpu_ctx_t *ctx);
+/* How moe_gpu_ffn_grouped issues its GEMMs: MOE_GPU_GEMM_GROUPED (default: one
+ * cublasGemmGroupedBatchedEx call per product over all experts) or MOE_GPU_GEMM_LOOP (one
+ * cublasGemmEx per expert). The environment variable MOE_GPU_GEMM=grouped|loop sets the default
+ * of new contexts. */
+enum moe_gpu_gemm_mode { MOE_GPU_GEMM_GROUPED = 0, MOE_GPU_GEMM_LOOP = 1 };
+void moe_gpu_ctx_set_gemm_mode(moe_gpu_ctx_t *ctx, int mode);
+int moe_gpu_ctx_gemm_mode(const moe_gpu_ctx_t *ctx);
+
+/* ------------------------------------------------------------------ element-wise and permutes */
+
+/* moe_kern_mixer on n rows of x (device, n x H fp32) in place. */
+int moe_gpu_mixer(float *x, size_t n, uint32_t H, const float *m, void *stream);
+
+/* moe_kern_pack / moe_kern_unpack of n values (dtype an enum moe_dtype); bit-identical to the
+ * C reference, NaN payloads included. */
+int moe_gpu_pack(const float *src, size_t n, int dtype, void *dst, void *stream);
+int moe_gpu_unpack(const void *src, size_t n, int dtype, float *dst, void *stream);
+
+/* moe_kern_gather: dst row i = src row idx[i] (fp32 rows of H). */
+int moe_gpu_gather(const float *src, const uint32_t *idx, size_t n, uint32_t H, float *dst,
+                   void *stream);
+/* The permute fused with the pack: dst row i (H values of dtype) = src row idx[i] converted. */
+int moe_gpu_gather_pack(const float *src, const uint32_t *idx, size_t n, uint32_t H, int dtype,
+                        void *dst, void *stream);
+
+/* moe_kern_scatter_add with atomics: out row idx[i] += w[i] * y row i (w NULL: 1). Rows that
+ * hit the same target add in an unspecified order; use moe_gpu_combine for a fixed order. */
+int moe_gpu_scatter_add(const float *y, const uint32_t *idx, const float *w, size_t n,
+                        uint32_t H, float *out, void *stream);
+
+/* The combine fused with the un-permute and the unpack, in gather form (deterministic, no
+ * atomics): for each token i < n, x row i += sum over k < K of w[i*K+k] * y row slot[i*K+k],
+ * the k in ascending order, skipping slots equal to MOE_GPU_NO_SLOT; y holds rows of H values
+ * of dtype (the received combine buffer). The same as moe_kern_scatter_add applied to the
+ * rows in the order of k. */
+int moe_gpu_combine(const void *y, int dtype, const uint32_t *slot, const float *w, size_t n,
+                    uint32_t K, uint32_t H, float *x, void *stream);
+
+/* ------------------------------------------------------------------ gate and routing */
+
+/* moe_kern_gate on n rows: ids[n*K], w[n*K]. The logits are summed in the reference's order
+ * without fused multiply-adds, so for the same x the ids are identical to the C reference
+ * (built without contraction, as -std=c11 does) and w agrees to float rounding.
+ * 1 <= K <= 32, E <= 4096. */
+int moe_gpu_gate(const float *x, size_t n, uint32_t H, const float *Wg, uint32_t E, uint32_t K,
+                 int32_t *ids, float *w, void *stream);
+
+/* The expert-sorted order of the n*K choices ids (a negative id: no expert). With key[e] a
+ * permutation of 0..E-1 (device; NULL for the identity; the runtime passes the position of
+ * expert e in destination-rank-major order so each rank's rows are contiguous), the choices
+ * are ordered by key[ids[j]], ties by j (a stable sort). Outputs (device): counts[E] rows per
+ * key, offsets[E+1] their exclusive prefix sums (offsets[E] = choices that go anywhere),
+ * src_row[j'] = the token (j / K) of sorted slot j' (for moe_gpu_gather_pack), slot[j] = the
+ * sorted slot of choice j or MOE_GPU_NO_SLOT (for moe_gpu_combine). Uses the context's
+ * stream and workspace. */
+int moe_gpu_route(moe_gpu_ctx_t *ctx, const int32_t *ids, size_t n, uint32_t K, uint32_t E,
+                  const int32_t *key, int32_t *counts, int32_t *offsets, uint32_t *src_row,
+                  uint32_t *slot);
+
+/* ------------------------------------------------------------------ expert FFN */
+
+/* Grouped moe_kern_ffn over G experts in the expert-sorted layout, in the wire dtype: rows
+ * off[g] .. off[g+1]-1 (off on the host, G+1 ascending entries) of x (rows of H values of
+ * dtype) go through expert g, whose weights are W1[g] and W2[g] (host tables of device
+ * pointers to dtype, row-major H x F and F x H; may be NULL for a group without rows); the
+ * result rows of y have dtype too, ready to send back. Products accumulate in fp32
+ * (CUBLAS_COMPUTE_32F; no TF32 for fp32); for bf16/fp16 the hidden activation is rounded to
+ * dtype before and after silu, as a bf16/fp16 model does. Returns 0, an error, or
+ * cudaErrorInvalidValue for descending offsets or an unknown dtype. */
+int moe_gpu_ffn_grouped(moe_gpu_ctx_t *ctx, int dtype, const void *x, uint32_t G,
+                        const size_t *off, uint32_t H, uint32_t F, const void *const *W1,
+                        const void *const *W2, void *y);
+
+/* One dense GEMM C = A B (row-major M x K times K x N, all of dtype, fp32 accumulation), the
+ * baseline the benchmark compares the grouped FFN with. */
+int moe_gpu_gemm(moe_gpu_ctx_t *ctx, int dtype, size_t M, size_t N, size_t K, const void *A,
+                 const void *B, void *C);
+
+/* ------------------------------------------------------------------ moe-run backend */
+
+/* The CUDA + NCCL backend of moe-run (moe/run_backend.h), built when configure also finds
+ * NCCL: one GPU per local rank (local rank mod the visible devices), NCCL set up over the
+ * host communicator (rank 0 makes the unique id, comm broadcasts it). dtype (enum moe_dtype)
+ * is the run's --dtype: for bf16/fp16 the expert FFN runs in that type with fp32
+ * accumulation. Returns NULL with the reason in errbuf (no device, bad dtype); CUDA/NCCL
+ * failures later are reported with host:file:line and abort the job. */
+struct moe_run_backend;
+struct moe_run_comm;
+struct moe_run_backend *moe_run_backend_cuda(struct moe_run_comm *comm, int dtype, char *errbuf,
+                                             size_t errlen);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

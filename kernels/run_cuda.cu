@@ -1,0 +1,551 @@
+/* kernels/run_cuda.cu -- moe-run's CUDA + NCCL backend: the moe/run_backend.h operations on GPU
+ * memory with the kernels of kernels/ and NCCL collectives.
+ *
+ * One GPU per local rank (device local_rank mod the devices visible). Kernels and copies run
+ * on one compute stream; NCCL runs on a second stream, ordered after the compute work it
+ * depends on by events, so an ialltoallv overlaps the kernels issued before its wait.
+ * all-to-all(v) is grouped ncclSend/ncclRecv. Every CUDA/NCCL failure is fatal: it is
+ * reported with host:file:line and the library's message, then the whole job is aborted
+ * through the host communicator, so no rank waits forever for a peer that failed.
+ *
+ * For --dtype bf16/fp16 the expert FFN runs in that dtype on tensor cores (fp32
+ * accumulation): the runtime keeps fp32 weights in backend buffers, and the backend keeps a
+ * converted copy of each weight matrix it is asked to use, dropped whenever any operation
+ * writes bytes that overlap the fp32 source. */
+#include <nccl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "gpu_internal.cuh"
+#include "moe/moe.h"
+#include "moe/run_backend.h"
+
+/* A converted weight matrix: n floats at src as dtype at conv. */
+typedef struct wconv {
+    const float *src;
+    size_t n;
+    void *conv;
+} wconv_t;
+
+typedef struct cuda_be {
+    int dev, dtype;
+    cudaStream_t cs, ns;        /* compute, NCCL */
+    ncclComm_t nccl;
+    moe_gpu_ctx_t *ctx;
+    wconv_t *wc;                /* weight conversions */
+    size_t nwc, capwc;
+    void *xw, *yw;              /* FFN rows in dtype */
+    size_t xw_bytes, yw_bytes;
+    double *red;                /* device scratch of allreduce */
+    int red_n;
+    const void **tab;           /* host tables of converted weight pointers (2 x G) */
+    size_t tab_cap;
+} cuda_be_t;
+
+typedef struct cuda_req {
+    cudaEvent_t done;
+} cuda_req_t;
+
+/* ------------------------------------------------------------------ fatal errors */
+
+static void be_fail(moe_run_backend_t *b, const char *file, int line, const char *what,
+                    const char *msg)
+{
+    char host[256];
+    if (gethostname(host, sizeof host))
+        strcpy(host, "?");
+    host[sizeof host - 1] = '\0';
+    fflush(stdout);
+    fprintf(stderr, "moe-run: rank %d: %s:%s:%d: %s error: %s\n", b->rank, host, file, line, what,
+            msg);
+    moe_run_comm_abort(b->comm, 1);
+}
+
+#define CUDA_CK(b, call)                                                                     \
+    do {                                                                                     \
+        cudaError_t e_ = (call);                                                             \
+        if (e_ != cudaSuccess)                                                               \
+            be_fail((b), __FILE__, __LINE__, "CUDA", cudaGetErrorString(e_));                \
+    } while (0)
+#define NCCL_CK(b, call)                                                                     \
+    do {                                                                                     \
+        ncclResult_t r_ = (call);                                                            \
+        if (r_ != ncclSuccess)                                                               \
+            be_fail((b), __FILE__, __LINE__, "NCCL", ncclGetErrorString(r_));                \
+    } while (0)
+/* The kernel launchers return a code for moe_gpu_strerror. */
+#define GPU_CK(b, call)                                                                      \
+    do {                                                                                     \
+        int g_ = (call);                                                                     \
+        if (g_ != 0)                                                                         \
+            be_fail((b), __FILE__, __LINE__, "CUDA", moe_gpu_strerror(g_));                  \
+    } while (0)
+
+static cuda_be_t *impl(moe_run_backend_t *b)
+{
+    return (cuda_be_t *)b->impl;
+}
+
+/* ------------------------------------------------------------------ weight conversions */
+
+/* Drop the conversions whose fp32 source overlaps [p, p + bytes). */
+static void wc_invalidate(moe_run_backend_t *b, const void *p, size_t bytes)
+{
+    cuda_be_t *c = impl(b);
+    const char *lo = (const char *)p, *hi = lo + bytes;
+    for (size_t i = 0; i < c->nwc;) {
+        const char *s = (const char *)c->wc[i].src, *e = s + c->wc[i].n * sizeof(float);
+        if (s < hi && lo < e) {
+            CUDA_CK(b, cudaFree(c->wc[i].conv));
+            c->wc[i] = c->wc[--c->nwc];
+        } else {
+            i++;
+        }
+    }
+}
+
+/* The dtype copy of the n floats at src, converted on first use. */
+static const void *wc_get(moe_run_backend_t *b, const float *src, size_t n)
+{
+    cuda_be_t *c = impl(b);
+    for (size_t i = 0; i < c->nwc; i++)
+        if (c->wc[i].src == src && c->wc[i].n == n)
+            return c->wc[i].conv;
+    if (c->nwc == c->capwc) {
+        size_t cap = c->capwc ? 2 * c->capwc : 64;
+        wconv_t *w = (wconv_t *)realloc(c->wc, cap * sizeof *w);
+        if (!w)
+            be_fail(b, __FILE__, __LINE__, "host", "out of memory");
+        c->wc = w;
+        c->capwc = cap;
+    }
+    void *conv = NULL;
+    CUDA_CK(b, cudaMalloc(&conv, n * moe_dtype_size(c->dtype)));
+    GPU_CK(b, moe_gpu_pack(src, n, c->dtype, conv, c->cs));
+    c->wc[c->nwc++] = (wconv_t){src, n, conv};
+    return conv;
+}
+
+/* ------------------------------------------------------------------ memory */
+
+static void *cu_alloc(moe_run_backend_t *b, size_t bytes)
+{
+    void *p = NULL;
+    (void)b;
+    if (cudaMalloc(&p, bytes ? bytes : 1) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return NULL;
+    }
+    return p;
+}
+
+/* Conversions of a freed buffer need not be dropped for correctness (whatever reuses the
+ * memory writes it through an operation that invalidates them); the common case, a buffer
+ * holding one weight matrix, is released at once to keep memory. */
+static void cu_free(moe_run_backend_t *b, void *p)
+{
+    if (!p)
+        return;
+    cuda_be_t *c = impl(b);
+    for (size_t i = 0; i < c->nwc; i++)
+        if ((const void *)c->wc[i].src == p) {
+            wc_invalidate(b, p, 1);
+            break;
+        }
+    CUDA_CK(b, cudaFree(p));
+}
+
+static int cu_upload(moe_run_backend_t *b, void *dst, const void *src, size_t bytes)
+{
+    cuda_be_t *c = impl(b);
+    if (!bytes)
+        return 0;
+    wc_invalidate(b, dst, bytes);
+    CUDA_CK(b, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, c->cs));
+    CUDA_CK(b, cudaStreamSynchronize(c->cs));
+    return 0;
+}
+
+static int cu_download(moe_run_backend_t *b, void *dst, const void *src, size_t bytes)
+{
+    cuda_be_t *c = impl(b);
+    if (!bytes)
+        return 0;
+    CUDA_CK(b, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, c->cs));
+    CUDA_CK(b, cudaStreamSynchronize(c->cs));
+    return 0;
+}
+
+static int cu_copy(moe_run_backend_t *b, void *dst, const void *src, size_t bytes)
+{
+    if (!bytes)
+        return 0;
+    wc_invalidate(b, dst, bytes);
+    CUDA_CK(b, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, impl(b)->cs));
+    return 0;
+}
+
+static int cu_zero(moe_run_backend_t *b, void *dst, size_t bytes)
+{
+    if (!bytes)
+        return 0;
+    wc_invalidate(b, dst, bytes);
+    CUDA_CK(b, cudaMemsetAsync(dst, 0, bytes, impl(b)->cs));
+    return 0;
+}
+
+/* ------------------------------------------------------------------ kernels */
+
+static int cu_mixer(moe_run_backend_t *b, float *x, size_t n, uint32_t H, const float *m)
+{
+    wc_invalidate(b, x, n * H * sizeof *x);
+    GPU_CK(b, moe_gpu_mixer(x, n, H, m, impl(b)->cs));
+    return 0;
+}
+
+static int cu_gate(moe_run_backend_t *b, const float *x, size_t n, uint32_t H, const float *Wg,
+                   uint32_t E, uint32_t K, int32_t *ids, float *w)
+{
+    if (K == 0 || K > E || K > 32 || E > 4096)
+        return MOE_EINVAL;
+    wc_invalidate(b, ids, n * K * sizeof *ids);
+    wc_invalidate(b, w, n * K * sizeof *w);
+    GPU_CK(b, moe_gpu_gate(x, n, H, Wg, E, K, ids, w, impl(b)->cs));
+    return 0;
+}
+
+static int cu_gather(moe_run_backend_t *b, const float *src, const uint32_t *idx, size_t n,
+                     uint32_t H, float *dst)
+{
+    wc_invalidate(b, dst, n * H * sizeof *dst);
+    GPU_CK(b, moe_gpu_gather(src, idx, n, H, dst, impl(b)->cs));
+    return 0;
+}
+
+/* Atomics: rows that hit the same target add in any order (fp32 rounding only). The targets
+ * are activations, never weights, so nothing to invalidate beyond the rows written; their
+ * extent is unknown without reading idx, hence the whole-row-range scan is skipped. */
+static int cu_scatter_add(moe_run_backend_t *b, const float *y, const uint32_t *idx,
+                          const float *w, size_t n, uint32_t H, float *out)
+{
+    GPU_CK(b, moe_gpu_scatter_add(y, idx, w, n, H, out, impl(b)->cs));
+    return 0;
+}
+
+/* Make room for `bytes` in one of the FFN row buffers. */
+static void *grow(moe_run_backend_t *b, void **buf, size_t *have, size_t bytes)
+{
+    GPU_CK(b, gpu_reserve(buf, have, bytes));
+    return *buf;
+}
+
+static int cu_ffn_grouped(moe_run_backend_t *b, const float *x, uint32_t G, const size_t *off,
+                          uint32_t H, uint32_t F, const float *const *W1,
+                          const float *const *W2, float *y)
+{
+    cuda_be_t *c = impl(b);
+    for (uint32_t g = 0; g < G; g++)
+        if (off[g + 1] < off[g])
+            return MOE_EINVAL;
+    if (!G || off[G] == off[0])
+        return 0;
+    size_t r0 = off[0], rows = off[G] - r0, es = moe_dtype_size(c->dtype);
+    wc_invalidate(b, y + r0 * H, rows * H * sizeof *y);
+    if (c->dtype == MOE_DTYPE_FP32) {
+        GPU_CK(b, moe_gpu_ffn_grouped(c->ctx, MOE_DTYPE_FP32, x, G, off, H, F,
+                                      (const void *const *)W1, (const void *const *)W2, y));
+        return 0;
+    }
+    if (2 * (size_t)G > c->tab_cap) {
+        const void **t = (const void **)realloc(c->tab, 2 * (size_t)G * sizeof *t);
+        if (!t)
+            return MOE_ENOMEM;
+        c->tab = t;
+        c->tab_cap = 2 * (size_t)G;
+    }
+    for (uint32_t g = 0; g < G; g++) {
+        int used = off[g + 1] > off[g];
+        c->tab[g] = used ? wc_get(b, W1[g], (size_t)H * F) : NULL;
+        c->tab[G + g] = used ? wc_get(b, W2[g], (size_t)F * H) : NULL;
+    }
+    /* rows r0 .. off[G] as dtype at the same row positions of the work buffers */
+    char *xw = (char *)grow(b, &c->xw, &c->xw_bytes, off[G] * H * es);
+    char *yw = (char *)grow(b, &c->yw, &c->yw_bytes, off[G] * H * es);
+    GPU_CK(b, moe_gpu_pack(x + r0 * H, rows * H, c->dtype, xw + r0 * H * es, c->cs));
+    GPU_CK(b, moe_gpu_ffn_grouped(c->ctx, c->dtype, xw, G, off, H, F, c->tab, c->tab + G, yw));
+    GPU_CK(b, moe_gpu_unpack(yw + r0 * H * es, rows * H, c->dtype, y + r0 * H, c->cs));
+    return 0;
+}
+
+static int cu_pack(moe_run_backend_t *b, const float *src, size_t n, int dtype, void *dst)
+{
+    if (!moe_dtype_size(dtype))
+        return MOE_EINVAL;
+    wc_invalidate(b, dst, n * moe_dtype_size(dtype));
+    GPU_CK(b, moe_gpu_pack(src, n, dtype, dst, impl(b)->cs));
+    return 0;
+}
+
+static int cu_unpack(moe_run_backend_t *b, const void *src, size_t n, int dtype, float *dst)
+{
+    if (!moe_dtype_size(dtype))
+        return MOE_EINVAL;
+    wc_invalidate(b, dst, n * sizeof *dst);
+    GPU_CK(b, moe_gpu_unpack(src, n, dtype, dst, impl(b)->cs));
+    return 0;
+}
+
+/* ------------------------------------------------------------------ collectives */
+
+/* The NCCL stream waits for everything issued on the compute stream so far. */
+static void ns_after_cs(moe_run_backend_t *b)
+{
+    cuda_be_t *c = impl(b);
+    cudaEvent_t ev;
+    CUDA_CK(b, cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+    CUDA_CK(b, cudaEventRecord(ev, c->cs));
+    CUDA_CK(b, cudaStreamWaitEvent(c->ns, ev, 0));
+    CUDA_CK(b, cudaEventDestroy(ev));
+}
+
+/* An event recorded on the NCCL stream after the collective just issued. */
+static cudaEvent_t ns_done(moe_run_backend_t *b)
+{
+    cudaEvent_t ev;
+    CUDA_CK(b, cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+    CUDA_CK(b, cudaEventRecord(ev, impl(b)->ns));
+    return ev;
+}
+
+/* The compute stream waits for ev (then ev is released). */
+static void cs_after(moe_run_backend_t *b, cudaEvent_t ev)
+{
+    CUDA_CK(b, cudaStreamWaitEvent(impl(b)->cs, ev, 0));
+    CUDA_CK(b, cudaEventDestroy(ev));
+}
+
+static void issue_alltoallv(moe_run_backend_t *b, const void *send, const size_t *sc,
+                            const size_t *sd, void *recv, const size_t *rc, const size_t *rd)
+{
+    cuda_be_t *c = impl(b);
+    for (int r = 0; r < b->size; r++)
+        if (rc[r])
+            wc_invalidate(b, (char *)recv + rd[r], rc[r]);
+    ns_after_cs(b);
+    NCCL_CK(b, ncclGroupStart());
+    for (int r = 0; r < b->size; r++) {
+        if (sc[r])
+            NCCL_CK(b, ncclSend((const char *)send + sd[r], sc[r], ncclUint8, r, c->nccl, c->ns));
+        if (rc[r])
+            NCCL_CK(b, ncclRecv((char *)recv + rd[r], rc[r], ncclUint8, r, c->nccl, c->ns));
+    }
+    NCCL_CK(b, ncclGroupEnd());
+}
+
+static int cu_alltoallv(moe_run_backend_t *b, const void *send, const size_t *sc,
+                        const size_t *sd, void *recv, const size_t *rc, const size_t *rd)
+{
+    issue_alltoallv(b, send, sc, sd, recv, rc, rd);
+    cs_after(b, ns_done(b));
+    return 0;
+}
+
+/* The counts are consumed when the group is issued, so the request keeps only the event; wait
+ * orders the compute stream after the transfer (later kernels see the received rows). */
+static int cu_ialltoallv(moe_run_backend_t *b, const void *send, const size_t *sc,
+                         const size_t *sd, void *recv, const size_t *rc, const size_t *rd,
+                         moe_run_req_t **out)
+{
+    cuda_req_t *q = (cuda_req_t *)calloc(1, sizeof *q);
+    if (!q)
+        return MOE_ENOMEM;
+    issue_alltoallv(b, send, sc, sd, recv, rc, rd);
+    q->done = ns_done(b);
+    *out = (moe_run_req_t *)q;
+    return 0;
+}
+
+static int cu_wait(moe_run_backend_t *b, moe_run_req_t *req)
+{
+    cuda_req_t *q = (cuda_req_t *)req;
+    cs_after(b, q->done);
+    free(q);
+    return 0;
+}
+
+static int cu_allgather(moe_run_backend_t *b, const void *send, size_t bytes, void *recv)
+{
+    cuda_be_t *c = impl(b);
+    if (!bytes)
+        return 0;
+    wc_invalidate(b, recv, bytes * (size_t)b->size);
+    ns_after_cs(b);
+    NCCL_CK(b, ncclAllGather(send, recv, bytes, ncclUint8, c->nccl, c->ns));
+    cs_after(b, ns_done(b));
+    return 0;
+}
+
+static int cu_allreduce(moe_run_backend_t *b, double *v, int n, int op)
+{
+    cuda_be_t *c = impl(b);
+    ncclRedOp_t o = op == MOE_RUN_MAX ? ncclMax : op == MOE_RUN_MIN ? ncclMin : ncclSum;
+    if (n <= 0)
+        return n < 0 ? MOE_EINVAL : 0;
+    if (n > c->red_n) {
+        if (c->red)
+            CUDA_CK(b, cudaFree(c->red));
+        c->red = NULL;
+        CUDA_CK(b, cudaMalloc((void **)&c->red, (size_t)n * sizeof *v));
+        c->red_n = n;
+    }
+    CUDA_CK(b, cudaMemcpyAsync(c->red, v, (size_t)n * sizeof *v, cudaMemcpyHostToDevice, c->ns));
+    NCCL_CK(b, ncclAllReduce(c->red, c->red, (size_t)n, ncclFloat64, o, c->nccl, c->ns));
+    CUDA_CK(b, cudaMemcpyAsync(v, c->red, (size_t)n * sizeof *v, cudaMemcpyDeviceToHost, c->ns));
+    CUDA_CK(b, cudaStreamSynchronize(c->ns));
+    return 0;
+}
+
+static int cu_barrier(moe_run_backend_t *b)
+{
+    double one = 1;
+    CUDA_CK(b, cudaStreamSynchronize(impl(b)->cs));
+    return cu_allreduce(b, &one, 1, MOE_RUN_SUM);
+}
+
+/* ------------------------------------------------------------------ time, teardown */
+
+/* The compute stream holds every kernel and copy, and the synchronous collectives (it waits
+ * for them); an ialltoallv not yet waited for keeps going on the NCCL stream, as an MPI
+ * request progresses until its wait, so timing a phase does not cancel the overlap. */
+static int cu_sync(moe_run_backend_t *b)
+{
+    CUDA_CK(b, cudaStreamSynchronize(impl(b)->cs));
+    return 0;
+}
+
+/* Wall clock after syncing the compute stream: the runtime brackets phases with sync + now,
+ * so a phase's time includes the GPU work it issued. */
+static double cu_now(moe_run_backend_t *b)
+{
+    struct timespec ts;
+    cu_sync(b);
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void cu_destroy(moe_run_backend_t *b)
+{
+    if (!b)
+        return;
+    cuda_be_t *c = impl(b);
+    if (c && c->cs) {
+        cudaStreamSynchronize(c->cs);
+        cudaStreamSynchronize(c->ns);
+        for (size_t i = 0; i < c->nwc; i++)
+            cudaFree(c->wc[i].conv);
+        free(c->wc);
+        free(c->tab);
+        cudaFree(c->xw);
+        cudaFree(c->yw);
+        cudaFree(c->red);
+        moe_gpu_ctx_free(c->ctx);
+        if (c->nccl)
+            ncclCommDestroy(c->nccl);
+        cudaStreamDestroy(c->cs);
+        if (c->ns)
+            cudaStreamDestroy(c->ns);
+    }
+    free(c);
+    free(b);
+}
+
+static const moe_run_backend_ops_t cuda_ops = {
+    .alloc = cu_alloc,
+    .free = cu_free,
+    .upload = cu_upload,
+    .download = cu_download,
+    .copy = cu_copy,
+    .zero = cu_zero,
+    .mixer = cu_mixer,
+    .gate = cu_gate,
+    .gather = cu_gather,
+    .scatter_add = cu_scatter_add,
+    .ffn_grouped = cu_ffn_grouped,
+    .pack = cu_pack,
+    .unpack = cu_unpack,
+    .alltoallv = cu_alltoallv,
+    .ialltoallv = cu_ialltoallv,
+    .wait = cu_wait,
+    .allgather = cu_allgather,
+    .allreduce = cu_allreduce,
+    .barrier = cu_barrier,
+    .sync = cu_sync,
+    .now = cu_now,
+    .destroy = cu_destroy,
+};
+
+/* Pick the device, make the streams, the kernel context and the NCCL communicator (rank 0
+ * makes the unique id; the host communicator broadcasts it). Errors before NCCL exists are
+ * returned in errbuf on this rank; the caller aborts the job. */
+static int cuda_setup(moe_run_backend_t *b, cuda_be_t *c, char *errbuf, size_t errlen)
+{
+    int ndev = 0, err = moe_gpu_device_count(&ndev);
+    if (err || !ndev) {
+        snprintf(errbuf, errlen, "no CUDA device on rank %d (%s)", b->rank,
+                 err ? moe_gpu_strerror(err) : "none visible");
+        return -1;
+    }
+    c->dev = moe_run_comm_local_rank(b->comm) % ndev;
+    cudaError_t e = cudaSetDevice(c->dev);
+    if (e == cudaSuccess)
+        e = cudaStreamCreateWithFlags(&c->cs, cudaStreamNonBlocking);
+    if (e == cudaSuccess)
+        e = cudaStreamCreateWithFlags(&c->ns, cudaStreamNonBlocking);
+    if (e != cudaSuccess) {
+        snprintf(errbuf, errlen, "CUDA device %d: %s", c->dev, cudaGetErrorString(e));
+        return -1;
+    }
+    if ((err = moe_gpu_ctx_create(&c->ctx, c->cs)) != 0 ||
+        (err = moe_gpu_device_name(c->dev, b->device, sizeof b->device)) != 0) {
+        snprintf(errbuf, errlen, "CUDA device %d: %s", c->dev, moe_gpu_strerror(err));
+        return -1;
+    }
+    ncclUniqueId id;
+    memset(&id, 0, sizeof id);
+    if (b->rank == 0)
+        NCCL_CK(b, ncclGetUniqueId(&id));
+    if (moe_run_comm_bcast(b->comm, &id, sizeof id, 0) != 0) {
+        snprintf(errbuf, errlen, "cannot broadcast the NCCL unique id");
+        return -1;
+    }
+    NCCL_CK(b, ncclCommInitRank(&c->nccl, b->size, id, b->rank));
+    return 0;
+}
+
+extern "C" moe_run_backend_t *moe_run_backend_cuda(moe_run_comm_t *comm, int dtype, char *errbuf,
+                                                   size_t errlen)
+{
+    moe_run_backend_t *b = (moe_run_backend_t *)calloc(1, sizeof *b);
+    cuda_be_t *c = (cuda_be_t *)calloc(1, sizeof *c);
+    if (!b || !c || !moe_dtype_size(dtype)) {
+        snprintf(errbuf, errlen, "%s", moe_strerror(b && c ? MOE_EINVAL : MOE_ENOMEM));
+        free(b);
+        free(c);
+        return NULL;
+    }
+    b->ops = &cuda_ops;
+    b->name = "cuda";
+    b->comm = comm;
+    b->rank = moe_run_comm_rank(comm);
+    b->size = moe_run_comm_size(comm);
+    b->impl = c;
+    c->dtype = dtype;
+    if (cuda_setup(b, c, errbuf, errlen) != 0) {
+        cu_destroy(b);
+        return NULL;
+    }
+    return b;
+}

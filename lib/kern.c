@@ -1,0 +1,388 @@
+/* lib/kern.c -- reference kernels of moe-run (see moe/kern.h and the model in moe-run(1)). */
+#include "config.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "moe/kern.h"
+#include "moe/moe.h"
+#include "moe/rng.h"
+
+/* Rows per FFN block: each weight row is streamed once per block and reused for all its rows
+ * from L1, while the block's accumulators (KERN_BLK x F and KERN_BLK x H floats) stay in L2. */
+#define KERN_BLK 16
+
+/* ------------------------------------------------------------------ dtypes */
+
+size_t moe_dtype_size(int dtype)
+{
+    switch (dtype) {
+    case MOE_DTYPE_FP32: return 4;
+    case MOE_DTYPE_BF16:
+    case MOE_DTYPE_FP16: return 2;
+    default: return 0;
+    }
+}
+
+const char *moe_dtype_name(int dtype)
+{
+    switch (dtype) {
+    case MOE_DTYPE_FP32: return "fp32";
+    case MOE_DTYPE_BF16: return "bf16";
+    case MOE_DTYPE_FP16: return "fp16";
+    default: return "?";
+    }
+}
+
+int moe_dtype_parse(const char *s)
+{
+    if (!s)
+        return MOE_EINVAL;
+    for (int d = MOE_DTYPE_FP32; d <= MOE_DTYPE_FP16; d++)
+        if (strcmp(s, moe_dtype_name(d)) == 0)
+            return d;
+    return MOE_EINVAL;
+}
+
+static uint32_t f32_bits(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+}
+
+static float bits_f32(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+uint16_t moe_f32_to_bf16(float f)
+{
+    uint32_t u = f32_bits(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) /* NaN: truncate, force the quiet bit */
+        return (uint16_t)((u >> 16) | 0x0040u);
+    /* Adding 0x7fff plus the lowest kept bit rounds to nearest even; a carry out of the
+     * mantissa bumps the exponent, which is right (up to Inf past the largest finite). */
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+float moe_bf16_to_f32(uint16_t h)
+{
+    return bits_f32((uint32_t)h << 16);
+}
+
+/* |f| in [2^-25, 2^-14): an fp16 subnormal q * 2^-24, rounded to nearest even. */
+static uint16_t f16_subnormal(uint32_t ax)
+{
+    uint32_t e = ax >> 23;                   /* biased exponent, 102 .. 112 */
+    uint32_t m = (ax & 0x7fffffu) | 0x800000u;
+    uint32_t shift = 126u - e;               /* value = m * 2^(e - 150) = (m >> shift) * 2^-24 */
+    uint32_t q = m >> shift;
+    uint32_t rem = m & ((1u << shift) - 1u);
+    uint32_t half = 1u << (shift - 1u);
+    if (rem > half || (rem == half && (q & 1u)))
+        q++; /* may carry into 0x400, the smallest normal: still the right encoding */
+    return (uint16_t)q;
+}
+
+uint16_t moe_f32_to_f16(float f)
+{
+    uint32_t u = f32_bits(f);
+    uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
+    uint32_t ax = u & 0x7fffffffu;
+    if (ax > 0x7f800000u) /* NaN: quiet, keeping the top payload bits */
+        return (uint16_t)(sign | 0x7e00u | ((ax >> 13) & 0x3ffu));
+    if (ax >= 0x477ff000u) /* >= 65520 (Inf included) rounds to Inf */
+        return (uint16_t)(sign | 0x7c00u);
+    if (ax <= 0x33000000u) /* <= 2^-25: half the smallest subnormal, ties to even zero */
+        return sign;
+    if (ax < 0x38800000u) /* below 2^-14 */
+        return (uint16_t)(sign | f16_subnormal(ax));
+    uint32_t r = ax - 0x38000000u; /* rebias the exponent from 127 to 15 */
+    r += 0xfffu + ((r >> 13) & 1u);
+    return (uint16_t)(sign | (r >> 13));
+}
+
+float moe_f16_to_f32(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+    uint32_t e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
+    if (e == 0) {
+        float v = (float)m * 0x1p-24f; /* exact: m < 2^10 */
+        return sign ? -v : v;
+    }
+    if (e == 31)
+        return bits_f32(sign | 0x7f800000u | (m << 13));
+    return bits_f32(sign | ((e + 112u) << 23) | (m << 13));
+}
+
+int moe_kern_pack(const float *src, size_t n, int dtype, void *dst)
+{
+    uint16_t *d = dst;
+    switch (dtype) {
+    case MOE_DTYPE_FP32:
+        if (n)
+            memcpy(dst, src, n * sizeof *src);
+        return 0;
+    case MOE_DTYPE_BF16:
+        for (size_t i = 0; i < n; i++)
+            d[i] = moe_f32_to_bf16(src[i]);
+        return 0;
+    case MOE_DTYPE_FP16:
+        for (size_t i = 0; i < n; i++)
+            d[i] = moe_f32_to_f16(src[i]);
+        return 0;
+    default: return MOE_EINVAL;
+    }
+}
+
+int moe_kern_unpack(const void *src, size_t n, int dtype, float *dst)
+{
+    const uint16_t *s = src;
+    switch (dtype) {
+    case MOE_DTYPE_FP32:
+        if (n)
+            memcpy(dst, src, n * sizeof *dst);
+        return 0;
+    case MOE_DTYPE_BF16:
+        for (size_t i = 0; i < n; i++)
+            dst[i] = moe_bf16_to_f32(s[i]);
+        return 0;
+    case MOE_DTYPE_FP16:
+        for (size_t i = 0; i < n; i++)
+            dst[i] = moe_f16_to_f32(s[i]);
+        return 0;
+    default: return MOE_EINVAL;
+    }
+}
+
+/* y[i] += a * x[i], i < n: the inner loop of both FFN products. GCC's -O2 cost model leaves
+ * loops of unknown length scalar, so chunks of 8 go through explicit 4-wide vectors where the
+ * compiler has them; elementwise either way, so the result is bit-identical to the plain loop. */
+#if defined(__GNUC__)
+typedef float kern_v4 __attribute__((vector_size(16)));
+#endif
+static inline void axpy(float *restrict y, float a, const float *restrict x, uint32_t n)
+{
+    uint32_t i = 0;
+#if defined(__GNUC__)
+    for (; i + 8 <= n; i += 8) {
+        kern_v4 y0, y1, x0, x1;
+        memcpy(&y0, y + i, sizeof y0);
+        memcpy(&y1, y + i + 4, sizeof y1);
+        memcpy(&x0, x + i, sizeof x0);
+        memcpy(&x1, x + i + 4, sizeof x1);
+        y0 += a * x0;
+        y1 += a * x1;
+        memcpy(y + i, &y0, sizeof y0);
+        memcpy(y + i + 4, &y1, sizeof y1);
+    }
+#endif
+    for (; i < n; i++)
+        y[i] += a * x[i];
+}
+
+/* ------------------------------------------------------------------ mixer, gate, permute */
+
+void moe_kern_mixer(float *x, size_t n, uint32_t H, const float *m)
+{
+    for (size_t i = 0; i < n; i++) {
+        float *r = x + i * H;
+        for (uint32_t h = 0; h < H; h++)
+            r[h] += 0.25f * tanhf(m[h] * r[h]);
+    }
+}
+
+/* Insert logit v of expert e into the descending top-K list (ids/val, cnt entries so far).
+ * Strict comparisons keep the lower id first among equal logits, since ids arrive ascending. */
+static void topk_insert(int32_t *ids, float *val, uint32_t *cnt, uint32_t K, uint32_t e, float v)
+{
+    uint32_t j = *cnt;
+    if (j == K) {
+        if (!(v > val[K - 1]))
+            return;
+        j = K - 1;
+    } else {
+        (*cnt)++;
+    }
+    while (j > 0 && v > val[j - 1]) {
+        val[j] = val[j - 1];
+        ids[j] = ids[j - 1];
+        j--;
+    }
+    val[j] = v;
+    ids[j] = (int32_t)e;
+}
+
+static void gate_row(const float *restrict x, uint32_t H, const float *restrict Wg, uint32_t E,
+                     uint32_t K, float *restrict lg, int32_t *ids, float *w)
+{
+    memset(lg, 0, E * sizeof *lg);
+    for (uint32_t h = 0; h < H; h++) {
+        axpy(lg, x[h], Wg + (size_t)h * E, E);
+    }
+    uint32_t cnt = 0;
+    for (uint32_t e = 0; e < E; e++)
+        topk_insert(ids, w, &cnt, K, e, lg[e]);
+    /* w holds the selected logits in descending order; softmax relative to the largest. */
+    float top = w[0], sum = 0.0f;
+    for (uint32_t k = 0; k < K; k++) {
+        w[k] = expf(w[k] - top);
+        sum += w[k];
+    }
+    for (uint32_t k = 0; k < K; k++)
+        w[k] /= sum;
+}
+
+int moe_kern_gate(const float *x, size_t n, uint32_t H, const float *Wg, uint32_t E, uint32_t K,
+                  int32_t *ids, float *w)
+{
+    if (K == 0 || K > E)
+        return MOE_EINVAL;
+    float *lg = malloc(E * sizeof *lg);
+    if (!lg)
+        return MOE_ENOMEM;
+    for (size_t i = 0; i < n; i++)
+        gate_row(x + i * H, H, Wg, E, K, lg, ids + i * K, w + i * K);
+    free(lg);
+    return 0;
+}
+
+void moe_kern_gather(const float *src, const uint32_t *idx, size_t n, uint32_t H, float *dst)
+{
+    for (size_t i = 0; i < n; i++)
+        memcpy(dst + i * H, src + (size_t)idx[i] * H, H * sizeof *dst);
+}
+
+void moe_kern_scatter_add(const float *y, const uint32_t *idx, const float *w, size_t n,
+                          uint32_t H, float *out)
+{
+    for (size_t i = 0; i < n; i++) {
+        axpy(out + (size_t)idx[i] * H, w ? w[i] : 1.0f, y + i * H, H);
+    }
+}
+
+/* ------------------------------------------------------------------ expert FFN */
+
+size_t moe_kern_ffn_work_size(uint32_t F)
+{
+    return (size_t)KERN_BLK * F;
+}
+
+/* One block of b <= KERN_BLK rows. The loops run over the weight rows outermost so that each
+ * weight row is read once for the block, and innermost along a contiguous row so they
+ * vectorise; per output element the sums still run in ascending h (resp. f). */
+static void ffn_block(const float *restrict x, size_t b, uint32_t H, uint32_t F,
+                      const float *restrict W1, const float *restrict W2, float *restrict y,
+                      float *restrict a)
+{
+    memset(a, 0, b * F * sizeof *a);
+    for (uint32_t h = 0; h < H; h++) {
+        const float *w1 = W1 + (size_t)h * F;
+        for (size_t i = 0; i < b; i++) {
+            axpy(a + i * F, x[i * H + h], w1, F);
+        }
+    }
+    for (size_t i = 0; i < b * F; i++)
+        a[i] = a[i] / (1.0f + expf(-a[i]));
+    memset(y, 0, b * H * sizeof *y);
+    for (uint32_t f = 0; f < F; f++) {
+        const float *w2 = W2 + (size_t)f * H;
+        for (size_t i = 0; i < b; i++) {
+            axpy(y + i * H, a[i * F + f], w2, H);
+        }
+    }
+}
+
+static void ffn_rows(const float *x, size_t n, uint32_t H, uint32_t F, const float *W1,
+                     const float *W2, float *y, float *work)
+{
+    for (size_t i = 0; i < n; i += KERN_BLK) {
+        size_t b = n - i < KERN_BLK ? n - i : KERN_BLK;
+        ffn_block(x + i * H, b, H, F, W1, W2, y + i * H, work);
+    }
+}
+
+int moe_kern_ffn(const float *x, size_t n, uint32_t H, uint32_t F, const float *W1,
+                 const float *W2, float *y, float *work)
+{
+    float *own = NULL;
+    if (n == 0)
+        return 0;
+    if (!work && !(work = own = malloc(moe_kern_ffn_work_size(F) * sizeof *work)))
+        return MOE_ENOMEM;
+    ffn_rows(x, n, H, F, W1, W2, y, work);
+    free(own);
+    return 0;
+}
+
+int moe_kern_ffn_grouped(const float *x, uint32_t G, const size_t *off, uint32_t H, uint32_t F,
+                         const float *const *W1, const float *const *W2, float *y, float *work)
+{
+    float *own = NULL;
+    for (uint32_t g = 0; g < G; g++)
+        if (off[g + 1] < off[g])
+            return MOE_EINVAL;
+    if (!work && !(work = own = malloc(moe_kern_ffn_work_size(F) * sizeof *work)))
+        return MOE_ENOMEM;
+    for (uint32_t g = 0; g < G; g++) {
+        size_t r0 = off[g], n = off[g + 1] - r0;
+        if (n)
+            ffn_rows(x + r0 * H, n, H, F, W1[g], W2[g], y + r0 * H, work);
+    }
+    free(own);
+    return 0;
+}
+
+/* ------------------------------------------------------------------ seeded model */
+
+static void layer_rng(moe_rng_t *r, uint64_t seed, uint32_t l, uint32_t E, uint32_t slot)
+{
+    moe_rng_seed(r, moe_hash64(seed, (uint64_t)l * ((uint64_t)E + 2) + slot));
+}
+
+static void fill_normal(moe_rng_t *r, float *dst, size_t n, double scale)
+{
+    for (size_t i = 0; i < n; i++)
+        dst[i] = (float)(moe_rng_normal(r) * scale);
+}
+
+void moe_kern_init_expert(uint64_t seed, uint32_t l, uint32_t e, uint32_t E, uint32_t H,
+                          uint32_t F, float *W1, float *W2)
+{
+    moe_rng_t r;
+    layer_rng(&r, seed, l, E, e);
+    fill_normal(&r, W1, (size_t)H * F, 1.0 / sqrt((double)H));
+    fill_normal(&r, W2, (size_t)F * H, 1.0 / sqrt((double)F));
+}
+
+void moe_kern_init_gate(uint64_t seed, uint32_t l, uint32_t E, uint32_t H, float *Wg)
+{
+    moe_rng_t r;
+    layer_rng(&r, seed, l, E, E);
+    fill_normal(&r, Wg, (size_t)H * E, 1.0 / sqrt((double)H));
+}
+
+void moe_kern_init_mixer(uint64_t seed, uint32_t l, uint32_t E, uint32_t H, float *m)
+{
+    moe_rng_t r;
+    layer_rng(&r, seed, l, E, E + 1);
+    fill_normal(&r, m, H, 1.0);
+}
+
+void moe_kern_init_token(uint64_t seed, uint64_t t, uint32_t H, float *x)
+{
+    moe_rng_t r;
+    moe_rng_seed(&r, moe_hash64(seed ^ UINT64_C(0x9e3779b97f4a7c15), t));
+    fill_normal(&r, x, H, 1.0);
+}
+
+void moe_kern_init_tokens(uint64_t seed, uint64_t t0, size_t n, uint32_t H, float *x)
+{
+    for (size_t i = 0; i < n; i++)
+        moe_kern_init_token(seed, t0 + i, H, x + i * H);
+}

@@ -1,0 +1,121 @@
+/* moe/kern.h -- the reference kernels of moe-run: the math of one MoE layer on token rows.
+ *
+ * These are the C definitions every moe-run backend computes (the MPI CPU backend calls them
+ * directly; the CUDA kernels in kernels/ have the same meaning and are tested against them).
+ * Activations are fp32 rows of H floats, row-major, accumulation is fp32 throughout. The
+ * runtime decides on the host which rows go where (index arrays, per-expert row offsets,
+ * combine targets and weights); the kernels only move and compute rows. None of them prints,
+ * exits, or keeps state between calls. */
+#ifndef MOE_KERN_H
+#define MOE_KERN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ------------------------------------------------------------------ wire data types */
+
+/* Type of the vectors sent between ranks (and of the expert weights on a GPU). fp32 is a plain
+ * copy; bf16 and fp16 round to nearest even. */
+enum moe_dtype {
+    MOE_DTYPE_FP32 = 0,
+    MOE_DTYPE_BF16 = 1,
+    MOE_DTYPE_FP16 = 2,
+};
+
+/* Bytes of one element of dtype (4, 2, 2); 0 for an unknown dtype. */
+size_t moe_dtype_size(int dtype);
+/* Name of dtype as the tools spell it ("fp32", "bf16", "fp16"); "?" for an unknown dtype. */
+const char *moe_dtype_name(int dtype);
+/* Parse "fp32", "bf16" or "fp16" (as --dtype takes it). Returns the dtype or MOE_EINVAL. */
+int moe_dtype_parse(const char *s);
+
+/* fp32 -> bf16 bits, round to nearest even; Inf stays Inf, NaN stays a (quiet) NaN of the same
+ * sign, values past the bf16 range round to Inf, subnormals round like any other value. */
+uint16_t moe_f32_to_bf16(float f);
+/* bf16 bits -> fp32 (exact). */
+float moe_bf16_to_f32(uint16_t h);
+/* fp32 -> IEEE binary16 bits, round to nearest even: |f| >= 65520 gives Inf, values below the
+ * smallest normal (2^-14) give fp16 subnormals, |f| <= 2^-25 gives a signed zero, NaN stays a
+ * quiet NaN of the same sign keeping its top payload bits. */
+uint16_t moe_f32_to_f16(float f);
+/* IEEE binary16 bits -> fp32 (exact, subnormals included). */
+float moe_f16_to_f32(uint16_t h);
+
+/* Convert n floats to the wire dtype at dst (n * moe_dtype_size(dtype) bytes). Returns 0 or
+ * MOE_EINVAL for an unknown dtype. src and dst must not overlap. */
+int moe_kern_pack(const float *src, size_t n, int dtype, void *dst);
+/* Convert n wire values of dtype at src back to floats. Returns 0 or MOE_EINVAL. */
+int moe_kern_unpack(const void *src, size_t n, int dtype, float *dst);
+
+/* ------------------------------------------------------------------ layer steps */
+
+/* Step 1, the mixer that stands in for attention, on n rows of x in place:
+ * x[h] += 0.25f * tanhf(m[h] * x[h]). */
+void moe_kern_mixer(float *x, size_t n, uint32_t H, const float *m);
+
+/* Step 2, the computed gate on n rows of x (H floats each): logit[e] = sum_h x[h] * Wg[h*E+e]
+ * (Wg is H x E row-major); ids[i*K..] = the K largest logits in descending order, ties to the
+ * lower expert id; w[i*K..] = softmax over those K logits. 1 <= K <= E. Needs E floats of
+ * scratch, allocated once per call. Returns 0, MOE_EINVAL (bad K) or MOE_ENOMEM. */
+int moe_kern_gate(const float *x, size_t n, uint32_t H, const float *Wg, uint32_t E, uint32_t K,
+                  int32_t *ids, float *w);
+
+/* The permute: dst row i = src row idx[i], i < n (rows of H floats). dst must not overlap
+ * src. */
+void moe_kern_gather(const float *src, const uint32_t *idx, size_t n, uint32_t H, float *dst);
+
+/* The combine / un-permute: out row idx[i] += w[i] * y row i, applied in increasing i (the
+ * order matters in fp32 when several rows hit the same target). w == NULL means weight 1. y
+ * and out must not overlap. */
+void moe_kern_scatter_add(const float *y, const uint32_t *idx, const float *w, size_t n,
+                          uint32_t H, float *out);
+
+/* Floats of scratch moe_kern_ffn and moe_kern_ffn_grouped need for inner size F. */
+size_t moe_kern_ffn_work_size(uint32_t F);
+
+/* Step 3, one expert on n rows: y = silu(x W1) W2 with W1 H x F and W2 F x H row-major,
+ * a[f] = sum_h x[h] W1[h*F+f] (h ascending), y[h] = sum_f silu(a[f]) W2[f*H+h] (f ascending),
+ * silu(z) = z / (1 + exp(-z)). y is overwritten and must not overlap x. The rows are processed
+ * in small blocks so each weight row is read once per block, not once per row. work holds
+ * moe_kern_ffn_work_size(F) floats, or is NULL to allocate it for this call. Returns 0 or
+ * MOE_ENOMEM. */
+int moe_kern_ffn(const float *x, size_t n, uint32_t H, uint32_t F, const float *W1,
+                 const float *W2, float *y, float *work);
+
+/* Grouped step 3 over G experts in the expert-sorted layout: rows off[g] .. off[g+1]-1 of x
+ * (off has G+1 ascending entries, off[0] usually 0) go through expert g with weights W1[g],
+ * W2[g]; results land in the same rows of y. Groups with no rows are skipped (their weight
+ * pointers may be NULL). work as for moe_kern_ffn. Returns 0, MOE_EINVAL (descending
+ * offsets) or MOE_ENOMEM. */
+int moe_kern_ffn_grouped(const float *x, uint32_t G, const size_t *off, uint32_t H, uint32_t F,
+                         const float *const *W1, const float *const *W2, float *y, float *work);
+
+/* ------------------------------------------------------------------ seeded model */
+
+/* The weights and tokens are identical on every rank and backend: generated in double from
+ * moe_rng streams, stored as float. Layer l's generator for slot s is seeded
+ * moe_hash64(seed, l * (E + 2) + s), with s = e for expert e, E for the gate, E + 1 for the
+ * mixer. */
+
+/* Expert e of layer l: W1 (H x F) then W2 (F x H) drawn row-major from one stream as
+ * moe_rng_normal / sqrt(fan_in), fan_in H for W1 and F for W2. */
+void moe_kern_init_expert(uint64_t seed, uint32_t l, uint32_t e, uint32_t E, uint32_t H,
+                          uint32_t F, float *W1, float *W2);
+/* Gate of layer l: Wg (H x E) row-major, moe_rng_normal / sqrt(H). */
+void moe_kern_init_gate(uint64_t seed, uint32_t l, uint32_t E, uint32_t H, float *Wg);
+/* Mixer of layer l: m[h] = moe_rng_normal, h < H. */
+void moe_kern_init_mixer(uint64_t seed, uint32_t l, uint32_t E, uint32_t H, float *m);
+/* Input row of token id t (its index in the global token stream): x[h] = moe_rng_normal of a
+ * generator seeded moe_hash64(seed ^ 0x9e3779b97f4a7c15, t). */
+void moe_kern_init_token(uint64_t seed, uint64_t t, uint32_t H, float *x);
+/* n consecutive token rows, token ids t0 .. t0+n-1, into x (n x H). */
+void moe_kern_init_tokens(uint64_t seed, uint64_t t0, size_t n, uint32_t H, float *x);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,134 @@
+/* moe/run_backend.h -- the seam between moe-run's host runtime and a compute/communication
+ * backend (the CPU reference over MPI in lib/, CUDA + NCCL in kernels/). */
+#ifndef MOE_RUN_BACKEND_H
+#define MOE_RUN_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/*
+ * moe-run's host runtime decides everything about routing (which rows go to which rank, the
+ * index arrays of the permute, per-expert row offsets, combine targets and weights) and
+ * drives a backend only through the table of operations below. A backend owns its buffers
+ * ("device" memory: host memory for the CPU backend, GPU memory for CUDA): the runtime gets
+ * them from alloc, fills them with upload, reads them with download, and passes pointers into
+ * them (base + offset arithmetic on float or byte pointers is allowed) to the kernels and the
+ * collectives. Index arrays and gate outputs passed to kernels live in backend buffers too;
+ * offsets, counts and weight-pointer tables are host arrays.
+ *
+ * Kernels mean exactly what moe/kern.h's moe_kern_* functions mean. They may run
+ * asynchronously on the backend's stream; download, wait and sync order them with the host.
+ *
+ * Collectives are over all ranks of the host communicator (moe_run_comm_t) the backend was
+ * made with; each rank calls them in the same order. Counts and displacements are in bytes,
+ * one entry per rank, on the host. A call that fails returns a negative status (moe/moe.h);
+ * backends report fatal transport errors themselves (host:file:line and the library's
+ * message) and abort the whole job, so that no rank hangs.
+ *
+ * Every operation returns 0 or a negative status unless said otherwise.
+ */
+
+/* Host communicator: MPI_COMM_WORLD, or a single rank when built without MPI. Implemented in
+ * lib/run_comm.c; a backend uses it for host-side exchanges (e.g. broadcasting the NCCL
+ * unique id from rank 0). */
+typedef struct moe_run_comm moe_run_comm_t;
+
+/* Rank, world size, rank within the node and ranks on the node. */
+int moe_run_comm_rank(const moe_run_comm_t *c);
+int moe_run_comm_size(const moe_run_comm_t *c);
+int moe_run_comm_local_rank(const moe_run_comm_t *c);
+int moe_run_comm_local_size(const moe_run_comm_t *c);
+/* Broadcast bytes from `root` (host memory). */
+int moe_run_comm_bcast(moe_run_comm_t *c, void *buf, size_t bytes, int root);
+/* Stop every rank of the job with exit status `code` after the caller reported why (MPI_Abort;
+ * exit without MPI). Does not return. */
+void moe_run_comm_abort(moe_run_comm_t *c, int code) __attribute__((noreturn));
+
+/* Reduction operators of allreduce. */
+enum moe_run_op { MOE_RUN_SUM = 0, MOE_RUN_MAX = 1, MOE_RUN_MIN = 2 };
+
+typedef struct moe_run_backend moe_run_backend_t;
+/* An asynchronous all-to-all in flight (ialltoallv .. wait). */
+typedef struct moe_run_req moe_run_req_t;
+
+typedef struct moe_run_backend_ops {
+    /* ---- memory */
+    /* A buffer of `bytes` (zero-size requests return a valid unique pointer); NULL on
+     * failure. */
+    void *(*alloc)(moe_run_backend_t *b, size_t bytes);
+    /* Free a buffer from alloc; NULL is a no-op. */
+    void (*free)(moe_run_backend_t *b, void *p);
+    /* Host -> backend, backend -> host, backend -> backend, fill with zero bytes. download
+     * returns when the bytes are on the host (it waits for earlier kernels). */
+    int (*upload)(moe_run_backend_t *b, void *dst, const void *src, size_t bytes);
+    int (*download)(moe_run_backend_t *b, void *dst, const void *src, size_t bytes);
+    int (*copy)(moe_run_backend_t *b, void *dst, const void *src, size_t bytes);
+    int (*zero)(moe_run_backend_t *b, void *dst, size_t bytes);
+
+    /* ---- kernels (moe/kern.h) on backend buffers */
+    int (*mixer)(moe_run_backend_t *b, float *x, size_t n, uint32_t H, const float *m);
+    int (*gate)(moe_run_backend_t *b, const float *x, size_t n, uint32_t H, const float *Wg,
+                uint32_t E, uint32_t K, int32_t *ids, float *w);
+    int (*gather)(moe_run_backend_t *b, const float *src, const uint32_t *idx, size_t n,
+                  uint32_t H, float *dst);
+    /* out row idx[i] += w[i] * y row i, i increasing; w NULL = weight 1. */
+    int (*scatter_add)(moe_run_backend_t *b, const float *y, const uint32_t *idx,
+                       const float *w, size_t n, uint32_t H, float *out);
+    /* Grouped expert FFN: rows off[g] .. off[g+1]-1 of x through expert g (W1[g], W2[g]
+     * backend pointers in a host table), results in the same rows of y. */
+    int (*ffn_grouped)(moe_run_backend_t *b, const float *x, uint32_t G, const size_t *off,
+                       uint32_t H, uint32_t F, const float *const *W1, const float *const *W2,
+                       float *y);
+    /* fp32 <-> wire dtype (enum moe_dtype of moe/kern.h), n elements. */
+    int (*pack)(moe_run_backend_t *b, const float *src, size_t n, int dtype, void *dst);
+    int (*unpack)(moe_run_backend_t *b, const void *src, size_t n, int dtype, float *dst);
+
+    /* ---- communication on backend buffers */
+    int (*alltoallv)(moe_run_backend_t *b, const void *send, const size_t *scount,
+                     const size_t *sdispl, void *recv, const size_t *rcount,
+                     const size_t *rdispl);
+    /* Start an alltoallv (the count arrays must stay valid until wait) and return at once, so
+     * that kernels issued before wait overlap the transfer; wait completes it and frees the
+     * request. */
+    int (*ialltoallv)(moe_run_backend_t *b, const void *send, const size_t *scount,
+                      const size_t *sdispl, void *recv, const size_t *rcount,
+                      const size_t *rdispl, moe_run_req_t **req);
+    int (*wait)(moe_run_backend_t *b, moe_run_req_t *req);
+    /* recv (size * bytes) = every rank's `bytes` of send, in rank order. */
+    int (*allgather)(moe_run_backend_t *b, const void *send, size_t bytes, void *recv);
+    /* In place over n host doubles (timings, status words). */
+    int (*allreduce)(moe_run_backend_t *b, double *v, int n, int op);
+    int (*barrier)(moe_run_backend_t *b);
+
+    /* ---- time */
+    /* Wait until every kernel and copy issued so far is done. */
+    int (*sync)(moe_run_backend_t *b);
+    /* Seconds from an arbitrary origin, after sync (wall clock; a GPU backend may use
+     * events). */
+    double (*now)(moe_run_backend_t *b);
+
+    /* Release the backend and everything it allocated. */
+    void (*destroy)(moe_run_backend_t *b);
+} moe_run_backend_ops_t;
+
+struct moe_run_backend {
+    const moe_run_backend_ops_t *ops;
+    const char *name;       /* "cpu", "cuda" */
+    char device[128];       /* what it computes on, for the report ("x86_64 host", GPU name) */
+    moe_run_comm_t *comm;   /* the host communicator it was made with (not owned) */
+    int rank, size;         /* copies of the communicator's */
+    void *impl;             /* the backend's own state */
+};
+
+/* The CPU reference backend (moe/kern.h kernels, MPI or the single-rank shim). Returns NULL
+ * with a reason in errbuf. */
+moe_run_backend_t *moe_run_backend_cpu(moe_run_comm_t *c, char *errbuf, size_t errlen);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

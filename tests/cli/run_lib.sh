@@ -1,0 +1,34 @@
+# tests/cli/run_lib.sh -- sourced by the moe-run tests after lib.sh: mpirun as root, the
+# DeepSeek trace cut to a few hundred tokens, a moe-place placement for 8 ranks in 2 nodes.
+# Skips (77) without mpirun, without an MPI build of moe-run, or without ../shared.
+
+MPIRUN=$(command -v mpirun 2>/dev/null) || { echo "skip: mpirun not found"; exit 77; }
+"$MOE_BIN/moe-run" --version | grep -q 'cpu (MPI)' || { echo "skip: moe-run without MPI"; exit 77; }
+OMPI_ALLOW_RUN_AS_ROOT=1
+OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+OMPI_MCA_rmaps_base_oversubscribe=1
+export OMPI_ALLOW_RUN_AS_ROOT OMPI_ALLOW_RUN_AS_ROOT_CONFIRM OMPI_MCA_rmaps_base_oversubscribe
+
+# mpi NP ARGS...: moe-run on NP ranks (a hung job is killed after 120 s).
+mpi() {
+    _np=$1
+    shift
+    timeout -k 5 120 "$MPIRUN" --oversubscribe -np "$_np" $MOE_VALGRIND "$MOE_BIN/moe-run" "$@"
+}
+
+# run_data N: $T/ds.mft = the first N tokens of the DeepSeek trace, $T/p8.moep = an affinity
+# placement for 8 ranks (2 nodes x 4) fitted on them.
+run_data() {
+    _ds=${MOE_SHARED:-$top_srcdir/../shared}/traces/deepseek-v2-lite-chat
+    [ -f "$_ds/tokens.txt.gz" ] || { echo "skip: $_ds not found"; exit 77; }
+    "$MOE_BIN/moe-trace" import --no-PG -q --meta "$_ds/tokens.meta.txt.gz" -o "$T/all.mft" \
+        "$_ds/tokens.txt.gz" || exit 99
+    "$MOE_BIN/moe-trace" head --no-PG -n "$1" -o "$T/ds.mft" "$T/all.mft" || exit 99
+    "$MOE_BIN/moe-place" fit --no-PG --ranks 8 --gpus-per-node 4 --method affinity \
+        -o "$T/p8.moep" "$T/ds.mft" || exit 99
+}
+
+# json_list FILE KEY: the numbers of every "KEY": N in a JSON file, one a line.
+json_list() {
+    tr ',{}' '\n\n\n' <"$1" | sed -n "s/^ *\"$2\": \([-0-9.e+]*\) *\$/\1/p"
+}

@@ -1,0 +1,451 @@
+/* tests/gpu/test_kernels.c -- every CUDA kernel of moe-run (kernels/moe_kernels.h) against its C
+ * reference in lib/kern.c on random data, within the moe-run tolerances (max |diff| /
+ * max(1, |ref|) <= 1e-4 for fp32, 2e-2 for bf16/fp16; conversions and permutes bit-exact).
+ * Exits 77 (skip) when there is no CUDA device. */
+#include "config.h"
+
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdint.h>
+
+#include "moe/kern.h"
+#include "moe/moe.h"
+#include "moe/rng.h"
+#include "moe_kernels.h"
+#include "unit.h"
+
+/* A failing CUDA call or launcher ends the test: later results would be meaningless. */
+#define GPU_OK(expr)                                                                          \
+    do {                                                                                      \
+        int e_ = (int)(expr);                                                                 \
+        if (e_ != 0) {                                                                        \
+            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #expr,                     \
+                    moe_gpu_strerror(e_));                                                    \
+            exit(1);                                                                          \
+        }                                                                                     \
+    } while (0)
+
+static moe_rng_t rng;
+static moe_gpu_ctx_t *ctx;
+
+static void *dev_alloc(size_t bytes)
+{
+    void *p = NULL;
+    GPU_OK(cudaMalloc(&p, bytes ? bytes : 1));
+    return p;
+}
+
+static void *to_dev(const void *h, size_t bytes)
+{
+    void *d = dev_alloc(bytes);
+    if (bytes)
+        GPU_OK(cudaMemcpy(d, h, bytes, cudaMemcpyHostToDevice));
+    return d;
+}
+
+static void *from_dev(const void *d, size_t bytes)
+{
+    void *h = malloc(bytes ? bytes : 1);
+    GPU_OK(cudaDeviceSynchronize());
+    if (bytes)
+        GPU_OK(cudaMemcpy(h, d, bytes, cudaMemcpyDeviceToHost));
+    return h;
+}
+
+static float *randf(size_t n, double scale)
+{
+    float *v = malloc(n * sizeof *v);
+    for (size_t i = 0; i < n; i++)
+        v[i] = (float)(moe_rng_normal(&rng) * scale);
+    return v;
+}
+
+static double max_rel(const float *a, const float *ref, size_t n)
+{
+    double mx = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - ref[i]) / fmax(1.0, fabs(ref[i]));
+        if (!(d <= mx))
+            mx = isnan(d) ? INFINITY : d;
+    }
+    return mx;
+}
+
+static double tol(int dtype)
+{
+    return dtype == MOE_DTYPE_FP32 ? 1e-4 : 2e-2;
+}
+
+/* ------------------------------------------------------------------ conversions */
+
+static void test_pack(void)
+{
+    const size_t n = 200003;
+    float *src = malloc(n * sizeof *src);
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u = (uint32_t)moe_rng_next(&rng);
+        if (i % 2) /* half of them near the fp16 range, subnormals included */
+            u = (u & 0x807fffffu) | ((uint32_t)(100 + moe_rng_below(&rng, 45)) << 23);
+        memcpy(&src[i], &u, 4);
+    }
+    float *d_src = to_dev(src, n * 4), *d_back = dev_alloc(n * 4);
+    void *d_w = dev_alloc(n * 4);
+    uint8_t *ref = malloc(n * 4);
+    float *refb = malloc(n * 4);
+    for (int dt = MOE_DTYPE_FP32; dt <= MOE_DTYPE_FP16; dt++) {
+        size_t bytes = n * moe_dtype_size(dt);
+        GPU_OK(moe_gpu_pack(d_src, n, dt, d_w, NULL));
+        uint8_t *got = from_dev(d_w, bytes);
+        moe_kern_pack(src, n, dt, ref);
+        CHECK(memcmp(got, ref, bytes) == 0);
+        GPU_OK(moe_gpu_unpack(d_w, n, dt, d_back, NULL));
+        float *back = from_dev(d_back, n * 4);
+        moe_kern_unpack(ref, n, dt, refb);
+        CHECK(memcmp(back, refb, n * 4) == 0);
+        free(got);
+        free(back);
+    }
+    /* every 16-bit pattern decodes as the reference decodes it */
+    uint16_t *all = malloc(65536 * 2);
+    for (uint32_t h = 0; h < 65536; h++)
+        all[h] = (uint16_t)h;
+    void *d_all = to_dev(all, 65536 * 2);
+    for (int dt = MOE_DTYPE_BF16; dt <= MOE_DTYPE_FP16; dt++) {
+        GPU_OK(moe_gpu_unpack(d_all, 65536, dt, d_back, NULL));
+        float *back = from_dev(d_back, 65536 * 4);
+        moe_kern_unpack(all, 65536, dt, refb);
+        CHECK(memcmp(back, refb, 65536 * 4) == 0);
+        free(back);
+    }
+    CHECK(moe_gpu_pack(d_src, n, 9, d_w, NULL) != 0);
+    cudaFree(d_all);
+    cudaFree(d_src);
+    cudaFree(d_back);
+    cudaFree(d_w);
+    free(all);
+    free(src);
+    free(ref);
+    free(refb);
+}
+
+/* ------------------------------------------------------------------ mixer, gate */
+
+static void test_mixer(void)
+{
+    const size_t n = 333;
+    const uint32_t H = 130;
+    float *x = randf(n * H, 2.0), *m = randf(H, 1.0);
+    float *d_x = to_dev(x, n * H * 4), *d_m = to_dev(m, H * 4);
+    GPU_OK(moe_gpu_mixer(d_x, n, H, d_m, NULL));
+    float *got = from_dev(d_x, n * H * 4);
+    moe_kern_mixer(x, n, H, m);
+    CHECK(max_rel(got, x, n * H) < 1e-5);
+    cudaFree(d_x);
+    cudaFree(d_m);
+    free(x);
+    free(m);
+    free(got);
+}
+
+static void gate_case(size_t n, uint32_t H, uint32_t E, uint32_t K)
+{
+    float *x = randf(n * H, 1.0), *Wg = randf((size_t)H * E, 0.3);
+    for (uint32_t h = 0; h < H; h++) /* experts 3 and 7: equal logits, lower id first */
+        Wg[(size_t)h * E + 7] = Wg[(size_t)h * E + 3];
+    int32_t *ids = malloc(n * K * 4);
+    float *w = malloc(n * K * 4);
+    CHECK_EQ_INT(moe_kern_gate(x, n, H, Wg, E, K, ids, w), 0);
+    float *d_x = to_dev(x, n * H * 4), *d_Wg = to_dev(Wg, (size_t)H * E * 4);
+    int32_t *d_ids = dev_alloc(n * K * 4);
+    float *d_w = dev_alloc(n * K * 4);
+    GPU_OK(moe_gpu_gate(d_x, n, H, d_Wg, E, K, d_ids, d_w, NULL));
+    int32_t *gids = from_dev(d_ids, n * K * 4);
+    float *gw = from_dev(d_w, n * K * 4);
+    CHECK(memcmp(gids, ids, n * K * 4) == 0);
+    CHECK(max_rel(gw, w, n * K) < 1e-5);
+    cudaFree(d_x);
+    cudaFree(d_Wg);
+    cudaFree(d_ids);
+    cudaFree(d_w);
+    free(x);
+    free(Wg);
+    free(ids);
+    free(w);
+    free(gids);
+    free(gw);
+}
+
+static void test_gate(void)
+{
+    gate_case(517, 96, 64, 6);
+    gate_case(40, 33, 300, 8); /* experts > threads, odd H */
+    gate_case(9, 16, 8, 8);    /* K = E */
+    gate_case(3, 64, 2048, 2); /* few rows per block (shared memory bound) */
+    CHECK(moe_gpu_gate(NULL, 1, 4, NULL, 8, 0, NULL, NULL, NULL) != 0);
+    CHECK(moe_gpu_gate(NULL, 1, 4, NULL, 64, 33, NULL, NULL, NULL) != 0);
+}
+
+/* ------------------------------------------------------------------ routing */
+
+static void test_route(void)
+{
+    const size_t n = 1001;
+    const uint32_t K = 3, E = 40, m = (uint32_t)(n * K);
+    int32_t *ids = malloc(m * 4), key[40];
+    for (uint32_t j = 0; j < m; j++)
+        ids[j] = moe_rng_below(&rng, 20) == 0 ? -1 : (int32_t)moe_rng_below(&rng, E);
+    for (uint32_t e = 0; e < E; e++) /* a permutation: key of e */
+        key[e] = (int32_t)((e * 7 + 3) % E);
+    for (int use_key = 0; use_key <= 1; use_key++) {
+        int32_t *d_ids = to_dev(ids, m * 4), *d_key = to_dev(key, sizeof key);
+        int32_t *d_cnt = dev_alloc(E * 4), *d_off = dev_alloc((E + 1) * 4);
+        uint32_t *d_src = dev_alloc(m * 4), *d_slot = dev_alloc(m * 4);
+        GPU_OK(moe_gpu_route(ctx, d_ids, n, K, E, use_key ? d_key : NULL, d_cnt, d_off, d_src,
+                             d_slot));
+        int32_t *cnt = from_dev(d_cnt, E * 4), *off = from_dev(d_off, (E + 1) * 4);
+        uint32_t *src = from_dev(d_src, m * 4), *slot = from_dev(d_slot, m * 4);
+        /* reference: a stable counting sort by key */
+        int32_t rc[41] = {0}, ro[42] = {0};
+        for (uint32_t j = 0; j < m; j++)
+            if (ids[j] >= 0)
+                rc[use_key ? key[ids[j]] : ids[j]]++;
+        for (uint32_t e = 0; e < E; e++)
+            ro[e + 1] = ro[e] + rc[e];
+        int bad = 0, pos[41];
+        memcpy(pos, ro, sizeof pos);
+        for (uint32_t e = 0; e < E; e++)
+            bad += cnt[e] != rc[e] || off[e] != ro[e];
+        bad += off[E] != ro[E];
+        for (uint32_t j = 0; j < m; j++) {
+            if (ids[j] < 0) {
+                bad += slot[j] != MOE_GPU_NO_SLOT;
+                continue;
+            }
+            int p = pos[use_key ? key[ids[j]] : ids[j]]++;
+            bad += slot[j] != (uint32_t)p || src[p] != j / K;
+        }
+        CHECK_EQ_INT(bad, 0);
+        cudaFree(d_ids);
+        cudaFree(d_key);
+        cudaFree(d_cnt);
+        cudaFree(d_off);
+        cudaFree(d_src);
+        cudaFree(d_slot);
+        free(cnt);
+        free(off);
+        free(src);
+        free(slot);
+    }
+    free(ids);
+}
+
+/* ------------------------------------------------------------------ permutes, combine */
+
+static void gather_case(uint32_t H)
+{
+    const size_t rows = 77, n = 190;
+    float *src = randf(rows * H, 1.0);
+    uint32_t *idx = malloc(n * 4);
+    for (size_t i = 0; i < n; i++)
+        idx[i] = (uint32_t)moe_rng_below(&rng, rows);
+    float *d_src = to_dev(src, rows * H * 4);
+    uint32_t *d_idx = to_dev(idx, n * 4);
+    void *d_dst = dev_alloc(n * H * 4);
+    float *g = malloc(n * H * 4);
+    uint8_t *ref = malloc(n * H * 4);
+    moe_kern_gather(src, idx, n, H, g);
+    for (int dt = MOE_DTYPE_FP32; dt <= MOE_DTYPE_FP16; dt++) {
+        size_t bytes = n * H * moe_dtype_size(dt);
+        GPU_OK(moe_gpu_gather_pack(d_src, d_idx, n, H, dt, d_dst, NULL));
+        uint8_t *got = from_dev(d_dst, bytes);
+        moe_kern_pack(g, n * H, dt, ref);
+        CHECK(memcmp(got, ref, bytes) == 0);
+        free(got);
+    }
+    GPU_OK(moe_gpu_gather(d_src, d_idx, n, H, d_dst, NULL));
+    float *got = from_dev(d_dst, n * H * 4);
+    CHECK(memcmp(got, g, n * H * 4) == 0);
+    /* scatter the gathered rows back with weights (atomics: any order, so a tolerance) */
+    float *w = randf(n, 1.0), *out = randf(rows * H, 1.0);
+    float *d_w = to_dev(w, n * 4), *d_out = to_dev(out, rows * H * 4);
+    GPU_OK(moe_gpu_scatter_add(d_dst, d_idx, d_w, n, H, d_out, NULL));
+    float *gout = from_dev(d_out, rows * H * 4);
+    moe_kern_scatter_add(g, idx, w, n, H, out);
+    CHECK(max_rel(gout, out, rows * H) < 1e-5);
+    cudaFree(d_src);
+    cudaFree(d_idx);
+    cudaFree(d_dst);
+    cudaFree(d_w);
+    cudaFree(d_out);
+    free(src);
+    free(idx);
+    free(g);
+    free(ref);
+    free(got);
+    free(w);
+    free(out);
+    free(gout);
+}
+
+/* The combine against moe_kern_scatter_add applied choice by choice in k order. */
+static void combine_case(uint32_t H, int dt)
+{
+    const size_t n = 150, ny = 380;
+    const uint32_t K = 3;
+    float *x = randf(n * H, 1.0), *y = randf(ny * H, 1.0), *w = randf(n * K, 0.5);
+    uint32_t *slot = malloc(n * K * 4);
+    for (size_t j = 0; j < n * K; j++)
+        slot[j] = moe_rng_below(&rng, 10) == 0 ? MOE_GPU_NO_SLOT
+                                               : (uint32_t)moe_rng_below(&rng, ny);
+    size_t es = moe_dtype_size(dt);
+    void *yp = malloc(ny * H * es);
+    moe_kern_pack(y, ny * H, dt, yp);
+    moe_kern_unpack(yp, ny * H, dt, y); /* the reference sees what the wire carried */
+    float *d_x = to_dev(x, n * H * 4), *d_w = to_dev(w, n * K * 4);
+    void *d_y = to_dev(yp, ny * H * es);
+    uint32_t *d_slot = to_dev(slot, n * K * 4);
+    GPU_OK(moe_gpu_combine(d_y, dt, d_slot, d_w, n, K, H, d_x, NULL));
+    float *got = from_dev(d_x, n * H * 4);
+    for (size_t i = 0; i < n; i++)
+        for (uint32_t k = 0; k < K; k++) {
+            uint32_t s = slot[i * K + k], t = (uint32_t)i;
+            if (s != MOE_GPU_NO_SLOT)
+                moe_kern_scatter_add(y + (size_t)s * H, &t, &w[i * K + k], 1, H, x);
+        }
+    CHECK(max_rel(got, x, n * H) < 1e-5);
+    cudaFree(d_x);
+    cudaFree(d_w);
+    cudaFree(d_y);
+    cudaFree(d_slot);
+    free(x);
+    free(y);
+    free(w);
+    free(slot);
+    free(yp);
+    free(got);
+}
+
+static void test_permutes(void)
+{
+    gather_case(132); /* 4-vectors */
+    gather_case(131); /* element by element */
+    for (int dt = MOE_DTYPE_FP32; dt <= MOE_DTYPE_FP16; dt++) {
+        combine_case(132, dt);
+        combine_case(67, dt);
+    }
+}
+
+/* ------------------------------------------------------------------ expert FFN */
+
+static void ffn_case(int dt, int mode, uint32_t H, uint32_t F)
+{
+    enum { G = 5 };
+    size_t off[G + 1] = {0, 40, 40, 97, 98, 163}; /* expert 1 gets no rows */
+    const size_t n = off[G], es = moe_dtype_size(dt);
+    float *x = randf(n * H, 1.0), *W1 = randf((size_t)G * H * F, 1.0 / sqrt(H));
+    float *W2 = randf((size_t)G * F * H, 1.0 / sqrt(F));
+    void *xp = malloc(n * H * es), *w1p = malloc((size_t)G * H * F * es);
+    void *w2p = malloc((size_t)G * F * H * es);
+    moe_kern_pack(x, n * H, dt, xp);
+    moe_kern_pack(W1, (size_t)G * H * F, dt, w1p);
+    moe_kern_pack(W2, (size_t)G * F * H, dt, w2p);
+    /* reference in fp32 on exactly the values the GPU sees */
+    moe_kern_unpack(xp, n * H, dt, x);
+    moe_kern_unpack(w1p, (size_t)G * H * F, dt, W1);
+    moe_kern_unpack(w2p, (size_t)G * F * H, dt, W2);
+    const float *p1[G], *p2[G];
+    for (int g = 0; g < G; g++) {
+        p1[g] = W1 + (size_t)g * H * F;
+        p2[g] = W2 + (size_t)g * F * H;
+    }
+    float *ref = malloc(n * H * 4), *got = malloc(n * H * 4);
+    CHECK_EQ_INT(moe_kern_ffn_grouped(x, G, off, H, F, p1, p2, ref, NULL), 0);
+    void *d_x = to_dev(xp, n * H * es), *d_w1 = to_dev(w1p, (size_t)G * H * F * es);
+    void *d_w2 = to_dev(w2p, (size_t)G * F * H * es), *d_y = dev_alloc(n * H * es);
+    const void *q1[G], *q2[G];
+    for (int g = 0; g < G; g++) {
+        q1[g] = g == 1 ? NULL : (const char *)d_w1 + (size_t)g * H * F * es;
+        q2[g] = g == 1 ? NULL : (const char *)d_w2 + (size_t)g * F * H * es;
+    }
+    moe_gpu_ctx_set_gemm_mode(ctx, mode);
+    GPU_OK(moe_gpu_ffn_grouped(ctx, dt, d_x, G, off, H, F, q1, q2, d_y));
+    void *yp = from_dev(d_y, n * H * es);
+    moe_kern_unpack(yp, n * H, dt, got);
+    double err = max_rel(got, ref, n * H);
+    if (!(err <= tol(dt)))
+        fprintf(stderr, "ffn %s mode %d H %u F %u: max rel diff %g\n", moe_dtype_name(dt), mode,
+                H, F, err);
+    CHECK(err <= tol(dt));
+    cudaFree(d_x);
+    cudaFree(d_w1);
+    cudaFree(d_w2);
+    cudaFree(d_y);
+    free(x);
+    free(W1);
+    free(W2);
+    free(xp);
+    free(w1p);
+    free(w2p);
+    free(ref);
+    free(got);
+    free(yp);
+}
+
+static void test_ffn(void)
+{
+    for (int dt = MOE_DTYPE_FP32; dt <= MOE_DTYPE_FP16; dt++)
+        for (int mode = MOE_GPU_GEMM_GROUPED; mode <= MOE_GPU_GEMM_LOOP; mode++) {
+            ffn_case(dt, mode, 128, 96);
+            ffn_case(dt, mode, 72, 40);
+        }
+    size_t bad[3] = {0, 5, 4};
+    CHECK(moe_gpu_ffn_grouped(ctx, MOE_DTYPE_FP32, NULL, 2, bad, 8, 8, NULL, NULL, NULL) != 0);
+}
+
+static void test_gemm(void)
+{
+    const size_t M = 64, N = 48, K = 80;
+    float *A = randf(M * K, 1.0), *B = randf(K * N, 1.0), *ref = malloc(M * N * 4);
+    for (size_t i = 0; i < M; i++)
+        for (size_t j = 0; j < N; j++) {
+            double s = 0;
+            for (size_t k = 0; k < K; k++)
+                s += (double)A[i * K + k] * B[k * N + j];
+            ref[i * N + j] = (float)s;
+        }
+    float *d_A = to_dev(A, M * K * 4), *d_B = to_dev(B, K * N * 4), *d_C = dev_alloc(M * N * 4);
+    GPU_OK(moe_gpu_gemm(ctx, MOE_DTYPE_FP32, M, N, K, d_A, d_B, d_C));
+    float *got = from_dev(d_C, M * N * 4);
+    CHECK(max_rel(got, ref, M * N) < 1e-4);
+    cudaFree(d_A);
+    cudaFree(d_B);
+    cudaFree(d_C);
+    free(A);
+    free(B);
+    free(ref);
+    free(got);
+}
+
+int main(void)
+{
+    int ndev = 0, err = moe_gpu_device_count(&ndev);
+    if (err || ndev == 0) {
+        printf("test_kernels: no CUDA device (%s), skipped\n",
+               err ? moe_gpu_strerror(err) : "none found");
+        return 77;
+    }
+    char name[256];
+    GPU_OK(moe_gpu_device_name(0, name, sizeof name));
+    printf("test_kernels: device 0: %s\n", name);
+    moe_rng_seed(&rng, 2024);
+    GPU_OK(moe_gpu_ctx_create(&ctx, NULL));
+    test_pack();
+    test_mixer();
+    test_gate();
+    test_route();
+    test_permutes();
+    test_ffn();
+    test_gemm();
+    moe_gpu_ctx_free(ctx);
+    return unit_done("test_kernels");
+}
