@@ -37,10 +37,12 @@ cp "$p"/*.moep "$p"/*.moep.gz "$work/corpus/placement_text/"
 cp "$p"/*.csv "$work/corpus/placement_exflow/"
 cp "$p"/*.json "$work/corpus/placement_eplb/"
 cp "$src"/share/topologies/*.topo "$work/corpus/topology/"
+seed nccl
+cp "$src"/tests/data/nccl/*.txt "$work/corpus/nccl/"
 
 status=0
 for t in trace import_tokens import_jsonl import_csv import_npy import_megatron \
-    affinity_table placement_text placement_exflow placement_eplb topology; do
+    affinity_table placement_text placement_exflow placement_eplb topology nccl; do
     c=$work/corpus/${t#import_}
     log=$work/$t.log
     if "$bin/fuzz_$t" -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 -max_len=65536 \

@@ -1,0 +1,604 @@
+/* cmd/costmodel_sim.c -- moe-costmodel simulate (trace-driven time of every dispatch scheme) and
+ * moe-costmodel fit (efficiency curves from nccl-tests tables). */
+#include "config.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "costmodel.h"
+#include "moe/acct.h"
+#include "moe/cli.h"
+#include "moe/io.h"
+#include "moe/moe.h"
+#include "moe/placement.h"
+#include "moe/plot.h"
+#include "moe/sim.h"
+#include "moe/topo.h"
+#include "moe/trace_map.h"
+
+#define PROG costmodel_prog
+#define sfail(...) moe_fail(PROG, __VA_ARGS__)
+
+enum {
+    S_TOPOLOGY = MOE_OPTC_TOOL + 0x80, S_HIDDEN, S_FFN, S_DTYPE, S_CHUNKS, S_SCHEME, S_BEST,
+    S_JSON, S_PLOT, S_TOPK, S_SOURCE, S_NO_LAYERS, S_LOADS, S_NCCL, S_CLASS, S_POINTS, S_TOL,
+};
+
+static const struct option sim_long[] = {
+    {"topology", required_argument, 0, S_TOPOLOGY}, {"hidden", required_argument, 0, S_HIDDEN},
+    {"ffn", required_argument, 0, S_FFN}, {"dtype", required_argument, 0, S_DTYPE},
+    {"chunks", required_argument, 0, S_CHUNKS}, {"scheme", required_argument, 0, S_SCHEME},
+    {"best", no_argument, 0, S_BEST}, {"json", no_argument, 0, S_JSON},
+    {"plot", required_argument, 0, S_PLOT}, {"topk", required_argument, 0, S_TOPK},
+    {"source", required_argument, 0, S_SOURCE}, {"no-layers", no_argument, 0, S_NO_LAYERS},
+    {"loads", no_argument, 0, S_LOADS}, MOE_OPTS_LONG, {0, 0, 0, 0}};
+
+typedef struct sim_cfg {
+    moe_opts_t o;
+    const char *topology, *plot;
+    moe_sim_opts_t so;
+    int best, json, no_layers, loads;
+} sim_cfg_t;
+
+static void sim_usage(FILE *fp)
+{
+    fputs("Usage: moe-costmodel simulate --topology=T [options] TRACE PLACEMENT\n"
+          "Replay a routing trace on a placement and predict, per MoE layer, the bytes on each\n"
+          "link class and the time of every dispatch scheme (the trace is one batch).\n"
+          "\n"
+          "      --topology=T       topology file (moe-topology(5)) or preset name (required)\n"
+          "      --hidden=H         hidden size [the trace's]\n"
+          "      --ffn=F            expert inner size [4 x hidden]\n"
+          "      --dtype=D          fp32, bf16 or fp16: bytes sent per element and per expert\n"
+          "                         weight [the trace's element bytes, else bf16]\n"
+          "      --chunks=N         chunks of the pipelined scheme [4]\n"
+          "      --scheme=LIST      all, or comma-separated vanilla, coherent, pipelined,\n"
+          "                         hierarchical, datacentric [all]\n"
+          "      --best             rank the schemes and explain the choice\n"
+          "      --topk=K           use the first K experts of each cell [all]\n"
+          "      --source=S         source ranks: auto, recorded, sequence or token [auto]\n"
+          "      --no-layers        leave out the per-layer lines\n"
+          "      --loads            add the expert-token load of every rank and layer\n"
+          "      --json             write JSON instead of the table\n"
+          "      --plot=FILE        draw per-scheme bars of the time (SVG if FILE ends in .svg,\n"
+          "                         else PNG)\n"
+          "  -@, --threads=N        additional threads [0]\n", fp);
+    moe_opts_usage(fp, MOE_OPT_OUTPUT);
+}
+
+static int parse_schemes(const char *arg, unsigned *out)
+{
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", arg);
+    *out = 0;
+    for (char *w = strtok(buf, ","); w; w = strtok(NULL, ",")) {
+        int k = moe_sim_scheme_parse(w);
+        if (!strcmp(w, "all"))
+            *out = (1u << MOE_SIM_SCHEMES) - 1;
+        else if (k < 0)
+            return -1;
+        else
+            *out |= 1u << k;
+    }
+    return *out ? 0 : -1;
+}
+
+static int sim_u32(const char *arg, uint64_t min, uint64_t max, const char *what, uint32_t *v)
+{
+    char err[200];
+    uint64_t x;
+    if (moe_parse_u64(arg, min, max, &x, what, err, sizeof err))
+        return moe_usage_error(PROG, "simulate", "%s", err);
+    *v = (uint32_t)x;
+    return 0;
+}
+
+static int sim_opt(int c, const char *arg, sim_cfg_t *g)
+{
+    static const char *const src[] = {"auto", "recorded", "sequence", "token"};
+    switch (c) {
+    case S_TOPOLOGY: g->topology = arg; return 0;
+    case S_HIDDEN: return sim_u32(arg, 1, 1u << 24, "hidden size", &g->so.hidden);
+    case S_FFN: return sim_u32(arg, 1, 1u << 24, "expert inner size", &g->so.ffn);
+    case S_CHUNKS: return sim_u32(arg, 1, 4096, "chunk count", &g->so.chunks);
+    case S_TOPK: return sim_u32(arg, 1, MOE_TRACE_MAX_TOPK, "top-k", &g->so.acct.topk);
+    case S_BEST: g->best = 1; return 0;
+    case S_JSON: g->json = 1; return 0;
+    case S_PLOT: g->plot = arg; return 0;
+    case S_NO_LAYERS: g->no_layers = 1; return 0;
+    case S_LOADS: g->loads = 1; return 0;
+    case S_DTYPE:
+        if (strcmp(arg, "fp32") && strcmp(arg, "bf16") && strcmp(arg, "fp16"))
+            return moe_usage_error(PROG, "simulate", "unknown dtype '%s' (fp32, bf16, fp16)", arg);
+        g->so.elem_bytes = strcmp(arg, "fp32") ? 2 : 4;
+        return 0;
+    case S_SCHEME:
+        if (parse_schemes(arg, &g->so.schemes))
+            return moe_usage_error(PROG, "simulate", "unknown scheme in '%s'", arg);
+        return 0;
+    case S_SOURCE:
+        for (int i = 0; i < 4; i++)
+            if (!strcmp(arg, src[i])) {
+                g->so.acct.source = i;
+                return 0;
+            }
+        return moe_usage_error(PROG, "simulate", "unknown source '%s'", arg);
+    }
+    return moe_usage_error(PROG, "simulate", "unexpected option");
+}
+
+/* Options of simulate; returns 0 to go on, else MOE_OPT_STOP with *rc. */
+static int sim_parse(int argc, char **argv, sim_cfg_t *g, int *rc)
+{
+    memset(g, 0, sizeof *g);
+    moe_opts_init(&g->o);
+    g->o.allowed = MOE_OPT_OUTPUT | MOE_OPT_THREADS;
+    moe_sim_opts_default(&g->so);
+    optind = 1;
+    int c;
+    while ((c = moe_opts_next(PROG, "simulate", sim_usage, &g->o, argc, argv,
+                              MOE_OPTS_SHORT, sim_long, rc)) != -1) {
+        if (c == MOE_OPT_STOP)
+            return MOE_OPT_STOP;
+        if ((*rc = sim_opt(c, optarg, g)) != 0)
+            return MOE_OPT_STOP;
+    }
+    moe_opts_apply_log(&g->o);
+    if (!g->topology)
+        *rc = moe_usage_error(PROG, "simulate", "--topology is required");
+    else if (argc - optind != 2)
+        *rc = moe_usage_error(PROG, "simulate", "expected a trace and a placement");
+    else if (!strcmp(argv[optind], "-") && !strcmp(argv[optind + 1], "-"))
+        *rc = moe_usage_error(PROG, "simulate", "the trace and the placement cannot both be "
+                              "standard input");
+    return *rc ? MOE_OPT_STOP : 0;
+}
+
+/* ------------------------------------------------------------------ report */
+
+static const char *num(char *b, size_t n, double v, double scale)
+{
+    if (isfinite(v))
+        snprintf(b, n, "%.6g", v * scale);
+    else
+        snprintf(b, n, "NA");
+    return b;
+}
+
+static const char *jnum(char *b, size_t n, double v, double scale)
+{
+    return isfinite(v) ? num(b, n, v, scale) : (snprintf(b, n, "null"), b);
+}
+
+/* Transfers of a layer (accounting schemes) by phase and class. */
+static uint64_t xfer_sum(const moe_acct_layer_t *l)
+{
+    uint64_t x = 0;
+    for (int ph = 0; ph < MOE_PHASES; ph++)
+        for (int c = 0; c < MOE_LINK_CLASSES; c++)
+            x += l->xfer[ph][c];
+    return x;
+}
+
+/* The accounting scheme behind a simulated one (-1 for none). */
+static int acct_scheme(int k)
+{
+    return k == MOE_SIM_VANILLA ? MOE_SCHEME_VANILLA : k == MOE_SIM_COHERENT ? MOE_SCHEME_COHERENT
+                                                                             : -1;
+}
+
+static int table_line(moe_textout_t *out, const char *tag, const char *lead,
+                      const moe_sim_layer_t *l)
+{
+    char b[11][32];
+    return moe_textout_printf(out, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n",
+                              tag, lead,
+                              num(b[0], 32, l->time, 1e3), num(b[1], 32, l->comm, 1e3),
+                              num(b[2], 32, l->compute, 1e3),
+                              num(b[3], 32, l->bytes[MOE_LINK_INTRA], 1),
+                              num(b[4], 32, l->bytes[MOE_LINK_INTER], 1),
+                              num(b[5], 32, l->slow[MOE_LINK_INTRA], 1),
+                              num(b[6], 32, l->slow[MOE_LINK_INTER], 1),
+                              num(b[7], 32, l->max_load, 1), num(b[8], 32, l->imbalance, 1),
+                              num(b[9], 32, l->ctime[MOE_LINK_INTRA], 1e3),
+                              num(b[10], 32, l->ctime[MOE_LINK_INTER], 1e3));
+}
+
+static int table_head(moe_textout_t *out, const moe_sim_t *s, const char *tpath,
+                      const char *ppath, const moe_placement_t *p, const moe_topo_t *t)
+{
+    const moe_acct_t *a = moe_sim_acct(s);
+    int rc = moe_textout_printf(out, "# moe-costmodel simulate\n# trace: %s: %" PRIu64
+                                " tokens\n# placement: %s: %u layers x %u experts on %u ranks "
+                                "(%u node%s x %u)\n", tpath, moe_acct_tokens(a), ppath,
+                                p->layers, p->experts, p->ranks, t->nodes,
+                                t->nodes == 1 ? "" : "s", t->gpus_per_node);
+    rc = rc ? rc : moe_textout_printf(out, "# topology: %s\n# transfer: %.0f bytes; expert: "
+                                      "%.0f bytes; pipelined chunks: %u\n", t->name,
+                                      moe_sim_vector_bytes(s), moe_sim_expert_bytes(s),
+                                      moe_sim_chunks(s));
+    return rc ? rc : moe_textout_printf(out, "#SCHEME\tscheme\ttime_ms\tcomm_ms\tcompute_ms\t"
+                                        "intra_bytes\tinter_bytes\tslow_intra_bytes\t"
+                                        "slow_inter_bytes\tmax_load\timbalance\tintra_ms\t"
+                                        "inter_ms\n");
+}
+
+static int table_layers(moe_textout_t *out, const moe_sim_t *s, uint32_t L)
+{
+    int rc = moe_textout_printf(out, "#LAYER\tscheme\tlayer\ttime_ms\tcomm_ms\tcompute_ms\t"
+                                "intra_bytes\tinter_bytes\tslow_intra_bytes\tslow_inter_bytes\t"
+                                "max_load\timbalance\tintra_ms\tinter_ms\n");
+    char lead[64];
+    for (uint32_t j = 0; j < L && !rc; j++)
+        for (int k = 0; k < MOE_SIM_SCHEMES && !rc; k++)
+            if (moe_sim_has(s, k)) {
+                snprintf(lead, sizeof lead, "%s\t%u", moe_sim_scheme_name(k), j);
+                rc = table_line(out, "LAYER", lead, moe_sim_layer(s, k, j));
+            }
+    rc = rc ? rc : moe_textout_printf(out, "#XFER\tscheme\tlayer\tcells\tdispatch_intra\t"
+                                      "dispatch_inter\tcombine_intra\tcombine_inter\n");
+    for (uint32_t j = 0; j < L && !rc; j++)
+        for (int k = 0; k < MOE_SIM_SCHEMES && !rc; k++) {
+            if (acct_scheme(k) < 0 || !moe_sim_has(s, k))
+                continue;
+            const moe_acct_layer_t *l = moe_acct_layer(moe_sim_acct(s), acct_scheme(k), j);
+            rc = moe_textout_printf(out, "XFER\t%s\t%u\t%" PRIu64 "\t%" PRIu64 "\t%" PRIu64
+                                    "\t%" PRIu64 "\t%" PRIu64 "\n", moe_sim_scheme_name(k), j,
+                                    l->cells, l->xfer[MOE_DISPATCH][MOE_LINK_INTRA],
+                                    l->xfer[MOE_DISPATCH][MOE_LINK_INTER],
+                                    l->xfer[MOE_COMBINE][MOE_LINK_INTRA],
+                                    l->xfer[MOE_COMBINE][MOE_LINK_INTER]);
+        }
+    return rc;
+}
+
+/* Expert-token pairs per rank: accounting schemes from moe_acct_load. */
+static int table_loads(moe_textout_t *out, const moe_sim_t *s, uint32_t L, uint32_t G)
+{
+    int rc = moe_textout_printf(out, "#LOAD\tscheme\tlayer\tpairs per rank 0..%u\n", G - 1);
+    for (uint32_t j = 0; j < L && !rc; j++)
+        for (int k = 0; k < MOE_SCHEMES && !rc; k++) {
+            const uint64_t *v = moe_acct_load(moe_sim_acct(s), k, j);
+            rc = moe_textout_printf(out, "LOAD\t%s\t%u", moe_scheme_name(k), j);
+            for (uint32_t r = 0; r < G && !rc; r++)
+                rc = moe_textout_printf(out, "\t%" PRIu64, v[r]);
+            rc = rc ? rc : moe_textout_printf(out, "\n");
+        }
+    return rc;
+}
+
+static int table_best(moe_textout_t *out, const moe_sim_t *s)
+{
+    int order[MOE_SIM_SCHEMES];
+    char why[1024];
+    int m = moe_sim_rank(s, order, why, sizeof why);
+    if (!m)
+        return sfail("cannot rank the schemes: %s", why) ? MOE_EINVAL : 0;
+    int rc = moe_textout_printf(out, "#BEST\trank\tscheme\ttime_ms\n");
+    for (int i = 0; i < m && !rc; i++) {
+        moe_sim_layer_t t;
+        moe_sim_total(s, order[i], &t);
+        rc = moe_textout_printf(out, "BEST\t%d\t%s\t%.6g\n", i + 1, moe_sim_scheme_name(order[i]),
+                                1e3 * t.time);
+    }
+    return rc ? rc : moe_textout_printf(out, "# best: %s\n", why);
+}
+
+static int write_table(moe_textout_t *out, const moe_sim_t *s, const sim_cfg_t *g,
+                       const char *tpath, const char *ppath, const moe_placement_t *p,
+                       const moe_topo_t *t)
+{
+    int rc = table_head(out, s, tpath, ppath, p, t);
+    for (int k = 0; k < MOE_SIM_SCHEMES && !rc; k++)
+        if (moe_sim_has(s, k)) {
+            moe_sim_layer_t tot;
+            moe_sim_total(s, k, &tot);
+            rc = table_line(out, "SCHEME", moe_sim_scheme_name(k), &tot);
+        }
+    moe_sim_layer_t it;
+    moe_sim_iteration(s, MOE_SIM_COHERENT, &it);
+    if (!rc && moe_sim_has(s, MOE_SIM_COHERENT))
+        rc = table_line(out, "ITER", "coherent-allgather", &it);
+    if (!rc && !g->no_layers)
+        rc = table_layers(out, s, p->layers);
+    if (!rc && g->loads)
+        rc = table_loads(out, s, p->layers, p->ranks);
+    return rc || !g->best ? rc : table_best(out, s);
+}
+
+static int json_fig(moe_textout_t *out, const moe_sim_layer_t *l)
+{
+    char b[11][32];
+    return moe_textout_printf(out, "\"time\": %s, \"comm\": %s, \"compute\": %s, \"bytes\": "
+                              "{\"intra\": %s, \"inter\": %s}, \"slow_bytes\": {\"intra\": %s, "
+                              "\"inter\": %s}, \"max_load\": %s, \"imbalance\": %s, "
+                              "\"class_time\": {\"intra\": %s, \"inter\": %s}",
+                              jnum(b[0], 32, l->time, 1), jnum(b[1], 32, l->comm, 1),
+                              jnum(b[2], 32, l->compute, 1),
+                              jnum(b[3], 32, l->bytes[MOE_LINK_INTRA], 1),
+                              jnum(b[4], 32, l->bytes[MOE_LINK_INTER], 1),
+                              jnum(b[5], 32, l->slow[MOE_LINK_INTRA], 1),
+                              jnum(b[6], 32, l->slow[MOE_LINK_INTER], 1),
+                              jnum(b[7], 32, l->max_load, 1), jnum(b[8], 32, l->imbalance, 1),
+                              jnum(b[9], 32, l->ctime[MOE_LINK_INTRA], 1),
+                              jnum(b[10], 32, l->ctime[MOE_LINK_INTER], 1));
+}
+
+/* One layer: the accounting's counts first (as moe-place eval --json writes them). */
+static int json_layer(moe_textout_t *out, const moe_sim_t *s, int k, uint32_t j)
+{
+    int rc = moe_textout_printf(out, "%s{", j ? ", " : "");
+    int as = acct_scheme(k);
+    if (as >= 0) {
+        const moe_acct_layer_t *l = moe_acct_layer(moe_sim_acct(s), as, j);
+        rc = rc ? rc : moe_textout_printf(out, "\"cells\": %" PRIu64 ", \"transfers\": %" PRIu64
+                                          ", ", l->cells, xfer_sum(l));
+    }
+    rc = rc ? rc : json_fig(out, moe_sim_layer(s, k, j));
+    return rc ? rc : moe_textout_printf(out, "}");
+}
+
+static int json_scheme(moe_textout_t *out, const moe_sim_t *s, int k, int first, uint32_t L,
+                       int layers)
+{
+    moe_sim_layer_t t;
+    moe_sim_total(s, k, &t);
+    int rc = moe_textout_printf(out, "%s\n  \"%s\": {", first ? "" : ",", moe_sim_scheme_name(k));
+    int as = acct_scheme(k);
+    if (!rc && as >= 0) {
+        char b[32];
+        rc = moe_textout_printf(out, "\"per_token_layer\": %s, ",
+                                jnum(b, 32, moe_acct_per_token_layer(moe_sim_acct(s), as), 1));
+    }
+    rc = rc ? rc : json_fig(out, &t);
+    if (!rc && k == MOE_SIM_COHERENT) {
+        moe_sim_iteration(s, k, &t);
+        rc = moe_textout_printf(out, ", \"allgather\": {");
+        rc = rc ? rc : json_fig(out, &t);
+        rc = rc ? rc : moe_textout_printf(out, "}");
+    }
+    if (!rc && layers) {
+        rc = moe_textout_printf(out, ", \"layers\": [");
+        for (uint32_t j = 0; j < L && !rc; j++)
+            rc = json_layer(out, s, k, j);
+        rc = rc ? rc : moe_textout_printf(out, "]");
+    }
+    return rc ? rc : moe_textout_printf(out, "}");
+}
+
+static int json_best(moe_textout_t *out, const moe_sim_t *s)
+{
+    int order[MOE_SIM_SCHEMES];
+    char why[1024];
+    int m = moe_sim_rank(s, order, why, sizeof why);
+    if (!m)
+        return sfail("cannot rank the schemes: %s", why) ? MOE_EINVAL : 0;
+    int rc = moe_textout_printf(out, ",\n \"best\": {\"order\": [");
+    for (int i = 0; i < m && !rc; i++)
+        rc = moe_textout_printf(out, "%s\"%s\"", i ? ", " : "", moe_sim_scheme_name(order[i]));
+    rc = rc ? rc : moe_textout_printf(out, "], \"why\": \"");
+    for (const char *c = why; *c && !rc; c++) /* the sentence has no control characters */
+        rc = moe_textout_printf(out, *c == '"' || *c == '\\' ? "\\%c" : "%c", *c);
+    return rc ? rc : moe_textout_printf(out, "\"}");
+}
+
+static int write_json(moe_textout_t *out, const moe_sim_t *s, const sim_cfg_t *g,
+                      const moe_placement_t *p, const moe_topo_t *t)
+{
+    int rc = moe_textout_printf(out, "{\"tokens\": %" PRIu64 ", \"layers\": %u, \"experts\": %u, "
+                                "\"ranks\": %u, \"nodes\": %u, \"transfer_bytes\": %.0f, "
+                                "\"expert_bytes\": %.0f, \"chunks\": %u, \"schemes\": {",
+                                moe_acct_tokens(moe_sim_acct(s)), p->layers, p->experts, p->ranks,
+                                t->nodes, moe_sim_vector_bytes(s), moe_sim_expert_bytes(s),
+                                moe_sim_chunks(s));
+    int first = 1;
+    for (int k = 0; k < MOE_SIM_SCHEMES && !rc; k++)
+        if (moe_sim_has(s, k)) {
+            rc = json_scheme(out, s, k, first, p->layers, !g->no_layers);
+            first = 0;
+        }
+    rc = rc ? rc : moe_textout_printf(out, "}");
+    if (!rc && g->best)
+        rc = json_best(out, s);
+    return rc ? rc : moe_textout_printf(out, "}\n");
+}
+
+/* ------------------------------------------------------------------ outputs */
+
+/* The picture, rendered before anything is committed. */
+static int plot_render(const moe_sim_t *s, const char *path, uint8_t **img, size_t *len)
+{
+    moe_canvas_t *c = moe_sim_plot(s);
+    size_t n = strlen(path);
+    int svg = n >= 4 && !strcmp(path + n - 4, ".svg");
+    int rc = !c ? MOE_ENOMEM
+                : svg ? moe_canvas_svg(c, (char **)img, len) : moe_canvas_png(c, img, len);
+    moe_canvas_free(c);
+    return rc ? sfail("cannot draw '%s': %s", path, moe_strerror(rc)) : 0;
+}
+
+static int plot_write(const char *path, const uint8_t *img, size_t len, moe_ofile_t **of)
+{
+    int st;
+    char err[512];
+    if (!(*of = moe_ofile_open(path, &st, err, sizeof err)))
+        return sfail("%s", err);
+    if (moe_write_full(moe_ofile_fd(*of), img, len))
+        return sfail("write error on '%s': %s", path, strerror(errno));
+    return 0;
+}
+
+static int write_outputs(const moe_sim_t *s, const sim_cfg_t *g, const char *tpath,
+                         const char *ppath, const moe_placement_t *p, const moe_topo_t *t)
+{
+    uint8_t *img = NULL;
+    size_t len = 0;
+    moe_ofile_t *of = NULL;
+    if (g->plot && plot_render(s, g->plot, &img, &len))
+        return 1;
+    moe_textout_t *out = moe_cli_text_open(PROG, g->o.out, 't', -1);
+    int rc = out ? 0 : 1;
+    if (!rc) {
+        int w = g->json ? write_json(out, s, g, p, t) : write_table(out, s, g, tpath, ppath, p, t);
+        if (w && w != MOE_EINVAL)
+            sfail("write error on '%s': %s", g->o.out, strerror(errno));
+        if (!w && g->plot && plot_write(g->plot, img, len, &of))
+            w = 1;
+        if (of && (w || moe_ofile_commit(of)))
+            moe_ofile_abort(of), w = w ? w : sfail("cannot write '%s'", g->plot);
+        rc = moe_cli_text_close(PROG, out, g->o.out, w == 0);
+    }
+    free(img);
+    return rc;
+}
+
+int costmodel_simulate(int argc, char **argv)
+{
+    sim_cfg_t g;
+    int rc = 0;
+    if (sim_parse(argc, argv, &g, &rc))
+        return rc;
+    const char *tpath = argv[optind], *ppath = argv[optind + 1];
+    moe_topo_t topo;
+    if (costmodel_topology(g.topology, &topo))
+        return 1;
+    int st;
+    char err[512];
+    moe_placement_t *p = moe_placement_read(ppath, &st, err, sizeof err);
+    if (!p)
+        return sfail("%s", err);
+    moe_trace_map_t *m = moe_trace_map_open(tpath, g.o.threads, &st, err, sizeof err);
+    moe_sim_t *s = NULL;
+    if (!m)
+        rc = sfail("%s", err);
+    else if (!(s = moe_sim_run(p, &topo, m, &g.so, &st, err, sizeof err)))
+        rc = err[0] == '\'' ? sfail("%s", err) : sfail("'%s' on '%s': %s", tpath, ppath, err);
+    if (s)
+        rc = write_outputs(s, &g, tpath, ppath, p, &topo);
+    moe_sim_free(s);
+    moe_trace_map_close(m);
+    moe_placement_free(p);
+    return rc;
+}
+
+/* ------------------------------------------------------------------ fit */
+
+static const struct option fit_long[] = {
+    {"nccl-tests", required_argument, 0, S_NCCL}, {"class", required_argument, 0, S_CLASS},
+    {"topology", required_argument, 0, S_TOPOLOGY}, {"points", required_argument, 0, S_POINTS},
+    {"tolerance", required_argument, 0, S_TOL}, MOE_OPTS_LONG, {0, 0, 0, 0}};
+
+static void fit_usage(FILE *fp)
+{
+    fputs("Usage: moe-costmodel fit --nccl-tests=FILE --class=C [options]\n"
+          "Fit a link class's efficiency-vs-size curve to an nccl-tests result table\n"
+          "(alltoall_perf, all_gather_perf) and write the topology.\n"
+          "\n"
+          "      --nccl-tests=FILE  nccl-tests output (plain or gzipped; - for standard input)\n"
+          "      --class=C          link class to fit: intra or inter\n"
+          "      --topology=T       topology to start from (file or preset) [one node of the\n"
+          "                         table's ranks, no speeds]\n"
+          "      --points=N         most points of the curve, 2..64 [16]\n"
+          "      --tolerance=X      stop adding points when no measured efficiency is off by\n"
+          "                         more than this fraction of itself [0.05]\n", fp);
+    moe_opts_usage(fp, MOE_OPT_OUTPUT);
+}
+
+typedef struct fit_cfg {
+    moe_opts_t o;
+    const char *nccl, *topology;
+    int cls;
+    uint32_t points;
+    double tol;
+} fit_cfg_t;
+
+static int fit_opt(int c, const char *arg, fit_cfg_t *g)
+{
+    char err[200];
+    uint64_t v;
+    switch (c) {
+    case S_NCCL: g->nccl = arg; return 0;
+    case S_TOPOLOGY: g->topology = arg; return 0;
+    case S_CLASS:
+        g->cls = !strcmp(arg, "intra") ? MOE_LINK_INTRA : !strcmp(arg, "inter") ? MOE_LINK_INTER
+                                                                               : -1;
+        return g->cls < 0 ? moe_usage_error(PROG, "fit", "unknown class '%s' (intra, inter)", arg)
+                          : 0;
+    case S_POINTS:
+        if (moe_parse_u64(arg, 2, MOE_TOPO_MAX_CURVE, &v, "point count", err, sizeof err))
+            return moe_usage_error(PROG, "fit", "%s", err);
+        g->points = (uint32_t)v;
+        return 0;
+    case S_TOL:
+        if (moe_parse_double(arg, 0, 1, &g->tol, "tolerance", err, sizeof err))
+            return moe_usage_error(PROG, "fit", "%s", err);
+        return 0;
+    }
+    return moe_usage_error(PROG, "fit", "unexpected option");
+}
+
+static int fit_parse(int argc, char **argv, fit_cfg_t *g, int *rc)
+{
+    memset(g, 0, sizeof *g);
+    moe_opts_init(&g->o);
+    g->o.allowed = MOE_OPT_OUTPUT;
+    g->cls = -1;
+    g->points = 16;
+    g->tol = 0.05;
+    optind = 1;
+    int c;
+    while ((c = moe_opts_next(PROG, "fit", fit_usage, &g->o, argc, argv, MOE_OPTS_SHORT,
+                              fit_long, rc)) != -1) {
+        if (c == MOE_OPT_STOP || (*rc = fit_opt(c, optarg, g)) != 0)
+            return MOE_OPT_STOP;
+    }
+    moe_opts_apply_log(&g->o);
+    if (!g->nccl || g->cls < 0)
+        *rc = moe_usage_error(PROG, "fit", "--nccl-tests and --class are required");
+    else if (argc != optind)
+        *rc = moe_usage_error(PROG, "fit", "unexpected argument '%s'", argv[optind]);
+    return *rc ? MOE_OPT_STOP : 0;
+}
+
+int costmodel_fit(int argc, char **argv)
+{
+    fit_cfg_t g;
+    int rc = 0;
+    if (fit_parse(argc, argv, &g, &rc))
+        return rc;
+    moe_nccl_table_t tab;
+    char err[512];
+    if (moe_nccl_read(&tab, g.nccl, err, sizeof err))
+        return sfail("%s", err);
+    moe_topo_t t;
+    if (g.topology)
+        rc = costmodel_topology(g.topology, &t);
+    else
+        moe_topo_uniform(&t, 1, tab.ranks ? tab.ranks : 1);
+    double worst = 0;
+    if (!rc && moe_nccl_fit(&t, g.cls, &tab, g.points, g.tol, &worst, err, sizeof err))
+        rc = sfail("'%s': %s", g.nccl, err);
+    moe_nccl_table_release(&tab);
+    char *text = rc ? NULL : moe_topo_format(&t);
+    if (!rc && !text)
+        return sfail("%s", moe_strerror(MOE_ENOMEM));
+    moe_log(MOE_LOG_INFO, "%s curve: %u points, largest error %.4f", moe_link_name(g.cls),
+            t.link[g.cls].npoints, worst);
+    moe_textout_t *out = rc ? NULL : moe_cli_text_open(PROG, g.o.out, 't', -1);
+    if (out) {
+        int w = moe_textout_printf(out, "# fitted by moe-costmodel fit to '%s' (class %s, %u "
+                                   "points, largest error %.4f)\n%s", g.nccl,
+                                   moe_link_name(g.cls), t.link[g.cls].npoints, worst, text);
+        if (w)
+            sfail("write error on '%s': %s", g.o.out, strerror(errno));
+        rc = moe_cli_text_close(PROG, out, g.o.out, w == 0);
+    } else if (!rc)
+        rc = 1;
+    free(text);
+    return rc;
+}

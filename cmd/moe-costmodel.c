@@ -1,0 +1,1802 @@
+/* cmd/moe-costmodel.c -- moe-costmodel: the four papers' performance models (ExFlow, MoNTA,
+ * MPMoE, Janus) from options, config files, topologies and traces. */
+#include "config.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "costmodel.h"
+#include "moe/acct.h"
+#include "moe/cli.h"
+#include "moe/cost.h"
+#include "moe/io.h"
+#include "moe/moe.h"
+#include "moe/placement.h"
+#include "moe/plot.h"
+#include "moe/topo.h"
+#include "moe/trace.h"
+#include "moe/trace_map.h"
+
+#ifndef MOE_TOPODIR
+#define MOE_TOPODIR "/usr/local/share/moeflow/topologies"
+#endif
+
+const char *const costmodel_prog = "moe-costmodel";
+static const char *prog = "moe-costmodel";
+static char errbuf[512];
+
+#define fail(...) moe_fail(prog, __VA_ARGS__)
+#define usage_error(sub, ...) cm_usage_error(sub, __VA_ARGS__)
+
+/* The config file line being applied, if any: a bad value there is a data error of that file
+ * (one line, status 1), not a usage error. */
+static const char *cfg_path;
+static int cfg_lineno;
+
+static int cm_usage_error(const char *sub, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static int cm_usage_error(const char *sub, const char *fmt, ...)
+{
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    if (cfg_path)
+        return moe_fail(prog, "'%s' line %d: %s", cfg_path, cfg_lineno, msg);
+    return moe_usage_error(prog, sub, "%s", msg);
+}
+
+/* Most values a list option (--experts-per-worker) takes. */
+#define MAX_LIST 256
+
+enum {
+    O_CONFIG = MOE_OPTC_TOOL, O_JSON, O_TOPOLOGY, O_NODES, O_GPN, O_BW_INTRA, O_BW_INTER,
+    O_BW_HOST, O_BW_HBM, O_FLOPS, O_TRACE, O_PLACEMENT, O_TOPK, O_RANKS, O_TPR, O_LAYERS, O_P,
+    O_P_TOPO, O_P_STAR, O_HIDDEN, O_ELEM_BYTES, O_BATCH, O_SEQ, O_VOLUME, O_TP, O_EP, O_PP,
+    O_R1, O_R2, O_R3, O_MIN_CHUNK, O_CHUNKS, O_MAX_CHUNKS, O_PLOT, O_HEADS, O_PARAMS_DENSE,
+    O_PARAMS_MOE, O_ZERO, O_ACTIVATION, O_SEQ_PER_NODE, O_SWITCH_PORTS, O_TOKENS, O_FFN,
+    O_EXPERTS, O_PARTITIONS, O_REUSE, O_MIN_PART, O_MAX_PART, O_MEM_LIMIT, O_ALPHA, O_PROFILE,
+    O_EPW, O_BLOCKS, O_THRESHOLD, O_PREFETCH, O_SOURCE,
+};
+
+static const struct option long_opts[] = {
+    {"config", required_argument, 0, O_CONFIG}, {"json", no_argument, 0, O_JSON},
+    {"topology", required_argument, 0, O_TOPOLOGY}, {"nodes", required_argument, 0, O_NODES},
+    {"gpus-per-node", required_argument, 0, O_GPN},
+    {"bw-intra", required_argument, 0, O_BW_INTRA},
+    {"bw-inter", required_argument, 0, O_BW_INTER}, {"bw-host", required_argument, 0, O_BW_HOST},
+    {"bw-hbm", required_argument, 0, O_BW_HBM}, {"flops", required_argument, 0, O_FLOPS},
+    {"trace", required_argument, 0, O_TRACE}, {"placement", required_argument, 0, O_PLACEMENT},
+    {"topk", required_argument, 0, O_TOPK}, {"ranks", required_argument, 0, O_RANKS},
+    {"tokens-per-rank", required_argument, 0, O_TPR}, {"layers", required_argument, 0, O_LAYERS},
+    {"p", required_argument, 0, O_P}, {"p-topo", required_argument, 0, O_P_TOPO},
+    {"p-star", required_argument, 0, O_P_STAR}, {"hidden", required_argument, 0, O_HIDDEN},
+    {"elem-bytes", required_argument, 0, O_ELEM_BYTES},
+    {"batch", required_argument, 0, O_BATCH}, {"seq", required_argument, 0, O_SEQ},
+    {"volume", required_argument, 0, O_VOLUME}, {"tp", required_argument, 0, O_TP},
+    {"ep", required_argument, 0, O_EP}, {"pp", required_argument, 0, O_PP},
+    {"r1", required_argument, 0, O_R1}, {"r2", required_argument, 0, O_R2},
+    {"r3", required_argument, 0, O_R3}, {"min-chunk", required_argument, 0, O_MIN_CHUNK},
+    {"chunks", required_argument, 0, O_CHUNKS},
+    {"max-chunks", required_argument, 0, O_MAX_CHUNKS}, {"plot", required_argument, 0, O_PLOT},
+    {"heads", required_argument, 0, O_HEADS},
+    {"params-dense", required_argument, 0, O_PARAMS_DENSE},
+    {"params-moe", required_argument, 0, O_PARAMS_MOE}, {"zero", required_argument, 0, O_ZERO},
+    {"activation", required_argument, 0, O_ACTIVATION},
+    {"seq-per-node", required_argument, 0, O_SEQ_PER_NODE},
+    {"switch-ports", required_argument, 0, O_SWITCH_PORTS},
+    {"tokens", required_argument, 0, O_TOKENS}, {"ffn", required_argument, 0, O_FFN},
+    {"experts", required_argument, 0, O_EXPERTS},
+    {"partitions", required_argument, 0, O_PARTITIONS},
+    {"reuse", required_argument, 0, O_REUSE},
+    {"min-partitions", required_argument, 0, O_MIN_PART},
+    {"max-partitions", required_argument, 0, O_MAX_PART},
+    {"memory-limit", required_argument, 0, O_MEM_LIMIT},
+    {"alpha", required_argument, 0, O_ALPHA}, {"profile", required_argument, 0, O_PROFILE},
+    {"experts-per-worker", required_argument, 0, O_EPW},
+    {"blocks", required_argument, 0, O_BLOCKS}, {"threshold", required_argument, 0, O_THRESHOLD},
+    {"prefetch", required_argument, 0, O_PREFETCH}, {"source", required_argument, 0, O_SOURCE},
+    MOE_OPTS_LONG, {0}};
+
+/* An efficiency option: a fixed value or a curve SIZE:EFF,... (0 points: not given). */
+typedef struct effopt {
+    uint32_t n;
+    double size[MOE_TOPO_MAX_CURVE], eff[MOE_TOPO_MAX_CURVE];
+} effopt_t;
+
+/* Everything any subcommand takes; each subcommand rejects what does not apply to it. Numbers
+ * left NaN (or 0 for counts) were not given. */
+typedef struct cfg {
+    moe_opts_t o;
+    const char *topology, *trace, *placement, *plot, *profile;
+    int json, source, zero, act, reuse;
+    uint32_t nodes, gpn, topk, ranks, tp, ep, pp, chunks, max_chunks, partitions, min_part,
+        max_part, blocks, switch_ports, nepw;
+    double bw[MOE_LINK_CLASSES], hbm, flops;
+    double tpr, layers, p, p_topo, p_star, hidden, elem_bytes, batch, seq, volume, min_chunk;
+    double heads, params_dense, params_moe, seq_per_node, tokens, ffn, experts, mem_limit;
+    double threshold, prefetch;
+    double alpha[MOE_MP_STREAMS][4];
+    double epw[MAX_LIST];
+    effopt_t r[3];
+    int depth; /* --config nesting */
+} cfg_t;
+
+static const char *opt_name(int c)
+{
+    for (const struct option *o = long_opts; o->name; o++)
+        if (o->val == c)
+            return o->name;
+    return "?";
+}
+
+/* ------------------------------------------------------------------ option values */
+
+/* A non-negative number with an optional decimal (K M G T P: 10^3 ...) or binary (Ki Mi Gi
+ * Ti: 2^10 ...) suffix; a trailing "B", "B/s" or "/s" is allowed, "b/s" or "bit/s" means bits. */
+static int parse_qty(const char *s, double *out)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (end == s || errno || !isfinite(v) || v < 0)
+        return -1;
+    static const char pre[] = "KMGTP";
+    const char *q = *end ? strchr(pre, *end) : NULL;
+    if (q) {
+        int bin = end[1] == 'i';
+        v *= pow(bin ? 1024.0 : 1000.0, (double)(q - pre + 1));
+        end += 1 + bin;
+    }
+    if (!strcmp(end, "b/s") || !strcmp(end, "bit/s"))
+        v /= 8, end += strlen(end);
+    else if (!strcmp(end, "B") || !strcmp(end, "B/s") || !strcmp(end, "/s"))
+        end += strlen(end);
+    if (*end || !isfinite(v))
+        return -1;
+    *out = v;
+    return 0;
+}
+
+static int take_qty(const char *sub, const char *arg, double min, const char *what, double *out)
+{
+    if (parse_qty(arg, out) || *out < min)
+        return usage_error(sub, "invalid %s '%s'", what, arg);
+    return 0;
+}
+
+static int take_u32(const char *sub, const char *arg, uint64_t min, uint64_t max,
+                    const char *what, uint32_t *out)
+{
+    char err[256];
+    uint64_t v;
+    if (moe_parse_u64(arg, min, max, &v, what, err, sizeof err))
+        return usage_error(sub, "%s", err);
+    *out = (uint32_t)v;
+    return 0;
+}
+
+static int take_frac(const char *sub, const char *arg, double hi, const char *what, double *out)
+{
+    char err[256];
+    if (moe_parse_double(arg, 0, hi, out, what, err, sizeof err))
+        return usage_error(sub, "%s", err);
+    return 0;
+}
+
+/* --r1 0.741 (a fixed efficiency) or --r1 8M:0.427,32M:0.633,256M:0.741 (a curve, sizes
+ * increasing). */
+static int take_eff(const char *sub, const char *arg, const char *what, effopt_t *e)
+{
+    char buf[2048];
+    int bad = strlen(arg) >= sizeof buf, fixed = 0;
+    e->n = 0;
+    if (!bad)
+        strcpy(buf, arg);
+    for (char *save = NULL, *tok = bad ? NULL : strtok_r(buf, ",", &save); tok && !bad;
+         tok = strtok_r(NULL, ",", &save)) {
+        char *colon = strchr(tok, ':');
+        double size = 0, eff;
+        if (colon)
+            *colon = 0;
+        fixed |= !colon;
+        bad = e->n == MOE_TOPO_MAX_CURVE || (colon && parse_qty(tok, &size)) ||
+              parse_qty(colon ? colon + 1 : tok, &eff) || !(eff > 0 && eff <= 1) ||
+              (e->n && !(size > e->size[e->n - 1]));
+        if (!bad) {
+            e->size[e->n] = size;
+            e->eff[e->n++] = eff;
+        }
+    }
+    if (bad || !e->n || (fixed && e->n > 1))
+        return usage_error(sub, "invalid %s '%s' (a number in (0, 1] or SIZE:EFF,...)", what,
+                           arg);
+    return 0;
+}
+
+/* --alpha comm,comp=0.8: the slowdown factor of stream y beside x (x may be "all"). */
+static int take_alpha(const char *sub, const char *arg, cfg_t *g)
+{
+    static const char *const names[] = {"comm", "comp", "mem", "all"};
+    char y[16], x[16];
+    double v;
+    int n = 0;
+    if (sscanf(arg, "%15[a-z],%15[a-z]=%lf%n", y, x, &v, &n) != 3 || arg[n] ||
+        !(v > 0 && v <= 1))
+        return usage_error(sub, "invalid slowdown factor '%s' (Y,X=V with V in (0, 1])", arg);
+    int yi = -1, xi = -1;
+    for (int i = 0; i < 4; i++) {
+        if (!strcmp(y, names[i]) && i < 3)
+            yi = i;
+        if (!strcmp(x, names[i]))
+            xi = i;
+    }
+    if (yi < 0 || xi < 0 || xi == yi)
+        return usage_error(sub, "invalid slowdown factor '%s' (streams comm, comp, mem, all)",
+                           arg);
+    g->alpha[yi][xi] = v;
+    return 0;
+}
+
+static int take_list(const char *sub, const char *arg, cfg_t *g)
+{
+    char buf[4096];
+    if (strlen(arg) >= sizeof buf)
+        return usage_error(sub, "invalid expert list '%s'", arg);
+    strcpy(buf, arg);
+    g->nepw = 0;
+    for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok;
+         tok = strtok_r(NULL, ",", &save)) {
+        double v;
+        if (g->nepw == MAX_LIST || parse_qty(tok, &v) || !(v > 0))
+            return usage_error(sub, "invalid expert list '%s'", arg);
+        g->epw[g->nepw++] = v;
+    }
+    return g->nepw ? 0 : usage_error(sub, "invalid expert list '%s'", arg);
+}
+
+static int read_config(const char *sub, const char *path, cfg_t *g);
+
+/* One tool-specific option. Returns 0 or the usage error status (1 for an unreadable config). */
+static int take_opt(const char *sub, int c, const char *arg, cfg_t *g)
+{
+    static const char *const sources[] = {"auto", "recorded", "sequence", "token"};
+    switch (c) {
+    case O_CONFIG: return read_config(sub, arg, g);
+    case O_JSON: g->json = 1; return 0;
+    case O_TOPOLOGY: g->topology = arg; return 0;
+    case O_NODES: return take_u32(sub, arg, 1, 65535, "node count", &g->nodes);
+    case O_GPN: return take_u32(sub, arg, 1, 65535, "GPUs per node", &g->gpn);
+    case O_BW_INTRA: return take_qty(sub, arg, 1, "bandwidth", &g->bw[MOE_LINK_INTRA]);
+    case O_BW_INTER: return take_qty(sub, arg, 1, "bandwidth", &g->bw[MOE_LINK_INTER]);
+    case O_BW_HOST: return take_qty(sub, arg, 1, "bandwidth", &g->bw[MOE_LINK_HOST]);
+    case O_BW_HBM: return take_qty(sub, arg, 1, "bandwidth", &g->hbm);
+    case O_FLOPS: return take_qty(sub, arg, 1, "compute rate", &g->flops);
+    case O_TRACE: g->trace = arg; return 0;
+    case O_PLACEMENT: g->placement = arg; return 0;
+    case O_TOPK: return take_u32(sub, arg, 1, 256, "top-k", &g->topk);
+    case O_RANKS: return take_u32(sub, arg, 1, 1u << 24, "rank count", &g->ranks);
+    case O_TPR: return take_qty(sub, arg, 0, "token count", &g->tpr);
+    case O_LAYERS: return take_qty(sub, arg, 0, "layer count", &g->layers);
+    case O_P: return take_frac(sub, arg, 1, "fraction p", &g->p);
+    case O_P_TOPO: return take_frac(sub, arg, 1, "fraction p_topo", &g->p_topo);
+    case O_P_STAR: return take_frac(sub, arg, 2, "fraction p*", &g->p_star);
+    case O_HIDDEN: return take_qty(sub, arg, 1, "hidden size", &g->hidden);
+    case O_ELEM_BYTES: return take_qty(sub, arg, 1e-3, "element size", &g->elem_bytes);
+    case O_BATCH: return take_qty(sub, arg, 1e-9, "batch size", &g->batch);
+    case O_SEQ: return take_qty(sub, arg, 1, "sequence length", &g->seq);
+    case O_VOLUME: return take_qty(sub, arg, 1, "volume", &g->volume);
+    case O_TP: return take_u32(sub, arg, 1, 1u << 20, "tensor-parallel degree", &g->tp);
+    case O_EP: return take_u32(sub, arg, 1, 1u << 20, "expert-parallel degree", &g->ep);
+    case O_PP: return take_u32(sub, arg, 1, 1u << 20, "pipeline-parallel degree", &g->pp);
+    case O_R1: return take_eff(sub, arg, "efficiency r1", &g->r[0]);
+    case O_R2: return take_eff(sub, arg, "efficiency r2", &g->r[1]);
+    case O_R3: return take_eff(sub, arg, "efficiency r3", &g->r[2]);
+    case O_MIN_CHUNK: return take_qty(sub, arg, 1, "chunk size", &g->min_chunk);
+    case O_CHUNKS: return take_u32(sub, arg, 1, 1u << 20, "chunk count", &g->chunks);
+    case O_MAX_CHUNKS: return take_u32(sub, arg, 1, 1u << 20, "chunk count", &g->max_chunks);
+    case O_PLOT: g->plot = arg; return 0;
+    case O_HEADS: return take_qty(sub, arg, 0, "head count", &g->heads);
+    case O_PARAMS_DENSE: return take_qty(sub, arg, 0, "parameter count", &g->params_dense);
+    case O_PARAMS_MOE: return take_qty(sub, arg, 0, "parameter count", &g->params_moe);
+    case O_ZERO: {
+        uint32_t z;
+        int rc = take_u32(sub, arg, 0, 3, "ZeRO stage", &z);
+        g->zero = (int)z;
+        return rc;
+    }
+    case O_ACTIVATION:
+        if ((g->act = moe_monta_act_parse(arg)) < 0)
+            return usage_error(sub, "unknown activation row '%s' (none, tp, sp, selective, "
+                                    "full)", arg);
+        return 0;
+    case O_SEQ_PER_NODE: return take_qty(sub, arg, 1, "sequence length", &g->seq_per_node);
+    case O_SWITCH_PORTS: return take_u32(sub, arg, 1, 1u << 30, "port count", &g->switch_ports);
+    case O_TOKENS: return take_qty(sub, arg, 1, "token count", &g->tokens);
+    case O_FFN: return take_qty(sub, arg, 1, "FFN size", &g->ffn);
+    case O_EXPERTS: return take_qty(sub, arg, 0, "expert count", &g->experts);
+    case O_PARTITIONS: return take_u32(sub, arg, 1, 4096, "partition count", &g->partitions);
+    case O_REUSE:
+        if ((g->reuse = moe_mpmoe_reuse_parse(arg)) < 0)
+            return usage_error(sub, "unknown reuse strategy '%s' (none, S1, S2, S3, S4)", arg);
+        return 0;
+    case O_MIN_PART: return take_u32(sub, arg, 1, 4096, "partition count", &g->min_part);
+    case O_MAX_PART: return take_u32(sub, arg, 1, 4096, "partition count", &g->max_part);
+    case O_MEM_LIMIT: return take_qty(sub, arg, 1, "memory size", &g->mem_limit);
+    case O_ALPHA: return take_alpha(sub, arg, g);
+    case O_PROFILE: g->profile = arg; return 0;
+    case O_EPW: return take_list(sub, arg, g);
+    case O_BLOCKS: return take_u32(sub, arg, 1, MAX_LIST, "block count", &g->blocks);
+    case O_THRESHOLD: return take_qty(sub, arg, 0, "threshold", &g->threshold);
+    case O_PREFETCH: return take_qty(sub, arg, 0, "prefetch window", &g->prefetch);
+    case O_SOURCE:
+        for (int i = 0; i < 4; i++)
+            if (!strcmp(arg, sources[i])) {
+                g->source = i;
+                return 0;
+            }
+        return usage_error(sub, "unknown source '%s' (auto, recorded, sequence, token)", arg);
+    default: return usage_error(sub, "option --%s does not apply to %s", opt_name(c), sub);
+    }
+}
+
+/* ------------------------------------------------------------------ config files */
+
+static int opt_code(const char *name, int *has_arg)
+{
+    for (const struct option *o = long_opts; o->name; o++)
+        if (!strcmp(o->name, name) && o->val >= MOE_OPTC_TOOL) {
+            *has_arg = o->has_arg;
+            return o->val;
+        }
+    return -1;
+}
+
+/* Copies of config values, alive until exit (options keep paths as pointers). */
+static char **kept;
+static size_t nkept;
+
+static void free_kept(void)
+{
+    for (size_t i = 0; i < nkept; i++)
+        free(kept[i]);
+    free(kept);
+    kept = NULL;
+    nkept = 0;
+}
+
+static char *keep_string(const char *s)
+{
+    char **k = realloc(kept, (nkept + 1) * sizeof *k);
+    if (!k)
+        return NULL;
+    kept = k;
+    if (!nkept)
+        atexit(free_kept);
+    return kept[nkept++] = strdup(s);
+}
+
+/* Strip blanks at both ends in place. */
+static char *trim(char *s)
+{
+    while (*s == ' ' || *s == '\t')
+        s++;
+    size_t n = strlen(s);
+    while (n && (s[n - 1] == ' ' || s[n - 1] == '\t' || s[n - 1] == '\r' || s[n - 1] == '\n'))
+        s[--n] = 0;
+    return s;
+}
+
+/* Apply one "key = value" line. The sub's option filter runs in parse(); config keys are
+ * checked against the same list through `takes`. */
+static const int *cur_takes;
+
+static int config_line(const char *sub, const char *path, int lineno, char *line, cfg_t *g)
+{
+    char *hash = strchr(line, '#');
+    if (hash)
+        *hash = 0;
+    char *s = trim(line);
+    if (!*s)
+        return 0;
+    char *eq = strchr(s, '=');
+    if (eq)
+        *eq = 0;
+    char *key = trim(s), *val = eq ? trim(eq + 1) : NULL;
+    int has_arg, c = opt_code(key, &has_arg), ok = c == O_CONFIG;
+    for (const int *t = cur_takes; c >= 0 && *t && !ok; t++)
+        ok = *t == c;
+    if (c < 0 || !ok)
+        return fail("'%s' line %d: unknown key '%s' for %s", path, lineno, key, sub);
+    if (has_arg && (!val || !*val))
+        return fail("'%s' line %d: key '%s' needs a value", path, lineno, key);
+    if (!has_arg && val && strcmp(val, "1") && strcmp(val, "yes") && strcmp(val, "true"))
+        return fail("'%s' line %d: key '%s' takes no value (or yes)", path, lineno, key);
+    if (c == O_CONFIG && g->depth >= 4)
+        return fail("'%s' line %d: config files nested too deeply", path, lineno);
+    /* values must outlive the file buffer: they may be kept as strings (paths) */
+    char *keep = val ? keep_string(val) : NULL;
+    if (val && !keep)
+        return fail("out of memory");
+    const char *outer_path = cfg_path;
+    int outer_line = cfg_lineno;
+    cfg_path = path, cfg_lineno = lineno;
+    g->depth++;
+    int rc = take_opt(sub, c, keep, g);
+    g->depth--;
+    cfg_path = outer_path, cfg_lineno = outer_line;
+    return rc;
+}
+
+static int read_config(const char *sub, const char *path, cfg_t *g)
+{
+    FILE *fp = strcmp(path, "-") ? fopen(path, "r") : stdin;
+    if (!fp)
+        return fail("cannot open '%s': %s", path, strerror(errno));
+    char line[4096];
+    int rc = 0, lineno = 0;
+    while (!rc && fgets(line, sizeof line, fp)) {
+        lineno++;
+        if (!strchr(line, '\n') && !feof(fp))
+            rc = fail("'%s' line %d: line too long", path, lineno);
+        else
+            rc = config_line(sub, path, lineno, line, g);
+    }
+    if (!rc && ferror(fp))
+        rc = fail("cannot read '%s': %s", path, strerror(errno));
+    if (fp != stdin)
+        fclose(fp);
+    return rc;
+}
+
+/* ------------------------------------------------------------------ parsing */
+
+static void cfg_init(cfg_t *g, unsigned groups)
+{
+    memset(g, 0, sizeof *g);
+    moe_opts_init(&g->o);
+    g->o.allowed = groups;
+    double *nan_fields[] = {&g->tpr, &g->layers, &g->p, &g->p_topo, &g->p_star, &g->hidden,
+                            &g->elem_bytes, &g->batch, &g->seq, &g->volume, &g->min_chunk,
+                            &g->heads, &g->params_dense, &g->params_moe, &g->seq_per_node,
+                            &g->tokens, &g->ffn, &g->experts, &g->threshold, &g->prefetch};
+    for (size_t i = 0; i < sizeof nan_fields / sizeof *nan_fields; i++)
+        *nan_fields[i] = NAN;
+    g->act = -1;
+    g->reuse = -1;
+    g->zero = -1;
+    for (int y = 0; y < MOE_MP_STREAMS; y++)
+        for (int x = 0; x < 4; x++)
+            g->alpha[y][x] = 1;
+}
+
+/* Parse a subcommand's options; `takes` lists the tool options it accepts (0-terminated). */
+static int parse(const char *sub, int argc, char **argv, cfg_t *g, const int *takes,
+                 void (*usage)(FILE *), int *rc)
+{
+    cfg_init(g, MOE_OPT_OUTPUT);
+    cur_takes = takes;
+    int c;
+    while ((c = moe_opts_next(prog, sub, usage, &g->o, argc, argv, MOE_OPTS_SHORT, long_opts,
+                              rc)) != -1) {
+        if (c == MOE_OPT_STOP)
+            return MOE_OPT_STOP;
+        int ok = c == O_CONFIG;
+        for (const int *t = takes; *t && !ok; t++)
+            ok = *t == c;
+        if (!ok) {
+            *rc = usage_error(sub, "option --%s does not apply to %s", opt_name(c), sub);
+            return MOE_OPT_STOP;
+        }
+        if ((*rc = take_opt(sub, c, optarg, g)) != 0)
+            return MOE_OPT_STOP;
+    }
+    moe_opts_apply_log(&g->o);
+    return 0;
+}
+
+static double or_default(double v, double d) { return isnan(v) ? d : v; }
+
+/* ------------------------------------------------------------------ topology */
+
+static int file_exists(const char *p)
+{
+    struct stat st;
+    return stat(p, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+int costmodel_topology(const char *arg, moe_topo_t *t)
+{
+    char path[4096];
+    const char *use = arg;
+    if (strcmp(arg, "-") && !file_exists(arg) && !strchr(arg, '/')) {
+        const char *env = getenv("MOEFLOW_TOPOLOGIES");
+        const char *dirs[2] = {env && *env ? env : NULL, MOE_TOPODIR};
+        size_t n = strlen(arg);
+        const char *ext = n > 5 && !strcmp(arg + n - 5, ".topo") ? "" : ".topo";
+        for (int i = 0; i < 2; i++) {
+            if (!dirs[i])
+                continue;
+            snprintf(path, sizeof path, "%s/%s%s", dirs[i], arg, ext);
+            if (file_exists(path)) {
+                use = path;
+                break;
+            }
+        }
+        if (use == arg)
+            return fail("cannot open '%s': no such file or topology preset (presets: %s)", arg,
+                        MOE_TOPODIR);
+    }
+    if (moe_topo_read(t, use, errbuf, sizeof errbuf))
+        return fail("%s", errbuf);
+    return 0;
+}
+
+/* The topology of --topology (or one node of --gpus-per-node GPUs) with the overrides
+ * --nodes, --gpus-per-node, --bw-*, --flops applied. */
+static int make_topo(const cfg_t *g, moe_topo_t *t)
+{
+    if (g->topology) {
+        if (costmodel_topology(g->topology, t))
+            return 1;
+    } else if (moe_topo_uniform(t, 1, g->gpn ? g->gpn : 1)) {
+        return fail("invalid topology");
+    }
+    if (g->nodes)
+        t->nodes = g->nodes;
+    if (g->gpn)
+        t->gpus_per_node = g->gpn;
+    if ((uint64_t)t->nodes * t->gpus_per_node > 65535)
+        return fail("topology of %u x %u ranks is too large", t->nodes, t->gpus_per_node);
+    for (int c = MOE_LINK_INTRA; c < MOE_LINK_CLASSES; c++)
+        if (g->bw[c] > 0)
+            t->link[c].bw = g->bw[c];
+    if (g->hbm > 0)
+        t->hbm_bw = g->hbm;
+    if (g->flops > 0)
+        t->flops = g->flops;
+    moe_topo_update_cost(t);
+    return 0;
+}
+
+/* ------------------------------------------------------------------ output */
+
+typedef struct out {
+    moe_textout_t *t;
+    const char *path;
+} out_t;
+
+static int out_open(out_t *o, const cfg_t *g)
+{
+    o->path = g->o.out ? g->o.out : "-";
+    o->t = moe_cli_text_open(prog, o->path, 't', -1);
+    return o->t ? 0 : 1;
+}
+
+static int out_close(out_t *o, int werr)
+{
+    if (werr && errno == EPIPE) { /* the reader went away: quietly done */
+        moe_cli_text_close(prog, o->t, o->path, 0);
+        return 0;
+    }
+    if (werr)
+        fail("cannot write '%s': %s", o->path, strerror(errno));
+    return moe_cli_text_close(prog, o->t, o->path, !werr);
+}
+
+#define P(...)                                                                                \
+    do {                                                                                      \
+        if (moe_textout_printf(t, __VA_ARGS__) < 0)                                           \
+            return -1;                                                                        \
+    } while (0)
+
+/* JSON number: null for NaN and infinities. The text lives in a ring of buffers, enough for
+ * every number of one printf call. */
+static const char *J(double v)
+{
+    static char ring[16][40];
+    static unsigned next;
+    char *b = ring[next++ % 16];
+    if (!isfinite(v))
+        snprintf(b, sizeof ring[0], "null");
+    else
+        snprintf(b, sizeof ring[0], "%.10g", v);
+    return b;
+}
+
+/* Write a PNG (default) or SVG (FILE ending in .svg) of canvas c atomically. */
+static int write_picture(const char *path, const moe_canvas_t *c)
+{
+    size_t n = strlen(path), len = 0;
+    int svg = n >= 4 && !strcmp(path + n - 4, ".svg");
+    uint8_t *png = NULL;
+    char *doc = NULL;
+    if (svg ? moe_canvas_svg(c, &doc, &len) : moe_canvas_png(c, &png, &len))
+        return fail("cannot draw: out of memory");
+    const void *buf = svg ? (const void *)doc : (const void *)png;
+    int st, rc = 0;
+    moe_ofile_t *f = moe_ofile_open(path, &st, errbuf, sizeof errbuf);
+    if (!f) {
+        rc = fail("%s", errbuf);
+    } else {
+        int fd = moe_ofile_fd(f);
+        size_t off = 0;
+        while (off < len) {
+            ssize_t w = write(fd, (const char *)buf + off, len - off);
+            if (w < 0 && errno == EINTR)
+                continue;
+            if (w <= 0)
+                break;
+            off += (size_t)w;
+        }
+        if (off < len) {
+            rc = fail("cannot write '%s': %s", path, strerror(errno));
+            moe_ofile_abort(f);
+        } else if (moe_ofile_commit(f)) {
+            rc = fail("cannot write '%s': %s", path, strerror(errno));
+        }
+    }
+    free(png);
+    free(doc);
+    return rc;
+}
+
+/* A chart of several series over the same x values with a legend, drawn at (x0, 0). */
+typedef struct series {
+    const char *name;
+    const double *y;
+    uint32_t rgb;
+} series_t;
+
+typedef struct chart {
+    const char *title, *xlabel, *ylabel;
+    const double *x;
+    int n;
+    const series_t *s;
+    int ns;
+} chart_t;
+
+#define CHART_W 720
+#define CHART_H 440
+#define LEGEND_H 24
+#define CHART_TOP 10
+
+static int draw_chart(moe_canvas_t *c, int x0, const chart_t *ch)
+{
+    double lo = 0, hi = -INFINITY;
+    for (int k = 0; k < ch->ns; k++)
+        for (int i = 0; i < ch->n; i++)
+            if (isfinite(ch->s[k].y[i]))
+                lo = fmin(lo, ch->s[k].y[i]), hi = fmax(hi, ch->s[k].y[i]);
+    hi = hi > lo ? hi * 1.05 : lo + 1;
+    int err = 0;
+    for (int k = 0; k < ch->ns && !err; k++) {
+        moe_linechart_t lc = {ch->x, ch->s[k].y, ch->n, lo, hi, ch->title, ch->xlabel,
+                              ch->ylabel, ch->s[k].rgb, 2};
+        err = moe_plot_lines(c, x0 + 4, CHART_TOP, CHART_W - 28, CHART_H - CHART_TOP, &lc);
+    }
+    for (int k = 0, lx = x0 + 80; k < ch->ns && !err; k++) {
+        err = moe_canvas_rect(c, lx, CHART_H + 6, 14, 14, ch->s[k].rgb);
+        if (!err)
+            err = moe_canvas_text(c, lx + 20, CHART_H + 6, ch->s[k].name, 2, MOE_TEXT_LEFT, 0);
+        lx += 40 + moe_text_width(ch->s[k].name, 2);
+    }
+    return err;
+}
+
+/* One or two charts side by side into a picture file. */
+static int plot_charts(const char *path, const chart_t *ch, int n)
+{
+    moe_canvas_t *c = moe_canvas_new(CHART_W * n, CHART_H + LEGEND_H);
+    if (!c)
+        return fail("cannot draw: out of memory");
+    int err = 0;
+    for (int i = 0; i < n && !err; i++)
+        err = draw_chart(c, CHART_W * i, &ch[i]);
+    int rc = err ? fail("cannot draw: out of memory") : write_picture(path, c);
+    moe_canvas_free(c);
+    return rc;
+}
+
+static const uint32_t palette[] = {0x444444, 0x1f77b4, 0xd62728, 0x2ca02c, 0xff7f0e};
+
+/* ------------------------------------------------------------------ exflow */
+
+static void exflow_usage(FILE *fp)
+{
+    fputs("Usage: moe-costmodel exflow [options]\n"
+          "ExFlow's Table I: forward communication of DeepSpeed-MoE, topology-aware gating\n"
+          "and context-coherent expert parallelism, with p and p* given or measured.\n"
+          "\n"
+          "      --ranks=G          GPUs of the expert-parallel group [placement's]\n"
+          "      --tokens-per-rank=N  tokens per GPU per iteration [trace tokens / G]\n"
+          "      --layers=L         MoE layers [trace's]\n"
+          "      --topk=K           experts per token (Table I: 1 or 2) [trace's, else 1]\n"
+          "      --p=X              fraction of tokens in DeepSpeed-MoE's all-to-alls\n"
+          "      --p-topo=X         the same under topology-aware gating [not shown]\n"
+          "      --p-star=X         the same under context coherence (ExFlow's p*)\n"
+          "      --trace=FILE       measure p and p* on this routing trace ...\n"
+          "      --placement=FILE   ... and this placement (moe-place eval's accounting)\n"
+          "      --source=S         source ranks of the tokens: auto, recorded, sequence or\n"
+          "                         token [auto]\n"
+          "      --hidden=H         hidden size, to convert transfers to bytes [trace's]\n"
+          "      --elem-bytes=B     bytes per element [trace's]\n"
+          "      --config=FILE      read KEY = VALUE lines (long option names) first\n"
+          "      --json             write JSON instead of a table\n", fp);
+    moe_opts_usage(fp, MOE_OPT_OUTPUT);
+}
+
+/* Measured p, p* of a placement on a trace, and the accounting's own totals. */
+typedef struct exflow_meas {
+    int have;
+    double tokens, vanilla, coherent, cells;
+    uint32_t G, L, K;
+    double hidden, elem_bytes;
+} exflow_meas_t;
+
+static int exflow_measure(const cfg_t *g, moe_exflow_in_t *in, exflow_meas_t *ms)
+{
+    int st, rc = 0;
+    moe_placement_t *p = moe_placement_read(g->placement, &st, errbuf, sizeof errbuf);
+    if (!p)
+        return fail("%s", errbuf);
+    moe_trace_map_t *m = moe_trace_map_open(g->trace, 0, &st, errbuf, sizeof errbuf);
+    if (!m) {
+        moe_placement_free(p);
+        return fail("%s", errbuf);
+    }
+    const moe_trace_hdr_t *h = moe_trace_map_header(m);
+    moe_acct_opts_t ao;
+    moe_acct_opts_default(&ao);
+    ao.topk = g->topk;
+    ao.source = g->source;
+    moe_acct_t *a = moe_acct_new(p, NULL, h, &ao, &st, errbuf, sizeof errbuf);
+    if (!a)
+        rc = fail("'%s' on '%s': %s", g->placement, g->trace, errbuf);
+    else if (moe_acct_scan(a, m, NULL, NULL)) {
+        const char *msg = moe_trace_map_errmsg(m);
+        rc = msg[0] == '\'' ? fail("%s", msg) : fail("'%s': %s", g->trace, msg);
+    }
+    if (!rc) {
+        ms->K = g->topk ? g->topk : h->topk;
+        if (moe_exflow_measure(a, ms->K, &in->p, &in->p_star))
+            rc = fail("'%s': no routed tokens", g->trace);
+    }
+    if (!rc) {
+        moe_acct_layer_t v, c;
+        moe_acct_total(a, MOE_SCHEME_VANILLA, &v);
+        moe_acct_total(a, MOE_SCHEME_COHERENT, &c);
+        ms->have = 1;
+        ms->vanilla = ms->coherent = 0;
+        for (int ph = 0; ph < MOE_PHASES; ph++)
+            for (int k = 0; k < MOE_LINK_CLASSES; k++) {
+                ms->vanilla += (double)v.xfer[ph][k];
+                ms->coherent += (double)c.xfer[ph][k];
+            }
+        ms->cells = (double)v.cells;
+        ms->tokens = (double)moe_acct_tokens(a);
+        ms->G = p->ranks;
+        ms->L = h->layers;
+        ms->hidden = h->hidden;
+        ms->elem_bytes = h->elem_bytes;
+    }
+    moe_acct_free(a);
+    moe_trace_map_close(m);
+    moe_placement_free(p);
+    return rc;
+}
+
+static int exflow_table(moe_textout_t *t, const moe_exflow_in_t *in, const moe_exflow_out_t *o,
+                        const exflow_meas_t *ms)
+{
+    P("# ExFlow Table I: forward communication per iteration, in token transfers\n");
+    P("G %g  N %g  L %g  top-k %u  p %.6g  p* %.6g", in->G, in->N, in->L, in->topk, in->p,
+      in->p_star);
+    if (in->p_topo >= 0)
+        P("  p_topo %.6g", in->p_topo);
+    P("\n%-24s %-16s %16s %16s\n", "scheme", "formula", "transfers", "bytes");
+    struct {
+        const char *name, *formula;
+        double v;
+    } rows[] = {{"DeepSpeed-MoE", "2kGNLp", o->deepspeed},
+                {"topology-aware gating", "2kGNLp_topo", o->topo_gating},
+                {"ExFlow (coherent)", "GN(kLp*+G)", o->exflow},
+                {"  all-to-all part", "GNkLp*", o->exflow_a2a},
+                {"  all-gather part", "GNG", o->allgather}};
+    for (size_t i = 0; i < sizeof rows / sizeof *rows; i++) {
+        if (isnan(rows[i].v))
+            continue;
+        P("%-24s %-16s %16.6g", rows[i].name, rows[i].formula, rows[i].v);
+        if (in->vec_bytes > 0)
+            P(" %16.6g\n", rows[i].v * in->vec_bytes);
+        else
+            P(" %16s\n", "-");
+    }
+    P("reduction DeepSpeed-MoE / ExFlow: %.4g\n", o->reduction);
+    if (ms->have)
+        P("measured (shared accounting): %g tokens, %g cells; vanilla %g transfers, coherent "
+          "%g + all-gather %g\n", ms->tokens, ms->cells, ms->vanilla, ms->coherent,
+          o->allgather);
+    return 0;
+}
+
+static int exflow_json(moe_textout_t *t, const moe_exflow_in_t *in, const moe_exflow_out_t *o,
+                       const exflow_meas_t *ms)
+{
+    P("{\"model\": \"exflow\", \"G\": %s, \"N\": %s, \"L\": %s, \"topk\": %u, \"p\": %s, ",
+      J(in->G), J(in->N), J(in->L), in->topk, J(in->p));
+    P("\"p_star\": %s, \"p_topo\": %s, \"vec_bytes\": %s,\n", J(in->p_star),
+      J(in->p_topo >= 0 ? in->p_topo : NAN), J(in->vec_bytes));
+    P(" \"transfers\": {\"deepspeed\": %s, \"topo_gating\": %s, \"exflow\": %s, ",
+      J(o->deepspeed), J(o->topo_gating), J(o->exflow));
+    P("\"exflow_alltoall\": %s, \"allgather\": %s}, \"reduction\": %s", J(o->exflow_a2a),
+      J(o->allgather), J(o->reduction));
+    if (ms->have)
+        P(",\n \"measured\": {\"tokens\": %s, \"cells\": %s, \"vanilla\": %s, \"coherent\": %s}",
+          J(ms->tokens), J(ms->cells), J(ms->vanilla), J(ms->coherent));
+    P("}\n");
+    return 0;
+}
+
+static int run_exflow(int argc, char **argv)
+{
+    static const int takes[] = {O_RANKS, O_TPR, O_LAYERS, O_TOPK, O_P, O_P_TOPO, O_P_STAR,
+                                O_TRACE, O_PLACEMENT, O_SOURCE, O_HIDDEN, O_ELEM_BYTES, O_JSON,
+                                0};
+    cfg_t g;
+    int rc = 0;
+    if (parse("exflow", argc, argv, &g, takes, exflow_usage, &rc))
+        return rc;
+    if (optind < argc)
+        return usage_error("exflow", "unexpected argument '%s'", argv[optind]);
+    if (!g.trace != !g.placement)
+        return usage_error("exflow", "--trace and --placement go together");
+    if (g.trace && (!isnan(g.p) || !isnan(g.p_star)))
+        return usage_error("exflow", "give --p and --p-star, or --trace and --placement");
+    moe_exflow_in_t in = {0};
+    exflow_meas_t ms = {0};
+    in.p = g.p, in.p_star = g.p_star, in.p_topo = or_default(g.p_topo, -1);
+    if (g.trace && exflow_measure(&g, &in, &ms))
+        return 1;
+    if (!g.trace && (isnan(g.p) || isnan(g.p_star)))
+        return usage_error("exflow", "--p and --p-star (or --trace and --placement) are "
+                                     "required");
+    in.G = g.ranks ? g.ranks : ms.G;
+    in.L = or_default(g.layers, ms.L);
+    in.topk = g.topk ? g.topk : ms.K ? ms.K : 1;
+    in.N = or_default(g.tpr, ms.have && in.G > 0 ? ms.tokens / in.G : NAN);
+    if (!(in.G >= 1) || isnan(in.N) || isnan(in.L))
+        return usage_error("exflow", "--ranks, --tokens-per-rank and --layers are required "
+                                     "without a trace");
+    in.vec_bytes = or_default(g.hidden, ms.hidden) * or_default(g.elem_bytes, ms.elem_bytes);
+    moe_exflow_out_t o;
+    if (moe_exflow_eval(&in, &o))
+        return fail("invalid ExFlow inputs");
+    out_t out;
+    if (out_open(&out, &g))
+        return 1;
+    int w = g.json ? exflow_json(out.t, &in, &o, &ms) : exflow_table(out.t, &in, &o, &ms);
+    return out_close(&out, w);
+}
+
+/* ------------------------------------------------------------------ monta */
+
+static void monta_plan_usage_lines(FILE *fp)
+{
+    fputs("      --seq=S            context length in tokens (required)\n"
+          "      --seq-per-node=S   tokens one tensor-parallel node holds [32Ki]\n"
+          "      --gpus-per-node=N  GPUs per node, the tensor-parallel size [8]\n"
+          "      --ep=E             expert-parallel size (nodes of an EP group) [8]\n"
+          "      --nodes=N          nodes available, for the data-parallel count\n"
+          "      --switch-ports=N   ranks one switch network connects [unlimited]\n"
+          "      --config=FILE      read KEY = VALUE lines (long option names) first\n"
+          "      --json             write JSON instead of a table\n", fp);
+}
+
+static void monta_plan_usage(FILE *fp)
+{
+    fputs("Usage: moe-costmodel monta plan --seq=S [options]\n"
+          "MoNTA's cluster expansion for long context: context-parallel groups orthogonal\n"
+          "to or aligned with the expert-parallel groups, and the communication priorities.\n"
+          "\n", fp);
+    monta_plan_usage_lines(fp);
+    moe_opts_usage(fp, MOE_OPT_OUTPUT);
+}
+
+static void monta_usage(FILE *fp)
+{
+    fputs("Usage: moe-costmodel monta [options]\n"
+          "       moe-costmodel monta plan --seq=S [options]\n"
+          "MoNTA's performance model of one AllToAll under tensor parallelism: baseline,\n"
+          "O1 (Drop + AllToAll + AllGather), O2 and O3 (pipelined in chunks), the chunk\n"
+          "search of Alg. 1-2 and the strategy select of Alg. 3; the memory model.\n"
+          "\n"
+          "      --batch=B          micro-batch size b [1]\n"
+          "      --seq=S            sequence length s\n"
+          "      --hidden=H         hidden size h\n"
+          "      --elem-bytes=B     bytes per element, BPE [2]\n"
+          "      --volume=BYTES     AllToAll volume I instead of b s h BPE (eq. 3)\n"
+          "      --tp=T             tensor-parallel degree t [GPUs per node]\n"
+          "      --ep=E             expert-parallel degree e [nodes]\n"
+          "      --topology=FILE    moe-topology(5) file or preset name (B1 inter-node, B2\n"
+          "                         intra-node bandwidth and efficiency curves, B3 HBM)\n"
+          "      --nodes=N          override the topology's node count\n"
+          "      --gpus-per-node=N  override the topology's GPUs per node\n"
+          "      --bw-inter=BW      B1, AllToAll bandwidth per GPU (e.g. 25G, 200Gb/s)\n"
+          "      --bw-intra=BW      B2, AllGather bandwidth per GPU\n"
+          "      --bw-hbm=BW        B3, device memory bandwidth for the D2D copy\n"
+          "      --r1=EFF           AllToAll efficiency: a value or SIZE:EFF,... [topology]\n"
+          "      --r2=EFF           AllGather efficiency [topology]\n"
+          "      --r3=EFF           D2D copy efficiency [1]\n"
+          "      --min-chunk=BYTES  I_minimal: smallest chunk the search tries [1Mi]\n"
+          "      --chunks=N         evaluate O2 and O3 at N chunks instead of searching\n"
+          "      --max-chunks=N     most chunks the search tries [s]\n"
+          "      --plot=FILE        PNG (SVG if FILE ends in .svg): time against chunk\n"
+          "                         count and against sequence length\n"
+          "      --flops=F          compute rate per GPU for the layer estimate [topology]\n"
+          "      --ffn=F            expert FFN size, enables the layer estimate\n"
+          "      --topk=K           experts per token [1]\n"
+          "Memory model (eq. 1-2, Tables 3-4; shown when parameters or layers are given):\n"
+          "      --params-dense=P   non-MoE parameters P1\n"
+          "      --params-moe=P     MoE parameters P2\n"
+          "      --layers=L         transformer layers l\n"
+          "      --heads=A          attention heads a\n"
+          "      --pp=P             pipeline-parallel degree [1]\n"
+          "      --zero=Z           ZeRO stage 0-3 [0]\n"
+          "      --activation=R     Table 4 row: none, tp, sp, selective, full [sp]\n"
+          "      --config=FILE      read KEY = VALUE lines (long option names) first\n"
+          "      --json             write JSON instead of a table\n"
+          "Options of 'monta plan':\n", fp);
+    monta_plan_usage_lines(fp);
+    moe_opts_usage(fp, MOE_OPT_OUTPUT);
+}
+
+/* A resource from an efficiency option, else the topology link's curve. */
+static void monta_res(moe_monta_res_t *r, const moe_link_t *link, double bw, const effopt_t *e)
+{
+    memset(r, 0, sizeof *r);
+    if (link)
+        *r = *link;
+    r->bw = bw;
+    if (e->n) {
+        r->npoints = e->n;
+        memcpy(r->size, e->size, sizeof r->size);
+        memcpy(r->eff, e->eff, sizeof r->eff);
+    }
+}
+
+static int monta_inputs(const cfg_t *g, const moe_topo_t *topo, moe_monta_in_t *in)
+{
+    memset(in, 0, sizeof *in);
+    in->b = or_default(g->batch, 1);
+    in->s = or_default(g->seq, 0);
+    in->h = or_default(g->hidden, 0);
+    in->bpe = or_default(g->elem_bytes, 2);
+    in->volume = or_default(g->volume, 0);
+    if (!(in->volume > 0) && !(in->s > 0 && in->h > 0))
+        return usage_error("monta", "give --seq and --hidden (or --volume)");
+    in->t = g->tp ? g->tp : topo->gpus_per_node;
+    in->e = g->ep ? g->ep : topo->nodes;
+    monta_res(&in->aa, &topo->link[MOE_LINK_INTER], topo->link[MOE_LINK_INTER].bw, &g->r[0]);
+    monta_res(&in->ag, &topo->link[MOE_LINK_INTRA], topo->link[MOE_LINK_INTRA].bw, &g->r[1]);
+    monta_res(&in->d2d, NULL, topo->hbm_bw, &g->r[2]);
+    in->i_minimal = or_default(g->min_chunk, 1048576);
+    in->max_chunks = g->max_chunks;
+    const char *miss = !(in->aa.bw > 0) ? "inter-node (B1, --bw-inter)"
+                       : !(in->ag.bw > 0) ? "intra-node (B2, --bw-intra)"
+                       : !(in->d2d.bw > 0) ? "memory (B3, --bw-hbm)" : NULL;
+    if (miss)
+        return fail("the %s bandwidth is unknown: give --topology or the option", miss);
+    return 0;
+}
+
+/* Memory model inputs, when asked for. Returns 1 with *have = 0 when not. */
+static int monta_mem_inputs(const cfg_t *g, const moe_monta_in_t *in, moe_monta_mem_in_t *m)
+{
+    memset(m, 0, sizeof *m);
+    if (isnan(g->params_dense) && isnan(g->params_moe) && isnan(g->layers))
+        return 0;
+    m->P1 = or_default(g->params_dense, 0);
+    m->P2 = or_default(g->params_moe, 0);
+    m->b = in->b, m->s = in->s, m->h = in->h;
+    m->a = or_default(g->heads, 0);
+    m->l = or_default(g->layers, 0);
+    m->k = g->topk ? g->topk : 1;
+    m->p = g->pp ? g->pp : 1;
+    m->t = in->t;
+    m->c = in->e;
+    m->zero = g->zero < 0 ? 0 : g->zero;
+    m->act = g->act < 0 ? MOE_ACT_SP : g->act;
+    return 1;
+}
+
+/* The Table 8 rows of one strategy. */
+static int monta_rows(moe_textout_t *t, const moe_monta_in_t *in, const moe_monta_result_t *r,
+                      int s)
+{
+    double I = r->volume, MB = 1e6;
+    moe_monta_chunk_t c;
+    char name[32];
+    if (s == MOE_MONTA_BASE) {
+        moe_monta_in_t one = *in;
+        one.t = 1; /* the whole volume through one AllToAll: eq. 8 with t = 1, N = 1 */
+        if (moe_monta_chunk(&one, 1, &c))
+            return 0;
+        P("%-10s %-22s %12.3f %10.4f %12.4f\n", "baseline", "AllToAll", I / MB, c.r1,
+          r->time[s] * 1e3);
+        return 0;
+    }
+    if (r->chunks[s] == 0 || moe_monta_chunk(in, r->chunks[s], &c))
+        return 0;
+    if (s == MOE_MONTA_O1)
+        snprintf(name, sizeof name, "O1");
+    else
+        snprintf(name, sizeof name, "%s (N=%u)", moe_monta_strategy_name(s), r->chunks[s]);
+    const char *per = s == MOE_MONTA_O1 ? "" : " per chunk";
+    char op[40];
+    snprintf(op, sizeof op, "AllToAll%s", per);
+    P("%-10s %-22s %12.3f %10.4f %12.4f\n", name, op, c.v_aa / MB, c.r1, c.aa * 1e3);
+    snprintf(op, sizeof op, "AllGather%s", per);
+    P("%-10s %-22s %12.3f %10.4f %12.4f\n", name, op, c.v_ag / MB, c.r2, c.ag * 1e3);
+    if (s != MOE_MONTA_O1) {
+        snprintf(op, sizeof op, "D2D copy%s", per);
+        P("%-10s %-22s %12.3f %10.4f %12.4f\n", name, op, c.v_ag / MB, c.r3, c.d2d * 1e3);
+    }
+    return 0;
+}
+
+/* Forward time of one MoE layer with the chosen strategy: dispatch and combine AllToAlls plus
+ * the expert FFN (two GEMMs of 2 h F FLOPs per token and expert, split t ways). */
+typedef struct monta_layer {
+    int have;
+    double comm, comp, total, tokens_per_s, mfu;
+} monta_layer_t;
+
+static void monta_layer(const cfg_t *g, const moe_topo_t *topo, const moe_monta_in_t *in,
+                        const moe_monta_result_t *r, monta_layer_t *L)
+{
+    memset(L, 0, sizeof *L);
+    double F = or_default(g->ffn, 0), fl = topo->flops;
+    if (!(F > 0) || !(fl > 0) || !(in->s > 0 && in->h > 0))
+        return;
+    double tokens = in->b * in->s, k = g->topk ? g->topk : 1;
+    double flop = tokens * k * 4 * in->h * F / in->t;
+    L->have = 1;
+    L->comm = 2 * r->time[r->best];
+    L->comp = flop / fl;
+    L->total = L->comm + L->comp;
+    L->tokens_per_s = tokens / L->total;
+    L->mfu = flop / (L->total * fl);
+}
+
+static int monta_table(moe_textout_t *t, const moe_monta_in_t *in, const moe_monta_result_t *r,
+                       const monta_layer_t *L, const moe_monta_mem_in_t *mi,
+                       const moe_monta_mem_t *mem)
+{
+    P("# MoNTA performance model: one AllToAll of a MoE layer (MB = 10^6 bytes)\n");
+    P("volume I %.6g bytes", r->volume);
+    if (!(in->volume > 0))
+        P(" (b %g, s %g, h %g, BPE %g)", in->b, in->s, in->h, in->bpe);
+    P("  t %u  e %u  B1 %.4g GB/s  B2 %.4g GB/s  B3 %.4g GB/s\n", in->t, in->e,
+      in->aa.bw / 1e9, in->ag.bw / 1e9, in->d2d.bw / 1e9);
+    P("%-10s %-22s %12s %10s %12s\n", "strategy", "operation", "volume(MB)", "efficiency",
+      "time(ms)");
+    for (int s = 0; s < MOE_MONTA_STRATEGIES; s++)
+        if (monta_rows(t, in, r, s))
+            return -1;
+    P("\n%-10s %8s %12s %12s\n", "strategy", "chunks", "time(ms)", "vs_baseline");
+    for (int s = 0; s < MOE_MONTA_STRATEGIES; s++) {
+        if (!r->chunks[s]) {
+            P("%-10s %8s %12s %12s\n", moe_monta_strategy_name(s), "-", "-", "-");
+            continue;
+        }
+        double base = r->time[MOE_MONTA_BASE];
+        if (base > 0)
+            P("%-10s %8u %12.4f %12.4f\n", moe_monta_strategy_name(s), r->chunks[s],
+              r->time[s] * 1e3, r->time[s] / base);
+        else
+            P("%-10s %8u %12.4f %12s\n", moe_monta_strategy_name(s), r->chunks[s],
+              r->time[s] * 1e3, "-");
+    }
+    P("selected (Alg. 3): %s\n", moe_monta_strategy_name(r->best));
+    if (L->have)
+        P("MoE layer forward (2 AllToAlls + experts): comm %.4f ms, compute %.4f ms, total "
+          "%.4f ms, %.6g tokens/s, MFU %.3f\n", L->comm * 1e3, L->comp * 1e3, L->total * 1e3,
+          L->tokens_per_s, L->mfu);
+    if (mi) {
+        P("memory per GPU (ZeRO %d, activations '%s'): non-MoE %.4g GB, MoE %.4g GB, "
+          "activations %.4g GB, total %.4g GB\n", mi->zero, moe_monta_act_name(mi->act),
+          mem->psi1 / 1e9, mem->psi2 / 1e9, mem->act / 1e9, mem->total / 1e9);
+    }
+    return 0;
+}
+
+static int monta_json(moe_textout_t *t, const moe_monta_in_t *in, const moe_monta_result_t *r,
+                      const monta_layer_t *L, const moe_monta_mem_in_t *mi,
+                      const moe_monta_mem_t *mem)
+{
+    P("{\"model\": \"monta\", \"volume\": %s, \"t\": %u, \"e\": %u, \"B1\": %s, \"B2\": %s, "
+      "\"B3\": %s,\n \"strategies\": [", J(r->volume), in->t, in->e, J(in->aa.bw),
+      J(in->ag.bw), J(in->d2d.bw));
+    for (int s = 0; s < MOE_MONTA_STRATEGIES; s++) {
+        moe_monta_chunk_t c = {0};
+        if (r->chunks[s] && s != MOE_MONTA_BASE)
+            moe_monta_chunk(in, r->chunks[s], &c);
+        P("%s\n  {\"name\": \"%s\", \"chunks\": %u, \"time\": %s, \"ratio\": %s", s ? "," : "",
+          moe_monta_strategy_name(s), r->chunks[s], J(r->time[s]),
+          J(r->time[s] / r->time[MOE_MONTA_BASE]));
+        if (s != MOE_MONTA_BASE && r->chunks[s])
+            P(", \"aa\": %s, \"ag\": %s, \"d2d\": %s, \"r1\": %s, \"r2\": %s, \"r3\": %s",
+              J(c.aa), J(c.ag), J(c.d2d), J(c.r1), J(c.r2), J(c.r3));
+        P("}");
+    }
+    P("],\n \"selected\": \"%s\"", moe_monta_strategy_name(r->best));
+    if (L->have)
+        P(",\n \"layer\": {\"comm\": %s, \"compute\": %s, \"total\": %s, \"tokens_per_s\": %s, "
+          "\"mfu\": %s}", J(L->comm), J(L->comp), J(L->total), J(L->tokens_per_s), J(L->mfu));
+    if (mi)
+        P(",\n \"memory\": {\"zero\": %d, \"activation\": \"%s\", \"non_moe\": %s, \"moe\": %s, "
+          "\"activations\": %s, \"total\": %s}", mi->zero, moe_monta_act_name(mi->act),
+          J(mem->psi1), J(mem->psi2), J(mem->act), J(mem->total));
+    P("}\n");
+    return 0;
+}
+
+/* Time against chunk count (O2, O3; baseline and O1 flat) and, when the volume comes from the
+ * sequence length, against sequence length 4K..256K as MoNTA's Fig. 14. */
+static int monta_plot(const char *path, const moe_monta_in_t *in, const moe_monta_result_t *r)
+{
+    enum { NMAX = 64, NSEQ = 7 };
+    double x[NMAX], y[4][NMAX], xs[NSEQ], ys[4][NSEQ];
+    uint32_t cap = in->max_chunks ? in->max_chunks : 32;
+    int n = 0;
+    double I = r->volume;
+    for (uint32_t N = 1; N <= cap && n < NMAX; N++, n++) {
+        if (I / ((double)N * in->t) < in->i_minimal && N > 1)
+            break;
+        x[n] = N;
+        for (int s = 0; s < 4; s++)
+            y[s][n] = moe_monta_time(in, s, N) * 1e3;
+    }
+    series_t s1[4], s2[4];
+    for (int s = 0; s < 4; s++) {
+        s1[s] = (series_t){moe_monta_strategy_name(s), y[s], palette[s]};
+        s2[s] = (series_t){moe_monta_strategy_name(s), ys[s], palette[s]};
+    }
+    chart_t ch[2] = {{"AllToAll time against chunk count", "chunks N", "ms", x, n, s1, 4},
+                     {"AllToAll time against sequence length", "sequence length (K tokens)",
+                      "ms", xs, NSEQ, s2, 4}};
+    int charts = 1;
+    if (!(in->volume > 0)) {
+        charts = 2;
+        for (int i = 0; i < NSEQ; i++) {
+            moe_monta_in_t v = *in;
+            v.s = 4096.0 * (1 << i);
+            moe_monta_result_t rr;
+            xs[i] = v.s / 1024;
+            if (moe_monta_eval(&v, 0, &rr))
+                return fail("cannot evaluate the model at sequence length %g", v.s);
+            for (int s = 0; s < 4; s++)
+                ys[s][i] = rr.time[s] * 1e3;
+        }
+    }
+    return plot_charts(path, ch, charts);
+}
+
+static int run_monta_plan(int argc, char **argv)
+{
+    static const int takes[] = {O_SEQ, O_SEQ_PER_NODE, O_GPN, O_EP, O_NODES, O_SWITCH_PORTS,
+                                O_JSON, 0};
+    cfg_t g;
+    int rc = 0;
+    if (parse("monta plan", argc, argv, &g, takes, monta_plan_usage, &rc))
+        return rc;
+    if (optind < argc)
+        return usage_error("monta plan", "unexpected argument '%s'", argv[optind]);
+    if (isnan(g.seq))
+        return usage_error("monta plan", "--seq is required");
+    moe_monta_plan_in_t in = {g.seq, or_default(g.seq_per_node, 32768), g.gpn ? g.gpn : 8,
+                              g.ep ? g.ep : 8, g.nodes, g.switch_ports};
+    moe_monta_plan_t o;
+    if (moe_monta_plan(&in, &o))
+        return fail("invalid cluster expansion inputs");
+    if (in.nodes && !o.dp)
+        return fail("one replica needs %u nodes, only %u available", o.nodes, in.nodes);
+    out_t out;
+    if (out_open(&out, &g))
+        return 1;
+    moe_textout_t *t = out.t;
+    int w = 0;
+    const char *mode = o.vertical ? "vertical" : "horizontal";
+    if (g.json) {
+        w = moe_textout_printf(t, "{\"model\": \"monta-plan\", \"seq\": %s, \"seq_per_node\": "
+                               "%s, \"tp\": %u, \"ep\": %u, \"cp\": %u, \"expansion\": \"%s\", "
+                               "\"nodes\": %u, \"gpus\": %u, \"network\": %u, \"dp\": %u, "
+                               "\"ep_minibatch\": %s, \"priority\": [\"EP\", \"PP\", \"CP\", "
+                               "\"DP\"]}\n", J(in.seq), J(in.seq_per_group), in.gpus_per_node,
+                               in.ep, o.cp, mode, o.nodes, o.nodes * in.gpus_per_node,
+                               o.network, o.dp, J(o.ep_minibatch)) < 0;
+    } else {
+        w = moe_textout_printf(
+                t, "# MoNTA cluster expansion for long context (Fig. 12)\n"
+                   "sequence %g tokens, %g per node: CP %u, EP %u, TP/SP %u\n"
+                   "expansion: %s (CP and EP %s), %u nodes (%u GPUs) per replica, network of "
+                   "%u nodes\n"
+                   "EP group mini-batch: %.4g sequences\n",
+                in.seq, in.seq_per_group, o.cp, in.ep, in.gpus_per_node, mode,
+                o.vertical ? "aligned in one dimension" : "orthogonal", o.nodes,
+                o.nodes * in.gpus_per_node, o.network, o.ep_minibatch) < 0;
+        if (!w && in.nodes)
+            w = moe_textout_printf(t, "data-parallel replicas on %u nodes: %u\n", in.nodes,
+                                   o.dp) < 0;
+        if (!w)
+            w = moe_textout_printf(
+                    t, "order [TP/SP, EP, CP, PP, DP]: TP/SP on intra-node links; EP, PP, CP, DP "
+                       "on inter-node links\n"
+                       "communication priority, highest first: EP, PP, CP, DP (EP << PP << CP "
+                       "<< DP)\n") < 0;
+    }
+    return out_close(&out, w);
+}
+
+static int run_monta(int argc, char **argv)
+{
+    if (argc > 1 && !strcmp(argv[1], "plan"))
+        return run_monta_plan(argc - 1, argv + 1);
+    static const int takes[] = {O_BATCH, O_SEQ, O_HIDDEN, O_ELEM_BYTES, O_VOLUME, O_TP, O_EP,
+                                O_TOPOLOGY, O_NODES, O_GPN, O_BW_INTER, O_BW_INTRA, O_BW_HBM,
+                                O_R1, O_R2, O_R3, O_MIN_CHUNK, O_CHUNKS, O_MAX_CHUNKS, O_PLOT,
+                                O_FLOPS, O_FFN, O_TOPK, O_PARAMS_DENSE, O_PARAMS_MOE, O_LAYERS,
+                                O_HEADS, O_PP, O_ZERO, O_ACTIVATION, O_JSON, 0};
+    cfg_t g;
+    int rc = 0;
+    if (parse("monta", argc, argv, &g, takes, monta_usage, &rc))
+        return rc;
+    if (optind < argc)
+        return usage_error("monta", "unexpected argument '%s'", argv[optind]);
+    moe_topo_t topo;
+    moe_monta_in_t in;
+    if (make_topo(&g, &topo) || (rc = monta_inputs(&g, &topo, &in)) != 0)
+        return rc ? rc : 1;
+    moe_monta_result_t r;
+    if (moe_monta_eval(&in, g.chunks, &r))
+        return fail("invalid MoNTA inputs");
+    moe_monta_mem_in_t mi;
+    moe_monta_mem_t mem = {0};
+    int have_mem = monta_mem_inputs(&g, &in, &mi);
+    if (have_mem && moe_monta_memory(&mi, &mem))
+        return fail("invalid memory model inputs");
+    monta_layer_t L;
+    monta_layer(&g, &topo, &in, &r, &L);
+    if (g.plot && monta_plot(g.plot, &in, &r))
+        return 1;
+    out_t out;
+    if (out_open(&out, &g))
+        return 1;
+    const moe_monta_mem_in_t *mp = have_mem ? &mi : NULL;
+    int w = g.json ? monta_json(out.t, &in, &r, &L, mp, &mem)
+                   : monta_table(out.t, &in, &r, &L, mp, &mem);
+    return out_close(&out, w);
+}
+
+/* ------------------------------------------------------------------ janus */
+
+static void janus_usage(FILE *fp)
+{
+    fputs("Usage: moe-costmodel janus [options]\n"
+          "Janus: expert-centric (move tokens) against data-centric (move experts) traffic\n"
+          "per MoE block, R = BSk/(4nHE) (eq. 1), the paradigm chosen per block, the\n"
+          "per-machine expert cache and prefetch overlap.\n"
+          "\n"
+          "      --batch=B          batch size per worker (required)\n"
+          "      --seq=S            sequence length (required)\n"
+          "      --topk=K           experts per token [1]\n"
+          "      --hidden=H         expert dimension H (required)\n"
+          "      --ffn=F            expert inner size [4H: experts of 8H^2 elements]\n"
+          "      --experts=X        experts per MoE block, spread over all GPUs\n"
+          "      --experts-per-worker=E[,E...]  experts per GPU, one value per block [1]\n"
+          "      --blocks=N         MoE blocks [number of values above, else 1]\n"
+          "      --gpus-per-node=M  workers per machine m [topology's, else 8]\n"
+          "      --nodes=N          machines n [topology's]\n"
+          "      --elem-bytes=B     bytes per element [4]\n"
+          "      --threshold=R      choose data-centric where R exceeds this [1]\n"
+          "      --topology=FILE    moe-topology(5) file or preset, for times\n"
+          "      --bw-inter=BW      inter-node bandwidth per GPU, for times\n"
+          "      --prefetch=SEC     compute time before each block that hides the expert\n"
+          "                         pulls [0]\n"
+          "      --config=FILE      read KEY = VALUE lines (long option names) first\n"
+          "      --json             write JSON instead of a table\n", fp);
+    moe_opts_usage(fp, MOE_OPT_OUTPUT);
+}
+
+typedef struct janus_tot {
+    double ec, dc, nocache, chosen, t_ec, t_dc, t_chosen;
+} janus_tot_t;
+
+static int janus_block_row(moe_textout_t *t, int json, uint32_t i, double E,
+                           const moe_janus_out_t *o, double tec, double tdc)
+{
+    const double GiB = 1073741824.0;
+    const char *par = o->data_centric ? "data-centric" : "expert-centric";
+    if (json) {
+        P("%s\n  {\"block\": %u, \"E\": %s, \"T\": %s, \"R\": %s, \"comm_ec\": %s, "
+          "\"comm_dc\": %s, \"comm_dc_nocache\": %s, \"paradigm\": \"%s\", \"time_ec\": %s, "
+          "\"time_dc\": %s}", i ? "," : "", i, J(E), J(o->T), J(o->R), J(o->comm_ec),
+          J(o->comm_dc), J(o->comm_dc_nocache), par, J(tec), J(tdc));
+        return 0;
+    }
+    P("%5u %6g %9.4g %10.4f %10.4f %12.4f  %-15s", i, E, o->R, o->comm_ec / GiB,
+      o->comm_dc / GiB, o->comm_dc_nocache / GiB, par);
+    if (isnan(tec))
+        P("\n");
+    else
+        P(" %10.4f %10.4f\n", tec * 1e3, tdc * 1e3);
+    return 0;
+}
+
+static int janus_write(moe_textout_t *t, const cfg_t *g, const moe_janus_in_t *base,
+                       const double *E, uint32_t blocks, double bw)
+{
+    const double GiB = 1073741824.0;
+    double thr = or_default(g->threshold, 1), win = or_default(g->prefetch, 0);
+    janus_tot_t tot = {0};
+    if (g->json) {
+        P("{\"model\": \"janus\", \"B\": %s, \"S\": %s, \"k\": %s, \"H\": %s, \"F\": %s, "
+          "\"m\": %u, \"n\": %u, \"elem_bytes\": %s, \"threshold\": %s,\n \"blocks\": [",
+          J(base->B), J(base->S), J(base->k), J(base->H),
+          J(base->F > 0 ? base->F : 4 * base->H), base->m, base->n, J(base->elem_bytes),
+          J(thr));
+    } else {
+        P("# Janus: expert-centric (E.C.) against data-centric (D.C.) traffic, forward pass,\n"
+          "# per machine per MoE block (GiB = 2^30 bytes)\n");
+        P("B %g  S %g  k %g  H %g  F %g  m %u  n %u  element %g bytes  threshold R > %g\n",
+          base->B, base->S, base->k, base->H, base->F > 0 ? base->F : 4 * base->H, base->m,
+          base->n, base->elem_bytes, thr);
+        P("%5s %6s %9s %10s %10s %12s  %-15s", "block", "E", "R", "EC_GiB", "DC_GiB",
+          "DC_nocache", "paradigm");
+        if (bw > 0)
+            P(" %10s %10s", "EC_ms", "DC_ms");
+        P("\n");
+    }
+    for (uint32_t i = 0; i < blocks; i++) {
+        moe_janus_in_t in = *base;
+        in.E = E[i];
+        moe_janus_out_t o;
+        if (moe_janus_eval(&in, thr, &o))
+            return 1;
+        double tec = bw > 0 ? moe_janus_time(o.comm_ec, in.m, bw, 0) : NAN;
+        double tdc = bw > 0 ? moe_janus_time(o.comm_dc, in.m, bw, win) : NAN;
+        tot.ec += o.comm_ec;
+        tot.dc += o.comm_dc;
+        tot.nocache += o.comm_dc_nocache;
+        tot.chosen += o.data_centric ? o.comm_dc : o.comm_ec;
+        tot.t_ec += tec;
+        tot.t_dc += tdc;
+        tot.t_chosen += o.data_centric ? tdc : tec;
+        if (janus_block_row(t, g->json, i, in.E, &o, tec, tdc))
+            return -1;
+    }
+    if (g->json) {
+        P("],\n \"total\": {\"comm_ec\": %s, \"comm_dc\": %s, \"comm_dc_nocache\": %s, "
+          "\"comm_chosen\": %s, \"time_ec\": %s, \"time_dc\": %s, \"time_chosen\": %s}}\n",
+          J(tot.ec), J(tot.dc), J(tot.nocache), J(tot.chosen), J(tot.t_ec), J(tot.t_dc),
+          J(tot.t_chosen));
+        return 0;
+    }
+    P("total: E.C. %.4f GiB, D.C. %.4f GiB (%.4f GiB without the machine cache), per-block "
+      "choice %.4f GiB\n", tot.ec / GiB, tot.dc / GiB, tot.nocache / GiB, tot.chosen / GiB);
+    if (bw > 0)
+        P("time over %u x %.4g GB/s: E.C. %.4f ms, D.C. %.4f ms, per-block choice %.4f ms\n",
+          base->m, bw / 1e9, tot.t_ec * 1e3, tot.t_dc * 1e3, tot.t_chosen * 1e3);
+    return 0;
+}
+
+static int run_janus(int argc, char **argv)
+{
+    static const int takes[] = {O_BATCH, O_SEQ, O_TOPK, O_HIDDEN, O_FFN, O_EXPERTS, O_EPW,
+                                O_BLOCKS, O_GPN, O_NODES, O_ELEM_BYTES, O_THRESHOLD,
+                                O_TOPOLOGY, O_BW_INTER, O_PREFETCH, O_JSON, 0};
+    cfg_t g;
+    int rc = 0;
+    if (parse("janus", argc, argv, &g, takes, janus_usage, &rc))
+        return rc;
+    if (optind < argc)
+        return usage_error("janus", "unexpected argument '%s'", argv[optind]);
+    if (isnan(g.batch) || isnan(g.seq) || isnan(g.hidden))
+        return usage_error("janus", "--batch, --seq and --hidden are required");
+    if (!isnan(g.experts) && g.nepw)
+        return usage_error("janus", "give --experts or --experts-per-worker, not both");
+    moe_topo_t topo;
+    if (g.topology) {
+        if (make_topo(&g, &topo))
+            return 1;
+    } else if (moe_topo_uniform(&topo, g.nodes ? g.nodes : 1, g.gpn ? g.gpn : 8) == 0) {
+        topo.link[MOE_LINK_INTER].bw = g.bw[MOE_LINK_INTER];
+    }
+    if (!g.topology && !g.nodes)
+        return usage_error("janus", "--nodes (or --topology) is required");
+    moe_janus_in_t in = {g.batch, g.seq, g.topk ? g.topk : 1, g.hidden,
+                         or_default(g.ffn, 0), 1, topo.gpus_per_node, topo.nodes,
+                         or_default(g.elem_bytes, 4)};
+    uint32_t blocks = g.blocks ? g.blocks : g.nepw ? g.nepw : 1;
+    if (g.nepw && g.nepw != 1 && g.nepw != blocks)
+        return usage_error("janus", "--experts-per-worker has %u values for %u blocks", g.nepw,
+                           blocks);
+    double E[MAX_LIST];
+    for (uint32_t i = 0; i < blocks; i++)
+        E[i] = g.nepw ? g.epw[g.nepw == 1 ? 0 : i]
+                      : isnan(g.experts) ? 1 : g.experts / ((double)in.m * in.n);
+    for (uint32_t i = 0; i < blocks; i++) {
+        moe_janus_in_t b = in;
+        moe_janus_out_t o;
+        b.E = E[i];
+        if (moe_janus_eval(&b, or_default(g.threshold, 1), &o))
+            return fail("invalid Janus inputs (sizes and counts must be positive)");
+    }
+    out_t out;
+    if (out_open(&out, &g))
+        return 1;
+    int w = janus_write(out.t, &g, &in, E, blocks, topo.link[MOE_LINK_INTER].bw);
+    return out_close(&out, w);
+}
+
+/* ------------------------------------------------------------------ mpmoe */
+
+static void mpmoe_usage(FILE *fp)
+{
+    fputs("Usage: moe-costmodel mpmoe [options]\n"
+          "MPMoE: memory footprint (eq. 1-6), the memory-reuse strategies S1-S4 and their\n"
+          "restore costs, the pipeline paradigms with phases P0-P4 and slowdown factors,\n"
+          "the best (n, S) by the performance model, the profile-based search (Alg. 1).\n"
+          "\n"
+          "      --tokens=B         tokens of the layer's batch (required)\n"
+          "      --hidden=M         model dimension M (required)\n"
+          "      --ffn=H            expert hidden size H (required)\n"
+          "      --experts=E        experts; the gate holds E M parameters [ranks]\n"
+          "      --elem-bytes=B     bytes per element [4]\n"
+          "      --partitions=N     evaluate N micro-batches only [min..max]\n"
+          "      --reuse=S          evaluate strategy none, S1, S2, S3 or S4 only [all]\n"
+          "      --min-partitions=N smallest n of the search [1]\n"
+          "      --max-partitions=N largest n of the search [8]\n"
+          "      --memory-limit=BYTES  best configuration must fit [no limit]\n"
+          "      --topology=FILE    moe-topology(5) file or preset (all-to-all links, host\n"
+          "                         link for offload, compute rate)\n"
+          "      --nodes=N          override the topology's node count\n"
+          "      --gpus-per-node=N  override the topology's GPUs per node\n"
+          "      --bw-intra=BW      intra-node bandwidth per GPU\n"
+          "      --bw-inter=BW      inter-node bandwidth per GPU\n"
+          "      --bw-host=BW       GPU-host (PCIe) bandwidth\n"
+          "      --flops=F          compute rate of the expert GEMMs per GPU\n"
+          "      --alpha=Y,X=V      slowdown factor alpha(Y, X) of stream Y (comm, comp,\n"
+          "                         mem) beside X (comm, comp, mem, all); repeatable [1]\n"
+          "      --profile=FILE     measured times 'S B n seconds' per line: run Alg. 1\n"
+          "      --config=FILE      read KEY = VALUE lines (long option names) first\n"
+          "      --json             write JSON instead of a table\n", fp);
+    moe_opts_usage(fp, MOE_OPT_OUTPUT);
+}
+
+/* Measurements of a profile file. */
+typedef struct profile {
+    uint32_t n, cap;
+    int *s;
+    double *B, *sec;
+    uint32_t *part;
+    int cur_s; /* strategy the lookup answers for */
+} profile_t;
+
+static void profile_free(profile_t *p)
+{
+    free(p->s);
+    free(p->B);
+    free(p->sec);
+    free(p->part);
+}
+
+static int profile_add(profile_t *p, int s, double B, uint32_t n, double sec)
+{
+    if (p->n == p->cap) {
+        uint32_t cap = p->cap ? 2 * p->cap : 64;
+        int *ns = realloc(p->s, cap * sizeof *ns);
+        if (ns)
+            p->s = ns;
+        double *nb = realloc(p->B, cap * sizeof *nb);
+        if (nb)
+            p->B = nb;
+        double *nt = realloc(p->sec, cap * sizeof *nt);
+        if (nt)
+            p->sec = nt;
+        uint32_t *np = realloc(p->part, cap * sizeof *np);
+        if (np)
+            p->part = np;
+        if (!ns || !nb || !nt || !np)
+            return -1;
+        p->cap = cap;
+    }
+    p->s[p->n] = s, p->B[p->n] = B, p->part[p->n] = n, p->sec[p->n++] = sec;
+    return 0;
+}
+
+static int profile_read(const char *path, profile_t *p)
+{
+    memset(p, 0, sizeof *p);
+    FILE *fp = strcmp(path, "-") ? fopen(path, "r") : stdin;
+    if (!fp)
+        return fail("cannot open '%s': %s", path, strerror(errno));
+    char line[1024];
+    int rc = 0, lineno = 0;
+    while (!rc && fgets(line, sizeof line, fp)) {
+        lineno++;
+        char *hash = strchr(line, '#'), name[16];
+        if (hash)
+            *hash = 0;
+        double B, sec;
+        unsigned n;
+        int end = 0;
+        if (!*trim(line))
+            continue;
+        if (sscanf(line, " %15s %lf %u %lf %n", name, &B, &n, &sec, &end) != 4 || line[end] ||
+            moe_mpmoe_reuse_parse(name) < 0 || !(B > 0) || !n || n > 4096 || !(sec > 0) ||
+            !isfinite(sec))
+            rc = fail("'%s' line %d: expected 'S B n seconds' (S none, S1-S4)", path, lineno);
+        else if (profile_add(p, moe_mpmoe_reuse_parse(name), B, n, sec))
+            rc = fail("out of memory");
+    }
+    if (!rc && ferror(fp))
+        rc = fail("cannot read '%s': %s", path, strerror(errno));
+    if (!rc && !p->n)
+        rc = fail("'%s': no measurements", path);
+    if (fp != stdin)
+        fclose(fp);
+    if (rc)
+        profile_free(p);
+    return rc;
+}
+
+static double profile_time(void *ctx, double B, uint32_t n)
+{
+    const profile_t *p = ctx;
+    for (uint32_t i = 0; i < p->n; i++)
+        if (p->s[i] == p->cur_s && p->B[i] == B && p->part[i] == n)
+            return p->sec[i];
+    return NAN;
+}
+
+static int cmp_dbl(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Alg. 1 per strategy over the batch sizes of the profile, ascending. */
+static int mpmoe_profile_write(moe_textout_t *t, int json, profile_t *p)
+{
+    double *Bs = malloc(p->n * sizeof *Bs);
+    if (!Bs)
+        return -1;
+    uint32_t nb = 0;
+    for (uint32_t i = 0; i < p->n; i++)
+        Bs[nb++] = p->B[i];
+    qsort(Bs, nb, sizeof *Bs, cmp_dbl);
+    uint32_t u = 0;
+    for (uint32_t i = 0; i < nb; i++)
+        if (!u || Bs[i] != Bs[u - 1])
+            Bs[u++] = Bs[i];
+    int w = 0, first = 1;
+    if (json)
+        w = moe_textout_printf(t, ",\n \"profile\": [") < 0;
+    else
+        w = moe_textout_printf(t, "\nprofile-based search (Alg. 1):\n%-6s %10s %6s %12s %10s\n",
+                               "S", "B", "n", "time(ms)", "profiled") < 0;
+    for (int s = 0; s < MOE_REUSE_STRATEGIES && !w; s++) {
+        moe_mpmoe_search_t st;
+        moe_mpmoe_search_init(&st);
+        p->cur_s = s;
+        for (uint32_t i = 0; i < u && !w; i++) {
+            int measured = 0; /* batch sizes this strategy has measurements of */
+            for (uint32_t j = 0; j < p->n && !measured; j++)
+                measured = p->s[j] == s && p->B[j] == Bs[i];
+            if (!measured)
+                continue;
+            uint32_t before = st.profiled;
+            uint32_t n = moe_mpmoe_search_step(&st, Bs[i], profile_time, p);
+            /* a batch inside a known range takes its n unmeasured: its time shows as nan */
+            double sec = n ? profile_time(p, Bs[i], n) : NAN;
+            if (json)
+                w |= moe_textout_printf(t, "%s\n  {\"reuse\": \"%s\", \"B\": %s, \"n\": %u, "
+                                        "\"time\": %s, \"profiled\": %u}", first ? "" : ",",
+                                        moe_mpmoe_reuse_name(s), J(Bs[i]), n, J(sec),
+                                        st.profiled - before) < 0;
+            else
+                w |= moe_textout_printf(t, "%-6s %10g %6u %12.4f %10u\n",
+                                        moe_mpmoe_reuse_name(s), Bs[i], n, sec * 1e3,
+                                        st.profiled - before) < 0;
+            first = 0;
+        }
+    }
+    if (json && !w)
+        w = moe_textout_printf(t, "]") < 0;
+    free(Bs);
+    return w ? -1 : 0;
+}
+
+/* One configuration; `restore` is its time over PMoE's (no reuse) at the same n: the cost of
+ * restoring T_DI and T_M that the pipeline does not hide. */
+static int mpmoe_cfg_row(moe_textout_t *t, int json, int first, const moe_mpmoe_cfg_t *c,
+                         double restore)
+{
+    const double MiB = 1048576.0;
+    if (json) {
+        P("%s\n  {\"n\": %u, \"reuse\": \"%s\", \"forward\": %s, \"backward\": %s, \"time\": %s, "
+          "\"memory\": %s, \"paradigm\": [%d, %d], \"phases_fwd\": [%s, %s, %s, %s, %s]}",
+          first ? "" : ",", c->n, moe_mpmoe_reuse_name(c->reuse), J(c->fwd.total),
+          J(c->bwd.total), J(c->time), J(c->memory), c->fwd.paradigm, c->bwd.paradigm,
+          J(c->fwd.phase[0]), J(c->fwd.phase[1]), J(c->fwd.phase[2]), J(c->fwd.phase[3]),
+          J(c->fwd.phase[4]));
+        return 0;
+    }
+    P("%4u %-5s %4d/%d %10.4f %10.4f %10.4f %10.4f %12.2f\n", c->n,
+      moe_mpmoe_reuse_name(c->reuse), c->fwd.paradigm, c->bwd.paradigm, c->fwd.total * 1e3,
+      c->bwd.total * 1e3, c->time * 1e3, restore * 1e3, c->memory / MiB);
+    return 0;
+}
+
+static int mpmoe_write(moe_textout_t *t, const cfg_t *g, const moe_mpmoe_in_t *in,
+                       uint32_t nlo, uint32_t nhi, profile_t *prof)
+{
+    moe_mpmoe_mem_t m;
+    uint32_t G = moe_topo_ranks(in->topo);
+    if (moe_mpmoe_memory(in, nlo, &m))
+        return -1;
+    if (g->json)
+        P("{\"model\": \"mpmoe\", \"B\": %s, \"M\": %s, \"H\": %s, \"E\": %s, \"elem_bytes\": %s, "
+          "\"ranks\": %u,\n \"memory\": {\"ms\": %s, \"act\": %s, \"buf\": %s, \"pipe_act\": %s, "
+          "\"pipe_buf\": %s}, \"partitions\": [", J(in->B), J(in->M), J(in->H), J(in->E),
+          J(in->elem_bytes), G, J(m.ms), J(m.act), J(m.buf), J(m.pipe_act), J(m.pipe_buf));
+    else
+        P("# MPMoE: memory (eq. 1-6, elements) and pipelined time of one MoE layer\n"
+          "B %g  M %g  H %g  E %g  element %g bytes  ranks %u (%u x %u)\n"
+          "M_ms %.6g  M_act %.6g  M_buf %.6g  M_act^pipe = M_buf^pipe %.6g\n"
+          "%4s %14s %10s\n", in->B, in->M, in->H, in->E, in->elem_bytes, G, in->topo->nodes,
+          in->topo->gpus_per_node, m.ms, m.act, m.buf, m.pipe_act, "n", "dM_act(eq.5)",
+          "phi(eq.6)");
+    for (uint32_t n = nlo; n <= nhi; n++) {
+        if (moe_mpmoe_memory(in, n, &m))
+            return -1;
+        if (g->json)
+            P("%s{\"n\": %u, \"saved\": %s, \"phi\": %s}", n > nlo ? ", " : "", n, J(m.saved),
+              J(m.phi));
+        else
+            P("%4u %14.6g %10.4f\n", n, m.saved, m.phi);
+    }
+    if (g->json)
+        P("],\n \"configs\": [");
+    else
+        P("\n%4s %-5s %6s %10s %10s %10s %10s %12s\n", "n", "S", "parad", "fwd_ms", "bwd_ms",
+          "total_ms", "restore_ms", "memory_MiB");
+    int first = 1;
+    for (uint32_t n = nlo; n <= nhi; n++)
+        for (int s = 0; s < MOE_REUSE_STRATEGIES; s++) {
+            moe_mpmoe_cfg_t c, none;
+            if (g->reuse >= 0 && s != g->reuse)
+                continue;
+            if (moe_mpmoe_eval(in, n, s, &c) || moe_mpmoe_eval(in, n, MOE_REUSE_NONE, &none) ||
+                mpmoe_cfg_row(t, g->json, first, &c, c.time - none.time))
+                return -1;
+            first = 0;
+        }
+    moe_mpmoe_cfg_t best;
+    int brc = moe_mpmoe_best(in, nlo, nhi, g->mem_limit > 0 ? g->mem_limit : 0, &best);
+    if (g->json) {
+        P("]");
+        if (!brc)
+            P(",\n \"best\": {\"n\": %u, \"reuse\": \"%s\", \"time\": %s, \"memory\": %s}",
+              best.n, moe_mpmoe_reuse_name(best.reuse), J(best.time), J(best.memory));
+    } else if (!brc) {
+        P("best by the performance model (S1-S4): n = %u, %s: %.4f ms, %.2f MiB\n", best.n,
+          moe_mpmoe_reuse_name(best.reuse), best.time * 1e3, best.memory / 1048576.0);
+    } else {
+        P("best by the performance model: no configuration fits the memory limit\n");
+    }
+    if (prof && mpmoe_profile_write(t, g->json, prof))
+        return -1;
+    if (g->json)
+        P("}\n");
+    return 0;
+}
+
+static int run_mpmoe(int argc, char **argv)
+{
+    static const int takes[] = {O_TOKENS, O_HIDDEN, O_FFN, O_EXPERTS, O_ELEM_BYTES,
+                                O_PARTITIONS, O_REUSE, O_MIN_PART, O_MAX_PART, O_MEM_LIMIT,
+                                O_TOPOLOGY, O_NODES, O_GPN, O_BW_INTRA, O_BW_INTER, O_BW_HOST,
+                                O_FLOPS, O_ALPHA, O_PROFILE, O_JSON, 0};
+    cfg_t g;
+    int rc = 0;
+    if (parse("mpmoe", argc, argv, &g, takes, mpmoe_usage, &rc))
+        return rc;
+    if (optind < argc)
+        return usage_error("mpmoe", "unexpected argument '%s'", argv[optind]);
+    if (isnan(g.tokens) || isnan(g.hidden) || isnan(g.ffn))
+        return usage_error("mpmoe", "--tokens, --hidden and --ffn are required");
+    uint32_t nlo = g.partitions ? g.partitions : g.min_part ? g.min_part : 1;
+    uint32_t nhi = g.partitions ? g.partitions : g.max_part ? g.max_part : 8;
+    if (nhi < nlo)
+        return usage_error("mpmoe", "--min-partitions exceeds --max-partitions");
+    if (nhi > g.tokens)
+        return usage_error("mpmoe", "%u partitions of %g tokens: more partitions than tokens",
+                           nhi, g.tokens);
+    moe_topo_t topo;
+    if (make_topo(&g, &topo))
+        return 1;
+    moe_mpmoe_in_t in = {g.tokens, g.hidden, g.ffn, or_default(g.experts, moe_topo_ranks(&topo)),
+                         or_default(g.elem_bytes, 4), &topo, g.flops, {{0}}};
+    memcpy(in.alpha, g.alpha, sizeof in.alpha);
+    moe_mpmoe_cfg_t c;
+    if ((rc = moe_mpmoe_eval(&in, nlo, MOE_REUSE_S1, &c)) != 0) {
+        const char *miss = !(topo.flops > 0) ? "the compute rate is unknown (--flops)"
+                           : topo.nodes > 1 && !(topo.link[MOE_LINK_INTER].bw > 0)
+                               ? "the inter-node bandwidth is unknown (--bw-inter)"
+                           : topo.gpus_per_node > 1 && !(topo.link[MOE_LINK_INTRA].bw > 0)
+                               ? "the intra-node bandwidth is unknown (--bw-intra)"
+                           : !(topo.link[MOE_LINK_HOST].bw > 0)
+                               ? "the host bandwidth is unknown (--bw-host)"
+                               : "invalid MPMoE inputs";
+        return fail("%s", miss);
+    }
+    profile_t prof;
+    if (g.profile && profile_read(g.profile, &prof))
+        return 1;
+    out_t out;
+    if (out_open(&out, &g)) {
+        if (g.profile)
+            profile_free(&prof);
+        return 1;
+    }
+    int w = mpmoe_write(out.t, &g, &in, nlo, nhi, g.profile ? &prof : NULL);
+    if (g.profile)
+        profile_free(&prof);
+    return out_close(&out, w);
+}
+
+/* ------------------------------------------------------------------ main */
+
+/* The subcommands; cmd/costmodel_sim.c adds `simulate` and `fit` here. */
+static const moe_cli_cmd_t commands[] = {
+    {"exflow", run_exflow, "ExFlow Table I: forward volume per scheme, p and p* from a trace"},
+    {"monta", run_monta, "MoNTA: AllToAll strategies, chunk search, memory; 'monta plan'"},
+    {"mpmoe", run_mpmoe, "MPMoE: memory (eq. 1-6), reuse S1-S4, pipeline phases, best (n, S)"},
+    {"janus", run_janus, "Janus: R = BSk/(4nHE), E.C./D.C. traffic, paradigm per block"},
+    {"simulate", costmodel_simulate, "trace-driven bytes and time of every dispatch scheme"},
+    {"fit", costmodel_fit, "efficiency curve of a link class from nccl-tests tables"},
+};
+
+static void main_usage(FILE *fp)
+{
+    fputs("Usage: moe-costmodel COMMAND [options]\n"
+          "Predict the communication volume, time and memory of MoE layers with the models of\n"
+          "ExFlow, MoNTA, MPMoE and Janus.\n"
+          "\n"
+          "Commands:\n", fp);
+    for (size_t i = 0; i < sizeof commands / sizeof *commands; i++)
+        fprintf(fp, "  %-9s %s\n", commands[i].name, commands[i].summary);
+    fputs("\n"
+          "Run 'moe-costmodel COMMAND --help' for a command's options.\n"
+          "      --help             display this help and exit\n"
+          "      --version          output version information and exit\n", fp);
+}
+
+int main(int argc, char **argv)
+{
+    moe_cli_start(prog, argv);
+    return moe_cli_dispatch(prog, argc, argv, commands, sizeof commands / sizeof *commands,
+                            main_usage);
+}

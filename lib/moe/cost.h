@@ -1,0 +1,303 @@
+/* moe/cost.h -- the performance models of the four papers: ExFlow, MoNTA, MPMoE and Janus. */
+#ifndef MOE_COST_H
+#define MOE_COST_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "moe/acct.h"
+#include "moe/topo.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/*
+ * Closed-form models, evaluated exactly as the papers print them (equation numbers refer to
+ * papers/ in the moeflow sources). Inputs are plain structs the caller fills (moe-costmodel
+ * takes them from options, config files and moe-topology(5) files); outputs are plain structs.
+ * Sizes are in bytes, times in seconds, bandwidths in bytes per second. Functions return 0 or
+ * MOE_EINVAL for inputs outside a model's domain (zero sizes, efficiencies outside (0, 1]).
+ */
+
+/* ------------------------------------------------------------------ ExFlow (Table I) */
+
+/* Inputs of ExFlow's Table I: G ranks of the expert-parallel group, N tokens per rank, L MoE
+ * layers, top-k, and the fractions of tokens that take part in an all-to-all: p (DeepSpeed-MoE),
+ * p_topo (topology-aware gating: FasterMoE, TA-MoE; < 0 when unknown) and p* (context-coherent
+ * expert parallelism). Table I has rows for top-1 and top-2; moeflow extends both linearly in k
+ * (2kGNLp and GN(kLp* + G)), which gives the printed rows at k = 1, 2. p* may exceed 1 (up
+ * to 2) when it is measured: with k >= 2 a token whose experts sit on two ranks also sends a
+ * partial result back to its new home, a transfer Table I leaves out. */
+typedef struct moe_exflow_in {
+    double G, N, L;
+    uint32_t topk;
+    double p, p_topo, p_star;
+    double vec_bytes; /* bytes of one token's hidden vector, to convert to bytes (0: none) */
+} moe_exflow_in_t;
+
+/* Forward-pass communication of one iteration, in token transfers (and bytes). */
+typedef struct moe_exflow_out {
+    double deepspeed;   /* 2 k G N L p */
+    double topo_gating; /* 2 k G N L p_topo, NaN without p_topo */
+    double exflow;      /* G N (k L p* + G): one all-to-all per layer plus the all-gather */
+    double exflow_a2a;  /* G N k L p*, its all-to-all part */
+    double allgather;   /* G N G, the all-gather of the new tokens */
+    double reduction;   /* deepspeed / exflow */
+} moe_exflow_out_t;
+
+/* Evaluate Table I. Returns 0 or MOE_EINVAL (negative sizes, p or p_topo outside [0, 1], p*
+ * outside [0, 2], topk 0). */
+int moe_exflow_eval(const moe_exflow_in_t *in, moe_exflow_out_t *out);
+
+/* p and p* measured by the shared accounting (moe/acct.h) of a placement on a trace: p is the
+ * vanilla scheme's dispatch transfers per (token, layer, expert) of the top-k paths, p* the
+ * coherent scheme's dispatch plus combine transfers per the same unit, so that Table I with
+ * these values and G N L = cells gives the accounting's own totals (plus the all-gather).
+ * Returns 0 or MOE_EEMPTY when the accumulator saw no cell. */
+int moe_exflow_measure(const moe_acct_t *a, uint32_t topk, double *p, double *p_star);
+
+/* ------------------------------------------------------------------ MoNTA */
+
+/* One communication resource of MoNTA's model: a theoretical bandwidth B and an efficiency r
+ * looked up on an efficiency-vs-volume curve (a moe_link_t: bw, curve, latency). A curve of
+ * one point is a fixed efficiency. The latency is added once per operation (0 in the paper). */
+typedef moe_link_t moe_monta_res_t;
+
+/* MoNTA inputs: the AllToAll volume I = b s h BPE (eq. 3) or given directly, tensor- and
+ * expert-parallel degrees t and e, the three resources (B1, r1 inter-node AllToAll looked up
+ * at the per-chunk volume I/(N t); B2, r2 intra-node AllGather at I/N; B3, r3 device memory
+ * copy at I/N), and the smallest chunk worth sending (I_minimal of Alg. 1-2). */
+typedef struct moe_monta_in {
+    double b, s, h, bpe;
+    double volume;          /* bytes; 0: b s h BPE */
+    uint32_t t, e;
+    moe_monta_res_t aa, ag, d2d;
+    double i_minimal;       /* bytes, > 0 */
+    uint32_t max_chunks;    /* cap of the chunk search (0: s, the sequence length) */
+} moe_monta_in_t;
+
+/* Strategies of MoNTA's Table 6. */
+enum moe_monta_strategy {
+    MOE_MONTA_BASE = 0, /* original AllToAll */
+    MOE_MONTA_O1 = 1,   /* Drop + AllToAll + AllGather */
+    MOE_MONTA_O2 = 2,   /* AllToAll and AllGather pipelined in N chunks */
+    MOE_MONTA_O3 = 3,   /* ... and AllGather pipelined with the D2D copy */
+    MOE_MONTA_STRATEGIES = 4,
+};
+
+/* Per-chunk times of eq. 8-10 with the efficiencies used. */
+typedef struct moe_monta_chunk {
+    uint32_t n;              /* chunks */
+    double aa, ag, d2d;      /* AA_j, AG_j, D2D_j */
+    double r1, r2, r3;       /* efficiencies looked up */
+    double v_aa, v_ag;       /* volumes they were looked up at: I/(N t), I/N */
+} moe_monta_chunk_t;
+
+/* I (eq. 3 unless given). */
+double moe_monta_volume(const moe_monta_in_t *in);
+/* Eq. 8-10 for N chunks. Returns 0 or MOE_EINVAL (N = 0, t or e 0, a bandwidth unknown). */
+int moe_monta_chunk(const moe_monta_in_t *in, uint32_t n, moe_monta_chunk_t *c);
+/* Time of one AllToAll under a strategy: BASE the original AllToAll of I over the inter-node
+ * resource, I (e-1)/e / (B1 r1(I)); O1 eq. 11; O2 and O3 with n chunks as lines 13-17 of
+ * Alg. 1 and Alg. 2. NaN on invalid input. */
+double moe_monta_time(const moe_monta_in_t *in, int strategy, uint32_t n);
+/* Alg. 1 (O2) and Alg. 2 (O3): try N = 1, 2, ... until a chunk falls below I_minimal (or
+ * max_chunks) and keep the N of the least time. The printed pseudo-code assigns T = T_min in
+ * its update step, which never records a minimum; this implements the evident intent
+ * (T_min = T, N_best = N). Returns 0 or MOE_EINVAL; *n = 0 when even one chunk is below
+ * I_minimal (then *t is NaN). */
+int moe_monta_search(const moe_monta_in_t *in, int strategy, uint32_t *n, double *t);
+/* The bound eq. 13 quotes: the strategy's time as N grows without limit at the efficiencies
+ * of n chunks (NaN for BASE and O1): every per-chunk fixed cost vanishes and the busiest
+ * resource's total is left. */
+double moe_monta_limit(const moe_monta_in_t *in, int strategy, uint32_t n);
+
+/* Everything Alg. 3 needs and reports. */
+typedef struct moe_monta_result {
+    double volume;
+    double time[MOE_MONTA_STRATEGIES]; /* per strategy (O2/O3 at their chunk counts) */
+    uint32_t chunks[MOE_MONTA_STRATEGIES]; /* 1 for BASE/O1, the searched or given N */
+    int best;                          /* Alg. 3: the least of O1, O2, O3 */
+} moe_monta_result_t;
+
+/* Evaluate all strategies: O2 and O3 at `chunks` chunks, or searched (Alg. 1-2) when 0, then
+ * Alg. 3. Returns 0 or MOE_EINVAL. */
+int moe_monta_eval(const moe_monta_in_t *in, uint32_t chunks, moe_monta_result_t *r);
+/* Name of a strategy: "baseline", "O1", "O2", "O3"; and the reverse (-1 when unknown). */
+const char *moe_monta_strategy_name(int s);
+int moe_monta_strategy_parse(const char *s);
+
+/* MoNTA memory model (eq. 1-2, Tables 3-4): weights of the non-MoE (P1) and MoE (P2) parameter
+ * counts under pipeline p, tensor t and expert c parallelism per ZeRO stage, and activations. */
+typedef struct moe_monta_mem_in {
+    double P1, P2;            /* parameters */
+    double b, s, h, a, l, k;  /* micro-batch, sequence, hidden, heads, layers, top-k */
+    uint32_t p, t, c;         /* pipeline, tensor, expert parallel degrees */
+    int zero;                 /* ZeRO stage 0 (baseline) .. 3 */
+    int act;                  /* enum moe_monta_act */
+} moe_monta_mem_in_t;
+
+/* Rows of Table 4. */
+enum moe_monta_act {
+    MOE_ACT_NONE = 0,      /* without parallelism: bshl(13 + 21k + 5as/h), eq. 2 */
+    MOE_ACT_TP = 1,        /* PP+TP+EP */
+    MOE_ACT_SP = 2,        /* PP+TP+EP+SP */
+    MOE_ACT_SELECTIVE = 3, /* ... + selective activation recomputation */
+    MOE_ACT_FULL = 4,      /* ... + full activation recomputation */
+    MOE_ACT_ROWS = 5,
+};
+
+typedef struct moe_monta_mem {
+    double psi1, psi2, act, total; /* bytes per GPU: eq. 1 total = psi1 + psi2 + act */
+} moe_monta_mem_t;
+
+/* Evaluate eq. 1 with Table 3 and Table 4. Returns 0 or MOE_EINVAL. */
+int moe_monta_memory(const moe_monta_mem_in_t *in, moe_monta_mem_t *out);
+/* Name of a Table 4 row ("none", "tp", "sp", "selective", "full") and the reverse (-1 when
+ * unknown). */
+const char *moe_monta_act_name(int act);
+int moe_monta_act_parse(const char *s);
+
+/* MoNTA's cluster expansion for long context (Fig. 12): context-parallel groups either
+ * orthogonal to the expert-parallel groups (horizontal, a network of cp x ep) or aligned with
+ * them (vertical, a network of max(ep, cp)). */
+typedef struct moe_monta_plan_in {
+    double seq;            /* context length, tokens */
+    double seq_per_group;  /* tokens one tensor-parallel group (a node) holds */
+    uint32_t gpus_per_node, ep, nodes; /* cluster (nodes available; 0: as many as needed) */
+    uint32_t switch_ports; /* ranks one switch network connects (0: unlimited) */
+} moe_monta_plan_in_t;
+
+typedef struct moe_monta_plan {
+    uint32_t cp;           /* context-parallel size: ceil(seq / seq_per_group) */
+    int vertical;          /* 1: CP aligned with EP; 0: orthogonal (horizontal) */
+    uint32_t nodes;        /* nodes one model replica needs */
+    uint32_t network;      /* network scale the EP and CP traffic needs */
+    uint32_t dp;           /* data-parallel replicas that fit in `nodes` available (0: none) */
+    double ep_minibatch;   /* sequences per EP group step (1 when vertical) */
+} moe_monta_plan_t;
+
+/* The expansion rule of "Cluster Expansion": horizontal when cp < ep and the switch network
+ * connects ep x cp, else vertical. Returns 0 or MOE_EINVAL. */
+int moe_monta_plan(const moe_monta_plan_in_t *in, moe_monta_plan_t *out);
+
+/* ------------------------------------------------------------------ MPMoE */
+
+/* MPMoE inputs: B tokens, model dimension M, expert hidden size H, E experts (the gate has E M
+ * parameters), element bytes, G ranks and their topology for the all-to-alls, compute rate,
+ * slowdown factors alpha(y, x). */
+enum moe_mpmoe_stream { MOE_MP_COMM = 0, MOE_MP_COMP = 1, MOE_MP_MEM = 2, MOE_MP_STREAMS = 3 };
+/* x of alpha(y, x): another stream or MOE_MP_ALL (both others). */
+#define MOE_MP_ALL 3
+
+typedef struct moe_mpmoe_in {
+    double B, M, H, E;
+    double elem_bytes;
+    const moe_topo_t *topo;  /* all-to-all links, host link for offload, flops */
+    double flops;            /* FLOP/s of expert GEMMs (0: topo->flops) */
+    double alpha[MOE_MP_STREAMS][4]; /* alpha[y][x] in (0, 1], 1 = no slowdown */
+} moe_mpmoe_in_t;
+
+/* Memory of eq. 1-6, in elements (multiply by elem_bytes for bytes). */
+typedef struct moe_mpmoe_mem {
+    double ms, act, buf;        /* eq. 1-3 */
+    double pipe_act, pipe_buf;  /* eq. 4 */
+    double saved;               /* eq. 5: delta M_act = delta M_buf */
+    double phi;                 /* eq. 6 */
+} moe_mpmoe_mem_t;
+
+/* Eq. 1-6 for n partitions. Returns 0 or MOE_EINVAL (n = 0 or more than B, sizes not
+ * positive). */
+int moe_mpmoe_memory(const moe_mpmoe_in_t *in, uint32_t n, moe_mpmoe_mem_t *out);
+
+/* Memory-reuse strategies of Table II: how T_DI and T_M are restored for the backward pass. */
+enum moe_mpmoe_reuse {
+    MOE_REUSE_NONE = 0, /* no reuse (PMoE): nothing to restore */
+    MOE_REUSE_S1 = 1,   /* T_DI and T_M offloaded to host and prefetched */
+    MOE_REUSE_S2 = 2,   /* T_DI re-communicated, T_M offloaded */
+    MOE_REUSE_S3 = 3,   /* T_DI offloaded, T_M re-computed */
+    MOE_REUSE_S4 = 4,   /* T_DI re-communicated, T_M re-computed */
+    MOE_REUSE_STRATEGIES = 5,
+};
+
+/* Per-micro-batch operation times and the phase times of a pass (Fig. 8). */
+typedef struct moe_mpmoe_pass {
+    double ts, tc, tr, tm;  /* dispatch, expert compute, combine, host copy per micro-batch */
+    int paradigm;           /* 1, 2 or 3 */
+    double phase[5];        /* P0 .. P4; P2 counted once (it repeats n - 2 times) */
+    double total;
+} moe_mpmoe_pass_t;
+
+typedef struct moe_mpmoe_cfg {
+    uint32_t n;
+    int reuse;
+    moe_mpmoe_pass_t fwd, bwd;
+    double time;            /* fwd.total + bwd.total */
+    double memory;          /* bytes: M_ms + M_act^pipe + M_buf^pipe, minus eq. 5 twice
+                             * with reuse */
+} moe_mpmoe_cfg_t;
+
+/* Model one configuration (n, S). Returns 0 or MOE_EINVAL (unknown bandwidth or compute rate,
+ * alpha outside (0, 1]). */
+int moe_mpmoe_eval(const moe_mpmoe_in_t *in, uint32_t n, int reuse, moe_mpmoe_cfg_t *out);
+/* The best (n, S) by the performance model over n in [nmin, nmax] and S1-S4 whose memory is
+ * at most mem_limit bytes (0: no limit); *best receives it. Returns 0, MOE_EINVAL, or
+ * MOE_ERANGE when no configuration fits. */
+int moe_mpmoe_best(const moe_mpmoe_in_t *in, uint32_t nmin, uint32_t nmax, double mem_limit,
+                   moe_mpmoe_cfg_t *best);
+/* Name of a reuse strategy ("none", "S1" .. "S4") and the reverse (-1 when unknown). */
+const char *moe_mpmoe_reuse_name(int s);
+int moe_mpmoe_reuse_parse(const char *s);
+
+/* MPMoE Alg. 1, the profile-based granularity search, over measured times: `time(ctx, B, n)`
+ * returns the measured seconds of batch B with n partitions (NaN when not measured). The
+ * search keeps its boundary map G and cache C across calls in the state. */
+typedef struct moe_mpmoe_search {
+    uint32_t count;          /* ranges known */
+    uint32_t n[64];          /* granularity of range i, ascending */
+    double lo[64], hi[64];   /* B_floor, B_ceil of range i */
+    uint32_t cached;         /* entries of the cache C */
+    double cache_b[256];     /* batch sizes searched ... */
+    uint32_t cache_n[256];   /* ... and their best n */
+    uint32_t profiled;       /* measurements looked up so far */
+} moe_mpmoe_search_t;
+
+/* Start with G = {2: (0, 1), 8: (inf, inf)} as Alg. 1 line 1 (granularity 2..8). */
+void moe_mpmoe_search_init(moe_mpmoe_search_t *s);
+/* Best n for batch B (Alg. 1 lines 3-25; searchBestGran stops at the turning point of the
+ * parabola-like time). Returns n, or 0 when no measurement in the range exists. */
+uint32_t moe_mpmoe_search_step(moe_mpmoe_search_t *s, double B,
+                               double (*time)(void *ctx, double B, uint32_t n), void *ctx);
+
+/* ------------------------------------------------------------------ Janus */
+
+/* Janus inputs for one MoE block: B batch per worker, S sequence length, k top-k, H model
+ * dimension, F expert inner size (0: 4H, the paper's 8H^2 experts), E experts per worker, m
+ * workers (GPUs) per machine, n machines, element bytes (the paper's traffic is fp32). */
+typedef struct moe_janus_in {
+    double B, S, k, H, F, E;
+    uint32_t m, n;
+    double elem_bytes;
+} moe_janus_in_t;
+
+typedef struct moe_janus_out {
+    double T;          /* tokens per worker: B S k */
+    double R;          /* eq. 1: B S k / (4 n H E) (with F = 4H; in general Comm_EC / Comm_DC) */
+    double comm_ec;    /* bytes per machine, forward: 2 m H T (n - 1) / n */
+    double comm_dc;    /* bytes per machine, forward: 2 H F E m (n - 1) (8 H^2 E m (n - 1)) */
+    double comm_dc_nocache; /* ... without the per-machine cache: every GPU pulls its own copy */
+    int data_centric;  /* 1 when R > threshold (the paper keeps expert-centric at R = 1) */
+} moe_janus_out_t;
+
+/* Evaluate one block; `threshold` is the R above which the data-centric paradigm is chosen.
+ * Returns 0 or MOE_EINVAL. */
+int moe_janus_eval(const moe_janus_in_t *in, double threshold, moe_janus_out_t *out);
+/* Seconds of a block's traffic over the machine's inter-node links (m GPUs x bw each), with
+ * the part overlapped by a prefetch window removed for the data-centric paradigm. */
+double moe_janus_time(double bytes, uint32_t m, double bw, double prefetch_window);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,161 @@
+/* moe/sim.h -- trace-driven simulation of MoE dispatch schemes on a topology, and the fit of
+ * efficiency curves from nccl-tests result tables. */
+#ifndef MOE_SIM_H
+#define MOE_SIM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "moe/acct.h"
+#include "moe/placement.h"
+#include "moe/plot.h"
+#include "moe/topo.h"
+#include "moe/trace_map.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/*
+ * The simulator replays a routing trace on a placement and a topology, treating the trace as
+ * one batch, and predicts per MoE layer the bytes on each link class and the time of each
+ * dispatch scheme moe-run implements:
+ *
+ *  vanilla       two all-to-alls per layer (DeepSpeed-MoE), counts of moe/acct.h;
+ *  coherent      one all-to-all per layer (ExFlow), counts of moe/acct.h, plus one all-gather
+ *                of the batch per iteration (ExFlow Table I's G.N.G term);
+ *  pipelined     vanilla's counts cut into n chunks whose dispatch, expert compute and combine
+ *                overlap (MPMoE, MoNTA);
+ *  hierarchical  an inter-node all-to-all that sends a token once per destination node, spread
+ *                over the node's GPUs, then an intra-node all-gather (MoNTA); the node-level
+ *                counts come from moe/acct.h run on the placement folded to one rank per node;
+ *  datacentric   tokens stay on their source rank, and each node fetches every remote expert
+ *                its tokens need once, sharing it among its GPUs (Janus).
+ *
+ * Transfer counts are the shared accounting's, so they equal moe-place eval's. The accounting
+ * reports per-layer totals and per-rank loads, not per-rank send and receive counts: an
+ * all-to-all's slowest rank is taken to move (total / G) x skew bytes, skew being the larger
+ * of the layer's expert-load imbalance (max / mean, exact) and, where tokens leave their
+ * source rank, the imbalance of tokens per source rank. Every formula is in moe-costmodel(1).
+ */
+enum moe_sim_scheme {
+    MOE_SIM_VANILLA = 0,
+    MOE_SIM_COHERENT = 1,
+    MOE_SIM_PIPELINED = 2,
+    MOE_SIM_HIERARCHICAL = 3,
+    MOE_SIM_DATACENTRIC = 4,
+    MOE_SIM_SCHEMES = 5,
+};
+
+typedef struct moe_sim_opts {
+    uint32_t hidden;     /* H [0: the trace's] */
+    uint32_t ffn;        /* expert inner size F [0: 4 H] */
+    uint32_t elem_bytes; /* bytes per element sent and per expert weight [0: the trace's, else 2] */
+    uint32_t chunks;     /* chunks of the pipelined scheme [0: 4] */
+    unsigned schemes;    /* bit (1 << scheme) per scheme to simulate [0: all] */
+    moe_acct_opts_t acct; /* top-k and source ranks, as moe-place eval's (matrix ignored) */
+} moe_sim_opts_t;
+
+/* Defaults as marked above. */
+void moe_sim_opts_default(moe_sim_opts_t *o);
+
+/* One layer (or the total of all layers) of one scheme. Times in seconds; NaN where the
+ * topology lacks a bandwidth or the compute rate a time needs. */
+typedef struct moe_sim_layer {
+    double bytes[MOE_LINK_CLASSES]; /* bytes moved on each class, all ranks together */
+    double slow[MOE_LINK_CLASSES];  /* bytes the slowest rank sends on each class */
+    double ctime[MOE_LINK_CLASSES]; /* seconds those bytes take on each class (all chunks);
+                                     * the classes of one collective run at once, so comm is
+                                     * not their sum */
+    double comm;      /* communication on the critical path */
+    double compute;   /* expert compute of the most loaded rank */
+    double time;      /* the layer: comm + compute, less what the scheme overlaps */
+    double max_load;  /* expert-token pairs of the most loaded rank */
+    double imbalance; /* max / mean load (1 balanced) */
+} moe_sim_layer_t;
+
+typedef struct moe_sim moe_sim_t;
+
+/* Simulate placement p on topology t (same ranks) over every record of trace map m (its
+ * workers run the scan). Returns NULL with *status and a one-line reason: shape mismatch,
+ * hidden size unknown, a recorded source rank out of range, a read error of the trace. */
+moe_sim_t *moe_sim_run(const moe_placement_t *p, const moe_topo_t *t, moe_trace_map_t *m,
+                       const moe_sim_opts_t *o, int *status, char *errbuf, size_t errlen);
+/* Free; NULL is a no-op. */
+void moe_sim_free(moe_sim_t *s);
+
+/* The accounting the simulation ran (vanilla and coherent transfer counts, loads). */
+const moe_acct_t *moe_sim_acct(const moe_sim_t *s);
+/* Is a scheme simulated (selected in opts.schemes)? */
+int moe_sim_has(const moe_sim_t *s, int scheme);
+/* Layer j of a scheme, or NULL out of range. */
+const moe_sim_layer_t *moe_sim_layer(const moe_sim_t *s, int scheme, uint32_t layer);
+/* The whole batch of a scheme: layers summed (bytes, comm, compute, time; max_load and
+ * imbalance the largest of any layer), plus the per-iteration terms (coherent's all-gather). */
+void moe_sim_total(const moe_sim_t *s, int scheme, moe_sim_layer_t *out);
+/* The per-iteration term of a scheme (coherent's all-gather; zero for the others). */
+void moe_sim_iteration(const moe_sim_t *s, int scheme, moe_sim_layer_t *out);
+/* Bytes of one transfer (H x element bytes) and of one expert's weights (2 H F x element
+ * bytes). */
+double moe_sim_vector_bytes(const moe_sim_t *s);
+double moe_sim_expert_bytes(const moe_sim_t *s);
+/* Chunks of the pipelined scheme. */
+uint32_t moe_sim_chunks(const moe_sim_t *s);
+
+/* Rank the simulated schemes by total time, fastest first, into order[] (room for
+ * MOE_SIM_SCHEMES; returns how many) and explain the choice of the first in one sentence
+ * (NUL-terminated, truncated to n). Returns 0 when a time is unknown (NaN): the topology lacks
+ * a speed; `why` then names it. */
+int moe_sim_rank(const moe_sim_t *s, int *order, char *why, size_t n);
+
+/* Per-scheme bars of the total time, split into communication and compute, on a new canvas
+ * (free with moe_canvas_free). NULL on ENOMEM. */
+moe_canvas_t *moe_sim_plot(const moe_sim_t *s);
+
+/* Name of a scheme ("vanilla", "coherent", "pipelined", "hierarchical", "datacentric") and the
+ * reverse (-1 if unknown). */
+const char *moe_sim_scheme_name(int scheme);
+int moe_sim_scheme_parse(const char *name);
+
+/*
+ * nccl-tests result tables (alltoall_perf, all_gather_perf, ...): the '#' header lines, the
+ * column header naming size, count, type, [redop, root,] then time, algbw, busbw and #wrong
+ * for out-of-place and again for in-place, and one row per message size. A row's bus
+ * bandwidth is the mean of its out-of-place and in-place busbw (GB/s = 1e9 bytes/s).
+ */
+typedef struct moe_nccl_row {
+    double size;  /* bytes (the nccl-tests size column) */
+    double time;  /* out-of-place time, seconds */
+    double busbw; /* bytes/s */
+} moe_nccl_row_t;
+
+typedef struct moe_nccl_table {
+    char op[32];        /* the test named in the header ("alltoall"), "" if unknown */
+    uint32_t ranks;     /* ranks listed in the header (0 if none) */
+    size_t n;           /* rows, sizes strictly increasing (repeated sizes averaged) */
+    moe_nccl_row_t *row;
+} moe_nccl_table_t;
+
+/* Parse an nccl-tests output held in memory; `name` labels messages. Returns 0 or MOE_EFORMAT
+ * / MOE_ERANGE / MOE_ENOMEM with a one-line reason ("'a2a.txt' line 31: expected 13 fields,
+ * found 4"). Rows reporting wrong results are refused. Release with moe_nccl_table_release. */
+int moe_nccl_parse(moe_nccl_table_t *t, const char *text, size_t len, const char *name,
+                   char *errbuf, size_t errlen);
+/* Read a file (plain or gzipped, "-" = stdin) and parse it. */
+int moe_nccl_read(moe_nccl_table_t *t, const char *path, char *errbuf, size_t errlen);
+void moe_nccl_table_release(moe_nccl_table_t *t);
+
+/* Fit link class c of topology t to a table: the class's bandwidth becomes the largest busbw
+ * unless it is already set (then efficiency = busbw / bandwidth, clamped to 1, 4 significant
+ * digits), its latency 0 (the curve holds what latency costs), and its curve a piecewise-linear
+ * one through at most `maxpoints` (2 .. MOE_TOPO_MAX_CURVE) of the measured points: the two
+ * ends, then greedily the point the interpolation errs most on, relatively, until none is off
+ * by more than `tol` (0.05 = 5%). Returns 0, or MOE_EINVAL (no row with a positive busbw, class
+ * self). *maxerr gets the largest relative error left. */
+int moe_nccl_fit(moe_topo_t *t, int c, const moe_nccl_table_t *tab, uint32_t maxpoints,
+                 double tol, double *maxerr, char *errbuf, size_t errlen);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,39 @@
+/* lib/sim_internal.h -- the simulator's state, shared by the scan (sim.c) and the model
+ * (sim_model.c). */
+#ifndef MOE_SIM_INTERNAL_H
+#define MOE_SIM_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "moe/sim.h"
+
+struct moe_sim {
+    const moe_placement_t *p;
+    moe_topo_t topo;
+    uint32_t L, E, G, gpn, N, W; /* W: 64-bit words of an expert bitset */
+    uint32_t K, k;               /* top-k of the trace, of the accounting */
+    int source;                  /* resolved enum moe_source */
+    moe_acct_opts_t aopts, naopts;
+    double vec, xbytes, fpt;     /* bytes per transfer, per expert; FLOP per expert-token */
+    uint32_t chunks;
+    unsigned schemes;
+    moe_acct_t *acct;            /* rank level */
+    moe_placement_t *np;         /* one rank per node (hierarchical), or NULL */
+    moe_acct_t *nacct;           /* the accounting on np, or NULL */
+    uint64_t *src;               /* [L][G] present cells per source rank */
+    uint64_t *need;              /* [L][G][W] experts each rank's tokens need, or NULL */
+    moe_sim_layer_t *lay[MOE_SIM_SCHEMES]; /* [L] */
+    moe_sim_layer_t iter[MOE_SIM_SCHEMES]; /* per-iteration terms */
+};
+
+/* Words of the need bitsets. */
+static inline size_t sim_need_words(const moe_sim_t *s)
+{
+    return (size_t)s->L * s->G * s->W;
+}
+
+/* Fill lay[] and iter[] from the counts (sim_model.c). 0 or MOE_ENOMEM. */
+int sim_model(moe_sim_t *s);
+
+#endif

@@ -1,0 +1,167 @@
+#!/bin/sh
+# tests/cli/costmodel_sim.sh -- moe-costmodel simulate and fit: simulate's transfer counts equal
+# moe-place eval's exactly (vanilla and coherent, every layer; top-k, source ranks, replicas,
+# threads), the ranking and its sentence, scheme selection, the formulas' invariants seen from
+# the command line (one chunk is vanilla; bytes scale with the hidden size), plots, presets,
+# and fit on the synthetic nccl-tests tables of tests/data/nccl.
+
+. "$(dirname "$0")/lib.sh"
+
+cm() {
+    if [ -n "$moe_libtool" ]; then
+        "$moe_libtool" --mode=execute $MOE_VALGRIND "$MOE_BIN/moe-costmodel" "$@"
+    else
+        $MOE_VALGRIND "$MOE_BIN/moe-costmodel" "$@"
+    fi
+}
+mp() {
+    if [ -n "$moe_libtool" ]; then
+        "$moe_libtool" --mode=execute $MOE_VALGRIND "$MOE_BIN/moe-place" "$@"
+    else
+        $MOE_VALGRIND "$MOE_BIN/moe-place" "$@"
+    fi
+}
+MOEFLOW_TOPOLOGIES=$top_srcdir/share/topologies
+export MOEFLOW_TOPOLOGIES
+NCCL=$top_srcdir/tests/data/nccl
+
+cat >"$T/c.topo" <<'TOPO'
+topology test-2x4
+nodes 2
+gpus-per-node 4
+link intra bandwidth 100 GB/s latency 2 us
+link inter bandwidth 10 GB/s latency 5 us
+flops 100 TFLOP/s
+TOPO
+moe gen --no-PG -L 4 -E 16 -k 2 -n 3000 -s 60 -r 8 -w --hidden 64 --elem-bytes 2 -S 7 \
+    -o "$T/t.moet" &&
+    mp fit --no-PG --ranks 8 --gpus-per-node 4 -o "$T/a.moep" "$T/t.moet" &&
+    mp fit --no-PG --ranks 8 --gpus-per-node 4 --method balanced --replicas 3 \
+        -o "$T/r.moep" "$T/t.moet" ||
+    { echo "cannot make the test inputs"; exit 1; }
+
+# counts FILE: the per-layer cells and transfers, and per_token_layer, of a JSON report
+counts() { grep -o '"cells": [0-9]*, "transfers": [0-9]*\|"per_token_layer": [0-9.e+-]*' "$1"; }
+
+# same_counts PLACEMENT [OPTIONS...]: eval and simulate agree on the trace
+same_counts() {
+    _p=$1
+    shift
+    expect_exit 0 mp eval --json "$@" "$_p" "$T/t.moet"
+    counts "$T/out" >"$T/eval.counts"
+    expect_exit 0 cm simulate --json --topology "$T/c.topo" "$@" "$T/t.moet" "$_p"
+    counts "$T/out" >"$T/sim.counts"
+    [ "$(wc -l <"$T/eval.counts")" -eq 10 ] || fail "eval report: $(wc -l <"$T/eval.counts") counts"
+    same_file "$T/sim.counts" "$T/eval.counts" "simulate's counts differ from eval's ($*)"
+}
+
+begin "simulate's transfer counts equal moe-place eval's"
+same_counts "$T/a.moep"
+same_counts "$T/a.moep" --topk 1
+same_counts "$T/a.moep" --source token
+same_counts "$T/r.moep"
+same_counts "$T/r.moep" --topk 1 --source sequence
+end
+
+begin "threads do not change the report"
+expect_exit 0 cm simulate --no-layers --topology "$T/c.topo" "$T/t.moet" "$T/a.moep"
+cp "$T/out" "$T/one"
+expect_exit 0 cm simulate --no-layers -@ 3 --topology "$T/c.topo" "$T/t.moet" "$T/a.moep"
+same_file "$T/out" "$T/one" "-@ 3"
+end
+
+begin "--best ranks by time and explains the first"
+expect_exit 0 cm simulate --best --no-layers --topology "$T/c.topo" -o "$T/b.txt" \
+    "$T/t.moet" "$T/a.moep"
+expect_no_stderr
+n=$(grep -c '^BEST' "$T/b.txt")
+expect_eq "$n" 5 "ranked schemes"
+awk -F '\t' '$1 == "BEST" { if (NR > 1 && $4 + 0 < last) bad = 1; last = $4 + 0 }
+    END { exit bad }' "$T/b.txt" || fail "BEST lines not in increasing time"
+first=$(awk -F '\t' '$1 == "BEST" && $2 == 1 { print $3 }' "$T/b.txt")
+grep -q "^# best: $first is fastest at" "$T/b.txt" || fail "sentence does not name $first"
+t1=$(awk -F '\t' -v s="$first" '$1 == "SCHEME" && $2 == s { print $3 }' "$T/b.txt")
+t2=$(awk -F '\t' '$1 == "BEST" && $2 == 1 { print $4 }' "$T/b.txt")
+expect_eq "$t2" "$t1" "best time vs its SCHEME line"
+end
+
+begin "--scheme selects; one chunk is vanilla"
+expect_exit 0 cm simulate --scheme vanilla,pipelined --chunks 1 --topology "$T/c.topo" \
+    "$T/t.moet" "$T/a.moep"
+expect_eq "$(grep -c '^SCHEME' "$T/out")" 2 "SCHEME lines"
+v=$(awk -F '\t' '$1 == "SCHEME" && $2 == "vanilla" { print $3 }' "$T/out")
+p=$(awk -F '\t' '$1 == "SCHEME" && $2 == "pipelined" { print $3 }' "$T/out")
+expect_eq "$p" "$v" "pipelined with one chunk vs vanilla"
+expect_eq "$(grep -c '^LAYER' "$T/out")" 8 "LAYER lines (2 schemes x 4 layers)"
+expect_eq "$(grep -c '^XFER' "$T/out")" 4 "XFER lines (vanilla x 4 layers)"
+end
+
+begin "bytes scale with the hidden size and the dtype"
+expect_exit 0 cm simulate --json --no-layers --scheme vanilla --topology "$T/c.topo" \
+    "$T/t.moet" "$T/a.moep"
+b1=$(grep -o '"inter": [0-9.e+]*' "$T/out" | head -1 | cut -d' ' -f2)
+expect_exit 0 cm simulate --json --no-layers --scheme vanilla --hidden 128 --dtype fp32 \
+    --topology "$T/c.topo" "$T/t.moet" "$T/a.moep"
+b4=$(grep -o '"inter": [0-9.e+]*' "$T/out" | head -1 | cut -d' ' -f2)
+expect_eq "$(awk -v a="$b1" -v b="$b4" 'BEGIN { print b / a }')" 4 "bytes ratio"
+end
+
+begin "per-rank loads"
+expect_exit 0 cm simulate --loads --scheme vanilla --topology "$T/c.topo" "$T/t.moet" \
+    "$T/a.moep"
+expect_eq "$(grep -c '^LOAD' "$T/out")" 8 "LOAD lines (2 accounting schemes x 4 layers)"
+expect_eq "$(awk -F '\t' '$1 == "LOAD" { print NF; exit }' "$T/out")" 11 "fields of a LOAD line"
+end
+
+begin "plots: PNG and SVG"
+expect_exit 0 cm simulate --plot "$T/p.png" -o "$T/x.txt" --topology "$T/c.topo" \
+    "$T/t.moet" "$T/a.moep"
+expect_eq "$(head -c 4 "$T/p.png" | od -An -c | tr -d ' ')" '211PNG' "PNG magic"
+expect_exit 0 cm simulate --plot "$T/p.svg" -o "$T/x.txt" --topology "$T/c.topo" \
+    "$T/t.moet" "$T/a.moep"
+grep -q '<svg' "$T/p.svg" || fail "not an SVG"
+grep -q 'pipelined' "$T/p.svg" || fail "SVG lacks the scheme names"
+end
+
+begin "a topology preset by name"
+mp fit --no-PG --ranks 8 -o "$T/p8.moep" "$T/t.moet" || fail "fit"
+expect_exit 0 cm simulate --no-layers --best --topology h100-ndr400 "$T/t.moet" "$T/p8.moep"
+grep -q '^# topology: h100-ndr400' "$T/out" || fail "preset not named"
+end
+
+begin "fit: nccl-tests alltoall into the inter class of a preset"
+expect_exit 0 cm fit --nccl-tests "$NCCL/alltoall_2x8.txt" --class inter --topology h100-ndr400 \
+    -o "$T/f.topo"
+expect_no_stderr
+grep -q '^efficiency inter 1024:' "$T/f.topo" || fail "no inter curve"
+grep -q '^link inter bandwidth 50000000000 latency 0' "$T/f.topo" || fail "inter link"
+grep -q '^link intra bandwidth 450000000000' "$T/f.topo" || fail "the preset's intra link kept"
+np=$(awk '$1 == "efficiency" { print NF - 2 }' "$T/f.topo")
+[ "$np" -ge 3 ] && [ "$np" -le 16 ] || fail "$np curve points"
+# the fitted curve slows the inter-node all-to-alls down against the bare preset
+sed -e 's/^nodes 1/nodes 2/' -e 's/^gpus-per-node 8/gpus-per-node 4/' "$T/f.topo" >"$T/f2.topo"
+grep -v '^efficiency' "$T/f2.topo" >"$T/bare.topo"
+expect_exit 0 cm simulate --no-layers --scheme vanilla --topology "$T/f2.topo" "$T/t.moet" \
+    "$T/a.moep"
+slow=$(awk -F '\t' '$1 == "SCHEME" { print $4 }' "$T/out")
+expect_exit 0 cm simulate --no-layers --scheme vanilla --topology "$T/bare.topo" "$T/t.moet" \
+    "$T/a.moep"
+fast=$(awk -F '\t' '$1 == "SCHEME" { print $4 }' "$T/out")
+awk -v a="$slow" -v b="$fast" 'BEGIN { exit !(a > 2 * b) }' ||
+    fail "communication with the fitted curve ($slow ms) not well above the bare link's ($fast)"
+end
+
+begin "fit: all_gather, no base topology, fewer points"
+expect_exit 0 cm fit --nccl-tests "$NCCL/all_gather_8.txt" --class intra --points 3
+grep -q '^gpus-per-node 8' "$T/out" || fail "ranks from the table's header"
+expect_eq "$(awk '$1 == "efficiency" { print NF - 2 }' "$T/out")" 3 "points"
+gzip -c "$NCCL/all_gather_8.txt" >"$T/ag.txt.gz"
+expect_exit 0 cm fit --nccl-tests - --class intra --points 3 <"$T/ag.txt.gz"
+cp "$T/out" "$T/gz.topo"
+expect_exit 0 cm fit --nccl-tests "$T/ag.txt.gz" --class intra --points 3
+grep -v '^# fitted' "$T/out" >"$T/a1"
+grep -v '^# fitted' "$T/gz.topo" >"$T/a2"
+same_file "$T/a1" "$T/a2" "gzipped standard input"
+end
+
+finish

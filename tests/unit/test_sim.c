@@ -1,0 +1,343 @@
+/* tests/unit/test_sim.c -- the simulator (moe/sim.h) on two hand-made tokens, every figure worked
+ * out by hand from the formulas of moe-costmodel(1); the counts equal the accounting's scan on 1
+ * and 4 workers; the ranking; the nccl-tests parser and the efficiency fit. */
+#include "config.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "moe/acct.h"
+#include "moe/moe.h"
+#include "moe/sim.h"
+#include "moe/trace.h"
+#include "moe/trace_map.h"
+#include "unit.h"
+
+#define NONE MOE_EXPERT_NONE
+#define CHECK_NEAR(a, b)                                                                      \
+    do {                                                                                      \
+        double x_ = (a), y_ = (b);                                                            \
+        unit_checks++;                                                                        \
+        if (!(fabs(x_ - y_) <= 1e-9 * fmax(1.0, fabs(y_)) + 1e-18)) {                         \
+            unit_failures++;                                                                  \
+            fprintf(stderr, "%s:%d: %s == %.12g, expected %.12g\n", __FILE__, __LINE__, #a,   \
+                    x_, y_);                                                                  \
+        }                                                                                     \
+    } while (0)
+
+static char tmpdir[256], path[512];
+
+/* Two layers, 4 experts, top-2; two tokens of sequences 0 and 1 (source ranks 0 and 1):
+ *   token 0: layer 0 {0,1}, layer 1 {2,3};  token 1: layer 0 {1,2}, layer 1 {0,1}. */
+static void write_trace(void)
+{
+    static const uint16_t ids[2][4] = {{0, 1, 2, 3}, {1, 2, 0, 1}};
+    moe_trace_hdr_t h;
+    moe_trace_hdr_init(&h);
+    h.layers = 2;
+    h.experts = 4;
+    h.topk = 2;
+    h.hidden = 8;
+    h.elem_bytes = 4;
+    int st;
+    snprintf(path, sizeof path, "%s/t.moet", tmpdir);
+    moe_trace_t *t = moe_trace_open(path, "wb1", 0, &st, NULL, 0);
+    CHECK(t != NULL);
+    if (!t)
+        exit(99);
+    CHECK_EQ_INT(moe_trace_write_header(t, &h), 0);
+    moe_trace_rec_t r = {0};
+    CHECK_EQ_INT(moe_trace_rec_init(&r, &h), 0);
+    for (uint32_t i = 0; i < 2; i++) {
+        r.token = i;
+        r.seq = i;
+        memcpy(r.ids, ids[i], sizeof ids[i]);
+        CHECK_EQ_INT(moe_trace_write(t, &r), 0);
+    }
+    CHECK_EQ_INT(moe_trace_close(t, NULL, 0), 0);
+    moe_trace_rec_release(&r);
+    moe_trace_hdr_release(&h);
+}
+
+/* Expert e on rank e in both layers; 2 nodes x 2 GPUs. */
+static moe_placement_t *placement(void)
+{
+    int st;
+    moe_placement_t *p = moe_placement_new(2, 4, 4, 2, 1, 1, &st);
+    for (uint32_t l = 0; p && l < 2; l++)
+        for (uint32_t e = 0; e < 4; e++)
+            CHECK_EQ_INT(moe_placement_add(p, l, e, e), 0);
+    CHECK(p != NULL);
+    return p;
+}
+
+/* intra 1e9 B/s, inter 1e8 B/s, no latency, 1e9 FLOP/s. */
+static void topology(moe_topo_t *t, int flops)
+{
+    moe_topo_uniform(t, 2, 2);
+    t->link[MOE_LINK_INTRA].bw = 1e9;
+    t->link[MOE_LINK_INTER].bw = 1e8;
+    t->flops = flops ? 1e9 : 0;
+    moe_topo_update_cost(t);
+}
+
+static moe_sim_t *simulate(const moe_placement_t *p, const moe_topo_t *t, int threads,
+                           unsigned schemes)
+{
+    moe_sim_opts_t o;
+    moe_sim_opts_default(&o);
+    o.ffn = 16;
+    o.chunks = 2;
+    o.schemes = schemes;
+    int st;
+    char err[256];
+    moe_trace_map_t *m = moe_trace_map_open(path, threads, &st, err, sizeof err);
+    CHECK(m != NULL);
+    if (!m)
+        exit(99);
+    moe_sim_t *s = moe_sim_run(p, t, m, &o, &st, err, sizeof err);
+    if (!s)
+        fprintf(stderr, "moe_sim_run: %s\n", err);
+    CHECK(s != NULL);
+    moe_trace_map_close(m);
+    return s;
+}
+
+/* The figures worked out in the comments (H 8, fp32: 32 bytes a transfer; F 16: 1024 bytes an
+ * expert, 512 FLOP an expert-token). */
+static void check_layers(const moe_sim_t *s)
+{
+    CHECK_NEAR(moe_sim_vector_bytes(s), 32);
+    CHECK_NEAR(moe_sim_expert_bytes(s), 1024);
+    /* vanilla layer 0: dispatch 0->1 (intra), 1->2 (inter), combine back; load 1 2 1 0,
+     * imbalance 2, sources 1 1 0 0 (skew 2): slowest rank 32/4*2 = 16 bytes per class and
+     * phase; 16 / 1e8 per phase; compute 2 * 512 / 1e9 */
+    const moe_sim_layer_t *v = moe_sim_layer(s, MOE_SIM_VANILLA, 0);
+    CHECK_NEAR(v->bytes[MOE_LINK_INTRA], 64);
+    CHECK_NEAR(v->bytes[MOE_LINK_INTER], 64);
+    CHECK_NEAR(v->slow[MOE_LINK_INTER], 32);
+    CHECK_NEAR(v->max_load, 2);
+    CHECK_NEAR(v->imbalance, 2);
+    CHECK_NEAR(v->comm, 3.2e-7);
+    CHECK_NEAR(v->compute, 1.024e-6);
+    CHECK_NEAR(v->time, 1.344e-6);
+    CHECK_NEAR(v->ctime[MOE_LINK_INTER], 3.2e-7);
+    CHECK_NEAR(v->ctime[MOE_LINK_INTRA], 3.2e-8);
+    /* layer 1: token 0 goes 0->2, 0->3 (inter), token 1 1->0 (intra): inter 64/4*2 = 32 bytes
+     * per phase; load 1 1 1 1 */
+    v = moe_sim_layer(s, MOE_SIM_VANILLA, 1);
+    CHECK_NEAR(v->bytes[MOE_LINK_INTER], 128);
+    CHECK_NEAR(v->comm, 6.4e-7);
+    CHECK_NEAR(v->compute, 5.12e-7);
+    /* coherent layer 1: token 0's new home is rank 2 (tie, lowest rank): combine 3->2 intra;
+     * token 1 stays on 1: combine 0->1 intra. Dispatch as vanilla's. The skew is layer 0's
+     * coherent load imbalance (2). */
+    const moe_sim_layer_t *c = moe_sim_layer(s, MOE_SIM_COHERENT, 1);
+    CHECK_NEAR(c->bytes[MOE_LINK_INTER], 64);
+    CHECK_NEAR(c->bytes[MOE_LINK_INTRA], 96);
+    CHECK_NEAR(c->comm, 3.2e-7 + 3.2e-8); /* dispatch: inter; combine: intra 64/4*2 */
+    /* all-gather of 2 tokens: (G-1)/G * 64 bytes through the inter-node link */
+    moe_sim_layer_t it;
+    moe_sim_iteration(s, MOE_SIM_COHERENT, &it);
+    CHECK_NEAR(it.time, 4.8e-7);
+    CHECK_NEAR(it.slow[MOE_LINK_INTER], 32);
+    /* pipelined layer 0, 2 chunks: d = b = 8e-8, compute 5.12e-7 a chunk:
+     * d + x + b + max(d + b, x) */
+    const moe_sim_layer_t *pl = moe_sim_layer(s, MOE_SIM_PIPELINED, 0);
+    CHECK_NEAR(pl->time, 1.184e-6);
+    CHECK_NEAR(pl->comm, 1.6e-7);
+    CHECK_NEAR(pl->ctime[MOE_LINK_INTER], 3.2e-7); /* 2 phases x 2 chunks x 8e-8 */
+    /* hierarchical layer 0: only token 1 (node 0) needs node 1: one node-level transfer per
+     * phase; node loads 3 1 and sources 2 0 (skew 2): inter 32/2*2/2 = 16 bytes, intra
+     * all-gather 32*1/4*2 + vanilla's intra 32/4*2 = 32 bytes per phase */
+    const moe_sim_layer_t *hi = moe_sim_layer(s, MOE_SIM_HIERARCHICAL, 0);
+    CHECK_NEAR(hi->bytes[MOE_LINK_INTER], 64);
+    CHECK_NEAR(hi->bytes[MOE_LINK_INTRA], 128);
+    CHECK_NEAR(hi->comm, 2 * (1.6e-7 + 3.2e-8));
+    CHECK_NEAR(hi->compute, 1.024e-6);
+    /* data-centric layer 0: rank 0 needs expert 1 (on its node): 1024 bytes intra; rank 1
+     * needs expert 2 (node 1): node 0 fetches it once (1024 bytes, 512 per GPU), rank 1 gets
+     * half of it over NVLink; compute: 2 pairs on ranks 0 and 1 */
+    const moe_sim_layer_t *dc = moe_sim_layer(s, MOE_SIM_DATACENTRIC, 0);
+    CHECK_NEAR(dc->bytes[MOE_LINK_INTER], 1024);
+    CHECK_NEAR(dc->bytes[MOE_LINK_INTRA], 1536);
+    CHECK_NEAR(dc->slow[MOE_LINK_INTER], 512);
+    CHECK_NEAR(dc->comm, 5.12e-6 + 1.024e-6);
+    CHECK_NEAR(dc->ctime[MOE_LINK_INTER], 5.12e-6);
+    CHECK_NEAR(dc->compute, 1.024e-6);
+    CHECK_NEAR(dc->imbalance, 2);
+    /* totals add the layers and the iteration term */
+    moe_sim_layer_t tot;
+    moe_sim_total(s, MOE_SIM_COHERENT, &tot);
+    const moe_sim_layer_t *c0 = moe_sim_layer(s, MOE_SIM_COHERENT, 0);
+    CHECK_NEAR(tot.time, c0->time + c->time + it.time);
+}
+
+/* The simulator's accounting equals moe_acct_scan's on the same trace and placement. */
+static void check_counts(const moe_sim_t *s, const moe_placement_t *p, const moe_topo_t *t)
+{
+    int st;
+    char err[256];
+    moe_trace_map_t *m = moe_trace_map_open(path, 0, &st, err, sizeof err);
+    moe_acct_opts_t o;
+    moe_acct_opts_default(&o);
+    moe_acct_t *a = m ? moe_acct_new(p, t, moe_trace_map_header(m), &o, &st, err, sizeof err)
+                      : NULL;
+    CHECK(a != NULL);
+    if (!a)
+        return;
+    CHECK_EQ_INT(moe_acct_scan(a, m, NULL, NULL), 0);
+    for (int k = 0; k < MOE_SCHEMES; k++)
+        for (uint32_t j = 0; j < 2; j++)
+            CHECK(!memcmp(moe_acct_layer(a, k, j), moe_acct_layer(moe_sim_acct(s), k, j),
+                          sizeof(moe_acct_layer_t)));
+    moe_acct_free(a);
+    moe_trace_map_close(m);
+}
+
+static void test_sim(void)
+{
+    write_trace();
+    moe_placement_t *p = placement();
+    moe_topo_t t;
+    topology(&t, 1);
+    for (int threads = 0; threads <= 3; threads += 3) {
+        moe_sim_t *s = simulate(p, &t, threads, 0);
+        if (!s)
+            continue;
+        check_layers(s);
+        check_counts(s, p, &t);
+        int order[MOE_SIM_SCHEMES];
+        char why[512];
+        CHECK_EQ_INT(moe_sim_rank(s, order, why, sizeof why), MOE_SIM_SCHEMES);
+        moe_sim_layer_t a, b;
+        for (int i = 1; i < MOE_SIM_SCHEMES; i++) {
+            moe_sim_total(s, order[i - 1], &a);
+            moe_sim_total(s, order[i], &b);
+            CHECK(a.time <= b.time);
+        }
+        CHECK(strstr(why, moe_sim_scheme_name(order[0])) == why);
+        /* data-centric moves whole experts for two tokens: last */
+        CHECK_EQ_INT(order[MOE_SIM_SCHEMES - 1], MOE_SIM_DATACENTRIC);
+        moe_canvas_t *cv = moe_sim_plot(s);
+        CHECK(cv != NULL);
+        moe_canvas_free(cv);
+        moe_sim_free(s);
+    }
+    /* one scheme only; no compute rate: the ranking names what is missing */
+    topology(&t, 0);
+    moe_sim_t *s = simulate(p, &t, 0, 1u << MOE_SIM_VANILLA);
+    if (s) {
+        CHECK(moe_sim_layer(s, MOE_SIM_COHERENT, 0) == NULL);
+        CHECK(isnan(moe_sim_layer(s, MOE_SIM_VANILLA, 0)->time));
+        int order[MOE_SIM_SCHEMES];
+        char why[256];
+        CHECK_EQ_INT(moe_sim_rank(s, order, why, sizeof why), 0);
+        CHECK(strstr(why, "flops") != NULL);
+        moe_sim_free(s);
+    }
+    /* a topology of another size */
+    moe_topo_uniform(&t, 1, 8);
+    moe_sim_opts_t o;
+    moe_sim_opts_default(&o);
+    int st;
+    char err[256];
+    moe_trace_map_t *m = moe_trace_map_open(path, 0, &st, err, sizeof err);
+    CHECK(moe_sim_run(p, &t, m, &o, &st, err, sizeof err) == NULL);
+    CHECK_EQ_INT(st, MOE_ESHAPE);
+    moe_trace_map_close(m);
+    moe_placement_free(p);
+    CHECK_EQ_INT(moe_sim_scheme_parse("hierarchical"), MOE_SIM_HIERARCHICAL);
+    CHECK_EQ_INT(moe_sim_scheme_parse("x"), -1);
+}
+
+static const char table[] =
+    "# nThread 1 nGpus 1 minBytes 1024 maxBytes 8192 step: 2(factor) warmup iters: 5 iters: 20\n"
+    "#\n"
+    "# Using devices\n"
+    "#  Rank  0 Group  0 Pid   101 on      n1 device  0 [0x18] NVIDIA H100 80GB HBM3\n"
+    "#  Rank  1 Group  0 Pid   102 on      n1 device  1 [0x2a] NVIDIA H100 80GB HBM3\n"
+    "#\n"
+    "#                                                  out-of-place                 in-place\n"
+    "#   size   count  type  redop  root   time  algbw  busbw #wrong   time  algbw  busbw #wrong\n"
+    "#    (B) (elements)                   (us) (GB/s) (GB/s)          (us) (GB/s) (GB/s)\n"
+    "    1024     256 float   none    -1  10.00   0.10   0.05      0  10.00   0.10   0.07      0\n"
+    "host:1:1 [0] NCCL INFO a log line\n"
+    "    2048     512 float   none    -1  10.00   0.20   0.10      0  10.00   0.20   0.10      0\n"
+    "    4096    1024 float   none    -1  10.00   0.41   0.20      0  10.00   0.41   0.20    N/A\n"
+    "    8192    2048 float   none    -1  10.00   0.82   0.40      0  10.00   0.82   0.40      0\n"
+    "# Out of bounds values : 0 OK\n"
+    "# Avg bus bandwidth    : 0.19\n";
+
+static void test_nccl(void)
+{
+    moe_nccl_table_t t;
+    char err[256];
+    CHECK_EQ_INT(moe_nccl_parse(&t, table, strlen(table), "a2a", err, sizeof err), 0);
+    CHECK_EQ_INT(t.n, 4);
+    CHECK_EQ_INT(t.ranks, 2);
+    if (t.n == 4) {
+        CHECK_NEAR(t.row[0].size, 1024);
+        CHECK_NEAR(t.row[0].busbw, 0.06e9); /* mean of out-of-place and in-place */
+        CHECK_NEAR(t.row[3].time, 10e-6);
+    }
+    /* efficiency busbw / 0.4 GB/s: 0.15 0.25 0.5 1; linear in size between 2048 and 8192
+     * passes through 4096 at 0.5, so three points fit exactly */
+    moe_topo_t topo;
+    moe_topo_uniform(&topo, 1, 2);
+    double worst;
+    CHECK_EQ_INT(moe_nccl_fit(&topo, MOE_LINK_INTRA, &t, 8, 0.001, &worst, err, sizeof err), 0);
+    moe_link_t *l = &topo.link[MOE_LINK_INTRA];
+    CHECK_NEAR(l->bw, 0.4e9);
+    CHECK_EQ_INT(l->npoints, 3);
+    CHECK_NEAR(worst, 0);
+    CHECK_NEAR(moe_topo_efficiency(&topo, MOE_LINK_INTRA, 4096), 0.5);
+    CHECK_NEAR(moe_topo_efficiency(&topo, MOE_LINK_INTRA, 1024), 0.15);
+    /* with a known bandwidth (0.8 GB/s) and only the two ends allowed */
+    l->bw = 0.8e9;
+    CHECK_EQ_INT(moe_nccl_fit(&topo, MOE_LINK_INTRA, &t, 2, 0.001, &worst, err, sizeof err), 0);
+    CHECK_EQ_INT(l->npoints, 2);
+    CHECK_NEAR(l->eff[1], 0.5);
+    CHECK_NEAR(worst, (0.075 + 1024.0 / 7168 * 0.425) / 0.125 - 1); /* relative, at 2048 */
+    CHECK_EQ_INT(moe_nccl_fit(&topo, MOE_LINK_SELF, &t, 8, 0.01, &worst, err, sizeof err),
+                 MOE_EINVAL);
+    moe_nccl_table_release(&t);
+
+    static const char *const bad[] = {
+        "    1024 256 float none -1 10 0.1 0.05 0 10 0.1 0.05 0\n",
+        "# size count type time algbw busbw error time algbw busbw error\n 1024 256 float 10\n",
+        "# size count type time algbw busbw error time algbw busbw error\n"
+        " 1024 256 float 10 0.1 0.05 3 10 0.1 0.05 0\n",
+        "# size count type time algbw busbw error time algbw busbw error\n"
+        " 1024 256 float 10 0.1 -5 0 10 0.1 0.05 0\n",
+        "# just a comment\n",
+    };
+    static const char *const why[] = {"before the column header", "expected 11 fields",
+                                      "wrong results", "not a non-negative number",
+                                      "no nccl-tests result rows"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        int rc = moe_nccl_parse(&t, bad[i], strlen(bad[i]), "bad", err, sizeof err);
+        CHECK(rc < 0);
+        CHECK(strstr(err, why[i]) != NULL);
+        if (!strstr(err, why[i]))
+            fprintf(stderr, "  got: %s\n", err);
+    }
+}
+
+int main(void)
+{
+    snprintf(tmpdir, sizeof tmpdir, "%s/moe-sim-XXXXXX",
+             getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+    if (!mkdtemp(tmpdir))
+        return 99;
+    test_sim();
+    test_nccl();
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
+    if (system(cmd) != 0)
+        return 99;
+    return unit_done("test_sim");
+}
