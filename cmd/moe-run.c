@@ -301,6 +301,11 @@ int main(int argc, char **argv)
         dup2(saved, 2);
         close(saved);
     }
+    if (rc > 0 && env_rank()) {
+        /* A launcher kills the whole job when the first rank fails: give rank 0 the time to
+         * print the message before this silent rank's exit can take it down. */
+        sleep(2);
+    }
     if (rc >= 0)
         return rc ? rc : moe_close_stdout(prog) ? 1 : 0;
     moe_run_comm_t *comm = moe_run_comm_init(&argc, &argv);
