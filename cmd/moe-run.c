@@ -12,15 +12,36 @@
 #include "moe/cli.h"
 #include "moe/kern.h"
 #include "moe/moe.h"
-#include "../lib/run_internal.h"
+#include "moe/run.h"
+#include "moe/run_backend.h"
+#include "moe/trace.h"
 
 static const char *prog = "moe-run";
 
 enum {
     O_MODE = MOE_OPTC_TOOL, O_LAYERS, O_EXPERTS, O_TOPK, O_HIDDEN, O_FFN, O_TPR, O_DTYPE,
     O_TRACE, O_PLACEMENT, O_TOPOLOGY, O_GPN, O_ITERS, O_WARMUP, O_SEED, O_CHECK, O_JSON,
-    O_CHUNKS, O_CREDITS, O_NO_PREFETCH, O_CALIBRATE, O_VERSION,
+    O_CHUNKS, O_CREDITS, O_NO_PREFETCH, O_CALIBRATE, O_VERSION, O_BACKEND,
 };
+
+/* The CPU backend computes in fp32 whatever the wire type. */
+static moe_run_backend_t *make_cpu(moe_run_comm_t *c, int dtype, char *errbuf, size_t errlen)
+{
+    (void)dtype;
+    return moe_run_backend_cpu(c, errbuf, errlen);
+}
+
+/* The backends of this build; the first is the default. */
+static const struct backend {
+    const char *name;
+    moe_run_backend_t *(*make)(moe_run_comm_t *c, int dtype, char *errbuf, size_t errlen);
+} backends[] = {
+    {"cpu", make_cpu},
+#ifdef MOE_RUN_CUDA
+    {"cuda", moe_run_backend_cuda},
+#endif
+};
+#define NBACKENDS (sizeof backends / sizeof *backends)
 
 static const struct option long_opts[] = {
     {"mode", required_argument, 0, O_MODE}, {"layers", required_argument, 0, O_LAYERS},
@@ -35,6 +56,7 @@ static const struct option long_opts[] = {
     {"chunks", required_argument, 0, O_CHUNKS}, {"credits", required_argument, 0, O_CREDITS},
     {"no-prefetch", no_argument, 0, O_NO_PREFETCH},
     {"calibrate", no_argument, 0, O_CALIBRATE}, {"version", no_argument, 0, O_VERSION},
+    {"backend", required_argument, 0, O_BACKEND},
     MOE_OPTS_LONG, {0}};
 
 /* Only rank 0 talks; before MPI is up the launcher's environment says which rank this is. */
@@ -54,46 +76,47 @@ static void usage(FILE *fp)
 {
     if (env_rank())
         return;
-    fprintf(fp,
-        "Usage: mpirun -np G moe-run [OPTION]...\n"
-        "Run a stack of MoE layers with expert parallelism over MPI ranks and report times,\n"
-        "bytes by link class and throughput (nccl-tests style); only rank 0 prints.\n"
-        "\n"
-        "Model and inputs:\n"
-        "      --mode M              vanilla, coherent, pipelined, hierarchical, datacentric\n"
-        "                            [vanilla]\n"
-        "      --trace FILE          replay the gate from a routing trace (its L, E, K)\n"
-        "      --placement FILE      expert placement (moe-place(5)) [contiguous]\n"
-        "      --layers L            MoE layers [4, or the trace's]\n"
-        "      --experts E           experts per layer [16, or the trace's]\n"
-        "      --topk K              experts per token [2, or the trace's]\n"
-        "      --hidden H            hidden size [64]\n"
-        "      --ffn F               expert inner size [128]\n"
-        "      --tokens-per-rank N   tokens of the run: G x N (the trace's first) [64]\n"
-        "      --dtype T             wire type: fp32, bf16, fp16 [fp32]\n"
-        "      --seed S              weights and tokens seed [1]\n"
-        "Cluster:\n"
-        "      --gpus-per-node N     ranks per node [topology, placement, else all]\n"
-        "      --topology FILE       moe-topology(5) file giving the node grouping\n"
-        "Modes:\n"
-        "      --chunks N|auto       pipelined: chunks per layer [auto]\n"
-        "      --credits C           datacentric: experts pulled per rank per round [4]\n"
-        "      --no-prefetch         datacentric: do not pull the next layer's experts early\n"
-        "Run and report:\n"
-        "      --iters I             timed iterations [3]\n"
-        "      --warmup W            untimed iterations first [1]\n"
-        "      --check               compare with the serial vanilla reference; exit 1 on\n"
-        "                            mismatch (1e-4 for fp32, 2e-2 for bf16/fp16)\n"
-        "      --json FILE           also write the report as JSON\n"
-        "      --calibrate           sweep all-to-all, all-gather and copy sizes, time the\n"
-        "                            expert FFN, write a topology file (-o)\n"
-        "  -o, --output FILE         calibration output [-]\n"
-        "  -v, --verbose             more messages\n"
-        "  -q, --quiet               fewer messages\n"
-        "      --help                display this help and exit\n"
-        "      --version             output version information and exit\n"
-        "\n"
-        "Exit status: 0 ok, 1 runtime, data or --check failure (on every rank), 2 usage.\n");
+    fputs("Usage: mpirun -np G moe-run [OPTION]...\n"
+          "Run MoE layers with expert parallelism over MPI ranks; report times, bytes by\n"
+          "link class and throughput (nccl-tests style). Only rank 0 prints.\n"
+          "\n"
+          "Model and inputs:\n"
+          "      --mode=M           vanilla, coherent, pipelined, hierarchical or\n"
+          "                         datacentric [vanilla]\n"
+          "      --trace=FILE       replay the gate from a routing trace (its L, E, K)\n"
+          "      --placement=FILE   expert placement (moe-place(5)) [contiguous]\n"
+          "      --layers=L         MoE layers [4, or the trace's]\n"
+          "      --experts=E        experts per layer [16, or the trace's]\n"
+          "      --topk=K           experts per token [2, or the trace's]\n"
+          "      --hidden=H         hidden size [64]\n"
+          "      --ffn=F            expert inner size [128]\n"
+          "      --tokens-per-rank=N  G x N tokens (a trace's first) [64]\n"
+          "      --dtype=T          wire type: fp32, bf16 or fp16 [fp32]\n"
+          "      --seed=S           weights and tokens seed [1]\n"
+          "      --backend=B        cpu, or cuda in a GPU build [cpu]\n"
+          "Cluster:\n"
+          "      --gpus-per-node=N  ranks per node [topology, placement, else all]\n"
+          "      --topology=FILE    moe-topology(5) file giving the node grouping\n"
+          "Modes:\n"
+          "      --chunks=N|auto    chunks per layer: pipelined [auto], hierarchical [1]\n"
+          "      --credits=C        datacentric: experts pulled per rank per round [4]\n"
+          "      --no-prefetch      datacentric: no early pull of the next layer\n"
+          "Run and report:\n"
+          "      --iters=I          timed iterations [3]\n"
+          "      --warmup=W         untimed iterations first [1]\n"
+          "      --check            compare with the serial vanilla reference, exit 1 on\n"
+          "                         mismatch (1e-4 for fp32, 2e-2 for bf16 and fp16)\n"
+          "      --json=FILE        also write the report as JSON\n"
+          "      --calibrate        sweep all-to-all, all-gather and copy sizes, time the\n"
+          "                         expert FFN, write a topology file (-o)\n"
+          "  -o, --output=FILE      calibration output [-: standard output]\n"
+          "  -v, --verbose          more messages (repeatable)\n"
+          "  -q, --quiet            fewer messages (errors only)\n"
+          "      --help             display this help and exit\n"
+          "      --version          output version information and exit\n"
+          "\n"
+          "Exit status: 0 ok, 1 runtime, data or --check failure (every rank), 2 usage.\n",
+          fp);
 }
 
 static void version(void)
@@ -101,21 +124,23 @@ static void version(void)
     if (env_rank())
         return;
     moe_print_version(stdout, prog);
+    printf("backends:");
+    for (size_t i = 0; i < NBACKENDS; i++)
+        printf(" %s", backends[i].name);
 #ifdef HAVE_MPI
-    printf("backends: cpu (MPI)%s\n",
-#if defined(HAVE_CUDA) && defined(HAVE_NCCL)
-           ", cuda+nccl toolkit found (GPU backend not built into this moe-run)"
+    printf(" (MPI)");
 #else
-           "; no CUDA/NCCL: CPU backend only"
+    printf(" (single rank: built without MPI)");
 #endif
-    );
-#else
-    printf("backends: cpu only, single rank (built without MPI)\n");
+#ifndef MOE_RUN_CUDA
+    printf(", CPU backend only (no CUDA/NCCL backend in this build)");
 #endif
+    printf("\n");
 }
 
 typedef struct args {
-    run_cfg_t c;
+    moe_run_cfg_t c;
+    const struct backend *be;
     moe_opts_t o;
     const char *json;
     int calibrate;
@@ -133,12 +158,12 @@ static int u32(const char *arg, uint64_t min, uint64_t max, const char *what, ui
 
 static int take(args_t *a, int c, const char *arg)
 {
-    run_cfg_t *g = &a->c;
+    moe_run_cfg_t *g = &a->c;
     uint64_t v;
     char err[256];
     switch (c) {
     case O_MODE:
-        if ((g->mode = run_mode_parse(arg)) < 0)
+        if ((g->mode = moe_run_mode_parse(arg)) < 0)
             return moe_usage_error(prog, NULL, "unknown mode '%s' (vanilla, coherent, "
                                                "pipelined, hierarchical, datacentric)", arg);
         return 0;
@@ -170,6 +195,7 @@ static int take(args_t *a, int c, const char *arg)
     case O_CHECK: g->check = 1; return 0;
     case O_JSON: a->json = arg; return 0;
     case O_CHUNKS:
+        g->chunks_set = 1;
         if (!strcmp(arg, "auto")) {
             g->chunks = 0;
             return 0;
@@ -178,6 +204,14 @@ static int take(args_t *a, int c, const char *arg)
     case O_CREDITS: return u32(arg, 1, 65535, "credit count", &g->credits);
     case O_NO_PREFETCH: g->prefetch = 0; return 0;
     case O_CALIBRATE: a->calibrate = 1; return 0;
+    case O_BACKEND:
+        for (size_t i = 0; i < NBACKENDS; i++)
+            if (!strcmp(arg, backends[i].name)) {
+                a->be = &backends[i];
+                return 0;
+            }
+        return moe_usage_error(prog, NULL, "this moe-run has no backend '%s' (%s%s)", arg,
+                               backends[0].name, NBACKENDS > 1 ? ", cuda" : "");
     }
     return moe_usage_error(prog, NULL, "unexpected option");
 }
@@ -186,17 +220,11 @@ static int take(args_t *a, int c, const char *arg)
 static int parse(int argc, char **argv, args_t *a)
 {
     memset(a, 0, sizeof *a);
+    a->be = &backends[0];
     moe_opts_init(&a->o);
     a->o.allowed = MOE_OPT_OUTPUT;
-    run_cfg_t *g = &a->c;
-    g->H = 64;
-    g->F = 128;
-    g->tokens_per_rank = 64;
-    g->iters = 3;
-    g->warmup = 1;
-    g->seed = 1;
-    g->credits = 4;
-    g->prefetch = 1;
+    moe_run_cfg_t *g = &a->c;
+    moe_run_cfg_default(g);
     int c, rc = 0;
     opterr = 0;
     for (int i = 1; i < argc && strcmp(argv[i], "--"); i++)
@@ -213,6 +241,8 @@ static int parse(int argc, char **argv, args_t *a)
     }
     if (optind < argc)
         return moe_usage_error(prog, NULL, "unexpected argument '%s'", argv[optind]);
+    if (g->chunks_set && g->mode != MOE_RUN_PIPELINED && g->mode != MOE_RUN_HIERARCHICAL)
+        return moe_usage_error(prog, NULL, "--chunks applies to pipelined and hierarchical mode");
     if (a->calibrate && (a->json || g->check))
         return moe_usage_error(prog, NULL, "--calibrate takes neither --json nor --check");
     if (!a->calibrate && strcmp(a->o.out, "-"))
@@ -222,36 +252,30 @@ static int parse(int argc, char **argv, args_t *a)
     return -1;
 }
 
-static int run_main(run_t *r, const args_t *a)
+static int run_main(moe_run_t *r, const args_t *a)
 {
     char errbuf[512] = "";
-    int rc = run_setup(r, errbuf, sizeof errbuf);
+    int rank = moe_run_rank(r), rc = moe_run_setup(r, errbuf, sizeof errbuf);
     if (rc) {
         if (rc > 0)
             fprintf(stderr, "%s: %s\n", prog, errbuf);
         return 1;
     }
     if (a->calibrate) {
-        rc = run_calibrate(r, a->o.out, errbuf, sizeof errbuf);
-        if (rc && !r->me)
+        rc = moe_run_calibrate(r, a->o.out, errbuf, sizeof errbuf);
+        if (rc && !rank)
             fprintf(stderr, "%s: %s\n", prog, errbuf);
         return rc;
     }
-    run_iterations(r);
-    double err = 0, tol = r->cfg.dtype == MOE_DTYPE_FP32 ? 1e-4 : 2e-2;
-    int ok = 1;
-    if (r->cfg.check) {
-        err = r->me == 0 ? run_reference_check(r) : 0;
-        double v[1] = {err < 0 || !(err <= tol) ? 1 : 0};
-        run_comm_allreduce(r->comm, v, 1, MOE_RUN_MAX);
-        ok = v[0] == 0;
-    }
-    rc = run_report(r, stdout, r->cfg.check ? err : -1, ok);
+    moe_run_iterations(r);
+    double err = 0, tol = 0;
+    int ok = !a->c.check || moe_run_check(r, &err, &tol);
+    rc = moe_run_report(r, stdout);
     if (!rc && a->json)
-        rc = run_report_json(r, a->json, r->cfg.check ? err : -1, ok, errbuf, sizeof errbuf);
-    if (rc && !r->me)
+        rc = moe_run_report_json(r, a->json, errbuf, sizeof errbuf);
+    if (rc && !rank)
         fprintf(stderr, "%s: %s\n", prog, errbuf);
-    if (!ok && !r->me)
+    if (!ok && !rank)
         fprintf(stderr, "%s: --check failed: max relative difference %.3g exceeds %.0e\n", prog,
                 err, tol);
     return rc || !ok;
@@ -278,26 +302,25 @@ int main(int argc, char **argv)
     }
     if (rc >= 0)
         return rc ? rc : moe_close_stdout(prog) ? 1 : 0;
-    moe_run_comm_t *comm = run_comm_init(&argc, &argv);
+    moe_run_comm_t *comm = moe_run_comm_init(&argc, &argv);
     if (!comm) {
         fprintf(stderr, "%s: cannot initialise MPI\n", prog);
         return 1;
     }
     char errbuf[256];
-    run_t r = {.cfg = a.c, .comm = comm};
-    r.b = moe_run_backend_cpu(comm, errbuf, sizeof errbuf);
-    if (!r.b) {
-        fprintf(stderr, "%s: %s\n", prog, errbuf);
+    moe_run_backend_t *b = a.be->make(comm, a.c.dtype, errbuf, sizeof errbuf);
+    moe_run_t *r = b ? moe_run_new(&a.c, b) : NULL;
+    if (!r) {
+        fprintf(stderr, "%s: %s\n", prog, b ? moe_strerror(MOE_ENOMEM) : errbuf);
         moe_run_comm_abort(comm, 1);
     }
-    rc = run_main(&r, &a);
+    rc = run_main(r, &a);
     /* all ranks agree on the status before leaving */
-    double v = rc;
-    run_comm_allreduce(comm, &v, 1, MOE_RUN_MAX);
-    run_release(&r);
-    r.b->ops->destroy(r.b);
-    run_comm_finalize(comm);
+    int all = moe_run_comm_max(comm, rc);
+    moe_run_free(r);
+    b->ops->destroy(b);
+    moe_run_comm_finalize(comm);
     if (!rc && moe_close_stdout(prog))
         rc = 1;
-    return v ? (rc ? rc : 1) : 0;
+    return all ? (rc ? rc : 1) : 0;
 }

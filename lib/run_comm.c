@@ -35,7 +35,7 @@ void run_mpi_fail(int err, const char *file, int line)
 }
 #endif
 
-moe_run_comm_t *run_comm_init(int *argc, char ***argv)
+moe_run_comm_t *moe_run_comm_init(int *argc, char ***argv)
 {
     moe_run_comm_t *c = &the_comm;
     c->size = c->local_size = 1;
@@ -58,7 +58,7 @@ moe_run_comm_t *run_comm_init(int *argc, char ***argv)
     return c;
 }
 
-void run_comm_finalize(moe_run_comm_t *c)
+void moe_run_comm_finalize(moe_run_comm_t *c)
 {
 #ifdef HAVE_MPI
     MPI_Comm_free(&c->local);

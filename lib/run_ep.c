@@ -24,6 +24,9 @@ enum { M_TOK = 0, M_RET = 1, M_N = 2, M_HEAD = 3 };
 enum { DS_SENDX, DS_SENDW, DS_RECVW, DS_RX, DS_P, DS_XS, DS_YS, DS_IDX, DS_W, DS_CSW, DS_CRW,
        DS_CRX, DS_CIDX, DS_SLOTS };
 enum { HS_ENT, HS_SROW, HS_SMETA, HS_RMETA, HS_PAIR, HS_CMETA, HS_CRMETA, HS_TMP, HS_SLOTS };
+/* Three sets of slots: chunks alternate between sets 0 and 1, the forwarded hop of the
+ * hierarchical mode uses set 2; host slots from HX on are the layer's own. */
+#define HX (3 * HS_SLOTS)
 
 typedef struct hop {
     run_t *r;
@@ -72,6 +75,31 @@ typedef struct ent {
     size_t meta;                 /* offset of its meta record in the unsorted meta array */
 } ent_t;
 
+/* Given the send counts and displacements (rows) of cnt[0..2G), exchange them: fills the
+ * receive counts and displacements cnt[2G..4G) and returns the rows to receive. */
+static size_t exchange_counts(run_t *r, int set, size_t *cnt)
+{
+    int G = r->G;
+    size_t *one = Hh(r, set, HS_PAIR, 2 * (size_t)G * sizeof *one), n = 0;
+    for (int p = 0; p < G; p++) {
+        one[p] = sizeof(size_t);
+        one[G + p] = (size_t)p * sizeof(size_t);
+    }
+    RUN_CK(r, run_comm_alltoallv(r->comm, cnt, one, one + G, cnt + 2 * G, one, one + G));
+    for (int p = 0; p < G; p++) {
+        cnt[3 * G + p] = n;
+        n += cnt[2 * G + p];
+    }
+    return n;
+}
+
+/* The four count arrays of cnt in units of `unit` bytes, into out (4G entries). */
+static void scale_counts(const run_t *r, const size_t *cnt, size_t unit, size_t *out)
+{
+    for (size_t i = 0; i < 4 * (size_t)r->G; i++)
+        out[i] = cnt[i] * unit;
+}
+
 /* Exchange counts (rows) and metadata, start the row transfer. ents/umeta unsorted. */
 static void hop_post(hop_t *h, const float *src, const ent_t *ents, size_t ne,
                      const uint32_t *umeta)
@@ -79,7 +107,7 @@ static void hop_post(hop_t *h, const float *src, const ent_t *ents, size_t ne,
     run_t *r = h->r;
     const moe_run_backend_ops_t *o = r->b->ops;
     int G = r->G;
-    size_t H = r->H, S = h->S, *sc = h->cnt, *sd = sc + G, *rc = sd + G, *rd = rc + G;
+    size_t H = r->H, S = h->S, *sc = h->cnt, *sd = sc + G;
     memset(sc, 0, (size_t)G * sizeof *sc);
     for (size_t i = 0; i < ne; i++)
         sc[ents[i].dest]++;
@@ -102,26 +130,10 @@ static void hop_post(hop_t *h, const float *src, const ent_t *ents, size_t ne,
             r->st[h->l].meta_bytes += S * 4;
         }
     }
-    /* counts: one size_t per rank each way */
-    size_t *bsc = Hh(r, h->set, HS_PAIR, 4 * (size_t)G * sizeof *bsc);
-    for (int p = 0; p < G; p++) {
-        bsc[p] = sizeof(size_t);
-        bsc[G + p] = (size_t)p * sizeof(size_t);
-    }
-    RUN_CK(r, run_comm_alltoallv(r->comm, sc, bsc, bsc + G, rc, bsc, bsc + G));
-    h->nr = 0;
-    for (int p = 0; p < G; p++) {
-        rd[p] = h->nr;
-        h->nr += rc[p];
-    }
+    h->nr = exchange_counts(r, h->set, h->cnt);
     h->rmeta = Hh(r, h->set, HS_RMETA, (h->nr + 1) * S * sizeof *h->rmeta);
-    size_t *m = bsc; /* metadata in bytes */
-    for (int p = 0; p < G; p++) {
-        m[p] = sc[p] * S * 4;
-        m[G + p] = sd[p] * S * 4;
-        m[2 * G + p] = rc[p] * S * 4;
-        m[3 * G + p] = rd[p] * S * 4;
-    }
+    size_t *m = Hh(r, h->set, HS_PAIR, 4 * (size_t)G * sizeof *m); /* metadata in bytes */
+    scale_counts(r, h->cnt, S * 4, m);
     RUN_CK(r, run_comm_alltoallv(r->comm, h->smeta, m, m + G, h->rmeta, m + 2 * G, m + 3 * G));
     /* rows: gather, pack, start */
     float *sendx = D(r, h->set, DS_SENDX, (ne + 1) * H * sizeof(float));
@@ -132,12 +144,7 @@ static void hop_post(hop_t *h, const float *src, const ent_t *ents, size_t ne,
     RUN_CK(r, o->gather(r->b, src, didx, ne, r->H, sendx));
     RUN_CK(r, o->pack(r->b, sendx, ne * H, r->cfg.dtype, sendw));
     size_t *w = h->cnt + 4 * (size_t)G; /* byte counts live after the row counts */
-    for (int p = 0; p < G; p++) {
-        w[p] = sc[p] * H * r->esz;
-        w[G + p] = sd[p] * H * r->esz;
-        w[2 * G + p] = rc[p] * H * r->esz;
-        w[3 * G + p] = rd[p] * H * r->esz;
-    }
+    scale_counts(r, h->cnt, H * r->esz, w);
     RUN_CK(r, o->ialltoallv(r->b, sendw, w, w + G, h->recvw, w + 2 * G, w + 3 * G, &h->req));
 }
 
@@ -173,8 +180,8 @@ static void hop_forward(hop_t *h)
             while (q > 0 && ents[q - 1].row == j && ents[q - 1].dest != srv)
                 q--;
             if (q == 0 || ents[q - 1].row != j || ents[q - 1].dest != srv) {
-                ents = run_hbuf(r, 2 * HS_SLOTS + 0, (ne + 1) * sizeof *ents);
-                um = run_hbuf(r, 2 * HS_SLOTS + 1, (nw + S) * sizeof *um);
+                ents = run_hbuf(r, HX + 0, (ne + 1) * sizeof *ents);
+                um = run_hbuf(r, HX + 1, (nw + S) * sizeof *um);
                 ents[ne] = (ent_t){srv, (uint32_t)j, nw};
                 um[nw + M_TOK] = m[M_TOK];
                 um[nw + M_RET] = (uint32_t)r->me;
@@ -189,10 +196,10 @@ static void hop_forward(hop_t *h)
             t[M_N]++;
         }
     }
-    hop_t f = {.r = r, .set = 1, .stage = 2, .l = h->l, .S = S};
-    f.cnt = run_hbuf(r, 2 * HS_SLOTS + 2, 8 * (size_t)r->G * sizeof(size_t));
-    ents = run_hbuf(r, 2 * HS_SLOTS + 0, (ne + 1) * sizeof *ents);
-    um = run_hbuf(r, 2 * HS_SLOTS + 1, (nw + 1) * sizeof *um);
+    hop_t f = {.r = r, .set = 2, .stage = 2, .l = h->l, .S = S};
+    f.cnt = run_hbuf(r, HX + 2, 8 * (size_t)r->G * sizeof(size_t));
+    ents = run_hbuf(r, HX + 0, (ne + 1) * sizeof *ents);
+    um = run_hbuf(r, HX + 1, (nw + 1) * sizeof *um);
     hop_post(&f, h->rx, ents, ne, um);
     hop_arrive(&f);
     hop_compute(&f);
@@ -202,13 +209,13 @@ static void hop_forward(hop_t *h)
     hop_combine(&f);
     /* map returned tokens to my received rows: the forwarded rows are unique per (row,
      * server) and each token appears once among my received rows */
-    uint32_t *idx = Hh(r, 0, HS_TMP, (f.ncr + 1) * sizeof *idx);
-    uint32_t *rowof = run_hbuf(r, 2 * HS_SLOTS + 3, r->ntok * sizeof *rowof);
+    uint32_t *idx = Hh(r, h->set, HS_TMP, (f.ncr + 1) * sizeof *idx);
+    uint32_t *rowof = run_hbuf(r, HX + 3, r->ntok * sizeof *rowof);
     for (size_t j = 0; j < h->nr; j++)
         rowof[h->rmeta[j * S + M_TOK]] = (uint32_t)j;
     for (size_t i = 0; i < f.ncr; i++)
         idx[i] = rowof[f.crmeta[i]];
-    uint32_t *didx = D(r, 0, DS_CIDX, (f.ncr + 1) * sizeof *didx);
+    uint32_t *didx = D(r, h->set, DS_CIDX, (f.ncr + 1) * sizeof *didx);
     RUN_CK(r, o->upload(r->b, didx, idx, f.ncr * sizeof *idx));
     RUN_CK(r, o->scatter_add(r->b, f.crx, didx, NULL, f.ncr, r->H, h->P));
 }
@@ -220,7 +227,7 @@ static void hop_compute(hop_t *h)
     run_t *r = h->r;
     const moe_run_backend_ops_t *o = r->b->ops;
     size_t S = h->S, np = 0, E = r->E;
-    uint32_t *cnt = run_hbuf(r, 2 * HS_SLOTS + 15, (E + 1) * sizeof *cnt);
+    uint32_t *cnt = run_hbuf(r, HX + 15, (E + 1) * sizeof *cnt);
     memset(cnt, 0, (E + 1) * sizeof *cnt);
     for (size_t j = 0; j < h->nr; j++) {
         const uint32_t *m = h->rmeta + j * S;
@@ -232,13 +239,13 @@ static void hop_compute(hop_t *h)
         }
     }
     uint32_t *pair = Hh(r, h->set, HS_PAIR, (2 * np + 1) * sizeof *pair);
-    size_t *off = run_hbuf(r, 2 * HS_SLOTS + 14, (E + 1) * sizeof *off);
+    size_t *off = run_hbuf(r, HX + 14, (E + 1) * sizeof *off);
     /* expert-sorted order: offsets of the experts held here, in expert order */
-    const float **W1 = run_hbuf(r, 2 * HS_SLOTS + 4, (E + 1) * 2 * sizeof *W1);
+    const float **W1 = run_hbuf(r, HX + 4, (E + 1) * 2 * sizeof *W1);
     const float **W2 = W1 + E;
     uint32_t G = 0;
     size_t acc = 0;
-    uint32_t *start = run_hbuf(r, 2 * HS_SLOTS + 5, (E + 1) * sizeof *start);
+    uint32_t *start = run_hbuf(r, HX + 5, (E + 1) * sizeof *start);
     for (uint32_t e = 0; e < E; e++) {
         start[e] = (uint32_t)acc;
         if (!cnt[e])
@@ -278,7 +285,7 @@ static void hop_compute(hop_t *h)
     RUN_CK(r, o->ffn_grouped(r->b, xs, G, off, r->H, r->F, W1, W2, ys));
     RUN_CK(r, o->zero(r->b, h->P, h->nr * H * sizeof(float)));
     RUN_CK(r, o->scatter_add(r->b, ys, didx, dw, np, r->H, h->P));
-    if (r->cfg.mode == RUN_HIERARCHICAL && h->stage == 1)
+    if (r->cfg.mode == MOE_RUN_HIERARCHICAL && h->stage == 1)
         hop_forward(h);
 }
 
@@ -288,8 +295,7 @@ static void hop_combine(hop_t *h)
     run_t *r = h->r;
     const moe_run_backend_ops_t *o = r->b->ops;
     int G = r->G;
-    size_t S = h->S, H = r->H, ne = 0;
-    size_t *sc = h->cnt, *sd = sc + G, *rc = sd + G, *rd = rc + G;
+    size_t S = h->S, H = r->H, ne = 0, *sc = h->cnt, *sd = sc + G;
     memset(sc, 0, (size_t)G * sizeof *sc);
     for (size_t j = 0; j < h->nr; j++) {
         uint32_t ret = h->rmeta[j * S + M_RET];
@@ -319,24 +325,10 @@ static void hop_combine(hop_t *h)
             r->st[h->l].meta_bytes += 4;
         }
     }
-    size_t *b = Hh(r, h->set, HS_PAIR, 4 * (size_t)G * sizeof *b);
-    for (int p = 0; p < G; p++) {
-        b[p] = sizeof(size_t);
-        b[G + p] = (size_t)p * sizeof(size_t);
-    }
-    RUN_CK(r, run_comm_alltoallv(r->comm, sc, b, b + G, rc, b, b + G));
-    h->ncr = 0;
-    for (int p = 0; p < G; p++) {
-        rd[p] = h->ncr;
-        h->ncr += rc[p];
-    }
+    h->ncr = exchange_counts(r, h->set, h->cnt);
     h->crmeta = Hh(r, h->set, HS_CRMETA, (h->ncr + 1) * sizeof *h->crmeta);
-    for (int p = 0; p < G; p++) {
-        b[p] = sc[p] * 4;
-        b[G + p] = sd[p] * 4;
-        b[2 * G + p] = rc[p] * 4;
-        b[3 * G + p] = rd[p] * 4;
-    }
+    size_t *b = Hh(r, h->set, HS_PAIR, 4 * (size_t)G * sizeof *b);
+    scale_counts(r, h->cnt, 4, b);
     RUN_CK(r, run_comm_alltoallv(r->comm, cm, b, b + G, h->crmeta, b + 2 * G, b + 3 * G));
     float *sendx = D(r, h->set, DS_SENDX, (ne + 1) * H * sizeof(float));
     void *sw = D(r, h->set, DS_CSW, (ne + 1) * H * r->esz);
@@ -345,12 +337,7 @@ static void hop_combine(hop_t *h)
     RUN_CK(r, o->upload(r->b, didx, row, ne * sizeof *row));
     RUN_CK(r, o->gather(r->b, h->P, didx, ne, r->H, sendx));
     RUN_CK(r, o->pack(r->b, sendx, ne * H, r->cfg.dtype, sw));
-    for (int p = 0; p < G; p++) {
-        b[p] = sc[p] * H * r->esz;
-        b[G + p] = sd[p] * H * r->esz;
-        b[2 * G + p] = rc[p] * H * r->esz;
-        b[3 * G + p] = rd[p] * H * r->esz;
-    }
+    scale_counts(r, h->cnt, H * r->esz, b);
     RUN_CK(r, o->alltoallv(r->b, sw, b, b + G, rw, b + 2 * G, b + 3 * G));
     h->crx = D(r, h->set, DS_CRX, (h->ncr + 1) * H * sizeof(float));
     RUN_CK(r, o->unpack(r->b, rw, h->ncr * H, r->cfg.dtype, h->crx));
@@ -363,10 +350,10 @@ static size_t plan(run_t *r, uint32_t l, size_t i0, size_t i1, const int32_t *id
                    const float *w, uint32_t *newhome, ent_t **pents, uint32_t **pmeta)
 {
     size_t K = r->K, S = M_HEAD + 3 * K, ne = 0, nw = 0;
-    int coherent = r->cfg.mode == RUN_COHERENT, hier = r->cfg.mode == RUN_HIERARCHICAL;
+    int coherent = r->cfg.mode == MOE_RUN_COHERENT, hier = r->cfg.mode == MOE_RUN_HIERARCHICAL;
     ent_t *ents = Hh(r, 0, HS_ENT, ((i1 - i0) * K + 1) * sizeof *ents);
-    uint32_t *um = run_hbuf(r, 2 * HS_SLOTS + 6, ((i1 - i0) * K * S + 1) * sizeof *um);
-    moe_route_t *rt = run_hbuf(r, 2 * HS_SLOTS + 7, sizeof *rt);
+    uint32_t *um = run_hbuf(r, HX + 6, ((i1 - i0) * K * S + 1) * sizeof *um);
+    moe_route_t *rt = run_hbuf(r, HX + 7, sizeof *rt);
     uint16_t cell[MOE_TRACE_MAX_TOPK];
     for (size_t i = i0; i < i1; i++) {
         uint32_t t = r->loc[i], me = (uint32_t)r->me;
@@ -450,7 +437,7 @@ static void rehome(run_t *r, hop_t *h, const uint32_t *newhome)
     size_t S = h->S, H = r->H, nk = 0, na = 0;
     uint32_t *keep = Hh(r, h->set, HS_TMP, (r->nloc + h->nr + 1) * sizeof *keep);
     uint32_t *arr = keep + r->nloc;
-    uint32_t *nloc = run_hbuf(r, 2 * HS_SLOTS + 8, (r->ntok + 1) * sizeof *nloc);
+    uint32_t *nloc = run_hbuf(r, HX + 8, (r->ntok + 1) * sizeof *nloc);
     for (size_t i = 0; i < r->nloc; i++)
         if (newhome[i] == (uint32_t)r->me) {
             keep[nk] = (uint32_t)i;
@@ -511,11 +498,11 @@ void run_ep_layer(run_t *r, uint32_t l)
     double t0 = now(r);
     float *x = r->x.p;
     RUN_CK(r, o->mixer(r->b, x, n, r->H, r->mix[l]));
-    int32_t *ids = run_hbuf(r, 2 * HS_SLOTS + 9, (n * K + 1) * sizeof *ids);
-    float *w = run_hbuf(r, 2 * HS_SLOTS + 10, (n * K + 1) * sizeof *w);
-    uint32_t *newhome = run_hbuf(r, 2 * HS_SLOTS + 11, (n + 1) * sizeof *newhome);
+    int32_t *ids = run_hbuf(r, HX + 9, (n * K + 1) * sizeof *ids);
+    float *w = run_hbuf(r, HX + 10, (n * K + 1) * sizeof *w);
+    uint32_t *newhome = run_hbuf(r, HX + 11, (n + 1) * sizeof *newhome);
     run_gate(r, l, x, n, r->loc, ids, w);
-    uint32_t chunks = r->cfg.mode == RUN_PIPELINED ? r->chunks_used : 1;
+    uint32_t chunks = r->chunks_used ? r->chunks_used : 1;
     hop_t hp[2];
     size_t S = M_HEAD + 3 * K;
     for (uint32_t c = 0; c <= chunks; c++) {
@@ -525,7 +512,7 @@ void run_ep_layer(run_t *r, uint32_t l)
             uint32_t *um;
             hop_t *h = &hp[c % 2];
             *h = (hop_t){.r = r, .set = (int)(c % 2), .stage = 1, .l = l, .S = S};
-            h->cnt = run_hbuf(r, 2 * HS_SLOTS + 12 + (int)(c % 2),
+            h->cnt = run_hbuf(r, HX + 12 + (int)(c % 2),
                               8 * (size_t)r->G * sizeof(size_t));
             size_t ne = plan(r, l, i0, i1, ids, w, newhome, &ents, &um);
             hop_post(h, r->x.p, ents, ne, um);
@@ -542,7 +529,7 @@ void run_ep_layer(run_t *r, uint32_t l)
             tick(r, l, RUN_COMPUTE, t1);
             t1 = now(r);
             hop_combine(h);
-            if (r->cfg.mode == RUN_COHERENT)
+            if (r->cfg.mode == MOE_RUN_COHERENT)
                 rehome(r, h, newhome);
             apply(r, h, r->x.p);
             tick(r, l, RUN_COMBINE, t1);

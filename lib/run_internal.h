@@ -13,6 +13,7 @@
 
 #include "moe/acct.h"
 #include "moe/placement.h"
+#include "moe/run.h"
 #include "moe/run_backend.h"
 #include "moe/topo.h"
 #include "moe/trace.h"
@@ -28,41 +29,24 @@ void run_mpi_fail(int err, const char *file, int line) __attribute__((noreturn))
     } while (0)
 #endif
 
-/* ---- host communicator (run_comm.c) */
-moe_run_comm_t *run_comm_init(int *argc, char ***argv);
-void run_comm_finalize(moe_run_comm_t *c);
+/* ---- host communicator (run_comm.c; moe_run_comm_init/finalize/max in moe/run.h) */
+/* Shorter names of moe_run_comm_init/finalize, as the GPU backend's test calls them. */
+static inline moe_run_comm_t *run_comm_init(int *argc, char ***argv)
+{
+    return moe_run_comm_init(argc, argv);
+}
+static inline void run_comm_finalize(moe_run_comm_t *c)
+{
+    moe_run_comm_finalize(c);
+}
 int run_comm_allreduce(moe_run_comm_t *c, double *v, int n, int op);
 int run_comm_alltoallv(moe_run_comm_t *c, const void *send, const size_t *sc, const size_t *sd,
                        void *recv, const size_t *rc, const size_t *rd);
 int run_comm_allgather(moe_run_comm_t *c, const void *send, size_t bytes, void *recv);
 int run_comm_barrier(moe_run_comm_t *c);
 
-/* ---- configuration */
-enum run_mode {
-    RUN_VANILLA = 0,
-    RUN_COHERENT,
-    RUN_PIPELINED,
-    RUN_HIERARCHICAL,
-    RUN_DATACENTRIC,
-    RUN_MODES,
-};
-const char *run_mode_name(int mode);
-int run_mode_parse(const char *s);
-
-typedef struct run_cfg {
-    int mode;
-    uint32_t L, E, K, H, F;         /* 0 = from the trace / placement, else the default */
-    uint64_t tokens_per_rank;       /* tokens of the run: G x this (a trace may have fewer) */
-    int dtype;                      /* enum moe_dtype */
-    const char *trace, *placement, *topology;
-    uint32_t gpn;                   /* --gpus-per-node (0: topology, placement, else G) */
-    int iters, warmup;
-    uint64_t seed;
-    int check;
-    uint32_t chunks;                /* pipelined: 0 = auto */
-    uint32_t credits;               /* datacentric: experts in flight per rank per round */
-    int prefetch;                   /* datacentric: pull the next layer's experts early */
-} run_cfg_t;
+/* ---- configuration (moe/run.h) */
+typedef moe_run_cfg_t run_cfg_t;
 
 /* Measured figures of one layer on one rank (summed over the timed iterations). */
 enum run_phase { RUN_DISPATCH = 0, RUN_COMPUTE, RUN_COMBINE, RUN_PHASES };
@@ -82,9 +66,9 @@ typedef struct run_buf {
     size_t cap;
 } run_buf_t;
 
-typedef struct run run_t;
+typedef struct moe_run run_t;
 
-struct run {
+struct moe_run {
     run_cfg_t cfg;
     moe_run_comm_t *comm;
     moe_run_backend_t *b;
@@ -119,8 +103,13 @@ struct run {
     double t_iter;                   /* seconds of the timed iterations (max over ranks) */
     int timing;                      /* record statistics in this iteration */
     uint32_t chunks_used;
-    /* the output of the last iteration, on rank 0 (--check) */
-    float *out;                      /* [ntok][H] */
+    /* --check: a verification iteration after the timed ones, compared layer by layer */
+    int verify;                      /* in the verification iteration */
+    float *out;                      /* [ntok][H] on rank 0: the rows after the last layer */
+    double *layer_err;               /* [L] on rank 0: max relative difference per layer */
+    struct run_ref *ref;             /* rank 0: the serial reference's state */
+    double check_err;                /* the check's result for the report (-1: no check) */
+    int check_ok;
 };
 
 /* ---- set-up (run_setup.c) */
@@ -161,9 +150,12 @@ void run_gate(run_t *r, uint32_t l, const float *x, size_t n, const uint32_t *ro
 void run_iterations(run_t *r);
 /* The chunk count pipelined mode uses (cost estimate for auto). */
 uint32_t run_auto_chunks(run_t *r);
-/* Serial vanilla reference on rank 0 (the whole token stream); returns max relative error of
- * r->out against it, or -1 on ENOMEM. */
-double run_reference_check(run_t *r);
+/* --check: one more (untimed) iteration in which, after every layer, rank 0 gathers all rows
+ * and advances the serial vanilla reference through the same layer; layer_err[l] gets the
+ * largest |out - ref| / max(1, |ref|). Returns the largest over layers (rank 0; 0 elsewhere). */
+double run_check(run_t *r);
+/* End of layer l of an iteration (the verification iteration compares it). */
+void run_layer_done(run_t *r, uint32_t l);
 
 /* ---- report (run_report.c) */
 int run_report(run_t *r, FILE *fp, double check_err, int check_ok);

@@ -112,21 +112,20 @@ static void gather_outputs(run_t *r)
 void run_iterations(run_t *r)
 {
     int total = r->cfg.warmup + r->cfg.iters;
-    if (r->cfg.mode == RUN_PIPELINED)
+    if (r->cfg.mode == MOE_RUN_PIPELINED ||
+        (r->cfg.mode == MOE_RUN_HIERARCHICAL && r->cfg.chunks_set))
         r->chunks_used = r->cfg.chunks ? r->cfg.chunks : run_auto_chunks(r);
     for (int it = 0; it < total; it++) {
         r->timing = it >= r->cfg.warmup;
         run_load_inputs(r);
         RUN_CK(r, r->b->ops->barrier(r->b));
         double t0 = now(r);
-        if (r->cfg.mode == RUN_DATACENTRIC)
+        if (r->cfg.mode == MOE_RUN_DATACENTRIC)
             run_dc_iter(r);
         else
             for (uint32_t l = 0; l < r->L; l++)
                 run_ep_layer(r, l);
-        if (it == total - 1)
-            gather_outputs(r);
-        if (r->cfg.mode == RUN_COHERENT)
+        if (r->cfg.mode == MOE_RUN_COHERENT)
             coherent_allgather(r);
         RUN_CK(r, r->b->ops->barrier(r->b));
         if (r->timing)
@@ -139,65 +138,147 @@ void run_iterations(run_t *r)
 
 /* ------------------------------------------------------------------ reference */
 
-double run_reference_check(run_t *r)
+/* The serial vanilla reference on rank 0, advanced one layer at a time in step with the
+ * distributed verification iteration: the whole token stream, reference kernels, fp32. */
+struct run_ref {
+    float *x, *m, *wg, *w, *y, *acc, *gw, *work;
+    int32_t *gi;
+};
+
+static void ref_free(struct run_ref *f)
 {
-    size_t H = r->H, F = r->F, E = r->E, K = r->K, N = r->ntok, LK = (size_t)r->L * K;
-    float *x = malloc(N * H * sizeof *x), *m = malloc(H * sizeof *m);
-    float *wg = malloc(H * E * sizeof *wg), *w = malloc(E * 2 * H * F * sizeof *w);
-    float *y = malloc(H * sizeof *y), *acc = malloc(H * sizeof *acc);
-    float *gw = malloc(K * sizeof *gw), *work = malloc(moe_kern_ffn_work_size(r->F) * 4);
-    int32_t *gi = malloc(K * sizeof *gi);
-    double err = -1;
-    if (!x || !m || !wg || !w || !y || !acc || !gw || !work || !gi)
-        goto out;
-    moe_kern_init_tokens(r->cfg.seed, 0, N, r->H, x);
-    for (uint32_t l = 0; l < r->L; l++) {
-        moe_kern_init_mixer(r->cfg.seed, l, r->E, r->H, m);
-        moe_kern_init_gate(r->cfg.seed, l, r->E, r->H, wg);
-        for (uint32_t e = 0; e < E; e++)
-            moe_kern_init_expert(r->cfg.seed, l, e, r->E, r->H, r->F, w + e * 2 * H * F,
-                                 w + e * 2 * H * F + H * F);
-        for (size_t t = 0; t < N; t++) {
-            float *xt = x + t * H;
-            moe_kern_mixer(xt, 1, r->H, m);
-            if (r->replay) {
-                for (size_t k = 0; k < K; k++) {
-                    uint16_t e = r->ids[t * LK + l * K + k];
-                    gi[k] = e == MOE_EXPERT_NONE ? -1 : e;
-                    gw[k] = r->wts[t * LK + l * K + k];
-                }
-            } else if (moe_kern_gate(xt, 1, r->H, wg, r->E, r->K, gi, gw))
-                goto out;
-            if (gi[0] < 0)
-                continue;
-            memset(acc, 0, H * sizeof *acc);
-            for (size_t k = 0; k < K; k++) {
-                const float *w1 = w + (size_t)gi[k] * 2 * H * F;
-                if (moe_kern_ffn(xt, 1, r->H, r->F, w1, w1 + H * F, y, work))
-                    goto out;
-                for (size_t h = 0; h < H; h++)
-                    acc[h] += gw[k] * y[h];
-            }
-            for (size_t h = 0; h < H; h++)
-                xt[h] += acc[h];
+    if (!f)
+        return;
+    free(f->x);
+    free(f->m);
+    free(f->wg);
+    free(f->w);
+    free(f->y);
+    free(f->acc);
+    free(f->gw);
+    free(f->work);
+    free(f->gi);
+    free(f);
+}
+
+static struct run_ref *ref_new(const run_t *r)
+{
+    size_t H = r->H, F = r->F, E = r->E, K = r->K;
+    struct run_ref *f = calloc(1, sizeof *f);
+    if (!f)
+        return NULL;
+    f->x = malloc(r->ntok * H * sizeof *f->x);
+    f->m = malloc(H * sizeof *f->m);
+    f->wg = malloc(H * E * sizeof *f->wg);
+    f->w = malloc(E * 2 * H * F * sizeof *f->w);
+    f->y = malloc(H * sizeof *f->y);
+    f->acc = malloc(H * sizeof *f->acc);
+    f->gw = malloc(K * sizeof *f->gw);
+    f->work = malloc(moe_kern_ffn_work_size(r->F) * sizeof *f->work);
+    f->gi = malloc(K * sizeof *f->gi);
+    if (!f->x || !f->m || !f->wg || !f->w || !f->y || !f->acc || !f->gw || !f->work || !f->gi) {
+        ref_free(f);
+        return NULL;
+    }
+    moe_kern_init_tokens(r->cfg.seed, 0, r->ntok, r->H, f->x);
+    return f;
+}
+
+/* One token through layer l of the reference; 0 or a negative status. */
+static int ref_token(const run_t *r, struct run_ref *f, uint32_t l, size_t t)
+{
+    size_t H = r->H, F = r->F, K = r->K, LK = (size_t)r->L * K;
+    float *xt = f->x + t * H;
+    moe_kern_mixer(xt, 1, r->H, f->m);
+    if (r->replay) {
+        for (size_t k = 0; k < K; k++) {
+            uint16_t e = r->ids[t * LK + l * K + k];
+            f->gi[k] = e == MOE_EXPERT_NONE ? -1 : e;
+            f->gw[k] = r->wts[t * LK + l * K + k];
         }
+    } else {
+        int rc = moe_kern_gate(xt, 1, r->H, f->wg, r->E, r->K, f->gi, f->gw);
+        if (rc)
+            return rc;
     }
-    err = 0;
-    for (size_t i = 0; i < N * H; i++) {
-        double d = fabs((double)r->out[i] - x[i]) / fmax(1.0, fabs((double)x[i]));
-        if (!(d <= err))
-            err = isnan(d) ? INFINITY : d;
+    if (f->gi[0] < 0)
+        return 0;
+    memset(f->acc, 0, H * sizeof *f->acc);
+    for (size_t k = 0; k < K; k++) {
+        const float *w1 = f->w + (size_t)f->gi[k] * 2 * H * F;
+        int rc = moe_kern_ffn(xt, 1, r->H, r->F, w1, w1 + H * F, f->y, f->work);
+        if (rc)
+            return rc;
+        for (size_t h = 0; h < H; h++)
+            f->acc[h] += f->gw[k] * f->y[h];
     }
-out:
-    free(x);
-    free(m);
-    free(wg);
-    free(w);
-    free(y);
-    free(acc);
-    free(gw);
-    free(work);
-    free(gi);
+    for (size_t h = 0; h < H; h++)
+        xt[h] += f->acc[h];
+    return 0;
+}
+
+/* Advance the reference through layer l and compare it with r->out: the largest over tokens
+ * of max_h |out - ref| / max(1, max_h |ref|). */
+static double ref_layer(run_t *r, struct run_ref *f, uint32_t l)
+{
+    size_t H = r->H, F = r->F;
+    moe_kern_init_mixer(r->cfg.seed, l, r->E, r->H, f->m);
+    moe_kern_init_gate(r->cfg.seed, l, r->E, r->H, f->wg);
+    for (uint32_t e = 0; e < r->E; e++)
+        moe_kern_init_expert(r->cfg.seed, l, e, r->E, r->H, r->F, f->w + e * 2 * H * F,
+                             f->w + e * 2 * H * F + H * F);
+    for (size_t t = 0; t < r->ntok; t++) {
+        int rc = ref_token(r, f, l, t);
+        if (rc)
+            run_die(r, "reference", rc);
+    }
+    /* per token: the largest difference over the largest magnitude of its reference row (at
+     * least 1), so that a token's small components are measured on the scale of the token */
+    double err = 0;
+    for (size_t t = 0; t < r->ntok; t++) {
+        const float *o = r->out + t * H, *x = f->x + t * H;
+        double d = 0, m = 1;
+        for (size_t h = 0; h < H; h++) {
+            double e = fabs((double)o[h] - x[h]);
+            d = e > d || isnan(e) ? (isnan(e) ? INFINITY : e) : d;
+            m = fmax(m, fabs((double)x[h]));
+        }
+        err = fmax(err, d / m);
+    }
+    return err;
+}
+
+void run_layer_done(run_t *r, uint32_t l)
+{
+    if (!r->verify)
+        return;
+    gather_outputs(r);
+    if (r->me == 0)
+        r->layer_err[l] = ref_layer(r, r->ref, l);
+}
+
+double run_check(run_t *r)
+{
+    r->layer_err = calloc(r->L, sizeof *r->layer_err);
+    if (!r->layer_err || (r->me == 0 && !(r->ref = ref_new(r))))
+        run_die(r, "--check", MOE_ENOMEM);
+    r->timing = 0;
+    r->verify = 1;
+    run_load_inputs(r);
+    if (r->cfg.mode == MOE_RUN_DATACENTRIC)
+        run_dc_iter(r);
+    else
+        for (uint32_t l = 0; l < r->L; l++) {
+            run_ep_layer(r, l);
+            run_layer_done(r, l);
+        }
+    r->verify = 0;
+    double err = 0;
+    for (uint32_t l = 0; r->me == 0 && l < r->L; l++)
+        if (!(r->layer_err[l] <= err))
+            err = r->layer_err[l];
+    ref_free(r->ref);
+    r->ref = NULL;
     return err;
 }
 

@@ -29,8 +29,8 @@ static int acct_scheme(const run_t *r)
 {
     if (!r->replay)
         return -1;
-    return r->cfg.mode == RUN_COHERENT ? MOE_SCHEME_COHERENT
-           : r->cfg.mode == RUN_VANILLA || r->cfg.mode == RUN_PIPELINED ? MOE_SCHEME_VANILLA
+    return r->cfg.mode == MOE_RUN_COHERENT ? MOE_SCHEME_COHERENT
+           : r->cfg.mode == MOE_RUN_VANILLA || r->cfg.mode == MOE_RUN_PIPELINED ? MOE_SCHEME_VANILLA
                                                                        : -1;
 }
 
@@ -140,10 +140,10 @@ static void header(const run_t *r, FILE *fp)
     fprintf(fp, "# moe-run (moeflow) %s, libmoecore %s\n", PACKAGE_VERSION, moe_version());
     fprintf(fp, "# ranks %d (%d nodes x %u), backend %s on %s\n", r->G, r->G / (int)r->gpn,
             r->gpn, r->b->name, r->b->device);
-    fprintf(fp, "# mode %s", run_mode_name(r->cfg.mode));
-    if (r->cfg.mode == RUN_PIPELINED)
-        fprintf(fp, " (%u chunks%s)", r->chunks_used, r->cfg.chunks ? "" : ", auto");
-    if (r->cfg.mode == RUN_DATACENTRIC)
+    fprintf(fp, "# mode %s", moe_run_mode_name(r->cfg.mode));
+    if (r->chunks_used)
+        fprintf(fp, " (chunks %u%s)", r->chunks_used, r->cfg.chunks ? "" : ", auto");
+    if (r->cfg.mode == MOE_RUN_DATACENTRIC)
         fprintf(fp, " (credits %u, prefetch %s)", r->cfg.credits,
                 r->cfg.prefetch && r->replay ? "on" : "off");
     fprintf(fp, ", dtype %s, layers %u, experts %u, top-%u, hidden %u, ffn %u\n",
@@ -153,9 +153,9 @@ static void header(const run_t *r, FILE *fp)
             r->ntok, r->replay ? "replayed from " : "computed", r->replay ? r->cfg.trace : "",
             r->cfg.placement ? r->cfg.placement : "contiguous", r->cfg.iters, r->cfg.warmup,
             r->cfg.seed);
-    fprintf(fp, "#\n# %5s %11s %11s %11s %12s %12s %9s %9s %8s %8s\n", "layer", "dispatch_ms",
-            "compute_ms", "combine_ms", "intra_B", "inter_B", "algbw", "busbw", "max_load",
-            "imbal");
+    fprintf(fp, "#\n# %5s %11s %11s %11s %12s %12s %9s %9s %8s %8s %9s\n", "layer",
+            "dispatch_ms", "compute_ms", "combine_ms", "intra_B", "inter_B", "algbw", "busbw",
+            "max_load", "imbal", "check");
 }
 
 int run_report(run_t *r, FILE *fp, double check_err, int check_ok)
@@ -174,9 +174,12 @@ int run_report(run_t *r, FILE *fp, double check_err, int check_ok)
     for (size_t l = 0; l < r->L; l++) {
         double b, alg, bus, mean = s.load[l * 2 + 1] / r->G;
         bw(r, &s, l, &b, &alg, &bus);
-        fprintf(fp, "  %5zu %11.3f %11.3f %11.3f %12.0f %12.0f %9.3f %9.3f %8.0f %8.3f\n", l,
-                s.t[l * 3], s.t[l * 3 + 1], s.t[l * 3 + 2], s.by[l * 5 + 1], s.by[l * 5 + 2],
-                alg, bus, s.load[l * 2], mean > 0 ? s.load[l * 2] / mean : 0);
+        char chk[32] = "-";
+        if (r->layer_err)
+            snprintf(chk, sizeof chk, "%.2g", r->layer_err[l]);
+        fprintf(fp, "  %5zu %11.3f %11.3f %11.3f %12.0f %12.0f %9.3f %9.3f %8.0f %8.3f %9s\n",
+                l, s.t[l * 3], s.t[l * 3 + 1], s.t[l * 3 + 2], s.by[l * 5 + 1], s.by[l * 5 + 2],
+                alg, bus, s.load[l * 2], mean > 0 ? s.load[l * 2] / mean : 0, chk);
         for (int p = 0; p < 3; p++)
             T[p] += s.t[l * 3 + p];
         for (int c = 0; c < 4; c++)
@@ -193,7 +196,7 @@ int run_report(run_t *r, FILE *fp, double check_err, int check_ok)
                 "and layer), %.0f metadata bytes\n",
             1e3 * sec, sec > 0 ? r->ntok / sec : 0, vec,
             r->ntok ? vec / ((double)r->ntok * r->L) : 0, s.by[4]);
-    if (r->cfg.mode == RUN_COHERENT)
+    if (r->cfg.mode == MOE_RUN_COHERENT)
         fprintf(fp, "# all-gather of the iteration's tokens: %.0f intra, %.0f inter bytes\n",
                 s.ag[1], s.ag[2]);
     fprintf(fp, "# max rank load %.0f expert-token pairs in a layer (mean %.1f)\n", lmax,
@@ -218,7 +221,7 @@ static int json_body(const run_t *r, const sums_t *s, moe_textout_t *t, double c
     P("{\n  \"tool\": \"moe-run\", \"version\": \"%s\", \"ranks\": %d, \"gpus_per_node\": %u,\n",
       PACKAGE_VERSION, r->G, r->gpn);
     P("  \"backend\": \"%s\", \"mode\": \"%s\", \"chunks\": %u, \"dtype\": \"%s\",\n",
-      r->b->name, run_mode_name(r->cfg.mode), r->chunks_used, moe_dtype_name(r->cfg.dtype));
+      r->b->name, moe_run_mode_name(r->cfg.mode), r->chunks_used, moe_dtype_name(r->cfg.dtype));
     P("  \"layers\": %u, \"experts\": %u, \"topk\": %u, \"hidden\": %u, \"ffn\": %u, "
       "\"tokens\": %zu, \"iters\": %d, \"warmup\": %d, \"replayed\": %s,\n",
       r->L, r->E, r->K, r->H, r->F, r->ntok, r->cfg.iters, r->cfg.warmup,
@@ -232,20 +235,31 @@ static int json_body(const run_t *r, const sums_t *s, moe_textout_t *t, double c
           "%.6f, \"dispatch_vectors\": {\"intra\": %.0f, \"inter\": %.0f}, "
           "\"combine_vectors\": {\"intra\": %.0f, \"inter\": %.0f}, \"bytes\": {\"intra\": "
           "%.0f, \"inter\": %.0f}, \"algbw_gbs\": %.6f, \"busbw_gbs\": %.6f, \"max_load\": "
-          "%.0f, \"total_load\": %.0f}%s\n",
+          "%.0f, \"total_load\": %.0f, \"max_rel_diff\": ",
           l, s->t[l * 3], s->t[l * 3 + 1], s->t[l * 3 + 2], x[1], x[2], x[5], x[6],
-          s->by[l * 5 + 1], s->by[l * 5 + 2], alg, bus, s->load[l * 2], s->load[l * 2 + 1],
-          l + 1 < r->L ? "," : "");
+          s->by[l * 5 + 1], s->by[l * 5 + 2], alg, bus, s->load[l * 2], s->load[l * 2 + 1]);
+        if (r->layer_err)
+            P("%.6g}%s\n", r->layer_err[l], l + 1 < r->L ? "," : "");
+        else
+            P("null}%s\n", l + 1 < r->L ? "," : "");
     }
     P("  ],\n  \"rank_vector_bytes\": [");
     for (int q = 0; q < r->G; q++)
         P("%s{\"rank\": %d, \"sent\": %.0f, \"intra\": %.0f, \"inter\": %.0f, \"accounting\": "
           "%.0f}", q ? ", " : "", q, s->rank[q * 4], s->rank[q * 4 + 1], s->rank[q * 4 + 2],
           s->rank[q * 4 + 3]);
-    double sec = r->t_iter / r->cfg.iters;
-    P("],\n  \"accounting_equal\": %s,\n",
+    double sec = r->t_iter / r->cfg.iters, tv = 0, tb[MOE_LINK_CLASSES] = {0};
+    for (int q = 0; q < r->G; q++)
+        tv += s->rank[q * 4];
+    for (size_t l = 0; l < r->L; l++)
+        for (int c = 0; c < MOE_LINK_CLASSES; c++)
+            tb[c] += s->by[l * 5 + c];
+    P("],\n  \"total_vector_bytes\": %.0f, \"total_bytes_intra\": %.0f, "
+      "\"total_bytes_inter\": %.0f,\n", tv, tb[MOE_LINK_INTRA], tb[MOE_LINK_INTER]);
+    P("  \"accounting_equal\": %s,\n",
       s->acct_equal < 0 ? "null" : s->acct_equal ? "true" : "false");
-    P("  \"allgather_bytes\": {\"intra\": %.0f, \"inter\": %.0f},\n", s->ag[1], s->ag[2]);
+    P("  \"allgather_bytes\": {\"intra\": %.0f, \"inter\": %.0f}, \"allgather_total\": %.0f,\n",
+      s->ag[1], s->ag[2], s->ag[1] + s->ag[2]);
     P("  \"iteration_ms\": %.6f, \"tokens_per_s\": %.3f,\n", 1e3 * sec,
       sec > 0 ? r->ntok / sec : 0);
     if (check_err >= 0 || !check_ok)

@@ -10,19 +10,20 @@
 
 #include "moe/kern.h"
 #include "moe/moe.h"
+#include "moe/rng.h"
 #include "run_internal.h"
 
-static const char *const mode_names[RUN_MODES] = {"vanilla", "coherent", "pipelined",
+static const char *const mode_names[MOE_RUN_MODES] = {"vanilla", "coherent", "pipelined",
                                                   "hierarchical", "datacentric"};
 
-const char *run_mode_name(int mode)
+const char *moe_run_mode_name(int mode)
 {
-    return mode >= 0 && mode < RUN_MODES ? mode_names[mode] : "?";
+    return mode >= 0 && mode < MOE_RUN_MODES ? mode_names[mode] : "?";
 }
 
-int run_mode_parse(const char *s)
+int moe_run_mode_parse(const char *s)
 {
-    for (int i = 0; i < RUN_MODES; i++)
+    for (int i = 0; i < MOE_RUN_MODES; i++)
         if (!strcmp(s, mode_names[i]))
             return i;
     return -1;
@@ -317,6 +318,45 @@ static int setup_inputs(run_t *r, char *errbuf, size_t errlen)
     return rc;
 }
 
+/* A digest of what this rank read: the token stream (ids, weights, sources) and the
+ * placement. */
+static uint64_t digest(const run_t *r)
+{
+    uint64_t h = moe_hash64(r->ntok, (uint64_t)r->L << 32 | r->E);
+    size_t LK = (size_t)r->L * r->K;
+    for (size_t t = 0; t < r->ntok; t++) {
+        h = moe_hash64(h, r->tok_id[t] ^ (uint64_t)r->src[t] << 48);
+        for (size_t i = 0; r->ids && i < LK; i++) {
+            uint32_t w;
+            memcpy(&w, &r->wts[t * LK + i], sizeof w);
+            h = moe_hash64(h, (uint64_t)r->ids[t * LK + i] << 32 | w);
+        }
+    }
+    for (uint32_t l = 0; l < r->L; l++)
+        for (uint32_t e = 0; e < r->E; e++) {
+            uint32_t n;
+            const uint16_t *rk = moe_placement_ranks(r->pl, l, e, &n);
+            for (uint32_t c = 0; c < n; c++)
+                h = moe_hash64(h, (uint64_t)l << 40 | (uint64_t)e << 20 | rk[c]);
+        }
+    return h;
+}
+
+/* Do all ranks hold the same inputs? (A rank reading another file of the same shape would
+ * otherwise compute something else without a word.) */
+static int same_inputs(run_t *r, char *errbuf, size_t errlen)
+{
+    uint64_t h = digest(r);
+    double v[4] = {(double)(h >> 32), (double)(h & 0xffffffffu), 0, 0};
+    v[2] = -v[0];
+    v[3] = -v[1];
+    run_comm_allreduce(r->comm, v, 4, MOE_RUN_MAX);
+    if (v[0] == -v[2] && v[1] == -v[3])
+        return 0;
+    return say(errbuf, errlen, "the ranks read different inputs (trace or placement files "
+                               "differ between ranks)");
+}
+
 int run_setup(run_t *r, char *errbuf, size_t errlen)
 {
     r->me = r->b->rank;
@@ -328,6 +368,8 @@ int run_setup(run_t *r, char *errbuf, size_t errlen)
     int bad = run_agree(r, rc);
     if (bad >= 0)
         return bad == r->me ? 1 : -1;
+    if (same_inputs(r, errbuf, errlen))
+        return r->me == 0 ? 1 : -1;
     if ((rc = build_model(r, errbuf, errlen)) != 0 || run_agree(r, rc) >= 0)
         return rc ? 1 : -1;
     r->loc = malloc(r->ntok * sizeof *r->loc);
@@ -371,6 +413,7 @@ void run_release(run_t *r)
     free(r->tok_row);
     free(r->st);
     free(r->out);
+    free(r->layer_err);
     moe_acct_free(r->acct);
     moe_placement_free(r->pl);
     moe_trace_hdr_release(&r->hdr);

@@ -128,6 +128,15 @@ struct moe_run_backend {
  * with a reason in errbuf. */
 moe_run_backend_t *moe_run_backend_cpu(moe_run_comm_t *c, char *errbuf, size_t errlen);
 
+#ifdef MOE_RUN_CUDA
+/* The CUDA + NCCL backend (kernels/, built when configure finds both and defines
+ * MOE_RUN_CUDA): one GPU per local rank, rank 0 makes the NCCL unique id and broadcasts it
+ * over c; expert weights are kept in the wire type `dtype` (enum moe_dtype). Same contract
+ * as moe_run_backend_cpu otherwise. */
+moe_run_backend_t *moe_run_backend_cuda(moe_run_comm_t *c, int dtype, char *errbuf,
+                                        size_t errlen);
+#endif
+
 #ifdef __cplusplus
 }
 #endif

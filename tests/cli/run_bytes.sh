@@ -19,6 +19,14 @@ for scheme in vanilla coherent; do
         json_list "$T/r.json" sent >"$T/got"
         expect_eq "$(wc -l <"$T/got" | tr -d ' ')" 8 "ranks reported"
         same_file "$T/want" "$T/got" "bytes per rank"
+        # by link class: ranks 0-3 and 4-7 are the two nodes
+        awk '{ a = 0; e = 0; for (i = 1; i <= NF; i++) if (i != NR) {
+                   if (int((i - 1) / 4) == int((NR - 1) / 4)) a += $i; else e += $i }
+               print a, e }' "$T/m.txt" >"$T/want"
+        grep '"rank_vector_bytes"' "$T/r.json" >"$T/ranks.json"
+        paste -d ' ' "$(json_list "$T/ranks.json" intra >"$T/gi"; echo "$T/gi")" \
+            "$(json_list "$T/ranks.json" inter >"$T/ge"; echo "$T/ge")" >"$T/got"
+        same_file "$T/want" "$T/got" "intra/inter-node bytes per rank"
         # and the total is not trivially zero
         expect_eq "$(awk '$1 > 0' "$T/got" | wc -l | tr -d ' ')" 8 "ranks sending bytes"
         grep -q 'equal on every rank' "$T/out" || fail "the report does not say equal"

@@ -924,6 +924,74 @@ static void test_sums(void)
     moe_placement_free(p);
 }
 
+/* ------------------------------------------------------------------ moe_acct_route */
+
+/* The routing of one cell, as moe-run uses it: serving rank per expert, distinct ranks with
+ * their counts, the coherent new home; replicas; missing cells; source ranks. Two nodes of 2
+ * ranks; experts 1 and 2 share rank 1. */
+static void test_route(void)
+{
+    const uint16_t prim[] = {0, 1, 1, 3};
+    moe_placement_t *p = place(1, 4, 4, 2, 3, 2, prim);
+    moe_acct_t *a = mkacct(p, NULL, 3, 1, 0, 0, MOE_SOURCE_AUTO);
+    moe_route_t *rt = malloc(sizeof *rt);
+    const uint16_t c123[] = {1, 2, 3}, c03[] = {0, 3, 2}, none[] = {NONE, NONE, NONE};
+    CHECK(rt != NULL);
+    if (!rt)
+        exit(99);
+
+    CHECK_EQ_INT(moe_acct_route(a, 0, c123, NULL, 0, 7, rt), 3);
+    CHECK_EQ_INT(rt->rank[0], 1);
+    CHECK_EQ_INT(rt->rank[1], 1);
+    CHECK_EQ_INT(rt->rank[2], 3);
+    CHECK_EQ_INT(rt->nranks, 2);
+    CHECK_EQ_INT(rt->ranks[0], 1);
+    CHECK_EQ_INT(rt->count[0], 2);
+    CHECK_EQ_INT(rt->ranks[1], 3);
+    CHECK_EQ_INT(rt->count[1], 1);
+    CHECK_EQ_INT(rt->home, 1); /* serves most */
+
+    /* a tie between ranks 0 and 3 (and 1): the home 0 stays; from home 2 (not serving) the
+     * highest weight decides */
+    const float w[] = {0.2f, 0.7f, 0.1f};
+    CHECK_EQ_INT(moe_acct_route(a, 0, c03, w, 0, 7, rt), 3);
+    CHECK_EQ_INT(rt->nranks, 3);
+    CHECK_EQ_INT(rt->home, 0);
+    moe_acct_route(a, 0, c03, w, 2, 7, rt);
+    CHECK_EQ_INT(rt->home, 3);
+    CHECK(rt->weight[1] == 0.7f);
+
+    /* expert 3 also on rank 0: the home's copy, then one on a rank already serving the
+     * token, then one on the home's node */
+    const uint16_t c312[] = {3, 1, 2};
+    set_copies(p, 0, 3, 2, (const uint16_t[]){3, 0});
+    moe_acct_route(a, 0, c03, NULL, 0, 7, rt);
+    CHECK_EQ_INT(rt->rank[1], 0);
+    CHECK_EQ_INT(rt->nranks, 2);
+    moe_acct_route(a, 0, c03, NULL, 2, 7, rt);
+    CHECK_EQ_INT(rt->rank[1], 0); /* rank 0 already serves expert 0 */
+    moe_acct_route(a, 0, c312, NULL, 2, 7, rt);
+    CHECK_EQ_INT(rt->rank[0], 3); /* on node 1 with the home */
+    moe_acct_route(a, 0, c312, NULL, 1, 7, rt);
+    CHECK_EQ_INT(rt->rank[0], 0); /* on node 0 with the home */
+
+    CHECK_EQ_INT(moe_acct_route(a, 0, none, NULL, 0, 7, rt), 0);
+    CHECK_EQ_INT(rt->n, 0);
+
+    /* source ranks: no recorded ranks in the header -> sequence id mod G */
+    CHECK_EQ_INT(moe_acct_source(a, 9, 5, 3), 1);
+    moe_acct_free(a);
+    a = mkacct(p, NULL, 3, 0, 4, 0, MOE_SOURCE_AUTO); /* recorded */
+    CHECK_EQ_INT(moe_acct_source(a, 9, 5, 3), 3);
+    CHECK_EQ_INT(moe_acct_source(a, 9, 5, 4), UINT32_MAX);
+    moe_acct_free(a);
+    a = mkacct(p, NULL, 3, 0, 4, 0, MOE_SOURCE_TOKEN);
+    CHECK_EQ_INT(moe_acct_source(a, 9, 5, 3), 1);
+    moe_acct_free(a);
+    free(rt);
+    moe_placement_free(p);
+}
+
 int main(void)
 {
     snprintf(tmpdir, sizeof tmpdir, "%s/moe-acct-XXXXXX",
@@ -939,6 +1007,7 @@ int main(void)
     test_topk();
     test_sources();
     test_sums();
+    test_route();
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
     if (system(cmd) != 0)

@@ -1,0 +1,103 @@
+#!/bin/sh
+# bench/bench_run.sh -- moe-run measured on CPU ranks: the bytes coherent mode with an affinity
+# placement moves against vanilla mode with the contiguous placement (moe-run acceptance point
+# 2: ratio <= 0.6), on DeepSeek-V2-Lite prompts 501..1000 replayed on 8 MPI ranks with the
+# placements fitted on prompts 1..500; then every mode's time on the same tokens.
+# Usage: sh bench/bench_run.sh [BIN_DIR]   (needs mpirun and ../shared beside the checkout)
+# Environment: BENCH_TOKENS_PER_RANK (default 6000: all ~47k held-out tokens), BENCH_HIDDEN
+# (default 32).
+set -eu
+here=$(cd "$(dirname "$0")/.." && pwd)
+bin=${1:-$here/cmd}
+shared=${MOE_SHARED:-$here/../shared}
+ds=$shared/traces/deepseek-v2-lite-chat
+[ -f "$ds/tokens.txt.gz" ] || { echo "bench: $ds/tokens.txt.gz not found" >&2; exit 77; }
+command -v mpirun >/dev/null || { echo "bench: mpirun not found" >&2; exit 77; }
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+tpr=${BENCH_TOKENS_PER_RANK:-6000}
+H=${BENCH_HIDDEN:-32}
+
+mt=$bin/moe-trace
+mp=$bin/moe-place
+mr=$bin/moe-run
+"$mt" import --no-PG -q --meta "$ds/tokens.meta.txt.gz" -o "$tmp/ds.mft" "$ds/tokens.txt.gz"
+"$mt" split --no-PG --ids 1-500 --train "$tmp/fit.mft" --test "$tmp/eval.mft" "$tmp/ds.mft"
+
+# the first value of a top-level JSON key
+jval() { tr ',{}' '\n\n\n' <"$1" | sed -n "s/^ *\"$2\": \([-0-9.e+a-z]*\) *\$/\1/p" | head -n 1; }
+# the largest per-layer max/mean load of a run
+imbalance() { tr '{}' '\n\n' <"$1" | awk -v G=8 '/"max_load"/ {
+    m = $0; sub(/.*"max_load": /, "", m); sub(/,.*/, "", m)
+    t = $0; sub(/.*"total_load": /, "", t); sub(/[^0-9.].*/, "", t)
+    if (t > 0 && m * G / t > x) x = m * G / t } END { printf "%.3f", x }'; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.3f", (b > 0 ? a / b : 0) }'; }
+
+run() { # json placement mode [mode options]
+    _j=$1
+    _p=$2
+    shift 2
+    mpirun --oversubscribe -np 8 "$mr" --mode "$@" --trace "$tmp/eval.mft" --placement "$_p" \
+        --hidden "$H" --ffn "$H" --tokens-per-rank "$tpr" --iters 1 --warmup 0 \
+        --json "$_j" >"$_j.txt"
+}
+
+echo "# moe-run acceptance 2: DeepSeek-V2-Lite, placements fitted on prompts 1..500,"
+echo "# replayed on prompts 501..1000 ($((tpr * 8)) tokens at most), 8 CPU ranks (mpirun,"
+echo "# oversubscribed), H = $H, fp32. bytes: hidden-state vectors all ranks sent in one"
+echo "# iteration, measured by moe-run; +allgather: with coherent mode's all-gather of the"
+echo "# iteration's tokens; acct: moe-run's bytes equal the shared accounting's on every rank."
+echo "# affinity: moe-place fit --max-imbalance 1.10; aff+rep16: --max-imbalance 1.25"
+echo "# --replicas 16 (16 extra expert copies per layer: 10 slots per rank instead of 8)."
+echo "# max_load: the largest per-layer max/mean rank load in expert-token pairs."
+printf '%-6s %-10s %-9s %12s %7s %12s %7s %9s %8s %5s %s\n' nodes placement mode bytes ratio \
+    +allgather ratio tokens/s max_load acct target
+for cfg in 8:8 8:4; do
+    G=${cfg%%:*}
+    g=${cfg##*:}
+    label="1x$G"
+    [ "$g" = "$G" ] || label="$((G / g))x$g"
+    "$mp" fit --no-PG --ranks "$G" --gpus-per-node "$g" --method contiguous -o "$tmp/c.moep" \
+        "$tmp/fit.mft"
+    "$mp" fit --no-PG --ranks "$G" --gpus-per-node "$g" -@ 1 --max-imbalance 1.10 \
+        -o "$tmp/a.moep" "$tmp/fit.mft"
+    "$mp" fit --no-PG --ranks "$G" --gpus-per-node "$g" -@ 1 --max-imbalance 1.25 \
+        --replicas 16 -o "$tmp/r.moep" "$tmp/fit.mft"
+    base=
+    for pm in contiguous:vanilla:c contiguous:coherent:c affinity:vanilla:a \
+        affinity:coherent:a aff+rep16:coherent:r; do
+        p=${pm%%:*}
+        rest=${pm#*:}
+        mode=${rest%%:*}
+        run "$tmp/r.json" "$tmp/${rest#*:}.moep" "$mode"
+        b=$(jval "$tmp/r.json" total_vector_bytes)
+        ag=$(jval "$tmp/r.json" allgather_total)
+        tot=$(awk -v a="$b" -v b="$ag" 'BEGIN { printf "%.0f", a + b }')
+        base=${base:-$b}
+        t="-"
+        if [ "$mode" = coherent ] && [ "$p" != contiguous ]; then
+            t=$(awk -v r="$(ratio "$tot" "$base")" 'BEGIN { print (r <= 0.6 ? "ok" : "MISSED") }')
+            t="$t (<= 0.6 with the all-gather)"
+        fi
+        printf '%-6s %-10s %-9s %12s %7s %12s %7s %9.0f %8s %5s %s\n' "$label" "$p" "$mode" \
+            "$b" "$(ratio "$b" "$base")" "$tot" "$(ratio "$tot" "$base")" \
+            "$(jval "$tmp/r.json" tokens_per_s)" "$(imbalance "$tmp/r.json")" \
+            "$(jval "$tmp/r.json" accounting_equal)" "$t"
+    done
+done
+
+echo
+echo "# every mode, 2 nodes x 4, affinity placement, same tokens: one iteration; bytes of all"
+echo "# payloads (vectors, forwards, expert weights) by link class"
+printf '%-24s %10s %7s %13s %13s %9s\n' mode iter_ms ratio intra_B inter_B tokens/s
+van=
+for mode in vanilla coherent "pipelined --chunks auto" hierarchical datacentric; do
+    # shellcheck disable=SC2086
+    run "$tmp/m.json" "$tmp/a.moep" $mode
+    ms=$(jval "$tmp/m.json" iteration_ms)
+    van=${van:-$ms}
+    printf '%-24s %10.1f %7s %13s %13s %9.0f\n' "$mode" "$ms" "$(ratio "$ms" "$van")" \
+        "$(jval "$tmp/m.json" total_bytes_intra)" "$(jval "$tmp/m.json" total_bytes_inter)" \
+        "$(jval "$tmp/m.json" tokens_per_s)"
+done

@@ -1,0 +1,89 @@
+/* moe/run.h -- moe-run's runtime as the tool drives it: configuration, set-up, timed
+ * iterations, the reference check, the report and the calibration (libmoerun: linked into
+ * moe-run only, so that libmoecore never needs MPI). */
+#ifndef MOE_RUN_H
+#define MOE_RUN_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "moe/run_backend.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Dispatch modes (moe-run(1), MODES). */
+enum moe_run_mode {
+    MOE_RUN_VANILLA = 0,     /* dispatch + combine all-to-all per layer */
+    MOE_RUN_COHERENT = 1,    /* ExFlow: tokens move home, all-gather per iteration */
+    MOE_RUN_PIPELINED = 2,   /* vanilla in chunks, dispatch overlapping compute */
+    MOE_RUN_HIERARCHICAL = 3, /* one inter-node hop per node, forwarded inside it */
+    MOE_RUN_DATACENTRIC = 4, /* Janus: experts pulled to the tokens */
+    MOE_RUN_MODES = 5,
+};
+/* "vanilla", ...; "?" for an unknown mode. */
+const char *moe_run_mode_name(int mode);
+/* The mode named s, or -1. */
+int moe_run_mode_parse(const char *s);
+
+/* What to run; moe_run_cfg_default gives moe-run's defaults. Zero model sizes come from the
+ * trace (L, E, K) or the defaults. */
+typedef struct moe_run_cfg {
+    int mode;                 /* enum moe_run_mode [vanilla] */
+    uint32_t L, E, K, H, F;   /* layers, experts, top-k [4, 16, 2 or the trace's], hidden
+                               * and FFN sizes [64, 128] */
+    uint64_t tokens_per_rank; /* the run has G x this tokens (a trace may have fewer) [64] */
+    int dtype;                /* wire type, enum moe_dtype (moe/kern.h) [fp32] */
+    const char *trace, *placement, *topology; /* files or NULL */
+    uint32_t gpn;             /* ranks per node (0: topology, placement, else all) */
+    int iters, warmup;        /* timed and untimed iterations [3, 1] */
+    uint64_t seed;            /* weights and tokens [1] */
+    int check;                /* compare with the serial reference */
+    uint32_t chunks;          /* pipelined, hierarchical: chunks per layer, 0 = auto */
+    int chunks_set;           /* chunks given (hierarchical runs unchunked without) */
+    uint32_t credits;         /* datacentric: experts arriving per rank per round [4] */
+    int prefetch;             /* datacentric: pull the next layer's experts early [1] */
+} moe_run_cfg_t;
+void moe_run_cfg_default(moe_run_cfg_t *c);
+
+/* The host communicator: MPI_Init (MPI_COMM_WORLD, errors returned and checked) or one rank
+ * without MPI. NULL when MPI cannot start. */
+moe_run_comm_t *moe_run_comm_init(int *argc, char ***argv);
+/* MPI_Finalize. */
+void moe_run_comm_finalize(moe_run_comm_t *c);
+/* The largest of every rank's v (a collective): how the ranks agree on an exit status. */
+int moe_run_comm_max(moe_run_comm_t *c, int v);
+
+typedef struct moe_run moe_run_t;
+
+/* A run of cfg on backend b (which the run uses but does not own). NULL on ENOMEM. */
+moe_run_t *moe_run_new(const moe_run_cfg_t *cfg, moe_run_backend_t *b);
+/* Free the run's state and buffers (not the backend); NULL is a no-op. */
+void moe_run_free(moe_run_t *r);
+/* Read the inputs on every rank, check their shapes before any data moves, build the model.
+ * Collective. Returns 0; 1 on the rank that reports the failure (a one-line reason in
+ * errbuf: rank 0 for shape errors, the failing rank for its own I/O); -1 on the others. */
+int moe_run_setup(moe_run_t *r, char *errbuf, size_t errlen);
+/* The warm-up and timed iterations; statistics kept for the report. Collective. Fatal
+ * backend or MPI errors are reported and abort every rank. */
+void moe_run_iterations(moe_run_t *r);
+/* The verification iteration against the serial reference (moe-run(1), --check).
+ * Collective. Returns 1 when every layer is within the tolerance of the wire type, with the
+ * largest difference (rank 0's figure) in *err and the tolerance in *tol. */
+int moe_run_check(moe_run_t *r, double *err, double *tol);
+/* The nccl-tests-like report (rank 0 writes it to fp), and the JSON one into path (written
+ * atomically by rank 0). Collectives. 0, or 1 on rank 0 with a reason in errbuf. */
+int moe_run_report(moe_run_t *r, FILE *fp);
+int moe_run_report_json(moe_run_t *r, const char *path, char *errbuf, size_t errlen);
+/* --calibrate: sweeps and the FFN rate into a moe-topology(5) file at out ("-" stdout),
+ * written by rank 0. Collective. 0, or 1 on rank 0 with a reason. */
+int moe_run_calibrate(moe_run_t *r, const char *out, char *errbuf, size_t errlen);
+/* This process's rank. */
+int moe_run_rank(const moe_run_t *r);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

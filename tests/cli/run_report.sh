@@ -1,0 +1,44 @@
+#!/bin/sh
+# tests/cli/run_report.sh -- moe-run's report (only rank 0 prints; header, one line per layer,
+# totals), its JSON, and --calibrate's topology file (read back by moe-place).
+. "${top_srcdir:-.}/tests/cli/lib.sh"
+. "$top_srcdir/tests/cli/run_lib.sh"
+
+begin "one report from 4 ranks: header, a line per layer, totals"
+expect_exit 0 mpi 4 --layers 3 --experts 8 --tokens-per-rank 16 --iters 2 --json "$T/r.json"
+expect_no_stderr
+expect_eq "$(grep -c '^# moe-run (moeflow)' "$T/out")" 1 "report headers"
+expect_eq "$(grep -c '^ *[0-9]' "$T/out")" 3 "layer lines"
+grep -q '^# ranks 4 (1 nodes x 4), backend cpu' "$T/out" || fail "no ranks line"
+grep -q '^# per iteration: .* tokens/s' "$T/out" || fail "no throughput line"
+grep -q '^# max rank load' "$T/out" || fail "no load line"
+expect_eq "$(json_list "$T/r.json" layer | wc -l | tr -d ' ')" 3 "JSON layers"
+expect_eq "$(json_list "$T/r.json" ranks)" 4 "JSON ranks"
+grep -q '"check": null' "$T/r.json" || fail "JSON check should be null without --check"
+end
+
+begin "JSON output is atomic: an unwritable path fails on rank 0 only, exit 1"
+expect_exit 1 mpi 2 --layers 1 --tokens-per-rank 4 --json "$T/no/dir/r.json"
+grep -q "^moe-run: cannot create '$T/no/dir/r.json" "$T/err" || fail "no message"
+expect_no_output "$T/no/dir/r.json"
+end
+
+begin "--calibrate writes a topology with both link classes that moe-place reads"
+expect_exit 0 mpi 4 --calibrate --gpus-per-node 2 --hidden 16 --ffn 16 -o "$T/c.topo"
+expect_no_stdout
+grep -q '^link intra bandwidth [0-9.e+]* latency' "$T/c.topo" || fail "no intra link"
+grep -q '^link inter bandwidth [0-9.e+]* latency' "$T/c.topo" || fail "no inter link"
+grep -q '^efficiency intra ' "$T/c.topo" || fail "no intra curve"
+grep -q '^flops [1-9]' "$T/c.topo" || fail "no flops"
+grep -q '^nodes 2$' "$T/c.topo" || fail "nodes"
+"$MOE_BIN/moe-trace" gen --no-PG -L 2 -E 8 -n 50 -o "$T/g.mft" || fail "moe-trace gen"
+"$MOE_BIN/moe-place" fit --no-PG --topology "$T/c.topo" --method contiguous -o "$T/c.moep" \
+    "$T/g.mft" || fail "moe-place cannot use the calibrated topology"
+end
+
+begin "--calibrate to standard output"
+expect_exit 0 "$MOE_BIN/moe-run" --calibrate --hidden 8 --ffn 8
+grep -q '^gpus-per-node 1$' "$T/out" || fail "no topology on stdout"
+end
+
+finish
