@@ -52,6 +52,7 @@ typedef struct moe_sim_opts {
     uint32_t ffn;        /* expert inner size F [0: 4 H] */
     uint32_t elem_bytes; /* bytes per element sent and per expert weight [0: the trace's, else 2] */
     uint32_t chunks;     /* chunks of the pipelined scheme [0: 4] */
+    uint32_t credits;    /* data-centric: experts arriving at a rank per round [0: 4] */
     unsigned schemes;    /* bit (1 << scheme) per scheme to simulate [0: all] */
     moe_acct_opts_t acct; /* top-k and source ranks, as moe-place eval's (matrix ignored) */
 } moe_sim_opts_t;
@@ -95,6 +96,12 @@ const moe_sim_layer_t *moe_sim_layer(const moe_sim_t *s, int scheme, uint32_t la
 void moe_sim_total(const moe_sim_t *s, int scheme, moe_sim_layer_t *out);
 /* The per-iteration term of a scheme (coherent's all-gather; zero for the others). */
 void moe_sim_iteration(const moe_sim_t *s, int scheme, moe_sim_layer_t *out);
+/* Transfers rank r sends and receives in the batch under a scheme, by phase and link class,
+ * summed over layers: vanilla's and coherent's are the accounting's (moe_acct_ranks),
+ * pipelined's vanilla's, hierarchical's the first hop and the forwards together -- the rows
+ * moe-run sends, so times H x element bytes what it measures per rank. Returns 0, or -1 for
+ * datacentric (experts move, not tokens), a scheme not simulated, or r out of range. */
+int moe_sim_rank_xfer(const moe_sim_t *s, int scheme, uint32_t r, moe_acct_rank_t *out);
 /* Bytes of one transfer (H x element bytes) and of one expert's weights (2 H F x element
  * bytes). */
 double moe_sim_vector_bytes(const moe_sim_t *s);
