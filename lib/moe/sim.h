@@ -19,24 +19,25 @@ extern "C" {
 /*
  * The simulator replays a routing trace on a placement and a topology, treating the trace as
  * one batch, and predicts per MoE layer the bytes on each link class and the time of each
- * dispatch scheme moe-run implements:
+ * dispatch scheme as moe-run implements it (the same phases and messages):
  *
- *  vanilla       two all-to-alls per layer (DeepSpeed-MoE), counts of moe/acct.h;
- *  coherent      one all-to-all per layer (ExFlow), counts of moe/acct.h, plus one all-gather
- *                of the batch per iteration (ExFlow Table I's G.N.G term);
- *  pipelined     vanilla's counts cut into n chunks whose dispatch, expert compute and combine
+ *  vanilla       per layer a dispatch hop and a combine hop (DeepSpeed-MoE), counts of
+ *                moe/acct.h; a hop is three all-to-alls: row counts, metadata, rows;
+ *  coherent      the same with the coherent counts (ExFlow), plus once per iteration the
+ *                all-to-all in which every rank sends its tokens to every other rank;
+ *  pipelined     vanilla's hops cut into n chunks whose dispatch, expert compute and combine
  *                overlap (MPMoE, MoNTA);
- *  hierarchical  an inter-node all-to-all that sends a token once per destination node, spread
- *                over the node's GPUs, then an intra-node all-gather (MoNTA); the node-level
- *                counts come from moe/acct.h run on the placement folded to one rank per node;
- *  datacentric   tokens stay on their source rank, and each node fetches every remote expert
- *                its tokens need once, sharing it among its GPUs (Janus).
+ *  hierarchical  a token sent once to each other node, to its first serving rank there, which
+ *                forwards it inside the node and returns one partial (MoNTA-style); four hops;
+ *  datacentric   tokens stay on their source rank; each rank pulls the experts it needs, from
+ *                its node when a copy is there, else through the node's first rank needing
+ *                it, at most `credits` arriving per round (Janus).
  *
- * Transfer counts are the shared accounting's, so they equal moe-place eval's. The accounting
- * reports per-layer totals and per-rank loads, not per-rank send and receive counts: an
- * all-to-all's slowest rank is taken to move (total / G) x skew bytes, skew being the larger
- * of the layer's expert-load imbalance (max / mean, exact) and, where tokens leave their
- * source rank, the imbalance of tokens per source rank. Every formula is in moe-costmodel(1).
+ * Transfer counts are the shared accounting's, so they equal moe-place eval's; the accounting
+ * also keeps each rank's sent and received transfers (moe_acct_ranks), so the slowest rank of
+ * every all-to-all is the real one. Compute is the most loaded rank's, or, when the topology's
+ * ranks share `cores` processors, processor sharing within the node. Every formula is in
+ * moe-costmodel(1), SIMULATE.
  */
 enum moe_sim_scheme {
     MOE_SIM_VANILLA = 0,
@@ -64,7 +65,8 @@ void moe_sim_opts_default(moe_sim_opts_t *o);
  * topology lacks a bandwidth or the compute rate a time needs. */
 typedef struct moe_sim_layer {
     double bytes[MOE_LINK_CLASSES]; /* bytes moved on each class, all ranks together */
-    double slow[MOE_LINK_CLASSES];  /* bytes the slowest rank sends on each class */
+    double slow[MOE_LINK_CLASSES];  /* the largest bytes a rank sends or receives on each
+                                     * class, summed over the layer's row all-to-alls */
     double ctime[MOE_LINK_CLASSES]; /* seconds those bytes take on each class (all chunks);
                                      * the classes of one collective run at once, so comm is
                                      * not their sum */
