@@ -41,6 +41,7 @@ typedef struct worker {
     moe_acct_t *a;
     moe_acct_rank_t *hop, *fwd; /* [L][G] or NULL */
     uint64_t *src;              /* [L][G] */
+    uint64_t *own;              /* [L][G][3] */
     uint64_t *need;             /* [L][G][W] bitsets, or NULL */
     moe_route_t rt;
 } worker_t;
@@ -61,6 +62,7 @@ static void worker_free(worker_t *w, int first)
     free(w->hop);
     free(w->fwd);
     free(w->src);
+    free(w->own);
     free(w->need);
 }
 
@@ -75,6 +77,7 @@ static int worker_init(moe_sim_t *s, const moe_trace_hdr_t *h, worker_t *w, int 
         w->hop = s->hop;
         w->fwd = s->fwd;
         w->src = s->src;
+        w->own = s->own;
         w->need = s->need;
         return 0;
     }
@@ -84,9 +87,11 @@ static int worker_init(moe_sim_t *s, const moe_trace_hdr_t *h, worker_t *w, int 
         w->fwd = calloc(LG, sizeof *w->fwd);
     }
     w->src = calloc(LG, sizeof *w->src);
+    w->own = calloc(3 * LG, sizeof *w->own);
     if (s->need)
         w->need = calloc(sim_need_words(s), sizeof *w->need);
-    if (!w->a || (s->hop && (!w->hop || !w->fwd)) || !w->src || (s->need && !w->need))
+    if (!w->a || (s->hop && (!w->hop || !w->fwd)) || !w->src || !w->own ||
+        (s->need && !w->need))
         return st ? st : MOE_ENOMEM;
     return 0;
 }
@@ -121,6 +126,28 @@ static void hier_cell(const moe_sim_t *s, worker_t *w, uint32_t j, uint32_t src)
     }
 }
 
+/* Is rank x among the route's serving ranks? */
+static int serves(const moe_route_t *rt, uint32_t x)
+{
+    for (uint32_t i = 0; i < rt->nranks; i++)
+        if (rt->ranks[i] == x)
+            return 1;
+    return 0;
+}
+
+/* The coherent scheme's route of a cell from home *h (as moe_acct_token takes it): the home
+ * holds the token, serves it itself or not, and moves to the route's new home. */
+static void coherent_cell(const moe_sim_t *s, worker_t *w, uint32_t j, const uint16_t *ids,
+                          const float *wt, uint64_t token, uint32_t *h)
+{
+    moe_route_t rt;
+    moe_acct_route(w->a, j, ids, wt, *h, token, &rt);
+    uint64_t *o = w->own + ((size_t)j * s->G + *h) * 3;
+    o[1]++;
+    o[2] += serves(&rt, *h);
+    *h = rt.home;
+}
+
 static int scan_token(scan_t *c, worker_t *w, const moe_trace_batch_t *b, size_t r)
 {
     moe_sim_t *s = c->s;
@@ -134,12 +161,16 @@ static int scan_token(scan_t *c, worker_t *w, const moe_trace_batch_t *b, size_t
                                   "(%u ranks; --source sequence ignores it)",
                                   b->token[r], b->rank[r], s->G);
     int rc = moe_acct_token(w->a, ids, wt, b->token[r], b->seq[r], b->rank[r]);
+    uint32_t h = src;
     for (uint32_t j = 0; j < s->L && !rc; j++) {
-        uint32_t n = moe_acct_route(w->a, j, ids + (size_t)j * s->K,
-                                    wt ? wt + (size_t)j * s->K : NULL, src, b->token[r], &w->rt);
+        const uint16_t *cid = ids + (size_t)j * s->K;
+        const float *cw = wt ? wt + (size_t)j * s->K : NULL;
+        uint32_t n = moe_acct_route(w->a, j, cid, cw, src, b->token[r], &w->rt);
         if (!n)
             continue;
         w->src[(size_t)j * s->G + src]++;
+        w->own[((size_t)j * s->G + src) * 3] += serves(&w->rt, src);
+        coherent_cell(s, w, j, cid, cw, b->token[r], &h);
         if (w->hop)
             hier_cell(s, w, j, src);
         if (!w->need)
@@ -186,6 +217,8 @@ static int scan_merge(scan_t *c)
         }
         for (size_t x = 0; x < LG; x++)
             s->src[x] += w->src[x];
+        for (size_t x = 0; x < 3 * LG; x++)
+            s->own[x] += w->own[x];
         for (size_t x = 0; s->need && x < sim_need_words(s); x++)
             s->need[x] |= w->need[x];
     }
@@ -245,11 +278,12 @@ static int sim_alloc(moe_sim_t *s, const moe_trace_hdr_t *h, char *errbuf, size_
             return MOE_ENOMEM;
     }
     s->src = calloc((size_t)s->L * s->G, sizeof *s->src);
+    s->own = calloc(3 * (size_t)s->L * s->G, sizeof *s->own);
     if (s->schemes & (1u << MOE_SIM_DATACENTRIC))
         s->need = calloc(sim_need_words(s), sizeof *s->need);
     for (int k = 0; k < MOE_SIM_SCHEMES; k++)
         s->lay[k] = calloc(s->L, sizeof *s->lay[k]);
-    int ok = s->src && (s->need || !(s->schemes & (1u << MOE_SIM_DATACENTRIC)));
+    int ok = s->src && s->own && (s->need || !(s->schemes & (1u << MOE_SIM_DATACENTRIC)));
     for (int k = 0; k < MOE_SIM_SCHEMES; k++)
         ok = ok && s->lay[k];
     return ok ? 0 : MOE_ENOMEM;
@@ -275,6 +309,7 @@ static void sim_setup(moe_sim_t *s, const moe_placement_t *p, const moe_topo_t *
     double F = o->ffn ? o->ffn : 4 * H;
     double eb = o->elem_bytes ? o->elem_bytes : h->elem_bytes ? h->elem_bytes : 2;
     s->vec = H * eb;
+    s->H = H;
     s->xbytes = 2 * H * F * eb;
     s->fpt = 4 * H * F;
     s->meta = 4.0 * (3 + 3 * s->K);
@@ -321,6 +356,7 @@ void moe_sim_free(moe_sim_t *s)
     free(s->hop);
     free(s->fwd);
     free(s->src);
+    free(s->own);
     free(s->need);
     for (int k = 0; k < MOE_SIM_SCHEMES; k++)
         free(s->lay[k]);

@@ -30,38 +30,88 @@ static double ctime_of(const moe_sim_t *s, double pairs)
     return s->topo.flops > 0 ? pairs * s->fpt / s->topo.flops : NAN;
 }
 
-static int cmp_u64(const void *a, const void *b)
+static int cmp_dbl(const void *a, const void *b)
 {
-    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    double x = *(const double *)a, y = *(const double *)b;
     return x < y ? -1 : x > y;
 }
 
-/* Seconds of the expert compute of a layer with `load[r]` expert-token pairs on rank r: the
- * most loaded rank's time on its own device; or, when the topology says the ranks of a node
- * share `cores` processors, the node's ranks sharing them equally (processor sharing: while
- * k ranks still compute each runs at min(1, cores / k) x flops), the last node to finish.
- * tmp: room for gpus-per-node counts. */
-static double compute_time(const moe_sim_t *s, const uint64_t *load, uint64_t *tmp)
+/* Seconds of a compute phase in which rank r has work[r] seconds of its own (alone on its
+ * device): the longest; or, when the topology says the ranks of a node share `cores`
+ * processors, the node's ranks sharing them equally (processor sharing: while k ranks still
+ * work each runs at min(1, cores / k) speed), the last node to finish. tmp: gpus-per-node. */
+static double compute_time(const moe_sim_t *s, const double *work, double *tmp)
 {
     double C = s->topo.cores, t = 0;
     if (!(C > 0) || C >= s->gpn) {
-        uint64_t hi = 0;
         for (uint32_t r = 0; r < s->G; r++)
-            hi = load[r] > hi ? load[r] : hi;
-        return ctime_of(s, (double)hi);
+            t = nmax(t, work[r]);
+        return t;
     }
     for (uint32_t n = 0; n < s->N; n++) {
-        memcpy(tmp, load + (size_t)n * s->gpn, s->gpn * sizeof *tmp);
-        qsort(tmp, s->gpn, sizeof *tmp, cmp_u64);
+        memcpy(tmp, work + (size_t)n * s->gpn, s->gpn * sizeof *tmp);
+        qsort(tmp, s->gpn, sizeof *tmp, cmp_dbl);
         double tn = 0, done = 0;
         for (uint32_t i = 0; i < s->gpn; i++) {
             double k = s->gpn - i;
-            tn += ctime_of(s, (double)tmp[i] - done) / fmin(1.0, C / k);
-            done = (double)tmp[i];
+            tn += (tmp[i] - done) / fmin(1.0, C / k);
+            done = tmp[i];
         }
         t = nmax(t, tn);
     }
     return t;
+}
+
+/* Seconds of rank-local memory passes over `bytes` at the topology's hbm-bandwidth (0 when
+ * it is unknown: not counted). */
+static double mtime(const moe_sim_t *s, double bytes)
+{
+    return s->topo.hbm_bw > 0 ? bytes / s->topo.hbm_bw : 0;
+}
+
+/* Transfers a rank sends (dir 0) or receives (1) in phase ph, all classes. */
+static double rows(const moe_acct_rank_t *x, int ph, int dir)
+{
+    const uint64_t *v = dir ? x->recv[ph] : x->sent[ph];
+    return (double)(v[MOE_LINK_INTRA] + v[MOE_LINK_INTER]);
+}
+
+/* Bytes rank r's memory passes touch in one expert-parallel layer, moe-run's kernels at 4
+ * bytes an element in memory and e on the wire: the mixer over the `held` tokens (read,
+ * write), each row sent gathered and packed (8 + 4 + e per element), each received unpacked
+ * into a zeroed partial (e + 4 + 4), each expert-token pair gathered and scatter-added (8 +
+ * 12), each partial sent back gathered and packed, each received unpacked and added (e + 4 +
+ * 12), the `self` rows served in place gathered and added (8 + 12); x: the hop's per-rank
+ * transfers, f: the forwards' (hierarchical) or NULL. */
+static double ep_bytes(const moe_sim_t *s, const moe_acct_rank_t *x, const moe_acct_rank_t *f,
+                       double held, double self, double pairs)
+{
+    double e = s->vec / s->H, H = s->H;
+    double b = 8 * held + (12 + e) * (rows(x, MOE_DISPATCH, 0) + self) +
+               (8 + e) * (rows(x, MOE_DISPATCH, 1) + self) + 20 * pairs +
+               (12 + e) * rows(x, MOE_COMBINE, 0) + (16 + e) * rows(x, MOE_COMBINE, 1) +
+               20 * self;
+    if (f)
+        b += (12 + e) * (rows(f, MOE_DISPATCH, 0) + rows(f, MOE_COMBINE, 0)) +
+             (8 + e) * rows(f, MOE_DISPATCH, 1) + (16 + e) * rows(f, MOE_COMBINE, 1);
+    return b * H;
+}
+
+/* Work of each rank in an expert-parallel layer: its expert FFN plus its memory passes. */
+static void ep_work(const moe_sim_t *s, int scheme, uint32_t j, const moe_acct_rank_t *x,
+                    const moe_acct_rank_t *f, double *work)
+{
+    const uint64_t *load = moe_acct_load(s->acct, scheme, j);
+    for (uint32_t r = 0; r < s->G; r++) {
+        const uint64_t *own = s->own + ((size_t)j * s->G + r) * 3;
+        double held = scheme == MOE_SCHEME_COHERENT ? (double)own[1]
+                                                    : (double)s->src[(size_t)j * s->G + r];
+        double self = scheme == MOE_SCHEME_COHERENT ? (double)own[2] : (double)own[0];
+        double extra = scheme == MOE_SCHEME_COHERENT ? 8 * held * s->H : 0; /* re-homing */
+        work[r] = ctime_of(s, (double)load[r]) +
+                  mtime(s, ep_bytes(s, &x[r], f ? &f[r] : NULL, held, self, (double)load[r]) +
+                               extra);
+    }
 }
 
 /* Peers of a rank on class c. */
@@ -148,16 +198,16 @@ static void add_bytes(const moe_sim_t *s, const moe_acct_rank_t *rk, int ph, moe
 }
 
 /* Vanilla and coherent: dispatch hop, expert compute, combine hop, one after the other. */
-static void two_a2a(const moe_sim_t *s, int scheme, uint32_t j, uint64_t *tmp,
+static void two_a2a(const moe_sim_t *s, int scheme, uint32_t j, double *work,
                     moe_sim_layer_t *o)
 {
     const moe_acct_rank_t *rk = moe_acct_ranks(s->acct, scheme, j);
-    const uint64_t *load = moe_acct_load(s->acct, scheme, j);
-    o->imbalance = skew_of(load, s->G, &o->max_load);
+    o->imbalance = skew_of(moe_acct_load(s->acct, scheme, j), s->G, &o->max_load);
     for (int ph = 0; ph < MOE_PHASES; ph++)
         add_bytes(s, rk, ph, o);
     o->comm = hop(s, rk, MOE_DISPATCH, 1, o) + hop(s, rk, MOE_COMBINE, 1, o);
-    o->compute = compute_time(s, load, tmp);
+    ep_work(s, scheme, j, rk, NULL, work);
+    o->compute = compute_time(s, work, work + s->G);
     o->time = o->comm + o->compute;
 }
 
@@ -178,8 +228,8 @@ static void pipelined(const moe_sim_t *s, uint32_t j, moe_sim_layer_t *o)
 
 /* Hierarchical (moe-run's): the first hop (straight within the node, once per other node to
  * its first serving rank), the forwards inside the receiving nodes and their partials back,
- * then the combine of the first hop; compute as vanilla's. */
-static void hierarchical(const moe_sim_t *s, uint32_t j, moe_sim_layer_t *o)
+ * then the combine of the first hop; vanilla's expert work, the forwards' memory passes. */
+static void hierarchical(const moe_sim_t *s, uint32_t j, double *work, moe_sim_layer_t *o)
 {
     const moe_acct_rank_t *h = s->hop + (size_t)j * s->G, *f = s->fwd + (size_t)j * s->G;
     const moe_sim_layer_t *v = &s->lay[MOE_SIM_VANILLA][j];
@@ -192,7 +242,8 @@ static void hierarchical(const moe_sim_t *s, uint32_t j, moe_sim_layer_t *o)
               hop(s, f, MOE_COMBINE, 1, o) + hop(s, h, MOE_COMBINE, 1, o);
     o->max_load = v->max_load;
     o->imbalance = v->imbalance;
-    o->compute = v->compute;
+    ep_work(s, MOE_SCHEME_VANILLA, j, h, f, work);
+    o->compute = compute_time(s, work, work + s->G);
     o->time = o->comm + o->compute;
 }
 
@@ -249,9 +300,9 @@ static void pull_expert(const moe_sim_t *s, uint32_t j, uint32_t n, uint32_t e,
 /* Data-centric (moe-run's): tokens stay; each rank pulls the experts its tokens need, at most
  * `credits` arriving per round: R = max over ranks of ceil(pulls / credits) rounds of
  * all-to-alls of expert weights, each rank's bytes spread evenly over them; the expert
- * compute of each rank's own tokens after. */
+ * compute of each rank's own tokens and its memory passes after. */
 static void datacentric(const moe_sim_t *s, uint32_t j, uint64_t *held, uint64_t *node,
-                        moe_acct_rank_t *rk, uint64_t *pulls, moe_sim_layer_t *o)
+                        moe_acct_rank_t *rk, uint64_t *pulls, double *work, moe_sim_layer_t *o)
 {
     held_sets(s, j, held, node);
     memset(rk, 0, (size_t)s->G * sizeof *rk);
@@ -271,9 +322,18 @@ static void datacentric(const moe_sim_t *s, uint32_t j, uint64_t *held, uint64_t
     const uint64_t *src = s->src + (size_t)j * s->G;
     o->imbalance = skew_of(src, s->G, &o->max_load);
     o->max_load *= s->k;
-    for (uint32_t r = 0; r < s->G; r++)
-        pulls[r] = src[r] * s->k; /* pairs computed: every expert of the rank's own tokens */
-    o->compute = compute_time(s, pulls, pulls + s->G);
+    /* the rank computes every expert of its own tokens (gather 8, scatter-add 12 bytes an
+     * element a pair), runs the mixer (8) and zeroes and adds its accumulator (4 + 12) over
+     * them, and packs the experts it sends and unpacks those it receives (4 + e bytes an
+     * element each way) */
+    double e = s->vec / s->H, H = s->H, ex = s->xbytes / e;
+    for (uint32_t r = 0; r < s->G; r++) {
+        double pairs = (double)(src[r] * s->k), n = (double)src[r];
+        double b = H * (20 * pairs + 24 * n) +
+                   ex * (4 + e) * (rows(&rk[r], MOE_DISPATCH, 0) + rows(&rk[r], MOE_DISPATCH, 1));
+        work[r] = ctime_of(s, pairs) + mtime(s, b);
+    }
+    o->compute = compute_time(s, work, work + s->G);
     o->time = o->comm + o->compute;
 }
 
@@ -307,26 +367,29 @@ int sim_model(moe_sim_t *s)
 {
     uint64_t *bits = calloc(((size_t)s->G + s->N + 1) * s->W, sizeof *bits);
     moe_acct_rank_t *rk = calloc(s->G, sizeof *rk);
-    uint64_t *pulls = calloc(2 * (size_t)s->G, sizeof *pulls);
-    if (!bits || !rk || !pulls) {
+    uint64_t *pulls = calloc(s->G, sizeof *pulls);
+    double *work = calloc(2 * (size_t)s->G, sizeof *work);
+    if (!bits || !rk || !pulls || !work) {
         free(bits);
         free(rk);
         free(pulls);
+        free(work);
         return MOE_ENOMEM;
     }
     for (uint32_t j = 0; j < s->L; j++) {
-        two_a2a(s, MOE_SCHEME_VANILLA, j, pulls, &s->lay[MOE_SIM_VANILLA][j]);
-        two_a2a(s, MOE_SCHEME_COHERENT, j, pulls, &s->lay[MOE_SIM_COHERENT][j]);
+        two_a2a(s, MOE_SCHEME_VANILLA, j, work, &s->lay[MOE_SIM_VANILLA][j]);
+        two_a2a(s, MOE_SCHEME_COHERENT, j, work, &s->lay[MOE_SIM_COHERENT][j]);
         pipelined(s, j, &s->lay[MOE_SIM_PIPELINED][j]);
         if (s->hop)
-            hierarchical(s, j, &s->lay[MOE_SIM_HIERARCHICAL][j]);
+            hierarchical(s, j, work, &s->lay[MOE_SIM_HIERARCHICAL][j]);
         if (s->need)
-            datacentric(s, j, bits, bits + (size_t)s->G * s->W, rk, pulls,
+            datacentric(s, j, bits, bits + (size_t)s->G * s->W, rk, pulls, work,
                         &s->lay[MOE_SIM_DATACENTRIC][j]);
     }
     iteration(s);
     free(bits);
     free(rk);
     free(pulls);
+    free(work);
     return 0;
 }

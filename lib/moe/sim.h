@@ -35,9 +35,10 @@ extern "C" {
  *
  * Transfer counts are the shared accounting's, so they equal moe-place eval's; the accounting
  * also keeps each rank's sent and received transfers (moe_acct_ranks), so the slowest rank of
- * every all-to-all is the real one. Compute is the most loaded rank's, or, when the topology's
- * ranks share `cores` processors, processor sharing within the node. Every formula is in
- * moe-costmodel(1), SIMULATE.
+ * every all-to-all is the real one. Compute is each rank's expert FFN plus its memory passes
+ * (gathers, packing, scatter-adds at hbm-bandwidth), the slowest rank's, or, when the
+ * topology's ranks share `cores` processors, processor sharing within the node. Every formula
+ * is in moe-costmodel(1), SIMULATE.
  */
 enum moe_sim_scheme {
     MOE_SIM_VANILLA = 0,

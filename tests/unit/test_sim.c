@@ -274,6 +274,19 @@ static void test_sim(void)
         CHECK_NEAR(moe_sim_layer(s, MOE_SIM_VANILLA, 1)->compute, 1.024e-6);
         moe_sim_free(s);
     }
+    /* local memory passes at hbm-bandwidth 1e9 B/s join the expert compute. Vanilla layer 0,
+     * rank 1 (bytes an element, H = 8): mixer 8 over its token; two rows out (the one sent to
+     * rank 2 and its own, served in place) gathered and packed, 16 each; two in unpacked
+     * into zeroed partials, 12 each; two pairs gathered and scatter-added, 20 each; the
+     * partial sent back to rank 0, 16; the one from rank 2 unpacked and added, 20; its own
+     * row added in place, 20: 160 x 8 = 1280 bytes, plus 2 x 512 FLOP */
+    topology(&t, 1);
+    t.hbm_bw = 1e9;
+    s = simulate(p, &t, 0, 1u << MOE_SIM_VANILLA);
+    if (s) {
+        CHECK_NEAR(moe_sim_layer(s, MOE_SIM_VANILLA, 0)->compute, 1.28e-6 + 1.024e-6);
+        moe_sim_free(s);
+    }
     /* a topology of another size */
     moe_topo_uniform(&t, 1, 8);
     moe_sim_opts_t o;
