@@ -17,6 +17,7 @@ ds=$shared/traces/deepseek-v2-lite-chat
 [ -f "$ds/tokens.txt.gz" ] || { echo "bench: $ds/tokens.txt.gz not found" >&2; exit 77; }
 command -v mpirun >/dev/null || { echo "bench: mpirun not found" >&2; exit 77; }
 "$bin/moe-run" --version | grep -q MPI || { echo "bench: moe-run without MPI" >&2; exit 77; }
+start=$(date +%s)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
@@ -85,4 +86,5 @@ sort -n "$tmp/err" | awk '{ v[NR] = $1 } END {
     m = NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2
     printf "# median |predicted - measured| / measured over %d points: %.1f%% (goal <= 15%%: %s)\n",
         NR, 100 * m, m <= 0.15 ? "met" : "MISSED" }'
-echo "# load average at the end: $(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo '?')"
+echo "# load average at the end: $(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo '?');" \
+    "$(($(date +%s) - start)) s in all"
