@@ -69,13 +69,14 @@ for p in contiguous affinity; do
         --dtype bf16 --no-layers --best --plot "$out/schemes-$p.png" "$out/test.moet" \
         "$out/$p.moep" | grep '^#SCHEME\|^SCHEME\|^# best'
 done
+
 say "8. moe-run: the same held-out tokens through real MoE layers on 8 MPI ranks (CPU)"
 if command -v mpirun >/dev/null 2>&1 && moe-run --version | grep -q '(MPI)'; then
     [ "$(id -u)" != 0 ] || export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
     for m in vanilla:contiguous coherent:affinity; do
         run mpirun --oversubscribe -np 8 moe-run --mode "${m%%:*}" --trace "$out/test.moet" \
-            --placement "$out/${m#*:}.moep" --tokens-per-rank 100 --hidden 64 --ffn 64 --iters 1 --warmup 0 \
-            --check --json "$out/run-${m%%:*}.json" | grep -v '^ *[0-9]'
+            --placement "$out/${m#*:}.moep" --tokens-per-rank 100 --hidden 64 --ffn 64 \
+            --iters 1 --warmup 0 --check --json "$out/run-${m%%:*}.json" | grep -v '^ *[0-9]'
     done
     b() { tr ',' '\n' <"$1" | sed -n 's/.*"total_vector_bytes": \([0-9]*\).*/\1/p'; }
     printf 'measured: coherent + affinity sent %s bytes, vanilla + contiguous %s: %s of it\n' \

@@ -664,11 +664,7 @@ int main(int argc, char **argv)
 {
     g_argc = argc;
     g_argv = argv;
-    argv[0] = (char *)prog;
-    moe_log_set_prog(prog);
-    opterr = 0;
-    signal(SIGPIPE, SIG_IGN);
-    moe_ofile_cleanup_on_signal();
+    moe_cli_start(prog, argv);
     int rc;
     if (argc > 1 && strcmp(argv[1], "converge") == 0)
         rc = run_converge(argc - 1, argv + 1);

@@ -1770,11 +1770,7 @@ static int run_mpmoe(int argc, char **argv)
 /* ------------------------------------------------------------------ main */
 
 /* The subcommands; cmd/costmodel_sim.c adds `simulate` and `fit` here. */
-static const struct command {
-    const char *name;
-    int (*run)(int, char **);
-    const char *help;
-} commands[] = {
+static const moe_cli_cmd_t commands[] = {
     {"exflow", run_exflow, "ExFlow Table I: forward volume per scheme, p and p* from a trace"},
     {"monta", run_monta, "MoNTA: AllToAll strategies, chunk search, memory; 'monta plan'"},
     {"mpmoe", run_mpmoe, "MPMoE: memory (eq. 1-6), reuse S1-S4, pipeline phases, best (n, S)"},
@@ -1791,7 +1787,7 @@ static void main_usage(FILE *fp)
           "\n"
           "Commands:\n", fp);
     for (size_t i = 0; i < sizeof commands / sizeof *commands; i++)
-        fprintf(fp, "  %-9s %s\n", commands[i].name, commands[i].help);
+        fprintf(fp, "  %-9s %s\n", commands[i].name, commands[i].summary);
     fputs("\n"
           "Run 'moe-costmodel COMMAND --help' for a command's options.\n"
           "      --help             display this help and exit\n"
@@ -1800,24 +1796,7 @@ static void main_usage(FILE *fp)
 
 int main(int argc, char **argv)
 {
-    argv[0] = (char *)prog;
-    moe_log_set_prog(prog);
-    opterr = 0;
-    signal(SIGPIPE, SIG_IGN);
-    moe_ofile_cleanup_on_signal();
-    int rc = -1;
-    if (argc < 2)
-        rc = usage_error(NULL, "missing command");
-    else if (!strcmp(argv[1], "--help"))
-        main_usage(stdout), rc = 0;
-    else if (!strcmp(argv[1], "--version"))
-        moe_print_version(stdout, prog), rc = 0;
-    for (size_t i = 0; rc < 0 && i < sizeof commands / sizeof *commands; i++)
-        if (!strcmp(argv[1], commands[i].name))
-            rc = commands[i].run(argc - 1, argv + 1);
-    if (rc < 0)
-        rc = usage_error(NULL, "unknown command '%s'", argv[1]);
-    if (moe_close_stdout(prog) && rc == 0)
-        rc = 1;
-    return rc;
+    moe_cli_start(prog, argv);
+    return moe_cli_dispatch(prog, argc, argv, commands, sizeof commands / sizeof *commands,
+                            main_usage);
 }

@@ -983,31 +983,12 @@ static void main_usage(FILE *fp)
 
 int main(int argc, char **argv)
 {
+    static const moe_cli_cmd_t cmds[] = {{"fit", run_fit, NULL}, {"eval", run_eval, NULL},
+                                         {"export", run_export, NULL},
+                                         {"import", run_import, NULL},
+                                         {"check", run_check, NULL}};
     g_argc = argc;
     g_argv = argv;
-    argv[0] = (char *)prog;
-    moe_log_set_prog(prog);
-    opterr = 0;
-    signal(SIGPIPE, SIG_IGN);
-    moe_ofile_cleanup_on_signal();
-    static const struct {
-        const char *name;
-        int (*run)(int, char **);
-    } cmds[] = {{"fit", run_fit}, {"eval", run_eval}, {"export", run_export},
-                {"import", run_import}, {"check", run_check}};
-    int rc = -1;
-    if (argc < 2)
-        rc = usage_error(NULL, "missing command");
-    else if (!strcmp(argv[1], "--help"))
-        main_usage(stdout), rc = 0;
-    else if (!strcmp(argv[1], "--version"))
-        moe_print_version(stdout, prog), rc = 0;
-    for (size_t i = 0; rc < 0 && i < sizeof cmds / sizeof *cmds; i++)
-        if (!strcmp(argv[1], cmds[i].name))
-            rc = cmds[i].run(argc - 1, argv + 1);
-    if (rc < 0)
-        rc = usage_error(NULL, "unknown command '%s'", argv[1]);
-    if (moe_close_stdout(prog) && rc == 0)
-        rc = 1;
-    return rc;
+    moe_cli_start(prog, argv);
+    return moe_cli_dispatch(prog, argc, argv, cmds, sizeof cmds / sizeof *cmds, main_usage);
 }

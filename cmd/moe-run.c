@@ -283,6 +283,7 @@ static int run_main(moe_run_t *r, const args_t *a)
 
 int main(int argc, char **argv)
 {
+    moe_cli_start(prog, argv);
     args_t a;
     /* usage errors are the same on every rank: rank 0 reports them */
     int saved = -1;

@@ -1316,13 +1316,7 @@ static int cmd_import(int argc, char **argv)
 
 /* ------------------------------------------------------------------ main */
 
-typedef struct subcommand {
-    const char *name;
-    int (*run)(int argc, char **argv);
-    const char *summary;
-} subcommand_t;
-
-static const subcommand_t subcommands[] = {
+static const moe_cli_cmd_t subcommands[] = {
     {"gen", cmd_gen, "generate a seeded synthetic trace"},
     {"import", cmd_import, "convert router logs (tokens, JSONL, CSV, npy, Megatron)"},
     {"view", cmd_view, "print a trace as text, or convert between formats"},
@@ -1352,28 +1346,7 @@ int main(int argc, char **argv)
 {
     g_argc = argc;
     g_argv = argv;
-    argv[0] = (char *)prog; /* @PG lines name the tool, not the path it was run by */
-    moe_log_set_prog(prog);
-    opterr = 0; /* our own one-line messages instead of getopt's */
-    signal(SIGPIPE, SIG_IGN); /* EPIPE is handled: a closed reader ends the run quietly */
-    moe_ofile_cleanup_on_signal();
-    if (argc < 2)
-        return usage_error(NULL, "no command given");
-    if (strcmp(argv[1], "--help") == 0) {
-        main_usage(stdout);
-        return moe_close_stdout(prog) ? 1 : 0;
-    }
-    if (strcmp(argv[1], "--version") == 0) {
-        moe_print_version(stdout, prog);
-        return moe_close_stdout(prog) ? 1 : 0;
-    }
-    for (size_t i = 0; i < sizeof subcommands / sizeof *subcommands; i++) {
-        if (strcmp(argv[1], subcommands[i].name) == 0) {
-            int rc = subcommands[i].run(argc - 1, argv + 1);
-            if (moe_close_stdout(prog) && rc == 0)
-                rc = 1;
-            return rc;
-        }
-    }
-    return usage_error(NULL, "unknown command '%s'", argv[1]);
+    moe_cli_start(prog, argv);
+    return moe_cli_dispatch(prog, argc, argv, subcommands,
+                            sizeof subcommands / sizeof *subcommands, main_usage);
 }

@@ -4,6 +4,7 @@
 
 #include <errno.h>
 #include <math.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -216,6 +217,35 @@ int moe_usage_error(const char *prog, const char *sub, const char *fmt, ...)
     fprintf(stderr, "Try '%s%s%s --help' for more information.\n", prog, sub ? " " : "",
             sub ? sub : "");
     return 2;
+}
+
+void moe_cli_start(const char *prog, char **argv)
+{
+    argv[0] = (char *)prog;
+    moe_log_set_prog(prog);
+    opterr = 0;
+    signal(SIGPIPE, SIG_IGN);
+    moe_ofile_cleanup_on_signal();
+}
+
+int moe_cli_dispatch(const char *prog, int argc, char **argv, const moe_cli_cmd_t *cmds,
+                     size_t n, void (*usage)(FILE *))
+{
+    int rc = -1;
+    if (argc < 2)
+        return moe_usage_error(prog, NULL, "missing command");
+    if (!strcmp(argv[1], "--help"))
+        usage(stdout), rc = 0;
+    else if (!strcmp(argv[1], "--version"))
+        moe_print_version(stdout, prog), rc = 0;
+    for (size_t i = 0; rc < 0 && i < n; i++)
+        if (!strcmp(argv[1], cmds[i].name))
+            rc = cmds[i].run(argc - 1, argv + 1);
+    if (rc < 0)
+        return moe_usage_error(prog, NULL, "unknown command '%s'", argv[1]);
+    if (moe_close_stdout(prog) && rc == 0)
+        rc = 1;
+    return rc;
 }
 
 int moe_close_stdout(const char *prog)

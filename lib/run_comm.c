@@ -157,6 +157,19 @@ int run_comm_allgather(moe_run_comm_t *c, const void *send, size_t bytes, void *
     return 0;
 }
 
+void run_comm_version(char *buf, size_t len)
+{
+#ifdef HAVE_MPI
+    char v[MPI_MAX_LIBRARY_VERSION_STRING];
+    int n = 0;
+    MPI_Get_library_version(v, &n);
+    v[strcspn(v, ",\n")] = 0; /* "Open MPI v4.1.4, package: ..." -> "Open MPI v4.1.4" */
+    snprintf(buf, len, "%s", v);
+#else
+    snprintf(buf, len, "no MPI (single rank)");
+#endif
+}
+
 int run_comm_barrier(moe_run_comm_t *c)
 {
     (void)c;

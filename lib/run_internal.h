@@ -44,6 +44,8 @@ int run_comm_alltoallv(moe_run_comm_t *c, const void *send, const size_t *sc, co
                        void *recv, const size_t *rc, const size_t *rd);
 int run_comm_allgather(moe_run_comm_t *c, const void *send, size_t bytes, void *recv);
 int run_comm_barrier(moe_run_comm_t *c);
+/* The MPI library's name and version, for reports. */
+void run_comm_version(char *buf, size_t len);
 
 /* ---- configuration (moe/run.h) */
 typedef moe_run_cfg_t run_cfg_t;

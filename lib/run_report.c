@@ -138,8 +138,10 @@ static void bw(const run_t *r, const sums_t *s, size_t l, double *bytes, double 
 static void header(const run_t *r, FILE *fp)
 {
     fprintf(fp, "# moe-run (moeflow) %s, libmoecore %s\n", PACKAGE_VERSION, moe_version());
-    fprintf(fp, "# ranks %d (%d nodes x %u), backend %s on %s\n", r->G, r->G / (int)r->gpn,
-            r->gpn, r->b->name, r->b->device);
+    char mpi[128];
+    run_comm_version(mpi, sizeof mpi);
+    fprintf(fp, "# ranks %d (%d nodes x %u), backend %s on %s, %s\n", r->G, r->G / (int)r->gpn,
+            r->gpn, r->b->name, r->b->device, mpi);
     fprintf(fp, "# mode %s", moe_run_mode_name(r->cfg.mode));
     if (r->chunks_used)
         fprintf(fp, " (chunks %u%s)", r->chunks_used, r->cfg.chunks ? "" : ", auto");
@@ -220,8 +222,12 @@ static int json_body(const run_t *r, const sums_t *s, moe_textout_t *t, double c
 #define P(...) (rc = rc ? rc : moe_textout_printf(t, __VA_ARGS__))
     P("{\n  \"tool\": \"moe-run\", \"version\": \"%s\", \"ranks\": %d, \"gpus_per_node\": %u,\n",
       PACKAGE_VERSION, r->G, r->gpn);
-    P("  \"backend\": \"%s\", \"mode\": \"%s\", \"chunks\": %u, \"dtype\": \"%s\",\n",
-      r->b->name, moe_run_mode_name(r->cfg.mode), r->chunks_used, moe_dtype_name(r->cfg.dtype));
+    char mpi[128];
+    run_comm_version(mpi, sizeof mpi);
+    P("  \"backend\": \"%s\", \"device\": \"%s\", \"mpi\": \"%s\",\n", r->b->name,
+      r->b->device, mpi);
+    P("  \"mode\": \"%s\", \"chunks\": %u, \"dtype\": \"%s\",\n",
+      moe_run_mode_name(r->cfg.mode), r->chunks_used, moe_dtype_name(r->cfg.dtype));
     P("  \"layers\": %u, \"experts\": %u, \"topk\": %u, \"hidden\": %u, \"ffn\": %u, "
       "\"tokens\": %zu, \"iters\": %d, \"warmup\": %d, \"replayed\": %s,\n",
       r->L, r->E, r->K, r->H, r->F, r->ntok, r->cfg.iters, r->cfg.warmup,

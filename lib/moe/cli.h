@@ -114,6 +114,25 @@ struct moe_textout *moe_cli_text_open(const char *prog, const char *path, char f
  * reporting a failed commit; a reader of standard output that went away is no error. */
 int moe_cli_text_close(const char *prog, struct moe_textout *t, const char *path, int ok);
 
+/* One subcommand of a tool: its name, its entry point (argc/argv start at the subcommand's
+ * name; returns the exit status) and a one-line summary for the tool's --help. */
+typedef struct moe_cli_cmd {
+    const char *name;
+    int (*run)(int argc, char **argv);
+    const char *summary;
+} moe_cli_cmd_t;
+
+/* The start of every tool's main(): argv[0] becomes prog (so @PG lines and messages name the
+ * tool, not the path it ran from), the logger takes prog, getopt stays quiet (the tools print
+ * their own one-line messages), SIGPIPE is ignored (a closed reader is handled as EPIPE) and
+ * temporary outputs are removed on a fatal signal. */
+void moe_cli_start(const char *prog, char **argv);
+/* main() of a tool made of subcommands: `--help` prints usage(stdout), `--version` the version,
+ * a name in cmds[0..n) runs it; anything else is a usage error (status 2). Ends with a checked
+ * close of stdout. Returns the exit status. */
+int moe_cli_dispatch(const char *prog, int argc, char **argv, const moe_cli_cmd_t *cmds,
+                     size_t n, void (*usage)(FILE *));
+
 /* Flush and close stdout, checking for write errors (EPIPE on a closed pipe is not an error for
  * text tools: they exit quietly). Returns 0 or -1 (message printed). */
 int moe_close_stdout(const char *prog);
