@@ -62,7 +62,7 @@ typedef struct moe_acct_opts {
     int source;      /* enum moe_source [AUTO] */
     int matrix;      /* keep the rank x rank transfer matrix per scheme [0] */
     int ranks;       /* keep per-rank sent and received transfers per layer, phase and link
-                      * class (moe_acct_rank; G x L x 128 bytes per scheme) [0] */
+                      * class (moe_acct_ranks; G x L x 128 bytes per scheme) [0] */
 } moe_acct_opts_t;
 
 /* Defaults as marked above. */
