@@ -27,6 +27,7 @@
 enum {
     S_TOPOLOGY = MOE_OPTC_TOOL + 0x80, S_HIDDEN, S_FFN, S_DTYPE, S_CHUNKS, S_SCHEME, S_BEST,
     S_JSON, S_PLOT, S_TOPK, S_SOURCE, S_NO_LAYERS, S_LOADS, S_NCCL, S_CLASS, S_POINTS, S_TOL,
+    S_CREDITS, S_RANKS,
 };
 
 static const struct option sim_long[] = {
@@ -36,13 +37,14 @@ static const struct option sim_long[] = {
     {"best", no_argument, 0, S_BEST}, {"json", no_argument, 0, S_JSON},
     {"plot", required_argument, 0, S_PLOT}, {"topk", required_argument, 0, S_TOPK},
     {"source", required_argument, 0, S_SOURCE}, {"no-layers", no_argument, 0, S_NO_LAYERS},
-    {"loads", no_argument, 0, S_LOADS}, MOE_OPTS_LONG, {0, 0, 0, 0}};
+    {"loads", no_argument, 0, S_LOADS}, {"credits", required_argument, 0, S_CREDITS},
+    {"ranks", no_argument, 0, S_RANKS}, MOE_OPTS_LONG, {0, 0, 0, 0}};
 
 typedef struct sim_cfg {
     moe_opts_t o;
     const char *topology, *plot;
     moe_sim_opts_t so;
-    int best, json, no_layers, loads;
+    int best, json, no_layers, loads, ranks;
 } sim_cfg_t;
 
 static void sim_usage(FILE *fp)
@@ -57,6 +59,7 @@ static void sim_usage(FILE *fp)
           "      --dtype=D          fp32, bf16 or fp16: bytes sent per element and per expert\n"
           "                         weight [the trace's element bytes, else bf16]\n"
           "      --chunks=N         chunks of the pipelined scheme [4]\n"
+          "      --credits=C        data-centric: experts arriving at a rank per round [4]\n"
           "      --scheme=LIST      all, or comma-separated vanilla, coherent, pipelined,\n"
           "                         hierarchical, datacentric [all]\n"
           "      --best             rank the schemes and explain the choice\n"
@@ -64,6 +67,7 @@ static void sim_usage(FILE *fp)
           "      --source=S         source ranks: auto, recorded, sequence or token [auto]\n"
           "      --no-layers        leave out the per-layer lines\n"
           "      --loads            add the expert-token load of every rank and layer\n"
+          "      --ranks            add the bytes every rank sends and receives per scheme\n"
           "      --json             write JSON instead of the table\n"
           "      --plot=FILE        draw per-scheme bars of the time (SVG if FILE ends in .svg,\n"
           "                         else PNG)\n"
@@ -106,6 +110,8 @@ static int sim_opt(int c, const char *arg, sim_cfg_t *g)
     case S_HIDDEN: return sim_u32(arg, 1, 1u << 24, "hidden size", &g->so.hidden);
     case S_FFN: return sim_u32(arg, 1, 1u << 24, "expert inner size", &g->so.ffn);
     case S_CHUNKS: return sim_u32(arg, 1, 4096, "chunk count", &g->so.chunks);
+    case S_CREDITS: return sim_u32(arg, 1, 65536, "credit count", &g->so.credits);
+    case S_RANKS: g->ranks = 1; return 0;
     case S_TOPK: return sim_u32(arg, 1, MOE_TRACE_MAX_TOPK, "top-k", &g->so.acct.topk);
     case S_BEST: g->best = 1; return 0;
     case S_JSON: g->json = 1; return 0;
@@ -272,6 +278,34 @@ static int table_loads(moe_textout_t *out, const moe_sim_t *s, uint32_t L, uint3
     return rc;
 }
 
+/* A rank's payload bytes in a scheme: sent intra, sent inter, received intra, received inter,
+ * both phases; 0 with all zero for schemes without per-rank transfers. */
+static int rank_bytes(const moe_sim_t *s, int k, uint32_t r, double *b)
+{
+    moe_acct_rank_t x;
+    if (moe_sim_rank_xfer(s, k, r, &x))
+        return -1;
+    for (int d = 0; d < 4; d++) {
+        const uint64_t(*v)[MOE_LINK_CLASSES] = d < 2 ? x.sent : x.recv;
+        int c = d % 2 ? MOE_LINK_INTER : MOE_LINK_INTRA;
+        b[d] = (double)(v[MOE_DISPATCH][c] + v[MOE_COMBINE][c]) * moe_sim_vector_bytes(s);
+    }
+    return 0;
+}
+
+static int table_ranks(moe_textout_t *out, const moe_sim_t *s, uint32_t G)
+{
+    int rc = moe_textout_printf(out, "#RANK\tscheme\trank\tsent_intra_bytes\t"
+                                "sent_inter_bytes\trecv_intra_bytes\trecv_inter_bytes\n");
+    double b[4];
+    for (int k = 0; k < MOE_SIM_SCHEMES && !rc; k++)
+        for (uint32_t r = 0; r < G && !rc; r++)
+            if (!rank_bytes(s, k, r, b))
+                rc = moe_textout_printf(out, "RANK\t%s\t%u\t%.0f\t%.0f\t%.0f\t%.0f\n",
+                                        moe_sim_scheme_name(k), r, b[0], b[1], b[2], b[3]);
+    return rc;
+}
+
 static int table_best(moe_textout_t *out, const moe_sim_t *s)
 {
     int order[MOE_SIM_SCHEMES];
@@ -308,6 +342,8 @@ static int write_table(moe_textout_t *out, const moe_sim_t *s, const sim_cfg_t *
         rc = table_layers(out, s, p->layers);
     if (!rc && g->loads)
         rc = table_loads(out, s, p->layers, p->ranks);
+    if (!rc && g->ranks)
+        rc = table_ranks(out, s, p->ranks);
     return rc || !g->best ? rc : table_best(out, s);
 }
 
@@ -387,6 +423,27 @@ static int json_best(moe_textout_t *out, const moe_sim_t *s)
     return rc ? rc : moe_textout_printf(out, "\"}");
 }
 
+/* "rank_bytes": per scheme with per-rank transfers, [sent intra, sent inter, recv intra,
+ * recv inter] per rank. */
+static int json_ranks(moe_textout_t *out, const moe_sim_t *s, uint32_t G)
+{
+    int rc = moe_textout_printf(out, ",\n \"rank_bytes\": {"), first = 1;
+    double b[4];
+    for (int k = 0; k < MOE_SIM_SCHEMES && !rc; k++) {
+        if (rank_bytes(s, k, 0, b))
+            continue;
+        rc = moe_textout_printf(out, "%s\"%s\": [", first ? "" : ", ", moe_sim_scheme_name(k));
+        first = 0;
+        for (uint32_t r = 0; r < G && !rc; r++) {
+            rank_bytes(s, k, r, b);
+            rc = moe_textout_printf(out, "%s[%.0f, %.0f, %.0f, %.0f]", r ? ", " : "", b[0], b[1],
+                                    b[2], b[3]);
+        }
+        rc = rc ? rc : moe_textout_printf(out, "]");
+    }
+    return rc ? rc : moe_textout_printf(out, "}");
+}
+
 static int write_json(moe_textout_t *out, const moe_sim_t *s, const sim_cfg_t *g,
                       const moe_placement_t *p, const moe_topo_t *t)
 {
@@ -403,6 +460,8 @@ static int write_json(moe_textout_t *out, const moe_sim_t *s, const sim_cfg_t *g
             first = 0;
         }
     rc = rc ? rc : moe_textout_printf(out, "}");
+    if (!rc && g->ranks)
+        rc = json_ranks(out, s, p->ranks);
     if (!rc && g->best)
         rc = json_best(out, s);
     return rc ? rc : moe_textout_printf(out, "}\n");

@@ -15,11 +15,12 @@
 struct moe_acct {
     const moe_placement_t *p;
     uint32_t L, E, K, k, G, gpn;
-    int source, weights, matrix;
+    int source, weights, matrix, ranks;
     uint64_t tokens;
     moe_acct_layer_t *layer[MOE_SCHEMES];  /* [L] */
     uint64_t *load[MOE_SCHEMES];           /* [L][G] */
     uint64_t *mat[MOE_SCHEMES];            /* [G][G] or NULL */
+    moe_acct_rank_t *rk[MOE_SCHEMES];      /* [L][G] or NULL */
     moe_route_t *route;                    /* per-token scratch */
 };
 
@@ -43,7 +44,7 @@ int moe_scheme_parse(const char *s)
 }
 
 static moe_acct_t *acct_alloc(const moe_placement_t *p, uint32_t K, uint32_t k, uint32_t gpn,
-                              int matrix)
+                              int matrix, int ranks)
 {
     moe_acct_t *a = calloc(1, sizeof *a);
     if (!a)
@@ -56,12 +57,15 @@ static moe_acct_t *acct_alloc(const moe_placement_t *p, uint32_t K, uint32_t k, 
     a->G = p->ranks;
     a->gpn = gpn;
     a->matrix = matrix;
+    a->ranks = ranks;
     int ok = (a->route = malloc(sizeof *a->route)) != NULL;
     for (int s = 0; s < MOE_SCHEMES && ok; s++) {
         ok = (a->layer[s] = calloc(a->L, sizeof *a->layer[s])) &&
              (a->load[s] = calloc((size_t)a->L * a->G, sizeof *a->load[s]));
         if (ok && matrix)
             ok = (a->mat[s] = calloc((size_t)a->G * a->G, sizeof *a->mat[s])) != NULL;
+        if (ok && ranks)
+            ok = (a->rk[s] = calloc((size_t)a->L * a->G, sizeof *a->rk[s])) != NULL;
     }
     if (!ok) {
         moe_acct_free(a);
@@ -96,7 +100,7 @@ moe_acct_t *moe_acct_new(const moe_placement_t *p, const moe_topo_t *topo,
         source = h->ranks == p->ranks ? MOE_SOURCE_RECORDED : MOE_SOURCE_SEQUENCE;
     uint32_t k = o->topk ? o->topk : h->topk;
     moe_acct_t *a = acct_alloc(p, h->topk, k, topo ? topo->gpus_per_node : p->gpus_per_node,
-                               o->matrix);
+                               o->matrix, o->ranks);
     if (!a) {
         *status = MOE_ENOMEM;
         snprintf(errbuf, errlen, "%s", moe_strerror(MOE_ENOMEM));
@@ -116,6 +120,7 @@ void moe_acct_free(moe_acct_t *a)
         free(a->layer[s]);
         free(a->load[s]);
         free(a->mat[s]);
+        free(a->rk[s]);
     }
     free(a->route);
     free(a);
@@ -256,21 +261,32 @@ static void count_layer(moe_acct_t *a, int scheme, uint32_t j, const moe_route_t
     moe_acct_layer_t *c = &a->layer[scheme][j];
     uint64_t *load = a->load[scheme] + (size_t)j * a->G;
     uint64_t *mat = a->mat[scheme];
+    moe_acct_rank_t *rk = a->rk[scheme] ? a->rk[scheme] + (size_t)j * a->G : NULL;
     uint32_t moved = 0;
     c->cells++;
     for (uint32_t i = 0; i < rt->nranks; i++) {
         uint32_t r = rt->ranks[i];
         load[r] += rt->count[i];
         if (r != from) {
-            c->xfer[MOE_DISPATCH][link_of(a, from, r)]++;
+            int k = link_of(a, from, r);
+            c->xfer[MOE_DISPATCH][k]++;
             if (mat)
                 mat[(size_t)from * a->G + r]++;
+            if (rk) {
+                rk[from].sent[MOE_DISPATCH][k]++;
+                rk[r].recv[MOE_DISPATCH][k]++;
+            }
             moved++;
         }
         if (r != to) {
-            c->xfer[MOE_COMBINE][link_of(a, r, to)]++;
+            int k = link_of(a, r, to);
+            c->xfer[MOE_COMBINE][k]++;
             if (mat)
                 mat[(size_t)r * a->G + to]++;
+            if (rk) {
+                rk[r].sent[MOE_COMBINE][k]++;
+                rk[to].recv[MOE_COMBINE][k]++;
+            }
             moved++;
         }
     }
@@ -303,7 +319,8 @@ int moe_acct_token(moe_acct_t *a, const uint16_t *ids, const float *weights, uin
 
 int moe_acct_merge(moe_acct_t *a, const moe_acct_t *b)
 {
-    if (a->L != b->L || a->G != b->G || (a->matrix != 0) != (b->matrix != 0))
+    if (a->L != b->L || a->G != b->G || (a->matrix != 0) != (b->matrix != 0) ||
+        (a->ranks != 0) != (b->ranks != 0))
         return MOE_ESHAPE;
     for (int s = 0; s < MOE_SCHEMES; s++) {
         uint64_t *x = (uint64_t *)a->layer[s];
@@ -314,6 +331,11 @@ int moe_acct_merge(moe_acct_t *a, const moe_acct_t *b)
             a->load[s][i] += b->load[s][i];
         for (size_t i = 0; a->matrix && i < (size_t)a->G * a->G; i++)
             a->mat[s][i] += b->mat[s][i];
+        uint64_t *rx = (uint64_t *)a->rk[s];
+        const uint64_t *ry = (const uint64_t *)b->rk[s];
+        size_t nr = a->ranks ? (size_t)a->L * a->G * (sizeof(moe_acct_rank_t) / sizeof *rx) : 0;
+        for (size_t i = 0; i < nr; i++)
+            rx[i] += ry[i];
     }
     a->tokens += b->tokens;
     return 0;
@@ -360,7 +382,7 @@ int moe_acct_scan(moe_acct_t *a, moe_trace_map_t *m,
     c.w[0] = a;
     int rc = 0;
     for (int i = 1; i < nw && !rc; i++) {
-        c.w[i] = acct_alloc(a->p, a->K, a->k, a->gpn, a->matrix);
+        c.w[i] = acct_alloc(a->p, a->K, a->k, a->gpn, a->matrix, a->ranks);
         if (!c.w[i])
             rc = MOE_ENOMEM;
         else {
@@ -427,6 +449,13 @@ uint64_t moe_acct_matrix(const moe_acct_t *a, int scheme, uint32_t src, uint32_t
 {
     return a->mat[scheme] && src < a->G && dst < a->G ? a->mat[scheme][(size_t)src * a->G + dst]
                                                        : 0;
+}
+
+const moe_acct_rank_t *moe_acct_ranks(const moe_acct_t *a, int scheme, uint32_t layer)
+{
+    if (scheme < 0 || scheme >= MOE_SCHEMES || layer >= a->L || !a->rk[scheme])
+        return NULL;
+    return a->rk[scheme] + (size_t)layer * a->G;
 }
 
 double moe_acct_per_token_layer(const moe_acct_t *a, int scheme)

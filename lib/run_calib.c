@@ -56,8 +56,10 @@ static double time_alltoall(run_t *r, int c, size_t n, uint32_t *peers)
     return t[REPS / 2];
 }
 
-/* Fit one link class: latency = the smallest size's time, bandwidth = the best rate once the
- * latency is taken off, efficiency(n) = what size n achieved of it. Every rank takes part. */
+/* Fit one link class: latency = the smallest sizes' time, bandwidth = the best rate once the
+ * latency is taken off, efficiency(n) = what size n achieved of it, n being the bytes one rank
+ * sends in the collective (peers x per-peer size), as moe-costmodel and nccl-tests' size
+ * column index curves. Every rank takes part. */
 static void fit_link(run_t *r, int c, moe_link_t *lk, double *raw)
 {
     double sz[NSIZES], rate[NSIZES], best = 0;
@@ -68,18 +70,22 @@ static void fit_link(run_t *r, int c, moe_link_t *lk, double *raw)
     }
     double peers_d = peers;
     RUN_CK(r, run_comm_allreduce(r->comm, &peers_d, 1, MOE_RUN_MAX));
-    lk->latency = raw[0];
+    /* the latency is the least of the three smallest sizes' times (one of them alone is at
+     * the mercy of a stray preemption); only sizes taking at least twice as long set the
+     * bandwidth, so that a rate is not a small difference of two noisy times */
+    lk->latency = fmin(raw[0], fmin(raw[1], raw[2]));
     for (int i = 0; i < NSIZES; i++) {
         double dt = raw[i] - lk->latency;
         rate[i] = dt > 0 ? peers_d * sz[i] / dt : 0;
-        best = fmax(best, rate[i]);
+        if (raw[i] >= 2 * lk->latency)
+            best = fmax(best, rate[i]);
     }
     lk->bw = best;
     lk->npoints = 0;
     for (int i = 0; i < NSIZES && best > 0; i++) {
         if (rate[i] <= 0)
             continue;
-        lk->size[lk->npoints] = sz[i];
+        lk->size[lk->npoints] = peers_d * sz[i];
         lk->eff[lk->npoints++] = fmin(1, fmax(1e-6, rate[i] / best));
     }
 }
@@ -118,23 +124,52 @@ static double time_copy(run_t *r, size_t n)
     return best;
 }
 
-/* FLOP/s of the expert FFN (4 H F per row) on 256 rows, best of REPS. */
-static double ffn_rate(run_t *r)
+/* Seconds of the expert FFN on n rows spread over g experts of distinct weights (x: rows,
+ * outputs, then the weights): on every rank at once (all), or on rank 0 while the others wait
+ * (alone); from a barrier to the barrier after it, the slowest rank's time, best of REPS. */
+static double ffn_time(run_t *r, size_t n, size_t g, float *x, int all)
 {
-    size_t H = r->H, F = r->F, n = 256;
-    float *x = run_dbuf(r, &r->d[42], (2 * n * H + 2 * H * F) * sizeof *x);
-    RUN_CK(r, r->b->ops->zero(r->b, x, (2 * n * H + 2 * H * F) * sizeof *x));
-    const float *W1[1] = {x + 2 * n * H}, *W2[1] = {x + 2 * n * H + H * F};
-    size_t off[2] = {0, n};
+    size_t H = r->H, F = r->F;
+    const float **W = run_hbuf(r, 45, 2 * g * sizeof *W);
+    size_t *off = run_hbuf(r, 44, (g + 1) * sizeof *off);
+    for (size_t e = 0; e < g; e++) {
+        W[e] = x + 2 * n * H + e * 2 * H * F;
+        W[g + e] = W[e] + H * F;
+        off[e] = n * e / g;
+    }
+    off[g] = n;
     double best = INFINITY;
     for (int i = 0; i < REPS; i++) {
+        RUN_CK(r, r->b->ops->barrier(r->b));
         double t0 = now(r);
-        RUN_CK(r, r->b->ops->ffn_grouped(r->b, x, 1, off, r->H, r->F, W1, W2, x + n * H));
-        best = fmin(best, now(r) - t0);
+        if (all || r->me == 0)
+            RUN_CK(r, r->b->ops->ffn_grouped(r->b, x, (uint32_t)g, off, r->H, r->F, W, W + g,
+                                             x + n * H));
+        RUN_CK(r, r->b->ops->barrier(r->b));
+        double t = now(r) - t0;
+        RUN_CK(r, run_comm_allreduce(r->comm, &t, 1, MOE_RUN_MAX));
+        best = fmin(best, t);
     }
-    double rate = 4.0 * H * F * n / best;
-    RUN_CK(r, run_comm_allreduce(r->comm, &rate, 1, MOE_RUN_MIN));
-    return rate;
+    return best;
+}
+
+/* The FFN rate of one rank computing alone (FLOP/s, 4 H F per row) into t->flops, as in a
+ * run: the rank's E / G experts (distinct weights), about 2^26 / (H F) rows among them so that
+ * a phase spans many scheduler time slices; and when the ranks of a node run slower all at
+ * once than one alone (CPU ranks sharing cores), the processors they share, gpus-per-node x
+ * (time alone) / (time all at once), into t->cores. */
+static void ffn_rates(run_t *r, moe_topo_t *t)
+{
+    size_t H = r->H, F = r->F, n = ((size_t)1 << 26) / (H * F);
+    size_t g = (r->E + (size_t)r->G - 1) / (size_t)r->G;
+    n = n < 16 * g ? 16 * g : n > 4096 ? 4096 : n;
+    size_t bytes = (2 * n * H + 2 * H * F * g) * sizeof(float);
+    float *x = run_dbuf(r, &r->d[42], bytes);
+    RUN_CK(r, r->b->ops->zero(r->b, x, bytes));
+    double alone = ffn_time(r, n, g, x, 0), all = ffn_time(r, n, g, x, 1);
+    t->flops = 4.0 * H * F * n / alone;
+    double cores = r->gpn * alone / all;
+    t->cores = cores < 0.9 * r->gpn ? cores : 0;
 }
 
 int run_calibrate(run_t *r, const char *out, char *errbuf, size_t errlen)
@@ -153,7 +188,7 @@ int run_calibrate(run_t *r, const char *out, char *errbuf, size_t errlen)
         cp[i] = time_copy(r, (size_t)(64.0 * pow(4, i)) * 16);
     }
     t.hbm_bw = 64.0 * pow(4, NSIZES - 1) * 16 / cp[NSIZES - 1];
-    t.flops = ffn_rate(r);
+    ffn_rates(r, &t);
     moe_topo_update_cost(&t);
     if (r->me)
         return 0;
@@ -173,10 +208,12 @@ int run_calibrate(run_t *r, const char *out, char *errbuf, size_t errlen)
       r->G / (int)r->gpn, r->gpn, r->b->name, r->b->device);
     P("# link latency: the time of an all-to-all of 64-byte messages to every peer of the\n"
       "# class; bandwidth: per rank and direction, the best of (peers x size) / (time -\n"
-      "# latency); efficiency: each size's share of it (size = bytes per peer).\n"
-      "# flops: the expert FFN (4 H F per row, H %u, F %u) on 256 rows; hbm-bandwidth:\n"
-      "# local copies.\n#\n# size_B alltoall_intra_s alltoall_inter_s allgather_s copy16x_s\n",
-      r->H, r->F);
+      "# latency); efficiency: each size's share of it (size = bytes a rank sends in the\n"
+      "# collective, peers x size_B). flops: the expert FFN (4 H F per row, H %u, F %u, the\n"
+      "# rank's %u experts) of one rank alone; cores: the processors a node's ranks share\n"
+      "# (when all at once run slower); hbm-bandwidth: local copies.\n#\n"
+      "# size_B (per peer) alltoall_intra_s alltoall_inter_s allgather_s copy16x_s\n",
+      r->H, r->F, (r->E + (uint32_t)r->G - 1) / (uint32_t)r->G);
     for (int i = 0; i < NSIZES; i++)
         P("# %.0f %.3e %.3e %.3e %.3e\n", 64.0 * pow(4, i), raw[0][i], raw[1][i], ag[i],
           cp[i]);

@@ -34,14 +34,16 @@ int moe_sim_scheme_parse(const char *name)
 
 /* ------------------------------------------------------------------ per-worker state */
 
-/* What one worker accumulates: the accounting at rank and node level, tokens per source rank
- * and layer, and the experts each rank's tokens need per layer (data-centric). */
+/* What one worker accumulates: the accounting (with per-rank counts), the hierarchical
+ * scheme's per-rank counts, tokens per source rank and layer, and the experts each rank's
+ * tokens need per layer (data-centric). */
 typedef struct worker {
-    moe_acct_t *a, *na;
-    uint64_t *src;  /* [L][G] */
-    uint64_t *need; /* [L][G][W] bitsets, or NULL */
-    uint16_t *pick; /* [k] scratch */
-    float *pw;      /* [k] */
+    moe_acct_t *a;
+    moe_acct_rank_t *hop, *fwd; /* [L][G] or NULL */
+    uint64_t *src;              /* [L][G] */
+    uint64_t *own;              /* [L][G][3] */
+    uint64_t *need;             /* [L][G][W] bitsets, or NULL */
+    moe_route_t rt;
 } worker_t;
 
 typedef struct scan {
@@ -54,77 +56,96 @@ typedef struct scan {
 
 static void worker_free(worker_t *w, int first)
 {
-    if (!first) {
-        moe_acct_free(w->a);
-        moe_acct_free(w->na);
-        free(w->src);
-        free(w->need);
-    }
-    free(w->pick);
-    free(w->pw);
+    if (first)
+        return;
+    moe_acct_free(w->a);
+    free(w->hop);
+    free(w->fwd);
+    free(w->src);
+    free(w->own);
+    free(w->need);
 }
 
 static int worker_init(moe_sim_t *s, const moe_trace_hdr_t *h, worker_t *w, int first)
 {
     char err[256];
     int st = 0;
+    size_t LG = (size_t)s->L * s->G;
     memset(w, 0, sizeof *w);
-    w->pick = calloc(s->k, sizeof *w->pick);
-    w->pw = calloc(s->k, sizeof *w->pw);
-    if (!w->pick || !w->pw)
-        return MOE_ENOMEM;
     if (first) {
         w->a = s->acct;
-        w->na = s->nacct;
+        w->hop = s->hop;
+        w->fwd = s->fwd;
         w->src = s->src;
+        w->own = s->own;
         w->need = s->need;
         return 0;
     }
     w->a = moe_acct_new(s->p, &s->topo, h, &s->aopts, &st, err, sizeof err);
-    if (w->a && s->np)
-        w->na = moe_acct_new(s->np, NULL, h, &s->naopts, &st, err, sizeof err);
-    w->src = calloc((size_t)s->L * s->G, sizeof *w->src);
+    if (s->hop) {
+        w->hop = calloc(LG, sizeof *w->hop);
+        w->fwd = calloc(LG, sizeof *w->fwd);
+    }
+    w->src = calloc(LG, sizeof *w->src);
+    w->own = calloc(3 * LG, sizeof *w->own);
     if (s->need)
         w->need = calloc(sim_need_words(s), sizeof *w->need);
-    if (!w->a || (s->np && !w->na) || !w->src || (s->need && !w->need))
+    if (!w->a || (s->hop && (!w->hop || !w->fwd)) || !w->src || !w->own ||
+        (s->need && !w->need))
         return st ? st : MOE_ENOMEM;
     return 0;
 }
 
-/* The experts of a cell the accounting uses: the first k, or the k heaviest (stable) when the
- * trace has weights and k < K -- moe/acct.h's rule. Returns 0 for a missing cell. */
-static uint32_t cell_experts(const moe_sim_t *s, worker_t *w, const uint16_t *ids, const float *wt)
+static void xfer(moe_acct_rank_t *rk, int ph, int c, uint32_t from, uint32_t to)
 {
-    if (ids[0] == MOE_EXPERT_NONE)
-        return 0;
-    if (s->k == s->K || !wt) {
-        memcpy(w->pick, ids, s->k * sizeof *ids);
-        return s->k;
-    }
-    uint32_t n = 0;
-    for (uint32_t i = 0; i < s->K; i++) {
-        if (n == s->k && !(wt[i] > w->pw[s->k - 1]))
-            continue;
-        uint32_t at = n < s->k ? n++ : s->k - 1;
-        while (at > 0 && wt[i] > w->pw[at - 1]) {
-            w->pick[at] = w->pick[at - 1];
-            w->pw[at] = w->pw[at - 1];
-            at--;
-        }
-        w->pick[at] = ids[i];
-        w->pw[at] = wt[i];
-    }
-    return s->k;
+    rk[from].sent[ph][c]++;
+    rk[to].recv[ph][c]++;
 }
 
-/* Source rank of a token, moe/acct.h's rule; UINT32_MAX for a recorded rank out of range. */
-static uint32_t source_rank(const moe_sim_t *s, uint64_t token, uint32_t seq, uint32_t rank)
+/* moe-run's hierarchical routes of one cell from source rank s: straight to each serving rank
+ * of s's node; to the first serving rank of each other node (inter-node), which forwards the
+ * token to that node's other serving ranks (intra-node) and returns one combined partial. */
+static void hier_cell(const moe_sim_t *s, worker_t *w, uint32_t j, uint32_t src)
 {
-    switch (s->source) {
-    case MOE_SOURCE_RECORDED: return rank < s->G ? rank : UINT32_MAX;
-    case MOE_SOURCE_TOKEN: return (uint32_t)(token % s->G);
-    default: return seq % s->G;
+    const moe_route_t *rt = &w->rt;
+    moe_acct_rank_t *hop = w->hop + (size_t)j * s->G, *fwd = w->fwd + (size_t)j * s->G;
+    for (uint32_t q = 0; q < rt->nranks; q++) {
+        uint32_t d = rt->ranks[q], q0 = 0;
+        if (d == src)
+            continue;
+        int c = moe_topo_class(&s->topo, src, d);
+        while (rt->ranks[q0] / s->gpn != d / s->gpn)
+            q0++;
+        if (c == MOE_LINK_INTRA || q0 == q) {
+            xfer(hop, MOE_DISPATCH, c, src, d);
+            xfer(hop, MOE_COMBINE, c, d, src);
+        } else {
+            xfer(fwd, MOE_DISPATCH, MOE_LINK_INTRA, rt->ranks[q0], d);
+            xfer(fwd, MOE_COMBINE, MOE_LINK_INTRA, d, rt->ranks[q0]);
+        }
     }
+}
+
+/* Is rank x among the route's serving ranks? */
+static int serves(const moe_route_t *rt, uint32_t x)
+{
+    for (uint32_t i = 0; i < rt->nranks; i++)
+        if (rt->ranks[i] == x)
+            return 1;
+    return 0;
+}
+
+/* The coherent scheme's route of a cell from home *h (as moe_acct_token takes it): the home
+ * holds the token, serves it itself or not, and moves to the route's new home. */
+static void coherent_cell(const moe_sim_t *s, worker_t *w, uint32_t j, const uint16_t *ids,
+                          const float *wt, uint64_t token, uint32_t *h)
+{
+    moe_route_t rt;
+    moe_acct_route(w->a, j, ids, wt, *h, token, &rt);
+    uint64_t *o = w->own + ((size_t)j * s->G + *h) * 3;
+    o[1]++;
+    o[2] += serves(&rt, *h);
+    *h = rt.home;
 }
 
 static int scan_token(scan_t *c, worker_t *w, const moe_trace_batch_t *b, size_t r)
@@ -133,25 +154,30 @@ static int scan_token(scan_t *c, worker_t *w, const moe_trace_batch_t *b, size_t
     size_t LK = (size_t)s->L * s->K;
     const uint16_t *ids = b->ids + r * LK;
     const float *wt = b->weights ? b->weights + r * LK : NULL;
-    uint32_t src = source_rank(s, b->token[r], b->seq[r], b->rank[r]);
+    uint32_t src = moe_acct_source(w->a, b->token[r], b->seq[r], b->rank[r]);
     if (src == UINT32_MAX)
         return moe_trace_map_fail(c->m, MOE_ERANGE,
                                   "token %" PRIu64 ": recorded source rank %u out of range "
                                   "(%u ranks; --source sequence ignores it)",
                                   b->token[r], b->rank[r], s->G);
     int rc = moe_acct_token(w->a, ids, wt, b->token[r], b->seq[r], b->rank[r]);
-    if (!rc && w->na)
-        rc = moe_acct_token(w->na, ids, wt, b->token[r], b->seq[r], src / s->gpn);
+    uint32_t h = src;
     for (uint32_t j = 0; j < s->L && !rc; j++) {
-        uint32_t n = cell_experts(s, w, ids + (size_t)j * s->K, wt ? wt + (size_t)j * s->K : NULL);
+        const uint16_t *cid = ids + (size_t)j * s->K;
+        const float *cw = wt ? wt + (size_t)j * s->K : NULL;
+        uint32_t n = moe_acct_route(w->a, j, cid, cw, src, b->token[r], &w->rt);
         if (!n)
             continue;
         w->src[(size_t)j * s->G + src]++;
+        w->own[((size_t)j * s->G + src) * 3] += serves(&w->rt, src);
+        coherent_cell(s, w, j, cid, cw, b->token[r], &h);
+        if (w->hop)
+            hier_cell(s, w, j, src);
         if (!w->need)
             continue;
         uint64_t *bits = w->need + ((size_t)j * s->G + src) * s->W;
         for (uint32_t i = 0; i < n; i++)
-            bits[w->pick[i] >> 6] |= 1ull << (w->pick[i] & 63);
+            bits[w->rt.expert[i] >> 6] |= 1ull << (w->rt.expert[i] & 63);
     }
     return rc;
 }
@@ -167,19 +193,32 @@ static int scan_batch(void *arg, int worker, moe_trace_batch_t *b)
     return 0;
 }
 
+static void add_ranks(moe_acct_rank_t *a, const moe_acct_rank_t *b, size_t n)
+{
+    uint64_t *x = (uint64_t *)a;
+    const uint64_t *y = (const uint64_t *)b;
+    for (size_t i = 0; i < n * (sizeof *a / sizeof *x); i++)
+        x[i] += y[i];
+}
+
 /* Fold the workers into the first one (integer sums and ORs: independent of the order). */
 static int scan_merge(scan_t *c)
 {
     moe_sim_t *s = c->s;
+    size_t LG = (size_t)s->L * s->G;
     for (int i = 1; i < c->nw; i++) {
         worker_t *w = &c->w[i];
         int rc = moe_acct_merge(s->acct, w->a);
-        if (!rc && s->nacct)
-            rc = moe_acct_merge(s->nacct, w->na);
         if (rc)
             return rc;
-        for (size_t x = 0; x < (size_t)s->L * s->G; x++)
+        if (s->hop) {
+            add_ranks(s->hop, w->hop, LG);
+            add_ranks(s->fwd, w->fwd, LG);
+        }
+        for (size_t x = 0; x < LG; x++)
             s->src[x] += w->src[x];
+        for (size_t x = 0; x < 3 * LG; x++)
+            s->own[x] += w->own[x];
         for (size_t x = 0; s->need && x < sim_need_words(s); x++)
             s->need[x] |= w->need[x];
     }
@@ -211,24 +250,6 @@ static int scan_trace(moe_sim_t *s, moe_trace_map_t *m, const moe_trace_hdr_t *h
 
 /* ------------------------------------------------------------------ set-up */
 
-/* The placement folded to one rank per node: expert e on node n if any GPU of n holds it. The
- * accounting on it counts a token once per node (the hierarchical scheme's inter-node hops). */
-static moe_placement_t *node_placement(const moe_placement_t *p, uint32_t gpn, int *status)
-{
-    uint32_t N = p->ranks / gpn;
-    moe_placement_t *np = moe_placement_new(p->layers, p->experts, N, 1, p->capacity * gpn,
-                                            p->maxrep, status);
-    for (uint32_t l = 0; np && l < p->layers; l++)
-        for (uint32_t e = 0; e < p->experts; e++) {
-            uint32_t n;
-            const uint16_t *rk = moe_placement_ranks(p, l, e, &n);
-            for (uint32_t i = 0; i < n; i++)
-                if (!moe_placement_holds(np, l, e, rk[i] / gpn))
-                    moe_placement_add(np, l, e, rk[i] / gpn);
-        }
-    return np;
-}
-
 static int sim_check(const moe_placement_t *p, const moe_topo_t *t, const moe_trace_hdr_t *h,
                      const moe_sim_opts_t *o, char *errbuf, size_t errlen)
 {
@@ -251,17 +272,18 @@ static int sim_alloc(moe_sim_t *s, const moe_trace_hdr_t *h, char *errbuf, size_
     if (!s->acct)
         return st;
     if (s->schemes & (1u << MOE_SIM_HIERARCHICAL)) {
-        s->np = node_placement(s->p, s->gpn, &st);
-        s->nacct = s->np ? moe_acct_new(s->np, NULL, h, &s->naopts, &st, errbuf, errlen) : NULL;
-        if (!s->nacct)
-            return st ? st : MOE_ENOMEM;
+        s->hop = calloc((size_t)s->L * s->G, sizeof *s->hop);
+        s->fwd = calloc((size_t)s->L * s->G, sizeof *s->fwd);
+        if (!s->hop || !s->fwd)
+            return MOE_ENOMEM;
     }
     s->src = calloc((size_t)s->L * s->G, sizeof *s->src);
+    s->own = calloc(3 * (size_t)s->L * s->G, sizeof *s->own);
     if (s->schemes & (1u << MOE_SIM_DATACENTRIC))
         s->need = calloc(sim_need_words(s), sizeof *s->need);
     for (int k = 0; k < MOE_SIM_SCHEMES; k++)
         s->lay[k] = calloc(s->L, sizeof *s->lay[k]);
-    int ok = s->src && (s->need || !(s->schemes & (1u << MOE_SIM_DATACENTRIC)));
+    int ok = s->src && s->own && (s->need || !(s->schemes & (1u << MOE_SIM_DATACENTRIC)));
     for (int k = 0; k < MOE_SIM_SCHEMES; k++)
         ok = ok && s->lay[k];
     return ok ? 0 : MOE_ENOMEM;
@@ -282,18 +304,17 @@ static void sim_setup(moe_sim_t *s, const moe_placement_t *p, const moe_topo_t *
     s->k = o->acct.topk ? o->acct.topk : h->topk;
     s->aopts = o->acct;
     s->aopts.matrix = 0;
-    s->naopts = s->aopts;
-    s->naopts.source = MOE_SOURCE_RECORDED; /* the node of the source rank, given per token */
-    s->source = o->acct.source;
-    if (s->source == MOE_SOURCE_AUTO)
-        s->source = h->ranks == s->G ? MOE_SOURCE_RECORDED : MOE_SOURCE_SEQUENCE;
+    s->aopts.ranks = 1;
     double H = o->hidden ? o->hidden : h->hidden;
     double F = o->ffn ? o->ffn : 4 * H;
     double eb = o->elem_bytes ? o->elem_bytes : h->elem_bytes ? h->elem_bytes : 2;
     s->vec = H * eb;
+    s->H = H;
     s->xbytes = 2 * H * F * eb;
     s->fpt = 4 * H * F;
+    s->meta = 4.0 * (3 + 3 * s->K);
     s->chunks = o->chunks ? o->chunks : 4;
+    s->credits = o->credits ? o->credits : 4;
     s->schemes = o->schemes ? o->schemes & ((1u << MOE_SIM_SCHEMES) - 1)
                             : (1u << MOE_SIM_SCHEMES) - 1;
 }
@@ -332,9 +353,10 @@ void moe_sim_free(moe_sim_t *s)
     if (!s)
         return;
     moe_acct_free(s->acct);
-    moe_acct_free(s->nacct);
-    moe_placement_free(s->np);
+    free(s->hop);
+    free(s->fwd);
     free(s->src);
+    free(s->own);
     free(s->need);
     for (int k = 0; k < MOE_SIM_SCHEMES; k++)
         free(s->lay[k]);

@@ -13,15 +13,17 @@ struct moe_sim {
     moe_topo_t topo;
     uint32_t L, E, G, gpn, N, W; /* W: 64-bit words of an expert bitset */
     uint32_t K, k;               /* top-k of the trace, of the accounting */
-    int source;                  /* resolved enum moe_source */
-    moe_acct_opts_t aopts, naopts;
+    moe_acct_opts_t aopts;
     double vec, xbytes, fpt;     /* bytes per transfer, per expert; FLOP per expert-token */
-    uint32_t chunks;
+    double H;                    /* hidden size */
+    double meta;                 /* metadata bytes of a dispatched row: 4 (3 + 3 K) */
+    uint32_t chunks, credits;
     unsigned schemes;
-    moe_acct_t *acct;            /* rank level */
-    moe_placement_t *np;         /* one rank per node (hierarchical), or NULL */
-    moe_acct_t *nacct;           /* the accounting on np, or NULL */
+    moe_acct_t *acct;            /* with per-rank counts */
+    moe_acct_rank_t *hop, *fwd;  /* [L][G] hierarchical: first hop and forwards, or NULL */
     uint64_t *src;               /* [L][G] present cells per source rank */
+    uint64_t *own;               /* [L][G][3] cells served on their own source rank (vanilla);
+                                  * cells held, and served where held (coherent) */
     uint64_t *need;              /* [L][G][W] experts each rank's tokens need, or NULL */
     moe_sim_layer_t *lay[MOE_SIM_SCHEMES]; /* [L] */
     moe_sim_layer_t iter[MOE_SIM_SCHEMES]; /* per-iteration terms */

@@ -52,6 +52,31 @@ void moe_sim_total(const moe_sim_t *s, int scheme, moe_sim_layer_t *out)
         add_layer(out, &s->lay[scheme][j]);
 }
 
+static void add_rank(moe_acct_rank_t *o, const moe_acct_rank_t *x)
+{
+    uint64_t *a = (uint64_t *)o;
+    const uint64_t *b = (const uint64_t *)x;
+    for (size_t i = 0; i < sizeof *o / sizeof *a; i++)
+        a[i] += b[i];
+}
+
+int moe_sim_rank_xfer(const moe_sim_t *s, int scheme, uint32_t r, moe_acct_rank_t *out)
+{
+    memset(out, 0, sizeof *out);
+    if (!moe_sim_has(s, scheme) || scheme == MOE_SIM_DATACENTRIC || r >= s->G)
+        return -1;
+    int a = scheme == MOE_SIM_COHERENT ? MOE_SCHEME_COHERENT : MOE_SCHEME_VANILLA;
+    for (uint32_t j = 0; j < s->L; j++) {
+        if (scheme == MOE_SIM_HIERARCHICAL) {
+            add_rank(out, &s->hop[(size_t)j * s->G + r]);
+            add_rank(out, &s->fwd[(size_t)j * s->G + r]);
+        } else {
+            add_rank(out, &moe_acct_ranks(s->acct, a, j)[r]);
+        }
+    }
+    return 0;
+}
+
 double moe_sim_vector_bytes(const moe_sim_t *s)
 {
     return s->vec;

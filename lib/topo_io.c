@@ -17,6 +17,7 @@
  * One statement per line, words separated by blanks, '#' to the end of a line is a comment:
  *
  *   topology NAME | nodes N | gpus-per-node G | hbm-bandwidth X [UNIT] | flops X [UNIT]
+ *   cores X
  *   link CLASS [bandwidth X [UNIT]] [latency X [UNIT]]
  *   efficiency CLASS SIZE:EFF ...
  *
@@ -28,7 +29,7 @@
 #define MAX_RANKS 65535u
 #define MAX_WORDS (2 + MOE_TOPO_MAX_CURVE + 1)
 
-enum quantity { Q_BW, Q_TIME, Q_FLOPS };
+enum quantity { Q_BW, Q_TIME, Q_FLOPS, Q_COUNT };
 
 typedef struct unit {
     const char *name;
@@ -44,11 +45,11 @@ static const unit_t units[] = {
     {"PFLOP/s", Q_FLOPS, 15, 0},
 };
 
-static const char *const qname[] = {"bytes/s", "seconds", "FLOP/s"};
+static const char *const qname[] = {"bytes/s", "seconds", "FLOP/s", "processors"};
 
-enum keyword { K_TOPOLOGY, K_NODES, K_GPN, K_LINK, K_EFF, K_HBM, K_FLOPS, K_N };
-static const char *const keywords[K_N] = {"topology", "nodes", "gpus-per-node", "link",
-                                          "efficiency", "hbm-bandwidth", "flops"};
+enum keyword { K_TOPOLOGY, K_NODES, K_GPN, K_LINK, K_EFF, K_HBM, K_FLOPS, K_CORES, K_N };
+static const char *const keywords[K_N] = {"topology",      "nodes", "gpus-per-node", "link",
+                                          "efficiency",    "hbm-bandwidth", "flops", "cores"};
 
 typedef struct trd {
     moe_topo_t t;
@@ -274,6 +275,7 @@ static int statement(trd_t *r, char **tok, size_t n)
     case K_LINK: return link_line(r, tok, n);
     case K_EFF: return eff_line(r, tok, n);
     case K_HBM: return scalar(r, tok, n, Q_BW, &r->t.hbm_bw);
+    case K_CORES: return scalar(r, tok, n, Q_COUNT, &r->t.cores);
     default: return scalar(r, tok, n, Q_FLOPS, &r->t.flops);
     }
 }
@@ -443,6 +445,11 @@ char *moe_topo_format(const moe_topo_t *t)
     if (t->flops != 0) {
         fputs("flops ", f);
         put_double(f, t->flops);
+        fputc('\n', f);
+    }
+    if (t->cores != 0) {
+        fputs("cores ", f);
+        put_double(f, t->cores);
         fputc('\n', f);
     }
     if (fclose(f) != 0) {

@@ -61,6 +61,8 @@ typedef struct moe_acct_opts {
                       * weights); 0 = all K [0] */
     int source;      /* enum moe_source [AUTO] */
     int matrix;      /* keep the rank x rank transfer matrix per scheme [0] */
+    int ranks;       /* keep per-rank sent and received transfers per layer, phase and link
+                      * class (moe_acct_ranks; G x L x 128 bytes per scheme) [0] */
 } moe_acct_opts_t;
 
 /* Defaults as marked above. */
@@ -137,6 +139,17 @@ const uint64_t *moe_acct_load(const moe_acct_t *a, int scheme, uint32_t layer);
 double moe_acct_imbalance(const moe_acct_t *a, int scheme, uint32_t layer);
 /* Transfers from rank src to rank dst summed over layers and phases (0 without opts.matrix). */
 uint64_t moe_acct_matrix(const moe_acct_t *a, int scheme, uint32_t src, uint32_t dst);
+/* Transfers one rank sent and received at one layer, by phase and link class (class SELF
+ * stays 0). Summed over ranks, sent and recv each equal the layer's xfer. */
+typedef struct moe_acct_rank {
+    uint64_t sent[MOE_PHASES][MOE_LINK_CLASSES];
+    uint64_t recv[MOE_PHASES][MOE_LINK_CLASSES];
+} moe_acct_rank_t;
+
+/* Per-rank counts of layer j for a scheme: an array of G, rank order; NULL without
+ * opts.ranks or out of range. An all-to-all's slowest rank is the one whose sent or received
+ * bytes on some class take longest. */
+const moe_acct_rank_t *moe_acct_ranks(const moe_acct_t *a, int scheme, uint32_t layer);
 /* Transfers per present (token, layer) cell: dispatch + combine, all classes. */
 double moe_acct_per_token_layer(const moe_acct_t *a, int scheme);
 /* Name of a scheme ("vanilla", "coherent") and the reverse (-1 if unknown). */

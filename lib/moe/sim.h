@@ -19,24 +19,26 @@ extern "C" {
 /*
  * The simulator replays a routing trace on a placement and a topology, treating the trace as
  * one batch, and predicts per MoE layer the bytes on each link class and the time of each
- * dispatch scheme moe-run implements:
+ * dispatch scheme as moe-run implements it (the same phases and messages):
  *
- *  vanilla       two all-to-alls per layer (DeepSpeed-MoE), counts of moe/acct.h;
- *  coherent      one all-to-all per layer (ExFlow), counts of moe/acct.h, plus one all-gather
- *                of the batch per iteration (ExFlow Table I's G.N.G term);
- *  pipelined     vanilla's counts cut into n chunks whose dispatch, expert compute and combine
+ *  vanilla       per layer a dispatch hop and a combine hop (DeepSpeed-MoE), counts of
+ *                moe/acct.h; a hop is three all-to-alls: row counts, metadata, rows;
+ *  coherent      the same with the coherent counts (ExFlow), plus once per iteration the
+ *                all-to-all in which every rank sends its tokens to every other rank;
+ *  pipelined     vanilla's hops cut into n chunks whose dispatch, expert compute and combine
  *                overlap (MPMoE, MoNTA);
- *  hierarchical  an inter-node all-to-all that sends a token once per destination node, spread
- *                over the node's GPUs, then an intra-node all-gather (MoNTA); the node-level
- *                counts come from moe/acct.h run on the placement folded to one rank per node;
- *  datacentric   tokens stay on their source rank, and each node fetches every remote expert
- *                its tokens need once, sharing it among its GPUs (Janus).
+ *  hierarchical  a token sent once to each other node, to its first serving rank there, which
+ *                forwards it inside the node and returns one partial (MoNTA-style); four hops;
+ *  datacentric   tokens stay on their source rank; each rank pulls the experts it needs, from
+ *                its node when a copy is there, else through the node's first rank needing
+ *                it, at most `credits` arriving per round (Janus).
  *
- * Transfer counts are the shared accounting's, so they equal moe-place eval's. The accounting
- * reports per-layer totals and per-rank loads, not per-rank send and receive counts: an
- * all-to-all's slowest rank is taken to move (total / G) x skew bytes, skew being the larger
- * of the layer's expert-load imbalance (max / mean, exact) and, where tokens leave their
- * source rank, the imbalance of tokens per source rank. Every formula is in moe-costmodel(1).
+ * Transfer counts are the shared accounting's, so they equal moe-place eval's; the accounting
+ * also keeps each rank's sent and received transfers (moe_acct_ranks), so the slowest rank of
+ * every all-to-all is the real one. Compute is each rank's expert FFN plus its memory passes
+ * (gathers, packing, scatter-adds at hbm-bandwidth), the slowest rank's, or, when the
+ * topology's ranks share `cores` processors, processor sharing within the node. Every formula
+ * is in moe-costmodel(1), SIMULATE.
  */
 enum moe_sim_scheme {
     MOE_SIM_VANILLA = 0,
@@ -52,6 +54,7 @@ typedef struct moe_sim_opts {
     uint32_t ffn;        /* expert inner size F [0: 4 H] */
     uint32_t elem_bytes; /* bytes per element sent and per expert weight [0: the trace's, else 2] */
     uint32_t chunks;     /* chunks of the pipelined scheme [0: 4] */
+    uint32_t credits;    /* data-centric: experts arriving at a rank per round [0: 4] */
     unsigned schemes;    /* bit (1 << scheme) per scheme to simulate [0: all] */
     moe_acct_opts_t acct; /* top-k and source ranks, as moe-place eval's (matrix ignored) */
 } moe_sim_opts_t;
@@ -63,7 +66,8 @@ void moe_sim_opts_default(moe_sim_opts_t *o);
  * topology lacks a bandwidth or the compute rate a time needs. */
 typedef struct moe_sim_layer {
     double bytes[MOE_LINK_CLASSES]; /* bytes moved on each class, all ranks together */
-    double slow[MOE_LINK_CLASSES];  /* bytes the slowest rank sends on each class */
+    double slow[MOE_LINK_CLASSES];  /* the largest bytes a rank sends or receives on each
+                                     * class, summed over the layer's row all-to-alls */
     double ctime[MOE_LINK_CLASSES]; /* seconds those bytes take on each class (all chunks);
                                      * the classes of one collective run at once, so comm is
                                      * not their sum */
@@ -95,6 +99,12 @@ const moe_sim_layer_t *moe_sim_layer(const moe_sim_t *s, int scheme, uint32_t la
 void moe_sim_total(const moe_sim_t *s, int scheme, moe_sim_layer_t *out);
 /* The per-iteration term of a scheme (coherent's all-gather; zero for the others). */
 void moe_sim_iteration(const moe_sim_t *s, int scheme, moe_sim_layer_t *out);
+/* Transfers rank r sends and receives in the batch under a scheme, by phase and link class,
+ * summed over layers: vanilla's and coherent's are the accounting's (moe_acct_ranks),
+ * pipelined's vanilla's, hierarchical's the first hop and the forwards together -- the rows
+ * moe-run sends, so times H x element bytes what it measures per rank. Returns 0, or -1 for
+ * datacentric (experts move, not tokens), a scheme not simulated, or r out of range. */
+int moe_sim_rank_xfer(const moe_sim_t *s, int scheme, uint32_t r, moe_acct_rank_t *out);
 /* Bytes of one transfer (H x element bytes) and of one expert's weights (2 H F x element
  * bytes). */
 double moe_sim_vector_bytes(const moe_sim_t *s);

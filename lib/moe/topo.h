@@ -45,6 +45,9 @@ typedef struct moe_topo {
     moe_link_t link[MOE_LINK_CLASSES];
     double hbm_bw;           /* device memory bandwidth, bytes/s (0: unknown) */
     double flops;            /* dense compute rate per GPU, FLOP/s (0: unknown) */
+    double cores;            /* processors the ranks of a node share (CPU ranks outnumbering
+                              * cores; may be fractional), each computing at `flops`; 0: every
+                              * rank has its own device */
     double cost[MOE_LINK_CLASSES]; /* weight of one transfer of each class in placement
                                     * objectives: self 0, intra 1, inter bw_intra/bw_inter when
                                     * both are known, else 4 */

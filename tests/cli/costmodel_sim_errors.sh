@@ -76,6 +76,7 @@ bad 2 "cannot both be standard input" simulate --topology "$T/c.topo" - -
 bad 2 "unknown scheme" simulate --scheme vanilla,janus --topology "$T/c.topo" "$T/t.moet" "$P"
 bad 2 "unknown dtype" simulate --dtype int8 --topology "$T/c.topo" "$T/t.moet" "$P"
 bad 2 "chunk count" simulate --chunks 0 --topology "$T/c.topo" "$T/t.moet" "$P"
+bad 2 "credit count" simulate --credits 0 --topology "$T/c.topo" "$T/t.moet" "$P"
 bad 2 "unknown source" simulate --source any --topology "$T/c.topo" "$T/t.moet" "$P"
 bad 2 "" simulate --no-such-option --topology "$T/c.topo" "$T/t.moet" "$P"
 end

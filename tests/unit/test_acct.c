@@ -992,6 +992,81 @@ static void test_route(void)
     moe_placement_free(p);
 }
 
+/* Per-rank counts (opts.ranks): per layer, summed over ranks, sent and received each equal the
+ * layer's transfers; per rank over layers and phases they are the matrix's row and column
+ * sums; merged halves equal the whole; without the option the reader gives NULL. */
+static moe_acct_t *feed_ranks(const moe_placement_t *p, const rtok_t *t, uint32_t from,
+                              uint32_t to)
+{
+    moe_trace_hdr_t h;
+    hdr(&h, RL, RE, RK, 1, RG);
+    moe_acct_opts_t o;
+    moe_acct_opts_default(&o);
+    o.matrix = 1;
+    o.ranks = 1;
+    int st;
+    char err[256];
+    moe_acct_t *a = moe_acct_new(p, NULL, &h, &o, &st, err, sizeof err);
+    CHECK(a != NULL);
+    if (!a)
+        exit(99);
+    for (uint32_t i = from; i < to; i++)
+        CHECK_EQ_INT(moe_acct_token(a, t[i].ids, t[i].w, t[i].token, t[i].seq, t[i].rank), 0);
+    return a;
+}
+
+static void test_ranks(void)
+{
+    static rtok_t t[RN];
+    make_tokens(t, RN);
+    moe_placement_t *p = replicated();
+    moe_acct_t *a = feed_ranks(p, t, 0, RN);
+    moe_acct_t *h1 = feed_ranks(p, t, 0, RN / 2), *h2 = feed_ranks(p, t, RN / 2, RN);
+    CHECK_EQ_INT(moe_acct_merge(h1, h2), 0);
+    for (int s = 0; s < MOE_SCHEMES; s++) {
+        uint64_t row[RG] = {0}, col[RG] = {0};
+        for (uint32_t j = 0; j < RL; j++) {
+            const moe_acct_layer_t *y = moe_acct_layer(a, s, j);
+            const moe_acct_rank_t *rk = moe_acct_ranks(a, s, j);
+            CHECK(rk != NULL);
+            if (!rk)
+                continue;
+            CHECK(memcmp(rk, moe_acct_ranks(h1, s, j), RG * sizeof *rk) == 0);
+            for (int ph = 0; ph < MOE_PHASES; ph++)
+                for (int c = 0; c < MOE_LINK_CLASSES; c++) {
+                    uint64_t sent = 0, recv = 0;
+                    for (uint32_t r = 0; r < RG; r++) {
+                        sent += rk[r].sent[ph][c];
+                        recv += rk[r].recv[ph][c];
+                        row[r] += rk[r].sent[ph][c];
+                        col[r] += rk[r].recv[ph][c];
+                    }
+                    CHECK_EQ_INT(sent, y->xfer[ph][c]);
+                    CHECK_EQ_INT(recv, y->xfer[ph][c]);
+                }
+        }
+        for (uint32_t x = 0; x < RG; x++) {
+            uint64_t mr = 0, mc = 0;
+            for (uint32_t y = 0; y < RG; y++) {
+                mr += moe_acct_matrix(a, s, x, y);
+                mc += moe_acct_matrix(a, s, y, x);
+            }
+            CHECK_EQ_INT(row[x], mr);
+            CHECK_EQ_INT(col[x], mc);
+            CHECK(mr > 0);
+        }
+    }
+    CHECK(moe_acct_ranks(a, V, RL) == NULL);
+    CHECK(moe_acct_ranks(a, MOE_SCHEMES, 0) == NULL);
+    moe_acct_free(h1);
+    moe_acct_free(h2);
+    moe_acct_free(a);
+    moe_acct_t *b = feed(p, t, 0, 10, 1, 0); /* without the option */
+    CHECK(moe_acct_ranks(b, V, 0) == NULL);
+    moe_acct_free(b);
+    moe_placement_free(p);
+}
+
 int main(void)
 {
     snprintf(tmpdir, sizeof tmpdir, "%s/moe-acct-XXXXXX",
@@ -1008,6 +1083,7 @@ int main(void)
     test_sources();
     test_sums();
     test_route();
+    test_ranks();
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
     if (system(cmd) != 0)

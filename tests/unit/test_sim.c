@@ -107,73 +107,98 @@ static moe_sim_t *simulate(const moe_placement_t *p, const moe_topo_t *t, int th
 }
 
 /* The figures worked out in the comments (H 8, fp32: 32 bytes a transfer; F 16: 1024 bytes an
- * expert, 512 FLOP an expert-token). */
+ * expert, 512 FLOP an expert-token; top-2: 36 metadata bytes a dispatched row, 4 a combined
+ * one). Every hop is three all-to-alls: row counts (8 bytes a peer: 1 intra, 2 inter peers, so
+ * 16 bytes / 1e8 = 1.6e-7 s), metadata, rows; each takes its slowest rank and class. */
 static void check_layers(const moe_sim_t *s)
 {
     CHECK_NEAR(moe_sim_vector_bytes(s), 32);
     CHECK_NEAR(moe_sim_expert_bytes(s), 1024);
-    /* vanilla layer 0: dispatch 0->1 (intra), 1->2 (inter), combine back; load 1 2 1 0,
-     * imbalance 2, sources 1 1 0 0 (skew 2): slowest rank 32/4*2 = 16 bytes per class and
-     * phase; 16 / 1e8 per phase; compute 2 * 512 / 1e9 */
+    /* vanilla layer 0: dispatch 0->1 (intra), 1->2 (inter), combine back; load 1 2 1 0.
+     * dispatch: counts 1.6e-7 + metadata 36 / 1e8 + rows 32 / 1e8 = 8.4e-7; combine: 1.6e-7 +
+     * 4 / 1e8 + 32 / 1e8 = 5.2e-7; compute 2 * 512 / 1e9 */
     const moe_sim_layer_t *v = moe_sim_layer(s, MOE_SIM_VANILLA, 0);
     CHECK_NEAR(v->bytes[MOE_LINK_INTRA], 64);
     CHECK_NEAR(v->bytes[MOE_LINK_INTER], 64);
-    CHECK_NEAR(v->slow[MOE_LINK_INTER], 32);
+    CHECK_NEAR(v->slow[MOE_LINK_INTER], 64);
     CHECK_NEAR(v->max_load, 2);
     CHECK_NEAR(v->imbalance, 2);
-    CHECK_NEAR(v->comm, 3.2e-7);
+    CHECK_NEAR(v->comm, 1.36e-6);
     CHECK_NEAR(v->compute, 1.024e-6);
-    CHECK_NEAR(v->time, 1.344e-6);
-    CHECK_NEAR(v->ctime[MOE_LINK_INTER], 3.2e-7);
-    CHECK_NEAR(v->ctime[MOE_LINK_INTRA], 3.2e-8);
-    /* layer 1: token 0 goes 0->2, 0->3 (inter), token 1 1->0 (intra): inter 64/4*2 = 32 bytes
-     * per phase; load 1 1 1 1 */
+    CHECK_NEAR(v->time, 2.384e-6);
+    CHECK_NEAR(v->ctime[MOE_LINK_INTER], 6.4e-7);
+    CHECK_NEAR(v->ctime[MOE_LINK_INTRA], 6.4e-8);
+    /* layer 1: token 0 goes 0->2, 0->3 (inter: rank 0 sends 2 rows), token 1 1->0 (intra):
+     * dispatch 1.6e-7 + 72 / 1e8 + 64 / 1e8, combine 1.6e-7 + 8 / 1e8 + 64 / 1e8; load 1 1 1 1 */
     v = moe_sim_layer(s, MOE_SIM_VANILLA, 1);
     CHECK_NEAR(v->bytes[MOE_LINK_INTER], 128);
-    CHECK_NEAR(v->comm, 6.4e-7);
+    CHECK_NEAR(v->comm, 2.4e-6);
     CHECK_NEAR(v->compute, 5.12e-7);
     /* coherent layer 1: token 0's new home is rank 2 (tie, lowest rank): combine 3->2 intra;
-     * token 1 stays on 1: combine 0->1 intra. Dispatch as vanilla's. The skew is layer 0's
-     * coherent load imbalance (2). */
+     * token 1 stays on 1: combine 0->1 intra. Dispatch as vanilla's (1.52e-6); combine 1.6e-7 +
+     * 4 / 1e9 + 32 / 1e9 */
     const moe_sim_layer_t *c = moe_sim_layer(s, MOE_SIM_COHERENT, 1);
     CHECK_NEAR(c->bytes[MOE_LINK_INTER], 64);
     CHECK_NEAR(c->bytes[MOE_LINK_INTRA], 96);
-    CHECK_NEAR(c->comm, 3.2e-7 + 3.2e-8); /* dispatch: inter; combine: intra 64/4*2 */
-    /* all-gather of 2 tokens: (G-1)/G * 64 bytes through the inter-node link */
+    CHECK_NEAR(c->comm, 1.52e-6 + 1.96e-7);
+    /* all-gather of 2 tokens (64 bytes): each rank sends 16 bytes to each peer, 32 inter */
     moe_sim_layer_t it;
     moe_sim_iteration(s, MOE_SIM_COHERENT, &it);
-    CHECK_NEAR(it.time, 4.8e-7);
+    CHECK_NEAR(it.time, 3.2e-7);
     CHECK_NEAR(it.slow[MOE_LINK_INTER], 32);
-    /* pipelined layer 0, 2 chunks: d = b = 8e-8, compute 5.12e-7 a chunk:
-     * d + x + b + max(d + b, x) */
+    /* pipelined layer 0, 2 chunks: d = 1.6e-7 + 18 / 1e8 + 16 / 1e8 = 5e-7, b = 1.6e-7 +
+     * 2 / 1e8 + 16 / 1e8 = 3.4e-7, compute 5.12e-7 a chunk: d + x + b + max(d + b, x) */
     const moe_sim_layer_t *pl = moe_sim_layer(s, MOE_SIM_PIPELINED, 0);
-    CHECK_NEAR(pl->time, 1.184e-6);
-    CHECK_NEAR(pl->comm, 1.6e-7);
-    CHECK_NEAR(pl->ctime[MOE_LINK_INTER], 3.2e-7); /* 2 phases x 2 chunks x 8e-8 */
-    /* hierarchical layer 0: only token 1 (node 0) needs node 1: one node-level transfer per
-     * phase; node loads 3 1 and sources 2 0 (skew 2): inter 32/2*2/2 = 16 bytes, intra
-     * all-gather 32*1/4*2 + vanilla's intra 32/4*2 = 32 bytes per phase */
+    CHECK_NEAR(pl->time, 2.192e-6);
+    CHECK_NEAR(pl->comm, 1.168e-6);
+    CHECK_NEAR(pl->ctime[MOE_LINK_INTER], 6.4e-7); /* 2 phases x 2 chunks x 1.6e-7 */
+    /* hierarchical layer 0: rank 1 is on token 0's node, rank 2 the first (only) server of
+     * node 1 for token 1: vanilla's hops, plus two empty forward hops (their count
+     * exchanges, 1.6e-7 each) */
     const moe_sim_layer_t *hi = moe_sim_layer(s, MOE_SIM_HIERARCHICAL, 0);
     CHECK_NEAR(hi->bytes[MOE_LINK_INTER], 64);
-    CHECK_NEAR(hi->bytes[MOE_LINK_INTRA], 128);
-    CHECK_NEAR(hi->comm, 2 * (1.6e-7 + 3.2e-8));
+    CHECK_NEAR(hi->bytes[MOE_LINK_INTRA], 64);
+    CHECK_NEAR(hi->comm, 1.36e-6 + 3.2e-7);
     CHECK_NEAR(hi->compute, 1.024e-6);
-    /* data-centric layer 0: rank 0 needs expert 1 (on its node): 1024 bytes intra; rank 1
-     * needs expert 2 (node 1): node 0 fetches it once (1024 bytes, 512 per GPU), rank 1 gets
-     * half of it over NVLink; compute: 2 pairs on ranks 0 and 1 */
+    /* layer 1: token 0 crosses once, 0->2, and rank 2 forwards it to 3 (intra) and gets the
+     * partial back; token 1 1->0 as vanilla. First hop 1.6e-7 + 36 / 1e8 + 32 / 1e8, forward
+     * 1.6e-7 + 36 / 1e9 + 32 / 1e9, its partial 1.6e-7 + 4 / 1e9 + 32 / 1e9, combine 1.6e-7 +
+     * 4 / 1e8 + 32 / 1e8 */
+    hi = moe_sim_layer(s, MOE_SIM_HIERARCHICAL, 1);
+    CHECK_NEAR(hi->bytes[MOE_LINK_INTER], 64);
+    CHECK_NEAR(hi->bytes[MOE_LINK_INTRA], 128);
+    CHECK_NEAR(hi->comm, 8.4e-7 + 2.28e-7 + 1.96e-7 + 5.2e-7);
+    /* data-centric layer 0: rank 0 needs expert 1 and pulls it from rank 1 (its node): 1024
+     * bytes intra; rank 1 needs expert 2, not on node 0: it fetches it from rank 2 (1024 bytes
+     * inter); one round (a pull each, 4 credits): 1024 / 1e8; compute: 2 pairs on ranks 0, 1 */
     const moe_sim_layer_t *dc = moe_sim_layer(s, MOE_SIM_DATACENTRIC, 0);
     CHECK_NEAR(dc->bytes[MOE_LINK_INTER], 1024);
-    CHECK_NEAR(dc->bytes[MOE_LINK_INTRA], 1536);
-    CHECK_NEAR(dc->slow[MOE_LINK_INTER], 512);
-    CHECK_NEAR(dc->comm, 5.12e-6 + 1.024e-6);
-    CHECK_NEAR(dc->ctime[MOE_LINK_INTER], 5.12e-6);
+    CHECK_NEAR(dc->bytes[MOE_LINK_INTRA], 1024);
+    CHECK_NEAR(dc->slow[MOE_LINK_INTER], 1024);
+    CHECK_NEAR(dc->comm, 1.024e-5);
+    CHECK_NEAR(dc->ctime[MOE_LINK_INTER], 1.024e-5);
     CHECK_NEAR(dc->compute, 1.024e-6);
     CHECK_NEAR(dc->imbalance, 2);
+    /* its per-iteration all-gather of the needs: L x E = 8 bytes to each peer, 16 inter */
+    moe_sim_iteration(s, MOE_SIM_DATACENTRIC, &it);
+    CHECK_NEAR(it.time, 1.6e-7);
     /* totals add the layers and the iteration term */
     moe_sim_layer_t tot;
     moe_sim_total(s, MOE_SIM_COHERENT, &tot);
     const moe_sim_layer_t *c0 = moe_sim_layer(s, MOE_SIM_COHERENT, 0);
-    CHECK_NEAR(tot.time, c0->time + c->time + it.time);
+    CHECK_NEAR(tot.time, c0->time + c->time + 3.2e-7);
+    /* per-rank transfers: vanilla rank 0 sends 1 intra (layer 0) and 2 inter (layer 1) rows,
+     * receives 1 intra combine (layer 0) and 2 inter; hierarchical rank 2 forwards one */
+    moe_acct_rank_t x;
+    CHECK_EQ_INT(moe_sim_rank_xfer(s, MOE_SIM_VANILLA, 0, &x), 0);
+    CHECK_EQ_INT(x.sent[MOE_DISPATCH][MOE_LINK_INTRA], 1);
+    CHECK_EQ_INT(x.sent[MOE_DISPATCH][MOE_LINK_INTER], 2);
+    CHECK_EQ_INT(x.recv[MOE_COMBINE][MOE_LINK_INTER], 2);
+    CHECK_EQ_INT(moe_sim_rank_xfer(s, MOE_SIM_HIERARCHICAL, 2, &x), 0);
+    CHECK_EQ_INT(x.sent[MOE_DISPATCH][MOE_LINK_INTRA], 1);
+    CHECK_EQ_INT(x.recv[MOE_DISPATCH][MOE_LINK_INTER], 2);
+    CHECK_EQ_INT(moe_sim_rank_xfer(s, MOE_SIM_DATACENTRIC, 0, &x), -1);
+    CHECK_EQ_INT(moe_sim_rank_xfer(s, MOE_SIM_VANILLA, 4, &x), -1);
 }
 
 /* The simulator's accounting equals moe_acct_scan's on the same trace and placement. */
@@ -237,6 +262,29 @@ static void test_sim(void)
         char why[256];
         CHECK_EQ_INT(moe_sim_rank(s, order, why, sizeof why), 0);
         CHECK(strstr(why, "flops") != NULL);
+        moe_sim_free(s);
+    }
+    /* two ranks of a node sharing one processor: vanilla layer 0's loads 1 2 | 1 0 take on
+     * node 0 one pair each at half speed, then rank 1's second alone: 1.024e-6 + 5.12e-7 */
+    topology(&t, 1);
+    t.cores = 1;
+    s = simulate(p, &t, 0, 1u << MOE_SIM_VANILLA);
+    if (s) {
+        CHECK_NEAR(moe_sim_layer(s, MOE_SIM_VANILLA, 0)->compute, 1.536e-6);
+        CHECK_NEAR(moe_sim_layer(s, MOE_SIM_VANILLA, 1)->compute, 1.024e-6);
+        moe_sim_free(s);
+    }
+    /* local memory passes at hbm-bandwidth 1e9 B/s join the expert compute. Vanilla layer 0,
+     * rank 1 (bytes an element, H = 8): mixer 8 over its token; two rows out (the one sent to
+     * rank 2 and its own, served in place) gathered and packed, 16 each; two in unpacked
+     * into zeroed partials, 12 each; two pairs gathered and scatter-added, 20 each; the
+     * partial sent back to rank 0, 16; the one from rank 2 unpacked and added, 20; its own
+     * row added in place, 20: 160 x 8 = 1280 bytes, plus 2 x 512 FLOP */
+    topology(&t, 1);
+    t.hbm_bw = 1e9;
+    s = simulate(p, &t, 0, 1u << MOE_SIM_VANILLA);
+    if (s) {
+        CHECK_NEAR(moe_sim_layer(s, MOE_SIM_VANILLA, 0)->compute, 1.28e-6 + 1.024e-6);
         moe_sim_free(s);
     }
     /* a topology of another size */

@@ -49,7 +49,8 @@ static int parse(moe_topo_t *t, const char *text, char *err, size_t errlen)
 static int same_topo(const moe_topo_t *a, const moe_topo_t *b)
 {
     if (strcmp(a->name, b->name) != 0 || a->nodes != b->nodes ||
-        a->gpus_per_node != b->gpus_per_node || a->hbm_bw != b->hbm_bw || a->flops != b->flops)
+        a->gpus_per_node != b->gpus_per_node || a->hbm_bw != b->hbm_bw || a->flops != b->flops ||
+        a->cores != b->cores)
         return 0;
     for (int c = 0; c < MOE_LINK_CLASSES; c++) {
         const moe_link_t *x = &a->link[c], *y = &b->link[c];
@@ -153,6 +154,7 @@ static void test_round_trip(void)
         t.link[MOE_LINK_INTER].eff[i] = (i + 1.0) / (MOE_TOPO_MAX_CURVE + 1.0);
     }
     t.hbm_bw = 2.0 / 7;
+    t.cores = 1.0 / 3; /* CPU ranks sharing processors */
     moe_topo_update_cost(&t);
     a = moe_topo_format(&t);
     CHECK_EQ_INT(a ? parse(&u, a, err, sizeof err) : -1, 0);
@@ -273,6 +275,9 @@ static const bad_t bad_topo[] = {
     {NG "hbm-bandwidth\n", MOE_EFORMAT, "'hbm-bandwidth' lacks a value"},
     {NG "flops 1 2\n", MOE_EFORMAT, "'flops' takes one value, found '2' after it"},
     {NG "flops 1\nflops 2\n", MOE_EFORMAT, "line 4: second 'flops' line"},
+    {NG "cores -2\n", MOE_ERANGE, "cores: -2 is negative"},
+    {NG "cores 2 GB/s\n", MOE_EFORMAT, "'cores' takes one value, found 'GB/s' after it"},
+    {NG "cores two\n", MOE_EFORMAT, "cores: expected a number of processors, found 'two'"},
 };
 
 static void test_errors(void)
