@@ -92,27 +92,17 @@ static int parse_schemes(const char *arg, unsigned *out)
     return *out ? 0 : -1;
 }
 
-static int sim_u32(const char *arg, uint64_t min, uint64_t max, const char *what, uint32_t *v)
-{
-    char err[200];
-    uint64_t x;
-    if (moe_parse_u64(arg, min, max, &x, what, err, sizeof err))
-        return moe_usage_error(PROG, "simulate", "%s", err);
-    *v = (uint32_t)x;
-    return 0;
-}
-
 static int sim_opt(int c, const char *arg, sim_cfg_t *g)
 {
     static const char *const src[] = {"auto", "recorded", "sequence", "token"};
     switch (c) {
     case S_TOPOLOGY: g->topology = arg; return 0;
-    case S_HIDDEN: return sim_u32(arg, 1, 1u << 24, "hidden size", &g->so.hidden);
-    case S_FFN: return sim_u32(arg, 1, 1u << 24, "expert inner size", &g->so.ffn);
-    case S_CHUNKS: return sim_u32(arg, 1, 4096, "chunk count", &g->so.chunks);
-    case S_CREDITS: return sim_u32(arg, 1, 65536, "credit count", &g->so.credits);
+    case S_HIDDEN: return moe_cli_u32(PROG, "simulate", arg, 1, 1u << 24, "hidden size", &g->so.hidden);
+    case S_FFN: return moe_cli_u32(PROG, "simulate", arg, 1, 1u << 24, "expert inner size", &g->so.ffn);
+    case S_CHUNKS: return moe_cli_u32(PROG, "simulate", arg, 1, 4096, "chunk count", &g->so.chunks);
+    case S_CREDITS: return moe_cli_u32(PROG, "simulate", arg, 1, 65536, "credit count", &g->so.credits);
     case S_RANKS: g->ranks = 1; return 0;
-    case S_TOPK: return sim_u32(arg, 1, MOE_TRACE_MAX_TOPK, "top-k", &g->so.acct.topk);
+    case S_TOPK: return moe_cli_u32(PROG, "simulate", arg, 1, MOE_TRACE_MAX_TOPK, "top-k", &g->so.acct.topk);
     case S_BEST: g->best = 1; return 0;
     case S_JSON: g->json = 1; return 0;
     case S_PLOT: g->plot = arg; return 0;

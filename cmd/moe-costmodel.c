@@ -174,17 +174,6 @@ static int take_qty(const char *sub, const char *arg, double min, const char *wh
     return 0;
 }
 
-static int take_u32(const char *sub, const char *arg, uint64_t min, uint64_t max,
-                    const char *what, uint32_t *out)
-{
-    char err[256];
-    uint64_t v;
-    if (moe_parse_u64(arg, min, max, &v, what, err, sizeof err))
-        return usage_error(sub, "%s", err);
-    *out = (uint32_t)v;
-    return 0;
-}
-
 static int take_frac(const char *sub, const char *arg, double hi, const char *what, double *out)
 {
     char err[256];
@@ -274,8 +263,8 @@ static int take_opt(const char *sub, int c, const char *arg, cfg_t *g)
     case O_CONFIG: return read_config(sub, arg, g);
     case O_JSON: g->json = 1; return 0;
     case O_TOPOLOGY: g->topology = arg; return 0;
-    case O_NODES: return take_u32(sub, arg, 1, 65535, "node count", &g->nodes);
-    case O_GPN: return take_u32(sub, arg, 1, 65535, "GPUs per node", &g->gpn);
+    case O_NODES: return moe_cli_u32(prog, sub, arg, 1, 65535, "node count", &g->nodes);
+    case O_GPN: return moe_cli_u32(prog, sub, arg, 1, 65535, "GPUs per node", &g->gpn);
     case O_BW_INTRA: return take_qty(sub, arg, 1, "bandwidth", &g->bw[MOE_LINK_INTRA]);
     case O_BW_INTER: return take_qty(sub, arg, 1, "bandwidth", &g->bw[MOE_LINK_INTER]);
     case O_BW_HOST: return take_qty(sub, arg, 1, "bandwidth", &g->bw[MOE_LINK_HOST]);
@@ -283,8 +272,8 @@ static int take_opt(const char *sub, int c, const char *arg, cfg_t *g)
     case O_FLOPS: return take_qty(sub, arg, 1, "compute rate", &g->flops);
     case O_TRACE: g->trace = arg; return 0;
     case O_PLACEMENT: g->placement = arg; return 0;
-    case O_TOPK: return take_u32(sub, arg, 1, 256, "top-k", &g->topk);
-    case O_RANKS: return take_u32(sub, arg, 1, 1u << 24, "rank count", &g->ranks);
+    case O_TOPK: return moe_cli_u32(prog, sub, arg, 1, 256, "top-k", &g->topk);
+    case O_RANKS: return moe_cli_u32(prog, sub, arg, 1, 1u << 24, "rank count", &g->ranks);
     case O_TPR: return take_qty(sub, arg, 0, "token count", &g->tpr);
     case O_LAYERS: return take_qty(sub, arg, 0, "layer count", &g->layers);
     case O_P: return take_frac(sub, arg, 1, "fraction p", &g->p);
@@ -295,22 +284,22 @@ static int take_opt(const char *sub, int c, const char *arg, cfg_t *g)
     case O_BATCH: return take_qty(sub, arg, 1e-9, "batch size", &g->batch);
     case O_SEQ: return take_qty(sub, arg, 1, "sequence length", &g->seq);
     case O_VOLUME: return take_qty(sub, arg, 1, "volume", &g->volume);
-    case O_TP: return take_u32(sub, arg, 1, 1u << 20, "tensor-parallel degree", &g->tp);
-    case O_EP: return take_u32(sub, arg, 1, 1u << 20, "expert-parallel degree", &g->ep);
-    case O_PP: return take_u32(sub, arg, 1, 1u << 20, "pipeline-parallel degree", &g->pp);
+    case O_TP: return moe_cli_u32(prog, sub, arg, 1, 1u << 20, "tensor-parallel degree", &g->tp);
+    case O_EP: return moe_cli_u32(prog, sub, arg, 1, 1u << 20, "expert-parallel degree", &g->ep);
+    case O_PP: return moe_cli_u32(prog, sub, arg, 1, 1u << 20, "pipeline-parallel degree", &g->pp);
     case O_R1: return take_eff(sub, arg, "efficiency r1", &g->r[0]);
     case O_R2: return take_eff(sub, arg, "efficiency r2", &g->r[1]);
     case O_R3: return take_eff(sub, arg, "efficiency r3", &g->r[2]);
     case O_MIN_CHUNK: return take_qty(sub, arg, 1, "chunk size", &g->min_chunk);
-    case O_CHUNKS: return take_u32(sub, arg, 1, 1u << 20, "chunk count", &g->chunks);
-    case O_MAX_CHUNKS: return take_u32(sub, arg, 1, 1u << 20, "chunk count", &g->max_chunks);
+    case O_CHUNKS: return moe_cli_u32(prog, sub, arg, 1, 1u << 20, "chunk count", &g->chunks);
+    case O_MAX_CHUNKS: return moe_cli_u32(prog, sub, arg, 1, 1u << 20, "chunk count", &g->max_chunks);
     case O_PLOT: g->plot = arg; return 0;
     case O_HEADS: return take_qty(sub, arg, 0, "head count", &g->heads);
     case O_PARAMS_DENSE: return take_qty(sub, arg, 0, "parameter count", &g->params_dense);
     case O_PARAMS_MOE: return take_qty(sub, arg, 0, "parameter count", &g->params_moe);
     case O_ZERO: {
         uint32_t z;
-        int rc = take_u32(sub, arg, 0, 3, "ZeRO stage", &z);
+        int rc = moe_cli_u32(prog, sub, arg, 0, 3, "ZeRO stage", &z);
         g->zero = (int)z;
         return rc;
     }
@@ -320,22 +309,22 @@ static int take_opt(const char *sub, int c, const char *arg, cfg_t *g)
                                     "full)", arg);
         return 0;
     case O_SEQ_PER_NODE: return take_qty(sub, arg, 1, "sequence length", &g->seq_per_node);
-    case O_SWITCH_PORTS: return take_u32(sub, arg, 1, 1u << 30, "port count", &g->switch_ports);
+    case O_SWITCH_PORTS: return moe_cli_u32(prog, sub, arg, 1, 1u << 30, "port count", &g->switch_ports);
     case O_TOKENS: return take_qty(sub, arg, 1, "token count", &g->tokens);
     case O_FFN: return take_qty(sub, arg, 1, "FFN size", &g->ffn);
     case O_EXPERTS: return take_qty(sub, arg, 0, "expert count", &g->experts);
-    case O_PARTITIONS: return take_u32(sub, arg, 1, 4096, "partition count", &g->partitions);
+    case O_PARTITIONS: return moe_cli_u32(prog, sub, arg, 1, 4096, "partition count", &g->partitions);
     case O_REUSE:
         if ((g->reuse = moe_mpmoe_reuse_parse(arg)) < 0)
             return usage_error(sub, "unknown reuse strategy '%s' (none, S1, S2, S3, S4)", arg);
         return 0;
-    case O_MIN_PART: return take_u32(sub, arg, 1, 4096, "partition count", &g->min_part);
-    case O_MAX_PART: return take_u32(sub, arg, 1, 4096, "partition count", &g->max_part);
+    case O_MIN_PART: return moe_cli_u32(prog, sub, arg, 1, 4096, "partition count", &g->min_part);
+    case O_MAX_PART: return moe_cli_u32(prog, sub, arg, 1, 4096, "partition count", &g->max_part);
     case O_MEM_LIMIT: return take_qty(sub, arg, 1, "memory size", &g->mem_limit);
     case O_ALPHA: return take_alpha(sub, arg, g);
     case O_PROFILE: g->profile = arg; return 0;
     case O_EPW: return take_list(sub, arg, g);
-    case O_BLOCKS: return take_u32(sub, arg, 1, MAX_LIST, "block count", &g->blocks);
+    case O_BLOCKS: return moe_cli_u32(prog, sub, arg, 1, MAX_LIST, "block count", &g->blocks);
     case O_THRESHOLD: return take_qty(sub, arg, 0, "threshold", &g->threshold);
     case O_PREFETCH: return take_qty(sub, arg, 0, "prefetch window", &g->prefetch);
     case O_SOURCE:

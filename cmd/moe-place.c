@@ -80,17 +80,6 @@ static const char *opt_name(int c)
 
 /* ------------------------------------------------------------------ option parsing */
 
-static int parse_u32(const char *sub, const char *arg, uint64_t min, uint64_t max,
-                     const char *what, uint32_t *out)
-{
-    char err[256];
-    uint64_t v;
-    if (moe_parse_u64(arg, min, max, &v, what, err, sizeof err))
-        return usage_error(sub, "%s", err);
-    *out = (uint32_t)v;
-    return 0;
-}
-
 static int parse_dbl(const char *sub, const char *arg, double min, double max, const char *what,
                      double *out)
 {
@@ -120,9 +109,9 @@ static int take_opt(const char *sub, int c, const char *arg, cfg_t *g)
     uint64_t v;
     char err[256];
     switch (c) {
-    case O_RANKS: return parse_u32(sub, arg, 1, MOE_PLACEMENT_MAX_RANKS, "rank count", &g->ranks);
+    case O_RANKS: return moe_cli_u32(prog, sub, arg, 1, MOE_PLACEMENT_MAX_RANKS, "rank count", &g->ranks);
     case O_GPN:
-        return parse_u32(sub, arg, 1, MOE_PLACEMENT_MAX_RANKS, "GPUs per node", &g->gpn);
+        return moe_cli_u32(prog, sub, arg, 1, MOE_PLACEMENT_MAX_RANKS, "GPUs per node", &g->gpn);
     case O_TOPOLOGY: g->topology = arg; return 0;
     case O_METHOD:
         if ((g->po.method = moe_place_method_parse(arg)) < 0)
@@ -140,24 +129,24 @@ static int take_opt(const char *sub, int c, const char *arg, cfg_t *g)
         if (g->po.max_imbalance > 0 && g->po.max_imbalance < 1)
             return usage_error(sub, "--max-imbalance must be 0 (off) or at least 1");
         return 0;
-    case O_REPLICAS: return parse_u32(sub, arg, 0, 65535, "replica count", &g->po.replicas);
+    case O_REPLICAS: return moe_cli_u32(prog, sub, arg, 0, 65535, "replica count", &g->po.replicas);
     case O_TIME_LIMIT: return parse_dbl(sub, arg, 0.001, 1e7, "time limit", &g->po.time_limit);
     case O_SEED:
         if (moe_parse_u64(arg, 0, UINT64_MAX, &v, "seed", err, sizeof err))
             return usage_error(sub, "%s", err);
         g->po.seed = v;
         return 0;
-    case O_STARTS: return parse_u32(sub, arg, 1, 4096, "start count", &g->po.starts);
-    case O_TOPK: return parse_u32(sub, arg, 1, MOE_TRACE_MAX_TOPK, "top-k", &g->topk);
+    case O_STARTS: return moe_cli_u32(prog, sub, arg, 1, 4096, "start count", &g->po.starts);
+    case O_TOPK: return moe_cli_u32(prog, sub, arg, 1, MOE_TRACE_MAX_TOPK, "top-k", &g->topk);
     case O_INTER_COST: return parse_dbl(sub, arg, 1, 1e6, "inter-node cost", &g->inter_cost);
     case O_SOURCE: return parse_word(sub, arg, "source", sources, 4, &g->source);
-    case O_HIDDEN: return parse_u32(sub, arg, 1, UINT32_MAX, "hidden size", &g->hidden);
-    case O_ELEM_BYTES: return parse_u32(sub, arg, 1, 64, "element size", &g->elem_bytes);
+    case O_HIDDEN: return moe_cli_u32(prog, sub, arg, 1, UINT32_MAX, "hidden size", &g->hidden);
+    case O_ELEM_BYTES: return moe_cli_u32(prog, sub, arg, 1, 64, "element size", &g->elem_bytes);
     case O_MATRIX: g->matrix = arg; return 0;
     case O_MATRIX_BYTES: g->matrix_bytes = arg; return 0;
     case O_JSON: g->json = 1; return 0;
     case O_FORMAT: return parse_word(sub, arg, "format", formats, 3, &g->format);
-    case O_EXPERTS: return parse_u32(sub, arg, 1, 65535, "expert count", &g->experts);
+    case O_EXPERTS: return moe_cli_u32(prog, sub, arg, 1, 65535, "expert count", &g->experts);
     case O_NO_LAYERS: g->no_layers = 1; return 0;
     }
     return usage_error(sub, "unexpected option");

@@ -146,16 +146,6 @@ typedef struct args {
     int calibrate;
 } args_t;
 
-static int u32(const char *arg, uint64_t min, uint64_t max, const char *what, uint32_t *out)
-{
-    uint64_t v;
-    char err[256];
-    if (moe_parse_u64(arg, min, max, &v, what, err, sizeof err))
-        return env_rank() ? 2 : moe_usage_error(prog, NULL, "%s", err);
-    *out = (uint32_t)v;
-    return 0;
-}
-
 static int take(args_t *a, int c, const char *arg)
 {
     moe_run_cfg_t *g = &a->c;
@@ -167,11 +157,11 @@ static int take(args_t *a, int c, const char *arg)
             return moe_usage_error(prog, NULL, "unknown mode '%s' (vanilla, coherent, "
                                                "pipelined, hierarchical, datacentric)", arg);
         return 0;
-    case O_LAYERS: return u32(arg, 1, MOE_TRACE_MAX_LAYERS, "layer count", &g->L);
-    case O_EXPERTS: return u32(arg, 1, 65535, "expert count", &g->E);
-    case O_TOPK: return u32(arg, 1, MOE_TRACE_MAX_TOPK, "top-k", &g->K);
-    case O_HIDDEN: return u32(arg, 1, 1u << 20, "hidden size", &g->H);
-    case O_FFN: return u32(arg, 1, 1u << 20, "FFN size", &g->F);
+    case O_LAYERS: return moe_cli_u32(prog, NULL, arg, 1, MOE_TRACE_MAX_LAYERS, "layer count", &g->L);
+    case O_EXPERTS: return moe_cli_u32(prog, NULL, arg, 1, 65535, "expert count", &g->E);
+    case O_TOPK: return moe_cli_u32(prog, NULL, arg, 1, MOE_TRACE_MAX_TOPK, "top-k", &g->K);
+    case O_HIDDEN: return moe_cli_u32(prog, NULL, arg, 1, 1u << 20, "hidden size", &g->H);
+    case O_FFN: return moe_cli_u32(prog, NULL, arg, 1, 1u << 20, "FFN size", &g->F);
     case O_TPR:
         if (moe_parse_u64(arg, 1, UINT32_MAX, &v, "tokens per rank", err, sizeof err))
             return moe_usage_error(prog, NULL, "%s", err);
@@ -184,9 +174,9 @@ static int take(args_t *a, int c, const char *arg)
     case O_TRACE: g->trace = arg; return 0;
     case O_PLACEMENT: g->placement = arg; return 0;
     case O_TOPOLOGY: g->topology = arg; return 0;
-    case O_GPN: return u32(arg, 1, 65535, "GPUs per node", &g->gpn);
-    case O_ITERS: return u32(arg, 1, 1000000, "iteration count", (uint32_t *)&g->iters);
-    case O_WARMUP: return u32(arg, 0, 1000000, "warm-up count", (uint32_t *)&g->warmup);
+    case O_GPN: return moe_cli_u32(prog, NULL, arg, 1, 65535, "GPUs per node", &g->gpn);
+    case O_ITERS: return moe_cli_u32(prog, NULL, arg, 1, 1000000, "iteration count", (uint32_t *)&g->iters);
+    case O_WARMUP: return moe_cli_u32(prog, NULL, arg, 0, 1000000, "warm-up count", (uint32_t *)&g->warmup);
     case O_SEED:
         if (moe_parse_u64(arg, 0, UINT64_MAX, &v, "seed", err, sizeof err))
             return moe_usage_error(prog, NULL, "%s", err);
@@ -200,8 +190,8 @@ static int take(args_t *a, int c, const char *arg)
             g->chunks = 0;
             return 0;
         }
-        return u32(arg, 1, 4096, "chunk count", &g->chunks);
-    case O_CREDITS: return u32(arg, 1, 65535, "credit count", &g->credits);
+        return moe_cli_u32(prog, NULL, arg, 1, 4096, "chunk count", &g->chunks);
+    case O_CREDITS: return moe_cli_u32(prog, NULL, arg, 1, 65535, "credit count", &g->credits);
     case O_NO_PREFETCH: g->prefetch = 0; return 0;
     case O_CALIBRATE: a->calibrate = 1; return 0;
     case O_BACKEND:

@@ -208,6 +208,17 @@ int moe_fail(const char *prog, const char *fmt, ...)
     return 1;
 }
 
+int moe_cli_u32(const char *prog, const char *sub, const char *arg, uint64_t min, uint64_t max,
+                const char *what, uint32_t *out)
+{
+    char err[256];
+    uint64_t v;
+    if (moe_parse_u64(arg, min, max <= UINT32_MAX ? max : UINT32_MAX, &v, what, err, sizeof err))
+        return moe_usage_error(prog, sub, "%s", err);
+    *out = (uint32_t)v;
+    return 0;
+}
+
 int moe_usage_error(const char *prog, const char *sub, const char *fmt, ...)
 {
     va_list ap;

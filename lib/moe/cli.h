@@ -95,6 +95,10 @@ char *moe_pg_line(const char *prog, int argc, char *const *argv);
  * [min, max]; returns 0 or -1 (err gets "invalid ..." text naming `what`). */
 int moe_parse_u64(const char *s, uint64_t min, uint64_t max, uint64_t *out, const char *what,
                   char *err, size_t errlen);
+/* An option's unsigned value in [min, max] (max <= UINT32_MAX; moe_parse_u64's syntax) for a
+ * tool's command line: 0, or 2 (the exit status) after moe_usage_error(prog, sub, ...). */
+int moe_cli_u32(const char *prog, const char *sub, const char *arg, uint64_t min, uint64_t max,
+                const char *what, uint32_t *out);
 /* Parse a finite double in [min, max]; returns 0 or -1 with a reason in err. */
 int moe_parse_double(const char *s, double min, double max, double *out, const char *what,
                      char *err, size_t errlen);
