@@ -80,6 +80,15 @@ static void fit_link(run_t *r, int c, moe_link_t *lk, double *raw)
         if (raw[i] >= 2 * lk->latency)
             best = fmax(best, rate[i]);
     }
+    if (best <= 0) {
+        /* a machine too busy to tell any size from the latency (CPU ranks sharing cores with
+         * other jobs): rates over the whole time, the latency folded into the curve */
+        lk->latency = 0;
+        for (int i = 0; i < NSIZES; i++) {
+            rate[i] = raw[i] > 0 ? peers_d * sz[i] / raw[i] : 0;
+            best = fmax(best, rate[i]);
+        }
+    }
     lk->bw = best;
     lk->npoints = 0;
     for (int i = 0; i < NSIZES && best > 0; i++) {
