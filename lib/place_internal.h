@@ -29,4 +29,30 @@ int moe_place_affinity(const moe_affinity_t *a, const moe_topo_t *topo,
  * Returns 0 or MOE_ENOMEM. */
 int place_assign(const double *cost, uint32_t n, uint32_t m, uint32_t *col);
 
+
+/* One layout problem for the per-layer searches of place_anneal.c: L layers of E experts on G
+ * ranks (gpn per node, at most C experts each), link costs intra- and inter-node, and ng load
+ * groups: load[g][j][e] the load of expert e of layer j in group g, cap[g][j] the bound on a
+ * rank's load there. */
+typedef struct moe_place_layers {
+    uint32_t L, E, G, gpn, C;
+    double cin, cout;
+    uint32_t ng;
+    const double *load;
+    const double *cap;
+} moe_place_layers_t;
+
+/* Re-partition each layer of rank[L][E] (in/out, a layout within the capacity) by simulated
+ * annealing on the sample's token sets: minimises the link-weighted ranks and nodes each set
+ * spans, keeping every group's rank loads within its bounds (or, if the start was over them,
+ * no further over). Layers are independent: threads extra threads share them, with the same
+ * result for any thread count. Returns 0 or MOE_ENOMEM. */
+int moe_place_anneal(const moe_place_layers_t *m, const moe_place_sample_t *x, uint64_t seed, int threads,
+               uint16_t *rank);
+
+/* Relabel the ranks of each layer of rank[L][E] (in place; node-preserving) so that the most
+ * sample tokens, following the coherent scheme from their source ranks, find their home among
+ * the ranks they need at the next layer. Partitions and loads are unchanged. Returns 0 or
+ * MOE_ENOMEM. */
+int moe_place_align(const moe_place_layers_t *m, const moe_place_sample_t *x, uint16_t *rank);
 #endif
