@@ -871,7 +871,7 @@ static void add_replicas(const state_t *s, moe_placement_t *p, uint32_t replicas
  * again on the sample's sets themselves (place_anneal.c: per-layer annealing of the ranks and
  * nodes each set spans, then a relabelling that keeps coherent homes), refined like the
  * candidate, and kept when the scorer ranks the result better. On DeepSeek-V2-Lite (8 ranks,
- * coherent, held-out prompts) this takes transfers per token and layer from 5.21 to 5.15 (4.97
+ * coherent, held-out prompts) this takes transfers per token and layer from 5.21 to 5.13 (4.97
  * if only the whole fit data's load bound is kept, not each fold's: the folds cost 3.5% here).
  * With one expert per rank (C = 1) every layout is a relabelling and there is nothing to
  * partition.
