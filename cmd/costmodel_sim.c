@@ -171,6 +171,16 @@ static const char *jnum(char *b, size_t n, double v, double scale)
     return isfinite(v) ? num(b, n, v, scale) : (snprintf(b, n, "null"), b);
 }
 
+/* Byte counts in JSON: 15 significant digits, so those of a large run stay exact. */
+static const char *jbytes(char *b, size_t n, double v)
+{
+    if (isfinite(v))
+        snprintf(b, n, "%.15g", v);
+    else
+        snprintf(b, n, "null");
+    return b;
+}
+
 /* Transfers of a layer (accounting schemes) by phase and class. */
 static uint64_t xfer_sum(const moe_acct_layer_t *l)
 {
@@ -346,10 +356,10 @@ static int json_fig(moe_textout_t *out, const moe_sim_layer_t *l)
                               "\"class_time\": {\"intra\": %s, \"inter\": %s}",
                               jnum(b[0], 32, l->time, 1), jnum(b[1], 32, l->comm, 1),
                               jnum(b[2], 32, l->compute, 1),
-                              jnum(b[3], 32, l->bytes[MOE_LINK_INTRA], 1),
-                              jnum(b[4], 32, l->bytes[MOE_LINK_INTER], 1),
-                              jnum(b[5], 32, l->slow[MOE_LINK_INTRA], 1),
-                              jnum(b[6], 32, l->slow[MOE_LINK_INTER], 1),
+                              jbytes(b[3], 32, l->bytes[MOE_LINK_INTRA]),
+                              jbytes(b[4], 32, l->bytes[MOE_LINK_INTER]),
+                              jbytes(b[5], 32, l->slow[MOE_LINK_INTRA]),
+                              jbytes(b[6], 32, l->slow[MOE_LINK_INTER]),
                               jnum(b[7], 32, l->max_load, 1), jnum(b[8], 32, l->imbalance, 1),
                               jnum(b[9], 32, l->ctime[MOE_LINK_INTRA], 1),
                               jnum(b[10], 32, l->ctime[MOE_LINK_INTER], 1));
