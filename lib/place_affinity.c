@@ -863,6 +863,15 @@ static void add_replicas(const state_t *s, moe_placement_t *p, uint32_t replicas
     free(held);
 }
 
+/* Write state s into the placement (primary copies, then the replicas) and return the
+ * scorer's cost of it. */
+static double score_state(const state_t *s, const moe_place_opts_t *o, moe_placement_t *out)
+{
+    to_placement(s, out);
+    add_replicas(s, out, o->replicas);
+    return o->score(o->score_ctx, out);
+}
+
 /* ------------------------------------------------------------------ re-partitioning */
 
 /*
@@ -895,9 +904,7 @@ static int repartition(state_t *s, const moe_place_opts_t *o, double deadline,
         rc = refine(&t, o->sample, o->scheme == MOE_SCHEME_COHERENT, deadline);
     }
     if (!rc) {
-        to_placement(&t, out);
-        add_replicas(&t, out, o->replicas);
-        double sc = o->score(o->score_ctx, out);
+        double sc = score_state(&t, o, out);
         if (sc < *score) {
             *score = sc;
             state_t k = *s;
@@ -1027,9 +1034,7 @@ int moe_place_affinity(const moe_affinity_t *a, const moe_topo_t *topo,
             break;
         double sc = jb.modelled[c];
         if (o->score && !jb.exact) {
-            to_placement(&jb.st[c], out);
-            add_replicas(&jb.st[c], out, o->replicas);
-            sc = o->score(o->score_ctx, out);
+            sc = score_state(&jb.st[c], o, out);
         }
         if (sc < best_score || best == UINT32_MAX) {
             best_score = sc;
@@ -1039,9 +1044,7 @@ int moe_place_affinity(const moe_affinity_t *a, const moe_topo_t *topo,
     if (!rc && !jb.exact && o->sample && o->sample->n && o->sample->sets == in.sets) {
         rc = refine(&jb.st[best], o->sample, o->scheme == MOE_SCHEME_COHERENT, jb.deadline);
         if (!rc && o->score) {
-            to_placement(&jb.st[best], out);
-            add_replicas(&jb.st[best], out, o->replicas);
-            best_score = o->score(o->score_ctx, out);
+            best_score = score_state(&jb.st[best], o, out);
         }
         if (!rc && o->score && !base.top1 && base.C > 1)
             rc = repartition(&jb.st[best], o, jb.deadline, out, &best_score);

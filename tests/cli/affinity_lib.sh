@@ -8,13 +8,7 @@ fi
 AFF_DATA=$top_srcdir/tests/data/affinity
 
 # aff ARGS...: run moe-affinity (through $MOE_VALGRIND when set).
-aff() {
-    if [ -n "$moe_libtool" ]; then
-        "$moe_libtool" --mode=execute $MOE_VALGRIND "$MOE_BIN/moe-affinity" "$@"
-    else
-        $MOE_VALGRIND "$MOE_BIN/moe-affinity" "$@"
-    fi
-}
+aff() { moe_tool moe-affinity "$@"; }
 
 # expect_aff_err_line [SUBSTRING]: stderr of the last run is exactly one line starting with
 # 'moe-affinity: ' (and containing SUBSTRING).

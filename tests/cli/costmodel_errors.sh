@@ -10,13 +10,7 @@ if [ ! -x "$MOE_BIN/moe-costmodel" ]; then
     exit 99
 fi
 
-cm() {
-    if [ -n "$moe_libtool" ]; then
-        "$moe_libtool" --mode=execute $MOE_VALGRIND "$MOE_BIN/moe-costmodel" "$@"
-    else
-        $MOE_VALGRIND "$MOE_BIN/moe-costmodel" "$@"
-    fi
-}
+cm() { moe_tool moe-costmodel "$@"; }
 
 MOEFLOW_TOPOLOGIES=$top_srcdir/share/topologies
 export MOEFLOW_TOPOLOGIES

@@ -7,20 +7,8 @@
 
 . "$(dirname "$0")/lib.sh"
 
-cm() {
-    if [ -n "$moe_libtool" ]; then
-        "$moe_libtool" --mode=execute $MOE_VALGRIND "$MOE_BIN/moe-costmodel" "$@"
-    else
-        $MOE_VALGRIND "$MOE_BIN/moe-costmodel" "$@"
-    fi
-}
-mp() {
-    if [ -n "$moe_libtool" ]; then
-        "$moe_libtool" --mode=execute $MOE_VALGRIND "$MOE_BIN/moe-place" "$@"
-    else
-        $MOE_VALGRIND "$MOE_BIN/moe-place" "$@"
-    fi
-}
+cm() { moe_tool moe-costmodel "$@"; }
+mp() { moe_tool moe-place "$@"; }
 MOEFLOW_TOPOLOGIES=$top_srcdir/share/topologies
 export MOEFLOW_TOPOLOGIES
 NCCL=$top_srcdir/tests/data/nccl

@@ -10,20 +10,8 @@ if [ ! -x "$MOE_BIN/moe-costmodel" ]; then
     exit 99
 fi
 
-cm() {
-    if [ -n "$moe_libtool" ]; then
-        "$moe_libtool" --mode=execute $MOE_VALGRIND "$MOE_BIN/moe-costmodel" "$@"
-    else
-        $MOE_VALGRIND "$MOE_BIN/moe-costmodel" "$@"
-    fi
-}
-mp() {
-    if [ -n "$moe_libtool" ]; then
-        "$moe_libtool" --mode=execute $MOE_VALGRIND "$MOE_BIN/moe-place" "$@"
-    else
-        $MOE_VALGRIND "$MOE_BIN/moe-place" "$@"
-    fi
-}
+cm() { moe_tool moe-costmodel "$@"; }
+mp() { moe_tool moe-place "$@"; }
 
 MOEFLOW_TOPOLOGIES=$top_srcdir/share/topologies
 export MOEFLOW_TOPOLOGIES

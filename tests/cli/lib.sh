@@ -39,14 +39,19 @@ if [ -n "$MOE_VALGRIND" ] && [ -x "${top_builddir:-.}/libtool" ] &&
     moe_libtool=${top_builddir:-.}/libtool
 fi
 
-# moe ARGS...: run moe-trace (through $MOE_VALGRIND when set).
-moe() {
+# moe_tool TOOL ARGS...: run $MOE_BIN/TOOL (through $MOE_VALGRIND when set).
+moe_tool() {
+    _tool=$1
+    shift
     if [ -n "$moe_libtool" ]; then
-        "$moe_libtool" --mode=execute $MOE_VALGRIND "$MOE_BIN/moe-trace" "$@"
+        "$moe_libtool" --mode=execute $MOE_VALGRIND "$MOE_BIN/$_tool" "$@"
     else
-        $MOE_VALGRIND "$MOE_BIN/moe-trace" "$@"
+        $MOE_VALGRIND "$MOE_BIN/$_tool" "$@"
     fi
 }
+
+# moe ARGS...: run moe-trace.
+moe() { moe_tool moe-trace "$@"; }
 
 begin() {
     case_name=$1

@@ -13,13 +13,7 @@ if [ ! -x "$MOE_BIN/moe-place" ]; then
     exit 99
 fi
 
-mp() {
-    if [ -n "$moe_libtool" ]; then
-        "$moe_libtool" --mode=execute $MOE_VALGRIND "$MOE_BIN/moe-place" "$@"
-    else
-        $MOE_VALGRIND "$MOE_BIN/moe-place" "$@"
-    fi
-}
+mp() { moe_tool moe-place "$@"; }
 
 SHARED=${MOE_SHARED:-$top_srcdir/../shared}
 DS=$SHARED/traces/deepseek-v2-lite-chat

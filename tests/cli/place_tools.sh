@@ -12,13 +12,7 @@ if [ ! -x "$MOE_BIN/moe-place" ]; then
 fi
 
 # mp ARGS...: run moe-place (through $MOE_VALGRIND when set).
-mp() {
-    if [ -n "$moe_libtool" ]; then
-        "$moe_libtool" --mode=execute $MOE_VALGRIND "$MOE_BIN/moe-place" "$@"
-    else
-        $MOE_VALGRIND "$MOE_BIN/moe-place" "$@"
-    fi
-}
+mp() { moe_tool moe-place "$@"; }
 
 # records FILE: the @PL line and the records of a placement (no @CO/@FT/@PG, no comments).
 records() {

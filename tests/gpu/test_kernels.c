@@ -12,6 +12,7 @@
 #include "moe/moe.h"
 #include "moe/rng.h"
 #include "moe_kernels.h"
+#include "gpu_test.h"
 #include "unit.h"
 
 /* A failing CUDA call or launcher ends the test: later results would be meaningless. */
@@ -25,7 +26,6 @@
         }                                                                                     \
     } while (0)
 
-static moe_rng_t rng;
 static moe_gpu_ctx_t *ctx;
 
 static void *dev_alloc(size_t bytes)
@@ -52,24 +52,6 @@ static void *from_dev(const void *d, size_t bytes)
     return h;
 }
 
-static float *randf(size_t n, double scale)
-{
-    float *v = malloc(n * sizeof *v);
-    for (size_t i = 0; i < n; i++)
-        v[i] = (float)(moe_rng_normal(&rng) * scale);
-    return v;
-}
-
-static double max_rel(const float *a, const float *ref, size_t n)
-{
-    double mx = 0;
-    for (size_t i = 0; i < n; i++) {
-        double d = fabs((double)a[i] - ref[i]) / fmax(1.0, fabs(ref[i]));
-        if (!(d <= mx))
-            mx = isnan(d) ? INFINITY : d;
-    }
-    return mx;
-}
 
 static double tol(int dtype)
 {

@@ -13,28 +13,10 @@
 #include "moe/run_backend.h"
 #include "moe_kernels.h"
 #include "run_internal.h"
+#include "gpu_test.h"
 #include "unit.h"
 
-static moe_rng_t rng;
 
-static float *randf(size_t n, double scale)
-{
-    float *v = malloc(n * sizeof *v);
-    for (size_t i = 0; i < n; i++)
-        v[i] = (float)(moe_rng_normal(&rng) * scale);
-    return v;
-}
-
-static double max_rel(const float *a, const float *ref, size_t n)
-{
-    double mx = 0;
-    for (size_t i = 0; i < n; i++) {
-        double d = fabs((double)a[i] - ref[i]) / fmax(1.0, fabs(ref[i]));
-        if (!(d <= mx))
-            mx = isnan(d) ? INFINITY : d;
-    }
-    return mx;
-}
 
 /* A buffer on backend b holding n floats (or bytes of anything) copied from h. */
 static void *put(moe_run_backend_t *b, const void *h, size_t bytes)
