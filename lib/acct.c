@@ -160,26 +160,74 @@ static uint32_t take_cell(const moe_acct_t *a, const uint16_t *ids, const float 
     return a->k;
 }
 
-/* The copy of expert e serving a token at home h (see moe/acct.h). */
-static uint32_t pick_copy(const moe_acct_t *a, uint32_t layer, uint32_t e, uint32_t h,
-                          const served_t *srv, uint32_t nsrv, uint64_t token)
+/* Is rank r among the n copies rk? */
+static inline int holds(const uint16_t *rk, uint32_t n, uint32_t r)
 {
-    uint32_t n;
-    const uint16_t *rk = moe_placement_ranks(a->p, layer, e, &n);
-    if (n == 1)
-        return rk[0];
     for (uint32_t c = 0; c < n; c++)
-        if (rk[c] == h)
-            return h;
-    for (uint32_t i = 0; i < nsrv; i++)
-        for (uint32_t c = 0; c < n; c++)
-            if (rk[c] == srv[i].rank)
-                return rk[c];
-    for (uint32_t c = 0; c < n; c++)
-        if (rk[c] / a->gpn == h / a->gpn)
-            return rk[c];
-    uint64_t x = moe_hash64(token, ((uint64_t)layer << 32) | e);
-    return rk[x % n];
+        if (rk[c] == r)
+            return 1;
+    return 0;
+}
+
+/* Which copy serves each expert of r->expert[0..n) for a token at home h, into r->rank (see
+ * moe/acct.h): the only copy or the one on h; then one on a rank already serving the token;
+ * then, greedily, the rank holding most of the experts still open (a set cover), ties broken
+ * by the home's node and then by hash(token, layer, rank), which spreads tokens evenly over
+ * equivalent copies. */
+static void pick_copies(const moe_acct_t *a, uint32_t layer, uint32_t h, uint64_t token,
+                        moe_route_t *r, uint32_t n)
+{
+    const uint16_t *rk[MOE_TRACE_MAX_TOPK];
+    uint32_t nc[MOE_TRACE_MAX_TOPK], open = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        rk[i] = moe_placement_ranks(a->p, layer, r->expert[i], &nc[i]);
+        if (nc[i] == 1)
+            r->rank[i] = rk[i][0];
+        else if (holds(rk[i], nc[i], h))
+            r->rank[i] = h;
+        else {
+            r->rank[i] = UINT32_MAX;
+            open++;
+        }
+    }
+    if (!open)
+        return;
+    /* a rank already serving one expert takes every open expert it holds */
+    for (uint32_t i = 0; i < n; i++)
+        for (uint32_t q = 0; q < n && r->rank[i] == UINT32_MAX; q++)
+            if (r->rank[q] != UINT32_MAX && holds(rk[i], nc[i], r->rank[q])) {
+                r->rank[i] = r->rank[q];
+                open--;
+            }
+    while (open) {
+        uint32_t best = UINT32_MAX, bcount = 0, bnode = 0;
+        uint64_t bhash = 0;
+        for (uint32_t i = 0; i < n; i++) {
+            if (r->rank[i] != UINT32_MAX)
+                continue;
+            for (uint32_t c = 0; c < nc[i]; c++) {
+                uint32_t cand = rk[i][c], count = 0;
+                if (cand == best)
+                    continue;
+                for (uint32_t q = i; q < n; q++)
+                    count += r->rank[q] == UINT32_MAX && holds(rk[q], nc[q], cand);
+                uint32_t node = cand / a->gpn == h / a->gpn;
+                uint64_t x = moe_hash64(token, ((uint64_t)layer << 32) | cand);
+                if (best == UINT32_MAX || count > bcount ||
+                    (count == bcount && (node > bnode || (node == bnode && x < bhash)))) {
+                    best = cand;
+                    bcount = count;
+                    bnode = node;
+                    bhash = x;
+                }
+            }
+        }
+        for (uint32_t i = 0; i < n; i++)
+            if (r->rank[i] == UINT32_MAX && holds(rk[i], nc[i], best)) {
+                r->rank[i] = best;
+                open--;
+            }
+    }
 }
 
 uint32_t acct_serve_add(served_t *srv, uint32_t ns, uint32_t r, float w)
@@ -222,10 +270,9 @@ uint32_t moe_acct_route(const moe_acct_t *a, uint32_t layer, const uint16_t *ids
     r->n = n;
     if (!n)
         return 0;
-    for (uint32_t i = 0; i < n; i++) {
-        r->rank[i] = pick_copy(a, layer, r->expert[i], home, srv, ns, token);
+    pick_copies(a, layer, home, token, r, n);
+    for (uint32_t i = 0; i < n; i++)
         ns = acct_serve_add(srv, ns, r->rank[i], r->weight[i]);
-    }
     r->nranks = ns;
     for (uint32_t i = 0; i < ns; i++) {
         r->ranks[i] = srv[i].rank;

@@ -30,9 +30,11 @@ extern "C" {
  *           has weights, else the lowest rank); combine |R_j \ {h'}|; h <- h'.
  *
  * A missing (token, layer) cell costs nothing and leaves the home unchanged. With replicas the
- * copy serving expert e is, in order of preference: one on the current home (s for vanilla),
- * one on a rank already chosen for this token and layer, one on the home's node, else copy
- * (hash(token, layer, e) mod copies) -- deterministic, and spreading load across copies.
+ * copy serving expert e is its only one or the one on the current home (s for vanilla); else
+ * one on a rank already serving another of the token's experts there; the experts still open
+ * then go, greedily, to the rank holding most of them (a set cover: fewest ranks), ties broken
+ * by the home's node, then by the least hash(token, layer << 32 | rank) -- deterministic, and
+ * spreading tokens evenly over equivalent copies.
  *
  * Load is counted in expert-token pairs: rank r processes one unit per expert of S_j it serves.
  *

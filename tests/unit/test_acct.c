@@ -450,6 +450,14 @@ static void test_classes(void)
 
 /* ------------------------------------------------------------------ replicas */
 
+/* Of two equivalent copies on ranks a and b, the one the accounting's hash picks. */
+static uint32_t hash_pick(uint64_t token, uint32_t layer, uint32_t a, uint32_t b)
+{
+    uint64_t ha = moe_hash64(token, ((uint64_t)layer << 32) | a);
+    uint64_t hb = moe_hash64(token, ((uint64_t)layer << 32) | b);
+    return ha < hb ? a : b;
+}
+
 /* Two nodes of two GPUs (node 0: ranks 0,1). Which copy of a replicated expert serves. */
 static void test_replicas(void)
 {
@@ -506,8 +514,8 @@ static void test_replicas(void)
     CHECK_EQ_INT(xf(a, V, D, MOE_LINK_INTER), 32);
     moe_acct_free(a);
 
-    /* else copy hash(token, layer << 32 | expert) mod copies: expert 0 on {2,3}, from rank 0,
-     * expert 0 first; 64 tokens use both copies */
+    /* else the copy whose rank has the least hash(token, layer << 32 | rank): expert 0 on
+     * {2,3}, from rank 0, expert 0 first; 64 tokens use both copies */
     set_copies(p, 0, 0, 2, (const uint16_t[]){2, 3});
     set_copies(p, 0, 1, 1, (const uint16_t[]){1});
     a = mkacct(p, NULL, 2, 0, 4, 0, MOE_SOURCE_AUTO);
@@ -516,7 +524,7 @@ static void test_replicas(void)
         uint64_t token = tok * 1000003u + 7;
         CHECK_EQ_INT(moe_acct_token(a, e01, NULL, token, 0, 0), 0);
         want[1]++;
-        want[(moe_hash64(token, 0) % 2) ? 3 : 2]++;
+        want[hash_pick(token, 0, 2, 3)]++;
         check_load(a, V, 0, 4, want, __LINE__);
         check_load(a, C, 0, 4, want, __LINE__);
     }
@@ -533,9 +541,40 @@ static void test_replicas(void)
     for (uint64_t token = 100; token < 140; token++) {
         const uint16_t ids[] = {NONE, 2};
         CHECK_EQ_INT(moe_acct_token(a, ids, NULL, token, 0, 0), 0);
-        w1[(moe_hash64(token, (1ull << 32) | 2) % 2) ? 2 : 3]++;
+        w1[hash_pick(token, 1, 3, 2)]++;
         check_load(a, V, 1, 4, w1, __LINE__);
     }
+    moe_acct_free(a);
+    moe_placement_free(p);
+
+    /* the fewest ranks: from rank 0, expert 0 on {2,3} and expert 1 on {1,3} both go to 3
+     * for every token (taking copies one expert at a time could split them over 2 and 1) */
+    const uint16_t prim4[] = {2, 1, 0, 0};
+    p = place(1, 4, 4, 2, 3, 3, prim4);
+    set_copies(p, 0, 0, 2, (const uint16_t[]){2, 3});
+    set_copies(p, 0, 1, 2, (const uint16_t[]){1, 3});
+    a = mkacct(p, NULL, 2, 0, 4, 0, MOE_SOURCE_AUTO);
+    for (uint64_t token = 0; token < 32; token++)
+        CHECK_EQ_INT(moe_acct_token(a, e01, NULL, token * 7919u, 0, 0), 0);
+    CHECK_LOAD(a, V, 0, 4, 0, 0, 0, 64);
+    CHECK_EQ_INT(xf(a, V, D, MOE_LINK_INTER), 32);
+    CHECK_EQ_INT(xf(a, V, D, MOE_LINK_INTRA), 0);
+    moe_acct_free(a);
+    moe_placement_free(p);
+
+    /* equivalent copies on the home's node are spread by the hash too: one node of four,
+     * expert 1 on rank 1, expert 0 on {2,3}, from rank 0 */
+    p = place(1, 4, 4, 4, 3, 3, prim4);
+    set_copies(p, 0, 0, 2, (const uint16_t[]){2, 3});
+    a = mkacct(p, NULL, 2, 0, 4, 0, MOE_SOURCE_AUTO);
+    int w4[4] = {0, 0, 0, 0};
+    for (uint64_t token = 0; token < 64; token++) {
+        CHECK_EQ_INT(moe_acct_token(a, e01, NULL, token, 0, 0), 0);
+        w4[1]++;
+        w4[hash_pick(token, 0, 2, 3)]++;
+        check_load(a, V, 0, 4, w4, __LINE__);
+    }
+    CHECK(w4[2] > 0 && w4[3] > 0);
     moe_acct_free(a);
     moe_placement_free(p);
 
