@@ -3,7 +3,8 @@
 # fast it fits at scale. Prints one table per acceptance point of the moe-place issue:
 #  1. DeepSeek-V2-Lite: fit on prompts 1..500, evaluate on 501..1000; coherent transfers per
 #     token per layer against vanilla expert parallelism with the contiguous placement (target
-#     <= 0.55), held-out max/mean rank load (target <= 1.15); 4, 8, 16 ranks and 2 nodes x 4.
+#     <= 0.55), held-out max/mean rank load (target <= 1.15); 4, 8, 16 ranks and 2 nodes x 4;
+#     affinity at --max-imbalance 1.10 and 1.05, and at 1.10 with 32 replicas.
 #  2. Mixtral top-1 paths, 4 and 8 GPUs: hops per token of the affinity placement fitted and
 #     evaluated on the same tokens against ExFlow's published placements (target: <=).
 #  4. Fit time: a DeepSeek-V3-shaped trace (58 layers, 256 experts, top-8, 200,000 tokens) on
@@ -44,7 +45,7 @@ secs() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", (b - a) / 1e9 }'; }
 echo "# 1. DeepSeek-V2-Lite: fit on prompts 1..500, evaluate on prompts 501..1000"
 echo "#    ratio: transfers per token per layer / those of vanilla EP with the contiguous placement"
 echo "#    in-sample: the same on the fitting prompts (ExFlow's point: report both)"
-printf '%-6s %-22s %-9s %9s %7s %8s %8s %9s %10s %s\n' ranks method scheme xfer/tl ratio intra \
+printf '%-6s %-26s %-9s %9s %7s %8s %8s %9s %10s %s\n' ranks method scheme xfer/tl ratio intra \
     inter max_load in-sample target
 for cfg in 4:4 8:8 16:16 8:4; do
     G=${cfg%%:*}
@@ -62,7 +63,7 @@ for cfg in 4:4 8:8 16:16 8:4; do
         l=$(col "$3" "$2" max_load)
         t=$4
         [ "$t" = "-" ] || t="$(check "$r" "<=" 0.55)/$(check "$l" "<=" 1.15)"
-        printf '%-6s %-22s %-9s %9s %7s %8s %8s %9s %10s %s\n' "$label" "$1" "$2" "$v" "$r" \
+        printf '%-6s %-26s %-9s %9s %7s %8s %8s %9s %10s %s\n' "$label" "$1" "$2" "$v" "$r" \
             "$(col "$3" "$2" intra)" "$(col "$3" "$2" inter)" "$l" "$(col "$5" "$2" per_token_layer)" "$t"
     }
     row contiguous vanilla "$tmp/c.txt" - "$tmp/ci.txt"
@@ -71,11 +72,13 @@ for cfg in 4:4 8:8 16:16 8:4; do
     "$mp" eval --no-layers "$tmp/b.moep" "$tmp/eval.mft" >"$tmp/b.txt"
     "$mp" eval --no-layers "$tmp/b.moep" "$tmp/fit.mft" >"$tmp/bi.txt"
     row balanced coherent "$tmp/b.txt" - "$tmp/bi.txt"
-    for imb in 1.10 1.05; do
-        "$mp" fit $topo -@ 1 --max-imbalance $imb --no-PG -o "$tmp/a.moep" "$tmp/fit.mft"
+    for fit in "1.10" "1.05" "1.10 --replicas 32"; do
+        "$mp" fit $topo -@ 1 --max-imbalance $fit --no-PG -o "$tmp/a.moep" "$tmp/fit.mft"
         "$mp" eval --no-layers "$tmp/a.moep" "$tmp/eval.mft" >"$tmp/a.txt"
         "$mp" eval --no-layers "$tmp/a.moep" "$tmp/fit.mft" >"$tmp/ai.txt"
-        row "affinity imb=$imb" coherent "$tmp/a.txt" x "$tmp/ai.txt"
+        name="affinity imb=${fit%% *}"
+        [ "$fit" = "${fit#* }" ] || name="$name rep=32"
+        row "$name" coherent "$tmp/a.txt" x "$tmp/ai.txt"
     done
 done
 

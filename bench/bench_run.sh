@@ -48,8 +48,8 @@ echo "# replayed on prompts 501..1000 ($((tpr * 8)) tokens at most), 8 CPU ranks
 echo "# oversubscribed), H = $H, fp32. bytes: hidden-state vectors all ranks sent in one"
 echo "# iteration, measured by moe-run; +allgather: with coherent mode's all-gather of the"
 echo "# iteration's tokens; acct: moe-run's bytes equal the shared accounting's on every rank."
-echo "# affinity: moe-place fit --max-imbalance 1.10; aff+rep16: --max-imbalance 1.25"
-echo "# --replicas 16 (16 extra expert copies per layer: 10 slots per rank instead of 8)."
+echo "# affinity: moe-place fit --max-imbalance 1.10; aff+rep32: the same with --replicas 32"
+echo "# (up to 32 extra expert copies per layer: 12 slots per rank instead of 8)."
 echo "# max_load: the largest per-layer max/mean rank load in expert-token pairs."
 printf '%-6s %-10s %-9s %12s %7s %12s %7s %9s %8s %5s %s\n' nodes placement mode bytes ratio \
     +allgather ratio tokens/s max_load acct target
@@ -62,11 +62,11 @@ for cfg in 8:8 8:4; do
         "$tmp/fit.mft"
     "$mp" fit --no-PG --ranks "$G" --gpus-per-node "$g" -@ 1 --max-imbalance 1.10 \
         -o "$tmp/a.moep" "$tmp/fit.mft"
-    "$mp" fit --no-PG --ranks "$G" --gpus-per-node "$g" -@ 1 --max-imbalance 1.25 \
-        --replicas 16 -o "$tmp/r.moep" "$tmp/fit.mft"
+    "$mp" fit --no-PG --ranks "$G" --gpus-per-node "$g" -@ 1 --max-imbalance 1.10 \
+        --replicas 32 -o "$tmp/r.moep" "$tmp/fit.mft"
     base=
     for pm in contiguous:vanilla:c contiguous:coherent:c affinity:vanilla:a \
-        affinity:coherent:a aff+rep16:coherent:r; do
+        affinity:coherent:a aff+rep32:coherent:r; do
         p=${pm%%:*}
         rest=${pm#*:}
         mode=${rest%%:*}

@@ -344,7 +344,7 @@ static int sample_prepare(sample_t *s, uint32_t G, int top1)
         s->group[t] = (uint8_t)(moe_hash64(0x5eed, s->seq[t]) % SAMPLE_GROUPS);
     }
     s->view = (moe_place_sample_t){s->n, L, S, top1 ? s->sets : s->ids, s->src, s->group,
-                                   SAMPLE_GROUPS};
+                                   SAMPLE_GROUPS, s->token};
     return 0;
 }
 

@@ -863,12 +863,30 @@ static void add_replicas(const state_t *s, moe_placement_t *p, uint32_t replicas
     free(held);
 }
 
-/* Write state s into the placement (primary copies, then the replicas) and return the
- * scorer's cost of it. */
+/* Write state s into the placement: primary copies, then the replicas, where they save the
+ * sample's transfers when there is a sample (place_replica.c), else by load and affinity.
+ * Returns 0 or MOE_ENOMEM. */
+static int place_state(const state_t *s, const moe_place_opts_t *o, moe_placement_t *out)
+{
+    const model_t *m = s->m;
+    to_placement(s, out);
+    if (!o->replicas)
+        return 0;
+    if (o->sample && o->sample->n && o->sample->layers == m->L) {
+        double cost[MOE_LINK_CLASSES] = {0, m->cin, m->cout, m->cout};
+        return moe_place_replicate(out, o->sample, o->scheme == MOE_SCHEME_COHERENT,
+                                   o->replicas, o->max_imbalance, cost, o->threads);
+    }
+    add_replicas(s, out, o->replicas);
+    return 0;
+}
+
+/* Write state s into the placement (place_state) and return the scorer's cost of it
+ * (INFINITY when out of memory). */
 static double score_state(const state_t *s, const moe_place_opts_t *o, moe_placement_t *out)
 {
-    to_placement(s, out);
-    add_replicas(s, out, o->replicas);
+    if (place_state(s, o, out))
+        return INFINITY;
     return o->score(o->score_ctx, out);
 }
 
@@ -1033,8 +1051,12 @@ int moe_place_affinity(const moe_affinity_t *a, const moe_topo_t *topo,
         if ((rc = jb.rc[c]) != 0)
             break;
         double sc = jb.modelled[c];
+        /* the starts are ranked by their primary copies: placing replicas on the sample costs
+         * a few seconds per layout, spent on the best start only */
         if (o->score && !jb.exact) {
-            sc = score_state(&jb.st[c], o, out);
+            moe_place_opts_t prim = *o;
+            prim.replicas = 0;
+            sc = score_state(&jb.st[c], &prim, out);
         }
         if (sc < best_score || best == UINT32_MAX) {
             best_score = sc;
@@ -1050,8 +1072,9 @@ int moe_place_affinity(const moe_affinity_t *a, const moe_topo_t *topo,
             rc = repartition(&jb.st[best], o, jb.deadline, out, &best_score);
     }
     if (!rc) {
-        to_placement(&jb.st[best], out);
-        add_replicas(&jb.st[best], out, o->replicas);
+        rc = place_state(&jb.st[best], o, out);
+    }
+    if (!rc) {
         /* top-1: the model's hops per token and layer pair, the units of the bound and of
          * exflow; top-k: the scorer's exact transfers per cell when there is one */
         double units = (double)in.tokens * (base.top1 ? (base.L > 1 ? base.L - 1 : 1) : base.L);

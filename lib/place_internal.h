@@ -55,4 +55,16 @@ int moe_place_anneal(const moe_place_layers_t *m, const moe_place_sample_t *x, u
  * the ranks they need at the next layer. Partitions and loads are unchanged. Returns 0 or
  * MOE_ENOMEM. */
 int moe_place_align(const moe_place_layers_t *m, const moe_place_sample_t *x, uint16_t *rank);
+
+/* Add up to `copies` replicas per layer to p (every expert placed, the copies within the
+ * capacity; p->maxrep bounds the copies of one expert): greedily, each where it saves the most
+ * link-weighted transfers (cost[] per link class) of the sample's tokens routed by
+ * moe_acct_route under the vanilla or the coherent scheme, and only while every rank's load in
+ * each group of the sample stays within max_imbalance times the group's mean (or the load the
+ * layout already has, if more; <= 0: unbounded). A copy that saves nothing is not placed, so
+ * fewer may be. `threads` extra threads route the tokens; the result is the same for any
+ * count. Returns 0 or MOE_ENOMEM. */
+int moe_place_replicate(moe_placement_t *p, const moe_place_sample_t *x, int coherent,
+                        uint32_t copies, double max_imbalance,
+                        const double cost[MOE_LINK_CLASSES], int threads);
 #endif

@@ -54,13 +54,16 @@ typedef struct moe_place_sample {
     const uint32_t *source;  /* [n] source rank of each token (< ranks) */
     const uint8_t *group;    /* [n] group of each token (< groups), or NULL */
     uint32_t groups;         /* 0 .. 16 */
+    const uint64_t *token;   /* [n] token ids (the accounting's replica rule hashes them), or
+                              * NULL for 0 .. n-1 */
 } moe_place_sample_t;
 
 typedef struct moe_place_opts {
     int method;            /* enum moe_place_method [AFFINITY] */
     int scheme;            /* enum moe_scheme the objective models [COHERENT] */
     double max_imbalance;  /* bound on max/mean rank load per layer [1.10] */
-    uint32_t replicas;     /* extra copies per layer (of the hottest experts) [0] */
+    uint32_t replicas;     /* extra copies per layer: balanced, of the hottest experts;
+                            * affinity, up to this many where they save transfers [0] */
     double time_limit;     /* seconds for the whole fit (exflow: per lp_solve stage) [60] */
     uint64_t seed;         /* random layouts and multi-start [1] */
     int threads;           /* additional threads [0] */

@@ -121,7 +121,7 @@ static void check_case(uint32_t E, uint32_t G, uint32_t gpn, uint32_t C)
     planted_t p;
     planted_make(&p, E, G, gpn, C, 1500, 1.10);
     moe_place_layers_t m = {p.L, p.E, p.G, p.gpn, p.C, 1, 4, 1, p.load, p.cap};
-    moe_place_sample_t x = {p.n, p.L, p.K, p.ids, p.source, NULL, 0};
+    moe_place_sample_t x = {p.n, p.L, p.K, p.ids, p.source, NULL, 0, NULL};
     size_t V = (size_t)p.L * p.E;
     uint16_t *r0 = malloc(V * sizeof *r0), *r2 = malloc(V * sizeof *r2);
     start_layout(&p, r0);
@@ -199,7 +199,7 @@ static void check_bound_kept(void)
     for (uint32_t j = 0; j < p.L; j++)
         p.cap[j] = 1.05 * total / p.G;
     moe_place_layers_t m = {p.L, p.E, p.G, p.gpn, p.C, 1, 4, 1, p.load, p.cap};
-    moe_place_sample_t x = {p.n, p.L, p.K, p.ids, p.source, NULL, 0};
+    moe_place_sample_t x = {p.n, p.L, p.K, p.ids, p.source, NULL, 0, NULL};
     uint16_t r[48];
     /* a start within the bound: each cluster spread one expert per rank */
     for (uint32_t j = 0; j < p.L; j++)
