@@ -174,11 +174,7 @@ static const char *jnum(char *b, size_t n, double v, double scale)
 /* Byte counts in JSON: 15 significant digits, so those of a large run stay exact. */
 static const char *jbytes(char *b, size_t n, double v)
 {
-    if (isfinite(v))
-        snprintf(b, n, "%.15g", v);
-    else
-        snprintf(b, n, "null");
-    return b;
+    return isfinite(v) ? (snprintf(b, n, "%.15g", v), b) : (snprintf(b, n, "null"), b);
 }
 
 /* Transfers of a layer (accounting schemes) by phase and class. */

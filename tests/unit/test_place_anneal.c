@@ -183,6 +183,18 @@ static void check_case(uint32_t E, uint32_t G, uint32_t gpn, uint32_t C)
     planted_free(&p);
 }
 
+/* Every rank's load of layout r within the bound of its layer (4 ranks). */
+static void check_loads(const planted_t *p, const uint16_t *r)
+{
+    for (uint32_t j = 0; j < p->L; j++) {
+        double rl[4] = {0};
+        for (uint32_t e = 0; e < p->E; e++)
+            rl[r[j * p->E + e]] += p->load[j * p->E + e];
+        for (uint32_t q = 0; q < 4; q++)
+            CHECK(rl[q] <= p->cap[j] + 1e-9);
+    }
+}
+
 /* A load bound one cluster cannot meet on one rank: the search must stay within it (it starts
  * there) and gather only what the bound allows. */
 static void check_bound_kept(void)
@@ -205,23 +217,11 @@ static void check_bound_kept(void)
     for (uint32_t j = 0; j < p.L; j++)
         for (uint32_t e = 0; e < p.E; e++)
             r[j * p.E + e] = (uint16_t)(e % p.G);
-    for (uint32_t j = 0; j < p.L; j++) {
-        double rl[4] = {0};
-        for (uint32_t e = 0; e < p.E; e++)
-            rl[r[j * p.E + e]] += p.load[j * p.E + e];
-        for (uint32_t q = 0; q < 4; q++)
-            CHECK(rl[q] <= p.cap[j] + 1e-9);
-    }
+    check_loads(&p, r);
     uint64_t before = spans(&p, r);
     CHECK_EQ_INT(moe_place_anneal(&m, &x, 3, 1, r), 0);
     CHECK(spans(&p, r) <= before);
-    for (uint32_t j = 0; j < p.L; j++) {
-        double rl[4] = {0};
-        for (uint32_t e = 0; e < p.E; e++)
-            rl[r[j * p.E + e]] += p.load[j * p.E + e];
-        for (uint32_t q = 0; q < 4; q++)
-            CHECK(rl[q] <= p.cap[j] + 1e-9);
-    }
+    check_loads(&p, r);
     planted_free(&p);
 }
 
