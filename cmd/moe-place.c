@@ -40,7 +40,7 @@ static char errbuf[512];
 
 enum {
     O_RANKS = MOE_OPTC_TOOL, O_GPN, O_TOPOLOGY, O_METHOD, O_SCHEME, O_MAX_IMB, O_REPLICAS,
-    O_TIME_LIMIT, O_SEED, O_STARTS, O_TOPK, O_INTER_COST, O_SOURCE, O_HIDDEN, O_ELEM_BYTES,
+    O_EP_SIZE, O_TIME_LIMIT, O_SEED, O_STARTS, O_TOPK, O_INTER_COST, O_SOURCE, O_HIDDEN, O_ELEM_BYTES,
     O_MATRIX, O_MATRIX_BYTES, O_JSON, O_FORMAT, O_EXPERTS, O_NO_LAYERS,
 };
 
@@ -50,6 +50,7 @@ static const struct option long_opts[] = {
     {"scheme", required_argument, 0, O_SCHEME},
     {"max-imbalance", required_argument, 0, O_MAX_IMB},
     {"replicas", required_argument, 0, O_REPLICAS},
+    {"ep-size", required_argument, 0, O_EP_SIZE},
     {"time-limit", required_argument, 0, O_TIME_LIMIT}, {"seed", required_argument, 0, O_SEED},
     {"starts", required_argument, 0, O_STARTS}, {"topk", required_argument, 0, O_TOPK},
     {"inter-cost", required_argument, 0, O_INTER_COST},
@@ -130,6 +131,7 @@ static int take_opt(const char *sub, int c, const char *arg, cfg_t *g)
             return usage_error(sub, "--max-imbalance must be 0 (off) or at least 1");
         return 0;
     case O_REPLICAS: return moe_cli_u32(prog, sub, arg, 0, 65535, "replica count", &g->po.replicas);
+    case O_EP_SIZE: return moe_cli_u32(prog, sub, arg, 1, 65535, "group size", &g->po.ep_size);
     case O_TIME_LIMIT: return parse_dbl(sub, arg, 0.001, 1e7, "time limit", &g->po.time_limit);
     case O_SEED:
         if (moe_parse_u64(arg, 0, UINT64_MAX, &v, "seed", err, sizeof err))
@@ -280,6 +282,8 @@ static void fit_usage(FILE *fp)
           "      --topk=K           fit top-1 paths with 1 (ExFlow's objective) [all K]\n"
           "      --max-imbalance=X  bound on max/mean rank load per layer, 0 = none [1.10]\n"
           "      --replicas=N       extra copies of the hottest experts per layer [0]\n"
+          "      --ep-size=P        ranks of an expert-parallel group: every expert on each\n"
+          "                         group of P ranks (P divides G) [G: one group]\n"
           "      --inter-cost=W     weight of an inter-node transfer against an intra-node\n"
           "                         one [topology bandwidth ratio, else 4]\n"
           "      --starts=N         affinity: multi-start runs [8]\n"
@@ -491,8 +495,8 @@ static int fit_input(const char *in, cfg_t *gp, const moe_topo_t *topo_in);
 static int run_fit(int argc, char **argv)
 {
     static const int takes[] = {O_RANKS, O_GPN, O_TOPOLOGY, O_METHOD, O_SCHEME, O_MAX_IMB,
-                                O_REPLICAS, O_TIME_LIMIT, O_SEED, O_STARTS, O_TOPK,
-                                O_INTER_COST, 0};
+                                O_REPLICAS, O_EP_SIZE, O_TIME_LIMIT, O_SEED, O_STARTS,
+                                O_TOPK, O_INTER_COST, 0};
     cfg_t g;
     int rc = 0;
     if (parse("fit", argc, argv, &g, MOE_OPT_OUTPUT | MOE_OPT_FORMAT | MOE_OPT_THREADS |

@@ -163,6 +163,41 @@ static int place_balanced(moe_placement_t *p, const moe_affinity_t *a, uint32_t 
     return rc;
 }
 
+/* ------------------------------------------------------------------ expert-parallel groups */
+
+/* With ep_size P < G, the method places the experts on P ranks (a node of P GPUs, or P / g
+ * nodes of g) and expand() copies sub-rank q's experts to rank k * P + q of every group k. */
+typedef struct ep_fit {
+    uint32_t groups;
+    moe_placement_t *full; /* the expansion being scored */
+    double (*score)(void *ctx, const moe_placement_t *p);
+    void *score_ctx;
+} ep_fit_t;
+
+static int expand(const moe_placement_t *sub, uint32_t groups, moe_placement_t *full)
+{
+    moe_placement_clear(full);
+    for (uint32_t l = 0; l < sub->layers; l++)
+        for (uint32_t e = 0; e < sub->experts; e++) {
+            uint32_t n;
+            const uint16_t *rk = moe_placement_ranks(sub, l, e, &n);
+            for (uint32_t i = 0; i < n; i++)
+                for (uint32_t k = 0; k < groups; k++) {
+                    int rc = moe_placement_add(full, l, e, k * sub->ranks + rk[i]);
+                    if (rc)
+                        return rc;
+                }
+        }
+    return 0;
+}
+
+/* The caller's scorer, on the expansion of a candidate. */
+static double ep_score(void *ctx, const moe_placement_t *sub)
+{
+    ep_fit_t *f = ctx;
+    return expand(sub, f->groups, f->full) ? INFINITY : f->score(f->score_ctx, f->full);
+}
+
 /* ------------------------------------------------------------------ fit */
 
 static double now(void)
@@ -184,6 +219,8 @@ static int add_fit_line(moe_placement_t *p, const moe_place_opts_t *o, const moe
                      moe_place_method_name(o->method), moe_scheme_name(o->scheme),
                      in->top1 ? "top1" : "topk", in->tokens, t->name, t->cost[MOE_LINK_INTER],
                      o->replicas, o->max_imbalance, o->seed, res->status);
+    if (o->ep_size && o->ep_size < moe_topo_ranks(t))
+        n += snprintf(line + n, sizeof line - (size_t)n, "\tep_size:%u", o->ep_size);
     if (isfinite(res->objective))
         n += snprintf(line + n, sizeof line - (size_t)n, "\tobjective:%.6f\tunits:%s",
                       res->objective, res->units);
@@ -192,17 +229,44 @@ static int add_fit_line(moe_placement_t *p, const moe_place_opts_t *o, const moe
     return moe_placement_add_line(p, line);
 }
 
+/* Run the method on p (the shape of topo). */
+static int place_run(const moe_affinity_t *a, const moe_topo_t *topo, const moe_place_opts_t *o,
+                     moe_placement_t *p, moe_place_result_t *res, char *errbuf, size_t errlen)
+{
+    int rc;
+    switch (o->method) {
+    case MOE_PLACE_BALANCED:
+        rc = place_balanced(p, a, o->replicas);
+        if (rc == MOE_EINVAL)
+            snprintf(errbuf, errlen, "balanced: no rank left for a copy (too many replicas)");
+        return rc;
+    case MOE_PLACE_EXFLOW:
+        return moe_place_exflow(a, topo, o, p, res, errbuf, errlen);
+    case MOE_PLACE_AFFINITY:
+        return moe_place_affinity(a, topo, o, p, res, errbuf, errlen);
+    default:
+        return place_fixed(p, o->method, o->seed);
+    }
+}
+
 moe_placement_t *moe_place_fit(const moe_affinity_t *a, const moe_topo_t *topo,
                                const moe_place_opts_t *o, moe_place_result_t *res, int *status,
                                char *errbuf, size_t errlen)
 {
     moe_affinity_info_t in;
     moe_affinity_info(a, &in);
-    uint32_t G = moe_topo_ranks(topo), E = in.experts;
-    uint32_t cap = (E + o->replicas + G - 1) / G;
+    uint32_t G = moe_topo_ranks(topo), E = in.experts, g = topo->gpus_per_node;
+    uint32_t P = o->ep_size && o->ep_size < G ? o->ep_size : G, groups = G / P;
+    uint32_t cap = (E + o->replicas + P - 1) / P;
     memset(res, 0, sizeof *res);
     res->objective = res->bound = NAN;
     *status = MOE_EINVAL;
+    if (G % P || (P < g ? g % P : P % g)) {
+        snprintf(errbuf, errlen,
+                 "--ep-size %u must divide the %u ranks, and divide or be a multiple of the "
+                 "%u GPUs per node", P, G, g);
+        return NULL;
+    }
     if (o->replicas && (o->method < MOE_PLACE_BALANCED || o->method == MOE_PLACE_EXFLOW)) {
         snprintf(errbuf, errlen, "--replicas needs the balanced or affinity method");
         return NULL;
@@ -211,40 +275,63 @@ moe_placement_t *moe_place_fit(const moe_affinity_t *a, const moe_topo_t *topo,
         snprintf(errbuf, errlen, "the exflow method needs top-1 statistics");
         return NULL;
     }
-    if (o->replicas > 254u * E || (o->replicas && G < 2)) {
+    if (o->replicas > 254u * E || (o->replicas && P < 2)) {
         snprintf(errbuf, errlen, "too many replicas (%u) for %u experts on %u ranks",
-                 o->replicas, E, G);
+                 o->replicas, E, P);
         return NULL;
     }
-    uint32_t maxrep = o->replicas ? (o->replicas + 1 < G ? o->replicas + 1 : G) : 1;
-    moe_placement_t *p = moe_placement_new(in.layers, E, G, topo->gpus_per_node, cap,
-                                           maxrep, status);
+    uint32_t maxrep = o->replicas ? (o->replicas + 1 < P ? o->replicas + 1 : P) : 1;
+    if (maxrep * groups > 255) {
+        snprintf(errbuf, errlen, "--ep-size %u: up to %u copies of an expert, at most 255",
+                 P, maxrep * groups);
+        return NULL;
+    }
+    moe_placement_t *p = moe_placement_new(in.layers, E, G, g, cap, maxrep * groups, status);
     if (!p) {
-        snprintf(errbuf, errlen, "cannot place %u experts on %u ranks: %s", E, G,
+        snprintf(errbuf, errlen, "cannot place %u experts on %u ranks: %s", E, P,
                  moe_strerror(*status));
         return NULL;
     }
-    double t0 = now();
-    int rc;
-    snprintf(res->status, sizeof res->status, "heuristic");
-    switch (o->method) {
-    case MOE_PLACE_BALANCED:
-        rc = place_balanced(p, a, o->replicas);
-        if (rc == MOE_EINVAL)
-            snprintf(errbuf, errlen, "balanced: no rank left for a copy (too many replicas)");
-        break;
-    case MOE_PLACE_EXFLOW:
-        rc = moe_place_exflow(a, topo, o, p, res, errbuf, errlen);
-        break;
-    case MOE_PLACE_AFFINITY:
-        rc = moe_place_affinity(a, topo, o, p, res, errbuf, errlen);
-        break;
-    default:
-        rc = place_fixed(p, o->method, o->seed);
+    /* with groups, the method sees one group: P ranks, sources as positions in their group */
+    moe_placement_t *sub = p;
+    moe_topo_t st = *topo;
+    moe_place_opts_t so = *o;
+    moe_place_sample_t sx;
+    uint32_t *src = NULL;
+    ep_fit_t ef = {groups, p, o->score, o->score_ctx};
+    int rc = 0;
+    if (groups > 1) {
+        st.nodes = P >= g ? P / g : 1;
+        st.gpus_per_node = P >= g ? g : P;
+        so.ep_size = 0;
+        if (o->score) {
+            so.score = ep_score;
+            so.score_ctx = &ef;
+        }
+        sub = moe_placement_new(in.layers, E, P, st.gpus_per_node, cap, maxrep, &rc);
+        if (o->sample && o->sample->n) {
+            sx = *o->sample;
+            src = malloc(sx.n * sizeof *src);
+            for (uint32_t t = 0; src && t < sx.n; t++)
+                src[t] = sx.source[t] % P;
+            sx.source = src;
+            so.sample = &sx;
+            if (!src)
+                rc = MOE_ENOMEM;
+        }
     }
+    double t0 = now();
+    snprintf(res->status, sizeof res->status, "heuristic");
+    if (!rc)
+        rc = place_run(a, groups > 1 ? &st : topo, &so, sub, res, errbuf, errlen);
+    if (!rc && groups > 1)
+        rc = expand(sub, groups, p);
     if (!rc && o->score && o->method < MOE_PLACE_EXFLOW) /* exflow reports its own hops */
         res->objective = o->score(o->score_ctx, p);
     res->seconds = now() - t0;
+    if (sub != p)
+        moe_placement_free(sub);
+    free(src);
     if (!res->units[0])
         snprintf(res->units, sizeof res->units, "%s",
                  o->method == MOE_PLACE_EXFLOW ? "hops_per_pair" : "weighted_transfers_per_cell");

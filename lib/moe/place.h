@@ -63,7 +63,16 @@ typedef struct moe_place_opts {
     int scheme;            /* enum moe_scheme the objective models [COHERENT] */
     double max_imbalance;  /* bound on max/mean rank load per layer [1.10] */
     uint32_t replicas;     /* extra copies per layer: balanced, of the hottest experts;
-                            * affinity, up to this many where they save transfers [0] */
+                            * affinity, up to this many where they save transfers; with
+                            * ep_size, per expert-parallel group [0] */
+    uint32_t ep_size;      /* ranks of an expert-parallel group: 0 (or G) places every expert
+                            * once on the G ranks; P < G (dividing G, and dividing or divided
+                            * by the GPUs per node) splits the ranks into G / P groups of P
+                            * consecutive ranks, each holding every expert (DeepSpeed's
+                            * ep_size, data-parallel across groups): the method places the
+                            * experts on P ranks, and rank q's go to rank g * P + q of every
+                            * group g. Tokens then stay within a group unless their experts
+                            * need another rank (moe/acct.h's replica rule) [0] */
     double time_limit;     /* seconds for the whole fit (exflow: per lp_solve stage) [60] */
     uint64_t seed;         /* random layouts and multi-start [1] */
     int threads;           /* additional threads [0] */
@@ -94,7 +103,8 @@ typedef struct moe_place_result {
 } moe_place_result_t;
 
 /* Fit a placement of the experts of `a` (scanned with hops >= 1 and co-activation; top1 for
- * exflow) to the ranks of `topo`. capacity = ceil((E + replicas) / G). Returns the placement
+ * exflow) to the ranks of `topo`. capacity = ceil((E + replicas) / P), P the ep_size (G when
+ * 0). Returns the placement
  * (checked, with an @FT line describing the fit) or NULL with *status and a one-line reason. */
 moe_placement_t *moe_place_fit(const moe_affinity_t *a, const moe_topo_t *topo,
                                const moe_place_opts_t *o, moe_place_result_t *res, int *status,

@@ -98,6 +98,7 @@ bad 2 "--ranks or --topology is required" fit -o "$OUT" "$GOOD"
 bad 2 "not a multiple of --gpus-per-node" fit --ranks 6 --gpus-per-node 4 -o "$OUT" "$GOOD"
 bad 2 "--topk" fit --ranks 4 --topk 2 -o "$OUT" "$GOOD"
 bad 2 "unknown method" fit --ranks 4 --method metis -o "$OUT" "$GOOD"
+bad 2 "out of range" fit --ranks 4 --ep-size 0 -o "$OUT" "$GOOD"
 bad 2 "" fit --ranks 4 -o "$OUT"
 bad 2 "both be standard input" eval -o "$OUT" - -
 bad 2 "" eval -o "$OUT" "$T/p.moep"
@@ -207,6 +208,12 @@ bad_placement "newer major version" "newer version 2.0 of the format" \
 bad_placement "missing @PL" "no @PL line" \
     "0	0	0" "0	1	0" "0	2	1" "0	3	1"
 bad_placement "empty" "" ""
+
+begin "expert-parallel groups that do not tile the ranks"
+bad 1 "--ep-size 3 must divide the 4 ranks" fit --ranks 4 --ep-size 3 -o "$OUT" "$GOOD"
+bad 1 "or be a multiple of the 4 GPUs per node" fit --ranks 12 --gpus-per-node 4 --ep-size 6 \
+    -o "$OUT" "$GOOD"
+end
 
 begin "replicas cannot be exported as an ExFlow CSV"
 bad 1 "one GPU per expert" export --format exflow -o "$OUT" "$T/rep.moep"

@@ -90,6 +90,48 @@ ft_value() {
     grep '^@FT' "$1" | tr '\t' '\n' | sed -n "s/^$2://p"
 }
 
+# --ep-size 2 on 4 ranks: groups {0, 1} and {2, 3}, each holding all 16 experts of G1 (8 slots
+# a rank), expert on rank q of the fit also on q + 2. A top-1 token needs one rank a layer and
+# any group's copy costs the same, so with sources by sequence (rank seq mod 4, position seq
+# mod 2 in its group) the transfers per token equal those of the one-group placement on 2 ranks
+# (ranks mod 2), in both schemes. On 2 nodes of 2 each group is a node and tokens take the copy
+# on their own node: no inter-node transfer at all.
+begin "--ep-size: every expert in each group; top-1 transfers those of one group"
+for method in contiguous balanced affinity "affinity --replicas 2"; do
+    # shellcheck disable=SC2086
+    run mp fit --ranks 4 --ep-size 2 --method $method --no-PG -o "$T/ep.moep" "$G1"
+    expect_eq "$rc" 0 "fit --ep-size 2 --method $method"
+    grep -q "^@PL	VN:1.0	layers:4	experts:16	ranks:4	gpus_per_node:4	capacity:$(
+        [ "$method" = "affinity --replicas 2" ] && echo 9 || echo 8)\$" "$T/ep.moep" ||
+        fail "$method: unexpected @PL line: $(head -n 1 "$T/ep.moep")"
+    [ "$(ft_value "$T/ep.moep" ep_size)" = 2 ] || fail "$method: no ep_size:2 in the @FT line"
+    bad=$(awk -F '\t' '/^[0-9]/ { n = split($3, r, ","); c = 0
+            for (i = 1; i <= n; i++) for (j = 1; j <= n; j++) c += r[j] == (r[i] + 2) % 4
+            if (c != n) print }' "$T/ep.moep" | head -n 1)
+    [ -z "$bad" ] || fail "$method: an expert not in both groups: $bad"
+    awk -F '\t' 'BEGIN { OFS = "\t" }
+        /^@PL/ { sub(/ranks:4/, "ranks:2"); sub(/gpus_per_node:4/, "gpus_per_node:2") }
+        /^[0-9]/ { n = split($3, r, ","); s = ""; delete seen
+            for (i = 1; i <= n; i++) if (!((r[i] % 2) in seen)) {
+                seen[r[i] % 2]; s = s (s == "" ? "" : ",") r[i] % 2 }
+            $3 = s }
+        !/^@[FP][TG]/' "$T/ep.moep" >"$T/ep1.moep"
+    mp eval --no-layers --topk 1 --source sequence -o "$T/full" "$T/ep.moep" "$G1" &&
+        mp eval --no-layers --topk 1 --source sequence -o "$T/one" "$T/ep1.moep" "$G1" ||
+        fail "$method: eval of the groups or of one group failed"
+    for s in vanilla coherent; do
+        expect_eq "$(scheme_of "$T/full" $s 3)" "$(scheme_of "$T/one" $s 3)" \
+            "$method: $s top-1 transfers of the groups and of one group"
+    done
+    # shellcheck disable=SC2086
+    mp fit --ranks 4 --gpus-per-node 2 --ep-size 2 --method $method -o "$T/ep.moep" "$G1" &&
+        mp eval --no-layers -o "$T/full" "$T/ep.moep" "$G1" || fail "$method: 2x2 fit or eval"
+    for s in vanilla coherent; do
+        expect_eq "$(scheme_of "$T/full" $s 7)" 0.0000 "$method: $s inter-node transfers on 2x2"
+    done
+done
+end
+
 # moe-place(1): "For top-1 paths with one expert per rank on one node ... solved exactly ... the
 # result is optimal and equals the lower bound." 8 experts on 8 ranks of one node, from a file
 # and from standard input: the recorded objective equals the bound, and so do the top-1 hops per
