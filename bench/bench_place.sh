@@ -38,6 +38,8 @@ check() { awk -v v="$1" -v op="$2" -v t="$3" 'BEGIN {
 col() { awk -F '\t' -v s="$2" -v c="$3" '
     $1 == "#SCHEME" { for (i = 1; i <= NF; i++) if ($i == c) k = i }
     $1 == "SCHEME" && $2 == s { print $k }' "$1"; }
+# expert slots per rank and layer of a placement (its @PL capacity)
+slots() { sed -n '1s/.*capacity:\([0-9]*\).*/\1/p' "$1"; }
 secs() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", (b - a) / 1e9 }'; }
 
 "$mt" import --no-PG -q --meta "$ds/tokens.meta.txt.gz" -o "$tmp/ds.mft" "$ds/tokens.txt.gz"
@@ -46,8 +48,10 @@ secs() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", (b - a) / 1e9 }'; }
 echo "# 1. DeepSeek-V2-Lite: fit on prompts 1..500, evaluate on prompts 501..1000"
 echo "#    ratio: transfers per token per layer / those of vanilla EP with the contiguous placement"
 echo "#    in-sample: the same on the fitting prompts (ExFlow's point: report both)"
-printf '%-6s %-26s %-9s %9s %7s %8s %8s %9s %10s %s\n' ranks method scheme xfer/tl ratio intra \
-    inter max_load in-sample target
+echo "#    slots: expert slots per rank per layer (memory; E/G = $((64 / 8)) on 8 ranks without copies)"
+echo "#    ep=P: expert-parallel groups of P ranks, every expert in each group (--ep-size)"
+printf '%-6s %-26s %-9s %9s %7s %8s %8s %9s %10s %5s %s\n' ranks method scheme xfer/tl ratio intra \
+    inter max_load in-sample slots target
 for cfg in 4:4 8:8 16:16 8:4; do
     G=${cfg%%:*}
     g=${cfg##*:}
@@ -56,37 +60,61 @@ for cfg in 4:4 8:8 16:16 8:4; do
     "$mp" eval --no-layers "$tmp/c.moep" "$tmp/eval.mft" >"$tmp/c.txt"
     "$mp" eval --no-layers "$tmp/c.moep" "$tmp/fit.mft" >"$tmp/ci.txt"
     base=$(col "$tmp/c.txt" vanilla per_token_layer)
+    [ "$cfg" != 8:8 ] || base8=$base
     label="$G"
     [ "$g" = "$G" ] || label="$((G / g))x$g"
-    row() { # method scheme report target in-sample-report
-        v=$(col "$3" "$2" per_token_layer)
+    row() { # method scheme placement report target in-sample-report
+        v=$(col "$4" "$2" per_token_layer)
         r=$(awk -v a="$v" -v b="$base" 'BEGIN { printf "%.3f", a / b }')
-        l=$(col "$3" "$2" max_load)
-        t=$4
+        l=$(col "$4" "$2" max_load)
+        t=$5
         [ "$t" = "-" ] || t="$(check "$r" "<=" 0.55)/$(check "$l" "<=" 1.15)"
-        printf '%-6s %-26s %-9s %9s %7s %8s %8s %9s %10s %s\n' "$label" "$1" "$2" "$v" "$r" \
-            "$(col "$3" "$2" intra)" "$(col "$3" "$2" inter)" "$l" "$(col "$5" "$2" per_token_layer)" "$t"
+        printf '%-6s %-26s %-9s %9s %7s %8s %8s %9s %10s %5s %s\n' "$label" "$1" "$2" "$v" "$r" \
+            "$(col "$4" "$2" intra)" "$(col "$4" "$2" inter)" "$l" \
+            "$(col "$6" "$2" per_token_layer)" "$(slots "$3")" "$t"
     }
-    row contiguous vanilla "$tmp/c.txt" - "$tmp/ci.txt"
-    row contiguous coherent "$tmp/c.txt" - "$tmp/ci.txt"
-    "$mp" fit $topo --method balanced --no-PG -o "$tmp/b.moep" "$tmp/fit.mft"
-    "$mp" eval --no-layers "$tmp/b.moep" "$tmp/eval.mft" >"$tmp/b.txt"
-    "$mp" eval --no-layers "$tmp/b.moep" "$tmp/fit.mft" >"$tmp/bi.txt"
-    row balanced coherent "$tmp/b.txt" - "$tmp/bi.txt"
-    fits='1.10
-1.05
-1.10 --replicas 32'
-    # on 8 ranks also the tightest setting tried that holds the held-out load: what it costs
-    [ "$cfg" != 8:8 ] || fits="$fits
-1.03 --replicas 64"
-    echo "$fits" | while read -r fit; do
-        "$mp" fit $topo -@ 1 --max-imbalance $fit --no-PG -o "$tmp/a.moep" "$tmp/fit.mft"
+    # fit_row METHOD-LABEL TARGET FIT-OPTIONS...: fit, evaluate on both halves, print the rows
+    fit_row() {
+        name=$1 t=$2
+        shift 2
+        "$mp" fit $topo -@ 1 --no-PG -o "$tmp/a.moep" "$@" "$tmp/fit.mft"
         "$mp" eval --no-layers "$tmp/a.moep" "$tmp/eval.mft" >"$tmp/a.txt"
         "$mp" eval --no-layers "$tmp/a.moep" "$tmp/fit.mft" >"$tmp/ai.txt"
-        name="affinity imb=${fit%% *}"
-        [ "$fit" = "${fit#* }" ] || name="$name rep=${fit##* }"
-        row "$name" coherent "$tmp/a.txt" x "$tmp/ai.txt"
-    done
+        for s in $schemes; do
+            row "$name" "$s" "$tmp/a.moep" "$tmp/a.txt" "$t" "$tmp/ai.txt"
+        done
+    }
+    row contiguous vanilla "$tmp/c.moep" "$tmp/c.txt" - "$tmp/ci.txt"
+    row contiguous coherent "$tmp/c.moep" "$tmp/c.txt" - "$tmp/ci.txt"
+    schemes=coherent
+    fit_row balanced - --method balanced
+    fit_row "affinity imb=1.10" x --max-imbalance 1.10
+    fit_row "affinity imb=1.05" x --max-imbalance 1.05
+    fit_row "affinity imb=1.10 rep=32" x --max-imbalance 1.10 --replicas 32
+    # on 8 ranks also the tightest setting tried that holds the held-out load with copies
+    [ "$cfg" != 8:8 ] || fit_row "affinity imb=1.03 rep=64" x --max-imbalance 1.03 --replicas 64
+    # two expert-parallel groups (twice the expert memory, as rep=E), beside the contiguous
+    # layout with the same groups
+    P=$((G / 2))
+    schemes="vanilla coherent"
+    fit_row "contiguous ep=$P" - --method contiguous --ep-size $P
+    schemes=coherent
+    fit_row "affinity imb=1.05 ep=$P" x --max-imbalance 1.05 --ep-size $P
+done
+
+echo
+echo "# 1b. The held-out load of 8 ranks, affinity imb=1.05 ep=4, over fit seeds (the groups share"
+echo "#     a position's tokens by source rank: whole prompts, so the split varies with the layout)"
+printf '%-5s %9s %7s %9s %s\n' seed xfer/tl ratio max_load target
+for seed in 1 2 3 4 5; do
+    "$mp" fit --ranks 8 -@ 1 --no-PG --max-imbalance 1.05 --ep-size 4 --seed $seed \
+        -o "$tmp/a.moep" "$tmp/fit.mft"
+    "$mp" eval --no-layers "$tmp/a.moep" "$tmp/eval.mft" >"$tmp/a.txt"
+    v=$(col "$tmp/a.txt" coherent per_token_layer)
+    l=$(col "$tmp/a.txt" coherent max_load)
+    r=$(awk -v a="$v" -v b="$base8" 'BEGIN { printf "%.3f", a / b }')
+    printf '%-5s %9s %7s %9s %s\n' $seed "$v" "$r" "$l" \
+        "$(check "$r" "<=" 0.55)/$(check "$l" "<=" 1.15)"
 done
 
 echo
