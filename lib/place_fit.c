@@ -288,7 +288,7 @@ moe_placement_t *moe_place_fit(const moe_affinity_t *a, const moe_topo_t *topo,
     }
     moe_placement_t *p = moe_placement_new(in.layers, E, G, g, cap, maxrep * groups, status);
     if (!p) {
-        snprintf(errbuf, errlen, "cannot place %u experts on %u ranks: %s", E, P,
+        snprintf(errbuf, errlen, "cannot place %u experts on %u ranks: %s", E, G,
                  moe_strerror(*status));
         return NULL;
     }

@@ -104,8 +104,8 @@ typedef struct moe_place_result {
 
 /* Fit a placement of the experts of `a` (scanned with hops >= 1 and co-activation; top1 for
  * exflow) to the ranks of `topo`. capacity = ceil((E + replicas) / P), P the ep_size (G when
- * 0). Returns the placement
- * (checked, with an @FT line describing the fit) or NULL with *status and a one-line reason. */
+ * 0). Returns the placement (checked, with an @FT line describing the fit) or NULL with
+ * *status and a one-line reason. */
 moe_placement_t *moe_place_fit(const moe_affinity_t *a, const moe_topo_t *topo,
                                const moe_place_opts_t *o, moe_place_result_t *res, int *status,
                                char *errbuf, size_t errlen);
