@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "import_internal.h"
+#include "import/import_internal.h"
 #include "json_internal.h"
 
 const char *jtok_ws(const char *p)

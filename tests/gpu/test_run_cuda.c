@@ -12,7 +12,7 @@
 #include "moe/rng.h"
 #include "moe/run_backend.h"
 #include "moe_kernels.h"
-#include "run_internal.h"
+#include "run/run_internal.h"
 #include "gpu_test.h"
 #include "unit.h"
 

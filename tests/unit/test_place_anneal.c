@@ -1,5 +1,5 @@
 /* tests/unit/test_place_anneal.c -- the affinity method's per-layer partition search and rank
- * relabelling (lib/place_anneal.c) on planted structure with a known optimum. */
+ * relabelling (lib/place/place_anneal.c) on planted structure with a known optimum. */
 #include "config.h"
 
 #include <math.h>
@@ -10,7 +10,7 @@
 #include "moe/moe.h"
 #include "moe/place.h"
 #include "moe/rng.h"
-#include "place_internal.h"
+#include "place/place_internal.h"
 #include "unit.h"
 
 /*

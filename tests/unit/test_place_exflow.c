@@ -17,7 +17,7 @@
 #include "moe/topo.h"
 #include "moe/trace.h"
 #include "moe/trace_map.h"
-#include "place_internal.h"
+#include "place/place_internal.h"
 #include "unit.h"
 
 static char tmpdir[256];

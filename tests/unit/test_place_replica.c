@@ -1,4 +1,4 @@
-/* tests/unit/test_place_replica.c -- where moe-place puts replicas (lib/place_replica.c): the
+/* tests/unit/test_place_replica.c -- where moe-place puts replicas (lib/place/place_replica.c): the
  * copy that saves the most transfers, refused when it would break the load bound; checked
  * against the accounting's own transfers and loads. */
 #include "config.h"
@@ -12,7 +12,7 @@
 #include "moe/moe.h"
 #include "moe/place.h"
 #include "moe/rng.h"
-#include "place_internal.h"
+#include "place/place_internal.h"
 #include "unit.h"
 
 static const double unit_cost[MOE_LINK_CLASSES] = {0, 1, 4, 4};

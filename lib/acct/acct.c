@@ -1,0 +1,517 @@
+/* acct/acct.c -- the shared communication accounting: transfers, load and locality per scheme. */
+#include "config.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "moe/acct.h"
+#include "moe/moe.h"
+#include "moe/rng.h"
+#include "acct_internal.h"
+
+
+struct moe_acct {
+    const moe_placement_t *p;
+    uint32_t L, E, K, k, G, gpn;
+    int source, weights, matrix, ranks;
+    uint64_t tokens;
+    moe_acct_layer_t *layer[MOE_SCHEMES];  /* [L] */
+    uint64_t *load[MOE_SCHEMES];           /* [L][G] */
+    uint64_t *mat[MOE_SCHEMES];            /* [G][G] or NULL */
+    moe_acct_rank_t *rk[MOE_SCHEMES];      /* [L][G] or NULL */
+    moe_route_t *route;                    /* per-token scratch */
+};
+
+void moe_acct_opts_default(moe_acct_opts_t *o)
+{
+    memset(o, 0, sizeof *o);
+}
+
+const char *moe_scheme_name(int scheme)
+{
+    return scheme == MOE_SCHEME_VANILLA ? "vanilla" : scheme == MOE_SCHEME_COHERENT ? "coherent"
+                                                                                     : "?";
+}
+
+int moe_scheme_parse(const char *s)
+{
+    for (int i = 0; i < MOE_SCHEMES; i++)
+        if (!strcmp(s, moe_scheme_name(i)))
+            return i;
+    return -1;
+}
+
+static moe_acct_t *acct_alloc(const moe_placement_t *p, uint32_t K, uint32_t k, uint32_t gpn,
+                              int matrix, int ranks)
+{
+    moe_acct_t *a = calloc(1, sizeof *a);
+    if (!a)
+        return NULL;
+    a->p = p;
+    a->L = p->layers;
+    a->E = p->experts;
+    a->K = K;
+    a->k = k;
+    a->G = p->ranks;
+    a->gpn = gpn;
+    a->matrix = matrix;
+    a->ranks = ranks;
+    int ok = (a->route = malloc(sizeof *a->route)) != NULL;
+    for (int s = 0; s < MOE_SCHEMES && ok; s++) {
+        ok = (a->layer[s] = calloc(a->L, sizeof *a->layer[s])) &&
+             (a->load[s] = calloc((size_t)a->L * a->G, sizeof *a->load[s]));
+        if (ok && matrix)
+            ok = (a->mat[s] = calloc((size_t)a->G * a->G, sizeof *a->mat[s])) != NULL;
+        if (ok && ranks)
+            ok = (a->rk[s] = calloc((size_t)a->L * a->G, sizeof *a->rk[s])) != NULL;
+    }
+    if (!ok) {
+        moe_acct_free(a);
+        return NULL;
+    }
+    return a;
+}
+
+moe_acct_t *moe_acct_new(const moe_placement_t *p, const moe_topo_t *topo,
+                         const moe_trace_hdr_t *h, const moe_acct_opts_t *o, int *status,
+                         char *errbuf, size_t errlen)
+{
+    *status = MOE_ESHAPE;
+    if (h->layers != p->layers || h->experts != p->experts) {
+        snprintf(errbuf, errlen,
+                 "placement is for %u layers x %u experts, the trace has %u x %u", p->layers,
+                 p->experts, h->layers, h->experts);
+        return NULL;
+    }
+    if (topo && moe_topo_ranks(topo) != p->ranks) {
+        snprintf(errbuf, errlen, "placement has %u ranks, the topology %u", p->ranks,
+                 moe_topo_ranks(topo));
+        return NULL;
+    }
+    *status = MOE_EINVAL;
+    if (o->topk > h->topk) {
+        snprintf(errbuf, errlen, "top-k %u exceeds the trace's %u", o->topk, h->topk);
+        return NULL;
+    }
+    int source = o->source;
+    if (source == MOE_SOURCE_AUTO)
+        source = h->ranks == p->ranks ? MOE_SOURCE_RECORDED : MOE_SOURCE_SEQUENCE;
+    uint32_t k = o->topk ? o->topk : h->topk;
+    moe_acct_t *a = acct_alloc(p, h->topk, k, topo ? topo->gpus_per_node : p->gpus_per_node,
+                               o->matrix, o->ranks);
+    if (!a) {
+        *status = MOE_ENOMEM;
+        snprintf(errbuf, errlen, "%s", moe_strerror(MOE_ENOMEM));
+        return NULL;
+    }
+    a->source = source;
+    a->weights = (h->flags & MOE_TRACE_WEIGHTS) != 0;
+    *status = 0;
+    return a;
+}
+
+void moe_acct_free(moe_acct_t *a)
+{
+    if (!a)
+        return;
+    for (int s = 0; s < MOE_SCHEMES; s++) {
+        free(a->layer[s]);
+        free(a->load[s]);
+        free(a->mat[s]);
+        free(a->rk[s]);
+    }
+    free(a->route);
+    free(a);
+}
+
+/* The ids of a cell to account, into r->expert / r->weight: all K, or the first k in stored
+ * order, or by descending weight (stable) when the trace has weights. Returns 0 for a missing
+ * cell. */
+static uint32_t take_cell(const moe_acct_t *a, const uint16_t *ids, const float *w,
+                          moe_route_t *r)
+{
+    uint16_t *cell = r->expert;
+    float *cw = r->weight;
+    if (ids[0] == MOE_EXPERT_NONE)
+        return 0;
+    if (a->k == a->K || !w) {
+        for (uint32_t i = 0; i < a->k; i++) {
+            cell[i] = ids[i];
+            cw[i] = w ? w[i] : 0;
+        }
+        return a->k;
+    }
+    /* insertion into the sorted k heaviest so far; strict comparisons keep ties in order */
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < a->K; i++) {
+        if (n == a->k && !(w[i] > cw[a->k - 1]))
+            continue;
+        uint32_t at = n < a->k ? n++ : a->k - 1;
+        while (at > 0 && w[i] > cw[at - 1]) {
+            cell[at] = cell[at - 1];
+            cw[at] = cw[at - 1];
+            at--;
+        }
+        cell[at] = ids[i];
+        cw[at] = w[i];
+    }
+    return a->k;
+}
+
+/* Is rank r among the n copies rk? */
+static inline int holds(const uint16_t *rk, uint32_t n, uint32_t r)
+{
+    for (uint32_t c = 0; c < n; c++)
+        if (rk[c] == r)
+            return 1;
+    return 0;
+}
+
+/* Which copy serves each expert of r->expert[0..n) for a token at home h, into r->rank (see
+ * moe/acct.h): the only copy or the one on h; then one on a rank already serving the token;
+ * then, greedily, the rank holding most of the experts still open (a set cover), ties broken
+ * by the home's node and then by hash(token, layer, rank), which spreads tokens evenly over
+ * equivalent copies. */
+static void pick_copies(const moe_acct_t *a, uint32_t layer, uint32_t h, uint64_t token,
+                        moe_route_t *r, uint32_t n)
+{
+    const uint16_t *rk[MOE_TRACE_MAX_TOPK];
+    uint32_t nc[MOE_TRACE_MAX_TOPK], open = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        rk[i] = moe_placement_ranks(a->p, layer, r->expert[i], &nc[i]);
+        if (nc[i] == 1)
+            r->rank[i] = rk[i][0];
+        else if (holds(rk[i], nc[i], h))
+            r->rank[i] = h;
+        else {
+            r->rank[i] = UINT32_MAX;
+            open++;
+        }
+    }
+    if (!open)
+        return;
+    /* a rank already serving one expert takes every open expert it holds */
+    for (uint32_t i = 0; i < n; i++)
+        for (uint32_t q = 0; q < n && r->rank[i] == UINT32_MAX; q++)
+            if (r->rank[q] != UINT32_MAX && holds(rk[i], nc[i], r->rank[q])) {
+                r->rank[i] = r->rank[q];
+                open--;
+            }
+    while (open) {
+        uint32_t best = UINT32_MAX, bcount = 0, bnode = 0;
+        uint64_t bhash = 0;
+        for (uint32_t i = 0; i < n; i++) {
+            if (r->rank[i] != UINT32_MAX)
+                continue;
+            for (uint32_t c = 0; c < nc[i]; c++) {
+                uint32_t cand = rk[i][c], count = 0;
+                if (cand == best)
+                    continue;
+                for (uint32_t q = i; q < n; q++)
+                    count += r->rank[q] == UINT32_MAX && holds(rk[q], nc[q], cand);
+                uint32_t node = cand / a->gpn == h / a->gpn;
+                uint64_t x = moe_hash64(token, ((uint64_t)layer << 32) | cand);
+                if (best == UINT32_MAX || count > bcount ||
+                    (count == bcount && (node > bnode || (node == bnode && x < bhash)))) {
+                    best = cand;
+                    bcount = count;
+                    bnode = node;
+                    bhash = x;
+                }
+            }
+        }
+        for (uint32_t i = 0; i < n; i++)
+            if (r->rank[i] == UINT32_MAX && holds(rk[i], nc[i], best)) {
+                r->rank[i] = best;
+                open--;
+            }
+    }
+}
+
+uint32_t acct_serve_add(served_t *srv, uint32_t ns, uint32_t r, float w)
+{
+    uint32_t j = 0;
+    while (j < ns && srv[j].rank != r)
+        j++;
+    if (j == ns)
+        srv[ns++] = (served_t){r, 0, w};
+    srv[j].count++;
+    if (w > srv[j].weight)
+        srv[j].weight = w;
+    return ns;
+}
+
+uint32_t acct_new_home(const served_t *srv, uint32_t ns, uint32_t h, int weights)
+{
+    const served_t *best = &srv[0];
+    for (uint32_t i = 1; i < ns; i++) {
+        const served_t *s = &srv[i];
+        if (s->count != best->count) {
+            if (s->count > best->count)
+                best = s;
+            continue;
+        }
+        if (best->rank == h)
+            continue;
+        if (s->rank == h || (weights && s->weight > best->weight) ||
+            ((!weights || s->weight == best->weight) && s->rank < best->rank))
+            best = s;
+    }
+    return best->rank;
+}
+
+uint32_t moe_acct_route(const moe_acct_t *a, uint32_t layer, const uint16_t *ids,
+                        const float *weights, uint32_t home, uint64_t token, moe_route_t *r)
+{
+    served_t srv[MOE_TRACE_MAX_TOPK];
+    uint32_t n = take_cell(a, ids, weights, r), ns = 0;
+    r->n = n;
+    if (!n)
+        return 0;
+    pick_copies(a, layer, home, token, r, n);
+    for (uint32_t i = 0; i < n; i++)
+        ns = acct_serve_add(srv, ns, r->rank[i], r->weight[i]);
+    r->nranks = ns;
+    for (uint32_t i = 0; i < ns; i++) {
+        r->ranks[i] = srv[i].rank;
+        r->count[i] = srv[i].count;
+    }
+    r->home = acct_new_home(srv, ns, home, a->weights);
+    return n;
+}
+
+uint32_t moe_acct_source(const moe_acct_t *a, uint64_t token, uint32_t seq, uint32_t rank)
+{
+    switch (a->source) {
+    case MOE_SOURCE_RECORDED:
+        return rank < a->G ? rank : UINT32_MAX;
+    case MOE_SOURCE_TOKEN:
+        return (uint32_t)(token % a->G);
+    default:
+        return seq % a->G;
+    }
+}
+
+static inline int link_of(const moe_acct_t *a, uint32_t x, uint32_t y)
+{
+    if (x == y)
+        return MOE_LINK_SELF;
+    return x / a->gpn == y / a->gpn ? MOE_LINK_INTRA : MOE_LINK_INTER;
+}
+
+/* Count the transfers of one scheme at one layer: dispatch from `from`, combine to `to`. */
+static void count_layer(moe_acct_t *a, int scheme, uint32_t j, const moe_route_t *rt,
+                        uint32_t from, uint32_t to)
+{
+    moe_acct_layer_t *c = &a->layer[scheme][j];
+    uint64_t *load = a->load[scheme] + (size_t)j * a->G;
+    uint64_t *mat = a->mat[scheme];
+    moe_acct_rank_t *rk = a->rk[scheme] ? a->rk[scheme] + (size_t)j * a->G : NULL;
+    uint32_t moved = 0;
+    c->cells++;
+    for (uint32_t i = 0; i < rt->nranks; i++) {
+        uint32_t r = rt->ranks[i];
+        load[r] += rt->count[i];
+        if (r != from) {
+            int k = link_of(a, from, r);
+            c->xfer[MOE_DISPATCH][k]++;
+            if (mat)
+                mat[(size_t)from * a->G + r]++;
+            if (rk) {
+                rk[from].sent[MOE_DISPATCH][k]++;
+                rk[r].recv[MOE_DISPATCH][k]++;
+            }
+            moved++;
+        }
+        if (r != to) {
+            int k = link_of(a, r, to);
+            c->xfer[MOE_COMBINE][k]++;
+            if (mat)
+                mat[(size_t)r * a->G + to]++;
+            if (rk) {
+                rk[r].sent[MOE_COMBINE][k]++;
+                rk[to].recv[MOE_COMBINE][k]++;
+            }
+            moved++;
+        }
+    }
+    c->local += !moved;
+    c->stay_rank += from == to;
+    c->stay_node += from / a->gpn == to / a->gpn;
+}
+
+int moe_acct_token(moe_acct_t *a, const uint16_t *ids, const float *weights, uint64_t token,
+                   uint32_t seq, uint32_t rank)
+{
+    uint32_t s = moe_acct_source(a, token, seq, rank);
+    if (s == UINT32_MAX)
+        return MOE_ERANGE;
+    uint32_t h = s;
+    moe_route_t *rt = a->route;
+    for (uint32_t j = 0; j < a->L; j++) {
+        const uint16_t *cid = ids + (size_t)j * a->K;
+        const float *cw = weights ? weights + (size_t)j * a->K : NULL;
+        if (!moe_acct_route(a, j, cid, cw, s, token, rt))
+            continue;
+        count_layer(a, MOE_SCHEME_VANILLA, j, rt, s, s);
+        moe_acct_route(a, j, cid, cw, h, token, rt);
+        count_layer(a, MOE_SCHEME_COHERENT, j, rt, h, rt->home);
+        h = rt->home;
+    }
+    a->tokens++;
+    return 0;
+}
+
+int moe_acct_merge(moe_acct_t *a, const moe_acct_t *b)
+{
+    if (a->L != b->L || a->G != b->G || (a->matrix != 0) != (b->matrix != 0) ||
+        (a->ranks != 0) != (b->ranks != 0))
+        return MOE_ESHAPE;
+    for (int s = 0; s < MOE_SCHEMES; s++) {
+        uint64_t *x = (uint64_t *)a->layer[s];
+        const uint64_t *y = (const uint64_t *)b->layer[s];
+        for (size_t i = 0; i < a->L * (sizeof(moe_acct_layer_t) / sizeof(uint64_t)); i++)
+            x[i] += y[i];
+        for (size_t i = 0; i < (size_t)a->L * a->G; i++)
+            a->load[s][i] += b->load[s][i];
+        for (size_t i = 0; a->matrix && i < (size_t)a->G * a->G; i++)
+            a->mat[s][i] += b->mat[s][i];
+        uint64_t *rx = (uint64_t *)a->rk[s];
+        const uint64_t *ry = (const uint64_t *)b->rk[s];
+        size_t nr = a->ranks ? (size_t)a->L * a->G * (sizeof(moe_acct_rank_t) / sizeof *rx) : 0;
+        for (size_t i = 0; i < nr; i++)
+            rx[i] += ry[i];
+    }
+    a->tokens += b->tokens;
+    return 0;
+}
+
+/* ------------------------------------------------------------------ scanning a trace */
+
+typedef struct scan_ctx {
+    moe_acct_t **w;     /* per-worker accumulators */
+    moe_trace_map_t *m;
+    uint32_t LK;
+    void (*progress)(void *ctx, uint64_t done, uint64_t total);
+    void *ctx;
+} scan_ctx_t;
+
+static void scan_progress(void *arg, uint64_t done, uint64_t total)
+{
+    scan_ctx_t *c = arg;
+    c->progress(c->ctx, done, total);
+}
+
+static int scan_batch(void *arg, int worker, moe_trace_batch_t *b)
+{
+    scan_ctx_t *c = arg;
+    moe_acct_t *a = c->w[worker];
+    for (size_t r = 0; r < b->n; r++) {
+        const float *wt = b->weights ? b->weights + r * c->LK : NULL;
+        if (moe_acct_token(a, b->ids + r * c->LK, wt, b->token[r], b->seq[r], b->rank[r]))
+            return moe_trace_map_fail(c->m, MOE_ERANGE,
+                                      "token %" PRIu64 ": recorded source rank %u out of range "
+                                      "(%u ranks; --source sequence ignores it)",
+                                      b->token[r], b->rank[r], a->G);
+    }
+    return 0;
+}
+
+int moe_acct_scan(moe_acct_t *a, moe_trace_map_t *m,
+                  void (*progress)(void *ctx, uint64_t done, uint64_t total), void *ctx)
+{
+    int nw = moe_trace_map_workers(m);
+    scan_ctx_t c = {calloc((size_t)nw, sizeof(moe_acct_t *)), m, a->L * a->K, progress, ctx};
+    if (!c.w)
+        return MOE_ENOMEM;
+    c.w[0] = a;
+    int rc = 0;
+    for (int i = 1; i < nw && !rc; i++) {
+        c.w[i] = acct_alloc(a->p, a->K, a->k, a->gpn, a->matrix, a->ranks);
+        if (!c.w[i])
+            rc = MOE_ENOMEM;
+        else {
+            c.w[i]->source = a->source;
+            c.w[i]->weights = a->weights;
+        }
+    }
+    if (!rc) {
+        moe_trace_map_ops_t ops = {0};
+        ops.batch = scan_batch;
+        ops.fields = MOE_MAP_TOKEN | MOE_MAP_SEQ | MOE_MAP_RANK;
+        ops.progress = progress ? scan_progress : NULL;
+        rc = moe_trace_map_run(m, &ops, &c);
+    }
+    for (int i = 1; i < nw; i++) {
+        if (!rc && c.w[i])
+            rc = moe_acct_merge(a, c.w[i]);
+        moe_acct_free(c.w[i]);
+    }
+    free(c.w);
+    return rc;
+}
+
+/* ------------------------------------------------------------------ results */
+
+uint64_t moe_acct_tokens(const moe_acct_t *a)
+{
+    return a->tokens;
+}
+
+const moe_acct_layer_t *moe_acct_layer(const moe_acct_t *a, int scheme, uint32_t layer)
+{
+    return scheme >= 0 && scheme < MOE_SCHEMES && layer < a->L ? &a->layer[scheme][layer] : NULL;
+}
+
+void moe_acct_total(const moe_acct_t *a, int scheme, moe_acct_layer_t *out)
+{
+    memset(out, 0, sizeof *out);
+    uint64_t *x = (uint64_t *)out;
+    for (uint32_t j = 0; j < a->L; j++) {
+        const uint64_t *y = (const uint64_t *)&a->layer[scheme][j];
+        for (size_t i = 0; i < sizeof *out / sizeof(uint64_t); i++)
+            x[i] += y[i];
+    }
+}
+
+const uint64_t *moe_acct_load(const moe_acct_t *a, int scheme, uint32_t layer)
+{
+    return layer < a->L ? a->load[scheme] + (size_t)layer * a->G : NULL;
+}
+
+double moe_acct_imbalance(const moe_acct_t *a, int scheme, uint32_t layer)
+{
+    const uint64_t *l = moe_acct_load(a, scheme, layer);
+    uint64_t max = 0, sum = 0;
+    for (uint32_t r = 0; l && r < a->G; r++) {
+        sum += l[r];
+        max = l[r] > max ? l[r] : max;
+    }
+    return sum ? (double)max * a->G / (double)sum : 0;
+}
+
+uint64_t moe_acct_matrix(const moe_acct_t *a, int scheme, uint32_t src, uint32_t dst)
+{
+    return a->mat[scheme] && src < a->G && dst < a->G ? a->mat[scheme][(size_t)src * a->G + dst]
+                                                       : 0;
+}
+
+const moe_acct_rank_t *moe_acct_ranks(const moe_acct_t *a, int scheme, uint32_t layer)
+{
+    if (scheme < 0 || scheme >= MOE_SCHEMES || layer >= a->L || !a->rk[scheme])
+        return NULL;
+    return a->rk[scheme] + (size_t)layer * a->G;
+}
+
+double moe_acct_per_token_layer(const moe_acct_t *a, int scheme)
+{
+    moe_acct_layer_t t;
+    moe_acct_total(a, scheme, &t);
+    uint64_t x = 0;
+    for (int ph = 0; ph < MOE_PHASES; ph++)
+        for (int c = 0; c < MOE_LINK_CLASSES; c++)
+            x += t.xfer[ph][c];
+    return t.cells ? (double)x / (double)t.cells : 0;
+}

@@ -1,0 +1,21 @@
+/* acct/acct_internal.h -- the accounting's per-cell rules, shared with the placement search. */
+#ifndef MOE_ACCT_INTERNAL_H
+#define MOE_ACCT_INTERNAL_H
+
+#include <stdint.h>
+
+/* A rank serving part of one token's set at one layer. */
+typedef struct served {
+    uint32_t rank;
+    uint32_t count;   /* experts of the set it serves */
+    float weight;     /* highest gate weight among them */
+} served_t;
+
+/* Count one expert (gate weight w, 0 without weights) served by rank r into the ns ranks of
+ * srv; returns the new number of ranks. srv has room for one entry per expert of the set. */
+uint32_t acct_serve_add(served_t *srv, uint32_t ns, uint32_t r, float w);
+/* The context-coherent scheme's new home (moe/acct.h): the rank serving most experts; ties: h,
+ * then (with weights) the highest weight, then the lowest rank. */
+uint32_t acct_new_home(const served_t *srv, uint32_t ns, uint32_t h, int weights);
+
+#endif

@@ -1,0 +1,145 @@
+/* acct/placement.c -- expert placements in memory: building, copying, validity. */
+#include "config.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "moe/moe.h"
+#include "moe/placement.h"
+
+moe_placement_t *moe_placement_new(uint32_t layers, uint32_t experts, uint32_t ranks,
+                                   uint32_t gpus_per_node, uint32_t capacity, uint32_t maxrep,
+                                   int *status)
+{
+    *status = MOE_EINVAL;
+    if (!layers || !experts || !ranks || !gpus_per_node || !capacity || !maxrep ||
+        maxrep > 255 || ranks > MOE_PLACEMENT_MAX_RANKS || ranks % gpus_per_node ||
+        (uint64_t)capacity * ranks < experts || layers > (1u << 20) || experts > 65535)
+        return NULL;
+    *status = MOE_ENOMEM;
+    moe_placement_t *p = calloc(1, sizeof *p);
+    if (!p)
+        return NULL;
+    size_t cells = (size_t)layers * experts;
+    p->nrep = calloc(cells, 1);
+    p->rank = calloc(cells * maxrep, sizeof *p->rank);
+    if (!p->nrep || !p->rank) {
+        moe_placement_free(p);
+        return NULL;
+    }
+    p->layers = layers;
+    p->experts = experts;
+    p->ranks = ranks;
+    p->gpus_per_node = gpus_per_node;
+    p->capacity = capacity;
+    p->maxrep = maxrep;
+    *status = 0;
+    return p;
+}
+
+void moe_placement_free(moe_placement_t *p)
+{
+    if (!p)
+        return;
+    free(p->nrep);
+    free(p->rank);
+    free(p->text);
+    free(p);
+}
+
+moe_placement_t *moe_placement_dup(const moe_placement_t *p)
+{
+    int st;
+    moe_placement_t *q = moe_placement_new(p->layers, p->experts, p->ranks, p->gpus_per_node,
+                                           p->capacity, p->maxrep, &st);
+    if (!q)
+        return NULL;
+    size_t cells = (size_t)p->layers * p->experts;
+    memcpy(q->nrep, p->nrep, cells);
+    memcpy(q->rank, p->rank, cells * p->maxrep * sizeof *p->rank);
+    if (p->text && !(q->text = strdup(p->text))) {
+        moe_placement_free(q);
+        return NULL;
+    }
+    return q;
+}
+
+int moe_placement_add(moe_placement_t *p, uint32_t layer, uint32_t expert, uint32_t r)
+{
+    if (layer >= p->layers || expert >= p->experts || r >= p->ranks)
+        return MOE_ERANGE;
+    size_t i = (size_t)layer * p->experts + expert;
+    if (moe_placement_holds(p, layer, expert, r))
+        return MOE_EINVAL;
+    if (p->nrep[i] >= p->maxrep)
+        return MOE_ERANGE;
+    p->rank[i * p->maxrep + p->nrep[i]++] = (uint16_t)r;
+    return 0;
+}
+
+void moe_placement_clear(moe_placement_t *p)
+{
+    memset(p->nrep, 0, (size_t)p->layers * p->experts);
+}
+
+uint32_t moe_placement_slots(const moe_placement_t *p, uint32_t layer)
+{
+    uint32_t n = 0;
+    for (uint32_t e = 0; e < p->experts; e++)
+        n += p->nrep[(size_t)layer * p->experts + e];
+    return n;
+}
+
+int moe_placement_check(const moe_placement_t *p, char *errbuf, size_t errlen)
+{
+    uint32_t *held = calloc(p->ranks, sizeof *held);
+    if (!held)
+        return MOE_ENOMEM;
+    int rc = 0;
+    for (uint32_t l = 0; l < p->layers && !rc; l++) {
+        memset(held, 0, p->ranks * sizeof *held);
+        for (uint32_t e = 0; e < p->experts && !rc; e++) {
+            uint32_t n;
+            const uint16_t *rk = moe_placement_ranks(p, l, e, &n);
+            if (!n) {
+                snprintf(errbuf, errlen, "layer %u expert %u: on no rank", l, e);
+                rc = MOE_EFORMAT;
+            }
+            for (uint32_t c = 0; c < n && !rc; c++) {
+                if (rk[c] >= p->ranks) {
+                    snprintf(errbuf, errlen, "layer %u expert %u: rank %u out of range (%u ranks)",
+                             l, e, rk[c], p->ranks);
+                    rc = MOE_EFORMAT;
+                } else if (++held[rk[c]] > p->capacity) {
+                    snprintf(errbuf, errlen, "layer %u: rank %u holds more than %u experts", l,
+                             rk[c], p->capacity);
+                    rc = MOE_EFORMAT;
+                }
+                for (uint32_t d = 0; d < c && !rc; d++)
+                    if (rk[d] == rk[c]) {
+                        snprintf(errbuf, errlen, "layer %u expert %u: rank %u listed twice", l,
+                                 e, rk[c]);
+                        rc = MOE_EFORMAT;
+                    }
+            }
+        }
+    }
+    free(held);
+    return rc;
+}
+
+int moe_placement_add_line(moe_placement_t *p, const char *line)
+{
+    if (line[0] != '@' || strchr(line, '\n'))
+        return MOE_EFORMAT;
+    size_t old = p->text ? strlen(p->text) : 0, n = strlen(line);
+    char *t = realloc(p->text, old + n + 2);
+    if (!t)
+        return MOE_ENOMEM;
+    memcpy(t + old, line, n);
+    t[old + n] = '\n';
+    t[old + n + 1] = 0;
+    p->text = t;
+    return 0;
+}

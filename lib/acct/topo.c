@@ -1,0 +1,66 @@
+/* acct/topo.c -- cluster topology in memory: construction, link costs, transfer times. */
+#include "config.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "moe/moe.h"
+#include "moe/topo.h"
+
+/* Inter-node transfers weigh this many intra-node ones when the bandwidths are unknown: about
+ * the NVLink-to-InfiniBand ratio of the papers' clusters, per GPU. */
+#define DEFAULT_INTER_COST 4.0
+
+int moe_topo_uniform(moe_topo_t *t, uint32_t nodes, uint32_t gpus_per_node)
+{
+    memset(t, 0, sizeof *t);
+    if (!nodes || !gpus_per_node || (uint64_t)nodes * gpus_per_node > 65535)
+        return MOE_EINVAL;
+    t->nodes = nodes;
+    t->gpus_per_node = gpus_per_node;
+    snprintf(t->name, sizeof t->name, "%ux%u", nodes, gpus_per_node);
+    moe_topo_update_cost(t);
+    return 0;
+}
+
+void moe_topo_update_cost(moe_topo_t *t)
+{
+    double intra = t->link[MOE_LINK_INTRA].bw, inter = t->link[MOE_LINK_INTER].bw;
+    t->cost[MOE_LINK_SELF] = 0;
+    t->cost[MOE_LINK_INTRA] = 1;
+    t->cost[MOE_LINK_INTER] = intra > 0 && inter > 0 ? fmax(1.0, intra / inter)
+                                                      : DEFAULT_INTER_COST;
+    t->cost[MOE_LINK_HOST] = 1;
+}
+
+double moe_topo_efficiency(const moe_topo_t *t, int c, double bytes)
+{
+    const moe_link_t *l = &t->link[c];
+    if (!l->npoints)
+        return 1.0;
+    if (bytes <= l->size[0])
+        return l->eff[0];
+    for (uint32_t i = 1; i < l->npoints; i++)
+        if (bytes <= l->size[i]) {
+            double f = (bytes - l->size[i - 1]) / (l->size[i] - l->size[i - 1]);
+            return l->eff[i - 1] + f * (l->eff[i] - l->eff[i - 1]);
+        }
+    return l->eff[l->npoints - 1];
+}
+
+double moe_topo_time(const moe_topo_t *t, int c, double bytes)
+{
+    if (c == MOE_LINK_SELF)
+        return 0;
+    const moe_link_t *l = &t->link[c];
+    if (!(l->bw > 0))
+        return NAN;
+    return l->latency + bytes / (l->bw * moe_topo_efficiency(t, c, bytes));
+}
+
+const char *moe_link_name(int c)
+{
+    static const char *const names[MOE_LINK_CLASSES] = {"self", "intra", "inter", "host"};
+    return c >= 0 && c < MOE_LINK_CLASSES ? names[c] : "?";
+}

@@ -1,0 +1,460 @@
+/* acct/topo_io.c -- topology files (moe-topology(5)): reader and writer. */
+#include "config.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "moe/io.h"
+#include "moe/moe.h"
+#include "moe/topo.h"
+
+/*
+ * One statement per line, words separated by blanks, '#' to the end of a line is a comment:
+ *
+ *   topology NAME | nodes N | gpus-per-node G | hbm-bandwidth X [UNIT] | flops X [UNIT]
+ *   cores X
+ *   link CLASS [bandwidth X [UNIT]] [latency X [UNIT]]
+ *   efficiency CLASS SIZE:EFF ...
+ *
+ * Numbers are plain decimals (bytes/s, seconds, FLOP/s) or carry one of the unit words below,
+ * which only shift the decimal exponent (and divide by 8 for bits), so "450 GB/s" reads as
+ * exactly the same double as "450e9".
+ */
+
+#define MAX_RANKS 65535u
+#define MAX_WORDS (2 + MOE_TOPO_MAX_CURVE + 1)
+
+enum quantity { Q_BW, Q_TIME, Q_FLOPS, Q_COUNT };
+
+typedef struct unit {
+    const char *name;
+    int q, exp10, bits;
+} unit_t;
+
+static const unit_t units[] = {
+    {"B/s", Q_BW, 0, 0},   {"kB/s", Q_BW, 3, 0},  {"KB/s", Q_BW, 3, 0},  {"MB/s", Q_BW, 6, 0},
+    {"GB/s", Q_BW, 9, 0},  {"TB/s", Q_BW, 12, 0}, {"b/s", Q_BW, 0, 1},   {"kb/s", Q_BW, 3, 1},
+    {"Kb/s", Q_BW, 3, 1},  {"Mb/s", Q_BW, 6, 1},  {"Gb/s", Q_BW, 9, 1},  {"Tb/s", Q_BW, 12, 1},
+    {"s", Q_TIME, 0, 0},   {"ms", Q_TIME, -3, 0}, {"us", Q_TIME, -6, 0}, {"ns", Q_TIME, -9, 0},
+    {"FLOP/s", Q_FLOPS, 0, 0},   {"GFLOP/s", Q_FLOPS, 9, 0}, {"TFLOP/s", Q_FLOPS, 12, 0},
+    {"PFLOP/s", Q_FLOPS, 15, 0},
+};
+
+static const char *const qname[] = {"bytes/s", "seconds", "FLOP/s", "processors"};
+
+enum keyword { K_TOPOLOGY, K_NODES, K_GPN, K_LINK, K_EFF, K_HBM, K_FLOPS, K_CORES, K_N };
+static const char *const keywords[K_N] = {"topology",      "nodes", "gpus-per-node", "link",
+                                          "efficiency",    "hbm-bandwidth", "flops", "cores"};
+
+typedef struct trd {
+    moe_topo_t t;
+    const char *name;
+    char *msg;
+    size_t msglen;
+    uint64_t line;
+    unsigned seen;  /* keywords met (bit per enum keyword) */
+    unsigned links; /* link lines (bit per class), efficiency lines (bit per class << 4) */
+    int failed;     /* msg holds the reason */
+} trd_t;
+
+static int tfail(trd_t *r, int rc, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int tfail(trd_t *r, int rc, const char *fmt, ...)
+{
+    char tmp[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(tmp, sizeof tmp, fmt, ap);
+    va_end(ap);
+    r->failed = 1;
+    if (!r->msg || !r->msglen)
+        return rc;
+    if (r->line)
+        snprintf(r->msg, r->msglen, "'%s' line %" PRIu64 ": %s", r->name, r->line, tmp);
+    else
+        snprintf(r->msg, r->msglen, "'%s': %s", r->name, tmp);
+    return rc;
+}
+
+/* ------------------------------------------------------------------ numbers */
+
+/* A decimal number, scaled by 10^exp10 as if written with that exponent. -1 if s is not a
+ * finite number. */
+static int number(const char *s, int exp10, double *v)
+{
+    size_t n = strlen(s);
+    char buf[96];
+    if (!n || n > 64 || strspn(s, "0123456789.eE+-") != n)
+        return -1;
+    int has_exp = strpbrk(s, "eE") != NULL;
+    if (exp10 && !has_exp) {
+        snprintf(buf, sizeof buf, "%se%d", s, exp10);
+        s = buf;
+    }
+    char *end;
+    errno = 0;
+    double x = strtod(s, &end);
+    if (*end || end == s || !isfinite(x))
+        return -1;
+    if (exp10 && has_exp) /* rare: "0.45e3 GB/s"; powers of ten up to 1e22 are exact */
+        x = exp10 > 0 ? x * pow(10, exp10) : x / pow(10, -exp10);
+    *v = x;
+    return isfinite(x) ? 0 : -1;
+}
+
+static const unit_t *find_unit(const char *s, int q)
+{
+    for (size_t i = 0; i < sizeof units / sizeof *units; i++)
+        if (units[i].q == q && strcmp(units[i].name, s) == 0)
+            return &units[i];
+    return NULL;
+}
+
+/* A value of quantity q at tok[*i], with an optional unit word after it (consumed). */
+static int quantity(trd_t *r, char **tok, size_t n, size_t *i, int q, const char *what,
+                    double *v)
+{
+    const unit_t *u = *i + 1 < n ? find_unit(tok[*i + 1], q) : NULL;
+    if (number(tok[*i], u ? u->exp10 : 0, v) < 0)
+        return tfail(r, MOE_EFORMAT, "%s: expected a number of %s, found '%.40s'", what,
+                     qname[q], tok[*i]);
+    if (*v < 0)
+        return tfail(r, MOE_ERANGE, "%s: %.40s is negative", what, tok[*i]);
+    if (u && u->bits)
+        *v /= 8;
+    *i += u != NULL;
+    return 0;
+}
+
+/* ------------------------------------------------------------------ statements */
+
+static int link_class(trd_t *r, char **tok, size_t n)
+{
+    static const char *const names[] = {"intra", "inter", "host"};
+    for (int c = 0; n >= 2 && c < 3; c++)
+        if (strcmp(tok[1], names[c]) == 0)
+            return c + MOE_LINK_INTRA;
+    return n < 2 ? tfail(r, MOE_EFORMAT, "'%s' lacks a link class (intra, inter, host)", tok[0])
+                 : tfail(r, MOE_EFORMAT, "unknown link class '%.40s' (intra, inter, host)",
+                         tok[1]);
+}
+
+static int one_word(trd_t *r, char **tok, size_t n)
+{
+    return n == 2 ? 0 : tfail(r, MOE_EFORMAT, "'%s' takes one value, found %zu", tok[0], n - 1);
+}
+
+static int set_name(trd_t *r, char **tok, size_t n)
+{
+    int rc = one_word(r, tok, n);
+    if (rc)
+        return rc;
+    if (strlen(tok[1]) >= sizeof r->t.name)
+        return tfail(r, MOE_ERANGE, "topology name longer than %zu characters",
+                     sizeof r->t.name - 1);
+    strcpy(r->t.name, tok[1]);
+    return 0;
+}
+
+static int whole(trd_t *r, char **tok, size_t n, uint32_t *v)
+{
+    int rc = one_word(r, tok, n);
+    if (rc)
+        return rc;
+    const char *s = tok[1];
+    unsigned long x = 0;
+    if (strspn(s, "0123456789") == strlen(s) && strlen(s) <= 5)
+        x = strtoul(s, NULL, 10);
+    if (x < 1 || x > MAX_RANKS)
+        return tfail(r, MOE_ERANGE, "%s: expected a whole number from 1 to %u, found '%.40s'",
+                     tok[0], MAX_RANKS, s);
+    *v = (uint32_t)x;
+    return 0;
+}
+
+static int scalar(trd_t *r, char **tok, size_t n, int q, double *v)
+{
+    size_t i = 1;
+    if (n < 2)
+        return tfail(r, MOE_EFORMAT, "'%s' lacks a value", tok[0]);
+    int rc = quantity(r, tok, n, &i, q, tok[0], v);
+    if (!rc && i + 1 != n)
+        rc = tfail(r, MOE_EFORMAT, "'%s' takes one value, found '%.40s' after it", tok[0],
+                   tok[i + 1]);
+    return rc;
+}
+
+/* link CLASS [bandwidth X [UNIT]] [latency X [UNIT]] */
+static int link_line(trd_t *r, char **tok, size_t n)
+{
+    int c = link_class(r, tok, n), rc = 0;
+    if (c < 0)
+        return c;
+    if (r->links & 1u << c)
+        return tfail(r, MOE_EFORMAT, "second 'link %s' line", tok[1]);
+    r->links |= 1u << c;
+    unsigned got = 0;
+    for (size_t i = 2; i < n && !rc; i++) {
+        int lat = strcmp(tok[i], "latency") == 0;
+        if (!lat && strcmp(tok[i], "bandwidth") != 0)
+            return tfail(r, MOE_EFORMAT, "unknown link parameter '%.40s' (bandwidth, latency)",
+                         tok[i]);
+        if (got & 1u << lat)
+            return tfail(r, MOE_EFORMAT, "'%s' given twice", tok[i]);
+        got |= 1u << lat;
+        if (++i == n)
+            return tfail(r, MOE_EFORMAT, "'%s' lacks a value", tok[i - 1]);
+        rc = quantity(r, tok, n, &i, lat ? Q_TIME : Q_BW, tok[i - 1],
+                      lat ? &r->t.link[c].latency : &r->t.link[c].bw);
+    }
+    if (!rc && !got)
+        rc = tfail(r, MOE_EFORMAT, "'link %s' sets neither bandwidth nor latency", tok[1]);
+    return rc;
+}
+
+/* One SIZE:EFF point of an efficiency curve. */
+static int eff_point(trd_t *r, moe_link_t *l, char *s)
+{
+    char *colon = strchr(s, ':');
+    double size, eff;
+    if (colon)
+        *colon = '\0';
+    if (!colon || number(s, 0, &size) < 0 || number(colon + 1, 0, &eff) < 0) {
+        if (colon)
+            *colon = ':';
+        return tfail(r, MOE_EFORMAT, "expected SIZE:EFFICIENCY, found '%.40s'", s);
+    }
+    if (size < 0)
+        return tfail(r, MOE_ERANGE, "efficiency size %s is negative", s);
+    if (l->npoints && size <= l->size[l->npoints - 1])
+        return tfail(r, MOE_ERANGE, "efficiency sizes must increase (%s after %.17g)", s,
+                     l->size[l->npoints - 1]);
+    if (!(eff > 0 && eff <= 1))
+        return tfail(r, MOE_ERANGE, "efficiency %s at size %s is not in (0, 1]", colon + 1, s);
+    l->size[l->npoints] = size;
+    l->eff[l->npoints++] = eff;
+    return 0;
+}
+
+/* efficiency CLASS SIZE:EFF ... */
+static int eff_line(trd_t *r, char **tok, size_t n)
+{
+    int c = link_class(r, tok, n), rc = 0;
+    if (c < 0)
+        return c;
+    if (r->links & 16u << c)
+        return tfail(r, MOE_EFORMAT, "second 'efficiency %s' line", tok[1]);
+    r->links |= 16u << c;
+    if (n < 3)
+        return tfail(r, MOE_EFORMAT, "'efficiency %s' has no SIZE:EFFICIENCY points", tok[1]);
+    if (n - 2 > MOE_TOPO_MAX_CURVE)
+        return tfail(r, MOE_ERANGE, "more than %u efficiency points", MOE_TOPO_MAX_CURVE);
+    for (size_t i = 2; i < n && !rc; i++)
+        rc = eff_point(r, &r->t.link[c], tok[i]);
+    return rc;
+}
+
+static int statement(trd_t *r, char **tok, size_t n)
+{
+    int k = 0;
+    while (k < K_N && strcmp(tok[0], keywords[k]) != 0)
+        k++;
+    if (k == K_N)
+        return tfail(r, MOE_EFORMAT, "unknown keyword '%.40s'", tok[0]);
+    if (k != K_LINK && k != K_EFF && (r->seen & 1u << k))
+        return tfail(r, MOE_EFORMAT, "second '%s' line", tok[0]);
+    r->seen |= 1u << k;
+    switch (k) {
+    case K_TOPOLOGY: return set_name(r, tok, n);
+    case K_NODES: return whole(r, tok, n, &r->t.nodes);
+    case K_GPN: return whole(r, tok, n, &r->t.gpus_per_node);
+    case K_LINK: return link_line(r, tok, n);
+    case K_EFF: return eff_line(r, tok, n);
+    case K_HBM: return scalar(r, tok, n, Q_BW, &r->t.hbm_bw);
+    case K_CORES: return scalar(r, tok, n, Q_COUNT, &r->t.cores);
+    default: return scalar(r, tok, n, Q_FLOPS, &r->t.flops);
+    }
+}
+
+/* Words of a line, comment removed; the statement they make, if any. */
+static int topo_line(trd_t *r, char *line)
+{
+    char *tok[MAX_WORDS + 1], *save = NULL;
+    size_t n = 0;
+    char *hash = strchr(line, '#');
+    if (hash)
+        *hash = '\0';
+    for (char *w = strtok_r(line, " \t\r\f\v", &save); w; w = strtok_r(NULL, " \t\r\f\v", &save))
+        if (n <= MAX_WORDS)
+            tok[n++] = w;
+    if (n > MAX_WORDS)
+        return tfail(r, MOE_ERANGE, "more than %u words", MAX_WORDS);
+    return n ? statement(r, tok, n) : 0;
+}
+
+/* ------------------------------------------------------------------ reading */
+
+/* Blanks, control characters and '#' would not read back in a name. */
+static int name_char(char c)
+{
+    return (unsigned char)c > ' ' && c != '#' && c != 0x7f;
+}
+
+/* The file's base name without .gz and .topo: the name of a topology that gives none. */
+static void default_name(char *dst, size_t n, const char *path)
+{
+    const char *b = strrchr(path, '/');
+    b = b && b[1] ? b + 1 : path;
+    size_t len = strlen(b);
+    if (len > 3 && strcmp(b + len - 3, ".gz") == 0)
+        len -= 3;
+    if (len > 5 && strncmp(b + len - 5, ".topo", 5) == 0)
+        len -= 5;
+    len = len < n - 1 ? len : n - 1;
+    for (size_t i = 0; i < len; i++)
+        dst[i] = name_char(b[i]) ? b[i] : '_';
+    dst[len] = '\0';
+}
+
+static int topo_finish(trd_t *r)
+{
+    r->line = 0;
+    if (!(r->seen & 1u << K_NODES))
+        return tfail(r, MOE_EFORMAT, "no 'nodes' line");
+    if (!(r->seen & 1u << K_GPN))
+        return tfail(r, MOE_EFORMAT, "no 'gpus-per-node' line");
+    if ((uint64_t)r->t.nodes * r->t.gpus_per_node > MAX_RANKS)
+        return tfail(r, MOE_ERANGE, "%u nodes x %u GPUs is more than %u ranks", r->t.nodes,
+                     r->t.gpus_per_node, MAX_RANKS);
+    if (!(r->seen & 1u << K_TOPOLOGY))
+        default_name(r->t.name, sizeof r->t.name, r->name);
+    moe_topo_update_cost(&r->t);
+    return 0;
+}
+
+/* Read every line of l (closed here) into t; t is left alone on failure. */
+static int topo_run(moe_topo_t *t, moe_lines_t *l, const char *name, char *errbuf,
+                    size_t errlen)
+{
+    trd_t *r = calloc(1, sizeof *r);
+    if (!r) {
+        moe_lines_close(l);
+        return MOE_ENOMEM;
+    }
+    r->name = name;
+    r->msg = errbuf;
+    r->msglen = errlen;
+    char *line;
+    size_t len;
+    int rc;
+    while ((rc = moe_lines_next(l, &line, &len)) == 1) {
+        r->line = moe_lines_lineno(l);
+        rc = strlen(line) != len ? tfail(r, MOE_EFORMAT, "NUL byte in line") : topo_line(r, line);
+        if (rc)
+            break;
+    }
+    if (rc < 0 && !r->failed) { /* the line reader's error */
+        r->line = moe_lines_lineno(l) + 1;
+        tfail(r, rc, "%s", moe_strerror(rc));
+    }
+    moe_lines_close(l);
+    if (rc == 0 && (rc = topo_finish(r)) == 0)
+        *t = r->t;
+    free(r);
+    return rc;
+}
+
+int moe_topo_read(moe_topo_t *t, const char *path, char *errbuf, size_t errlen)
+{
+    int st;
+    moe_lines_t *l = moe_lines_open(path, &st, errbuf, errlen);
+    return l ? topo_run(t, l, path, errbuf, errlen) : st;
+}
+
+int moe_topo_parse(moe_topo_t *t, const char *text, size_t len, const char *name, char *errbuf,
+                   size_t errlen)
+{
+    int st;
+    moe_lines_t *l = moe_lines_dopen(-1, (const uint8_t *)text, len, &st);
+    if (!l && errbuf && errlen)
+        snprintf(errbuf, errlen, "'%s': %s", name ? name : "(memory)", moe_strerror(st));
+    return l ? topo_run(t, l, name ? name : "(memory)", errbuf, errlen) : st;
+}
+
+/* ------------------------------------------------------------------ writing */
+
+/* The shortest of %.15g, %.16g and %.17g that reads back as exactly v. */
+static void put_double(FILE *f, double v)
+{
+    char buf[40];
+    for (int prec = 15; prec <= 17; prec++) {
+        snprintf(buf, sizeof buf, "%.*g", prec, v);
+        if (strtod(buf, NULL) == v)
+            break;
+    }
+    fputs(buf, f);
+}
+
+static void put_link(FILE *f, const moe_link_t *l, const char *name)
+{
+    if (l->bw != 0 || l->latency != 0) {
+        fprintf(f, "link %s bandwidth ", name);
+        put_double(f, l->bw);
+        fputs(" latency ", f);
+        put_double(f, l->latency);
+        fputc('\n', f);
+    }
+    if (l->npoints) {
+        fprintf(f, "efficiency %s", name);
+        for (uint32_t i = 0; i < l->npoints && i < MOE_TOPO_MAX_CURVE; i++) {
+            fputc(' ', f);
+            put_double(f, l->size[i]);
+            fputc(':', f);
+            put_double(f, l->eff[i]);
+        }
+        fputc('\n', f);
+    }
+}
+
+char *moe_topo_format(const moe_topo_t *t)
+{
+    char *buf = NULL, name[sizeof t->name];
+    size_t n = 0;
+    FILE *f = open_memstream(&buf, &n);
+    if (!f)
+        return NULL;
+    fputs("# moeflow topology, moe-topology(5); bandwidths in bytes/s, latencies in s\n", f);
+    memcpy(name, t->name, sizeof name);
+    name[sizeof name - 1] = '\0';
+    for (char *c = name; *c; c++)
+        *c = name_char(*c) ? *c : '_';
+    if (name[0])
+        fprintf(f, "topology %s\n", name);
+    fprintf(f, "nodes %u\ngpus-per-node %u\n", t->nodes, t->gpus_per_node);
+    for (int c = MOE_LINK_INTRA; c < MOE_LINK_CLASSES; c++)
+        put_link(f, &t->link[c], moe_link_name(c));
+    if (t->hbm_bw != 0) {
+        fputs("hbm-bandwidth ", f);
+        put_double(f, t->hbm_bw);
+        fputc('\n', f);
+    }
+    if (t->flops != 0) {
+        fputs("flops ", f);
+        put_double(f, t->flops);
+        fputc('\n', f);
+    }
+    if (t->cores != 0) {
+        fputs("cores ", f);
+        put_double(f, t->cores);
+        fputc('\n', f);
+    }
+    if (fclose(f) != 0) {
+        free(buf);
+        return NULL;
+    }
+    return buf;
+}

@@ -1,0 +1,41 @@
+/* cost/sim_internal.h -- the simulator's state, shared by the scan (sim.c) and the model
+ * (sim_model.c). */
+#ifndef MOE_SIM_INTERNAL_H
+#define MOE_SIM_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "moe/sim.h"
+
+struct moe_sim {
+    const moe_placement_t *p;
+    moe_topo_t topo;
+    uint32_t L, E, G, gpn, N, W; /* W: 64-bit words of an expert bitset */
+    uint32_t K, k;               /* top-k of the trace, of the accounting */
+    moe_acct_opts_t aopts;
+    double vec, xbytes, fpt;     /* bytes per transfer, per expert; FLOP per expert-token */
+    double H;                    /* hidden size */
+    double meta;                 /* metadata bytes of a dispatched row: 4 (3 + 3 K) */
+    uint32_t chunks, credits;
+    unsigned schemes;
+    moe_acct_t *acct;            /* with per-rank counts */
+    moe_acct_rank_t *hop, *fwd;  /* [L][G] hierarchical: first hop and forwards, or NULL */
+    uint64_t *src;               /* [L][G] present cells per source rank */
+    uint64_t *own;               /* [L][G][3] cells served on their own source rank (vanilla);
+                                  * cells held, and served where held (coherent) */
+    uint64_t *need;              /* [L][G][W] experts each rank's tokens need, or NULL */
+    moe_sim_layer_t *lay[MOE_SIM_SCHEMES]; /* [L] */
+    moe_sim_layer_t iter[MOE_SIM_SCHEMES]; /* per-iteration terms */
+};
+
+/* Words of the need bitsets. */
+static inline size_t sim_need_words(const moe_sim_t *s)
+{
+    return (size_t)s->L * s->G * s->W;
+}
+
+/* Fill lay[] and iter[] from the counts (sim_model.c). 0 or MOE_ENOMEM. */
+int sim_model(moe_sim_t *s);
+
+#endif

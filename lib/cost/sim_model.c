@@ -1,0 +1,395 @@
+/* cost/sim_model.c -- the simulator's time model: bytes per link class and time per layer for
+ * every scheme, the collectives moe-run issues, each decided by its slowest rank (formulas in
+ * moe-costmodel(1), SIMULATE). */
+#include "config.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "moe/moe.h"
+#include "sim_internal.h"
+
+/* The larger of two times, NaN (unknown) if either is. */
+static double nmax(double a, double b)
+{
+    return isnan(a) || isnan(b) ? NAN : a > b ? a : b;
+}
+
+/* Seconds for one rank to move `bytes` over class c in one collective (none: 0). */
+static double xtime(const moe_sim_t *s, int c, double bytes)
+{
+    return bytes > 0 ? moe_topo_time(&s->topo, c, bytes) : 0;
+}
+
+/* Seconds of `pairs` expert-token pairs on one GPU. */
+static double ctime_of(const moe_sim_t *s, double pairs)
+{
+    if (!(pairs > 0))
+        return 0;
+    return s->topo.flops > 0 ? pairs * s->fpt / s->topo.flops : NAN;
+}
+
+static int cmp_dbl(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Seconds of a compute phase in which rank r has work[r] seconds of its own (alone on its
+ * device): the longest; or, when the topology says the ranks of a node share `cores`
+ * processors, the node's ranks sharing them equally (processor sharing: while k ranks still
+ * work each runs at min(1, cores / k) speed), the last node to finish. tmp: gpus-per-node. */
+static double compute_time(const moe_sim_t *s, const double *work, double *tmp)
+{
+    double C = s->topo.cores, t = 0;
+    if (!(C > 0) || C >= s->gpn) {
+        for (uint32_t r = 0; r < s->G; r++)
+            t = nmax(t, work[r]);
+        return t;
+    }
+    for (uint32_t n = 0; n < s->N; n++) {
+        memcpy(tmp, work + (size_t)n * s->gpn, s->gpn * sizeof *tmp);
+        qsort(tmp, s->gpn, sizeof *tmp, cmp_dbl);
+        double tn = 0, done = 0;
+        for (uint32_t i = 0; i < s->gpn; i++) {
+            double k = s->gpn - i;
+            tn += (tmp[i] - done) / fmin(1.0, C / k);
+            done = tmp[i];
+        }
+        t = nmax(t, tn);
+    }
+    return t;
+}
+
+/* Seconds of rank-local memory passes over `bytes` at the topology's hbm-bandwidth (0 when
+ * it is unknown: not counted). */
+static double mtime(const moe_sim_t *s, double bytes)
+{
+    return s->topo.hbm_bw > 0 ? bytes / s->topo.hbm_bw : 0;
+}
+
+/* Transfers a rank sends (dir 0) or receives (1) in phase ph, all classes. */
+static double rows(const moe_acct_rank_t *x, int ph, int dir)
+{
+    const uint64_t *v = dir ? x->recv[ph] : x->sent[ph];
+    return (double)(v[MOE_LINK_INTRA] + v[MOE_LINK_INTER]);
+}
+
+/* Bytes rank r's memory passes touch in one expert-parallel layer, moe-run's kernels at 4
+ * bytes an element in memory and e on the wire: the mixer over the `held` tokens (read,
+ * write), each row sent gathered and packed (8 + 4 + e per element), each received unpacked
+ * into a zeroed partial (e + 4 + 4), each expert-token pair gathered and scatter-added (8 +
+ * 12), each partial sent back gathered and packed, each received unpacked and added (e + 4 +
+ * 12), the `self` rows served in place gathered and added (8 + 12); x: the hop's per-rank
+ * transfers, f: the forwards' (hierarchical) or NULL. */
+static double ep_bytes(const moe_sim_t *s, const moe_acct_rank_t *x, const moe_acct_rank_t *f,
+                       double held, double self, double pairs)
+{
+    double e = s->vec / s->H, H = s->H;
+    double b = 8 * held + (12 + e) * (rows(x, MOE_DISPATCH, 0) + self) +
+               (8 + e) * (rows(x, MOE_DISPATCH, 1) + self) + 20 * pairs +
+               (12 + e) * rows(x, MOE_COMBINE, 0) + (16 + e) * rows(x, MOE_COMBINE, 1) +
+               20 * self;
+    if (f)
+        b += (12 + e) * (rows(f, MOE_DISPATCH, 0) + rows(f, MOE_COMBINE, 0)) +
+             (8 + e) * rows(f, MOE_DISPATCH, 1) + (16 + e) * rows(f, MOE_COMBINE, 1);
+    return b * H;
+}
+
+/* Work of each rank in an expert-parallel layer: its expert FFN plus its memory passes. */
+static void ep_work(const moe_sim_t *s, int scheme, uint32_t j, const moe_acct_rank_t *x,
+                    const moe_acct_rank_t *f, double *work)
+{
+    const uint64_t *load = moe_acct_load(s->acct, scheme, j);
+    for (uint32_t r = 0; r < s->G; r++) {
+        const uint64_t *own = s->own + ((size_t)j * s->G + r) * 3;
+        double held = scheme == MOE_SCHEME_COHERENT ? (double)own[1]
+                                                    : (double)s->src[(size_t)j * s->G + r];
+        double self = scheme == MOE_SCHEME_COHERENT ? (double)own[2] : (double)own[0];
+        double extra = scheme == MOE_SCHEME_COHERENT ? 8 * held * s->H : 0; /* re-homing */
+        work[r] = ctime_of(s, (double)load[r]) +
+                  mtime(s, ep_bytes(s, &x[r], f ? &f[r] : NULL, held, self, (double)load[r]) +
+                               extra);
+    }
+}
+
+/* Peers of a rank on class c. */
+static double peers(const moe_sim_t *s, int c)
+{
+    return c == MOE_LINK_INTRA ? s->gpn - 1.0 : c == MOE_LINK_INTER ? (double)(s->G - s->gpn) : 0;
+}
+
+/* The fixed cost of a collective: the largest latency of the classes a rank has peers on. */
+static double coll_latency(const moe_sim_t *s)
+{
+    double t = 0;
+    for (int c = MOE_LINK_INTRA; c <= MOE_LINK_INTER; c++)
+        if (peers(s, c) > 0)
+            t = fmax(t, s->topo.link[c].latency);
+    return t;
+}
+
+/* max / mean of n counts, at least 1; *max gets the largest. */
+static double skew_of(const uint64_t *v, uint32_t n, double *max)
+{
+    uint64_t hi = 0, sum = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        sum += v[i];
+        hi = v[i] > hi ? v[i] : hi;
+    }
+    if (max)
+        *max = (double)hi;
+    return sum ? fmax(1.0, (double)hi * n / (double)sum) : 1.0;
+}
+
+/* A collective in which every rank sends and receives `bytes` on each class with peers (the
+ * count exchange: 8 bytes per peer; a balanced all-gather). */
+static double even(const moe_sim_t *s, double per_peer)
+{
+    double t = coll_latency(s);
+    for (int c = MOE_LINK_INTRA; c <= MOE_LINK_INTER; c++)
+        t = nmax(t, xtime(s, c, per_peer * peers(s, c)));
+    return t;
+}
+
+/* One all-to-all in which rank r sends rk[r].sent[ph][c] and receives rk[r].recv[ph][c]
+ * transfers of `unit` bytes on each class, cut into `div` equal chunks: the seconds of one
+ * chunk, decided by the rank and class (sent or received) that take longest. With `o`, the
+ * slowest rank's bytes and seconds of the whole phase per class are added to it. */
+static double a2a(const moe_sim_t *s, const moe_acct_rank_t *rk, int ph, double unit, double div,
+                  moe_sim_layer_t *o)
+{
+    double t = coll_latency(s);
+    for (int c = MOE_LINK_INTRA; c <= MOE_LINK_INTER; c++) {
+        double big = 0, tc = 0;
+        for (uint32_t r = 0; r < s->G; r++) {
+            uint64_t x = rk[r].sent[ph][c] > rk[r].recv[ph][c] ? rk[r].sent[ph][c]
+                                                               : rk[r].recv[ph][c];
+            double b = (double)x * unit / div, tr = xtime(s, c, b);
+            if (isnan(tr) || tr > tc)
+                tc = tr;
+            big = fmax(big, b);
+        }
+        if (o) {
+            o->slow[c] += big * div;
+            o->ctime[c] += tc * div;
+        }
+        t = nmax(t, tc);
+    }
+    return t;
+}
+
+/* One hop of moe-run's expert-parallel modes in phase ph: the exchange of row counts, the
+ * metadata (`meta` bytes a row) and the rows themselves (H x element bytes), one chunk of div. */
+static double hop(const moe_sim_t *s, const moe_acct_rank_t *rk, int ph, double div,
+                  moe_sim_layer_t *o)
+{
+    double meta = ph == MOE_DISPATCH ? s->meta : 4;
+    return even(s, 8) + a2a(s, rk, ph, meta, div, NULL) + a2a(s, rk, ph, s->vec, div, o);
+}
+
+/* Payload bytes on each class of phase ph, all ranks. */
+static void add_bytes(const moe_sim_t *s, const moe_acct_rank_t *rk, int ph, moe_sim_layer_t *o)
+{
+    for (uint32_t r = 0; r < s->G; r++)
+        for (int c = 0; c < MOE_LINK_CLASSES; c++)
+            o->bytes[c] += (double)rk[r].sent[ph][c] * s->vec;
+}
+
+/* Vanilla and coherent: dispatch hop, expert compute, combine hop, one after the other. */
+static void two_a2a(const moe_sim_t *s, int scheme, uint32_t j, double *work,
+                    moe_sim_layer_t *o)
+{
+    const moe_acct_rank_t *rk = moe_acct_ranks(s->acct, scheme, j);
+    o->imbalance = skew_of(moe_acct_load(s->acct, scheme, j), s->G, &o->max_load);
+    for (int ph = 0; ph < MOE_PHASES; ph++)
+        add_bytes(s, rk, ph, o);
+    o->comm = hop(s, rk, MOE_DISPATCH, 1, o) + hop(s, rk, MOE_COMBINE, 1, o);
+    ep_work(s, scheme, j, rk, NULL, work);
+    o->compute = compute_time(s, work, work + s->G);
+    o->time = o->comm + o->compute;
+}
+
+/* Pipelined: vanilla's hops in n chunks; the network carries one chunk's dispatch and
+ * another's combine while a third computes: d + c + b + (n - 1) max(d + b, c) per chunk. */
+static void pipelined(const moe_sim_t *s, uint32_t j, moe_sim_layer_t *o)
+{
+    const moe_acct_rank_t *rk = moe_acct_ranks(s->acct, MOE_SCHEME_VANILLA, j);
+    *o = s->lay[MOE_SIM_VANILLA][j];
+    double n = s->chunks;
+    memset(o->slow, 0, sizeof o->slow);
+    memset(o->ctime, 0, sizeof o->ctime);
+    double d = hop(s, rk, MOE_DISPATCH, n, o), b = hop(s, rk, MOE_COMBINE, n, o);
+    double x = o->compute / n;
+    o->time = d + x + b + (n - 1) * nmax(d + b, x);
+    o->comm = o->time - o->compute;
+}
+
+/* Hierarchical (moe-run's): the first hop (straight within the node, once per other node to
+ * its first serving rank), the forwards inside the receiving nodes and their partials back,
+ * then the combine of the first hop; vanilla's expert work, the forwards' memory passes. */
+static void hierarchical(const moe_sim_t *s, uint32_t j, double *work, moe_sim_layer_t *o)
+{
+    const moe_acct_rank_t *h = s->hop + (size_t)j * s->G, *f = s->fwd + (size_t)j * s->G;
+    const moe_sim_layer_t *v = &s->lay[MOE_SIM_VANILLA][j];
+    memset(o, 0, sizeof *o);
+    for (int ph = 0; ph < MOE_PHASES; ph++) {
+        add_bytes(s, h, ph, o);
+        add_bytes(s, f, ph, o);
+    }
+    o->comm = hop(s, h, MOE_DISPATCH, 1, o) + hop(s, f, MOE_DISPATCH, 1, o) +
+              hop(s, f, MOE_COMBINE, 1, o) + hop(s, h, MOE_COMBINE, 1, o);
+    o->max_load = v->max_load;
+    o->imbalance = v->imbalance;
+    ep_work(s, MOE_SCHEME_VANILLA, j, h, f, work);
+    o->compute = compute_time(s, work, work + s->G);
+    o->time = o->comm + o->compute;
+}
+
+/* Bitsets of the experts of layer j held by each rank (held[G][W]) and on each node
+ * (node[N][W]). */
+static void held_sets(const moe_sim_t *s, uint32_t j, uint64_t *held, uint64_t *node)
+{
+    memset(held, 0, (size_t)s->G * s->W * sizeof *held);
+    memset(node, 0, (size_t)s->N * s->W * sizeof *node);
+    for (uint32_t e = 0; e < s->E; e++) {
+        uint32_t n;
+        const uint16_t *rk = moe_placement_ranks(s->p, j, e, &n);
+        for (uint32_t i = 0; i < n; i++) {
+            held[(size_t)rk[i] * s->W + e / 64] |= 1ull << (e & 63);
+            node[(size_t)(rk[i] / s->gpn) * s->W + e / 64] |= 1ull << (e & 63);
+        }
+    }
+}
+
+/* One transfer from rank `from` to rank `to` on class c, in phase dispatch. */
+static void xfer_count(moe_acct_rank_t *rk, int c, uint32_t from, uint32_t to)
+{
+    rk[from].sent[MOE_DISPATCH][c]++;
+    rk[to].recv[MOE_DISPATCH][c]++;
+}
+
+/* The pulls of expert e by the ranks of node n that need it and do not hold it (moe-run's
+ * rule): from a copy on the node if there is one; else the lowest of them fetches the primary
+ * copy over the network and forwards it to the others. Transfers go into rk, each rank's
+ * pulls into pulls[]. */
+static void pull_expert(const moe_sim_t *s, uint32_t j, uint32_t n, uint32_t e,
+                        const uint64_t *held, const uint64_t *node, moe_acct_rank_t *rk,
+                        uint64_t *pulls)
+{
+    uint32_t nc, on = UINT32_MAX, fetcher = UINT32_MAX;
+    const uint16_t *cp = moe_placement_ranks(s->p, j, e, &nc);
+    uint64_t bit = 1ull << (e & 63);
+    if (node[(size_t)n * s->W + e / 64] & bit)
+        for (uint32_t i = 0; i < nc && on == UINT32_MAX; i++)
+            if (cp[i] / s->gpn == n)
+                on = cp[i];
+    for (uint32_t d = n * s->gpn; d < (n + 1) * s->gpn; d++) {
+        const uint64_t *need = s->need + ((size_t)j * s->G + d) * s->W;
+        if (!(need[e / 64] & bit) || (held[(size_t)d * s->W + e / 64] & bit))
+            continue;
+        uint32_t src = on != UINT32_MAX ? on : fetcher != UINT32_MAX ? fetcher : cp[0];
+        if (on == UINT32_MAX && fetcher == UINT32_MAX)
+            fetcher = d;
+        xfer_count(rk, moe_topo_class(&s->topo, src, d), src, d);
+        pulls[d]++;
+    }
+}
+
+/* Data-centric (moe-run's): tokens stay; each rank pulls the experts its tokens need, at most
+ * `credits` arriving per round: R = max over ranks of ceil(pulls / credits) rounds of
+ * all-to-alls of expert weights, each rank's bytes spread evenly over them; the expert
+ * compute of each rank's own tokens and its memory passes after. */
+static void datacentric(const moe_sim_t *s, uint32_t j, uint64_t *held, uint64_t *node,
+                        moe_acct_rank_t *rk, uint64_t *pulls, double *work, moe_sim_layer_t *o)
+{
+    held_sets(s, j, held, node);
+    memset(rk, 0, (size_t)s->G * sizeof *rk);
+    memset(pulls, 0, (size_t)s->G * sizeof *pulls);
+    memset(o, 0, sizeof *o);
+    for (uint32_t n = 0; n < s->N; n++)
+        for (uint32_t e = 0; e < s->E; e++)
+            pull_expert(s, j, n, e, held, node, rk, pulls);
+    uint64_t most = 0;
+    for (uint32_t r = 0; r < s->G; r++)
+        most = pulls[r] > most ? pulls[r] : most;
+    double rounds = (double)((most + s->credits - 1) / s->credits);
+    for (uint32_t r = 0; r < s->G; r++)
+        for (int c = 0; c < MOE_LINK_CLASSES; c++)
+            o->bytes[c] += (double)rk[r].sent[MOE_DISPATCH][c] * s->xbytes;
+    o->comm = rounds > 0 ? rounds * a2a(s, rk, MOE_DISPATCH, s->xbytes, rounds, o) : 0;
+    const uint64_t *src = s->src + (size_t)j * s->G;
+    o->imbalance = skew_of(src, s->G, &o->max_load);
+    o->max_load *= s->k;
+    /* the rank computes every expert of its own tokens (gather 8, scatter-add 12 bytes an
+     * element a pair), runs the mixer (8) and zeroes and adds its accumulator (4 + 12) over
+     * them, and packs the experts it sends and unpacks those it receives (4 + e bytes an
+     * element each way) */
+    double e = s->vec / s->H, H = s->H, ex = s->xbytes / e;
+    for (uint32_t r = 0; r < s->G; r++) {
+        double pairs = (double)(src[r] * s->k), n = (double)src[r];
+        double b = H * (20 * pairs + 24 * n) +
+                   ex * (4 + e) * (rows(&rk[r], MOE_DISPATCH, 0) + rows(&rk[r], MOE_DISPATCH, 1));
+        work[r] = ctime_of(s, pairs) + mtime(s, b);
+    }
+    o->compute = compute_time(s, work, work + s->G);
+    o->time = o->comm + o->compute;
+}
+
+/* Per-iteration terms. Coherent: an allreduce of the token counts and an all-to-all in which
+ * every rank sends its tokens to every other rank (ExFlow Table I's G.N.G term; each rank
+ * taken to hold N/G tokens at the end). Data-centric: the all-gather of every layer's needs
+ * (E bytes a layer from each rank). */
+static void iteration(moe_sim_t *s)
+{
+    moe_sim_layer_t *o = &s->iter[MOE_SIM_COHERENT];
+    double T = (double)moe_acct_tokens(s->acct) * s->vec, G = s->G;
+    memset(o, 0, sizeof *o);
+    if (s->G > 1) {
+        for (int c = MOE_LINK_INTRA; c <= MOE_LINK_INTER; c++) {
+            o->bytes[c] = T * peers(s, c);
+            o->slow[c] = T / G * peers(s, c);
+            o->ctime[c] = xtime(s, c, o->slow[c]);
+        }
+        o->comm = coll_latency(s) + even(s, T / G);
+        o->time = o->comm;
+    }
+    o = &s->iter[MOE_SIM_DATACENTRIC];
+    memset(o, 0, sizeof *o);
+    if (s->G > 1 && s->need) {
+        o->comm = even(s, (double)s->L * s->E);
+        o->time = o->comm;
+    }
+}
+
+int sim_model(moe_sim_t *s)
+{
+    uint64_t *bits = calloc(((size_t)s->G + s->N + 1) * s->W, sizeof *bits);
+    moe_acct_rank_t *rk = calloc(s->G, sizeof *rk);
+    uint64_t *pulls = calloc(s->G, sizeof *pulls);
+    double *work = calloc(2 * (size_t)s->G, sizeof *work);
+    if (!bits || !rk || !pulls || !work) {
+        free(bits);
+        free(rk);
+        free(pulls);
+        free(work);
+        return MOE_ENOMEM;
+    }
+    for (uint32_t j = 0; j < s->L; j++) {
+        two_a2a(s, MOE_SCHEME_VANILLA, j, work, &s->lay[MOE_SIM_VANILLA][j]);
+        two_a2a(s, MOE_SCHEME_COHERENT, j, work, &s->lay[MOE_SIM_COHERENT][j]);
+        pipelined(s, j, &s->lay[MOE_SIM_PIPELINED][j]);
+        if (s->hop)
+            hierarchical(s, j, work, &s->lay[MOE_SIM_HIERARCHICAL][j]);
+        if (s->need)
+            datacentric(s, j, bits, bits + (size_t)s->G * s->W, rk, pulls, work,
+                        &s->lay[MOE_SIM_DATACENTRIC][j]);
+    }
+    iteration(s);
+    free(bits);
+    free(rk);
+    free(pulls);
+    free(work);
+    return 0;
+}

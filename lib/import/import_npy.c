@@ -1,0 +1,258 @@
+/* import/import_npy.c -- ExFlow-style NumPy .npy integer arrays [tokens, layers(, k)] import. */
+#include "config.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "import_internal.h"
+
+/*
+ * The .npy layout (NumPy's format.py): "\x93NUMPY", major and minor version bytes, the header
+ * length (2 bytes little endian in version 1, 4 bytes in versions 2 and 3), then a Python dict
+ * literal {'descr': '<i8', 'fortran_order': False, 'shape': (T, L[, K]), } padded with spaces
+ * and a '\n', then the data in C order. Any integer dtype of 1..8 bytes is read in either byte
+ * order. Rows are streamed one token at a time, so the array never sits in memory; a Fortran-
+ * ordered array would need the whole array (or seeks that pipes do not allow) and is refused.
+ * A 2-D array is top-1 (ExFlow's traces). A negative id marks a missing cell (any negative id in
+ * a cell makes the whole cell missing). seq = seq_base, pos = row index.
+ */
+
+#define NPY_MAX_HEADER (1u << 20)
+
+typedef struct npy_state {
+    int is_signed, big;
+    uint32_t size;   /* bytes per element */
+    uint64_t rows;   /* T */
+    uint32_t L, K;
+    uint8_t *row;
+    size_t row_bytes;
+    uint64_t r;      /* rows read */
+} npy_state_t;
+
+/* Read exactly n bytes of the header; a short read is a truncated file. */
+static int need(moe_importer_t *im, void *buf, size_t n, const char *what)
+{
+    ptrdiff_t got = imp_src_read(im->src, buf, n);
+    if (got < 0)
+        return imp_fail_read(im, what, (int)got);
+    if (got == 0 && strcmp(what, "magic") == 0)
+        return imp_fail(im, MOE_EEMPTY, "no tokens in input");
+    if ((size_t)got < n)
+        return imp_fail(im, MOE_ETRUNC, "truncated .npy %s", what);
+    return 0;
+}
+
+static const char *skip_ws(const char *p)
+{
+    while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r')
+        p++;
+    return p;
+}
+
+/* The value text after the quoted key in the header dict, or NULL. */
+static const char *dict_value(const char *hdr, const char *key)
+{
+    size_t n = strlen(key);
+    for (const char *p = hdr; (p = strstr(p, key)) != NULL; p += n) {
+        if (p == hdr || (p[-1] != '\'' && p[-1] != '"') || p[n] != p[-1])
+            continue;
+        const char *q = skip_ws(p + n + 1);
+        if (*q == ':')
+            return skip_ws(q + 1);
+    }
+    return NULL;
+}
+
+/* 'descr': '<i8' and the like -> element type. */
+static int parse_descr(moe_importer_t *im, npy_state_t *s, const char *hdr)
+{
+    const char *v = dict_value(hdr, "descr");
+    if (!v || (*v != '\'' && *v != '"'))
+        return imp_fail(im, MOE_EFORMAT, ".npy header has no 'descr'");
+    const char *d = v + 1;
+    size_t len = strcspn(d, "'\"");
+    char order = d[0], kind = len >= 2 ? d[1] : 0;
+    unsigned size = len == 3 ? (unsigned)(d[2] - '0') : 0;
+    int ok = len == 3 && (order == '<' || order == '>' || order == '|' || order == '=') &&
+             (kind == 'i' || kind == 'u') && (size == 1 || size == 2 || size == 4 || size == 8);
+    if (!ok)
+        return imp_fail(im, MOE_EFORMAT, ".npy dtype '%.*s' is not an integer type (expert ids "
+                        "must be integers of 1, 2, 4 or 8 bytes)", (int)(len < 20 ? len : 20), d);
+    s->is_signed = kind == 'i';
+    s->big = order == '>';
+    s->size = size;
+    return 0;
+}
+
+/* 'shape': (T, L) or (T, L, K). */
+static int parse_shape(moe_importer_t *im, npy_state_t *s, const char *hdr)
+{
+    const char *p = dict_value(hdr, "shape");
+    uint64_t dim[4];
+    int nd = 0;
+    if (!p || *p != '(')
+        return imp_fail(im, MOE_EFORMAT, ".npy header has no 'shape'");
+    for (p = skip_ws(p + 1); *p != ')'; p = skip_ws(p)) {
+        if (nd == 4 || imp_parse_uint(&p, UINT64_MAX / 2, &dim[nd]) < 0)
+            return imp_fail(im, MOE_EFORMAT, ".npy shape must be (tokens, layers) or (tokens, "
+                            "layers, k)");
+        nd++;
+        p = skip_ws(p + (*p == 'L')); /* Python 2 longs */
+        if (*p == ',')
+            p++;
+    }
+    if (nd != 2 && nd != 3)
+        return imp_fail(im, MOE_EFORMAT, ".npy array has %d dimensions: expected [tokens, "
+                        "layers] or [tokens, layers, k]", nd);
+    uint64_t k = nd == 3 ? dim[2] : 1;
+    if (dim[1] == 0 || dim[1] > MOE_TRACE_MAX_LAYERS || k == 0 || k > MOE_TRACE_MAX_TOPK)
+        return imp_fail(im, MOE_ERANGE, ".npy shape: %llu layers, k = %llu (1..%u layers, k "
+                        "1..%u supported)", (unsigned long long)dim[1], (unsigned long long)k,
+                        MOE_TRACE_MAX_LAYERS, MOE_TRACE_MAX_TOPK);
+    s->rows = dim[0];
+    s->L = (uint32_t)dim[1];
+    s->K = (uint32_t)k;
+    return 0;
+}
+
+/* Magic, version, header length, header dict. */
+static int read_header(moe_importer_t *im, npy_state_t *s)
+{
+    uint8_t pre[12];
+    int st = need(im, pre, 8, "magic");
+    if (st < 0)
+        return st;
+    if (memcmp(pre, "\x93NUMPY", 6) != 0)
+        return imp_fail(im, MOE_EFORMAT, "not a .npy file (bad magic)");
+    if (pre[6] < 1 || pre[6] > 3)
+        return imp_fail(im, MOE_EVERSION, ".npy format version %u.%u is not supported (1..3)",
+                        pre[6], pre[7]);
+    size_t lenbytes = pre[6] == 1 ? 2 : 4;
+    if ((st = need(im, pre + 8, lenbytes, "header")) < 0)
+        return st;
+    uint32_t hlen = 0;
+    for (size_t i = lenbytes; i-- > 0;)
+        hlen = hlen << 8 | pre[8 + i]; /* little endian */
+    if (hlen > NPY_MAX_HEADER)
+        return imp_fail(im, MOE_EFORMAT, ".npy header of %u bytes is too large", hlen);
+    char *hdr = malloc((size_t)hlen + 1);
+    if (!hdr)
+        return imp_fail(im, MOE_ENOMEM, "out of memory");
+    if ((st = need(im, hdr, hlen, "header")) == 0) {
+        hdr[hlen] = '\0';
+        const char *fo = dict_value(hdr, "fortran_order");
+        if (fo && strncmp(fo, "True", 4) == 0)
+            st = imp_fail(im, MOE_EFORMAT, "Fortran-ordered .npy arrays are not supported (save "
+                          "a C-ordered copy: np.save(f, np.ascontiguousarray(a)))");
+        else if ((st = parse_descr(im, s, hdr)) == 0)
+            st = parse_shape(im, s, hdr);
+    }
+    free(hdr);
+    return st;
+}
+
+/* Element i of the row buffer as a signed 64-bit value (unsigned 64-bit ids past 2^63 only
+ * matter as "too large", which they stay after the clamp). */
+static int64_t element(const npy_state_t *s, size_t i)
+{
+    const uint8_t *b = s->row + i * s->size;
+    uint64_t v = 0;
+    for (uint32_t j = 0; j < s->size; j++)
+        v |= (uint64_t)b[s->big ? j : s->size - 1 - j] << (8 * (s->size - 1 - j));
+    if (s->is_signed && s->size < 8 && (v >> (8 * s->size - 1)) & 1)
+        v |= ~0ull << (8 * s->size); /* sign extension */
+    if (!s->is_signed && v > (uint64_t)INT64_MAX)
+        v = (uint64_t)INT64_MAX;
+    return (int64_t)v;
+}
+
+/* One row into the record's ids; *missing = cells with a negative id. */
+static int convert_row(moe_importer_t *im, npy_state_t *s, uint16_t *ids, uint32_t *missing)
+{
+    uint32_t lim = imp_id_limit(im), miss = 0;
+    for (uint32_t l = 0; l < s->L; l++) {
+        int gone = 0;
+        for (uint32_t k = 0; k < s->K; k++) {
+            int64_t v = element(s, (size_t)l * s->K + k);
+            if (v < 0) {
+                gone = 1;
+            } else if ((uint64_t)v >= lim) {
+                char where[64];
+                snprintf(where, sizeof where, "row %llu, layer %u", (unsigned long long)s->r,
+                         l);
+                return imp_fail_id(im, where, (uint64_t)v);
+            } else {
+                ids[l * s->K + k] = (uint16_t)v;
+                im->rep.max_id = (uint32_t)v > im->rep.max_id ? (uint32_t)v : im->rep.max_id;
+            }
+        }
+        if (gone) {
+            for (uint32_t k = 0; k < s->K; k++)
+                ids[l * s->K + k] = MOE_EXPERT_NONE;
+            miss++;
+        }
+    }
+    *missing = miss;
+    return 0;
+}
+
+static int npy_next(moe_importer_t *im, moe_trace_rec_t *r)
+{
+    npy_state_t *s = im->state;
+    while (s->r < s->rows) {
+        ptrdiff_t got = imp_src_read(im->src, s->row, s->row_bytes);
+        if (got < 0)
+            return imp_fail_read(im, "data", (int)got);
+        if ((size_t)got < s->row_bytes)
+            return imp_fail(im, MOE_ETRUNC, "truncated .npy data: row %llu of %llu is cut off",
+                            (unsigned long long)s->r, (unsigned long long)s->rows);
+        uint32_t missing = 0;
+        int st = convert_row(im, s, r->ids, &missing);
+        if (st < 0)
+            return st;
+        r->seq = im->seq_base;
+        r->pos = (uint32_t)s->r++;
+        r->step = r->rank = 0;
+        if (imp_keep(im, r, missing))
+            return 1;
+    }
+    return 0;
+}
+
+static void npy_free(moe_importer_t *im)
+{
+    npy_state_t *s = im->state;
+    if (!s)
+        return;
+    free(s->row);
+    free(s);
+    im->state = NULL;
+}
+
+static const imp_ops_t npy_ops = {npy_next, npy_free};
+
+int imp_npy_open(moe_importer_t *im)
+{
+    npy_state_t *s = calloc(1, sizeof *s);
+    if (!s)
+        return imp_fail(im, MOE_ENOMEM, "out of memory");
+    im->state = s;
+    im->ops = &npy_ops;
+    int st = read_header(im, s);
+    if (st < 0)
+        return st;
+    if (s->rows == 0)
+        return imp_fail(im, MOE_EEMPTY, "no tokens in input");
+    if (s->rows > UINT32_MAX)
+        return imp_fail(im, MOE_ERANGE, ".npy array has %llu rows: positions are 32-bit",
+                        (unsigned long long)s->rows);
+    s->row_bytes = (size_t)s->L * s->K * s->size;
+    if (!(s->row = malloc(s->row_bytes)))
+        return imp_fail(im, MOE_ENOMEM, "out of memory");
+    im->hdr.layers = s->L;
+    im->hdr.topk = s->K;
+    im->rep.sequences = 1;
+    return imp_comment(im, "npy: %llu tokens x %u layers x top-%u, %s%u-byte %s integers",
+                       (unsigned long long)s->rows, s->L, s->K, s->big ? "big-endian " : "",
+                       s->size, s->is_signed ? "signed" : "unsigned");
+}

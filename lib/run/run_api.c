@@ -1,0 +1,92 @@
+/* run/run_api.c -- moe/run.h: the runtime's entry points for the moe-run tool. */
+#include "config.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "moe/kern.h"
+#include "moe/moe.h"
+#include "run_internal.h"
+
+void moe_run_cfg_default(moe_run_cfg_t *c)
+{
+    memset(c, 0, sizeof *c);
+    c->H = 64;
+    c->F = 128;
+    c->tokens_per_rank = 64;
+    c->iters = 3;
+    c->warmup = 1;
+    c->seed = 1;
+    c->credits = 4;
+    c->prefetch = 1;
+}
+
+int moe_run_comm_max(moe_run_comm_t *c, int v)
+{
+    double d = v;
+    if (run_comm_allreduce(c, &d, 1, MOE_RUN_MAX))
+        return v ? v : 1;
+    return (int)d;
+}
+
+moe_run_t *moe_run_new(const moe_run_cfg_t *cfg, moe_run_backend_t *b)
+{
+    moe_run_t *r = calloc(1, sizeof *r);
+    if (!r)
+        return NULL;
+    r->cfg = *cfg;
+    r->b = b;
+    r->comm = b->comm;
+    r->check_err = -1;
+    r->check_ok = 1;
+    return r;
+}
+
+void moe_run_free(moe_run_t *r)
+{
+    if (!r)
+        return;
+    run_release(r);
+    free(r);
+}
+
+int moe_run_setup(moe_run_t *r, char *errbuf, size_t errlen)
+{
+    return run_setup(r, errbuf, errlen);
+}
+
+void moe_run_iterations(moe_run_t *r)
+{
+    run_iterations(r);
+}
+
+int moe_run_check(moe_run_t *r, double *err, double *tol)
+{
+    *tol = r->cfg.dtype == MOE_DTYPE_FP32 ? 1e-4 : 2e-2;
+    *err = run_check(r);
+    double bad = r->me == 0 && !(*err <= *tol);
+    RUN_CK(r, run_comm_allreduce(r->comm, &bad, 1, MOE_RUN_MAX));
+    r->check_err = *err;
+    r->check_ok = bad == 0;
+    return r->check_ok;
+}
+
+int moe_run_report(moe_run_t *r, FILE *fp)
+{
+    return run_report(r, fp, r->check_err, r->check_ok);
+}
+
+int moe_run_report_json(moe_run_t *r, const char *path, char *errbuf, size_t errlen)
+{
+    return run_report_json(r, path, r->check_err, r->check_ok, errbuf, errlen);
+}
+
+int moe_run_calibrate(moe_run_t *r, const char *out, char *errbuf, size_t errlen)
+{
+    return run_calibrate(r, out, errbuf, errlen);
+}
+
+int moe_run_rank(const moe_run_t *r)
+{
+    return r->b->rank;
+}

@@ -1,0 +1,242 @@
+/* run/run_calib.c -- moe-run --calibrate: all-to-all, all-gather and local copy sweeps and the
+ * expert FFN rate, written as a moe-topology(5) file for moe-costmodel. */
+#include "config.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "moe/io.h"
+#include "moe/moe.h"
+#include "moe/topo.h"
+#include "run_internal.h"
+
+#define NSIZES 8        /* per-peer message sizes 64 B .. 1 MiB, x4 */
+#define REPS 5
+
+static double now(run_t *r)
+{
+    r->b->ops->sync(r->b);
+    return r->b->ops->now(r->b);
+}
+
+/* Median-of-REPS time of an all-to-all where each rank sends n bytes to each peer of class c
+ * (the slowest rank's). Returns seconds and the number of peers in *peers. */
+static double time_alltoall(run_t *r, int c, size_t n, uint32_t *peers)
+{
+    int G = r->G;
+    size_t *k = run_hbuf(r, 46, 4 * (size_t)G * sizeof *k), tot = 0;
+    *peers = 0;
+    for (int p = 0; p < G; p++) {
+        int cls = run_link(r, (uint32_t)r->me, (uint32_t)p);
+        size_t m = cls == c ? n : 0;
+        *peers += m > 0;
+        k[p] = k[2 * G + p] = m;
+        k[G + p] = k[3 * G + p] = tot;
+        tot += m;
+    }
+    void *s = run_dbuf(r, &r->d[40], tot + 1), *d = run_dbuf(r, &r->d[41], tot + 1);
+    RUN_CK(r, r->b->ops->zero(r->b, s, tot + 1));
+    double t[REPS];
+    RUN_CK(r, r->b->ops->alltoallv(r->b, s, k, k + G, d, k + 2 * G, k + 3 * G)); /* warm */
+    for (int i = 0; i < REPS; i++) {
+        RUN_CK(r, r->b->ops->barrier(r->b));
+        double t0 = now(r);
+        RUN_CK(r, r->b->ops->alltoallv(r->b, s, k, k + G, d, k + 2 * G, k + 3 * G));
+        t[i] = now(r) - t0;
+        RUN_CK(r, run_comm_allreduce(r->comm, &t[i], 1, MOE_RUN_MAX));
+    }
+    for (int i = 1; i < REPS; i++) /* sort for the median */
+        for (int j = i; j > 0 && t[j] < t[j - 1]; j--) {
+            double x = t[j];
+            t[j] = t[j - 1];
+            t[j - 1] = x;
+        }
+    return t[REPS / 2];
+}
+
+/* Fit one link class: latency = the smallest sizes' time, bandwidth = the best rate once the
+ * latency is taken off, efficiency(n) = what size n achieved of it, n being the bytes one rank
+ * sends in the collective (peers x per-peer size), as moe-costmodel and nccl-tests' size
+ * column index curves. Every rank takes part. */
+static void fit_link(run_t *r, int c, moe_link_t *lk, double *raw)
+{
+    double sz[NSIZES], rate[NSIZES], best = 0;
+    uint32_t peers = 0;
+    for (int i = 0; i < NSIZES; i++) {
+        sz[i] = 64.0 * pow(4, i);
+        raw[i] = time_alltoall(r, c, (size_t)sz[i], &peers);
+    }
+    double peers_d = peers;
+    RUN_CK(r, run_comm_allreduce(r->comm, &peers_d, 1, MOE_RUN_MAX));
+    /* the latency is the least of the three smallest sizes' times (one of them alone is at
+     * the mercy of a stray preemption); only sizes taking at least twice as long set the
+     * bandwidth, so that a rate is not a small difference of two noisy times */
+    lk->latency = fmin(raw[0], fmin(raw[1], raw[2]));
+    for (int i = 0; i < NSIZES; i++) {
+        double dt = raw[i] - lk->latency;
+        rate[i] = dt > 0 ? peers_d * sz[i] / dt : 0;
+        if (raw[i] >= 2 * lk->latency)
+            best = fmax(best, rate[i]);
+    }
+    if (best <= 0) {
+        /* a machine too busy to tell any size from the latency (CPU ranks sharing cores with
+         * other jobs): rates over the whole time, the latency folded into the curve */
+        lk->latency = 0;
+        for (int i = 0; i < NSIZES; i++) {
+            rate[i] = raw[i] > 0 ? peers_d * sz[i] / raw[i] : 0;
+            best = fmax(best, rate[i]);
+        }
+    }
+    lk->bw = best;
+    lk->npoints = 0;
+    for (int i = 0; i < NSIZES && best > 0; i++) {
+        if (rate[i] <= 0)
+            continue;
+        lk->size[lk->npoints] = peers_d * sz[i];
+        lk->eff[lk->npoints++] = fmin(1, fmax(1e-6, rate[i] / best));
+    }
+}
+
+/* All-gather of n bytes per rank, median time. */
+static double time_allgather(run_t *r, size_t n)
+{
+    void *s = run_dbuf(r, &r->d[40], n + 1), *d = run_dbuf(r, &r->d[41], n * r->G + 1);
+    RUN_CK(r, r->b->ops->zero(r->b, s, n + 1));
+    double t[REPS];
+    for (int i = 0; i < REPS; i++) {
+        RUN_CK(r, r->b->ops->barrier(r->b));
+        double t0 = now(r);
+        RUN_CK(r, r->b->ops->allgather(r->b, s, n, d));
+        t[i] = now(r) - t0;
+        RUN_CK(r, run_comm_allreduce(r->comm, &t[i], 1, MOE_RUN_MAX));
+    }
+    double m = t[0];
+    for (int i = 1; i < REPS; i++)
+        m = fmin(m, t[i]);
+    return m;
+}
+
+/* Local copy of n bytes (device to device), best of REPS. */
+static double time_copy(run_t *r, size_t n)
+{
+    void *s = run_dbuf(r, &r->d[40], n + 1), *d = run_dbuf(r, &r->d[41], n + 1);
+    RUN_CK(r, r->b->ops->zero(r->b, s, n + 1));
+    RUN_CK(r, r->b->ops->zero(r->b, d, n + 1));
+    double best = INFINITY;
+    for (int i = 0; i < REPS; i++) {
+        double t0 = now(r);
+        RUN_CK(r, r->b->ops->copy(r->b, d, s, n));
+        best = fmin(best, now(r) - t0);
+    }
+    return best;
+}
+
+/* Seconds of the expert FFN on n rows spread over g experts of distinct weights (x: rows,
+ * outputs, then the weights): on every rank at once (all), or on rank 0 while the others wait
+ * (alone); from a barrier to the barrier after it, the slowest rank's time, best of REPS. */
+static double ffn_time(run_t *r, size_t n, size_t g, float *x, int all)
+{
+    size_t H = r->H, F = r->F;
+    const float **W = run_hbuf(r, 45, 2 * g * sizeof *W);
+    size_t *off = run_hbuf(r, 44, (g + 1) * sizeof *off);
+    for (size_t e = 0; e < g; e++) {
+        W[e] = x + 2 * n * H + e * 2 * H * F;
+        W[g + e] = W[e] + H * F;
+        off[e] = n * e / g;
+    }
+    off[g] = n;
+    double best = INFINITY;
+    for (int i = 0; i < REPS; i++) {
+        RUN_CK(r, r->b->ops->barrier(r->b));
+        double t0 = now(r);
+        if (all || r->me == 0)
+            RUN_CK(r, r->b->ops->ffn_grouped(r->b, x, (uint32_t)g, off, r->H, r->F, W, W + g,
+                                             x + n * H));
+        RUN_CK(r, r->b->ops->barrier(r->b));
+        double t = now(r) - t0;
+        RUN_CK(r, run_comm_allreduce(r->comm, &t, 1, MOE_RUN_MAX));
+        best = fmin(best, t);
+    }
+    return best;
+}
+
+/* The FFN rate of one rank computing alone (FLOP/s, 4 H F per row) into t->flops, as in a
+ * run: the rank's E / G experts (distinct weights), about 2^26 / (H F) rows among them so that
+ * a phase spans many scheduler time slices; and when the ranks of a node run slower all at
+ * once than one alone (CPU ranks sharing cores), the processors they share, gpus-per-node x
+ * (time alone) / (time all at once), into t->cores. */
+static void ffn_rates(run_t *r, moe_topo_t *t)
+{
+    size_t H = r->H, F = r->F, n = ((size_t)1 << 26) / (H * F);
+    size_t g = (r->E + (size_t)r->G - 1) / (size_t)r->G;
+    n = n < 16 * g ? 16 * g : n > 4096 ? 4096 : n;
+    size_t bytes = (2 * n * H + 2 * H * F * g) * sizeof(float);
+    float *x = run_dbuf(r, &r->d[42], bytes);
+    RUN_CK(r, r->b->ops->zero(r->b, x, bytes));
+    double alone = ffn_time(r, n, g, x, 0), all = ffn_time(r, n, g, x, 1);
+    t->flops = 4.0 * H * F * n / alone;
+    double cores = r->gpn * alone / all;
+    t->cores = cores < 0.9 * r->gpn ? cores : 0;
+}
+
+int run_calibrate(run_t *r, const char *out, char *errbuf, size_t errlen)
+{
+    moe_topo_t t;
+    memset(&t, 0, sizeof t);
+    moe_topo_uniform(&t, (uint32_t)r->G / r->gpn, r->gpn);
+    snprintf(t.name, sizeof t.name, "moe-run-calibrated");
+    double raw[2][NSIZES] = {{0}}, ag[NSIZES], cp[NSIZES];
+    if (r->gpn > 1)
+        fit_link(r, MOE_LINK_INTRA, &t.link[MOE_LINK_INTRA], raw[0]);
+    if (r->G > (int)r->gpn)
+        fit_link(r, MOE_LINK_INTER, &t.link[MOE_LINK_INTER], raw[1]);
+    for (int i = 0; i < NSIZES; i++) {
+        ag[i] = time_allgather(r, (size_t)(64.0 * pow(4, i)));
+        cp[i] = time_copy(r, (size_t)(64.0 * pow(4, i)) * 16);
+    }
+    t.hbm_bw = 64.0 * pow(4, NSIZES - 1) * 16 / cp[NSIZES - 1];
+    ffn_rates(r, &t);
+    moe_topo_update_cost(&t);
+    if (r->me)
+        return 0;
+    char *text = moe_topo_format(&t);
+    int st, rc = 0;
+    moe_textout_t *o = text ? moe_textout_open(out, -1, &st, errbuf, errlen) : NULL;
+    if (!text) {
+        snprintf(errbuf, errlen, "%s", moe_strerror(MOE_ENOMEM));
+        return 1;
+    }
+    if (!o) {
+        free(text);
+        return 1;
+    }
+#define P(...) (rc = rc ? rc : moe_textout_printf(o, __VA_ARGS__))
+    P("# moe-run --calibrate: %d ranks (%d nodes x %u), backend %s on %s\n", r->G,
+      r->G / (int)r->gpn, r->gpn, r->b->name, r->b->device);
+    P("# link latency: the time of an all-to-all of 64-byte messages to every peer of the\n"
+      "# class; bandwidth: per rank and direction, the best of (peers x size) / (time -\n"
+      "# latency); efficiency: each size's share of it (size = bytes a rank sends in the\n"
+      "# collective, peers x size_B). flops: the expert FFN (4 H F per row, H %u, F %u, the\n"
+      "# rank's %u experts) of one rank alone; cores: the processors a node's ranks share\n"
+      "# (when all at once run slower); hbm-bandwidth: local copies.\n#\n"
+      "# size_B (per peer) alltoall_intra_s alltoall_inter_s allgather_s copy16x_s\n",
+      r->H, r->F, (r->E + (uint32_t)r->G - 1) / (uint32_t)r->G);
+    for (int i = 0; i < NSIZES; i++)
+        P("# %.0f %.3e %.3e %.3e %.3e\n", 64.0 * pow(4, i), raw[0][i], raw[1][i], ag[i],
+          cp[i]);
+    rc = rc ? rc : moe_textout_write(o, text, strlen(text));
+#undef P
+    free(text);
+    if (rc) {
+        snprintf(errbuf, errlen, "cannot write '%s': %s", out, strerror(errno));
+        moe_textout_close(o, 0);
+        return 1;
+    }
+    if (moe_textout_close(o, 1)) {
+        snprintf(errbuf, errlen, "cannot write '%s': %s", out, strerror(errno));
+        return 1;
+    }
+    return 0;
+}

@@ -1,0 +1,180 @@
+/* run/run_comm.c -- moe-run's host communicator: MPI_COMM_WORLD, or one rank without MPI. */
+#include "config.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "moe/moe.h"
+#include "run_internal.h"
+
+struct moe_run_comm {
+    int rank, size, local_rank, local_size;
+#ifdef HAVE_MPI
+    MPI_Comm local;
+#endif
+};
+
+static moe_run_comm_t the_comm;
+
+#ifdef HAVE_MPI
+void run_mpi_fail(int err, const char *file, int line)
+{
+    char msg[MPI_MAX_ERROR_STRING], host[256];
+    int len = 0;
+    MPI_Error_string(err, msg, &len);
+    if (gethostname(host, sizeof host))
+        strcpy(host, "?");
+    host[sizeof host - 1] = 0;
+    fflush(stdout);
+    fprintf(stderr, "moe-run: rank %d: %s:%s:%d: MPI error: %s\n", the_comm.rank, host, file,
+            line, msg);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+    exit(1);
+}
+#endif
+
+moe_run_comm_t *moe_run_comm_init(int *argc, char ***argv)
+{
+    moe_run_comm_t *c = &the_comm;
+    c->size = c->local_size = 1;
+#ifdef HAVE_MPI
+    int provided;
+    if (MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS)
+        return NULL;
+    /* errors come back as codes, reported with host:file:line and then MPI_Abort */
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    RUN_MPI(MPI_Comm_rank(MPI_COMM_WORLD, &c->rank));
+    RUN_MPI(MPI_Comm_size(MPI_COMM_WORLD, &c->size));
+    RUN_MPI(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, c->rank, MPI_INFO_NULL,
+                                &c->local));
+    RUN_MPI(MPI_Comm_rank(c->local, &c->local_rank));
+    RUN_MPI(MPI_Comm_size(c->local, &c->local_size));
+#else
+    (void)argc;
+    (void)argv;
+#endif
+    return c;
+}
+
+void moe_run_comm_finalize(moe_run_comm_t *c)
+{
+#ifdef HAVE_MPI
+    MPI_Comm_free(&c->local);
+    MPI_Finalize();
+#else
+    (void)c;
+#endif
+}
+
+int moe_run_comm_rank(const moe_run_comm_t *c) { return c->rank; }
+int moe_run_comm_size(const moe_run_comm_t *c) { return c->size; }
+int moe_run_comm_local_rank(const moe_run_comm_t *c) { return c->local_rank; }
+int moe_run_comm_local_size(const moe_run_comm_t *c) { return c->local_size; }
+
+int moe_run_comm_bcast(moe_run_comm_t *c, void *buf, size_t bytes, int root)
+{
+    (void)c;
+#ifdef HAVE_MPI
+    if (bytes > INT32_MAX)
+        return MOE_EINVAL;
+    RUN_MPI(MPI_Bcast(buf, (int)bytes, MPI_BYTE, root, MPI_COMM_WORLD));
+#else
+    (void)buf;
+    (void)bytes;
+    (void)root;
+#endif
+    return 0;
+}
+
+void moe_run_comm_abort(moe_run_comm_t *c, int code)
+{
+    (void)c;
+    fflush(stdout);
+    fflush(stderr);
+#ifdef HAVE_MPI
+    MPI_Abort(MPI_COMM_WORLD, code);
+#endif
+    exit(code);
+}
+
+int run_comm_allreduce(moe_run_comm_t *c, double *v, int n, int op)
+{
+    (void)c;
+#ifdef HAVE_MPI
+    MPI_Op o = op == MOE_RUN_MAX ? MPI_MAX : op == MOE_RUN_MIN ? MPI_MIN : MPI_SUM;
+    RUN_MPI(MPI_Allreduce(MPI_IN_PLACE, v, n, MPI_DOUBLE, o, MPI_COMM_WORLD));
+#else
+    (void)v;
+    (void)n;
+    (void)op;
+#endif
+    return 0;
+}
+
+int run_comm_alltoallv(moe_run_comm_t *c, const void *send, const size_t *sc, const size_t *sd,
+                       void *recv, const size_t *rc, const size_t *rd)
+{
+#ifdef HAVE_MPI
+    int G = c->size, *buf = malloc(4 * (size_t)G * sizeof *buf);
+    if (!buf)
+        return MOE_ENOMEM;
+    for (int r = 0; r < G; r++) {
+        if (sc[r] > INT32_MAX || sd[r] > INT32_MAX || rc[r] > INT32_MAX || rd[r] > INT32_MAX) {
+            free(buf);
+            return MOE_ERANGE;
+        }
+        buf[r] = (int)sc[r];
+        buf[G + r] = (int)sd[r];
+        buf[2 * G + r] = (int)rc[r];
+        buf[3 * G + r] = (int)rd[r];
+    }
+    RUN_MPI(MPI_Alltoallv(send, buf, buf + G, MPI_BYTE, recv, buf + 2 * G, buf + 3 * G,
+                          MPI_BYTE, MPI_COMM_WORLD));
+    free(buf);
+#else
+    (void)c;
+    (void)rc;
+    if (sc[0])
+        memmove((char *)recv + rd[0], (const char *)send + sd[0], sc[0]);
+#endif
+    return 0;
+}
+
+int run_comm_allgather(moe_run_comm_t *c, const void *send, size_t bytes, void *recv)
+{
+    (void)c;
+#ifdef HAVE_MPI
+    if (bytes > INT32_MAX)
+        return MOE_ERANGE;
+    RUN_MPI(MPI_Allgather(send, (int)bytes, MPI_BYTE, recv, (int)bytes, MPI_BYTE,
+                          MPI_COMM_WORLD));
+#else
+    if (bytes)
+        memmove(recv, send, bytes);
+#endif
+    return 0;
+}
+
+void run_comm_version(char *buf, size_t len)
+{
+#ifdef HAVE_MPI
+    char v[MPI_MAX_LIBRARY_VERSION_STRING];
+    int n = 0;
+    MPI_Get_library_version(v, &n);
+    v[strcspn(v, ",\n")] = 0; /* "Open MPI v4.1.4, package: ..." -> "Open MPI v4.1.4" */
+    snprintf(buf, len, "%s", v);
+#else
+    snprintf(buf, len, "no MPI (single rank)");
+#endif
+}
+
+int run_comm_barrier(moe_run_comm_t *c)
+{
+    (void)c;
+#ifdef HAVE_MPI
+    RUN_MPI(MPI_Barrier(MPI_COMM_WORLD));
+#endif
+    return 0;
+}

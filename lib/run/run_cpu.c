@@ -1,0 +1,251 @@
+/* run/run_cpu.c -- moe-run's CPU reference backend: moe/kern.h kernels on host memory, MPI (or
+ * the single-rank shim) for the collectives. */
+#include "config.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <sys/utsname.h>
+#include <time.h>
+
+#include "moe/kern.h"
+#include "moe/moe.h"
+#include "run_internal.h"
+
+typedef struct cpu {
+    float *work;        /* FFN scratch */
+    size_t work_f;      /* its size in floats */
+} cpu_t;
+
+struct moe_run_req {
+#ifdef HAVE_MPI
+    MPI_Request req;
+    int *counts;        /* 4 x G ints, alive until wait */
+#else
+    int none;
+#endif
+};
+
+static void *cpu_alloc(moe_run_backend_t *b, size_t bytes)
+{
+    (void)b;
+    return malloc(bytes ? bytes : 1);
+}
+
+static void cpu_free(moe_run_backend_t *b, void *p)
+{
+    (void)b;
+    free(p);
+}
+
+static int cpu_copy(moe_run_backend_t *b, void *dst, const void *src, size_t bytes)
+{
+    (void)b;
+    if (bytes)
+        memmove(dst, src, bytes);
+    return 0;
+}
+
+static int cpu_zero(moe_run_backend_t *b, void *dst, size_t bytes)
+{
+    (void)b;
+    if (bytes)
+        memset(dst, 0, bytes);
+    return 0;
+}
+
+static int cpu_mixer(moe_run_backend_t *b, float *x, size_t n, uint32_t H, const float *m)
+{
+    (void)b;
+    moe_kern_mixer(x, n, H, m);
+    return 0;
+}
+
+static int cpu_gate(moe_run_backend_t *b, const float *x, size_t n, uint32_t H, const float *Wg,
+                    uint32_t E, uint32_t K, int32_t *ids, float *w)
+{
+    (void)b;
+    return moe_kern_gate(x, n, H, Wg, E, K, ids, w);
+}
+
+static int cpu_gather(moe_run_backend_t *b, const float *src, const uint32_t *idx, size_t n,
+                      uint32_t H, float *dst)
+{
+    (void)b;
+    moe_kern_gather(src, idx, n, H, dst);
+    return 0;
+}
+
+static int cpu_scatter_add(moe_run_backend_t *b, const float *y, const uint32_t *idx,
+                           const float *w, size_t n, uint32_t H, float *out)
+{
+    (void)b;
+    moe_kern_scatter_add(y, idx, w, n, H, out);
+    return 0;
+}
+
+static int cpu_ffn_grouped(moe_run_backend_t *b, const float *x, uint32_t G, const size_t *off,
+                           uint32_t H, uint32_t F, const float *const *W1,
+                           const float *const *W2, float *y)
+{
+    cpu_t *c = b->impl;
+    size_t need = moe_kern_ffn_work_size(F);
+    if (need > c->work_f) {
+        float *w = realloc(c->work, need * sizeof *w);
+        if (!w)
+            return MOE_ENOMEM;
+        c->work = w;
+        c->work_f = need;
+    }
+    return moe_kern_ffn_grouped(x, G, off, H, F, W1, W2, y, c->work);
+}
+
+static int cpu_pack(moe_run_backend_t *b, const float *src, size_t n, int dtype, void *dst)
+{
+    (void)b;
+    return moe_kern_pack(src, n, dtype, dst);
+}
+
+static int cpu_unpack(moe_run_backend_t *b, const void *src, size_t n, int dtype, float *dst)
+{
+    (void)b;
+    return moe_kern_unpack(src, n, dtype, dst);
+}
+
+static int cpu_alltoallv(moe_run_backend_t *b, const void *send, const size_t *sc,
+                         const size_t *sd, void *recv, const size_t *rc, const size_t *rd)
+{
+    return run_comm_alltoallv(b->comm, send, sc, sd, recv, rc, rd);
+}
+
+static int cpu_ialltoallv(moe_run_backend_t *b, const void *send, const size_t *sc,
+                          const size_t *sd, void *recv, const size_t *rc, const size_t *rd,
+                          moe_run_req_t **out)
+{
+    moe_run_req_t *q = calloc(1, sizeof *q);
+    if (!q)
+        return MOE_ENOMEM;
+#ifdef HAVE_MPI
+    int G = b->size;
+    q->counts = malloc(4 * (size_t)G * sizeof *q->counts);
+    if (!q->counts) {
+        free(q);
+        return MOE_ENOMEM;
+    }
+    int *k = q->counts;
+    for (int r = 0; r < G; r++) {
+        if (sc[r] > INT32_MAX || sd[r] > INT32_MAX || rc[r] > INT32_MAX || rd[r] > INT32_MAX) {
+            free(k);
+            free(q);
+            return MOE_ERANGE;
+        }
+        k[r] = (int)sc[r];
+        k[G + r] = (int)sd[r];
+        k[2 * G + r] = (int)rc[r];
+        k[3 * G + r] = (int)rd[r];
+    }
+    RUN_MPI(MPI_Ialltoallv(send, k, k + G, MPI_BYTE, recv, k + 2 * G, k + 3 * G, MPI_BYTE,
+                           MPI_COMM_WORLD, &q->req));
+#else
+    int rcode = run_comm_alltoallv(b->comm, send, sc, sd, recv, rc, rd);
+    if (rcode) {
+        free(q);
+        return rcode;
+    }
+#endif
+    *out = q;
+    return 0;
+}
+
+static int cpu_wait(moe_run_backend_t *b, moe_run_req_t *q)
+{
+    (void)b;
+#ifdef HAVE_MPI
+    RUN_MPI(MPI_Wait(&q->req, MPI_STATUS_IGNORE));
+    free(q->counts);
+#endif
+    free(q);
+    return 0;
+}
+
+static int cpu_allgather(moe_run_backend_t *b, const void *send, size_t bytes, void *recv)
+{
+    return run_comm_allgather(b->comm, send, bytes, recv);
+}
+
+static int cpu_allreduce(moe_run_backend_t *b, double *v, int n, int op)
+{
+    return run_comm_allreduce(b->comm, v, n, op);
+}
+
+static int cpu_barrier(moe_run_backend_t *b)
+{
+    return run_comm_barrier(b->comm);
+}
+
+static int cpu_sync(moe_run_backend_t *b)
+{
+    (void)b;
+    return 0;
+}
+
+static double cpu_now(moe_run_backend_t *b)
+{
+    (void)b;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void cpu_destroy(moe_run_backend_t *b)
+{
+    if (!b)
+        return;
+    cpu_t *c = b->impl;
+    if (c)
+        free(c->work);
+    free(c);
+    free(b);
+}
+
+static const moe_run_backend_ops_t cpu_ops = {
+    .alloc = cpu_alloc,
+    .free = cpu_free,
+    .upload = cpu_copy,
+    .download = cpu_copy,
+    .copy = cpu_copy,
+    .zero = cpu_zero,
+    .mixer = cpu_mixer,
+    .gate = cpu_gate,
+    .gather = cpu_gather,
+    .scatter_add = cpu_scatter_add,
+    .ffn_grouped = cpu_ffn_grouped,
+    .pack = cpu_pack,
+    .unpack = cpu_unpack,
+    .alltoallv = cpu_alltoallv,
+    .ialltoallv = cpu_ialltoallv,
+    .wait = cpu_wait,
+    .allgather = cpu_allgather,
+    .allreduce = cpu_allreduce,
+    .barrier = cpu_barrier,
+    .sync = cpu_sync,
+    .now = cpu_now,
+    .destroy = cpu_destroy,
+};
+
+moe_run_backend_t *moe_run_backend_cpu(moe_run_comm_t *c, char *errbuf, size_t errlen)
+{
+    moe_run_backend_t *b = calloc(1, sizeof *b);
+    if (!b || !(b->impl = calloc(1, sizeof(cpu_t)))) {
+        free(b);
+        snprintf(errbuf, errlen, "%s", moe_strerror(MOE_ENOMEM));
+        return NULL;
+    }
+    b->ops = &cpu_ops;
+    b->name = "cpu";
+    b->comm = c;
+    b->rank = moe_run_comm_rank(c);
+    b->size = moe_run_comm_size(c);
+    struct utsname u;
+    snprintf(b->device, sizeof b->device, "%s host", uname(&u) ? "cpu" : u.machine);
+    return b;
+}

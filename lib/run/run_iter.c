@@ -1,0 +1,337 @@
+/* run/run_iter.c -- moe-run iterations: inputs, timed loop, statistics, outputs, the serial
+ * reference of --check, the chunk count of pipelined mode. */
+#include "config.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "moe/kern.h"
+#include "moe/moe.h"
+#include "run_internal.h"
+
+static double now(run_t *r)
+{
+    r->b->ops->sync(r->b);
+    return r->b->ops->now(r->b);
+}
+
+void run_load_inputs(run_t *r)
+{
+    size_t H = r->H;
+    r->nloc = 0;
+    for (size_t t = 0; t < r->ntok; t++) {
+        r->tok_row[t] = UINT32_MAX;
+        if (r->src[t] == (uint32_t)r->me) {
+            r->tok_row[t] = (uint32_t)r->nloc;
+            r->loc[r->nloc++] = (uint32_t)t;
+        }
+    }
+    float *hx = run_hbuf(r, 47, (r->nloc + 1) * H * sizeof *hx);
+    for (size_t i = 0; i < r->nloc; i++)
+        moe_kern_init_token(r->cfg.seed, r->loc[i], r->H, hx + i * H);
+    float *x = run_dbuf(r, &r->x, (r->nloc + 1) * H * sizeof *x);
+    RUN_CK(r, r->b->ops->upload(r->b, x, hx, r->nloc * H * sizeof *x));
+}
+
+/* Coherent mode ends an iteration with an all-gather of the tokens' states, so that every
+ * rank (the sources among them) has the whole iteration's output: Table I's G.N.G term. */
+static void coherent_allgather(run_t *r)
+{
+    int G = r->G;
+    size_t H = r->H, row = H * r->esz;
+    size_t *c = run_hbuf(r, 46, 4 * (size_t)G * sizeof *c);
+    double *n = run_hbuf(r, 45, (size_t)G * sizeof *n);
+    size_t total = 0;
+    for (int p = 0; p < G; p++)
+        n[p] = p == r->me ? (double)r->nloc : 0;
+    RUN_CK(r, r->b->ops->allreduce(r->b, n, G, MOE_RUN_SUM));
+    for (int p = 0; p < G; p++) {
+        c[p] = r->nloc * row;
+        c[G + p] = 0;
+        c[2 * G + p] = (size_t)n[p] * row;
+        c[3 * G + p] = total * row;
+        total += (size_t)n[p];
+        if (r->timing && p != r->me)
+            r->ag_bytes[run_link(r, (uint32_t)r->me, (uint32_t)p)] += r->nloc * row;
+    }
+    const moe_run_backend_ops_t *o = r->b->ops;
+    void *sw = run_dbuf(r, &r->d[40], (r->nloc + 1) * row);
+    void *rw = run_dbuf(r, &r->d[41], (total + 1) * row);
+    RUN_CK(r, o->pack(r->b, r->x.p, r->nloc * H, r->cfg.dtype, sw));
+    RUN_CK(r, o->alltoallv(r->b, sw, c, c + G, rw, c + 2 * G, c + 3 * G));
+}
+
+/* Rank 0 collects the final rows of every token (untimed) into r->out. */
+static void gather_outputs(run_t *r)
+{
+    int G = r->G;
+    size_t H = r->H, n = r->nloc;
+    float *hx = run_hbuf(r, 47, (n + 1) * (H + 1) * sizeof *hx);
+    RUN_CK(r, r->b->ops->download(r->b, hx, r->x.p, n * H * sizeof *hx));
+    /* token index appended after the rows, as float bits */
+    uint32_t *tk = (uint32_t *)(hx + n * H);
+    memcpy(tk, r->loc, n * sizeof *tk);
+    size_t *c = run_hbuf(r, 46, 4 * (size_t)G * sizeof *c);
+    double *cnt = run_hbuf(r, 45, (size_t)G * sizeof *cnt);
+    for (int p = 0; p < G; p++)
+        cnt[p] = p == r->me ? (double)n : 0;
+    RUN_CK(r, run_comm_allreduce(r->comm, cnt, G, MOE_RUN_SUM));
+    size_t total = 0, bytes = (H + 1) * sizeof(float);
+    for (int p = 0; p < G; p++) {
+        c[p] = p == 0 ? n * bytes : 0;
+        c[G + p] = 0;
+        c[2 * G + p] = r->me == 0 ? (size_t)cnt[p] * bytes : 0;
+        c[3 * G + p] = total * bytes;
+        total += (size_t)cnt[p];
+    }
+    /* rows then ids do not interleave: send rows and ids as one block per rank */
+    float *blk = run_hbuf(r, 44, (n + 1) * bytes);
+    for (size_t i = 0; i < n; i++) {
+        memcpy(blk + i * (H + 1), hx + i * H, H * sizeof *blk);
+        memcpy(blk + i * (H + 1) + H, &tk[i], sizeof *tk);
+    }
+    float *all = r->me == 0 ? run_hbuf(r, 43, (total + 1) * bytes) : NULL;
+    RUN_CK(r, run_comm_alltoallv(r->comm, blk, c, c + G, all, c + 2 * G, c + 3 * G));
+    if (r->me)
+        return;
+    free(r->out);
+    r->out = calloc(r->ntok * H + 1, sizeof *r->out);
+    if (!r->out)
+        run_die(r, "output", MOE_ENOMEM);
+    for (size_t i = 0; i < total; i++) {
+        uint32_t t;
+        memcpy(&t, all + i * (H + 1) + H, sizeof t);
+        memcpy(r->out + (size_t)t * H, all + i * (H + 1), H * sizeof *r->out);
+    }
+}
+
+/* Per-layer statistics: times are the slowest rank's, counts are summed. Rank-local copies
+ * of the transfer counts are kept in r->st for the per-rank figures. */
+
+void run_iterations(run_t *r)
+{
+    int total = r->cfg.warmup + r->cfg.iters;
+    if (r->cfg.mode == MOE_RUN_PIPELINED ||
+        (r->cfg.mode == MOE_RUN_HIERARCHICAL && r->cfg.chunks_set))
+        r->chunks_used = r->cfg.chunks ? r->cfg.chunks : run_auto_chunks(r);
+    for (int it = 0; it < total; it++) {
+        r->timing = it >= r->cfg.warmup;
+        run_load_inputs(r);
+        RUN_CK(r, r->b->ops->barrier(r->b));
+        double t0 = now(r);
+        if (r->cfg.mode == MOE_RUN_DATACENTRIC)
+            run_dc_iter(r);
+        else
+            for (uint32_t l = 0; l < r->L; l++)
+                run_ep_layer(r, l);
+        if (r->cfg.mode == MOE_RUN_COHERENT)
+            coherent_allgather(r);
+        RUN_CK(r, r->b->ops->barrier(r->b));
+        if (r->timing)
+            r->t_iter += now(r) - t0;
+    }
+    double t = r->t_iter;
+    RUN_CK(r, run_comm_allreduce(r->comm, &t, 1, MOE_RUN_MAX));
+    r->t_iter = t;
+}
+
+/* ------------------------------------------------------------------ reference */
+
+/* The serial vanilla reference on rank 0, advanced one layer at a time in step with the
+ * distributed verification iteration: the whole token stream, reference kernels, fp32. */
+struct run_ref {
+    float *x, *m, *wg, *w, *y, *acc, *gw, *work;
+    int32_t *gi;
+};
+
+static void ref_free(struct run_ref *f)
+{
+    if (!f)
+        return;
+    free(f->x);
+    free(f->m);
+    free(f->wg);
+    free(f->w);
+    free(f->y);
+    free(f->acc);
+    free(f->gw);
+    free(f->work);
+    free(f->gi);
+    free(f);
+}
+
+static struct run_ref *ref_new(const run_t *r)
+{
+    size_t H = r->H, F = r->F, E = r->E, K = r->K;
+    struct run_ref *f = calloc(1, sizeof *f);
+    if (!f)
+        return NULL;
+    f->x = malloc(r->ntok * H * sizeof *f->x);
+    f->m = malloc(H * sizeof *f->m);
+    f->wg = malloc(H * E * sizeof *f->wg);
+    f->w = malloc(E * 2 * H * F * sizeof *f->w);
+    f->y = malloc(H * sizeof *f->y);
+    f->acc = malloc(H * sizeof *f->acc);
+    f->gw = malloc(K * sizeof *f->gw);
+    f->work = malloc(moe_kern_ffn_work_size(r->F) * sizeof *f->work);
+    f->gi = malloc(K * sizeof *f->gi);
+    if (!f->x || !f->m || !f->wg || !f->w || !f->y || !f->acc || !f->gw || !f->work || !f->gi) {
+        ref_free(f);
+        return NULL;
+    }
+    moe_kern_init_tokens(r->cfg.seed, 0, r->ntok, r->H, f->x);
+    return f;
+}
+
+/* One token through layer l of the reference; 0 or a negative status. */
+static int ref_token(const run_t *r, struct run_ref *f, uint32_t l, size_t t)
+{
+    size_t H = r->H, F = r->F, K = r->K, LK = (size_t)r->L * K;
+    float *xt = f->x + t * H;
+    moe_kern_mixer(xt, 1, r->H, f->m);
+    if (r->replay) {
+        for (size_t k = 0; k < K; k++) {
+            uint16_t e = r->ids[t * LK + l * K + k];
+            f->gi[k] = e == MOE_EXPERT_NONE ? -1 : e;
+            f->gw[k] = r->wts[t * LK + l * K + k];
+        }
+    } else {
+        int rc = moe_kern_gate(xt, 1, r->H, f->wg, r->E, r->K, f->gi, f->gw);
+        if (rc)
+            return rc;
+    }
+    if (f->gi[0] < 0)
+        return 0;
+    memset(f->acc, 0, H * sizeof *f->acc);
+    for (size_t k = 0; k < K; k++) {
+        const float *w1 = f->w + (size_t)f->gi[k] * 2 * H * F;
+        int rc = moe_kern_ffn(xt, 1, r->H, r->F, w1, w1 + H * F, f->y, f->work);
+        if (rc)
+            return rc;
+        for (size_t h = 0; h < H; h++)
+            f->acc[h] += f->gw[k] * f->y[h];
+    }
+    for (size_t h = 0; h < H; h++)
+        xt[h] += f->acc[h];
+    return 0;
+}
+
+/* Advance the reference through layer l and compare it with r->out: the largest over tokens
+ * of max_h |out - ref| / max(1, max_h |ref|). */
+static double ref_layer(run_t *r, struct run_ref *f, uint32_t l)
+{
+    size_t H = r->H, F = r->F;
+    moe_kern_init_mixer(r->cfg.seed, l, r->E, r->H, f->m);
+    moe_kern_init_gate(r->cfg.seed, l, r->E, r->H, f->wg);
+    for (uint32_t e = 0; e < r->E; e++)
+        moe_kern_init_expert(r->cfg.seed, l, e, r->E, r->H, r->F, f->w + e * 2 * H * F,
+                             f->w + e * 2 * H * F + H * F);
+    for (size_t t = 0; t < r->ntok; t++) {
+        int rc = ref_token(r, f, l, t);
+        if (rc)
+            run_die(r, "reference", rc);
+    }
+    /* per token: the largest difference over the largest magnitude of its reference row (at
+     * least 1), so that a token's small components are measured on the scale of the token */
+    double err = 0;
+    for (size_t t = 0; t < r->ntok; t++) {
+        const float *o = r->out + t * H, *x = f->x + t * H;
+        double d = 0, m = 1;
+        for (size_t h = 0; h < H; h++) {
+            double e = fabs((double)o[h] - x[h]);
+            d = e > d || isnan(e) ? (isnan(e) ? INFINITY : e) : d;
+            m = fmax(m, fabs((double)x[h]));
+        }
+        err = fmax(err, d / m);
+    }
+    return err;
+}
+
+void run_layer_done(run_t *r, uint32_t l)
+{
+    if (!r->verify)
+        return;
+    gather_outputs(r);
+    if (r->me == 0)
+        r->layer_err[l] = ref_layer(r, r->ref, l);
+}
+
+double run_check(run_t *r)
+{
+    r->layer_err = calloc(r->L, sizeof *r->layer_err);
+    if (!r->layer_err || (r->me == 0 && !(r->ref = ref_new(r))))
+        run_die(r, "--check", MOE_ENOMEM);
+    r->timing = 0;
+    r->verify = 1;
+    run_load_inputs(r);
+    if (r->cfg.mode == MOE_RUN_DATACENTRIC)
+        run_dc_iter(r);
+    else
+        for (uint32_t l = 0; l < r->L; l++) {
+            run_ep_layer(r, l);
+            run_layer_done(r, l);
+        }
+    r->verify = 0;
+    double err = 0;
+    for (uint32_t l = 0; r->me == 0 && l < r->L; l++)
+        if (!(r->layer_err[l] <= err))
+            err = r->layer_err[l];
+    ref_free(r->ref);
+    r->ref = NULL;
+    return err;
+}
+
+/* ------------------------------------------------------------------ pipelined: chunk count */
+
+/*
+ * auto: a two-stage pipeline of n chunks takes about
+ *     T(n) = n * a + D/n + C/n + (n - 1) * max(D, C)/n
+ * with a the fixed cost of one all-to-all (latency, measured here with empty all-to-alls),
+ * D the dispatch time of the whole layer (bytes over the measured bandwidth of a 1 MiB
+ * all-to-all) and C its compute time (expert FFN rate measured on this rank). n = 1..16 with
+ * the least T wins.
+ */
+uint32_t run_auto_chunks(run_t *r)
+{
+    const moe_run_backend_ops_t *o = r->b->ops;
+    int G = r->G;
+    size_t *c = run_hbuf(r, 46, 4 * (size_t)G * sizeof *c);
+    size_t msg = (size_t)1 << 20, per = msg / (size_t)G;
+    void *s = run_dbuf(r, &r->d[40], msg + 1), *d = run_dbuf(r, &r->d[41], msg + 1);
+    double t[2];
+    for (int k = 0; k < 2; k++) {
+        size_t each = k ? per : 0;
+        for (int p = 0; p < G; p++) {
+            c[p] = c[2 * G + p] = each;
+            c[G + p] = c[3 * G + p] = (size_t)p * each;
+        }
+        RUN_CK(r, o->barrier(r->b));
+        double t0 = now(r);
+        for (int i = 0; i < 5; i++)
+            RUN_CK(r, o->alltoallv(r->b, s, c, c + G, d, c + 2 * G, c + 3 * G));
+        t[k] = (now(r) - t0) / 5;
+    }
+    /* FFN rate on 64 rows of the first local expert (or a fresh one) */
+    size_t H = r->H, F = r->F;
+    float *x = run_dbuf(r, &r->d[42], 64 * H * sizeof(float) * 2 + 2 * H * F * sizeof(float));
+    RUN_CK(r, o->zero(r->b, x, 64 * H * sizeof(float) * 2 + 2 * H * F * sizeof(float)));
+    const float *W1[1] = {x + 128 * H}, *W2[1] = {x + 128 * H + H * F};
+    size_t off[2] = {0, 64};
+    double t0 = now(r);
+    RUN_CK(r, o->ffn_grouped(r->b, x, 1, off, r->H, r->F, W1, W2, x + 64 * H));
+    double per_pair = (now(r) - t0) / 64;
+    double v[3] = {t[0], t[1] > t[0] ? (double)msg / (t[1] - t[0]) : 1e9, per_pair};
+    RUN_CK(r, run_comm_allreduce(r->comm, v, 3, MOE_RUN_MAX));
+    double rows = (double)r->ntok / G * r->K, D = rows * H * r->esz / v[1], C = rows * v[2];
+    uint32_t best = 1;
+    double bt = 0;
+    for (uint32_t n = 1; n <= 16; n++) {
+        double T = n * v[0] + D / n + C / n + (n - 1) * fmax(D, C) / n;
+        if (n == 1 || T < bt) {
+            bt = T;
+            best = n;
+        }
+    }
+    return best;
+}

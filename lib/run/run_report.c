@@ -1,0 +1,305 @@
+/* run/run_report.c -- moe-run's report: nccl-tests-like table on rank 0, and JSON. */
+#include "config.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "moe/io.h"
+#include "moe/kern.h"
+#include "moe/moe.h"
+#include "run_internal.h"
+
+/* Figures of the whole job, reduced onto every rank. */
+typedef struct sums {
+    double *t;        /* [L][3] slowest rank, ms per iteration */
+    double *x;        /* [L][2][4] vectors per iteration, all ranks */
+    double *by;       /* [L][4] payload bytes per iteration */
+    double *load;     /* [L][2] max, sum of expert-token pairs per iteration */
+    double *rank;     /* [G][4] vector bytes sent per iteration by rank: total, intra, inter,
+                       * the accounting's total (-1 unknown) */
+    double ag[MOE_LINK_CLASSES];
+    double meta;
+    int acct_equal;   /* 1 equal on every rank, 0 not, -1 not applicable */
+} sums_t;
+
+static int acct_scheme(const run_t *r)
+{
+    if (!r->replay)
+        return -1;
+    return r->cfg.mode == MOE_RUN_COHERENT ? MOE_SCHEME_COHERENT
+           : r->cfg.mode == MOE_RUN_VANILLA || r->cfg.mode == MOE_RUN_PIPELINED ? MOE_SCHEME_VANILLA
+                                                                       : -1;
+}
+
+/* This rank's transfers by the shared accounting over the run's token stream (-1 when the
+ * mode or a computed gate has no accounting). */
+static double acct_sent(const run_t *r)
+{
+    int scheme = acct_scheme(r);
+    if (scheme < 0)
+        return -1;
+    moe_topo_t topo;
+    moe_topo_uniform(&topo, (uint32_t)r->G / r->gpn, r->gpn);
+    moe_acct_opts_t o;
+    moe_acct_opts_default(&o);
+    o.matrix = 1;
+    int st;
+    char msg[256];
+    moe_acct_t *a = moe_acct_new(r->pl, &topo, &r->hdr, &o, &st, msg, sizeof msg);
+    if (!a)
+        return -1;
+    size_t LK = (size_t)r->L * r->K;
+    for (size_t t = 0; t < r->ntok; t++) {
+        const float *w = r->hdr.flags & MOE_TRACE_WEIGHTS ? r->wts + t * LK : NULL;
+        moe_acct_token(a, r->ids + t * LK, w, r->tok_id[t], r->src[t], r->src[t]);
+    }
+    double x = 0;
+    for (int d = 0; d < r->G; d++)
+        x += (double)moe_acct_matrix(a, scheme, (uint32_t)r->me, (uint32_t)d);
+    moe_acct_free(a);
+    return x * r->H * r->esz;
+}
+
+static int reduce(run_t *r, sums_t *s)
+{
+    size_t L = r->L, G = (size_t)r->G;
+    double it = r->cfg.iters;
+    s->t = calloc(L * 3, sizeof *s->t);
+    s->x = calloc(L * 8, sizeof *s->x);
+    s->by = calloc(L * 5, sizeof *s->by);
+    s->load = calloc(L * 2, sizeof *s->load);
+    s->rank = calloc(G * 4, sizeof *s->rank);
+    if (!s->t || !s->x || !s->by || !s->load || !s->rank)
+        return MOE_ENOMEM;
+    double mine[4] = {0, 0, 0, acct_sent(r)};
+    for (size_t l = 0; l < L; l++) {
+        const run_layer_stat_t *q = &r->st[l];
+        for (int p = 0; p < 3; p++)
+            s->t[l * 3 + p] = 1e3 * q->t[p] / it;
+        for (int ph = 0; ph < 2; ph++)
+            for (int c = 0; c < 4; c++) {
+                double v = (double)q->xfer[ph][c] / it;
+                s->x[l * 8 + ph * 4 + c] = v;
+                mine[0] += v * r->H * r->esz;
+                if (c == MOE_LINK_INTRA || c == MOE_LINK_INTER)
+                    mine[c] += v * r->H * r->esz;
+            }
+        for (int c = 0; c < 4; c++)
+            s->by[l * 5 + c] = (double)q->bytes[c] / it;
+        s->by[l * 5 + 4] = (double)q->meta_bytes / it;
+        s->load[l * 2] = s->load[l * 2 + 1] = (double)q->load / it;
+    }
+    int eq = mine[3] < 0 ? -1 : mine[3] == mine[0];
+    memcpy(s->rank + (size_t)r->me * 4, mine, sizeof mine);
+    for (int c = 0; c < 4; c++)
+        s->ag[c] = (double)r->ag_bytes[c] / it;
+    double e[2] = {eq == 0, eq < 0};
+    RUN_CK(r, run_comm_allreduce(r->comm, s->t, (int)(L * 3), MOE_RUN_MAX));
+    RUN_CK(r, run_comm_allreduce(r->comm, s->x, (int)(L * 8), MOE_RUN_SUM));
+    RUN_CK(r, run_comm_allreduce(r->comm, s->by, (int)(L * 5), MOE_RUN_SUM));
+    RUN_CK(r, run_comm_allreduce(r->comm, s->ag, 4, MOE_RUN_SUM));
+    RUN_CK(r, run_comm_allreduce(r->comm, e, 2, MOE_RUN_MAX));
+    for (size_t l = 0; l < L; l++) {
+        double mx = s->load[l * 2], sm = s->load[l * 2 + 1];
+        RUN_CK(r, run_comm_allreduce(r->comm, &mx, 1, MOE_RUN_MAX));
+        RUN_CK(r, run_comm_allreduce(r->comm, &sm, 1, MOE_RUN_SUM));
+        s->load[l * 2] = mx;
+        s->load[l * 2 + 1] = sm;
+    }
+    RUN_CK(r, run_comm_allreduce(r->comm, s->rank, (int)(G * 4), MOE_RUN_SUM));
+    s->acct_equal = e[1] > 0 ? -1 : e[0] == 0;
+    return 0;
+}
+
+static void sums_free(sums_t *s)
+{
+    free(s->t);
+    free(s->x);
+    free(s->by);
+    free(s->load);
+    free(s->rank);
+}
+
+/* Layer l's vector bytes (all ranks), all-to-all seconds, algbw and busbw in GB/s (nccl-tests:
+ * algbw = bytes per rank / time, busbw = algbw (G-1)/G). */
+static void bw(const run_t *r, const sums_t *s, size_t l, double *bytes, double *alg,
+               double *bus)
+{
+    double b = s->by[l * 5 + MOE_LINK_INTRA] + s->by[l * 5 + MOE_LINK_INTER];
+    double sec = (s->t[l * 3] + s->t[l * 3 + 2]) / 1e3;
+    *bytes = b;
+    *alg = sec > 0 ? b / r->G / sec / 1e9 : 0;
+    *bus = *alg * (r->G - 1) / r->G;
+}
+
+static void header(const run_t *r, FILE *fp)
+{
+    fprintf(fp, "# moe-run (moeflow) %s, libmoecore %s\n", PACKAGE_VERSION, moe_version());
+    char mpi[128];
+    run_comm_version(mpi, sizeof mpi);
+    fprintf(fp, "# ranks %d (%d nodes x %u), backend %s on %s, %s\n", r->G, r->G / (int)r->gpn,
+            r->gpn, r->b->name, r->b->device, mpi);
+    fprintf(fp, "# mode %s", moe_run_mode_name(r->cfg.mode));
+    if (r->chunks_used)
+        fprintf(fp, " (chunks %u%s)", r->chunks_used, r->cfg.chunks ? "" : ", auto");
+    if (r->cfg.mode == MOE_RUN_DATACENTRIC)
+        fprintf(fp, " (credits %u, prefetch %s)", r->cfg.credits,
+                r->cfg.prefetch && r->replay ? "on" : "off");
+    fprintf(fp, ", dtype %s, layers %u, experts %u, top-%u, hidden %u, ffn %u\n",
+            moe_dtype_name(r->cfg.dtype), r->L, r->E, r->K, r->H, r->F);
+    fprintf(fp, "# tokens %zu, gate %s%s, placement %s, iterations %d (+%d warm-up), seed %" PRIu64
+                "\n",
+            r->ntok, r->replay ? "replayed from " : "computed", r->replay ? r->cfg.trace : "",
+            r->cfg.placement ? r->cfg.placement : "contiguous", r->cfg.iters, r->cfg.warmup,
+            r->cfg.seed);
+    fprintf(fp, "#\n# %5s %11s %11s %11s %12s %12s %9s %9s %8s %8s %9s\n", "layer",
+            "dispatch_ms", "compute_ms", "combine_ms", "intra_B", "inter_B", "algbw", "busbw",
+            "max_load", "imbal", "check");
+}
+
+int run_report(run_t *r, FILE *fp, double check_err, int check_ok)
+{
+    sums_t s = {0};
+    if (reduce(r, &s)) {
+        sums_free(&s);
+        run_die(r, "report", MOE_ENOMEM);
+    }
+    if (r->me) {
+        sums_free(&s);
+        return 0;
+    }
+    header(r, fp);
+    double T[3] = {0}, B[4] = {0}, vec = 0, lmax = 0, lsum = 0;
+    for (size_t l = 0; l < r->L; l++) {
+        double b, alg, bus, mean = s.load[l * 2 + 1] / r->G;
+        bw(r, &s, l, &b, &alg, &bus);
+        char chk[32] = "-";
+        if (r->layer_err)
+            snprintf(chk, sizeof chk, "%.2g", r->layer_err[l]);
+        fprintf(fp, "  %5zu %11.3f %11.3f %11.3f %12.0f %12.0f %9.3f %9.3f %8.0f %8.3f %9s\n",
+                l, s.t[l * 3], s.t[l * 3 + 1], s.t[l * 3 + 2], s.by[l * 5 + 1], s.by[l * 5 + 2],
+                alg, bus, s.load[l * 2], mean > 0 ? s.load[l * 2] / mean : 0, chk);
+        for (int p = 0; p < 3; p++)
+            T[p] += s.t[l * 3 + p];
+        for (int c = 0; c < 4; c++)
+            B[c] += s.by[l * 5 + c];
+        for (int q = 0; q < 8; q++)
+            vec += s.x[l * 8 + q];
+        lmax = fmax(lmax, s.load[l * 2]);
+        lsum += s.load[l * 2 + 1];
+    }
+    double sec = r->t_iter / r->cfg.iters;
+    fprintf(fp, "# %5s %11.3f %11.3f %11.3f %12.0f %12.0f\n", "total", T[0], T[1], T[2], B[1],
+            B[2]);
+    fprintf(fp, "# per iteration: %.3f ms, %.0f tokens/s, %.0f vectors moved (%.3f per token "
+                "and layer), %.0f metadata bytes\n",
+            1e3 * sec, sec > 0 ? r->ntok / sec : 0, vec,
+            r->ntok ? vec / ((double)r->ntok * r->L) : 0, s.by[4]);
+    if (r->cfg.mode == MOE_RUN_COHERENT)
+        fprintf(fp, "# all-gather of the iteration's tokens: %.0f intra, %.0f inter bytes\n",
+                s.ag[1], s.ag[2]);
+    fprintf(fp, "# max rank load %.0f expert-token pairs in a layer (mean %.1f)\n", lmax,
+            lsum / r->L / r->G);
+    if (s.acct_equal >= 0)
+        fprintf(fp, "# bytes vs the shared accounting (%s): %s on every rank\n",
+                moe_scheme_name(acct_scheme(r)), s.acct_equal ? "equal" : "DIFFERENT");
+    if (check_err >= 0 || !check_ok)
+        fprintf(fp, "# check against the serial vanilla reference: max relative difference "
+                    "%.3g: %s\n", check_err, check_ok ? "ok" : "FAILED");
+    sums_free(&s);
+    return 0;
+}
+
+/* ------------------------------------------------------------------ JSON */
+
+static int json_body(const run_t *r, const sums_t *s, moe_textout_t *t, double check_err,
+                     int check_ok)
+{
+    int rc = 0;
+#define P(...) (rc = rc ? rc : moe_textout_printf(t, __VA_ARGS__))
+    P("{\n  \"tool\": \"moe-run\", \"version\": \"%s\", \"ranks\": %d, \"gpus_per_node\": %u,\n",
+      PACKAGE_VERSION, r->G, r->gpn);
+    char mpi[128];
+    run_comm_version(mpi, sizeof mpi);
+    P("  \"backend\": \"%s\", \"device\": \"%s\", \"mpi\": \"%s\",\n", r->b->name,
+      r->b->device, mpi);
+    P("  \"mode\": \"%s\", \"chunks\": %u, \"dtype\": \"%s\",\n",
+      moe_run_mode_name(r->cfg.mode), r->chunks_used, moe_dtype_name(r->cfg.dtype));
+    P("  \"layers\": %u, \"experts\": %u, \"topk\": %u, \"hidden\": %u, \"ffn\": %u, "
+      "\"tokens\": %zu, \"iters\": %d, \"warmup\": %d, \"replayed\": %s,\n",
+      r->L, r->E, r->K, r->H, r->F, r->ntok, r->cfg.iters, r->cfg.warmup,
+      r->replay ? "true" : "false");
+    P("  \"per_layer\": [\n");
+    for (size_t l = 0; l < r->L; l++) {
+        double b, alg, bus;
+        bw(r, s, l, &b, &alg, &bus);
+        const double *x = s->x + l * 8;
+        P("    {\"layer\": %zu, \"dispatch_ms\": %.6f, \"compute_ms\": %.6f, \"combine_ms\": "
+          "%.6f, \"dispatch_vectors\": {\"intra\": %.0f, \"inter\": %.0f}, "
+          "\"combine_vectors\": {\"intra\": %.0f, \"inter\": %.0f}, \"bytes\": {\"intra\": "
+          "%.0f, \"inter\": %.0f}, \"algbw_gbs\": %.6f, \"busbw_gbs\": %.6f, \"max_load\": "
+          "%.0f, \"total_load\": %.0f, \"max_rel_diff\": ",
+          l, s->t[l * 3], s->t[l * 3 + 1], s->t[l * 3 + 2], x[1], x[2], x[5], x[6],
+          s->by[l * 5 + 1], s->by[l * 5 + 2], alg, bus, s->load[l * 2], s->load[l * 2 + 1]);
+        if (r->layer_err)
+            P("%.6g}%s\n", r->layer_err[l], l + 1 < r->L ? "," : "");
+        else
+            P("null}%s\n", l + 1 < r->L ? "," : "");
+    }
+    P("  ],\n  \"rank_vector_bytes\": [");
+    for (int q = 0; q < r->G; q++)
+        P("%s{\"rank\": %d, \"sent\": %.0f, \"intra\": %.0f, \"inter\": %.0f, \"accounting\": "
+          "%.0f}", q ? ", " : "", q, s->rank[q * 4], s->rank[q * 4 + 1], s->rank[q * 4 + 2],
+          s->rank[q * 4 + 3]);
+    double sec = r->t_iter / r->cfg.iters, tv = 0, tb[MOE_LINK_CLASSES] = {0};
+    for (int q = 0; q < r->G; q++)
+        tv += s->rank[q * 4];
+    for (size_t l = 0; l < r->L; l++)
+        for (int c = 0; c < MOE_LINK_CLASSES; c++)
+            tb[c] += s->by[l * 5 + c];
+    P("],\n  \"total_vector_bytes\": %.0f, \"total_bytes_intra\": %.0f, "
+      "\"total_bytes_inter\": %.0f,\n", tv, tb[MOE_LINK_INTRA], tb[MOE_LINK_INTER]);
+    P("  \"accounting_equal\": %s,\n",
+      s->acct_equal < 0 ? "null" : s->acct_equal ? "true" : "false");
+    P("  \"allgather_bytes\": {\"intra\": %.0f, \"inter\": %.0f}, \"allgather_total\": %.0f,\n",
+      s->ag[1], s->ag[2], s->ag[1] + s->ag[2]);
+    P("  \"iteration_ms\": %.6f, \"tokens_per_s\": %.3f,\n", 1e3 * sec,
+      sec > 0 ? r->ntok / sec : 0);
+    if (check_err >= 0 || !check_ok)
+        P("  \"check\": {\"max_rel_diff\": %.6g, \"ok\": %s}\n}\n", check_err,
+          check_ok ? "true" : "false");
+    else
+        P("  \"check\": null\n}\n");
+#undef P
+    return rc;
+}
+
+int run_report_json(run_t *r, const char *path, double check_err, int check_ok, char *errbuf,
+                    size_t errlen)
+{
+    sums_t s = {0};
+    if (reduce(r, &s)) {
+        sums_free(&s);
+        run_die(r, "report", MOE_ENOMEM);
+    }
+    int rc = 0;
+    if (r->me == 0) {
+        int st;
+        moe_textout_t *t = moe_textout_open(path, -1, &st, errbuf, errlen);
+        if (!t)
+            rc = 1;
+        else if (json_body(r, &s, t, check_err, check_ok)) {
+            snprintf(errbuf, errlen, "cannot write '%s': %s", path, strerror(errno));
+            moe_textout_close(t, 0);
+            rc = 1;
+        } else if (moe_textout_close(t, 1)) {
+            snprintf(errbuf, errlen, "cannot write '%s': %s", path, strerror(errno));
+            rc = 1;
+        }
+    }
+    sums_free(&s);
+    return rc;
+}

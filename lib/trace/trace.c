@@ -1,0 +1,511 @@
+/* trace/trace.c -- routing-trace headers, records and the format-independent handle. */
+#include "config.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "moe/cli.h"
+#include "moe/moe.h"
+#include "trace_internal.h"
+
+/* ------------------------------------------------------------------ headers */
+
+void moe_trace_hdr_init(moe_trace_hdr_t *h)
+{
+    memset(h, 0, sizeof *h);
+}
+
+void moe_trace_hdr_release(moe_trace_hdr_t *h)
+{
+    free(h->text);
+    moe_trace_hdr_init(h);
+}
+
+int moe_trace_hdr_copy(moe_trace_hdr_t *dst, const moe_trace_hdr_t *src)
+{
+    char *text = NULL;
+    if (dst == src)
+        return 0;
+    if (src->text && !(text = strdup(src->text)))
+        return MOE_ENOMEM;
+    free(dst->text);
+    *dst = *src;
+    dst->text = text;
+    return 0;
+}
+
+int moe_trace_hdr_check(const moe_trace_hdr_t *h)
+{
+    if (h->layers < 1 || h->layers > MOE_TRACE_MAX_LAYERS || h->experts < 1 ||
+        h->experts > MOE_TRACE_MAX_EXPERTS || h->topk < 1 || h->topk > MOE_TRACE_MAX_TOPK ||
+        h->topk > h->experts)
+        return MOE_ERANGE;
+    if (h->flags & MOE_TRACE_REQUIRED_FLAGS & ~(uint32_t)MOE_TRACE_WEIGHTS)
+        return MOE_EFORMAT;
+    if (4 + trace_rec_size(h) > MOE_BGZ_MAX_BLOCK) /* a record must fit in one block */
+        return MOE_ERANGE;
+    /* Text: '@' lines, each ending in a newline. */
+    for (const char *p = h->text; p && *p;) {
+        const char *nl = strchr(p, '\n');
+        if (*p != '@' || !nl)
+            return MOE_EFORMAT;
+        p = nl + 1;
+    }
+    return 0;
+}
+
+int moe_trace_hdr_add_line(moe_trace_hdr_t *h, const char *line)
+{
+    size_t old = h->text ? strlen(h->text) : 0, n = strlen(line);
+    char *p = realloc(h->text, old + n + 2);
+    if (!p)
+        return MOE_ENOMEM;
+    memcpy(p + old, line, n);
+    /* Keep the one-line-per-entry invariant even if the caller passes embedded newlines. */
+    for (size_t i = old; i < old + n; i++)
+        if (p[i] == '\n' || p[i] == '\r')
+            p[i] = ' ';
+    p[old + n] = '\n';
+    p[old + n + 1] = '\0';
+    h->text = p;
+    return 0;
+}
+
+/* Value of the "KEY:" field of a tab-separated header line (up to tab or newline), or NULL. */
+static const char *line_field(const char *line, const char *end, const char *key, size_t *len)
+{
+    size_t kl = strlen(key);
+    for (const char *p = line; p && p < end; p = memchr(p, '\t', (size_t)(end - p))) {
+        p += *p == '\t';
+        if ((size_t)(end - p) > kl && memcmp(p, key, kl) == 0) {
+            const char *v = p + kl;
+            *len = strcspn(v, "\t\n");
+            return v;
+        }
+    }
+    return NULL;
+}
+
+int moe_trace_hdr_add_pg(moe_trace_hdr_t *h, const char *prog, int argc, char *const *argv)
+{
+    /* SAM-style provenance: IDs unique within the header (prog, prog.1, ...) and PP naming the
+     * program whose output this one read (the last @PG line). */
+    unsigned same = 0;
+    const char *pp = NULL;
+    size_t pplen = 0;
+    for (const char *p = h->text; p && *p;) {
+        const char *nl = strchr(p, '\n');
+        const char *end = nl ? nl : p + strlen(p);
+        size_t n;
+        const char *pn = line_field(p, end, "PN:", &n);
+        if (strncmp(p, "@PG\t", 4) == 0) {
+            same += pn && n == strlen(prog) && memcmp(pn, prog, n) == 0;
+            pp = line_field(p, end, "ID:", &pplen);
+        }
+        p = nl ? nl + 1 : end;
+    }
+    char *cl = moe_pg_line(prog, argc, argv);
+    char id[128], ppf[160] = "";
+    if (same)
+        snprintf(id, sizeof id, "%s.%u", prog, same);
+    else
+        snprintf(id, sizeof id, "%s", prog);
+    if (pp)
+        snprintf(ppf, sizeof ppf, "\tPP:%.*s", (int)(pplen < 120 ? pplen : 120), pp);
+    const char *rest = cl ? strstr(cl, "\tPN:") : NULL;
+    size_t n = (rest ? strlen(rest) : 0) + strlen(id) + strlen(ppf) + 16;
+    char *line = rest ? malloc(n) : NULL;
+    int rc = MOE_ENOMEM;
+    if (line) {
+        snprintf(line, n, "@PG\tID:%s%s%s", id, rest, ppf);
+        rc = moe_trace_hdr_add_line(h, line);
+    }
+    free(line);
+    free(cl);
+    return rc;
+}
+
+int moe_trace_hdr_same_shape(const moe_trace_hdr_t *a, const moe_trace_hdr_t *b)
+{
+    return a->layers == b->layers && a->experts == b->experts && a->topk == b->topk &&
+           (a->flags & MOE_TRACE_WEIGHTS) == (b->flags & MOE_TRACE_WEIGHTS);
+}
+
+unsigned trace_id_width(const moe_trace_hdr_t *h)
+{
+    /* One byte per id while every id and the missing marker (0xff) fit: half the size, and
+     * deflate does better on it than on 16-bit values with a zero high byte. */
+    return h->experts <= 255 ? 1 : 2;
+}
+
+size_t trace_rec_size(const moe_trace_hdr_t *h)
+{
+    size_t n = (size_t)h->layers * h->topk;
+    return TRACE_REC_FIXED + n * trace_id_width(h) +
+           ((h->flags & MOE_TRACE_WEIGHTS) ? n * sizeof(float) : 0);
+}
+
+/* ------------------------------------------------------------------ records */
+
+int moe_trace_rec_init(moe_trace_rec_t *r, const moe_trace_hdr_t *h)
+{
+    uint32_t n = h->layers * h->topk;
+    if (n > r->cap) {
+        uint16_t *ids = realloc(r->ids, (size_t)n * sizeof *ids);
+        if (!ids)
+            return MOE_ENOMEM;
+        r->ids = ids;
+        free(r->weights); /* reallocated below at the new capacity if needed */
+        r->weights = NULL;
+        r->cap = n;
+    }
+    if ((h->flags & MOE_TRACE_WEIGHTS) && !r->weights) {
+        r->weights = malloc((size_t)r->cap * sizeof *r->weights);
+        if (!r->weights)
+            return MOE_ENOMEM;
+    } else if (!(h->flags & MOE_TRACE_WEIGHTS) && r->weights) {
+        free(r->weights);
+        r->weights = NULL;
+    }
+    return 0;
+}
+
+void moe_trace_rec_release(moe_trace_rec_t *r)
+{
+    free(r->ids);
+    free(r->weights);
+    memset(r, 0, sizeof *r);
+}
+
+int moe_trace_rec_check(const moe_trace_rec_t *r, const moe_trace_hdr_t *h, char *msg, size_t n)
+{
+    const uint16_t *id = r->ids;
+    for (uint32_t l = 0; l < h->layers; l++, id += h->topk) {
+        unsigned none = 0;
+        for (uint32_t k = 0; k < h->topk; k++) {
+            if (id[k] == MOE_EXPERT_NONE) {
+                none++;
+            } else if (id[k] >= h->experts) {
+                if (msg)
+                    snprintf(msg, n, "token %llu: layer %u: expert id %u out of range (%u experts)",
+                             (unsigned long long)r->token, l, id[k], h->experts);
+                return MOE_ERANGE;
+            }
+        }
+        if (none && none != h->topk) {
+            if (msg)
+                snprintf(msg, n, "token %llu: layer %u: %u of %u expert ids missing",
+                         (unsigned long long)r->token, l, none, h->topk);
+            return MOE_EFORMAT;
+        }
+    }
+    for (uint32_t i = 0; r->weights && i < h->layers * h->topk; i++)
+        if (!isfinite(r->weights[i])) {
+            if (msg)
+                snprintf(msg, n, "token %llu: layer %u: gate weight is not a finite number",
+                         (unsigned long long)r->token, i / h->topk);
+            return MOE_ERANGE;
+        }
+    return 0;
+}
+
+/* ------------------------------------------------------------------ handle */
+
+int trace_fail(moe_trace_t *t, int rc, const char *fmt, ...)
+{
+    if (t->err == 0) {
+        t->err = rc;
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(t->msg, sizeof t->msg, fmt, ap);
+        va_end(ap);
+    }
+    return rc;
+}
+
+int trace_reserve(moe_trace_t *t, size_t n)
+{
+    if (n <= t->cap)
+        return 0;
+    size_t cap = t->cap ? t->cap : 4096;
+    while (cap < n)
+        cap *= 2;
+    uint8_t *p = realloc(t->buf, cap);
+    if (!p)
+        return MOE_ENOMEM;
+    t->buf = p;
+    t->cap = cap;
+    return 0;
+}
+
+static void trace_free(moe_trace_t *t)
+{
+    moe_trace_hdr_release(&t->hdr);
+    free(t->buf);
+    free(t->path);
+    free(t);
+}
+
+static moe_trace_t *open_fail(moe_trace_t *t, int rc, int *status, char *errbuf, size_t errlen)
+{
+    if (errbuf && errlen)
+        snprintf(errbuf, errlen, "%s", t->msg[0] ? t->msg : moe_strerror(rc));
+    *status = rc;
+    trace_free(t);
+    return NULL;
+}
+
+static moe_trace_t *open_read(moe_trace_t *t, int threads, int *status, char *errbuf,
+                              size_t errlen)
+{
+    int fd = moe_open_input(t->path);
+    if (fd < 0)
+        return open_fail(t, trace_fail(t, MOE_ESYS, "cannot open '%s': %s", t->path,
+                                       strerror(errno)), status, errbuf, errlen);
+    struct stat st;
+    if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode))
+        t->size = (uint64_t)st.st_size;
+    uint8_t sniff[MOE_BGZ_HEADER_SIZE];
+    ptrdiff_t got = moe_read_full(fd, sniff, sizeof sniff);
+    if (got < 0) {
+        int e = errno;
+        close(fd);
+        return open_fail(t, trace_fail(t, MOE_ESYS, "cannot read '%s': %s", t->path,
+                                       strerror(e)), status, errbuf, errlen);
+    }
+    int rc = 0;
+    if (moe_bgz_is_bgz(sniff, (size_t)got)) {
+        t->fmt = MOE_FMT_BINARY;
+        t->bz = moe_bgz_dopen(fd, 'r', 0, threads, t->path, sniff, (size_t)got, &rc);
+    } else {
+        t->fmt = MOE_FMT_TEXT;
+        t->lines = moe_lines_dopen(fd, sniff, (size_t)got, &rc);
+    }
+    if (rc) {
+        close(fd);
+        return open_fail(t, trace_fail(t, rc, "cannot read '%s': %s", t->path,
+                                       moe_strerror(rc)), status, errbuf, errlen);
+    }
+    return t;
+}
+
+static moe_trace_t *open_write(moe_trace_t *t, const char *mode, int threads, int *status,
+                               char *errbuf, size_t errlen)
+{
+    int fmt = mode[1] ? mode[1] : MOE_FMT_BINARY;
+    int level = (mode[1] && mode[2] >= '0' && mode[2] <= '9') ? mode[2] - '0' : -1;
+    if (fmt != MOE_FMT_BINARY && fmt != MOE_FMT_UNCOMP && fmt != MOE_FMT_TEXT &&
+        fmt != MOE_FMT_TEXTGZ)
+        return open_fail(t, trace_fail(t, MOE_EINVAL, "invalid mode '%s'", mode), status,
+                         errbuf, errlen);
+    t->fmt = fmt;
+    int rc = 0;
+    t->of = moe_ofile_open(t->path, &rc, t->msg, sizeof t->msg);
+    if (!t->of)
+        return open_fail(t, rc, status, errbuf, errlen);
+    int fd = moe_ofile_fd(t->of);
+    if (fmt == MOE_FMT_BINARY || fmt == MOE_FMT_UNCOMP) {
+        t->bz = moe_bgz_dopen(fd, 'w', fmt == MOE_FMT_UNCOMP ? 0 : level, threads, t->path,
+                              NULL, 0, &rc);
+    } else if (fmt == MOE_FMT_TEXT) {
+        t->fp = fdopen(fd, "w");
+        rc = t->fp ? 0 : MOE_ESYS;
+    } else {
+        char gzmode[8];
+        snprintf(gzmode, sizeof gzmode, "wb%d", level < 0 ? 6 : level);
+        t->gz = gzdopen(fd, gzmode);
+        rc = t->gz ? 0 : MOE_ENOMEM;
+    }
+    if (rc) {
+        moe_ofile_abort(t->of);
+        trace_fail(t, rc, "cannot write '%s': %s", t->path, moe_strerror(rc));
+        return open_fail(t, rc, status, errbuf, errlen);
+    }
+    moe_ofile_release_fd(t->of); /* now owned by the codec */
+    if (t->fp)
+        setvbuf(t->fp, NULL, _IOFBF, 1 << 16);
+    return t;
+}
+
+moe_trace_t *moe_trace_open(const char *path, const char *mode, int threads, int *status,
+                            char *errbuf, size_t errlen)
+{
+    int dummy;
+    status = status ? status : &dummy;
+    moe_trace_t *t = calloc(1, sizeof *t);
+    if (!t || !(t->path = strdup(path))) {
+        free(t);
+        *status = MOE_ENOMEM;
+        return NULL;
+    }
+    t->mode = mode[0];
+    if (mode[0] == 'r')
+        return open_read(t, threads, status, errbuf, errlen);
+    if (mode[0] == 'w')
+        return open_write(t, mode, threads, status, errbuf, errlen);
+    return open_fail(t, trace_fail(t, MOE_EINVAL, "invalid mode '%s'", mode), status, errbuf,
+                     errlen);
+}
+
+int moe_trace_read_header(moe_trace_t *t, moe_trace_hdr_t *h)
+{
+    if (t->mode != 'r' || t->have_hdr)
+        return trace_fail(t, MOE_EINVAL, "header already read");
+    int rc = t->bz ? trace_bin_read_header(t) : trace_text_read_header(t);
+    if (rc < 0)
+        return rc;
+    t->have_hdr = 1;
+    t->idw = trace_id_width(&t->hdr);
+    t->rec_size = trace_rec_size(&t->hdr);
+    return moe_trace_hdr_copy(h, &t->hdr);
+}
+
+int moe_trace_read(moe_trace_t *t, moe_trace_rec_t *r)
+{
+    if (t->err)
+        return t->err;
+    if (!t->have_hdr)
+        return trace_fail(t, MOE_EINVAL, "records read before the header");
+    int rc = moe_trace_rec_init(r, &t->hdr);
+    if (rc)
+        return trace_fail(t, rc, "out of memory");
+    t->rec_valid = 0;
+    rc = t->bz ? trace_bin_read(t, r) : trace_text_read(t, r);
+    if (rc == 1 && !t->rec_valid) {
+        char msg[160];
+        int crc = moe_trace_rec_check(r, &t->hdr, msg, sizeof msg);
+        if (crc)
+            return trace_fail(t, crc, "record %llu: %s", (unsigned long long)t->count + 1,
+                              msg);
+    }
+    t->count += rc == 1;
+    return rc;
+}
+
+int moe_trace_write_header(moe_trace_t *t, const moe_trace_hdr_t *h)
+{
+    if (t->mode != 'w' || t->have_hdr)
+        return trace_fail(t, MOE_EINVAL, "header already written");
+    int rc = moe_trace_hdr_check(h);
+    if (rc)
+        return trace_fail(t, rc, "invalid header: %u layers, %u experts, top-%u",
+                          h->layers, h->experts, h->topk);
+    if ((rc = moe_trace_hdr_copy(&t->hdr, h)))
+        return trace_fail(t, rc, "out of memory");
+    t->have_hdr = 1;
+    t->idw = trace_id_width(h);
+    t->rec_size = trace_rec_size(h);
+    if (t->bz)
+        return trace_bin_write_header(t);
+    ptrdiff_t n = trace_text_format_header(t, h);
+    if (n < 0)
+        return (int)n;
+    int ok = t->fp ? fwrite(t->buf, 1, (size_t)n, t->fp) == (size_t)n
+                   : gzwrite(t->gz, t->buf, (unsigned)n) == (int)n;
+    return ok ? 0 : trace_fail(t, MOE_ESYS, "write error on '%s': %s", t->path, strerror(errno));
+}
+
+int moe_trace_write(moe_trace_t *t, const moe_trace_rec_t *r)
+{
+    if (t->err)
+        return t->err;
+    if (!t->have_hdr)
+        return trace_fail(t, MOE_EINVAL, "records written before the header");
+    char msg[160];
+    int rc = moe_trace_rec_check(r, &t->hdr, msg, sizeof msg);
+    if (rc)
+        return trace_fail(t, rc, "%s", msg);
+    t->count++;
+    if (t->bz)
+        return trace_bin_write(t, r);
+    ptrdiff_t n = trace_text_format_rec(t, &t->hdr, r);
+    if (n < 0)
+        return (int)n;
+    int ok = t->fp ? fwrite(t->buf, 1, (size_t)n, t->fp) == (size_t)n
+                   : gzwrite(t->gz, t->buf, (unsigned)n) == (int)n;
+    return ok ? 0 : trace_fail(t, MOE_ESYS, "write error on '%s': %s", t->path, strerror(errno));
+}
+
+/* Close the codec; for writers report the first failure. */
+static int close_codec(moe_trace_t *t)
+{
+    int rc = 0;
+    if (t->bz) {
+        rc = moe_bgz_close(t->bz);
+        if (rc && t->mode == 'w')
+            trace_fail(t, rc, "write error on '%s': %s", t->path,
+                       rc == MOE_ESYS ? strerror(errno) : moe_bgz_errmsg(t->bz));
+    }
+    if (t->fp && fclose(t->fp) != 0 && !rc)
+        rc = trace_fail(t, MOE_ESYS, "write error on '%s': %s", t->path, strerror(errno));
+    if (t->gz && gzclose(t->gz) != Z_OK && !rc)
+        rc = trace_fail(t, MOE_ESYS, "write error on '%s': %s", t->path, strerror(errno));
+    moe_lines_close(t->lines);
+    t->bz = NULL;
+    t->fp = NULL;
+    t->gz = NULL;
+    t->lines = NULL;
+    return rc;
+}
+
+int moe_trace_close(moe_trace_t *t, char *errbuf, size_t errlen)
+{
+    if (!t)
+        return 0;
+    int rc = t->err;
+    if (t->mode == 'w' && !t->have_hdr && !rc)
+        rc = trace_fail(t, MOE_EINVAL, "no header written to '%s'", t->path);
+    int crc = close_codec(t);
+    rc = rc ? rc : crc;
+    if (t->of) {
+        if (rc)
+            moe_ofile_abort(t->of);
+        else if (moe_ofile_commit(t->of) != 0)
+            rc = trace_fail(t, MOE_ESYS, "cannot write '%s': %s", t->path, strerror(errno));
+    }
+    if (rc && errbuf && errlen)
+        snprintf(errbuf, errlen, "%s", moe_trace_errmsg(t));
+    trace_free(t);
+    return rc;
+}
+
+void moe_trace_abort(moe_trace_t *t)
+{
+    if (!t)
+        return;
+    close_codec(t);
+    moe_ofile_abort(t->of);
+    trace_free(t);
+}
+
+const char *moe_trace_errmsg(const moe_trace_t *t)
+{
+    return t->msg[0] ? t->msg : moe_strerror(t->err);
+}
+
+int moe_trace_format(const moe_trace_t *t)
+{
+    return t->fmt;
+}
+
+uint64_t moe_trace_count(const moe_trace_t *t)
+{
+    return t->count;
+}
+
+uint64_t moe_trace_tell(const moe_trace_t *t)
+{
+    if (t->bz)
+        return moe_bgz_tell(t->bz);
+    return t->lines ? moe_lines_bytes(t->lines) : 0;
+}
+
+uint64_t moe_trace_size(const moe_trace_t *t)
+{
+    return t->size;
+}
