@@ -263,8 +263,8 @@ static int take_opt(const char *sub, int c, const char *arg, cfg_t *g)
     case O_CONFIG: return read_config(sub, arg, g);
     case O_JSON: g->json = 1; return 0;
     case O_TOPOLOGY: g->topology = arg; return 0;
-    case O_NODES: return moe_cli_u32(prog, sub, arg, 1, 65535, "node count", &g->nodes);
-    case O_GPN: return moe_cli_u32(prog, sub, arg, 1, 65535, "GPUs per node", &g->gpn);
+    case O_NODES: return moe_cli_u32(prog, sub, arg, 1, MOE_MAX_RANKS, "node count", &g->nodes);
+    case O_GPN: return moe_cli_u32(prog, sub, arg, 1, MOE_MAX_RANKS, "GPUs per node", &g->gpn);
     case O_BW_INTRA: return take_qty(sub, arg, 1, "bandwidth", &g->bw[MOE_LINK_INTRA]);
     case O_BW_INTER: return take_qty(sub, arg, 1, "bandwidth", &g->bw[MOE_LINK_INTER]);
     case O_BW_HOST: return take_qty(sub, arg, 1, "bandwidth", &g->bw[MOE_LINK_HOST]);
@@ -544,7 +544,7 @@ static int make_topo(const cfg_t *g, moe_topo_t *t)
         t->nodes = g->nodes;
     if (g->gpn)
         t->gpus_per_node = g->gpn;
-    if ((uint64_t)t->nodes * t->gpus_per_node > 65535)
+    if ((uint64_t)t->nodes * t->gpus_per_node > MOE_MAX_RANKS)
         return fail("topology of %u x %u ranks is too large", t->nodes, t->gpus_per_node);
     for (int c = MOE_LINK_INTRA; c < MOE_LINK_CLASSES; c++)
         if (g->bw[c] > 0)

@@ -130,8 +130,8 @@ static int take_opt(const char *sub, int c, const char *arg, cfg_t *g)
         if (g->po.max_imbalance > 0 && g->po.max_imbalance < 1)
             return usage_error(sub, "--max-imbalance must be 0 (off) or at least 1");
         return 0;
-    case O_REPLICAS: return moe_cli_u32(prog, sub, arg, 0, 65535, "replica count", &g->po.replicas);
-    case O_EP_SIZE: return moe_cli_u32(prog, sub, arg, 1, 65535, "group size", &g->po.ep_size);
+    case O_REPLICAS: return moe_cli_u32(prog, sub, arg, 0, MOE_MAX_RANKS, "replica count", &g->po.replicas);
+    case O_EP_SIZE: return moe_cli_u32(prog, sub, arg, 1, MOE_MAX_RANKS, "group size", &g->po.ep_size);
     case O_TIME_LIMIT: return parse_dbl(sub, arg, 0.001, 1e7, "time limit", &g->po.time_limit);
     case O_SEED:
         if (moe_parse_u64(arg, 0, UINT64_MAX, &v, "seed", err, sizeof err))
@@ -148,7 +148,7 @@ static int take_opt(const char *sub, int c, const char *arg, cfg_t *g)
     case O_MATRIX_BYTES: g->matrix_bytes = arg; return 0;
     case O_JSON: g->json = 1; return 0;
     case O_FORMAT: return parse_word(sub, arg, "format", formats, 3, &g->format);
-    case O_EXPERTS: return moe_cli_u32(prog, sub, arg, 1, 65535, "expert count", &g->experts);
+    case O_EXPERTS: return moe_cli_u32(prog, sub, arg, 1, MOE_TRACE_MAX_EXPERTS, "expert count", &g->experts);
     case O_NO_LAYERS: g->no_layers = 1; return 0;
     }
     return usage_error(sub, "unexpected option");

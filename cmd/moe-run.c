@@ -158,7 +158,7 @@ static int take(args_t *a, int c, const char *arg)
                                                "pipelined, hierarchical, datacentric)", arg);
         return 0;
     case O_LAYERS: return moe_cli_u32(prog, NULL, arg, 1, MOE_TRACE_MAX_LAYERS, "layer count", &g->L);
-    case O_EXPERTS: return moe_cli_u32(prog, NULL, arg, 1, 65535, "expert count", &g->E);
+    case O_EXPERTS: return moe_cli_u32(prog, NULL, arg, 1, MOE_TRACE_MAX_EXPERTS, "expert count", &g->E);
     case O_TOPK: return moe_cli_u32(prog, NULL, arg, 1, MOE_TRACE_MAX_TOPK, "top-k", &g->K);
     case O_HIDDEN: return moe_cli_u32(prog, NULL, arg, 1, 1u << 20, "hidden size", &g->H);
     case O_FFN: return moe_cli_u32(prog, NULL, arg, 1, 1u << 20, "FFN size", &g->F);
@@ -174,7 +174,7 @@ static int take(args_t *a, int c, const char *arg)
     case O_TRACE: g->trace = arg; return 0;
     case O_PLACEMENT: g->placement = arg; return 0;
     case O_TOPOLOGY: g->topology = arg; return 0;
-    case O_GPN: return moe_cli_u32(prog, NULL, arg, 1, 65535, "GPUs per node", &g->gpn);
+    case O_GPN: return moe_cli_u32(prog, NULL, arg, 1, MOE_MAX_RANKS, "GPUs per node", &g->gpn);
     case O_ITERS: return moe_cli_u32(prog, NULL, arg, 1, 1000000, "iteration count", (uint32_t *)&g->iters);
     case O_WARMUP: return moe_cli_u32(prog, NULL, arg, 0, 1000000, "warm-up count", (uint32_t *)&g->warmup);
     case O_SEED:

@@ -7,6 +7,7 @@
 
 #include "moe/moe.h"
 #include "moe/placement.h"
+#include "moe/trace.h"
 
 moe_placement_t *moe_placement_new(uint32_t layers, uint32_t experts, uint32_t ranks,
                                    uint32_t gpus_per_node, uint32_t capacity, uint32_t maxrep,
@@ -14,8 +15,8 @@ moe_placement_t *moe_placement_new(uint32_t layers, uint32_t experts, uint32_t r
 {
     *status = MOE_EINVAL;
     if (!layers || !experts || !ranks || !gpus_per_node || !capacity || !maxrep ||
-        maxrep > 255 || ranks > MOE_PLACEMENT_MAX_RANKS || ranks % gpus_per_node ||
-        (uint64_t)capacity * ranks < experts || layers > (1u << 20) || experts > 65535)
+        maxrep > 255 || ranks > MOE_MAX_RANKS || ranks % gpus_per_node ||
+        (uint64_t)capacity * ranks < experts || layers > (1u << 20) || experts > MOE_TRACE_MAX_EXPERTS)
         return NULL;
     *status = MOE_ENOMEM;
     moe_placement_t *p = calloc(1, sizeof *p);

@@ -13,10 +13,11 @@
 #include "moe/io.h"
 #include "moe/moe.h"
 #include "moe/placement.h"
+#include "moe/trace.h"
+#include "util_internal.h"
 
 /* Shape limits of moe_placement_new, checked here first so that a file gets a precise reason. */
 #define MAX_LAYERS (1u << 20)
-#define MAX_EXPERTS 65535u
 #define MAX_COPIES 255u
 
 /* ------------------------------------------------------------------ messages */
@@ -47,18 +48,6 @@ static int fail(perr_t *e, int rc, const char *fmt, ...)
 }
 
 /* A message without a subject (export errors). */
-static int say(char *buf, size_t len, int rc, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static int say(char *buf, size_t len, int rc, const char *fmt, ...)
-{
-    if (buf && len) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(buf, len, fmt, ap);
-        va_end(ap);
-    }
-    return rc;
-}
 
 /* ------------------------------------------------------------------ buffered output */
 
@@ -198,20 +187,6 @@ static int next_line(moe_lines_t *l, perr_t *e, char **line, size_t *len)
     return rc;
 }
 
-static int grow(void **p, size_t *cap, size_t need, size_t size)
-{
-    if (need <= *cap)
-        return 0;
-    size_t c = *cap ? *cap : 256;
-    while (c < need)
-        c *= 2;
-    void *t = realloc(*p, c * size);
-    if (!t)
-        return MOE_ENOMEM;
-    *p = t;
-    *cap = c;
-    return 0;
-}
 
 /* "VN:major.minor": reject a newer major version, note a newer minor. */
 static int pl_version(prd_t *r, const char *v)
@@ -259,11 +234,11 @@ static int pl_shape(prd_t *r)
 {
     if (r->L < 1 || r->L > MAX_LAYERS)
         return fail(&r->e, MOE_ERANGE, "layers %u out of range (1 to %u)", r->L, MAX_LAYERS);
-    if (r->E < 1 || r->E > MAX_EXPERTS)
-        return fail(&r->e, MOE_ERANGE, "experts %u out of range (1 to %u)", r->E, MAX_EXPERTS);
-    if (r->G < 1 || r->G > MOE_PLACEMENT_MAX_RANKS)
+    if (r->E < 1 || r->E > MOE_TRACE_MAX_EXPERTS)
+        return fail(&r->e, MOE_ERANGE, "experts %u out of range (1 to %u)", r->E, MOE_TRACE_MAX_EXPERTS);
+    if (r->G < 1 || r->G > MOE_MAX_RANKS)
         return fail(&r->e, MOE_ERANGE, "ranks %u out of range (1 to %u)", r->G,
-                    MOE_PLACEMENT_MAX_RANKS);
+                    MOE_MAX_RANKS);
     if (r->g < 1 || r->G % r->g)
         return fail(&r->e, MOE_ERANGE, "ranks %u not a multiple of gpus_per_node %u", r->G,
                     r->g);
@@ -306,7 +281,7 @@ static int header_line(prd_t *r, const char *line, size_t len)
         return fail(&r->e, MOE_EFORMAT, "a second @PL line");
     while (len && line[len - 1] == '\r') /* "\r\r\n": one CR is left; a writer adds none */
         len--;
-    if (grow((void **)&r->text, &r->tcap, r->tlen + len + 2, 1))
+    if (util_grow((void **)&r->text, &r->tcap, r->tlen + len + 2, 1))
         return fail(&r->e, MOE_ENOMEM, "out of memory");
     memcpy(r->text + r->tlen, line, len);
     r->tlen += len;
@@ -348,8 +323,8 @@ static int rec_copy(prd_t *r, uint64_t v, const uint16_t *rk, uint32_t k, uint32
 /* "3" or "3,5,0": the copies of (l, e), primary first. */
 static int rec_ranks(prd_t *r, const char *s, uint32_t l, uint32_t e)
 {
-    if (grow((void **)&r->pool, &r->pool_cap, r->npool + MAX_COPIES, sizeof *r->pool) ||
-        grow((void **)&r->nrep, &r->nrep_cap, r->next + 1, 1))
+    if (util_grow((void **)&r->pool, &r->pool_cap, r->npool + MAX_COPIES, sizeof *r->pool) ||
+        util_grow((void **)&r->nrep, &r->nrep_cap, r->next + 1, 1))
         return fail(&r->e, MOE_ENOMEM, "out of memory");
     uint16_t *rk = r->pool + r->npool;
     uint32_t k = 0;
@@ -512,14 +487,14 @@ static int xf_row(perr_t *e, const char *s, uint32_t ranks, xrow_t *row)
 {
     const char *p = s;
     uint64_t gid, gpu;
-    if (imp_parse_uint(&p, (uint64_t)MAX_LAYERS * MAX_EXPERTS, &gid) < 0 || *p++ != ',' ||
+    if (imp_parse_uint(&p, (uint64_t)MAX_LAYERS * MOE_TRACE_MAX_EXPERTS, &gid) < 0 || *p++ != ',' ||
         imp_parse_uint(&p, UINT32_MAX, &gpu) < 0 || *p)
         return fail(e, MOE_EFORMAT, "expected 'expert id,GPU', found '%.40s'", s);
     if (ranks && gpu >= ranks)
         return fail(e, MOE_ERANGE, "GPU %" PRIu64 " out of range (%u ranks)", gpu, ranks);
-    if (gpu >= MOE_PLACEMENT_MAX_RANKS)
+    if (gpu >= MOE_MAX_RANKS)
         return fail(e, MOE_ERANGE, "GPU %" PRIu64 " out of range (at most %u ranks)", gpu,
-                    MOE_PLACEMENT_MAX_RANKS);
+                    MOE_MAX_RANKS);
     row->gid = gid;
     row->gpu = (uint32_t)gpu;
     return 0;
@@ -536,7 +511,7 @@ static int xf_rows(moe_lines_t *l, perr_t *e, uint32_t ranks, xrow_t **rows, siz
             return fail(e, MOE_EFORMAT, "not an ExFlow placement (no 'Expert,Node' header)");
         if (e->line == 1 || !*line)
             continue;
-        if (grow((void **)rows, &cap, *n + 1, sizeof **rows))
+        if (util_grow((void **)rows, &cap, *n + 1, sizeof **rows))
             return fail(e, MOE_ENOMEM, "out of memory");
         if ((rc = xf_row(e, line, ranks, *rows + *n)) != 0)
             return rc;
@@ -659,7 +634,7 @@ static int xf_export(const moe_placement_t *p, pout_t *o, char *errbuf, size_t e
     for (uint32_t l = 0; l < p->layers; l++)
         for (uint32_t e = 0; e < p->experts; e++)
             if (p->nrep[(size_t)l * p->experts + e] > 1)
-                return say(errbuf, errlen, MOE_EINVAL, "ExFlow's CSV holds one GPU per expert: "
+                return util_errf(errbuf, errlen, MOE_EINVAL, "ExFlow's CSV holds one GPU per expert: "
                            "layer %u expert %u has %u copies", l, e,
                            p->nrep[(size_t)l * p->experts + e]);
     tb_fmt(o, "Expert,Node\r\n");
@@ -759,20 +734,20 @@ int moe_placement_export(const moe_placement_t *p, int format, moe_placement_sin
     if (format == MOE_PLACEMENT_TEXT)
         return moe_placement_write(p, fn, ctx);
     if (format != MOE_PLACEMENT_EXFLOW && format != MOE_PLACEMENT_EPLB)
-        return say(errbuf, errlen, MOE_EINVAL, "unknown placement format %d", format);
+        return util_errf(errbuf, errlen, MOE_EINVAL, "unknown placement format %d", format);
     int rc = check_for_write(p, errbuf, errlen);
     if (rc)
         return rc;
     pout_t *o = po_new(fn, ctx);
     if (!o)
-        return say(errbuf, errlen, MOE_ENOMEM, "out of memory");
+        return util_errf(errbuf, errlen, MOE_ENOMEM, "out of memory");
     rc = format == MOE_PLACEMENT_EXFLOW ? xf_export(p, o, errbuf, errlen) : eplb_export(p, o);
     if (rc) {
         free(o);
-        return rc == MOE_ENOMEM ? say(errbuf, errlen, rc, "out of memory") : rc;
+        return rc == MOE_ENOMEM ? util_errf(errbuf, errlen, rc, "out of memory") : rc;
     }
     rc = po_done(o);
-    return rc ? say(errbuf, errlen, rc, "cannot write: %s", moe_strerror(rc)) : 0;
+    return rc ? util_errf(errbuf, errlen, rc, "cannot write: %s", moe_strerror(rc)) : 0;
 }
 
 /* ------------------------------------------------------------------ EPLB JSON: import */
@@ -834,7 +809,7 @@ static int eplb_slots(perr_t *e, const jobj_t *o, const jval_t *v, uint32_t rank
     int rc;
     if (!v || v->kind != J_ARR || !v->rows)
         return fail(e, MOE_EFORMAT, "no 'phy2log' list of layers of physical slots");
-    if (v->rows > MAX_LAYERS || (uint64_t)v->cols > (uint64_t)MAX_EXPERTS * MAX_COPIES)
+    if (v->rows > MAX_LAYERS || (uint64_t)v->cols > (uint64_t)MOE_TRACE_MAX_EXPERTS * MAX_COPIES)
         return fail(e, MOE_ERANGE, "'phy2log' of %u x %u slots is too large", v->rows, v->cols);
     x->L = v->rows;
     x->P = v->cols;
@@ -843,7 +818,7 @@ static int eplb_slots(perr_t *e, const jobj_t *o, const jval_t *v, uint32_t rank
         return rc;
     if (rc && n != x->L)
         return fail(e, MOE_EFORMAT, "'num_layers' is %u but 'phy2log' has %u layers", n, x->L);
-    if ((rc = eplb_given(e, o, "num_ranks", MOE_PLACEMENT_MAX_RANKS, ranks, &x->G)) < 0)
+    if ((rc = eplb_given(e, o, "num_ranks", MOE_MAX_RANKS, ranks, &x->G)) < 0)
         return rc;
     if (!x->G)
         return fail(e, MOE_EINVAL, "the number of ranks is unknown (no 'num_ranks'; give it)");
@@ -862,12 +837,12 @@ static int eplb_ids(perr_t *e, const jobj_t *o, uint32_t experts, eplb_t *x)
 {
     int64_t id, max = -1;
     for (size_t i = 0; i < (size_t)x->L * x->P; i++) {
-        if (as_int(x->phy[i], -1, MAX_EXPERTS - 1, &id) < 0)
+        if (as_int(x->phy[i], -1, MOE_TRACE_MAX_EXPERTS - 1, &id) < 0)
             return fail(e, MOE_EFORMAT, "layer %zu slot %zu: '%g' is not an expert id",
                         i / x->P, i % x->P, x->phy[i]);
         max = id > max ? id : max;
     }
-    int rc = eplb_given(e, o, "num_logical_experts", MAX_EXPERTS, experts, &x->E);
+    int rc = eplb_given(e, o, "num_logical_experts", MOE_TRACE_MAX_EXPERTS, experts, &x->E);
     if (rc < 0)
         return rc;
     x->E = x->E ? x->E : (uint32_t)(max + 1);
@@ -982,7 +957,7 @@ static moe_placement_t *eplb_build(perr_t *e, const jobj_t *o, const jval_t *phy
     moe_placement_t *p = NULL;
     if ((*rc = eplb_slots(e, o, phy, arg[1], &x)) == 0 &&
         (*rc = eplb_ids(e, o, arg[0], &x)) == 0 &&
-        (*rc = eplb_given(e, o, "gpus_per_node", MOE_PLACEMENT_MAX_RANKS, arg[2], &x.g)) == 0 &&
+        (*rc = eplb_given(e, o, "gpus_per_node", MOE_MAX_RANKS, arg[2], &x.g)) == 0 &&
         (*rc = eplb_copies(e, &x, &maxrep)) == 0 && (*rc = eplb_agree(e, o, &x, maxrep)) == 0) {
         x.g = x.g ? x.g : x.G;
         p = moe_placement_new(x.L, x.E, x.G, x.g, x.C, maxrep, rc);
@@ -1008,7 +983,7 @@ static char *slurp(moe_lines_t *l, perr_t *e, int *rc)
     char *buf = NULL, *line;
     size_t n = 0, cap = 0, len;
     while ((*rc = next_line(l, e, &line, &len)) == 1) {
-        if (grow((void **)&buf, &cap, n + len + 2, 1)) {
+        if (util_grow((void **)&buf, &cap, n + len + 2, 1)) {
             *rc = fail(e, MOE_ENOMEM, "out of memory");
             break;
         }
@@ -1075,13 +1050,13 @@ moe_placement_t *moe_placement_import(const char *path, int format, uint32_t exp
     if (format == MOE_PLACEMENT_TEXT)
         return moe_placement_read(path, status, errbuf, errlen);
     if (format != MOE_PLACEMENT_EXFLOW && format != MOE_PLACEMENT_EPLB) {
-        *status = say(errbuf, errlen, MOE_EINVAL, "unknown placement format %d", format);
+        *status = util_errf(errbuf, errlen, MOE_EINVAL, "unknown placement format %d", format);
         return NULL;
     }
-    if (experts > MAX_EXPERTS || ranks > MOE_PLACEMENT_MAX_RANKS ||
-        gpus_per_node > MOE_PLACEMENT_MAX_RANKS) {
-        *status = say(errbuf, errlen, MOE_EINVAL, "%u experts, %u ranks, %u GPUs per node: at "
-                      "most %u of each", experts, ranks, gpus_per_node, MAX_EXPERTS);
+    if (experts > MOE_TRACE_MAX_EXPERTS || ranks > MOE_MAX_RANKS ||
+        gpus_per_node > MOE_MAX_RANKS) {
+        *status = util_errf(errbuf, errlen, MOE_EINVAL, "%u experts, %u ranks, %u GPUs per node: at "
+                      "most %u of each", experts, ranks, gpus_per_node, MOE_TRACE_MAX_EXPERTS);
         return NULL;
     }
     moe_lines_t *l = moe_lines_open(path, status, errbuf, errlen);

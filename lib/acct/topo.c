@@ -15,7 +15,7 @@
 int moe_topo_uniform(moe_topo_t *t, uint32_t nodes, uint32_t gpus_per_node)
 {
     memset(t, 0, sizeof *t);
-    if (!nodes || !gpus_per_node || (uint64_t)nodes * gpus_per_node > 65535)
+    if (!nodes || !gpus_per_node || (uint64_t)nodes * gpus_per_node > MOE_MAX_RANKS)
         return MOE_EINVAL;
     t->nodes = nodes;
     t->gpus_per_node = gpus_per_node;

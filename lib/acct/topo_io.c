@@ -26,7 +26,6 @@
  * exactly the same double as "450e9".
  */
 
-#define MAX_RANKS 65535u
 #define MAX_WORDS (2 + MOE_TOPO_MAX_CURVE + 1)
 
 enum quantity { Q_BW, Q_TIME, Q_FLOPS, Q_COUNT };
@@ -169,9 +168,9 @@ static int whole(trd_t *r, char **tok, size_t n, uint32_t *v)
     unsigned long x = 0;
     if (strspn(s, "0123456789") == strlen(s) && strlen(s) <= 5)
         x = strtoul(s, NULL, 10);
-    if (x < 1 || x > MAX_RANKS)
+    if (x < 1 || x > MOE_MAX_RANKS)
         return tfail(r, MOE_ERANGE, "%s: expected a whole number from 1 to %u, found '%.40s'",
-                     tok[0], MAX_RANKS, s);
+                     tok[0], MOE_MAX_RANKS, s);
     *v = (uint32_t)x;
     return 0;
 }
@@ -327,9 +326,9 @@ static int topo_finish(trd_t *r)
         return tfail(r, MOE_EFORMAT, "no 'nodes' line");
     if (!(r->seen & 1u << K_GPN))
         return tfail(r, MOE_EFORMAT, "no 'gpus-per-node' line");
-    if ((uint64_t)r->t.nodes * r->t.gpus_per_node > MAX_RANKS)
+    if ((uint64_t)r->t.nodes * r->t.gpus_per_node > MOE_MAX_RANKS)
         return tfail(r, MOE_ERANGE, "%u nodes x %u GPUs is more than %u ranks", r->t.nodes,
-                     r->t.gpus_per_node, MAX_RANKS);
+                     r->t.gpus_per_node, MOE_MAX_RANKS);
     if (!(r->seen & 1u << K_TOPOLOGY))
         default_name(r->t.name, sizeof r->t.name, r->name);
     moe_topo_update_cost(&r->t);

@@ -13,6 +13,7 @@
 #include "affinity_internal.h"
 #include "moe/moe.h"
 #include "moe/rng.h"
+#include "util_internal.h"
 
 #define CHUNK 2048u           /* shuffled records counted per task */
 #define MAX_STEP_LOCALS 4     /* by-step: windows a worker keeps counters for at once */
@@ -32,18 +33,6 @@ void moe_affinity_opts_default(moe_affinity_opts_t *o)
 
 /* ------------------------------------------------------------------ object */
 
-static int set_err(char *errbuf, size_t errlen, int rc, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static int set_err(char *errbuf, size_t errlen, int rc, const char *fmt, ...)
-{
-    if (errbuf && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(errbuf, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return rc;
-}
 
 moe_affinity_t *aff_alloc(const moe_trace_hdr_t *h, const moe_affinity_opts_t *o, int *status,
                           char *errbuf, size_t errlen)
@@ -52,13 +41,13 @@ moe_affinity_t *aff_alloc(const moe_trace_hdr_t *h, const moe_affinity_opts_t *o
     status = status ? status : &dummy;
     uint32_t L = h->layers, E = h->experts, hops = o->hops;
     if (moe_trace_hdr_check(h)) {
-        *status = set_err(errbuf, errlen, MOE_EINVAL, "invalid trace shape");
+        *status = util_errf(errbuf, errlen, MOE_EINVAL, "invalid trace shape");
         return NULL;
     }
     if (L == 1)
         hops = 0; /* one layer: loads and co-activation only */
     else if (hops < 1 || hops > L - 1 || hops > MOE_AFF_MAX_HOPS) {
-        *status = set_err(errbuf, errlen, MOE_EINVAL, "--hops %u out of range for %u layers "
+        *status = util_errf(errbuf, errlen, MOE_EINVAL, "--hops %u out of range for %u layers "
                           "(1 to %u)", o->hops, L,
                           L - 1 < MOE_AFF_MAX_HOPS ? L - 1 : MOE_AFF_MAX_HOPS);
         return NULL;
@@ -70,7 +59,7 @@ moe_affinity_t *aff_alloc(const moe_trace_hdr_t *h, const moe_affinity_opts_t *o
     uint64_t bytes = (npairs * E * E * 8) * (groups + (o->shuffle != 0)) +
                      (o->coact ? (uint64_t)L * E * E * 8 : 0);
     if (bytes > MAX_TABLE_BYTES) {
-        *status = set_err(errbuf, errlen, MOE_ENOMEM, "affinity tables for %u layers, %u "
+        *status = util_errf(errbuf, errlen, MOE_ENOMEM, "affinity tables for %u layers, %u "
                           "experts and %llu pairs need %.1f GiB (limit 1 GiB)", L, E,
                           (unsigned long long)npairs, (double)bytes / (1u << 30));
         return NULL;
@@ -91,7 +80,7 @@ moe_affinity_t *aff_alloc(const moe_trace_hdr_t *h, const moe_affinity_opts_t *o
         rc = aff_tot_init(&a->shuf, &a->s, 0);
     if (rc) {
         moe_affinity_free(a);
-        *status = set_err(errbuf, errlen, rc, "out of memory");
+        *status = util_errf(errbuf, errlen, rc, "out of memory");
         return NULL;
     }
     return a;
@@ -110,7 +99,7 @@ moe_affinity_t *moe_affinity_new(const moe_trace_hdr_t *h, const moe_affinity_op
     if (!aff_kernel(oo.kernel)) {
         if (status)
             *status = MOE_EINVAL;
-        set_err(errbuf, errlen, MOE_EINVAL, "counting kernel %d is not available on this CPU",
+        util_errf(errbuf, errlen, MOE_EINVAL, "counting kernel %d is not available on this CPU",
                 oo.kernel);
         return NULL;
     }

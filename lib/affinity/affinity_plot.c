@@ -11,6 +11,7 @@
 #include "affinity_internal.h"
 #include "moe/moe.h"
 #include "moe/plot.h"
+#include "util_internal.h"
 
 #define MARGIN 14
 #define INK 0x202020u
@@ -20,18 +21,6 @@ static int clampi(int v, int lo, int hi)
     return v < lo ? lo : v > hi ? hi : v;
 }
 
-static int plot_err(char *errbuf, size_t errlen, int rc, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static int plot_err(char *errbuf, size_t errlen, int rc, const char *fmt, ...)
-{
-    if (errbuf && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(errbuf, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return rc;
-}
 
 /* The conditional matrix P(p | i) of a hop-1 pair; rows of experts without load are NaN. */
 static double *conditional_matrix(const moe_affinity_t *a, int which, uint32_t j)
@@ -101,10 +90,10 @@ static int plot_pairs(const moe_affinity_t *a, const moe_affinity_plot_t *o, moe
     const uint32_t *pairs = o->npairs ? o->pairs : &def;
     size_t n = o->npairs ? o->npairs : 1;
     if (a->s.hops < 1)
-        return plot_err(errbuf, errlen, MOE_EINVAL, "the trace has a single layer: no pairs");
+        return util_errf(errbuf, errlen, MOE_EINVAL, "the trace has a single layer: no pairs");
     for (size_t k = 0; k < n; k++)
         if (pairs[k] + 1 >= a->s.L)
-            return plot_err(errbuf, errlen, MOE_EINVAL, "--pair %u: no layer %u (%u layers)",
+            return util_errf(errbuf, errlen, MOE_EINVAL, "--pair %u: no layer %u (%u layers)",
                             pairs[k], pairs[k] + 1, a->s.L);
     const int s = 2, cell = clampi(512 / (int)E, 2, 32);
     char titles[64], xl[64], yl[64], l2[300];
@@ -121,7 +110,7 @@ static int plot_pairs(const moe_affinity_t *a, const moe_affinity_plot_t *o, moe
     moe_canvas_t *c = grid_canvas((int)n, cols, pw, ph, 24, caption_width(l1, l2, s), caph, s,
                                   &x0, &y0);
     if (!c)
-        return plot_err(errbuf, errlen, MOE_ENOMEM, "figure too large or out of memory");
+        return util_errf(errbuf, errlen, MOE_ENOMEM, "figure too large or out of memory");
     caption(c, moe_canvas_width(c), l1, l2, s);
     int rc = 0;
     for (size_t k = 0; k < n && !rc; k++) {
@@ -147,7 +136,7 @@ static int plot_pairs(const moe_affinity_t *a, const moe_affinity_plot_t *o, moe
         rc = moe_plot_colorbar(c, gx, y0 + my, (int)E * cell, 0, 1, "P(p | i)", s);
     if (rc) {
         moe_canvas_free(c);
-        return plot_err(errbuf, errlen, rc, "out of memory");
+        return util_errf(errbuf, errlen, rc, "out of memory");
     }
     *out = c;
     return 0;
@@ -158,7 +147,7 @@ static int plot_grid(const moe_affinity_t *a, const moe_affinity_plot_t *o, moe_
 {
     const uint32_t E = a->s.E, n = a->s.L - 1;
     if (a->s.hops < 1)
-        return plot_err(errbuf, errlen, MOE_EINVAL, "the trace has a single layer: no pairs");
+        return util_errf(errbuf, errlen, MOE_EINVAL, "the trace has a single layer: no pairs");
     const int s = 1, cell = clampi(160 / (int)E, 1, 20);
     char title[32], l2[300];
     moe_heatmap_t hm = {NULL, (int)E, (int)E, 0, 1, cell, cell, "00 -> 00", NULL, NULL,
@@ -173,7 +162,7 @@ static int plot_grid(const moe_affinity_t *a, const moe_affinity_plot_t *o, moe_
     moe_canvas_t *c = grid_canvas((int)n, cols, pw, ph, 14, caption_width(l1, l2, 2), caph, 1,
                                   &x0, &y0);
     if (!c)
-        return plot_err(errbuf, errlen, MOE_ENOMEM, "figure too large or out of memory");
+        return util_errf(errbuf, errlen, MOE_ENOMEM, "figure too large or out of memory");
     caption(c, moe_canvas_width(c), l1, l2, 2);
     int rc = 0;
     for (uint32_t j = 0; j < n && !rc; j++) {
@@ -196,7 +185,7 @@ static int plot_grid(const moe_affinity_t *a, const moe_affinity_plot_t *o, moe_
                                0, 1, "P(p | i)", 1);
     if (rc) {
         moe_canvas_free(c);
-        return plot_err(errbuf, errlen, rc, "out of memory");
+        return util_errf(errbuf, errlen, rc, "out of memory");
     }
     *out = c;
     return 0;
@@ -217,7 +206,7 @@ static int plot_load(const moe_affinity_t *a, const moe_affinity_plot_t *o, moe_
     const uint32_t L = a->s.L, E = a->s.E;
     double *v = malloc((size_t)L * E * sizeof *v);
     if (!v)
-        return plot_err(errbuf, errlen, MOE_ENOMEM, "out of memory");
+        return util_errf(errbuf, errlen, MOE_ENOMEM, "out of memory");
     double mx = 0;
     for (uint32_t j = 0; j < L; j++) {
         uint64_t pres = moe_affinity_present(a, j);
@@ -251,7 +240,7 @@ static int plot_load(const moe_affinity_t *a, const moe_affinity_plot_t *o, moe_
     (void)o;
     if (rc) {
         moe_canvas_free(c);
-        return plot_err(errbuf, errlen, rc, "figure too large or out of memory");
+        return util_errf(errbuf, errlen, rc, "figure too large or out of memory");
     }
     *out = c;
     return 0;
@@ -263,14 +252,14 @@ static int plot_steps(const moe_affinity_t *a, const moe_affinity_plot_t *o, moe
     const uint32_t E = a->s.E;
     const int nw = (int)a->ngroups;
     if (!a->o.step_window || nw == 0)
-        return plot_err(errbuf, errlen, MOE_EINVAL, "the steps plot needs --by-step");
+        return util_errf(errbuf, errlen, MOE_EINVAL, "the steps plot needs --by-step");
     uint32_t J = o->layer == UINT32_MAX ? a->s.L - 1 : o->layer;
     if (J >= a->s.L)
-        return plot_err(errbuf, errlen, MOE_EINVAL, "--layer %u: the trace has %u layers", J,
+        return util_errf(errbuf, errlen, MOE_EINVAL, "--layer %u: the trace has %u layers", J,
                         a->s.L);
     int cw = clampi(768 / nw, 1, 24);
     if (nw * cw > 15000)
-        return plot_err(errbuf, errlen, MOE_ERANGE, "%d step windows are too many to draw: use "
+        return util_errf(errbuf, errlen, MOE_ERANGE, "%d step windows are too many to draw: use "
                         "a larger --by-step", nw);
     double *v = malloc((size_t)E * nw * sizeof *v), *xs = malloc((size_t)nw * sizeof *xs);
     double *ys = malloc((size_t)nw * sizeof *ys);
@@ -278,7 +267,7 @@ static int plot_steps(const moe_affinity_t *a, const moe_affinity_plot_t *o, moe
         free(v);
         free(xs);
         free(ys);
-        return plot_err(errbuf, errlen, MOE_ENOMEM, "out of memory");
+        return util_errf(errbuf, errlen, MOE_ENOMEM, "out of memory");
     }
     double mx = 0;
     for (int g = 0; g < nw; g++) {
@@ -337,7 +326,7 @@ static int plot_steps(const moe_affinity_t *a, const moe_affinity_plot_t *o, moe
     free(ys);
     if (rc) {
         moe_canvas_free(c);
-        return plot_err(errbuf, errlen, rc, "figure too large or out of memory");
+        return util_errf(errbuf, errlen, rc, "figure too large or out of memory");
     }
     *out = c;
     return 0;
@@ -349,14 +338,14 @@ int moe_affinity_plot(const moe_affinity_t *a, const moe_affinity_plot_t *o, moe
     *out = NULL;
     if (o->shuffled && !a->shuf.tr && (o->kind == MOE_AFF_PLOT_PAIR ||
                                        o->kind == MOE_AFF_PLOT_GRID))
-        return plot_err(errbuf, errlen, MOE_EINVAL, "--shuffled needs the shuffled baseline");
+        return util_errf(errbuf, errlen, MOE_EINVAL, "--shuffled needs the shuffled baseline");
     if (o->kind != MOE_AFF_PLOT_STEPS && !a->real.tr)
-        return plot_err(errbuf, errlen, MOE_EINVAL, "this plot needs the affinity table mode");
+        return util_errf(errbuf, errlen, MOE_EINVAL, "this plot needs the affinity table mode");
     switch (o->kind) {
     case MOE_AFF_PLOT_PAIR: return plot_pairs(a, o, out, errbuf, errlen);
     case MOE_AFF_PLOT_GRID: return plot_grid(a, o, out, errbuf, errlen);
     case MOE_AFF_PLOT_LOAD: return plot_load(a, o, out, errbuf, errlen);
     case MOE_AFF_PLOT_STEPS: return plot_steps(a, o, out, errbuf, errlen);
-    default: return plot_err(errbuf, errlen, MOE_EINVAL, "unknown plot kind %d", o->kind);
+    default: return util_errf(errbuf, errlen, MOE_EINVAL, "unknown plot kind %d", o->kind);
     }
 }

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "import_internal.h"
+#include "util_internal.h"
 
 /*
  * One row per (layer, token): the columns are found by header name (the first whose name
@@ -63,24 +64,10 @@ static int csv_scan(const char *p, int st)
     return st;
 }
 
-static int grow(void **p, size_t *cap, size_t need, size_t size)
-{
-    if (need <= *cap)
-        return 0;
-    size_t c = *cap ? *cap : 64;
-    while (c < need)
-        c *= 2;
-    void *t = realloc(*p, c * size);
-    if (!t)
-        return MOE_ENOMEM;
-    *p = t;
-    *cap = c;
-    return 0;
-}
 
 static int rec_append(csv_state_t *s, const char *text, size_t n, int newline)
 {
-    if (grow((void **)&s->rec, &s->rec_cap, s->rec_len + n + 2, 1) < 0)
+    if (util_grow((void **)&s->rec, &s->rec_cap, s->rec_len + n + 2, 1) < 0)
         return MOE_ENOMEM;
     if (newline)
         s->rec[s->rec_len++] = '\n';
@@ -129,7 +116,7 @@ static int csv_fields(moe_importer_t *im, csv_state_t *s, char *p, uint64_t line
 {
     s->nfld = 0;
     for (;;) {
-        if (grow((void **)&s->fld, &s->fld_cap, s->nfld + 1, sizeof *s->fld) < 0)
+        if (util_grow((void **)&s->fld, &s->fld_cap, s->nfld + 1, sizeof *s->fld) < 0)
             return imp_fail(im, MOE_ENOMEM, "out of memory");
         char *out = p, *start = p;
         if (*p == '"') {

@@ -6,6 +6,7 @@
 
 #include "import_internal.h"
 #include "json_internal.h"
+#include "util_internal.h"
 
 /*
  * Both formats hold one JSON object per line and one (layer, token) cell or one (layer, batch
@@ -91,24 +92,10 @@ static uint64_t fnv64(const char *s, size_t n)
     return h;
 }
 
-static int grow(void **p, size_t *cap, size_t need, size_t size)
-{
-    if (need <= *cap)
-        return 0;
-    size_t c = *cap ? *cap : 64;
-    while (c < need)
-        c *= 2;
-    void *t = realloc(*p, c * size);
-    if (!t)
-        return MOE_ENOMEM;
-    *p = t;
-    *cap = c;
-    return 0;
-}
 
 static int append(char **buf, size_t *len, size_t *cap, const char *s, size_t n)
 {
-    if (grow((void **)buf, cap, *len + n + 1, 1) < 0)
+    if (util_grow((void **)buf, cap, *len + n + 1, 1) < 0)
         return MOE_ENOMEM;
     memcpy(*buf + *len, s, n);
     *len += n;
@@ -167,7 +154,7 @@ static int add_cell(moe_importer_t *im, jstate_t *s, uint64_t layer, const imp_k
                     const double *x, const double *wx, uint64_t lineno, const char *idkey)
 {
     size_t cap = s->cap;
-    if (grow((void **)&s->ent, &cap, s->n + 1, sizeof *s->ent) < 0)
+    if (util_grow((void **)&s->ent, &cap, s->n + 1, sizeof *s->ent) < 0)
         return imp_fail(im, MOE_ENOMEM, "out of memory");
     if (cap != s->cap) {
         uint16_t *ids = realloc(s->ids, cap * s->K * sizeof *ids);
@@ -235,7 +222,7 @@ static int vl_seq(moe_importer_t *im, jstate_t *s, uint64_t lineno)
     size_t nds = s->datasets.n;
     long d = imp_map_get(&s->datasets, &dk, 1);
     uint32_t seq = im->seq_base;
-    if (d < 0 || grow((void **)&s->ds_off, &s->ds_cap, s->datasets.n, sizeof *s->ds_off) < 0)
+    if (d < 0 || util_grow((void **)&s->ds_off, &s->ds_cap, s->datasets.n, sizeof *s->ds_off) < 0)
         return imp_fail(im, MOE_ENOMEM, "out of memory");
     if (s->datasets.n != nds)
         s->ds_off[d] = d == 0 ? 0 : (uint32_t)s->seq_end;
@@ -317,7 +304,7 @@ static int mg_first_token(moe_importer_t *im, jstate_t *s, const imp_key_t *grp,
     imp_key_t ck = {{grp->k[0], grp->k[1], grp->k[2], layer}};
     size_t before = s->counters.n;
     long c = imp_map_get(&s->counters, &ck, 1);
-    if (c < 0 || grow((void **)&s->cnt, &s->cnt_cap, s->counters.n, sizeof *s->cnt) < 0)
+    if (c < 0 || util_grow((void **)&s->cnt, &s->cnt_cap, s->counters.n, sizeof *s->cnt) < 0)
         return imp_fail(im, MOE_ENOMEM, "out of memory");
     if (s->counters.n != before)
         s->cnt[c] = 0;
@@ -412,7 +399,7 @@ static int next_obj(moe_importer_t *im, jstate_t *s, uint64_t *lineno)
 static int stash(moe_importer_t *im, jstate_t *s, uint64_t lineno)
 {
     size_t n = strlen(s->line);
-    if (grow((void **)&s->pending, &s->pend_cap, n + 1, 1) < 0)
+    if (util_grow((void **)&s->pending, &s->pend_cap, n + 1, 1) < 0)
         return imp_fail(im, MOE_ENOMEM, "out of memory");
     memcpy(s->pending, s->line, n + 1);
     s->pend_line = lineno;
@@ -512,7 +499,7 @@ static int build(moe_importer_t *im, jstate_t *s)
                             (unsigned long long)e->key.k[s->megatron ? 3 : 1]);
     }
     if (imp_grid_sort(&s->grid) < 0 ||
-        grow((void **)&s->slotpos, &s->slotpos_cap, s->grid.map.n, sizeof *s->slotpos) < 0)
+        util_grow((void **)&s->slotpos, &s->slotpos_cap, s->grid.map.n, sizeof *s->slotpos) < 0)
         return imp_fail(im, MOE_ENOMEM, "out of memory");
     for (size_t i = 0; i < s->grid.map.n; i++)
         s->slotpos[s->grid.order[i]] = (uint32_t)i;

@@ -15,6 +15,11 @@ extern "C" {
 #define MOE_VERSION_PATCH 0
 #define MOE_VERSION_STRING "0.1.0"
 
+/* The most ranks (GPUs) a topology, placement or run may have: rank and expert ids are stored in
+ * 16 bits in the file formats and the accounting. Every tool and reader checks against this one
+ * limit. */
+#define MOE_MAX_RANKS 65535u
+
 /* Runtime library version ("X.Y.Z"); compare with MOE_VERSION_STRING to detect a header/library
  * mismatch. */
 const char *moe_version(void);

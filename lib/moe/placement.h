@@ -5,6 +5,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "moe/moe.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -22,7 +24,7 @@ extern "C" {
  */
 #define MOE_PLACEMENT_MAJOR 1
 #define MOE_PLACEMENT_MINOR 0
-#define MOE_PLACEMENT_MAX_RANKS 65535u
+#define MOE_PLACEMENT_MAX_RANKS MOE_MAX_RANKS /* the one rank limit, moe/moe.h */
 
 typedef struct moe_placement {
     uint32_t layers, experts, ranks;

@@ -54,7 +54,7 @@ typedef struct moe_topo {
 } moe_topo_t;
 
 /* A topology of nodes x gpus_per_node with no speeds known (cost weights intra 1, inter 4).
- * Returns 0 or MOE_EINVAL (zero sizes, more than 65535 ranks). */
+ * Returns 0 or MOE_EINVAL (zero sizes, more than MOE_MAX_RANKS ranks). */
 int moe_topo_uniform(moe_topo_t *t, uint32_t nodes, uint32_t gpus_per_node);
 /* Read a topology file (moe-topology(5); plain or gzipped; "-" = stdin). Returns 0 or a
  * negative status with a one-line reason ("'x.topo' line 3: unknown link class 'nvl'"). */

@@ -9,19 +9,8 @@
 #include "moe/moe.h"
 #include "moe/place.h"
 #include "place_lp_internal.h"
+#include "util_internal.h"
 
-static int set_err(char *errbuf, size_t errlen, int rc, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static int set_err(char *errbuf, size_t errlen, int rc, const char *fmt, ...)
-{
-    if (errbuf && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(errbuf, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return rc;
-}
 
 lprec *plc_lp_new(int rows, int cols)
 {
@@ -57,7 +46,7 @@ int plc_bmatch(const plc_edge_t *e, size_t ne, uint32_t a0, uint32_t n, uint32_t
         return 0;
     lprec *lp = plc_lp_new((int)(n + m), 0);
     if (!lp)
-        return set_err(errbuf, errlen, MOE_ENOMEM, "out of memory (b-matching LP)");
+        return util_errf(errbuf, errlen, MOE_ENOMEM, "out of memory (b-matching LP)");
     int rc = bmatch_columns(lp, e, ne, a0, n, b0);
     for (uint32_t r = 0; r < n + m && !rc; r++)
         if (!set_constr_type(lp, (int)r + 1, LE) ||
@@ -65,7 +54,7 @@ int plc_bmatch(const plc_edge_t *e, size_t ne, uint32_t a0, uint32_t n, uint32_t
             rc = MOE_ENOMEM;
     if (rc) {
         delete_lp(lp);
-        return set_err(errbuf, errlen, rc, "out of memory (b-matching LP)");
+        return util_errf(errbuf, errlen, rc, "out of memory (b-matching LP)");
     }
     set_maxim(lp);
     int ret = solve(lp);
@@ -73,7 +62,7 @@ int plc_bmatch(const plc_edge_t *e, size_t ne, uint32_t a0, uint32_t n, uint32_t
         *best = get_objective(lp);
     delete_lp(lp);
     if (ret != OPTIMAL)
-        return set_err(errbuf, errlen, MOE_EINVAL, "lp_solve failed on the b-matching LP (%d)",
+        return util_errf(errbuf, errlen, MOE_EINVAL, "lp_solve failed on the b-matching LP (%d)",
                        ret);
     /* The optimum is integral (see above): round away the simplex's rounding noise. */
     *best = floor(*best + 0.5);
@@ -113,14 +102,14 @@ int moe_place_top1_bound(const moe_affinity_t *a, uint32_t capacity, double *bou
     moe_affinity_info(a, &in);
     *bound = NAN;
     if (!in.top1 || in.hops < 1 || in.layers < 2)
-        return set_err(errbuf, errlen, MOE_EINVAL, "top-1 bound: needs top-1 transition counts "
+        return util_errf(errbuf, errlen, MOE_EINVAL, "top-1 bound: needs top-1 transition counts "
                        "(scan with top1 and hops >= 1)");
     if (!capacity)
-        return set_err(errbuf, errlen, MOE_EINVAL, "top-1 bound: capacity must be at least 1");
+        return util_errf(errbuf, errlen, MOE_EINVAL, "top-1 bound: capacity must be at least 1");
     uint32_t E = in.experts;
     plc_edge_t *e = malloc((size_t)E * E * sizeof *e);
     if (!e)
-        return set_err(errbuf, errlen, MOE_ENOMEM, "out of memory");
+        return util_errf(errbuf, errlen, MOE_ENOMEM, "out of memory");
     double hops = 0;
     int rc = 0;
     for (uint32_t j = 0; j + 1 < in.layers && !rc; j++) {

@@ -11,6 +11,7 @@
 #include "moe/moe.h"
 #include "place_internal.h"
 #include "place_lp_internal.h"
+#include "util_internal.h"
 
 /*
  * ExFlow (eq. 8-12) minimises the tokens whose consecutive top-1 experts sit on different
@@ -70,18 +71,6 @@ typedef struct xf_clock {
     int fired;
 } xf_clock_t;
 
-static int set_err(char *errbuf, size_t errlen, int rc, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static int set_err(char *errbuf, size_t errlen, int rc, const char *fmt, ...)
-{
-    if (errbuf && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(errbuf, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return rc;
-}
 
 static int __WINAPI abort_cb(lprec *lp, void *handle)
 {
@@ -315,7 +304,7 @@ static int stage_solve(plc_stage_t *s, double limit, xf_out_t *out, char *errbuf
             rc = stage_lp(s, &clk, out);
     }
     if (rc)
-        return set_err(errbuf, errlen, rc, "exflow: %s", rc == MOE_ENOMEM ? "out of memory"
+        return util_errf(errbuf, errlen, rc, "exflow: %s", rc == MOE_ENOMEM ? "out of memory"
                                                                           : why);
     /* Hops are counts: a bound can be rounded up to one (allowing for rounding noise). */
     out->bound = ceil(out->bound - 1e-6 * (1 + fabs(out->bound)));
@@ -337,7 +326,7 @@ static int exflow_nodes(const moe_affinity_t *a, const moe_topo_t *topo, uint32_
     plc_stage_t s;
     int rc = stage_build(&s, a, NULL, 0, topo->nodes, cap * topo->gpus_per_node);
     if (rc)
-        set_err(errbuf, errlen, rc, "out of memory");
+        util_errf(errbuf, errlen, rc, "out of memory");
     else
         rc = stage_solve(&s, limit, out, errbuf, errlen);
     /* Every expert is an item, in cell order. */
@@ -357,7 +346,7 @@ static int exflow_gpus(const moe_affinity_t *a, const moe_topo_t *topo, uint32_t
     plc_stage_t s;
     int rc = stage_build(&s, a, node_of, node, topo->gpus_per_node, cap);
     if (rc)
-        set_err(errbuf, errlen, rc, "out of memory");
+        util_errf(errbuf, errlen, rc, "out of memory");
     else
         rc = stage_solve(&s, limit, out, errbuf, errlen);
     for (uint32_t j = 0; j < s.layers && !rc; j++)
@@ -411,15 +400,15 @@ static int exflow_check(const moe_affinity_t *a, const moe_topo_t *topo,
 {
     moe_affinity_info(a, in);
     if (!in->top1 || in->hops < 1 || in->layers < 2)
-        return set_err(errbuf, errlen, MOE_EINVAL, "exflow: needs top-1 transition counts "
+        return util_errf(errbuf, errlen, MOE_EINVAL, "exflow: needs top-1 transition counts "
                        "(scan with top1 and hops >= 1)");
     if (out->layers != in->layers || out->experts != in->experts ||
         out->ranks != moe_topo_ranks(topo) || out->gpus_per_node != topo->gpus_per_node)
-        return set_err(errbuf, errlen, MOE_ESHAPE, "exflow: placement shape %u x %u on %u ranks "
+        return util_errf(errbuf, errlen, MOE_ESHAPE, "exflow: placement shape %u x %u on %u ranks "
                        "does not match %u x %u on %u x %u ranks", out->layers, out->experts,
                        out->ranks, in->layers, in->experts, topo->nodes, topo->gpus_per_node);
     if (!(o->time_limit > 0))
-        return set_err(errbuf, errlen, MOE_EINVAL, "exflow: time limit must be positive, not %g",
+        return util_errf(errbuf, errlen, MOE_EINVAL, "exflow: time limit must be positive, not %g",
                        o->time_limit);
     return 0;
 }
@@ -478,14 +467,14 @@ int moe_place_exflow(const moe_affinity_t *a, const moe_topo_t *topo, const moe_
     uint32_t *node_of = calloc(cells, sizeof *node_of), *rank = calloc(cells, sizeof *rank);
     xf_out_t s1 = {0}, s2 = {0};
     if (!node_of || !rank)
-        rc = set_err(errbuf, errlen, MOE_ENOMEM, "out of memory");
+        rc = util_errf(errbuf, errlen, MOE_ENOMEM, "out of memory");
     else
         rc = exflow_run(a, topo, o, out->capacity, node_of, rank, &s1, &s2, errbuf, errlen);
     moe_placement_clear(out);
     for (size_t c = 0; c < cells && !rc; c++)
         if ((rc = moe_placement_add(out, (uint32_t)(c / in.experts), (uint32_t)(c % in.experts),
                                     rank[c])))
-            set_err(errbuf, errlen, rc, "exflow: cannot place layer %zu expert %zu on rank %u",
+            util_errf(errbuf, errlen, rc, "exflow: cannot place layer %zu expert %zu on rank %u",
                     c / in.experts, c % in.experts, rank[c]);
     if (!rc) {
         double hops = total_hops(a, in.layers, in.experts, rank);

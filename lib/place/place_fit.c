@@ -13,6 +13,7 @@
 #include "moe/place.h"
 #include "moe/rng.h"
 #include "place_internal.h"
+#include "util_internal.h"
 
 static const char *const method_names[] = {"contiguous", "round-robin", "random",
                                            "balanced",   "exflow",      "affinity"};
@@ -200,12 +201,6 @@ static double ep_score(void *ctx, const moe_placement_t *sub)
 
 /* ------------------------------------------------------------------ fit */
 
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 /* The @FT line describing a fit. */
 static int add_fit_line(moe_placement_t *p, const moe_place_opts_t *o, const moe_topo_t *t,
@@ -320,7 +315,7 @@ moe_placement_t *moe_place_fit(const moe_affinity_t *a, const moe_topo_t *topo,
                 rc = MOE_ENOMEM;
         }
     }
-    double t0 = now();
+    double t0 = util_now();
     snprintf(res->status, sizeof res->status, "heuristic");
     if (!rc)
         rc = place_run(a, groups > 1 ? &st : topo, &so, sub, res, errbuf, errlen);
@@ -328,7 +323,7 @@ moe_placement_t *moe_place_fit(const moe_affinity_t *a, const moe_topo_t *topo,
         rc = expand(sub, groups, p);
     if (!rc && o->score && o->method < MOE_PLACE_EXFLOW) /* exflow reports its own hops */
         res->objective = o->score(o->score_ctx, p);
-    res->seconds = now() - t0;
+    res->seconds = util_now() - t0;
     if (sub != p)
         moe_placement_free(sub);
     free(src);

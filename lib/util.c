@@ -1,0 +1,47 @@
+/* util.c -- small helpers every part of libmoecore shares (see util_internal.h). */
+#include "config.h"
+
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include "moe/moe.h"
+#include "util_internal.h"
+
+int util_errf(char *errbuf, size_t errlen, int status, const char *fmt, ...)
+{
+    if (errbuf && errlen) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(errbuf, errlen, fmt, ap);
+        va_end(ap);
+    }
+    return status;
+}
+
+int util_grow(void **p, size_t *cap, size_t need, size_t size)
+{
+    if (need <= *cap)
+        return 0;
+    size_t c = *cap ? *cap : 64;
+    while (c < need) {
+        if (c > SIZE_MAX / 2 / size)
+            return MOE_ENOMEM;
+        c *= 2;
+    }
+    void *t = realloc(*p, c * size);
+    if (!t)
+        return MOE_ENOMEM;
+    *p = t;
+    *cap = c;
+    return 0;
+}
+
+double util_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}

@@ -1,0 +1,20 @@
+/* util_internal.h -- small helpers every part of libmoecore shares: error text into a caller's
+ * buffer, array growth, a monotonic clock. Below every part; includes nothing of the library. */
+#ifndef MOE_UTIL_INTERNAL_H
+#define MOE_UTIL_INTERNAL_H
+
+#include <stddef.h>
+
+/* Format a message into errbuf (when errbuf is not NULL and errlen > 0) and return status, so a
+ * failing function can `return util_errf(errbuf, errlen, MOE_EFORMAT, "line %d: ...", n);`. */
+int util_errf(char *errbuf, size_t errlen, int status, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+/* Make *p hold at least need elements of size bytes, doubling *cap from a first size of 64;
+ * returns 0 or MOE_ENOMEM (then *p and *cap are unchanged). */
+int util_grow(void **p, size_t *cap, size_t need, size_t size);
+
+/* Seconds on the monotonic clock, for durations and time limits. */
+double util_now(void);
+
+#endif
