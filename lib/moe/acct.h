@@ -16,7 +16,7 @@ extern "C" {
 #endif
 
 /*
- * The one definition of DESIGN.md, implemented once (moe-place eval, moe-costmodel simulate and
+ * The one definition of moeflow(7), implemented once (moe-place eval, moe-costmodel simulate and
  * moe-run's byte checks call it). A transfer is one hidden-state vector sent between two ranks.
  * For a token at layer j with expert set S_j, R_j is the set of distinct ranks serving S_j
  * (one copy of each expert is chosen, see below); a token is sent to a rank once however many

@@ -1,5 +1,5 @@
 /* tests/unit/test_acct.c -- the shared communication accounting (moe/acct.h) on hand-made tokens:
- * every count of DESIGN.md's definition worked out by hand -- vanilla and coherent transfers,
+ * every count of moeflow(7)'s definition worked out by hand -- vanilla and coherent transfers,
  * the new home's tie rules, missing cells, per-rank de-duplication, link classes, the choice of
  * replica, top-k truncation, load, locality, the traffic matrix, merging and source ranks. */
 #include "config.h"
