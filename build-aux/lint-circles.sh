@@ -9,10 +9,11 @@
 # cycle of the include graph is reported.
 #
 # Call loops: the objects the build left in BUILDDIR/lib, cmd and kernels (libtool's PIC objects
-# in .libs/, the static ones beside them; automake prefixes names per target, e.g.
-# lib_libmoecore_la-trace.o, and each name is mapped back to its source file) are read with nm:
-# a file that leaves a symbol undefined (U) depends on the file defining it (T D B R ...). Every
-# strongly connected component of more than one file is a loop, printed with one symbol per edge.
+# in .libs/, the static ones beside them; automake prefixes names per target, as in
+# lib/trace/.libs/libmoecore_la-trace.o, and each is mapped back to its source file) are read
+# with nm: a file that leaves a symbol undefined (U) depends on the file defining it (T D B R
+# ...). Every strongly connected component of more than one file is a loop, printed with one
+# symbol per edge.
 # Stale objects whose source is gone are ignored.
 #
 # A loop is named by a key line, "include FILE..." or "call FILE..." (members sorted). With
