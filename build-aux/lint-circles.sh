@@ -1,5 +1,6 @@
 #!/bin/sh
-# build-aux/lint-circles.sh -- finds include loops and call loops between the files of moeflow.
+# build-aux/lint-circles.sh -- finds include loops and call loops between the files of moeflow,
+# and private headers included outside their part.
 #
 # Usage: lint-circles.sh [-a ALLOW] SRCDIR [BUILDDIR]
 #
@@ -16,12 +17,17 @@
 # symbol per edge.
 # Stale objects whose source is gone are ignored.
 #
-# A loop is named by a key line, "include FILE..." or "call FILE..." (members sorted). With
-# -a ALLOW, loops whose key is a line of ALLOW are still printed but marked allowed and do not
-# fail; allowed keys no longer found are noted. Lines of ALLOW starting with # are comments.
+# Private headers: a NAME_internal.h or NAME.cuh is included only inside its own directory
+# (lib/PART/, kernels/; the flat lib/ ones anywhere in lib/), and lib/ never includes cmd/ or
+# kernels/ (doc/ARCHITECTURE, layering rules 2 and 3; place/ may include acct/acct_internal.h).
 #
-# Exit: 0 no loop (beyond ALLOW), 1 a loop, 2 usage, 77 no objects to read (includes were still
-# checked and found clean). POSIX sh and awk (mawk); nm from binutils ($NM overrides).
+# A finding is named by a key line: "include FILE..." or "call FILE..." for a loop (members
+# sorted), "private FILE HEADER" for a private header used outside its part. With -a ALLOW,
+# findings whose key is a line of ALLOW are still printed but marked allowed and do not fail;
+# allowed keys no longer found are noted. Lines of ALLOW starting with # are comments.
+#
+# Exit: 0 no finding (beyond ALLOW), 1 a finding, 2 usage, 77 no objects to read (the includes
+# were still checked and found clean). POSIX sh and awk (mawk); nm from binutils ($NM overrides).
 set -u
 LC_ALL=C
 export LC_ALL
@@ -198,6 +204,25 @@ scc() {
 }
 { scc include <"$tmp/inc.edges"; scc call <"$tmp/call.edges"; } >"$tmp/loops"
 
+# ---------------------------------------------------------------- private headers
+# A private header (NAME_internal.h, NAME.cuh) belongs to its directory: those of lib/PART/ to
+# that part, those of kernels/ to kernels/, the flat lib/ ones to lib/ as a whole; nothing in lib/
+# includes cmd/ or kernels/. One exception by design (doc/ARCHITECTURE, layering rule 2): place/
+# scores layouts with the accounting's own per-cell rules, lib/acct/acct_internal.h. Lines
+# "P FROM HEADER<tab>WHY".
+awk '
+function dirof(p) { return sub(/\/[^\/]*$/, "", p) ? p : "." }
+{
+    f = $1; h = $2; fd = dirof(f); hd = dirof(h); why = ""
+    if (f ~ /^lib\// && h ~ /^(cmd|kernels)\//) why = "lib/ never includes " hd "/"
+    else if (h ~ /(_internal\.h|\.cuh)$/) {
+        if (hd == "lib") { if (f !~ /^lib\//) why = "private to lib/" }
+        else if (fd != hd && !(h == "lib/acct/acct_internal.h" && fd == "lib/place"))
+            why = "private to " hd "/"
+    }
+    if (why != "") print "P " f " " h "\t" why
+}' "$tmp/inc.edges" >>"$tmp/loops"
+
 # ---------------------------------------------------------------- report
 if [ -n "$allow" ]; then
     grep -v '^[ \t]*#' "$allow" | grep -v '^[ \t]*$' | sed 's/[ \t]*$//' >"$tmp/allow"
@@ -216,6 +241,13 @@ BEGIN { while ((getline a < allowfile) > 0) ok[a] = 1 }
     next
 }
 /^E / { print substr($0, 3) }
+/^P / {
+    split(substr($0, 3), pw, "\t"); split(pw[1], fh, " ")
+    key = "private " pw[1]
+    if (key in ok) { found[key] = 1; tag = " (allowed by " allowname ")" }
+    else { tag = ""; bad++ }
+    print me ": private header" tag ": " fh[1] " includes " fh[2] " (" pw[2] ")"
+}
 END {
     for (a in ok)
         if (!(a in found)) print me ": note: allowed loop no longer found: " a

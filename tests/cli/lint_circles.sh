@@ -1,10 +1,10 @@
 #!/bin/sh
 # tests/cli/lint_circles.sh -- build-aux/lint-circles.sh (also `make lint`): on a synthetic tree
-# with an include loop and two objects calling each other it must fail and name both loops with
-# their edges; with the loops broken, or allowed by a list, it passes; without objects it skips.
-# Then the real tree: no include or call loop between files except the known ones listed in
+# with an include loop, private headers used outside their part and two objects calling each
+# other it must fail and name each finding; with them removed, or allowed by a list, it passes;
+# without objects it skips. Then the real tree: no finding except the known ones listed in
 # tests/data/lint/circles.allow (kept while issue 16's fixes are merged; the list is to end
-# empty, and an allowed loop that is gone is only noted).
+# empty, and an allowed finding that is gone is only noted).
 . "$(dirname "$0")/lib.sh"
 
 LINT=$top_srcdir/build-aux/lint-circles.sh
@@ -48,6 +48,21 @@ expect_exit 77 sh "$LINT" "$fx" "$bd"
 grep -q 'loop' "$T/out" && fail "a loop reported: $(cat "$T/out")"
 end
 
+begin "private header of a part included outside it: exit 1, the include named"
+printf '/* private */\n' >"$fx/lib/p/q_internal.h"
+printf '#include "q_internal.h"\n' >"$fx/lib/p/z.h"
+printf '#include "p/q_internal.h"\n' >"$fx/cmd/w.c"
+printf '#include "x.h"\n' >"$fx/lib/w_internal.h"
+printf '#include "w_internal.h"\n#include "../cmd/x.h"\n' >"$fx/lib/p/v.c"
+expect_exit 1 sh "$LINT" "$fx" "$bd"
+grep -qx 'lint-circles: private header: cmd/w.c includes lib/p/q_internal.h (private to lib/p/)' \
+    "$T/out" || fail "cmd/w.c not reported"
+grep -qx 'lint-circles: private header: lib/p/v.c includes cmd/x.h (lib/ never includes cmd/)' \
+    "$T/out" || fail "lib/p/v.c -> cmd/x.h not reported"
+[ "$(grep -c 'private header' "$T/out")" = 2 ] || fail "not exactly two findings"
+rm -f "$fx/cmd/w.c" "$fx/lib/p/v.c"
+end
+
 if [ "$have_cc" = 1 ]; then
     begin "call loop between two objects: exit 1, files and symbols named"
     compile lib/a.c lib/.libs/lib_libfx_la-a.o
@@ -81,13 +96,13 @@ else
     skip_case "no C compiler ('$cc') or nm"
 fi
 
-begin "the real tree: no loop beyond $(basename "$ALLOW")"
+begin "the real tree: no finding beyond $(basename "$ALLOW")"
 run sh "$LINT" -a "$ALLOW" "$top_srcdir" "${top_builddir:-.}"
 cat "$T/out"
 case ${rc:?} in
 0) ;;
 77) skip_case "no objects in the build tree" ;;
-*) fail "exit $rc: a loop not in $ALLOW (above)"; sed 's/^/    stderr: /' "$T/err" ;;
+*) fail "exit $rc: a finding not in $ALLOW (above)"; sed 's/^/    stderr: /' "$T/err" ;;
 esac
 end
 
