@@ -4,8 +4,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "import/import_internal.h"
 #include "json_internal.h"
+#include "parse_internal.h"
+#include "util_internal.h"
 
 const char *jtok_ws(const char *p)
 {
@@ -30,7 +31,7 @@ static const char *jnum(const char *p, double *v)
 {
     if (*p != '-' && (unsigned)(*p - '0') > 9)
         return NULL;
-    return imp_parse_double(&p, v) < 0 ? NULL : p;
+    return parse_double(&p, v) < 0 ? NULL : p;
 }
 
 static const char *jlit(const char *p, const char *word)
@@ -73,15 +74,9 @@ static const char *jskip(const char *p, int depth)
 
 static int jpush(jobj_t *o, double x)
 {
-    if (o->nnum == o->numcap) {
-        size_t cap = o->numcap ? o->numcap * 2 : 256;
-        double *t = realloc(o->nums, cap * sizeof *t);
-        if (!t) {
-            o->oom = 1;
-            return -1;
-        }
-        o->nums = t;
-        o->numcap = cap;
+    if (util_grow((void **)&o->nums, &o->numcap, o->nnum + 1, sizeof *o->nums) < 0) {
+        o->oom = 1;
+        return -1;
     }
     o->nums[o->nnum++] = x;
     return 0;

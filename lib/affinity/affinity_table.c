@@ -15,6 +15,7 @@
 #include "moe/io.h"
 #include "moe/moe.h"
 #include "textbuf_internal.h"
+#include "util_internal.h"
 
 #define TABLE_MAJOR 1
 #define TABLE_MINOR 0
@@ -330,16 +331,8 @@ typedef struct rows_job {
 static int chunk_sink(void *ctx, const void *buf, size_t len)
 {
     chunk_t *c = ctx;
-    if (c->n + len > c->cap) {
-        size_t cap = c->cap ? 2 * c->cap : (size_t)1 << 16;
-        while (cap < c->n + len)
-            cap *= 2;
-        char *q = realloc(c->p, cap);
-        if (!q)
-            return MOE_ENOMEM;
-        c->p = q;
-        c->cap = cap;
-    }
+    if (util_grow((void **)&c->p, &c->cap, c->n + len, 1) < 0)
+        return MOE_ENOMEM;
     memcpy(c->p + c->n, buf, len);
     c->n += len;
     return 0;
@@ -522,11 +515,9 @@ static int rd_fail(reader_t *r, int rc, const char *fmt, ...)
     vsnprintf(tmp, sizeof tmp, fmt, ap);
     va_end(ap);
     if (r->l && moe_lines_lineno(r->l))
-        snprintf(r->msg, r->msglen, "'%s' line %" PRIu64 ": %s", r->path,
-                 moe_lines_lineno(r->l), tmp);
-    else
-        snprintf(r->msg, r->msglen, "'%s': %s", r->path, tmp);
-    return rc;
+        return util_errf(r->msg, r->msglen, rc, "'%s' line %" PRIu64 ": %s", r->path,
+                         moe_lines_lineno(r->l), tmp);
+    return util_errf(r->msg, r->msglen, rc, "'%s': %s", r->path, tmp);
 }
 
 /* Split a line at tabs in place; returns the field count (at most max). */
