@@ -994,10 +994,10 @@ static char *slurp(moe_lines_t *l, perr_t *e, int *rc)
     return buf;
 }
 
-/* "malformed JSON" with the line and column of `at`. */
-static int json_error(perr_t *e, const char *text, const char *at, int oom)
+/* "malformed JSON" (or "duplicate key") with the line and column of `at`. */
+static int json_error(perr_t *e, const char *text, const char *at, const jobj_t *o)
 {
-    if (oom)
+    if (o->oom)
         return fail(e, MOE_ENOMEM, "out of memory");
     const char *bol = text;
     e->line = 1;
@@ -1006,6 +1006,9 @@ static int json_error(perr_t *e, const char *text, const char *at, int oom)
             e->line++;
             bol = p + 1;
         }
+    if (o->dup)
+        return fail(e, MOE_EFORMAT, "duplicate key \"%.*s\" at column %zu",
+                    (int)(o->duplen < 40 ? o->duplen : 40), o->dup, (size_t)(at - bol) + 1);
     return fail(e, MOE_EFORMAT, "malformed JSON at column %zu", (size_t)(at - bol) + 1);
 }
 
@@ -1022,11 +1025,11 @@ static moe_placement_t *eplb_import(moe_lines_t *l, perr_t *e, const uint32_t ar
     if (*p == '[') { /* eplb.py's phy2log alone */
         const char *end = jtok_value(&o, p, &bare);
         if (!end || *jtok_ws(end) || o.oom)
-            *rc = json_error(e, text, end ? jtok_ws(end) : p, o.oom);
+            *rc = json_error(e, text, end ? jtok_ws(end) : p, &o);
         else
             pl = eplb_build(e, &o, &bare, arg, rc); /* o has no keys */
     } else if (jtok_obj_parse(&o, text, &at) < 0 || o.oom) {
-        *rc = json_error(e, text, at, o.oom);
+        *rc = json_error(e, text, at, &o);
     } else {
         pl = eplb_build(e, &o, jtok_get(&o, "phy2log"), arg, rc);
     }
