@@ -36,8 +36,8 @@ expect_eq "$(moe view -O t "$T/s1.moet" | grep -vc '^@')" 37 "tokens kept"
 end
 
 # ---------------------------------------------------------------- the same file twice
-# expect_same_file_error TOOL SUB ARGS... (SUB "" for none): exit 2, the usage error naming the same file, no
-# output made or changed (in.moet stays intact).
+# expect_same_file_error TOOL SUB ARGS... (SUB "" for none): exit 2, the usage error naming
+# the same file, no output made or changed (in.moet stays intact).
 expect_same_file_error() {
     _tool=$1
     _sub=$2

@@ -301,8 +301,8 @@ bad_import eplb "unknown escape" "malformed JSON at column 17" \
     '{"num_ranks":2, "\\x41":0, "phy2log":[[0,1],[1,0]]}'
 begin "eplb import: keys decoded (\\u escapes, surrogate pairs), the same placement"
 printf '{"num_ranks":2,"phy2log":[[0,1],[1,0]]}' >"$T/plain.json"
-printf '{"\\u006eum_ranks":2,"note":"\\ud83d\\ude00 \\u00e9\\n","phy2\\u006C\\u006fg":[[0,1],[1,0]]}' \
-    >"$T/esc.json"
+printf '{"\\u006eum_ranks":2,"note":"\\ud83d\\ude00 \\u00e9\\n",' >"$T/esc.json"
+printf '"phy2\\u006C\\u006fg":[[0,1],[1,0]]}' >>"$T/esc.json"
 expect_exit 0 mp import --format eplb --no-PG -o "$T/plain.moep" "$T/plain.json"
 expect_exit 0 mp import --format eplb --no-PG -o "$T/esc.moep" "$T/esc.json"
 grep -v '^@CO' "$T/plain.moep" >"$T/plain.body"
