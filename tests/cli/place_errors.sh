@@ -288,6 +288,10 @@ bad_import eplb "duplicate key spelled with an escape" 'duplicate key "\u0070hy2
     '{"num_ranks":2,"phy2log":[[0,1],[1,0]],"\\u0070hy2log":[[1,0],[0,1]]}'
 bad_import eplb "duplicate num_ranks" 'duplicate key "num_ranks"' \
     '{"num_ranks":2,"phy2log":[[0,1],[1,0]],\n "num_ranks":1}'
+bad_import eplb "a key as UTF-8, then as a \\u escape" 'duplicate key "\u00e9" at column 23' \
+    '{"num_ranks":2,"\303\251":1,"\\u00e9":2,"phy2log":[[0,1],[1,0]]}'
+bad_import eplb "a key as UTF-8, then as a surrogate pair" 'duplicate key "\ud83d\ude00"' \
+    '{"num_ranks":2,"\360\237\230\200":1,"\\ud83d\\ude00":2,"phy2log":[[0,1],[1,0]]}'
 bad_import eplb "lone high surrogate" "malformed JSON at column 17" \
     '{"num_ranks":2, "a\\ud800":0, "phy2log":[[0,1],[1,0]]}'
 bad_import eplb "high surrogate, then no low one" "malformed JSON at column 17" \
