@@ -25,8 +25,8 @@ else
         grep -v '^@' "$T/out" >"$T/got"
         same_file "$T/in.rec" "$T/got" "sample -n $n: the whole trace in input order"
     done
+    end
 fi
-end
 
 begin "sample -n below the trace's length: the same tokens for the same seed"
 moe sample -n 37 -S 5 --no-PG -o "$T/s1.moet" "$T/in.moet"
