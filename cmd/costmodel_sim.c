@@ -519,6 +519,11 @@ int costmodel_simulate(int argc, char **argv)
     if (sim_parse(argc, argv, &g, &rc))
         return rc;
     const char *tpath = argv[optind], *ppath = argv[optind + 1];
+    const moe_cli_file_t files[] = {{"--output", g.o.out ? g.o.out : "-", 1},
+                                    {"--plot", g.plot, 1}, {"the trace", tpath, 0},
+                                    {"the placement", ppath, 0}};
+    if ((rc = moe_cli_distinct(PROG, "simulate", files, 4)))
+        return rc;
     moe_topo_t topo;
     if (costmodel_topology(g.topology, &topo))
         return 1;

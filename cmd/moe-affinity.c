@@ -480,8 +480,16 @@ static int run_table(int argc, char **argv)
         free(j.pairs);
         return usage_error(NULL, "--shuffled needs the baseline (drop --no-shuffle)");
     }
-    moe_opts_apply_log(&j.o);
     const char *in = optind < argc ? argv[optind] : "-";
+    int want_text = j.summary || j.have_out || (!j.png && !j.svg);
+    const moe_cli_file_t files[] = {{"--output", want_text ? j.o.out : NULL, 1},
+                                    {"--png", j.png, 1}, {"--svg", j.svg, 1},
+                                    {"the input", in, 0}};
+    if ((rc = moe_cli_distinct(prog, NULL, files, 4))) {
+        free(j.pairs);
+        return rc;
+    }
+    moe_opts_apply_log(&j.o);
     moe_affinity_t *a = count_trace(in, &j);
     if (!a) {
         free(j.pairs);
@@ -489,7 +497,6 @@ static int run_table(int argc, char **argv)
     }
     pictures_t pics;
     rc = render(&j, a, kind, &pics);
-    int want_text = j.summary || j.have_out || (!j.png && !j.svg);
     moe_textout_t *out = NULL;
     if (!rc)
         rc = pictures_write(&j, &pics);

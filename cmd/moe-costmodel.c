@@ -1252,6 +1252,10 @@ static int run_monta(int argc, char **argv)
         return rc;
     if (optind < argc)
         return usage_error("monta", "unexpected argument '%s'", argv[optind]);
+    const moe_cli_file_t files[] = {{"--output", g.o.out ? g.o.out : "-", 1},
+                                    {"--plot", g.plot, 1}};
+    if ((rc = moe_cli_distinct(prog, "monta", files, 2)))
+        return rc;
     moe_topo_t topo;
     moe_monta_in_t in;
     if (make_topo(&g, &topo) || (rc = monta_inputs(&g, &topo, &in)) != 0)

@@ -799,6 +799,11 @@ static int run_eval(int argc, char **argv)
     const char *ppath = argv[optind], *tpath = argv[optind + 1];
     if (!strcmp(ppath, "-") && !strcmp(tpath, "-"))
         return usage_error("eval", "the placement and the trace cannot both be standard input");
+    const moe_cli_file_t files[] = {{"--output", g.o.out, 1}, {"--matrix", g.matrix, 1},
+                                    {"--matrix-bytes", g.matrix_bytes, 1},
+                                    {"the placement", ppath, 0}, {"the trace", tpath, 0}};
+    if ((rc = moe_cli_distinct(prog, "eval", files, 5)))
+        return rc;
     int st;
     moe_placement_t *p = moe_placement_read(ppath, &st, errbuf, sizeof errbuf);
     if (!p)

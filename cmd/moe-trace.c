@@ -725,22 +725,48 @@ static void sample_usage(FILE *fp)
     moe_opts_usage(fp, MOE_OPT_ALL);
 }
 
+/* Room for slot `need` - 1 of the reservoir: it grows with the tokens read, so a count far
+ * above the trace's length costs only what the trace holds (issue 17 item 2). */
+static int reservoir_grow(moe_trace_rec_t **res, uint64_t **idx, size_t *cap, uint64_t need)
+{
+    if (need <= *cap)
+        return 0;
+    size_t c = *cap ? *cap : 64;
+    while (c < need) {
+        if (c > SIZE_MAX / 2 / sizeof **res)
+            return -1;
+        c *= 2;
+    }
+    moe_trace_rec_t *r = realloc(*res, c * sizeof *r);
+    if (r)
+        *res = r;
+    uint64_t *i = realloc(*idx, c * sizeof *i);
+    if (i)
+        *idx = i;
+    if (!r || !i)
+        return -1;
+    memset(r + *cap, 0, (c - *cap) * sizeof *r);
+    *cap = c;
+    return 0;
+}
+
 /* Reservoir sample of exactly n tokens, written in input order. */
 static int sample_count_tokens(input_t *in, const moe_opts_t *o, uint64_t n, uint64_t seed)
 {
-    moe_trace_rec_t *res = calloc(n ? n : 1, sizeof *res);
-    uint64_t *idx = calloc(n ? n : 1, sizeof *idx), seen = 0;
-    if (!res || !idx) {
-        free(res);
-        free(idx);
-        return fail("out of memory (sample of %llu tokens)", (unsigned long long)n);
-    }
+    moe_trace_rec_t *res = NULL;
+    uint64_t *idx = NULL, seen = 0;
+    size_t cap = 0;
     moe_rng_t rng;
     moe_rng_seed(&rng, seed);
     moe_trace_rec_t r = {0};
     int rc;
     while ((rc = input_next(in, &r)) == 1) {
         uint64_t j = seen < n ? seen : moe_rng_below(&rng, seen + 1);
+        if (j < n && reservoir_grow(&res, &idx, &cap, j + 1) < 0) {
+            rc = -1;
+            fail("out of memory (sample of %llu tokens)", (unsigned long long)(seen + 1));
+            break;
+        }
         if (j < n) {
             moe_trace_rec_t tmp = res[j]; /* swap buffers: no copy of the id arrays */
             res[j] = r;
@@ -767,7 +793,7 @@ static int sample_count_tokens(input_t *in, const moe_opts_t *o, uint64_t n, uin
     int ok = out != NULL;
     for (uint64_t i = 0; ok && i < kept; i++)
         ok = output_write(out, &res[i]) == 0;
-    for (uint64_t i = 0; i < n; i++)
+    for (size_t i = 0; i < cap; i++)
         moe_trace_rec_release(&res[i]);
     free(res);
     free(idx);
@@ -973,9 +999,14 @@ static int cmd_split(int argc, char **argv)
                                                   : "too many arguments");
         goto out;
     }
+    const char *input = optind < argc ? argv[optind] : "-";
+    const moe_cli_file_t files[] = {{"--train", train, 1}, {"--test", test, 1},
+                                    {"the input", input, 0}};
+    if ((rc = moe_cli_distinct(prog, "split", files, 3)))
+        goto out;
     moe_opts_apply_log(&o);
     input_t in;
-    if (input_open(&in, optind < argc ? argv[optind] : "-", o.threads)) {
+    if (input_open(&in, input, o.threads)) {
         rc = 1;
         goto out;
     }

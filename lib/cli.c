@@ -3,11 +3,13 @@
 #include "config.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -383,4 +385,51 @@ int moe_cli_text_close(const char *prog, struct moe_textout *t, const char *path
     if (errno == EPIPE)
         return 0;
     return moe_fail(prog, "cannot write '%s': %s", path, strerror(errno));
+}
+
+/* A file's identity for moe_cli_distinct: device and inode when it exists, else its path with
+ * the directory resolved (realpath), so "a.moet" and "./dir/../a.moet" match before either is
+ * written. Returns 1 (exists: *st set), 0 (name in buf), -1 (no room). */
+static int file_identity(const char *path, struct stat *st, char *buf, size_t len)
+{
+    if (stat(path, st) == 0)
+        return 1;
+    const char *slash = strrchr(path, '/');
+    const char *base = slash ? slash + 1 : path;
+    char dir[PATH_MAX], *real;
+    int n = slash ? snprintf(dir, sizeof dir, "%.*s", (int)(slash - path + 1), path)
+                  : snprintf(dir, sizeof dir, ".");
+    if (n < 0 || (size_t)n >= sizeof dir || !(real = realpath(dir, NULL)))
+        return snprintf(buf, len, "%s", path) < (int)len ? 0 : -1;
+    n = snprintf(buf, len, "%s/%s", real, base);
+    free(real);
+    return n >= 0 && (size_t)n < len ? 0 : -1;
+}
+
+/* Whether a and b are one file to write through: the same regular file (a device such as
+ * /dev/null may take two outputs), the same resolved name of a file not yet made, or both
+ * standard output. */
+static int same_file(const moe_cli_file_t *a, const moe_cli_file_t *b)
+{
+    if (!strcmp(a->path, "-") || !strcmp(b->path, "-"))
+        return !strcmp(a->path, b->path) && a->output && b->output;
+    struct stat sa, sb;
+    char na[PATH_MAX + 256], nb[PATH_MAX + 256];
+    int ea = file_identity(a->path, &sa, na, sizeof na);
+    int eb = file_identity(b->path, &sb, nb, sizeof nb);
+    if (ea == 1 && eb == 1)
+        return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino && S_ISREG(sa.st_mode);
+    if (ea == 0 && eb == 0)
+        return !strcmp(na, nb);
+    return ea < 0 && eb < 0 && !strcmp(a->path, b->path);
+}
+
+int moe_cli_distinct(const char *prog, const char *sub, const moe_cli_file_t *f, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        for (size_t j = i + 1; j < n; j++)
+            if (f[i].path && f[j].path && (f[i].output || f[j].output) && same_file(&f[i], &f[j]))
+                return moe_usage_error(prog, sub, "%s and %s name the same file '%s'", f[i].what,
+                                       f[j].what, f[j].path);
+    return 0;
 }

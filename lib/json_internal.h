@@ -10,7 +10,10 @@
  * null, or regular arrays of numbers of up to three dimensions (a list, a list of equal-length
  * lists, a list of equally shaped lists of lists); anything else is checked for syntax and
  * skipped. Numbers land in one growing array owned by the object, so a large array costs one
- * double per element and no allocation per row.
+ * double per element and no allocation per row. Strings are checked (escapes from RFC 8259;
+ * a \u escape of a lone surrogate or of NUL is malformed) and kept raw; keys are compared
+ * decoded (escapes as UTF-8), so "\u0070hy2log" is "phy2log" and an object may not give a
+ * key twice.
  */
 enum jkind {
     J_NONE,  /* null or absent */
@@ -43,7 +46,9 @@ typedef struct jobj {
     int n;
     double *nums; /* numbers of every array; free() when done */
     size_t nnum, numcap;
-    int oom;      /* the last parse failed for want of memory */
+    int oom;          /* the last parse failed for want of memory */
+    const char *dup;  /* ... or on this key (raw text, duplen bytes), given twice */
+    size_t duplen;
 } jobj_t;
 
 /* Skip JSON white space. */
@@ -53,9 +58,9 @@ const char *jtok_ws(const char *p);
 const char *jtok_value(jobj_t *o, const char *p, jval_t *v);
 /* Parse the object that is the whole NUL-terminated text (white space around it allowed),
  * replacing o's fields and numbers. Returns 0, or -1 with *at = where it went wrong (o->oom
- * tells an allocation failure from bad syntax). */
+ * tells an allocation failure, o->dup a repeated key, from bad syntax). */
 int jtok_obj_parse(jobj_t *o, const char *text, const char **at);
-/* The value of a key (first occurrence), or NULL when absent or null. */
+/* The value of a key, or NULL when absent or null. */
 const jval_t *jtok_get(const jobj_t *o, const char *key);
 
 #endif

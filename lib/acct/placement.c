@@ -8,6 +8,7 @@
 #include "moe/moe.h"
 #include "moe/placement.h"
 #include "moe/trace.h"
+#include "util_internal.h"
 
 moe_placement_t *moe_placement_new(uint32_t layers, uint32_t experts, uint32_t ranks,
                                    uint32_t gpus_per_node, uint32_t capacity, uint32_t maxrep,
@@ -104,24 +105,23 @@ int moe_placement_check(const moe_placement_t *p, char *errbuf, size_t errlen)
             uint32_t n;
             const uint16_t *rk = moe_placement_ranks(p, l, e, &n);
             if (!n) {
-                snprintf(errbuf, errlen, "layer %u expert %u: on no rank", l, e);
-                rc = MOE_EFORMAT;
+                rc = util_errf(errbuf, errlen, MOE_EFORMAT, "layer %u expert %u: on no rank", l,
+                               e);
             }
             for (uint32_t c = 0; c < n && !rc; c++) {
                 if (rk[c] >= p->ranks) {
-                    snprintf(errbuf, errlen, "layer %u expert %u: rank %u out of range (%u ranks)",
-                             l, e, rk[c], p->ranks);
-                    rc = MOE_EFORMAT;
+                    rc = util_errf(errbuf, errlen, MOE_EFORMAT,
+                                   "layer %u expert %u: rank %u out of range (%u ranks)", l, e,
+                                   rk[c], p->ranks);
                 } else if (++held[rk[c]] > p->capacity) {
-                    snprintf(errbuf, errlen, "layer %u: rank %u holds more than %u experts", l,
-                             rk[c], p->capacity);
-                    rc = MOE_EFORMAT;
+                    rc = util_errf(errbuf, errlen, MOE_EFORMAT,
+                                   "layer %u: rank %u holds more than %u experts", l, rk[c],
+                                   p->capacity);
                 }
                 for (uint32_t d = 0; d < c && !rc; d++)
                     if (rk[d] == rk[c]) {
-                        snprintf(errbuf, errlen, "layer %u expert %u: rank %u listed twice", l,
-                                 e, rk[c]);
-                        rc = MOE_EFORMAT;
+                        rc = util_errf(errbuf, errlen, MOE_EFORMAT,
+                                       "layer %u expert %u: rank %u listed twice", l, e, rk[c]);
                     }
             }
         }

@@ -7,8 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "import/import_internal.h"
 #include "json_internal.h"
+#include "parse_internal.h"
 #include "textbuf_internal.h"
 #include "moe/io.h"
 #include "moe/moe.h"
@@ -38,16 +38,10 @@ static int fail(perr_t *e, int rc, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(tmp, sizeof tmp, fmt, ap);
     va_end(ap);
-    if (!e->buf || !e->len)
-        return rc;
     if (e->line)
-        snprintf(e->buf, e->len, "'%s' line %" PRIu64 ": %s", e->name, e->line, tmp);
-    else
-        snprintf(e->buf, e->len, "'%s': %s", e->name, tmp);
-    return rc;
+        return util_errf(e->buf, e->len, rc, "'%s' line %" PRIu64 ": %s", e->name, e->line, tmp);
+    return util_errf(e->buf, e->len, rc, "'%s': %s", e->name, tmp);
 }
-
-/* A message without a subject (export errors). */
 
 /* ------------------------------------------------------------------ buffered output */
 
@@ -166,7 +160,7 @@ static size_t split_tabs(char *line, char **f, size_t max)
 /* A whole field of decimal digits, at most max. */
 static int whole_uint(const char *s, uint64_t max, uint64_t *v)
 {
-    return imp_parse_uint(&s, max, v) < 0 || *s ? -1 : 0;
+    return parse_uint(&s, max, v) < 0 || *s ? -1 : 0;
 }
 
 /* The next line of l into *line (and *len): 1, 0 at the end, or a negative status with the
@@ -193,8 +187,8 @@ static int pl_version(prd_t *r, const char *v)
 {
     uint64_t major, minor;
     const char *p = v;
-    if (imp_parse_uint(&p, 9999, &major) < 0 || *p++ != '.' ||
-        imp_parse_uint(&p, 9999, &minor) < 0 || *p)
+    if (parse_uint(&p, 9999, &major) < 0 || *p++ != '.' ||
+        parse_uint(&p, 9999, &minor) < 0 || *p)
         return fail(&r->e, MOE_EFORMAT, "invalid @PL field 'VN:%.20s'", v);
     if (major > MOE_PLACEMENT_MAJOR)
         return fail(&r->e, MOE_EVERSION, "written by a newer version %" PRIu64 ".%" PRIu64
@@ -331,7 +325,7 @@ static int rec_ranks(prd_t *r, const char *s, uint32_t l, uint32_t e)
     int rc;
     for (const char *p = s;; p++) {
         uint64_t v;
-        if (imp_parse_uint(&p, UINT32_MAX, &v) < 0 || (*p && *p != ','))
+        if (parse_uint(&p, UINT32_MAX, &v) < 0 || (*p && *p != ','))
             return fail(&r->e, MOE_EFORMAT, "invalid rank list '%.40s'", s);
         if ((rc = rec_copy(r, v, rk, k, l, e)) != 0)
             return rc;
@@ -487,8 +481,8 @@ static int xf_row(perr_t *e, const char *s, uint32_t ranks, xrow_t *row)
 {
     const char *p = s;
     uint64_t gid, gpu;
-    if (imp_parse_uint(&p, (uint64_t)MAX_LAYERS * MOE_TRACE_MAX_EXPERTS, &gid) < 0 || *p++ != ',' ||
-        imp_parse_uint(&p, UINT32_MAX, &gpu) < 0 || *p)
+    if (parse_uint(&p, (uint64_t)MAX_LAYERS * MOE_TRACE_MAX_EXPERTS, &gid) < 0 || *p++ != ',' ||
+        parse_uint(&p, UINT32_MAX, &gpu) < 0 || *p)
         return fail(e, MOE_EFORMAT, "expected 'expert id,GPU', found '%.40s'", s);
     if (ranks && gpu >= ranks)
         return fail(e, MOE_ERANGE, "GPU %" PRIu64 " out of range (%u ranks)", gpu, ranks);
@@ -1000,10 +994,10 @@ static char *slurp(moe_lines_t *l, perr_t *e, int *rc)
     return buf;
 }
 
-/* "malformed JSON" with the line and column of `at`. */
-static int json_error(perr_t *e, const char *text, const char *at, int oom)
+/* "malformed JSON" (or "duplicate key") with the line and column of `at`. */
+static int json_error(perr_t *e, const char *text, const char *at, const jobj_t *o)
 {
-    if (oom)
+    if (o->oom)
         return fail(e, MOE_ENOMEM, "out of memory");
     const char *bol = text;
     e->line = 1;
@@ -1012,6 +1006,9 @@ static int json_error(perr_t *e, const char *text, const char *at, int oom)
             e->line++;
             bol = p + 1;
         }
+    if (o->dup)
+        return fail(e, MOE_EFORMAT, "duplicate key \"%.*s\" at column %zu",
+                    (int)(o->duplen < 40 ? o->duplen : 40), o->dup, (size_t)(at - bol) + 1);
     return fail(e, MOE_EFORMAT, "malformed JSON at column %zu", (size_t)(at - bol) + 1);
 }
 
@@ -1028,11 +1025,11 @@ static moe_placement_t *eplb_import(moe_lines_t *l, perr_t *e, const uint32_t ar
     if (*p == '[') { /* eplb.py's phy2log alone */
         const char *end = jtok_value(&o, p, &bare);
         if (!end || *jtok_ws(end) || o.oom)
-            *rc = json_error(e, text, end ? jtok_ws(end) : p, o.oom);
+            *rc = json_error(e, text, end ? jtok_ws(end) : p, &o);
         else
             pl = eplb_build(e, &o, &bare, arg, rc); /* o has no keys */
     } else if (jtok_obj_parse(&o, text, &at) < 0 || o.oom) {
-        *rc = json_error(e, text, at, o.oom);
+        *rc = json_error(e, text, at, &o);
     } else {
         pl = eplb_build(e, &o, jtok_get(&o, "phy2log"), arg, rc);
     }

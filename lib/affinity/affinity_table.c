@@ -15,6 +15,7 @@
 #include "moe/io.h"
 #include "moe/moe.h"
 #include "textbuf_internal.h"
+#include "util_internal.h"
 
 #define TABLE_MAJOR 1
 #define TABLE_MINOR 0
@@ -330,16 +331,8 @@ typedef struct rows_job {
 static int chunk_sink(void *ctx, const void *buf, size_t len)
 {
     chunk_t *c = ctx;
-    if (c->n + len > c->cap) {
-        size_t cap = c->cap ? 2 * c->cap : (size_t)1 << 16;
-        while (cap < c->n + len)
-            cap *= 2;
-        char *q = realloc(c->p, cap);
-        if (!q)
-            return MOE_ENOMEM;
-        c->p = q;
-        c->cap = cap;
-    }
+    if (util_grow((void **)&c->p, &c->cap, c->n + len, 1) < 0)
+        return MOE_ENOMEM;
     memcpy(c->p + c->n, buf, len);
     c->n += len;
     return 0;
@@ -522,11 +515,9 @@ static int rd_fail(reader_t *r, int rc, const char *fmt, ...)
     vsnprintf(tmp, sizeof tmp, fmt, ap);
     va_end(ap);
     if (r->l && moe_lines_lineno(r->l))
-        snprintf(r->msg, r->msglen, "'%s' line %" PRIu64 ": %s", r->path,
-                 moe_lines_lineno(r->l), tmp);
-    else
-        snprintf(r->msg, r->msglen, "'%s': %s", r->path, tmp);
-    return rc;
+        return util_errf(r->msg, r->msglen, rc, "'%s' line %" PRIu64 ": %s", r->path,
+                         moe_lines_lineno(r->l), tmp);
+    return util_errf(r->msg, r->msglen, rc, "'%s': %s", r->path, tmp);
 }
 
 /* Split a line at tabs in place; returns the field count (at most max). */
@@ -572,6 +563,15 @@ static int af_field(reader_t *r, char **f, size_t n, const char *key, uint64_t *
     return 0;
 }
 
+/* A 0/1 field of the @AF line (top1, coact, shuffled): absent is 0. */
+static int af_flag(reader_t *r, char **f, size_t n, const char *key, uint64_t *v)
+{
+    int rc = af_field(r, f, n, key, v, 0);
+    if (rc == 0 && *v > 1)
+        return rd_fail(r, MOE_EFORMAT, "invalid @AF field '%s:%" PRIu64 "' (0 or 1)", key, *v);
+    return rc;
+}
+
 static int parse_af(reader_t *r, char *line, char *errbuf, size_t errlen)
 {
     char *f[32];
@@ -591,14 +591,15 @@ static int parse_af(reader_t *r, char *line, char *errbuf, size_t errlen)
                        TABLE_MINOR);
     r->newer = major == TABLE_MAJOR && minor > TABLE_MINOR;
     uint64_t L = 0, E = 0, K = 0, hops = 1, top1 = 0, coact = 0, sh = 0, seed = 1, win = 8192,
-             tokens = 0, inc = 0;
+             tokens = 0, inc = 0, sets = UINT64_MAX;
     int rc = af_field(r, f, n, "layers", &L, 1);
     rc = rc ? rc : af_field(r, f, n, "experts", &E, 1);
     rc = rc ? rc : af_field(r, f, n, "topk", &K, 1);
+    rc = rc ? rc : af_field(r, f, n, "sets", &sets, 0);
     rc = rc ? rc : af_field(r, f, n, "hops", &hops, 1);
-    rc = rc ? rc : af_field(r, f, n, "top1", &top1, 0);
-    rc = rc ? rc : af_field(r, f, n, "coact", &coact, 0);
-    rc = rc ? rc : af_field(r, f, n, "shuffled", &sh, 0);
+    rc = rc ? rc : af_flag(r, f, n, "top1", &top1);
+    rc = rc ? rc : af_flag(r, f, n, "coact", &coact);
+    rc = rc ? rc : af_flag(r, f, n, "shuffled", &sh);
     rc = rc ? rc : af_field(r, f, n, "seed", &seed, 0);
     rc = rc ? rc : af_field(r, f, n, "window", &win, 0);
     rc = rc ? rc : af_field(r, f, n, "tokens", &tokens, 1);
@@ -613,6 +614,11 @@ static int parse_af(reader_t *r, char *line, char *errbuf, size_t errlen)
     if (moe_trace_hdr_check(&h) || win == 0 || win > UINT32_MAX || inc > tokens)
         return rd_fail(r, MOE_ERANGE, "invalid @AF shape (layers %" PRIu64 ", experts %" PRIu64
                        ", topk %" PRIu64 ")", L, E, K);
+    /* sets is implied by topk and top1; a table that says otherwise was not written by us. */
+    if (sets != UINT64_MAX && sets != (top1 ? 1 : K))
+        return rd_fail(r, MOE_EFORMAT, "@AF field 'sets:%" PRIu64 "' disagrees with topk:%" PRIu64
+                       " top1:%" PRIu64 " (sets:%" PRIu64 " expected)", sets, K, top1,
+                       top1 ? 1 : K);
     moe_affinity_opts_t o;
     moe_affinity_opts_default(&o);
     o.hops = L == 1 ? 1 : (uint32_t)(hops > UINT32_MAX ? 0 : hops);

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "import_internal.h"
+#include "parse_internal.h"
 #include "util_internal.h"
 
 /*
@@ -187,7 +188,7 @@ static int csv_ids(moe_importer_t *im, const field_t *f, uint64_t lineno, uint16
         int neg = *p == '-';
         uint64_t v;
         p += neg;
-        if (imp_parse_uint(&p, UINT32_MAX, &v) < 0 || (*p && *p != ',' && *p != ' ' && *p != ']'))
+        if (parse_uint(&p, UINT32_MAX, &v) < 0 || (*p && *p != ',' && *p != ' ' && *p != ']'))
             return imp_fail(im, MOE_EFORMAT, "line %llu: '%.*s' is not a list of expert ids",
                             (unsigned long long)lineno, (int)(f->len < 60 ? f->len : 60), f->s);
         if (!neg && v >= lim) {
@@ -218,7 +219,7 @@ static int csv_layer(moe_importer_t *im, const field_t *f, uint64_t lineno, uint
     const char *p = f->s;
     while (*p == ' ')
         p++;
-    int bad = imp_parse_uint(&p, UINT32_MAX, layer) < 0;
+    int bad = parse_uint(&p, UINT32_MAX, layer) < 0;
     while (*p == ' ')
         p++;
     if (bad || *p)

@@ -1,48 +1,9 @@
-/* import/import_internal.h -- state and helpers shared by the router-log importers. */
+/* import/import_internal.h -- the router-log readers' openers, called by the dispatcher
+ * (import.c). Layering: import.c -> import_<format>.c -> import_common.c -> parse.c, util.c. */
 #ifndef MOE_IMPORT_INTERNAL_H
 #define MOE_IMPORT_INTERNAL_H
 
-#include <stddef.h>
-#include <stdint.h>
-
-#include "moe/import.h"
-#include "moe/io.h"
-#include "moe/moe.h"
-#include "moe/trace.h"
-
-/* Bytes read from the start of an input to detect its format (and the gzip-inflated view of
- * them). Large enough for the longest comment block and first record of the known logs. */
-#define IMP_PEEK_BYTES (64u * 1024u)
-
-/* A binary byte stream over a file: the bytes already read for detection, then the rest of
- * the descriptor, inflated when the input is gzip (any number of members). Used by .npy. */
-typedef struct imp_src imp_src_t;
-
-/* Per-format entry points, set by the format's open function. */
-typedef struct imp_ops {
-    int (*next)(moe_importer_t *im, moe_trace_rec_t *r); /* 1 token, 0 end, < 0 error */
-    void (*free)(moe_importer_t *im);                     /* release im->state */
-} imp_ops_t;
-
-struct moe_importer {
-    moe_import_opts_t opts; /* copy; the meta/weights strings belong to the caller */
-    int fmt;                /* enum moe_import_fmt, never AUTO after open */
-    char *path;
-    uint32_t seq_base;
-    moe_trace_hdr_t hdr;    /* shape found so far; hdr.text unused (see text below) */
-    char *text;             /* '@CO' lines gathered while opening */
-    size_t text_len, text_cap;
-    moe_import_report_t rep;
-    uint64_t next_token;    /* token id of the next record written */
-    int status;             /* sticky: once a call fails, later calls fail the same way */
-    int done;               /* the format reported its end */
-    char err[256];
-    uint8_t *prefix;        /* raw bytes read for detection (kept alive for the line reader) */
-    moe_lines_t *lines;     /* text formats */
-    imp_src_t *src;         /* binary formats */
-    const imp_ops_t *ops;
-    void *state;            /* format's own state */
-};
+#include "import_common.h"
 
 /* Format openers: read enough of the input to know the shape (layers, top-k, weights) and set
  * im->ops/state/hdr. Return 0 or a negative status with im->err set. */
@@ -51,96 +12,5 @@ int imp_jsonl_open(moe_importer_t *im);
 int imp_megatron_open(moe_importer_t *im);
 int imp_csv_open(moe_importer_t *im);
 int imp_npy_open(moe_importer_t *im);
-
-/* Record a failure: format the one-line reason into im->err; returns status. */
-int imp_fail(moe_importer_t *im, int status, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-/* Fail with "PREFIX: expert id V out of range (...)" (MOE_ERANGE). */
-int imp_fail_id(moe_importer_t *im, const char *prefix, uint64_t v);
-/* Fail for an error of the line reader (or of a format-level read). */
-int imp_fail_read(moe_importer_t *im, const char *what, int status);
-/* Append "@CO\t<text>\n" to the header lines (control characters become spaces). */
-int imp_comment(moe_importer_t *im, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-
-/* Largest expert id + 1 accepted: opts.experts when given, else what the trace can store. */
-uint32_t imp_id_limit(const moe_importer_t *im);
-/* Size r for the header shape (experts may still be unknown). Returns 0 or MOE_ENOMEM. */
-int imp_rec_size(moe_importer_t *im, moe_trace_rec_t *r);
-/* Account for a parsed token with `missing` absent cells: 1 = write it (counted, token id
- * assigned), 0 = drop it (--drop-incomplete). */
-int imp_keep(moe_importer_t *im, moe_trace_rec_t *r, uint32_t missing);
-/* Fill cell `layer` of r as missing (all ids MOE_EXPERT_NONE, weights 0). */
-void imp_set_missing(moe_trace_rec_t *r, uint32_t layer, uint32_t topk, int weights);
-
-/* Parse a decimal unsigned integer at *p (digits only); advances *p. Returns 0, or -1 if there
- * is no digit or the value exceeds max. Does not look past a non-digit. */
-int imp_parse_uint(const char **p, uint64_t max, uint64_t *v);
-/* Parse a decimal floating-point number ("-0.25", "1e-3") at *p without locale dependence;
- * advances *p. Returns 0, -1 if there is no number. */
-int imp_parse_double(const char **p, double *v);
-/* Last run of digits in the base name of path ("raw/prompt_12_data.csv" -> 12), else dflt. */
-uint32_t imp_seq_from_path(const char *path, uint32_t dflt);
-
-/* Sequence names -> numeric ids: a whole number is itself, else the number after the last
- * non-digit ("humaneval/0" -> 0), else the index of the name among distinct names seen. */
-typedef struct imp_names {
-    char **names;
-    size_t n, cap;
-    size_t last; /* index of the last hit: names repeat row after row */
-} imp_names_t;
-int imp_names_seq(imp_names_t *nm, const char *s, size_t len, uint32_t *seq);
-void imp_names_free(imp_names_t *nm);
-
-/* Keys of buffered tokens and a hash map from keys to dense indices (insertion order). */
-typedef struct imp_key {
-    uint64_t k[4];
-} imp_key_t;
-typedef struct imp_map {
-    imp_key_t *keys;
-    size_t n, cap;
-    uint32_t *tab; /* open addressing: index + 1, 0 = empty */
-    size_t tabcap;
-} imp_map_t;
-/* Index of key, adding it when absent and add != 0; -1 when absent, MOE_ENOMEM. */
-long imp_map_get(imp_map_t *m, const imp_key_t *key, int add);
-void imp_map_clear(imp_map_t *m);
-void imp_map_free(imp_map_t *m);
-
-/* A buffered set of tokens (one sequence, file or step) filled cell by cell in any order and
- * emitted in key order: tokens x layers x topk ids (+ weights) and which cells were seen. */
-typedef struct imp_grid {
-    uint32_t layers, topk;
-    int weights;
-    imp_map_t map; /* token key -> slot */
-    size_t cap;    /* slots allocated */
-    uint16_t *ids;
-    float *w;
-    uint8_t *have; /* slots x layers */
-    uint32_t *order;
-    size_t next;   /* emission cursor into order */
-} imp_grid_t;
-void imp_grid_init(imp_grid_t *g, uint32_t layers, uint32_t topk, int weights);
-/* Forget the tokens, keep the allocations. */
-void imp_grid_clear(imp_grid_t *g);
-void imp_grid_free(imp_grid_t *g);
-/* Store a cell of the token with this key. ids/w hold topk values (w may be NULL: zeros);
- * ids NULL only makes sure the token exists (a cell known to be missing). Returns 0, 1 if the
- * cell was already stored (duplicate; nothing changed), or MOE_ENOMEM. */
-int imp_grid_put(imp_grid_t *g, const imp_key_t *key, uint32_t layer, const uint16_t *ids,
-                 const float *w);
-/* Sort the tokens by key for emission. Returns 0 or MOE_ENOMEM. */
-int imp_grid_sort(imp_grid_t *g);
-/* Move the next kept token into r (ids, weights) and return 1 with *key set; 0 when none is
- * left. Tokens with missing cells are counted, and dropped per opts. */
-int imp_grid_next(moe_importer_t *im, imp_grid_t *g, moe_trace_rec_t *r, const imp_key_t **key);
-
-/* Byte source over (prefix, fd); gzip detected from the prefix. Takes fd; not the prefix. */
-imp_src_t *imp_src_new(int fd, const uint8_t *prefix, size_t n);
-/* Read exactly n bytes unless the input ends: returns bytes read (< n only at the end), or a
- * negative status. */
-ptrdiff_t imp_src_read(imp_src_t *s, void *buf, size_t n);
-/* Uncompressed bytes delivered so far. */
-uint64_t imp_src_bytes(const imp_src_t *s);
-void imp_src_free(imp_src_t *s);
 
 #endif

@@ -386,10 +386,16 @@ static int next_obj(moe_importer_t *im, jstate_t *s, uint64_t *lineno)
                                  moe_strerror(st))
                       : 0;
     const char *at = line;
-    if (jtok_obj_parse(&s->obj, line, &at) < 0)
+    if (jtok_obj_parse(&s->obj, line, &at) < 0) {
+        unsigned long long col = (unsigned long long)(at - line) + 1;
+        if (s->obj.dup && !s->obj.oom)
+            return imp_fail(im, MOE_EFORMAT, "line %llu: duplicate key \"%.*s\" at column %llu",
+                            (unsigned long long)*lineno,
+                            (int)(s->obj.duplen < 40 ? s->obj.duplen : 40), s->obj.dup, col);
         return imp_fail(im, s->obj.oom ? MOE_ENOMEM : MOE_EFORMAT,
                         "line %llu: malformed JSON at column %llu", (unsigned long long)*lineno,
-                        (unsigned long long)(at - line) + 1);
+                        col);
+    }
     s->line = line;
     return 1;
 }

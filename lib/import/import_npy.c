@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "import_internal.h"
+#include "parse_internal.h"
 
 /*
  * The .npy layout (NumPy's format.py): "\x93NUMPY", major and minor version bytes, the header
@@ -93,7 +94,7 @@ static int parse_shape(moe_importer_t *im, npy_state_t *s, const char *hdr)
     if (!p || *p != '(')
         return imp_fail(im, MOE_EFORMAT, ".npy header has no 'shape'");
     for (p = skip_ws(p + 1); *p != ')'; p = skip_ws(p)) {
-        if (nd == 4 || imp_parse_uint(&p, UINT64_MAX / 2, &dim[nd]) < 0)
+        if (nd == 4 || parse_uint(&p, UINT64_MAX / 2, &dim[nd]) < 0)
             return imp_fail(im, MOE_EFORMAT, ".npy shape must be (tokens, layers) or (tokens, "
                             "layers, k)");
         nd++;

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "import_internal.h"
+#include "parse_internal.h"
 
 /*
  * One line per token: L blank-separated groups, one per MoE layer, each K comma-joined ids
@@ -99,7 +100,7 @@ static int fail_id(moe_importer_t *im, uint64_t lineno, uint32_t l, const char *
 {
     char where[64];
     uint64_t v;
-    if (imp_parse_uint(&q, UINT64_MAX, &v) < 0)
+    if (parse_uint(&q, UINT64_MAX, &v) < 0)
         v = UINT64_MAX;
     snprintf(where, sizeof where, "line %llu: group %u", (unsigned long long)lineno, l + 1);
     return imp_fail_id(im, where, v);
@@ -217,7 +218,7 @@ static int parse_weights(moe_importer_t *im, const tok_state_t *s, const char *l
         for (uint32_t k = 0;;) {
             const char *q = p;
             double v;
-            if (imp_parse_double(&p, &v) < 0 || (*p != ',' && !is_end(*p)))
+            if (parse_double(&p, &v) < 0 || (*p != ',' && !is_end(*p)))
                 return imp_fail(im, MOE_EFORMAT, "%sline %llu: group %u: '%.*s' is not a weight",
                                 who, (unsigned long long)lineno, l + 1, field_len(q), q);
             w[k] = ids[k] == MOE_EXPERT_NONE ? 0.0f : (float)v;
@@ -262,7 +263,7 @@ static int parse_meta(moe_importer_t *im, tok_state_t *s, const char *line, moe_
     if (n3 == 0)
         return imp_fail(im, MOE_EFORMAT, "meta '%s': line %llu: expected 'prompt_id phase "
                         "position'", s->meta.path, (unsigned long long)lineno);
-    if (imp_parse_uint(&q, UINT32_MAX, &v) < 0 || q != pos + n3)
+    if (parse_uint(&q, UINT32_MAX, &v) < 0 || q != pos + n3)
         return imp_fail(im, MOE_EFORMAT, "meta '%s': line %llu: '%.*s' is not a position",
                         s->meta.path, (unsigned long long)lineno, (int)(n3 < 40 ? n3 : 40), pos);
     if (imp_names_seq(&s->names, id, n1, &r->seq) < 0)

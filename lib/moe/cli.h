@@ -149,6 +149,20 @@ void moe_progress_update(moe_progress_t *p, uint64_t done);
 /* Erase the meter line and free; NULL is a no-op. */
 void moe_progress_free(moe_progress_t *p);
 
+/* A file a command reads or writes, for moe_cli_distinct: what names it in messages ("--train",
+ * "the input"), its path (NULL: not given) and whether the command writes it. */
+typedef struct moe_cli_file {
+    const char *what;
+    const char *path;
+    int output;
+} moe_cli_file_t;
+/* Usage check for a command with several outputs, before it opens any: no output may be the
+ * same file as another output or an input (the same inode when the file exists, else the same
+ * path once its directory is resolved; two outputs to "-" share standard output), or the
+ * command would overwrite its own data. Returns 0, or 2 (the exit status) after
+ * moe_usage_error(prog, sub, "A and B name the same file 'PATH'"). */
+int moe_cli_distinct(const char *prog, const char *sub, const moe_cli_file_t *f, size_t n);
+
 #ifdef __cplusplus
 }
 #endif

@@ -188,5 +188,23 @@ sed '1d' "$T/t.aff" >"$T/bad.aff"
 bad_table "no @AF line (then it is no table, and no trace either)" "not a moeflow trace"
 grep '^TC	1	0	0' "$T/t.aff" >/dev/null && sed 's/^TC	1	0	0	4/TC	1	0	0	99/' "$T/t.aff" >"$T/bad.aff"
 bad_table "a row load beyond the expert's load" "exceeds the expert's load"
+# issue 17 item 9: sets is implied by topk and top1; the flags are 0 or 1
+sed '1s/sets:2/sets:0/' "$T/t.aff" >"$T/bad.aff"
+bad_table "sets:0" "@AF field 'sets:0' disagrees with topk:2 top1:0 (sets:2 expected)"
+sed '1s/sets:2/sets:300/' "$T/t.aff" >"$T/bad.aff"
+bad_table "sets:300" "@AF field 'sets:300' disagrees"
+sed '1s/sets:2/sets:1/' "$T/t.aff" >"$T/bad.aff"
+bad_table "sets:1 without top1" "@AF field 'sets:1' disagrees"
+sed '1s/coact:1/coact:7/' "$T/t.aff" >"$T/bad.aff"
+bad_table "coact:7" "invalid @AF field 'coact:7' (0 or 1)"
+sed '1s/shuffled:1/shuffled:2/' "$T/t.aff" >"$T/bad.aff"
+bad_table "shuffled:2" "invalid @AF field 'shuffled:2' (0 or 1)"
+sed '1s/top1:0/top1:9/' "$T/t.aff" >"$T/bad.aff"
+bad_table "top1:9" "invalid @AF field 'top1:9' (0 or 1)"
+begin "a top-1 table (sets:1) reads back"
+aff --top1 --no-PG -o "$T/t1.aff" "$AFF_DATA/small.txt"
+grep -q '	sets:1	' "$T/t1.aff" || fail "no sets:1 in a top-1 table"
+expect_exit 0 aff compare -o "$OUT" "$T/t1.aff" "$T/t1.aff"
+end
 
 finish

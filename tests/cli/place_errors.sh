@@ -281,6 +281,38 @@ bad_import eplb "an expert without a slot" "expert 2 has 0 slots" \
 bad_import eplb "gpus_per_node disagrees" "'gpus_per_node' is 2 in the file, 1 requested" \
     '{"num_ranks":2,"gpus_per_node":2,"phy2log":[[0,1],[1,0]]}' "--gpus-per-node 1"
 bad_import eplb "empty" "" ''
+# issue 17 item 7: a key given twice (also when spelled with an escape) and invalid escapes
+bad_import eplb "duplicate key" 'duplicate key "phy2log" at column 40' \
+    '{"num_ranks":2,"phy2log":[[0,1],[1,0]],"phy2log":[[1,0],[0,1]]}'
+bad_import eplb "duplicate key spelled with an escape" 'duplicate key "\u0070hy2log"' \
+    '{"num_ranks":2,"phy2log":[[0,1],[1,0]],"\\u0070hy2log":[[1,0],[0,1]]}'
+bad_import eplb "duplicate num_ranks" 'duplicate key "num_ranks"' \
+    '{"num_ranks":2,"phy2log":[[0,1],[1,0]],\n "num_ranks":1}'
+bad_import eplb "a key as UTF-8, then as a \\u escape" 'duplicate key "\u00e9" at column 23' \
+    '{"num_ranks":2,"\303\251":1,"\\u00e9":2,"phy2log":[[0,1],[1,0]]}'
+bad_import eplb "a key as UTF-8, then as a surrogate pair" 'duplicate key "\ud83d\ude00"' \
+    '{"num_ranks":2,"\360\237\230\200":1,"\\ud83d\\ude00":2,"phy2log":[[0,1],[1,0]]}'
+bad_import eplb "lone high surrogate" "malformed JSON at column 17" \
+    '{"num_ranks":2, "a\\ud800":0, "phy2log":[[0,1],[1,0]]}'
+bad_import eplb "high surrogate, then no low one" "malformed JSON at column 17" \
+    '{"num_ranks":2, "\\ud800\\u0041":0, "phy2log":[[0,1],[1,0]]}'
+bad_import eplb "lone low surrogate" "malformed JSON at column 17" \
+    '{"num_ranks":2, "\\udc00":0, "phy2log":[[0,1],[1,0]]}'
+bad_import eplb "escaped NUL" "malformed JSON at column 17" \
+    '{"num_ranks":2, "x\\u0000":0, "phy2log":[[0,1],[1,0]]}'
+bad_import eplb "short \\u escape" "malformed JSON" '{"num_ranks":2, "phy2log":"\\u12"}'
+bad_import eplb "unknown escape" "malformed JSON at column 17" \
+    '{"num_ranks":2, "\\x41":0, "phy2log":[[0,1],[1,0]]}'
+begin "eplb import: keys decoded (\\u escapes, surrogate pairs), the same placement"
+printf '{"num_ranks":2,"phy2log":[[0,1],[1,0]]}' >"$T/plain.json"
+printf '{"\\u006eum_ranks":2,"note":"\\ud83d\\ude00 \\u00e9\\n",' >"$T/esc.json"
+printf '"phy2\\u006C\\u006fg":[[0,1],[1,0]]}' >>"$T/esc.json"
+expect_exit 0 mp import --format eplb --no-PG -o "$T/plain.moep" "$T/plain.json"
+expect_exit 0 mp import --format eplb --no-PG -o "$T/esc.moep" "$T/esc.json"
+grep -v '^@CO' "$T/plain.moep" >"$T/plain.body"
+grep -v '^@CO' "$T/esc.moep" >"$T/esc.body"
+same_file "$T/plain.body" "$T/esc.body" "escaped keys import as the plain ones"
+end
 begin "import of a missing file"
 bad 1 "cannot open" import --format exflow -o "$OUT" "$T/nope.csv"
 bad 1 "cannot open" import --format eplb -o "$OUT" "$T/dir"

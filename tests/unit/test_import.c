@@ -385,6 +385,15 @@ static void test_jsonl_errors(void)
                 "line 2: 'experts': expert id 4 out of range (experts = 4)");
     expect_fail(MOE_IMPORT_JSONL, 0, VL(0, 0, "[1, 2]") "{\"layer\": 1, \"experts\": [1,\n",
                 MOE_EFORMAT, "line 2: malformed JSON at column 25");
+    /* A key given twice (also spelled with an escape), a lone surrogate (issue 17 item 7). */
+    expect_fail(MOE_IMPORT_JSONL, 0, "{\"layer\": 0, \"experts\": [1, 2], \"layer\": 1}\n",
+                MOE_EFORMAT, "line 1: duplicate key \"layer\" at column 33");
+    expect_fail(MOE_IMPORT_JSONL, 0,
+                "{\"layer\": 0, \"experts\": [1, 2], \"\\u006cayer\": 1}\n", MOE_EFORMAT,
+                "line 1: duplicate key \"\\u006cayer\" at column 33");
+    expect_fail(MOE_IMPORT_JSONL, 0,
+                "{\"layer\": 0, \"experts\": [1, 2], \"token_idx\": 0, \"d\\udc00\": 1}\n",
+                MOE_EFORMAT, "line 1: malformed JSON at column 49");
     expect_fail(MOE_IMPORT_JSONL, 0, VL(0, 0, "[1, 2]") "{\"layer\": 1, \"experts\": [1, 2]}\n",
                 MOE_EFORMAT, "line 2: no 'token_pos'");
     expect_fail(MOE_IMPORT_JSONL, 0, "{\"layer\": 1, \"token_idx\": 0, \"experts\": \"1 2\"}\n",
