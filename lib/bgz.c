@@ -473,6 +473,14 @@ static int load_member(moe_bgz_t *bz, uint8_t **buf, size_t *cap, size_t *len, u
         bgz_fail(bz, trunc ? MOE_ETRUNC : MOE_EFORMAT, msg);
         return bz->err;
     }
+    /* The data starts at offset 20 only when FEXTRA is the one flag: a name, comment or header
+     * CRC would sit in between (and a reserved bit makes zcat refuse the file). */
+    if (hdr[3] != 4) {
+        snprintf(msg, sizeof msg, "block at offset %llu: gzip header flags 0x%02x (only FEXTRA, "
+                 "0x04, is allowed)", (unsigned long long)bz->pos, hdr[3]);
+        bgz_fail(bz, MOE_EFORMAT, msg);
+        return MOE_EFORMAT;
+    }
     size_t total = (size_t)get_u32(hdr + 16) + 1;
     if (total < MOE_BGZ_HEADER_SIZE + MOE_BGZ_FOOTER_SIZE + 2 ||
         total > compress_bound(MOE_BGZ_MAX_BLOCK) + 64) {
