@@ -41,7 +41,11 @@ struct moe_trace {
     char msg[256];
 };
 
-/* Record a failure (first one wins) with a printf-style message; returns rc. */
+/* Layering inside the part: trace.c (the handle) -> trace_bin.c, trace_text.c (the codecs) ->
+ * trace_hdr.c (headers, records, the helpers below); trace_map.c uses the handle for inputs it
+ * cannot map and the binary codec's decoders below. No file calls one above it. */
+
+/* trace_hdr.c: record a failure (first one wins) with a printf-style message; returns rc. */
 int trace_fail(moe_trace_t *t, int rc, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* Grow t->buf to at least n bytes; 0 or MOE_ENOMEM. */
 int trace_reserve(moe_trace_t *t, size_t n);
@@ -129,6 +133,7 @@ static inline unsigned trace_ids_max(const uint8_t *p, unsigned idw, size_t n)
 int trace_bin_parse_header(const uint8_t *p, size_t n, const char *path, moe_trace_hdr_t *h,
                            size_t *rec_off, char *msg, size_t msglen);
 
+/* trace_bin.c and trace_text.c: the codecs, called by trace.c. */
 int trace_bin_read_header(moe_trace_t *t);
 int trace_bin_read(moe_trace_t *t, moe_trace_rec_t *r);
 int trace_bin_write_header(moe_trace_t *t);
