@@ -202,47 +202,59 @@ static int block_compress(codec_t *c, slot_t *s)
     return 0;
 }
 
-/* Inflate s->cdata (a whole member, header already validated) into s->udata and check it. */
-static int block_inflate(codec_t *c, slot_t *s)
+/* Inflate the whole member c[0..clen) (header already validated by load_member) into *ubuf
+ * (grown to hold ISIZE + 1 bytes, capacity *ucap) and check its CRC and size. Returns 0 with the
+ * payload size in *ulen, or a negative status with the reason in msg. */
+static int member_inflate(codec_t *c, const uint8_t *cdata, size_t clen, uint64_t offset,
+                          uint8_t **ubuf, size_t *ucap, size_t *ulen, char *msg, size_t msglen)
 {
-    const uint8_t *foot = s->cdata + s->clen - MOE_BGZ_FOOTER_SIZE;
+    const uint8_t *foot = cdata + clen - MOE_BGZ_FOOTER_SIZE;
     uint32_t isize = get_u32(foot + 4);
     if (isize > MOE_BGZ_MAX_BLOCK) {
-        snprintf(s->msg, sizeof s->msg, "block at offset %llu: size %u exceeds the limit",
-                 (unsigned long long)s->offset, isize);
+        snprintf(msg, msglen, "block at offset %llu: size %u exceeds the limit",
+                 (unsigned long long)offset, isize);
         return MOE_ECORRUPT;
     }
-    if (s->ucap < isize + 1) {
-        uint8_t *p = realloc(s->udata, isize + 1);
-        if (!p)
+    if (*ucap < (size_t)isize + 1) {
+        uint8_t *p = realloc(*ubuf, (size_t)isize + 1);
+        if (!p) {
+            snprintf(msg, msglen, "out of memory");
             return MOE_ENOMEM;
-        s->udata = p;
-        s->ucap = isize + 1;
+        }
+        *ubuf = p;
+        *ucap = (size_t)isize + 1;
     }
-    const uint8_t *in = s->cdata + MOE_BGZ_HEADER_SIZE;
-    size_t inlen = s->clen - MOE_BGZ_HEADER_SIZE - MOE_BGZ_FOOTER_SIZE;
+    uint8_t *out = *ubuf;
+    const uint8_t *in = cdata + MOE_BGZ_HEADER_SIZE;
+    size_t inlen = clen - MOE_BGZ_HEADER_SIZE - MOE_BGZ_FOOTER_SIZE;
     int ok;
 #ifdef HAVE_LIBDEFLATE
     size_t got = 0;
-    ok = libdeflate_deflate_decompress(c->decomp, in, inlen, s->udata, isize, &got) ==
+    ok = libdeflate_deflate_decompress(c->decomp, in, inlen, out, isize, &got) ==
              LIBDEFLATE_SUCCESS && got == isize;
 #else
     inflateReset(&c->zi);
     c->zi.next_in = (uint8_t *)in;
     c->zi.avail_in = (uInt)inlen;
-    c->zi.next_out = s->udata;
+    c->zi.next_out = out;
     c->zi.avail_out = isize + 1;
     ok = inflate(&c->zi, Z_FINISH) == Z_STREAM_END && c->zi.total_out == isize;
 #endif
-    s->ulen = isize;
-    if (ok && crc32_of(s->udata, isize) != get_u32(foot))
+    *ulen = isize;
+    if (ok && crc32_of(out, isize) != get_u32(foot))
         ok = 0;
     if (!ok) {
-        snprintf(s->msg, sizeof s->msg, "block at offset %llu: corrupt data (inflate or CRC)",
-                 (unsigned long long)s->offset);
+        snprintf(msg, msglen, "block at offset %llu: corrupt data (inflate or CRC)",
+                 (unsigned long long)offset);
         return MOE_ECORRUPT;
     }
     return 0;
+}
+
+static int block_inflate(codec_t *c, slot_t *s)
+{
+    return member_inflate(c, s->cdata, s->clen, s->offset, &s->udata, &s->ucap, &s->ulen, s->msg,
+                          sizeof s->msg);
 }
 
 static int slot_process(moe_bgz_t *bz, codec_t *c, slot_t *s)
@@ -437,8 +449,10 @@ static ptrdiff_t bgz_raw(moe_bgz_t *bz, uint8_t *dst, size_t n)
     return (ptrdiff_t)got;
 }
 
-/* Read one member into s. Returns 1 (loaded), 0 (clean end of file), or a negative status. */
-static int load_member(moe_bgz_t *bz, slot_t *s)
+/* Read one member, whole (header, data, footer), into *buf (capacity *cap, grown as needed):
+ * *len its size, *offset its file offset. Returns 1 (loaded), 0 (clean end of file), or a
+ * negative status recorded in bz. The one place that checks a member header. */
+static int load_member(moe_bgz_t *bz, uint8_t **buf, size_t *cap, size_t *len, uint64_t *offset)
 {
     uint8_t hdr[MOE_BGZ_HEADER_SIZE];
     char msg[160];
@@ -459,6 +473,14 @@ static int load_member(moe_bgz_t *bz, slot_t *s)
         bgz_fail(bz, trunc ? MOE_ETRUNC : MOE_EFORMAT, msg);
         return bz->err;
     }
+    /* The data starts at offset 20 only when FEXTRA is the one flag: a name, comment or header
+     * CRC would sit in between (and a reserved bit makes zcat refuse the file). */
+    if (hdr[3] != 4) {
+        snprintf(msg, sizeof msg, "block at offset %llu: gzip header flags 0x%02x (only FEXTRA, "
+                 "0x04, is allowed)", (unsigned long long)bz->pos, hdr[3]);
+        bgz_fail(bz, MOE_EFORMAT, msg);
+        return MOE_EFORMAT;
+    }
     size_t total = (size_t)get_u32(hdr + 16) + 1;
     if (total < MOE_BGZ_HEADER_SIZE + MOE_BGZ_FOOTER_SIZE + 2 ||
         total > compress_bound(MOE_BGZ_MAX_BLOCK) + 64) {
@@ -467,48 +489,126 @@ static int load_member(moe_bgz_t *bz, slot_t *s)
         bgz_fail(bz, MOE_ECORRUPT, msg);
         return MOE_ECORRUPT;
     }
-    if (s->ccap < total) {
-        uint8_t *p = realloc(s->cdata, total);
+    if (*cap < total) {
+        uint8_t *p = realloc(*buf, total);
         if (!p) {
             bgz_fail(bz, MOE_ENOMEM, "out of memory");
             return MOE_ENOMEM;
         }
-        s->cdata = p;
-        s->ccap = total;
+        *buf = p;
+        *cap = total;
     }
-    memcpy(s->cdata, hdr, sizeof hdr);
-    r = bgz_raw(bz, s->cdata + sizeof hdr, total - sizeof hdr);
+    memcpy(*buf, hdr, sizeof hdr);
+    r = bgz_raw(bz, *buf + sizeof hdr, total - sizeof hdr);
     if (r < 0 || (size_t)r != total - sizeof hdr) {
         snprintf(msg, sizeof msg, "truncated file (block at offset %llu cut short)",
                  (unsigned long long)bz->pos);
         bgz_fail(bz, MOE_ETRUNC, msg);
         return MOE_ETRUNC;
     }
-    s->clen = total;
-    s->offset = bz->pos;
-    s->err = 0;
-    s->msg[0] = '\0';
+    *len = total;
+    *offset = bz->pos;
     bz->pos += total;
     return 1;
 }
 
-/* Fill free slots with the next members, skipping empty ones (the end-of-file marker). */
+/* The next non-empty member, skipping empty ones (the end-of-file marker); 1, 0 at the end of
+ * the file (bz->last_empty says whether the marker came last), or a negative status. */
+static int next_member(moe_bgz_t *bz, uint8_t **buf, size_t *cap, size_t *len, uint64_t *offset)
+{
+    for (;;) {
+        int rc = load_member(bz, buf, cap, len, offset);
+        if (rc <= 0)
+            return rc;
+        bz->last_empty = get_u32(*buf + *len - 4) == 0;
+        if (!bz->last_empty)
+            return 1;
+    }
+}
+
+/* Fill free slots with the next non-empty members. */
 static void read_ahead(moe_bgz_t *bz)
 {
     while (!bz->file_eof && bz->err == 0 && bz->tail - bz->head < bz->nslots) {
         slot_t *s = &bz->slots[bz->tail % bz->nslots];
-        int rc = load_member(bz, s);
-        if (rc <= 0) {
+        if (next_member(bz, &s->cdata, &s->ccap, &s->clen, &s->offset) <= 0) {
             bz->file_eof = 1;
             return;
         }
-        if (get_u32(s->cdata + s->clen - 4) == 0) {
-            bz->last_empty = 1;
-            continue;
-        }
-        bz->last_empty = 0;
+        s->err = 0;
+        s->msg[0] = '\0';
         slot_publish(bz, s);
     }
+}
+
+int moe_bgz_read_member(moe_bgz_t *bz, uint8_t **buf, size_t *cap, size_t *len,
+                        uint64_t *offset)
+{
+    assert(bz->mode == 'r');
+    if (bz->err)
+        return bz->err;
+    int rc = next_member(bz, buf, cap, len, offset);
+    if (rc == 0 && !bz->last_empty) {
+        bgz_fail(bz, MOE_ETRUNC, "truncated file (no end-of-file block)");
+        return MOE_ETRUNC;
+    }
+    return rc;
+}
+
+struct moe_bgz_inflater {
+    codec_t c;
+};
+
+moe_bgz_inflater_t *moe_bgz_inflater_new(void)
+{
+    moe_bgz_inflater_t *z = malloc(sizeof *z);
+    if (z && codec_init(&z->c, 'r', 0) != 0) {
+        codec_release(&z->c);
+        free(z);
+        z = NULL;
+    }
+    return z;
+}
+
+void moe_bgz_inflater_free(moe_bgz_inflater_t *z)
+{
+    if (z)
+        codec_release(&z->c);
+    free(z);
+}
+
+ptrdiff_t moe_bgz_inflate_member(moe_bgz_inflater_t *z, const uint8_t *member, size_t len,
+                                 uint64_t offset, uint8_t **buf, size_t *cap, char *msg,
+                                 size_t msglen)
+{
+    size_t ulen = 0;
+    int rc = member_inflate(&z->c, member, len, offset, buf, cap, &ulen, msg, msglen);
+    return rc ? rc : (ptrdiff_t)ulen;
+}
+
+size_t moe_bgz_inflate_prefix(const uint8_t *member, size_t len, uint8_t *out, size_t n)
+{
+    uint32_t isize = get_u32(member + len - 4);
+    if (isize > MOE_BGZ_MAX_BLOCK)
+        return 0;
+    n = n < isize ? n : isize;
+    z_stream z;
+    memset(&z, 0, sizeof z);
+    if (inflateInit2(&z, -15) != Z_OK)
+        return 0;
+    z.next_in = (uint8_t *)member + MOE_BGZ_HEADER_SIZE;
+    z.avail_in = (uInt)(len - MOE_BGZ_HEADER_SIZE - MOE_BGZ_FOOTER_SIZE);
+    z.next_out = out;
+    z.avail_out = (uInt)n;
+    int zr = inflate(&z, Z_SYNC_FLUSH);
+    size_t got = n - z.avail_out;
+    inflateEnd(&z);
+    return zr == Z_OK || zr == Z_STREAM_END ? got : 0;
+}
+
+uint32_t moe_bgz_member_isize(const uint8_t *member, size_t len)
+{
+    return get_u32(member + len - 4);
 }
 
 int moe_bgz_read_block(moe_bgz_t *bz, const uint8_t **data, size_t *len)

@@ -6,7 +6,7 @@
 #include <string.h>
 #include <sys/mman.h>
 
-#include "affinity_internal.h"
+#include "affinity_count.h"
 #include "moe/moe.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))

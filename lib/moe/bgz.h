@@ -44,6 +44,42 @@ moe_bgz_t *moe_bgz_dopen(int fd, char mode, int level, int threads, const char *
  * status (MOE_ETRUNC when the file ends without the marker, MOE_ECORRUPT on a bad block). */
 int moe_bgz_read_block(moe_bgz_t *bz, const uint8_t **data, size_t *len);
 
+/*
+ * Member-level access, for a reader that inflates members on threads of its own (the parallel
+ * trace map), as htslib's bgzf_read_block/bgzf_uncompress serve both its streaming and its
+ * indexed readers: the same header checks, limits and messages as moe_bgz_read_block. Do not mix
+ * moe_bgz_read_member and moe_bgz_read_block on one handle.
+ */
+
+/* Read the next non-empty member whole (header, compressed data, footer; empty members such as
+ * the end-of-file marker are skipped) into *buf, of capacity *cap, grown with realloc as
+ * needed (the caller frees it); *len is the member's size and *offset its file offset. Only the
+ * header and size are checked here. Returns 1, 0 at the end-of-file marker, or a negative
+ * status with the message in moe_bgz_errmsg (MOE_ETRUNC when the file ends without the
+ * marker). Not thread-safe: the caller serialises calls on one handle. */
+int moe_bgz_read_member(moe_bgz_t *bz, uint8_t **buf, size_t *cap, size_t *len,
+                        uint64_t *offset);
+
+/* A decompressor for moe_bgz_inflate_member, one per thread. NULL when out of memory. */
+typedef struct moe_bgz_inflater moe_bgz_inflater_t;
+moe_bgz_inflater_t *moe_bgz_inflater_new(void);
+void moe_bgz_inflater_free(moe_bgz_inflater_t *z); /* NULL is a no-op */
+
+/* Inflate a member read by moe_bgz_read_member (at file offset `offset`, for messages) into
+ * *buf, of capacity *cap, grown to ISIZE + 1 as needed, and check its CRC32 and ISIZE. Returns
+ * the payload size, or a negative status with "block at offset N: ..." in msg. */
+ptrdiff_t moe_bgz_inflate_member(moe_bgz_inflater_t *z, const uint8_t *member, size_t len,
+                                 uint64_t offset, uint8_t **buf, size_t *cap, char *msg,
+                                 size_t msglen);
+
+/* Inflate only the first n payload bytes (or all, if fewer) of a member into out, unchecked
+ * (no CRC: the rest is not inflated), to peek at a header. Returns the bytes produced; fewer
+ * than min(n, ISIZE) means the data is damaged. */
+size_t moe_bgz_inflate_prefix(const uint8_t *member, size_t len, uint8_t *out, size_t n);
+
+/* The payload size (ISIZE) a member read by moe_bgz_read_member declares. */
+uint32_t moe_bgz_member_isize(const uint8_t *member, size_t len);
+
 /* Append len bytes (at most MOE_BGZ_MAX_BLOCK) to the current block; if they do not fit, the
  * block is closed first, and once it reaches MOE_BGZ_TARGET_BLOCK it is closed and queued for
  * compression. Returns 0 or a negative status (MOE_ESYS with errno on a write failure). */

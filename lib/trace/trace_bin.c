@@ -2,6 +2,8 @@
 #include "config.h"
 
 #include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -16,20 +18,10 @@ static inline void put32(uint8_t *p, uint32_t v)
     p[3] = (uint8_t)(v >> 24);
 }
 
-static inline uint32_t get32(const uint8_t *p)
-{
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-
 static inline void put64(uint8_t *p, uint64_t v)
 {
     put32(p, (uint32_t)v);
     put32(p + 4, (uint32_t)(v >> 32));
-}
-
-static inline uint64_t get64(const uint8_t *p)
-{
-    return get32(p) | (uint64_t)get32(p + 4) << 32;
 }
 
 /* Floats travel as their IEEE-754 bit patterns, little endian. */
@@ -38,14 +30,6 @@ static inline void putf(uint8_t *p, float f)
     uint32_t u;
     memcpy(&u, &f, 4);
     put32(p, u);
-}
-
-static inline float getf(const uint8_t *p)
-{
-    uint32_t u = get32(p);
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
 }
 
 /* ------------------------------------------------------------------ reading */
@@ -60,6 +44,63 @@ static int next_block(moe_trace_t *t)
     return rc;
 }
 
+/* Format a header failure into msg; returns rc. */
+static int hdr_fail(char *msg, size_t msglen, int rc, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static int hdr_fail(char *msg, size_t msglen, int rc, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, msglen, fmt, ap);
+    va_end(ap);
+    return rc;
+}
+
+int trace_bin_parse_header(const uint8_t *p, size_t n, const char *path, moe_trace_hdr_t *h,
+                           size_t *rec_off, char *msg, size_t msglen)
+{
+    if (n < TRACE_PREFIX_SIZE || memcmp(p, TRACE_MAGIC, 4) != 0)
+        return hdr_fail(msg, msglen, MOE_EFORMAT, "'%s': not a moeflow trace (bad magic)", path);
+    if (p[4] != TRACE_KIND)
+        return hdr_fail(msg, msglen, MOE_EFORMAT, "'%s': a moeflow '%c' file, not a routing trace",
+                        path, p[4] >= 32 && p[4] < 127 ? p[4] : '?');
+    if (p[5] == 0)
+        return hdr_fail(msg, msglen, MOE_EVERSION, "'%s': unsupported trace format version %u.%u",
+                        path, p[5], p[6]);
+    if (p[5] > MOE_TRACE_MAJOR)
+        return hdr_fail(msg, msglen, MOE_EVERSION,
+                        "'%s': trace format version %u.%u is newer than this reader (%u.%u);"
+                        " upgrade moeflow", path, p[5], p[6], MOE_TRACE_MAJOR, MOE_TRACE_MINOR);
+    uint32_t body = trace_get32(p + 8);
+    if (body < TRACE_HDR_FIXED || body > n - TRACE_PREFIX_SIZE)
+        return hdr_fail(msg, msglen, MOE_ECORRUPT, "'%s': corrupt trace header", path);
+    const uint8_t *b = p + TRACE_PREFIX_SIZE;
+    h->layers = trace_get32(b);
+    h->experts = trace_get32(b + 4);
+    h->topk = trace_get32(b + 8);
+    h->hidden = trace_get32(b + 12);
+    h->elem_bytes = trace_get32(b + 16);
+    h->ranks = trace_get32(b + 20);
+    h->flags = trace_get32(b + 24);
+    uint32_t tlen = trace_get32(b + 28);
+    if (tlen > body - TRACE_HDR_FIXED)
+        return hdr_fail(msg, msglen, MOE_ECORRUPT, "'%s': corrupt trace header", path);
+    if (tlen) {
+        if (!(h->text = malloc((size_t)tlen + 1)))
+            return hdr_fail(msg, msglen, MOE_ENOMEM, "out of memory");
+        memcpy(h->text, b + TRACE_HDR_FIXED, tlen);
+        h->text[tlen] = '\0';
+    }
+    int rc = moe_trace_hdr_check(h);
+    if (rc || (tlen && strlen(h->text) != tlen))
+        return hdr_fail(msg, msglen, rc ? rc : MOE_EFORMAT,
+                        "'%s': invalid trace header (%u layers, %u experts, top-%u)", path,
+                        h->layers, h->experts, h->topk);
+    /* Fields a newer minor version appends to the header body are skipped. */
+    *rec_off = TRACE_PREFIX_SIZE + (size_t)body;
+    return 0;
+}
+
 int trace_bin_read_header(moe_trace_t *t)
 {
     int rc = next_block(t);
@@ -67,75 +108,13 @@ int trace_bin_read_header(moe_trace_t *t)
         return rc;
     if (rc == 0)
         return trace_fail(t, MOE_EEMPTY, "'%s': empty trace (no header)", t->path);
-    const uint8_t *p = t->blk;
-    if (t->blk_len < TRACE_PREFIX_SIZE || memcmp(p, TRACE_MAGIC, 4) != 0)
-        return trace_fail(t, MOE_EFORMAT, "'%s': not a moeflow trace (bad magic)", t->path);
-    if (p[4] != TRACE_KIND)
-        return trace_fail(t, MOE_EFORMAT, "'%s': a moeflow '%c' file, not a routing trace",
-                          t->path, p[4] >= 32 && p[4] < 127 ? p[4] : '?');
-    if (p[5] == 0)
-        return trace_fail(t, MOE_EVERSION, "'%s': unsupported trace format version %u.%u",
-                          t->path, p[5], p[6]);
-    if (p[5] > MOE_TRACE_MAJOR)
-        return trace_fail(t, MOE_EVERSION,
-                          "'%s': trace format version %u.%u is newer than this reader (%u.%u);"
-                          " upgrade moeflow", t->path, p[5], p[6], MOE_TRACE_MAJOR,
-                          MOE_TRACE_MINOR);
-    uint32_t body = get32(p + 8);
-    if (body < TRACE_HDR_FIXED || body > t->blk_len - TRACE_PREFIX_SIZE)
-        return trace_fail(t, MOE_ECORRUPT, "'%s': corrupt trace header", t->path);
-    const uint8_t *b = p + TRACE_PREFIX_SIZE;
-    moe_trace_hdr_t *h = &t->hdr;
-    h->layers = get32(b);
-    h->experts = get32(b + 4);
-    h->topk = get32(b + 8);
-    h->hidden = get32(b + 12);
-    h->elem_bytes = get32(b + 16);
-    h->ranks = get32(b + 20);
-    h->flags = get32(b + 24);
-    uint32_t tlen = get32(b + 28);
-    if (tlen > body - TRACE_HDR_FIXED)
-        return trace_fail(t, MOE_ECORRUPT, "'%s': corrupt trace header", t->path);
-    if (tlen) {
-        if (!(h->text = malloc(tlen + 1)))
-            return trace_fail(t, MOE_ENOMEM, "out of memory");
-        memcpy(h->text, b + TRACE_HDR_FIXED, tlen);
-        h->text[tlen] = '\0';
-    }
-    rc = moe_trace_hdr_check(h);
-    if (rc || (tlen && strlen(h->text) != tlen))
-        return trace_fail(t, rc ? rc : MOE_EFORMAT,
-                          "'%s': invalid trace header (%u layers, %u experts, top-%u)",
-                          t->path, h->layers, h->experts, h->topk);
-    /* Fields a newer minor version appends to the header body are skipped. */
-    t->blk_off = TRACE_PREFIX_SIZE + body;
+    char msg[sizeof t->msg];
+    size_t off = 0;
+    rc = trace_bin_parse_header(t->blk, t->blk_len, t->path, &t->hdr, &off, msg, sizeof msg);
+    if (rc)
+        return trace_fail(t, rc, "%s", msg);
+    t->blk_off = off;
     return 0;
-}
-
-/* Decode n stored ids; returns the largest raw value, so the caller can skip the per-cell
- * validation when every id is in range (the common case, and the hot loop of every reader). */
-static unsigned decode_ids(const moe_trace_t *t, const uint8_t *p, uint16_t *ids, uint32_t n)
-{
-    unsigned mx = 0;
-    if (t->idw == 1) {
-        uint8_t m = 0;
-        for (uint32_t i = 0; i < n; i++) {
-            m = p[i] > m ? p[i] : m;
-            ids[i] = p[i];
-        }
-        if (m == 0xff) /* missing cells: map the stored marker */
-            for (uint32_t i = 0; i < n; i++)
-                ids[i] = ids[i] == 0xff ? MOE_EXPERT_NONE : ids[i];
-        mx = m;
-    } else {
-        uint16_t m = 0;
-        for (uint32_t i = 0; i < n; i++) {
-            ids[i] = (uint16_t)(p[2 * i] | p[2 * i + 1] << 8);
-            m = ids[i] > m ? ids[i] : m;
-        }
-        mx = m;
-    }
-    return mx;
 }
 
 int trace_bin_read(moe_trace_t *t, moe_trace_rec_t *r)
@@ -147,23 +126,24 @@ int trace_bin_read(moe_trace_t *t, moe_trace_rec_t *r)
     }
     size_t left = t->blk_len - t->blk_off;
     const uint8_t *p = t->blk + t->blk_off;
-    uint32_t len = left >= 4 ? get32(p) : 0;
+    uint32_t len = left >= 4 ? trace_get32(p) : 0;
     if (left < 4 || len > left - 4 || len < t->rec_size)
         return trace_fail(t, MOE_ECORRUPT, "'%s': corrupt record %llu", t->path,
                           (unsigned long long)t->count + 1);
     p += 4;
-    r->token = get64(p);
-    r->seq = get32(p + 8);
-    r->pos = get32(p + 12);
-    r->step = get32(p + 16);
-    r->rank = get32(p + 20);
+    r->token = trace_get64(p);
+    r->seq = trace_get32(p + 8);
+    r->pos = trace_get32(p + 12);
+    r->step = trace_get32(p + 16);
+    r->rank = trace_get32(p + 20);
     uint32_t n = t->hdr.layers * t->hdr.topk;
     /* Records with weights always get the full check (finite weights). */
-    t->rec_valid = decode_ids(t, p + TRACE_REC_FIXED, r->ids, n) < t->hdr.experts && !r->weights;
+    t->rec_valid =
+        trace_decode_ids(p + TRACE_REC_FIXED, t->idw, r->ids, n) < t->hdr.experts && !r->weights;
     if (r->weights) {
         const uint8_t *w = p + TRACE_REC_FIXED + (size_t)n * t->idw;
         for (uint32_t i = 0; i < n; i++)
-            r->weights[i] = getf(w + 4 * i);
+            r->weights[i] = trace_getf(w + 4 * i);
     }
     /* Tagged extensions of a newer minor version (len > rec_size) are skipped. */
     t->blk_off += 4 + (size_t)len;

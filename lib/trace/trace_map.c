@@ -10,27 +10,22 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include <zlib.h>
-#ifdef HAVE_LIBDEFLATE
-#include <libdeflate.h>
-#endif
 
 #include "moe/bgz.h"
 #include "moe/io.h"
 #include "moe/moe.h"
 #include "moe/trace_map.h"
+#include "trace_internal.h"
 
 /*
- * The container and payload layouts are those of moe-trace(5); this file reads them on its own
- * rather than through moe_bgz_t/moe_trace_t because those hand blocks out in order on one
- * thread. The messages match the sequential reader's, so a tool reports the same damage the
- * same way whichever path read the file.
+ * The container and payload are read with the same code as the streaming reader: members come
+ * whole from moe_bgz_read_member (one reader at a time, under m->mu) and inflate on the workers
+ * with moe_bgz_inflate_member; the header and the stored ids are decoded by the binary codec's
+ * helpers (trace_internal.h). So a tool reports the same damage the same way whichever path
+ * read the file.
  */
 
 #define MAP_SEQ_BATCH 4096u     /* records per batch from the sequential reader */
-#define REC_FIXED 24u           /* u64 token + four u32 */
-#define HDR_PREFIX 12u          /* magic, kind, versions, reserved, header body length */
-#define HDR_FIXED 32u           /* eight u32 fields before the header text */
 #define NO_INDEX UINT64_MAX
 
 /* A batch buffer: the public view and the arrays behind it. */
@@ -48,12 +43,7 @@ typedef struct bbuf {
 
 /* What a worker holds: its decompressor, the member it read, its payload, a batch buffer. */
 typedef struct wstate {
-#ifdef HAVE_LIBDEFLATE
-    struct libdeflate_decompressor *dec;
-#else
-    z_stream z;
-    int z_ok;
-#endif
+    moe_bgz_inflater_t *inf;
     uint8_t *cbuf, *ubuf;
     size_t ccap, clen, ucap;
     uint64_t coff; /* file offset of the member in cbuf */
@@ -76,11 +66,11 @@ struct moe_trace_map {
     size_t nid;            /* L * K */
     moe_trace_t *seqr;     /* sequential reader, or NULL on the parallel path */
     /* parallel path: the file */
-    int fd;
+    int fd;                /* until bz takes it over */
+    moe_bgz_t *bz;         /* members are read through it, under mu */
     uint8_t prefix[MOE_BGZ_HEADER_SIZE];
-    size_t prefix_len, prefix_off;
-    uint64_t pos, size;
-    int last_empty;
+    size_t prefix_len;
+    uint64_t size;
     uint8_t *first;        /* payload of the header block; records start at first_off */
     size_t first_len, first_off;
     uint64_t first_coff;
@@ -111,16 +101,6 @@ struct moe_trace_map {
     uint64_t err_rec;      /* record offset in the batch for record errors, else NO_INDEX */
     char msg[320];
 };
-
-static uint32_t get32(const uint8_t *p)
-{
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-
-static uint64_t get64(const uint8_t *p)
-{
-    return get32(p) | (uint64_t)get32(p + 4) << 32;
-}
 
 /* ------------------------------------------------------------------ errors */
 
@@ -230,201 +210,41 @@ static int hdr_fail(moe_trace_map_t *m, int rc, const char *fmt, ...)
     return rc;
 }
 
-/* Parse the payload header at the start of p[0..n); on success m->first_off is where the
- * records start. Same checks and messages as the sequential reader. */
+/* Parse the payload header at the start of p[0..n) with the binary codec's decoder; on success
+ * m->first_off is where the records start. */
 static int parse_header(moe_trace_map_t *m, const uint8_t *p, size_t n)
 {
-    const char *path = m->path;
-    if (n < HDR_PREFIX || memcmp(p, "MOEF", 4) != 0)
-        return hdr_fail(m, MOE_EFORMAT, "'%s': not a moeflow trace (bad magic)", path);
-    if (p[4] != 'T')
-        return hdr_fail(m, MOE_EFORMAT, "'%s': a moeflow '%c' file, not a routing trace", path,
-                        p[4] >= 32 && p[4] < 127 ? p[4] : '?');
-    if (p[5] == 0)
-        return hdr_fail(m, MOE_EVERSION, "'%s': unsupported trace format version %u.%u", path,
-                        p[5], p[6]);
-    if (p[5] > MOE_TRACE_MAJOR)
-        return hdr_fail(m, MOE_EVERSION,
-                        "'%s': trace format version %u.%u is newer than this reader (%u.%u);"
-                        " upgrade moeflow", path, p[5], p[6], MOE_TRACE_MAJOR, MOE_TRACE_MINOR);
-    uint32_t body = get32(p + 8);
-    if (body < HDR_FIXED || body > n - HDR_PREFIX)
-        return hdr_fail(m, MOE_ECORRUPT, "'%s': corrupt trace header", path);
-    const uint8_t *b = p + HDR_PREFIX;
-    moe_trace_hdr_t *h = &m->hdr;
-    h->layers = get32(b);
-    h->experts = get32(b + 4);
-    h->topk = get32(b + 8);
-    h->hidden = get32(b + 12);
-    h->elem_bytes = get32(b + 16);
-    h->ranks = get32(b + 20);
-    h->flags = get32(b + 24);
-    uint32_t tlen = get32(b + 28);
-    if (tlen > body - HDR_FIXED)
-        return hdr_fail(m, MOE_ECORRUPT, "'%s': corrupt trace header", path);
-    if (tlen) {
-        if (!(h->text = malloc((size_t)tlen + 1)))
-            return hdr_fail(m, MOE_ENOMEM, "out of memory");
-        memcpy(h->text, b + HDR_FIXED, tlen);
-        h->text[tlen] = '\0';
-    }
-    int rc = moe_trace_hdr_check(h);
-    if (rc || (tlen && strlen(h->text) != tlen))
-        return hdr_fail(m, rc ? rc : MOE_EFORMAT,
-                        "'%s': invalid trace header (%u layers, %u experts, top-%u)", path,
-                        h->layers, h->experts, h->topk);
-    m->first_off = HDR_PREFIX + (size_t)body;
-    return 0;
+    char msg[sizeof m->msg];
+    int rc = trace_bin_parse_header(p, n, m->path, &m->hdr, &m->first_off, msg, sizeof msg);
+    return rc ? hdr_fail(m, rc, "%s", msg) : 0;
 }
 
 /* ------------------------------------------------------------------ reading members */
 
-static ptrdiff_t raw_read(moe_trace_map_t *m, uint8_t *dst, size_t n)
-{
-    size_t got = 0;
-    if (m->prefix_off < m->prefix_len) {
-        size_t k = m->prefix_len - m->prefix_off;
-        k = k < n ? k : n;
-        memcpy(dst, m->prefix + m->prefix_off, k);
-        m->prefix_off += k;
-        got = k;
-    }
-    if (got < n) {
-        ptrdiff_t r = moe_read_full(m->fd, dst + got, n - got);
-        if (r < 0)
-            return -1;
-        got += (size_t)r;
-    }
-    return (ptrdiff_t)got;
-}
-
-/* Could these n < 16 bytes start a member header? (A file cut inside a header is truncated.) */
-static int header_prefix(const uint8_t *b, size_t n)
-{
-    static const int want[16] = {0x1f, 0x8b, 8, -1, -1, -1, -1, -1, -1, -1, 8, 0, 'M', 'F', 4, 0};
-    for (size_t i = 0; i < n && i < 16; i++)
-        if (i == 3 ? !(b[i] & 4) : (want[i] >= 0 && b[i] != want[i]))
-            return 0;
-    return 1;
-}
-
-static size_t member_bound(void)
-{
-    size_t n = MOE_BGZ_MAX_BLOCK;
-    return n + n / 1000 + 5 * (n / 65535 + 1) + 1024 + 64;
-}
-
-/* Read the next member into w->cbuf (caller holds m->mu). 1 loaded, 0 end of file, or a
- * negative status (recorded at batch `index`). */
+/* Read the next non-empty member into w->cbuf (caller holds m->mu). 1 loaded, 0 at the
+ * end-of-file marker, or a negative status (recorded at batch `index`). */
 static int read_member(moe_trace_map_t *m, wstate_t *w, uint64_t index)
 {
-    uint8_t hdr[MOE_BGZ_HEADER_SIZE];
-    ptrdiff_t r = raw_read(m, hdr, sizeof hdr);
-    if (r < 0)
-        return fail_at(m, index, NO_INDEX, MOE_ESYS, "'%s': read error: %s", m->path,
-                       strerror(errno));
-    if (r == 0)
-        return 0;
-    if ((size_t)r < sizeof hdr || !moe_bgz_is_bgz(hdr, (size_t)r)) {
-        int trunc = (size_t)r < sizeof hdr && ((size_t)r >= 16 ? moe_bgz_is_bgz(hdr, (size_t)r)
-                                                               : header_prefix(hdr, (size_t)r));
-        if (trunc)
-            return fail_at(m, index, NO_INDEX, MOE_ETRUNC,
-                           "'%s': truncated file (block at offset %llu cut short)", m->path,
-                           (unsigned long long)m->pos);
-        return fail_at(m, index, NO_INDEX, MOE_EFORMAT,
-                       "'%s': not a block-gzip block at offset %llu", m->path,
-                       (unsigned long long)m->pos);
-    }
-    size_t total = (size_t)get32(hdr + 16) + 1;
-    if (total < MOE_BGZ_HEADER_SIZE + MOE_BGZ_FOOTER_SIZE + 2 || total > member_bound())
-        return fail_at(m, index, NO_INDEX, MOE_ECORRUPT,
-                       "'%s': block at offset %llu: invalid size %zu", m->path,
-                       (unsigned long long)m->pos, total);
-    if (w->ccap < total) {
-        uint8_t *p = realloc(w->cbuf, total);
-        if (!p)
-            return fail_at(m, index, NO_INDEX, MOE_ENOMEM, "out of memory");
-        w->cbuf = p;
-        w->ccap = total;
-    }
-    memcpy(w->cbuf, hdr, sizeof hdr);
-    r = raw_read(m, w->cbuf + sizeof hdr, total - sizeof hdr);
-    if (r < 0 || (size_t)r != total - sizeof hdr)
-        return fail_at(m, index, NO_INDEX, MOE_ETRUNC,
-                       "'%s': truncated file (block at offset %llu cut short)", m->path,
-                       (unsigned long long)m->pos);
-    w->clen = total;
-    w->coff = m->pos;
-    m->pos += total;
-    return 1;
-}
-
-static int worker_codec_init(wstate_t *w)
-{
-#ifdef HAVE_LIBDEFLATE
-    w->dec = libdeflate_alloc_decompressor();
-    return w->dec ? 0 : MOE_ENOMEM;
-#else
-    if (inflateInit2(&w->z, -15) != Z_OK)
-        return MOE_ENOMEM;
-    w->z_ok = 1;
-    return 0;
-#endif
-}
-
-static void worker_codec_release(wstate_t *w)
-{
-#ifdef HAVE_LIBDEFLATE
-    if (w->dec)
-        libdeflate_free_decompressor(w->dec);
-    w->dec = NULL;
-#else
-    if (w->z_ok)
-        inflateEnd(&w->z);
-    w->z_ok = 0;
-#endif
+    int rc = moe_bgz_read_member(m->bz, &w->cbuf, &w->ccap, &w->clen, &w->coff);
+    if (rc == MOE_ENOMEM)
+        return fail_at(m, index, NO_INDEX, rc, "out of memory");
+    if (rc < 0)
+        return fail_at(m, index, NO_INDEX, rc, "'%s': %s", m->path, moe_bgz_errmsg(m->bz));
+    return rc;
 }
 
 /* Inflate the member in w->cbuf into w->ubuf and check its CRC and size. Returns the payload
  * size, or a negative status with the failure recorded at batch `index`. */
 static ptrdiff_t inflate_member(moe_trace_map_t *m, wstate_t *w, uint64_t index)
 {
-    const uint8_t *foot = w->cbuf + w->clen - MOE_BGZ_FOOTER_SIZE;
-    uint32_t isize = get32(foot + 4);
-    if (isize > MOE_BGZ_MAX_BLOCK)
-        return fail_locked(m, index, NO_INDEX, MOE_ECORRUPT,
-                           "'%s': block at offset %llu: size %u exceeds the limit", m->path,
-                           (unsigned long long)w->coff, isize);
-    if (w->ucap < (size_t)isize + 1) {
-        uint8_t *p = realloc(w->ubuf, (size_t)isize + 1);
-        if (!p)
-            return fail_locked(m, index, NO_INDEX, MOE_ENOMEM, "out of memory");
-        w->ubuf = p;
-        w->ucap = (size_t)isize + 1;
-    }
-    const uint8_t *in = w->cbuf + MOE_BGZ_HEADER_SIZE;
-    size_t inlen = w->clen - MOE_BGZ_HEADER_SIZE - MOE_BGZ_FOOTER_SIZE;
-    int ok;
-#ifdef HAVE_LIBDEFLATE
-    size_t got = 0;
-    ok = libdeflate_deflate_decompress(w->dec, in, inlen, w->ubuf, isize, &got) ==
-             LIBDEFLATE_SUCCESS && got == isize &&
-         libdeflate_crc32(0, w->ubuf, isize) == get32(foot);
-#else
-    inflateReset(&w->z);
-    w->z.next_in = (Bytef *)in;
-    w->z.avail_in = (uInt)inlen;
-    w->z.next_out = w->ubuf;
-    w->z.avail_out = isize + 1;
-    ok = inflate(&w->z, Z_FINISH) == Z_STREAM_END && w->z.total_out == isize &&
-         crc32(crc32(0, Z_NULL, 0), w->ubuf, isize) == get32(foot);
-#endif
-    if (!ok)
-        return fail_locked(m, index, NO_INDEX, MOE_ECORRUPT,
-                           "'%s': block at offset %llu: corrupt data (inflate or CRC)", m->path,
-                           (unsigned long long)w->coff);
-    return (ptrdiff_t)isize;
+    char msg[160];
+    ptrdiff_t n = moe_bgz_inflate_member(w->inf, w->cbuf, w->clen, w->coff, &w->ubuf, &w->ucap,
+                                         msg, sizeof msg);
+    if (n == MOE_ENOMEM)
+        return fail_locked(m, index, NO_INDEX, MOE_ENOMEM, "out of memory");
+    if (n < 0)
+        return fail_locked(m, index, NO_INDEX, (int)n, "'%s': %s", m->path, msg);
+    return n;
 }
 
 /* ------------------------------------------------------------------ batch buffers */
@@ -526,73 +346,20 @@ static int check_record(moe_trace_map_t *m, const bbuf_t *b, size_t r, uint64_t 
     return rc;
 }
 
-static float getf(const uint8_t *p)
-{
-    uint32_t u = get32(p);
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-}
-
-/* Decode the n stored ids at p into ids[]; returns nonzero when every id is below E (the
- * common case, where the per-cell check can be skipped). The loops run in fixed blocks of 32
- * so that the compiler vectorises them at -O2. */
+/* Decode the stored ids of one record into ids[]; nonzero when every id is below E. */
 static int decode_ids(const moe_trace_map_t *m, const uint8_t *p, uint16_t *ids)
 {
-    const size_t n = m->nid;
-    size_t i = 0;
-    unsigned mx = 0;
-    if (m->idw == 1) {
-        uint8_t mb = 0;
-        for (; i + 32 <= n; i += 32)
-            for (size_t k = 0; k < 32; k++) {
-                mb = p[i + k] > mb ? p[i + k] : mb;
-                ids[i + k] = p[i + k];
-            }
-        for (; i < n; i++) {
-            mb = p[i] > mb ? p[i] : mb;
-            ids[i] = p[i];
-        }
-        if (mb == 0xff) /* missing cells: map the stored marker */
-            for (i = 0; i < n; i++)
-                ids[i] = ids[i] == 0xff ? MOE_EXPERT_NONE : ids[i];
-        mx = mb;
-    } else {
-        uint16_t mw = 0;
-        for (; i < n; i++) {
-            ids[i] = (uint16_t)(p[2 * i] | p[2 * i + 1] << 8);
-            mw = ids[i] > mw ? ids[i] : mw;
-        }
-        mx = mw;
-    }
-    return mx < m->hdr.experts;
+    return trace_decode_ids(p, m->idw, ids, m->nid) < m->hdr.experts;
+}
+
+/* Raw mode: is every stored id below E (the common case)? */
+static int raw_ids_valid(const moe_trace_map_t *m, const uint8_t *p)
+{
+    return trace_ids_max(p, m->idw, m->nid) < m->hdr.experts;
 }
 
 /* Decode the records of payload p[0..len) into b. Returns the record count or a negative
  * status (recorded at batch `index`). */
-/* Raw mode: is every stored id below E (the common case)? */
-static int raw_ids_valid(const moe_trace_map_t *m, const uint8_t *p)
-{
-    const size_t n = m->nid;
-    size_t i = 0;
-    unsigned mx = 0;
-    if (m->idw == 1) {
-        uint8_t mb = 0;
-        for (; i + 32 <= n; i += 32) /* fixed blocks: vectorised at -O2 */
-            for (size_t k = 0; k < 32; k++)
-                mb = p[i + k] > mb ? p[i + k] : mb;
-        for (; i < n; i++)
-            mb = p[i] > mb ? p[i] : mb;
-        mx = mb;
-    } else {
-        for (; i < n; i++) {
-            unsigned v = p[2 * i] | (unsigned)p[2 * i + 1] << 8;
-            mx = v > mx ? v : mx;
-        }
-    }
-    return mx < m->hdr.experts;
-}
-
 static ptrdiff_t decode_block(moe_trace_map_t *m, const uint8_t *p, size_t len, uint64_t coff,
                               bbuf_t *b, uint64_t index)
 {
@@ -600,7 +367,7 @@ static ptrdiff_t decode_block(moe_trace_map_t *m, const uint8_t *p, size_t len, 
     int uniform = 1; /* every record of the version 1.0 size (no extensions) */
     for (size_t off = 0; off < len; n++) { /* framing first: count and bound the records */
         size_t left = len - off;
-        uint32_t rl = left >= 4 ? get32(p + off) : 0;
+        uint32_t rl = left >= 4 ? trace_get32(p + off) : 0;
         if (left < 4 || rl > left - 4 || rl < m->rec_size)
             return fail_locked(m, index, n, MOE_ECORRUPT,
                                "'%s': corrupt record (block at offset %llu)", m->path,
@@ -616,35 +383,35 @@ static ptrdiff_t decode_block(moe_trace_map_t *m, const uint8_t *p, size_t len, 
     size_t off = 0;
     for (size_t r = 0; r < n; r++) {
         const uint8_t *q = p + off + 4;
-        off += 4 + (size_t)get32(p + off);
-        b->token[r] = get64(q); /* always: error messages name the token */
+        off += 4 + (size_t)trace_get32(p + off);
+        b->token[r] = trace_get64(q); /* always: error messages name the token */
         if (want & MOE_MAP_SEQ)
-            b->seq[r] = get32(q + 8);
+            b->seq[r] = trace_get32(q + 8);
         if (want & MOE_MAP_POS)
-            b->pos[r] = get32(q + 12);
+            b->pos[r] = trace_get32(q + 12);
         if (want & MOE_MAP_STEP)
-            b->step[r] = get32(q + 16);
+            b->step[r] = trace_get32(q + 16);
         if (want & MOE_MAP_RANK)
-            b->rank[r] = get32(q + 20);
-        int valid = raw ? raw_ids_valid(m, q + REC_FIXED)
-                        : decode_ids(m, q + REC_FIXED, b->ids + r * nid);
+            b->rank[r] = trace_get32(q + 20);
+        int valid = raw ? raw_ids_valid(m, q + TRACE_REC_FIXED)
+                        : decode_ids(m, q + TRACE_REC_FIXED, b->ids + r * nid);
         if (b->w) {
-            const uint8_t *wq = q + REC_FIXED + nid * m->idw;
+            const uint8_t *wq = q + TRACE_REC_FIXED + nid * m->idw;
             for (size_t i = 0; i < nid; i++)
-                b->w[r * nid + i] = getf(wq + 4 * i);
+                b->w[r * nid + i] = trace_getf(wq + 4 * i);
             valid = 0; /* weights always get the full check (finite values) */
         }
         if (!valid) { /* the full check, which names a bad id or weight */
             if (raw && bbuf_reserve_ids(m, b, n))
                 return fail_locked(m, index, NO_INDEX, MOE_ENOMEM, "out of memory");
             if (raw)
-                decode_ids(m, q + REC_FIXED, b->ids + r * nid);
+                decode_ids(m, q + TRACE_REC_FIXED, b->ids + r * nid);
             if (check_record(m, b, r, index))
                 return -1;
         }
     }
     if (raw) {
-        b->b.raw = p + 4 + REC_FIXED;
+        b->b.raw = p + 4 + TRACE_REC_FIXED;
         b->b.raw_stride = 4 + m->rec_size;
         b->b.raw_width = m->idw;
     }
@@ -783,18 +550,12 @@ static enum job next_job(moe_trace_map_t *m, wstate_t *w, uint64_t *index)
         if (rc < 0)
             break;
         if (rc == 0) {
-            if (!m->last_empty)
-                fail_at(m, NO_INDEX, NO_INDEX, MOE_ETRUNC,
-                        "'%s': truncated file (no end-of-file block)", m->path);
             __atomic_store_n(&m->stop, 1, __ATOMIC_RELEASE); /* the end of the input */
             break;
         }
-        m->last_empty = get32(w->cbuf + w->clen - 4) == 0;
-        if (!m->last_empty) {
-            *index = m->next_index++;
-            j = JOB_MEMBER;
-            break;
-        }
+        *index = m->next_index++;
+        j = JOB_MEMBER;
+        break;
     }
     if (m->locks)
         pthread_mutex_unlock(&m->mu);
@@ -809,7 +570,7 @@ static void report_progress(moe_trace_map_t *m, int wid)
         return;
     if (m->locks)
         pthread_mutex_lock(&m->mu);
-    uint64_t done = m->pos;
+    uint64_t done = moe_bgz_tell(m->bz);
     if (m->locks)
         pthread_mutex_unlock(&m->mu);
     m->ops->progress(m->arg, done, m->size);
@@ -1017,27 +778,16 @@ static int open_sequential(moe_trace_map_t *m, int threads)
 static int parse_header_partial(moe_trace_map_t *m, wstate_t *w)
 {
     const size_t want = 65536;
-    uint32_t isize = get32(w->cbuf + w->clen - 4);
+    uint32_t isize = moe_bgz_member_isize(w->cbuf, w->clen);
     if (isize > MOE_BGZ_MAX_BLOCK)
         return -1;
     size_t n = isize < want ? isize : want;
     uint8_t *buf = malloc(n + 1);
-    z_stream z;
-    memset(&z, 0, sizeof z);
-    if (!buf || inflateInit2(&z, -15) != Z_OK) {
-        free(buf);
+    if (!buf)
         return -1;
-    }
-    z.next_in = w->cbuf + MOE_BGZ_HEADER_SIZE;
-    z.avail_in = (uInt)(w->clen - MOE_BGZ_HEADER_SIZE - MOE_BGZ_FOOTER_SIZE);
-    z.next_out = buf;
-    z.avail_out = (uInt)n;
-    int zr = inflate(&z, Z_SYNC_FLUSH);
-    size_t got = n - z.avail_out;
-    inflateEnd(&z);
+    size_t got = moe_bgz_inflate_prefix(w->cbuf, w->clen, buf, n);
     int rc = -1;
-    if ((zr == Z_OK || zr == Z_STREAM_END) && got == n && parse_header(m, buf, got) == 0 &&
-        (m->firstc = malloc(w->clen)) != NULL) {
+    if (got == n && parse_header(m, buf, got) == 0 && (m->firstc = malloc(w->clen)) != NULL) {
         memcpy(m->firstc, w->cbuf, w->clen);
         m->firstc_len = w->clen;
         m->first_coff = w->coff;
@@ -1052,19 +802,11 @@ static int parse_header_partial(moe_trace_map_t *m, wstate_t *w)
 static int open_parallel(moe_trace_map_t *m)
 {
     wstate_t *w = &m->ws[0];
-    for (;;) {
-        int rc = read_member(m, w, 0);
-        if (rc < 0)
-            return rc;
-        if (rc == 0)
-            return m->last_empty ? hdr_fail(m, MOE_EEMPTY, "'%s': empty trace (no header)",
-                                            m->path)
-                                 : hdr_fail(m, MOE_ETRUNC, "'%s': %s", m->path,
-                                            "truncated file (no end-of-file block)");
-        m->last_empty = get32(w->cbuf + w->clen - 4) == 0;
-        if (!m->last_empty)
-            break;
-    }
+    int rc = read_member(m, w, 0);
+    if (rc < 0)
+        return rc;
+    if (rc == 0)
+        return hdr_fail(m, MOE_EEMPTY, "'%s': empty trace (no header)", m->path);
     /* Only the header is needed now: inflate the start of the block (up to 64 KiB) and leave
      * the whole block, CRC check included, to a worker. Whatever does not parse there is
      * inflated whole here, so a damaged block is reported as the sequential reader does. */
@@ -1130,8 +872,12 @@ moe_trace_map_t *moe_trace_map_open(const char *path, int threads, int *status, 
         }
     }
     if (m->fd >= 0) {
+        m->bz = moe_bgz_dopen(m->fd, 'r', 0, 0, path, m->prefix, m->prefix_len, &rc);
+        if (m->bz)
+            m->fd = -1; /* the handle owns it now */
         for (int i = 0; i < m->nworkers && rc == 0; i++)
-            rc = worker_codec_init(&m->ws[i]);
+            if (!(m->ws[i].inf = moe_bgz_inflater_new()))
+                rc = MOE_ENOMEM;
         if (rc == 0)
             rc = open_parallel(m);
     } else {
@@ -1141,9 +887,8 @@ moe_trace_map_t *moe_trace_map_open(const char *path, int threads, int *status, 
     if (rc)
         return open_fail(m, rc, status, errbuf, errlen);
     m->nid = (size_t)m->hdr.layers * m->hdr.topk;
-    m->idw = m->hdr.experts <= 255 ? 1 : 2;
-    m->rec_size = REC_FIXED + m->nid * m->idw +
-                  ((m->hdr.flags & MOE_TRACE_WEIGHTS) ? m->nid * sizeof(float) : 0);
+    m->idw = trace_id_width(&m->hdr);
+    m->rec_size = trace_rec_size(&m->hdr);
     return m;
 }
 
@@ -1229,9 +974,10 @@ void moe_trace_map_close(moe_trace_map_t *m)
         return;
     if (m->fd >= 0)
         close(m->fd);
+    moe_bgz_close(m->bz);
     moe_trace_close(m->seqr, NULL, 0);
     for (int i = 0; m->ws && i < m->nworkers; i++) {
-        worker_codec_release(&m->ws[i]);
+        moe_bgz_inflater_free(m->ws[i].inf);
         free(m->ws[i].cbuf);
         free(m->ws[i].ubuf);
         bbuf_free(m->ws[i].cur);

@@ -130,12 +130,27 @@ static int parse_u64(const char **s, uint64_t max, uint64_t *out)
     return 0;
 }
 
-static int next_line(moe_trace_t *t, char **line)
+static int bad_line(moe_trace_t *t, const char *what);
+
+/* The next line and its length: 1, 0 at the end, or a negative status. */
+static int next_line_len(moe_trace_t *t, char **line, size_t *len)
 {
-    int rc = moe_lines_next(t->lines, line, NULL);
+    int rc = moe_lines_next(t->lines, line, len);
     if (rc < 0)
         return trace_fail(t, rc, "'%s': %s", t->path,
                           rc == MOE_ESYS ? strerror(errno) : moe_strerror(rc));
+    return rc;
+}
+
+/* The next line: 1, 0 at the end, or a negative status. A NUL byte would cut the line short for
+ * every parser below (a record dropped as blank, a comment or field truncated), so it is an
+ * error, for every line, as in the placement reader. */
+static int next_line(moe_trace_t *t, char **line)
+{
+    size_t len;
+    int rc = next_line_len(t, line, &len);
+    if (rc == 1 && strlen(*line) != len)
+        return bad_line(t, "NUL byte in line");
     return rc;
 }
 
@@ -184,15 +199,19 @@ static int parse_mt(moe_trace_t *t, char *line)
 int trace_text_read_header(moe_trace_t *t)
 {
     char *line;
-    int rc = next_line(t, &line);
+    size_t len;
+    int rc = next_line_len(t, &line, &len);
     if (rc < 0)
         return rc;
     if (rc == 0)
         return trace_fail(t, MOE_EEMPTY, "'%s': empty input", t->path);
+    /* Foreign data (binary, most likely with NULs) is "not a trace" first. */
     if (strncmp(line, "@MT\t", 4) != 0)
         return trace_fail(t, MOE_EFORMAT,
                           "'%s': not a moeflow trace (neither binary nor a text view "
                           "starting with @MT)", t->path);
+    if (strlen(line) != len)
+        return bad_line(t, "NUL byte in line");
     if ((rc = parse_mt(t, line)))
         return rc;
     /* Header text: following '@' lines; the first record line is kept pending. */

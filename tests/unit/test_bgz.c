@@ -649,6 +649,107 @@ static void test_write_errors(void)
     CHECK(moe_bgz_close(NULL) == 0);
 }
 
+/* Read every member of f[0..len) with moe_bgz_read_member and inflate it with
+ * moe_bgz_inflate_member (the parallel trace map's path) into g; member offsets into off. */
+static int read_members(const uint8_t *f, size_t len, got_t *g, size_t *off, size_t maxoff)
+{
+    memset(g, 0, sizeof *g);
+    const char *path = tmp_path("members.bgz");
+    spit(path, f, len);
+    int fd = open(path, O_RDONLY), st = 0;
+    moe_bgz_t *bz = moe_bgz_dopen(fd, 'r', 0, 0, "test", NULL, 0, &st);
+    moe_bgz_inflater_t *z = moe_bgz_inflater_new();
+    if (!bz || !z) {
+        moe_bgz_inflater_free(z);
+        moe_bgz_close(bz);
+        return g->status = bz ? MOE_ENOMEM : st;
+    }
+    uint8_t *c = NULL, *u = NULL;
+    size_t ccap = 0, clen = 0, ucap = 0;
+    uint64_t at = 0;
+    int rc;
+    while ((rc = moe_bgz_read_member(bz, &c, &ccap, &clen, &at)) == 1) {
+        if (g->nblocks < maxoff)
+            off[g->nblocks] = (size_t)at;
+        CHECK_EQ_INT(moe_bgz_member_isize(c, clen), c[clen - 4] | c[clen - 3] << 8 |
+                                                        c[clen - 2] << 16 | c[clen - 1] << 24);
+        ptrdiff_t n = moe_bgz_inflate_member(z, c, clen, at, &u, &ucap, g->msg, sizeof g->msg);
+        if (n < 0) {
+            rc = (int)n;
+            break;
+        }
+        /* The unchecked peek gives the same first bytes. */
+        uint8_t peek[100];
+        size_t want = n < 100 ? (size_t)n : 100;
+        CHECK_EQ_INT(moe_bgz_inflate_prefix(c, clen, peek, want), want);
+        CHECK(memcmp(peek, u, want) == 0);
+        g->data = realloc(g->data, g->len + (size_t)n + 1);
+        memcpy(g->data + g->len, u, (size_t)n);
+        g->len += (size_t)n;
+        g->nblocks++;
+    }
+    if (rc < 0 && !g->msg[0])
+        snprintf(g->msg, sizeof g->msg, "%s", moe_bgz_errmsg(bz));
+    g->status = rc;
+    free(c);
+    free(u);
+    moe_bgz_inflater_free(z);
+    moe_bgz_close(bz);
+    return rc;
+}
+
+/* The member-level reader: the same payload, blocks and errors as the streaming reader. */
+static void test_members(void)
+{
+    payload_t p;
+    payload_make(&p, 1u << 20, 0);
+    char path[300]; /* tmp_path's buffer is reused by the helpers */
+    snprintf(path, sizeof path, "%s", tmp_path("m.bgz"));
+    CHECK_EQ_INT(write_file(path, &p, 6, 0), 0);
+    size_t len;
+    uint8_t *f = slurp(path, &len);
+    size_t off[1024], moff[1024];
+    size_t n = member_offsets(f, len, off, 1024);
+    got_t g, s;
+    CHECK_EQ_INT(read_members(f, len, &g, moff, 1024), 0);
+    read_file(path, 0, &s);
+    CHECK(g.len == p.len && memcmp(g.data, p.data, p.len) == 0);
+    CHECK_EQ_INT(g.nblocks, s.nblocks);
+    CHECK_EQ_INT(g.nblocks, n - 1); /* every member but the end-of-file marker */
+    for (size_t i = 0; i + 1 < n && i < 1024; i++)
+        CHECK_EQ_INT(moff[i], off[i]);
+    got_free(&g);
+    got_free(&s);
+    /* Damage: flipped data, no end-of-file block, a gzip flag other than FEXTRA. */
+    f[off[1] + MOE_BGZ_HEADER_SIZE + 10] ^= 0x10;
+    CHECK_EQ_INT(read_members(f, len, &g, moff, 1024), MOE_ECORRUPT);
+    CHECK(strstr(g.msg, "corrupt data") != NULL);
+    got_free(&g);
+    f[off[1] + MOE_BGZ_HEADER_SIZE + 10] ^= 0x10;
+    CHECK_EQ_INT(read_members(f, len - EOF_SIZE, &g, moff, 1024), MOE_ETRUNC);
+    CHECK_STR(g.msg, "truncated file (no end-of-file block)");
+    got_free(&g);
+    for (int bit = 0; bit < 8; bit++) {
+        if (bit == 2)
+            continue;
+        f[off[1] + 3] = (uint8_t)(4 | 1 << bit);
+        CHECK_EQ_INT(read_members(f, len, &g, moff, 1024), MOE_EFORMAT);
+        CHECK(strstr(g.msg, "gzip header flags") != NULL);
+        CHECK_EQ_INT(g.nblocks, 1);
+        got_free(&g);
+        read_file(path, bit & 1 ? 2 : 0, &s); /* the streaming reader too (file unchanged) */
+        CHECK_EQ_INT(s.status, 0);
+        got_free(&s);
+        CHECK_EQ_INT(read_bytes_status(f, len, bit & 1 ? 2 : 0, &s), MOE_EFORMAT);
+        CHECK(strstr(s.msg, "gzip header flags") != NULL);
+        got_free(&s);
+    }
+    free(f);
+    payload_free(&p);
+    printf("members: %zu read whole and inflated; corrupt, truncated and flagged members\n",
+           n - 1);
+}
+
 int main(void)
 {
     const char *t = getenv("TMPDIR");
@@ -664,6 +765,7 @@ int main(void)
     test_corrupt();
     test_foreign();
     test_write_errors();
+    test_members();
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
     if (system(cmd) != 0)
