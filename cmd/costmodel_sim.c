@@ -500,13 +500,14 @@ static int write_outputs(const moe_sim_t *s, const sim_cfg_t *g, const char *tpa
     int rc = out ? 0 : 1;
     if (!rc) {
         int w = g->json ? write_json(out, s, g, p, t) : write_table(out, s, g, tpath, ppath, p, t);
+        int quiet = 0; /* the reader went away: nothing committed, status 0 */
         if (w && w != MOE_EINVAL)
-            sfail("write error on '%s': %s", g->o.out, strerror(errno));
+            quiet = !moe_cli_write_failed(PROG, g->o.out);
         if (!w && g->plot && plot_write(g->plot, img, len, &of))
             w = 1;
         if (of && (w || moe_ofile_commit(of)))
             moe_ofile_abort(of), w = w ? w : sfail("cannot write '%s'", g->plot);
-        rc = moe_cli_text_close(PROG, out, g->o.out, w == 0);
+        rc = moe_cli_text_close(PROG, out, g->o.out, w == 0) && !quiet;
     }
     free(img);
     return rc;
@@ -649,9 +650,7 @@ int costmodel_fit(int argc, char **argv)
         int w = moe_textout_printf(out, "# fitted by moe-costmodel fit to '%s' (class %s, %u "
                                    "points, largest error %.4f)\n%s", g.nccl,
                                    moe_link_name(g.cls), t.link[g.cls].npoints, worst, text);
-        if (w)
-            sfail("write error on '%s': %s", g.o.out, strerror(errno));
-        rc = moe_cli_text_close(PROG, out, g.o.out, w == 0);
+        rc = moe_cli_text_finish(PROG, out, g.o.out, w);
     } else if (!rc)
         rc = 1;
     free(text);

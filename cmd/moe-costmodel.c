@@ -573,13 +573,7 @@ static int out_open(out_t *o, const cfg_t *g)
 
 static int out_close(out_t *o, int werr)
 {
-    if (werr && errno == EPIPE) { /* the reader went away: quietly done */
-        moe_cli_text_close(prog, o->t, o->path, 0);
-        return 0;
-    }
-    if (werr)
-        fail("cannot write '%s': %s", o->path, strerror(errno));
-    return moe_cli_text_close(prog, o->t, o->path, !werr);
+    return moe_cli_text_finish(prog, o->t, o->path, werr);
 }
 
 #define P(...)                                                                                \

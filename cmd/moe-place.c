@@ -226,13 +226,10 @@ static int write_placement(moe_placement_t *p, const cfg_t *g, int format)
     int rc = format == MOE_PLACEMENT_TEXT
                  ? moe_placement_write(p, moe_textout_write, out)
                  : moe_placement_export(p, format, moe_textout_write, out, errbuf, sizeof errbuf);
-    if (rc == MOE_ESYS && errno == EPIPE)
-        return out_close(out, g->o.out, 0), 0;
-    if (rc == MOE_ESYS)
-        fail("write error on '%s': %s", g->o.out, strerror(errno));
-    else if (rc)
+    if (rc && rc != MOE_ESYS)
         fail("%s", errbuf);
-    return out_close(out, g->o.out, rc == 0);
+    return rc == MOE_ESYS ? moe_cli_text_finish(prog, out, g->o.out, rc)
+                          : out_close(out, g->o.out, rc == 0);
 }
 
 /* ------------------------------------------------------------------ topology */
@@ -844,9 +841,8 @@ static int run_eval(int argc, char **argv)
         for (int i = 1; i < 3 && !w; i++)
             if (out.t[i] && (w = write_matrix(out.t[i], a, scheme, p->ranks, vec, i == 2)))
                 bad = i;
-        if (w)
-            fail("write error on '%s': %s", out.path[bad < 0 ? 0 : bad], strerror(errno));
-        rc = eval_out_close(&out, w == 0);
+        rc = w ? moe_cli_write_failed(prog, out.path[bad < 0 ? 0 : bad]) : 0;
+        rc = eval_out_close(&out, w == 0) && !w ? 1 : rc;
     }
     moe_acct_free(a);
     moe_trace_map_close(m);
