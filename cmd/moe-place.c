@@ -241,7 +241,7 @@ static int make_topo(const char *sub, const cfg_t *g, uint32_t ranks, moe_topo_t
     if (g->topology) {
         if (g->gpn)
             return usage_error(sub, "give --topology or --gpus-per-node, not both");
-        if (moe_topo_read(t, g->topology, errbuf, sizeof errbuf))
+        if (moe_topo_load(t, g->topology, errbuf, sizeof errbuf))
             return fail("%s", errbuf);
         uint32_t want = g->ranks ? g->ranks : ranks;
         if (want && want != moe_topo_ranks(t))
@@ -271,7 +271,8 @@ static void fit_usage(FILE *fp)
           "\n"
           "      --ranks=G          ranks (GPUs) to place on [from --topology]\n"
           "      --gpus-per-node=N  ranks per node [G: one node]\n"
-          "      --topology=FILE    topology file (moe-topology(5)) instead of the two above\n"
+          "      --topology=FILE    topology file (moe-topology(5)) or preset name, instead of\n"
+          "                         the two above\n"
           "      --method=M         contiguous, round-robin, random, balanced, exflow or\n"
           "                         affinity [affinity]\n"
           "      --scheme=S         scheme the objective models: vanilla or coherent\n"
@@ -582,7 +583,8 @@ static void eval_usage(FILE *fp)
           "      --source=S         source rank of a token: auto, recorded, sequence (id mod\n"
           "                         G) or token (id mod G) [auto: recorded when the trace\n"
           "                         has G ranks, else sequence]\n"
-          "      --topology=FILE    topology (moe-topology(5)) [the placement's nodes]\n"
+          "      --topology=FILE    topology file (moe-topology(5)) or preset name [the\n"
+          "                         placement's nodes]\n"
           "      --hidden=H         hidden size for bytes [the trace's]\n"
           "      --elem-bytes=B     bytes per element [the trace's]\n"
           "      --scheme=S         scheme of the matrices: vanilla or coherent [coherent]\n"

@@ -127,10 +127,11 @@ static int quantity(trd_t *r, char **tok, size_t n, size_t *i, int q, const char
         return tfail(r, MOE_ERANGE, "%s: %.40s is negative", what, tok[*i]);
     if (u && u->bits)
         *v /= 8;
-    /* a rate is 0 (unknown) or at least one byte or FLOP a second: below that every time of
-     * the models overflows to inf */
-    if ((q == Q_BW || q == Q_FLOPS) && *v > 0 && *v < 1)
-        return tfail(r, MOE_ERANGE, "%s: %.40s is below 1 %s", what, tok[*i], qname[q]);
+    /* a rate is 0 (unknown) or at least 0.001 a second: far below any machine, and above it
+     * every time of the models (at most 2^60 bytes or FLOP over the rate) stays finite,
+     * where 1e-300 B/s turned them into inf */
+    if ((q == Q_BW || q == Q_FLOPS) && *v > 0 && *v < 1e-3)
+        return tfail(r, MOE_ERANGE, "%s: %.40s is below 0.001 %s", what, tok[*i], qname[q]);
     *i += u != NULL;
     return 0;
 }
