@@ -976,7 +976,11 @@ static int run_janus(int argc, char **argv)
         moe_janus_in_t b = in;
         moe_janus_out_t o;
         b.E = E[i];
-        if (moe_janus_eval(&b, or_default(g.threshold, 1), &o))
+        int st = moe_janus_eval(&b, or_default(g.threshold, 1), &o);
+        if (st == MOE_ERANGE)
+            return usage_error("janus", "top-k %g exceeds the %g experts of block %u", b.k,
+                               b.E * b.m * b.n, i);
+        if (st)
             return fail("invalid Janus inputs (sizes and counts must be positive)");
     }
     out_t out;

@@ -291,7 +291,7 @@ typedef struct moe_janus_out {
 } moe_janus_out_t;
 
 /* Evaluate one block; `threshold` is the R above which the data-centric paradigm is chosen.
- * Returns 0 or MOE_EINVAL. */
+ * Returns 0, MOE_EINVAL, or MOE_ERANGE when k exceeds the block's E m n experts. */
 int moe_janus_eval(const moe_janus_in_t *in, double threshold, moe_janus_out_t *out);
 /* Seconds of a block's traffic over the machine's inter-node links (m GPUs x bw each), with
  * the part overlapped by a prefetch window removed for the data-centric paradigm. */
