@@ -525,14 +525,12 @@ int costmodel_simulate(int argc, char **argv)
         return 1;
     int st;
     char err[512];
-    moe_placement_t *p = moe_placement_read(ppath, &st, err, sizeof err);
-    if (!p)
-        return sfail("%s", err);
-    moe_trace_map_t *m = moe_trace_map_open(tpath, g.o.threads, &st, err, sizeof err);
+    moe_placement_t *p;
+    moe_trace_map_t *m;
+    if ((st = moe_acct_inputs(ppath, tpath, g.o.threads, &p, &m, err, sizeof err)) != 0)
+        return st == MOE_ESHAPE ? sfail("'%s' on '%s': %s", tpath, ppath, err) : sfail("%s", err);
     moe_sim_t *s = NULL;
-    if (!m)
-        rc = sfail("%s", err);
-    else if (!(s = moe_sim_run(p, &topo, m, &g.so, &st, err, sizeof err)))
+    if (!(s = moe_sim_run(p, &topo, m, &g.so, &st, err, sizeof err)))
         rc = err[0] == '\'' ? sfail("%s", err) : sfail("'%s' on '%s': %s", tpath, ppath, err);
     if (s)
         rc = write_outputs(s, &g, tpath, ppath, p, &topo);

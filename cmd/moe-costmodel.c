@@ -283,14 +283,11 @@ typedef struct exflow_meas {
 static int exflow_measure(const cfg_t *g, moe_exflow_in_t *in, exflow_meas_t *ms)
 {
     int st, rc = 0;
-    moe_placement_t *p = moe_placement_read(g->placement, &st, errbuf, sizeof errbuf);
-    if (!p)
-        return fail("%s", errbuf);
-    moe_trace_map_t *m = moe_trace_map_open(g->trace, 0, &st, errbuf, sizeof errbuf);
-    if (!m) {
-        moe_placement_free(p);
-        return fail("%s", errbuf);
-    }
+    moe_placement_t *p;
+    moe_trace_map_t *m;
+    if ((st = moe_acct_inputs(g->placement, g->trace, 0, &p, &m, errbuf, sizeof errbuf)) != 0)
+        return st == MOE_ESHAPE ? fail("'%s' on '%s': %s", g->placement, g->trace, errbuf)
+                                : fail("%s", errbuf);
     const moe_trace_hdr_t *h = moe_trace_map_header(m);
     moe_acct_opts_t ao;
     moe_acct_opts_default(&ao);

@@ -799,26 +799,24 @@ static int run_eval(int argc, char **argv)
     if (!strcmp(ppath, "-") && !strcmp(tpath, "-"))
         return usage_error("eval", "the placement and the trace cannot both be standard input");
     int st;
-    moe_placement_t *p = moe_placement_read(ppath, &st, errbuf, sizeof errbuf);
-    if (!p)
-        return fail("%s", errbuf);
+    moe_placement_t *p;
+    moe_trace_map_t *m;
+    if ((st = moe_acct_inputs(ppath, tpath, g.o.threads, &p, &m, errbuf, sizeof errbuf)) != 0)
+        return st == MOE_ESHAPE ? fail("'%s' on '%s': %s", ppath, tpath, errbuf)
+                                : fail("%s", errbuf);
     moe_topo_t topo;
     if (g.topology)
         rc = make_topo("eval", &g, p->ranks, &topo);
     else if (moe_topo_uniform(&topo, p->ranks / p->gpus_per_node, p->gpus_per_node))
         rc = fail("'%s': invalid shape", ppath);
-    moe_trace_map_t *m = rc ? NULL : moe_trace_map_open(tpath, g.o.threads, &st, errbuf,
-                                                        sizeof errbuf);
-    if (!rc && !m)
-        rc = fail("%s", errbuf);
     moe_acct_t *a = NULL;
-    const moe_trace_hdr_t *h = m ? moe_trace_map_header(m) : NULL;
+    const moe_trace_hdr_t *h = moe_trace_map_header(m);
     moe_acct_opts_t ao;
     moe_acct_opts_default(&ao);
     ao.topk = g.topk;
     ao.source = g.source;
     ao.matrix = g.matrix || g.matrix_bytes;
-    if (m && !(a = moe_acct_new(p, &topo, h, &ao, &st, errbuf, sizeof errbuf)))
+    if (!rc && !(a = moe_acct_new(p, &topo, h, &ao, &st, errbuf, sizeof errbuf)))
         rc = fail("'%s' on '%s': %s", ppath, tpath, errbuf);
     if (a) {
         moe_progress_t *pg = moe_progress_new("eval", 0, g.o.progress);

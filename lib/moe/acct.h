@@ -82,6 +82,14 @@ typedef struct moe_acct_layer {
 
 typedef struct moe_acct moe_acct_t;
 
+/* Open what an accounting of placement ppath on trace tpath needs: the placement and a trace
+ * map (`threads` workers), checked to have the same layers and experts. Returns 0 with *p and
+ * *m set (the caller frees both), or a negative status with a one-line reason in err: the
+ * reader's own message (it names the file), or for MOE_ESHAPE "placement is for L layers x E
+ * experts, the trace has ...", which the caller prefixes with the two names. */
+int moe_acct_inputs(const char *ppath, const char *tpath, int threads, moe_placement_t **p,
+                    moe_trace_map_t **m, char *err, size_t errlen);
+
 /* Accumulator for placement p (checked by the caller) on traces of header h (same L and E). The
  * topology gives the node grouping; NULL means p->gpus_per_node. Returns NULL with *status and a
  * one-line reason (shape mismatch, top-k out of range, topology of another size). Recorded
