@@ -51,8 +51,11 @@ quiet moe-affinity "$T/t.moet"
 end
 
 begin "moe-costmodel simulate into a closed pipe"
-quiet moe-costmodel simulate --topology "$T/h.topo" --hidden 1024 --loads --ranks "$T/t.moet" "$T/p.moep"
-quiet moe-costmodel simulate --topology "$T/h.topo" --hidden 1024 --json --ranks "$T/t.moet" "$T/p.moep"
+S="simulate --topology $T/h.topo --hidden 1024"
+# shellcheck disable=SC2086
+quiet moe-costmodel $S --loads --ranks "$T/t.moet" "$T/p.moep"
+# shellcheck disable=SC2086
+quiet moe-costmodel $S --json --ranks "$T/t.moet" "$T/p.moep"
 end
 
 begin "moe-costmodel fit into a closed pipe"
