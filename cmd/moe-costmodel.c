@@ -187,65 +187,6 @@ static int write_picture(const char *path, const moe_canvas_t *c)
     return rc;
 }
 
-/* A chart of several series over the same x values with a legend, drawn at (x0, 0). */
-typedef struct series {
-    const char *name;
-    const double *y;
-    uint32_t rgb;
-} series_t;
-
-typedef struct chart {
-    const char *title, *xlabel, *ylabel;
-    const double *x;
-    int n;
-    const series_t *s;
-    int ns;
-} chart_t;
-
-#define CHART_W 720
-#define CHART_H 440
-#define LEGEND_H 24
-#define CHART_TOP 10
-
-static int draw_chart(moe_canvas_t *c, int x0, const chart_t *ch)
-{
-    double lo = 0, hi = -INFINITY;
-    for (int k = 0; k < ch->ns; k++)
-        for (int i = 0; i < ch->n; i++)
-            if (isfinite(ch->s[k].y[i]))
-                lo = fmin(lo, ch->s[k].y[i]), hi = fmax(hi, ch->s[k].y[i]);
-    hi = hi > lo ? hi * 1.05 : lo + 1;
-    int err = 0;
-    for (int k = 0; k < ch->ns && !err; k++) {
-        moe_linechart_t lc = {ch->x, ch->s[k].y, ch->n, lo, hi, ch->title, ch->xlabel,
-                              ch->ylabel, ch->s[k].rgb, 2};
-        err = moe_plot_lines(c, x0 + 4, CHART_TOP, CHART_W - 28, CHART_H - CHART_TOP, &lc);
-    }
-    for (int k = 0, lx = x0 + 80; k < ch->ns && !err; k++) {
-        err = moe_canvas_rect(c, lx, CHART_H + 6, 14, 14, ch->s[k].rgb);
-        if (!err)
-            err = moe_canvas_text(c, lx + 20, CHART_H + 6, ch->s[k].name, 2, MOE_TEXT_LEFT, 0);
-        lx += 40 + moe_text_width(ch->s[k].name, 2);
-    }
-    return err;
-}
-
-/* One or two charts side by side into a picture file. */
-static int plot_charts(const char *path, const chart_t *ch, int n)
-{
-    moe_canvas_t *c = moe_canvas_new(CHART_W * n, CHART_H + LEGEND_H);
-    if (!c)
-        return fail("cannot draw: out of memory");
-    int err = 0;
-    for (int i = 0; i < n && !err; i++)
-        err = draw_chart(c, CHART_W * i, &ch[i]);
-    int rc = err ? fail("cannot draw: out of memory") : write_picture(path, c);
-    moe_canvas_free(c);
-    return rc;
-}
-
-static const uint32_t palette[] = {0x444444, 0x1f77b4, 0xd62728, 0x2ca02c, 0xff7f0e};
-
 /* ------------------------------------------------------------------ exflow */
 
 static void exflow_usage(FILE *fp)
@@ -588,32 +529,8 @@ static int monta_rows(moe_textout_t *t, const moe_monta_in_t *in, const moe_mont
     return 0;
 }
 
-/* Forward time of one MoE layer with the chosen strategy: dispatch and combine AllToAlls plus
- * the expert FFN (two GEMMs of 2 h F FLOPs per token and expert, split t ways). */
-typedef struct monta_layer {
-    int have;
-    double comm, comp, total, tokens_per_s, mfu;
-} monta_layer_t;
-
-static void monta_layer(const cfg_t *g, const moe_topo_t *topo, const moe_monta_in_t *in,
-                        const moe_monta_result_t *r, monta_layer_t *L)
-{
-    memset(L, 0, sizeof *L);
-    double F = or_default(g->ffn, 0), fl = topo->flops;
-    if (!(F > 0) || !(fl > 0) || !(in->s > 0 && in->h > 0))
-        return;
-    double tokens = in->b * in->s, k = g->topk ? g->topk : 1;
-    double flop = tokens * k * 4 * in->h * F / in->t;
-    L->have = 1;
-    L->comm = 2 * r->time[r->best];
-    L->comp = flop / fl;
-    L->total = L->comm + L->comp;
-    L->tokens_per_s = tokens / L->total;
-    L->mfu = flop / (L->total * fl);
-}
-
 static int monta_table(moe_textout_t *t, const moe_monta_in_t *in, const moe_monta_result_t *r,
-                       const monta_layer_t *L, const moe_monta_mem_in_t *mi,
+                       const moe_monta_layer_t *L, const moe_monta_mem_in_t *mi,
                        const moe_monta_mem_t *mem)
 {
     P("# MoNTA performance model: one AllToAll of a MoE layer (MB = 10^6 bytes)\n");
@@ -655,7 +572,7 @@ static int monta_table(moe_textout_t *t, const moe_monta_in_t *in, const moe_mon
 }
 
 static int monta_json(moe_textout_t *t, const moe_monta_in_t *in, const moe_monta_result_t *r,
-                      const monta_layer_t *L, const moe_monta_mem_in_t *mi,
+                      const moe_monta_layer_t *L, const moe_monta_mem_in_t *mi,
                       const moe_monta_mem_t *mem)
 {
     P("{\"model\": \"monta\", \"volume\": %s, \"t\": %u, \"e\": %u, \"B1\": %s, \"B2\": %s, "
@@ -685,45 +602,14 @@ static int monta_json(moe_textout_t *t, const moe_monta_in_t *in, const moe_mont
     return 0;
 }
 
-/* Time against chunk count (O2, O3; baseline and O1 flat) and, when the volume comes from the
- * sequence length, against sequence length 4K..256K as MoNTA's Fig. 14. */
+/* Time against chunk count and sequence length (moe_monta_plot) into a picture file. */
 static int monta_plot(const char *path, const moe_monta_in_t *in, const moe_monta_result_t *r)
 {
-    enum { NMAX = 64, NSEQ = 7 };
-    double x[NMAX], y[4][NMAX], xs[NSEQ], ys[4][NSEQ];
-    uint32_t cap = in->max_chunks ? in->max_chunks : 32;
-    int n = 0;
-    double I = r->volume;
-    for (uint32_t N = 1; N <= cap && n < NMAX; N++, n++) {
-        if (I / ((double)N * in->t) < in->i_minimal && N > 1)
-            break;
-        x[n] = N;
-        for (int s = 0; s < 4; s++)
-            y[s][n] = moe_monta_time(in, s, N) * 1e3;
-    }
-    series_t s1[4], s2[4];
-    for (int s = 0; s < 4; s++) {
-        s1[s] = (series_t){moe_monta_strategy_name(s), y[s], palette[s]};
-        s2[s] = (series_t){moe_monta_strategy_name(s), ys[s], palette[s]};
-    }
-    chart_t ch[2] = {{"AllToAll time against chunk count", "chunks N", "ms", x, n, s1, 4},
-                     {"AllToAll time against sequence length", "sequence length (K tokens)",
-                      "ms", xs, NSEQ, s2, 4}};
-    int charts = 1;
-    if (!(in->volume > 0)) {
-        charts = 2;
-        for (int i = 0; i < NSEQ; i++) {
-            moe_monta_in_t v = *in;
-            v.s = 4096.0 * (1 << i);
-            moe_monta_result_t rr;
-            xs[i] = v.s / 1024;
-            if (moe_monta_eval(&v, 0, &rr))
-                return fail("cannot evaluate the model at sequence length %g", v.s);
-            for (int s = 0; s < 4; s++)
-                ys[s][i] = rr.time[s] * 1e3;
-        }
-    }
-    return plot_charts(path, ch, charts);
+    moe_canvas_t *cv = NULL;
+    int rc = moe_monta_plot(in, r, &cv, errbuf, sizeof errbuf);
+    rc = rc ? fail("%s", errbuf) : write_picture(path, cv);
+    moe_canvas_free(cv);
+    return rc;
 }
 
 static int run_monta_plan(int argc, char **argv)
@@ -809,8 +695,8 @@ static int run_monta(int argc, char **argv)
     int have_mem = monta_mem_inputs(&g, &in, &mi);
     if (have_mem && moe_monta_memory(&mi, &mem))
         return fail("invalid memory model inputs");
-    monta_layer_t L;
-    monta_layer(&g, &topo, &in, &r, &L);
+    moe_monta_layer_t L;
+    moe_monta_layer(&in, &r, or_default(g.ffn, 0), g.topk ? g.topk : 1, topo.flops, &L);
     if (g.plot && monta_plot(g.plot, &in, &r))
         return 1;
     out_t out;
