@@ -75,7 +75,8 @@ static void summarise(const moe_acct_t *a, int s, double vec, summary_t *o)
 
 static int write_table(textbuf_t *out, const moe_acct_t *a, const char *ppath,
                       const moe_placement_t *p, const char *tpath, const moe_trace_hdr_t *h,
-                      const moe_topo_t *topo, const moe_acct_write_opts_t *g, double vec, int source)
+                      const moe_topo_t *topo, const moe_acct_write_opts_t *g, double vec,
+                      int source)
 {
     static const char *const src_names[] = {"auto", "recorded", "sequence id mod G",
                                             "token id mod G"};
@@ -144,7 +145,8 @@ static int write_json(textbuf_t *out, const moe_acct_t *a, const moe_placement_t
     int rc = pf(out, "{\"tokens\": %" PRIu64 ", \"layers\": %u, \"experts\": %u, "
                             "\"topk\": %u, \"ranks\": %u, \"transfer_bytes\": %s, \"schemes\": {",
                             moe_acct_tokens(a), p->layers, p->experts,
-                            g->topk ? g->topk : h->topk, p->ranks, jnum(b[0], 32, vec > 0 ? vec : NAN));
+                            g->topk ? g->topk : h->topk, p->ranks,
+                            jnum(b[0], 32, vec > 0 ? vec : NAN));
     for (int s = 0; s < MOE_SCHEMES && !rc; s++) {
         summary_t m;
         summarise(a, s, vec, &m);
