@@ -32,12 +32,6 @@ static char errbuf[512];
 #define fail(...) moe_fail(prog, __VA_ARGS__)
 #define usage_error(sub, ...) moe_usage_error(prog, sub, __VA_ARGS__)
 
-/* Tokens kept in memory to score candidate placements with the real accounting: a seeded
- * uniform sample of the fit trace (reservoir), bounded so memory does not grow with it. */
-#define SAMPLE_TOKENS 8192u
-/* Sequence folds of the sample whose loads the fit bounds each (see moe_place_sample_t). */
-#define SAMPLE_GROUPS 4u
-
 enum {
     O_RANKS = MOE_OPTC_TOOL, O_GPN, O_TOPOLOGY, O_METHOD, O_SCHEME, O_MAX_IMB, O_REPLICAS,
     O_EP_SIZE, O_TIME_LIMIT, O_SEED, O_STARTS, O_TOPK, O_INTER_COST, O_SOURCE, O_HIDDEN,
@@ -291,138 +285,6 @@ static void fit_usage(FILE *fp)
     output_usage(fp, MOE_OPT_PG | MOE_OPT_PROGRESS);
 }
 
-/* A uniform sample of a trace's tokens, for scoring candidates. */
-typedef struct sample {
-    moe_trace_hdr_t h;
-    uint32_t n, cap, LK;
-    uint16_t *ids;
-    float *w;
-    uint64_t *token;
-    uint32_t *seq, *rank;
-    const moe_topo_t *topo;
-    uint32_t topk;
-    int scheme;
-    /* the fit's view: sets as fitted, source ranks, folds */
-    moe_place_sample_t view;
-    uint16_t *sets;
-    uint32_t *src;
-    uint8_t *group;
-} sample_t;
-
-static void sample_free(sample_t *s)
-{
-    moe_trace_hdr_release(&s->h);
-    free(s->ids);
-    free(s->w);
-    free(s->token);
-    free(s->seq);
-    free(s->rank);
-    free(s->sets);
-    free(s->src);
-    free(s->group);
-}
-
-/* The fit's view of the sample for G ranks: top-1 ids (the highest weight, else the first) or
- * whole sets, source ranks as moe_acct assigns them, folds by a hash of the sequence id. */
-static int sample_prepare(sample_t *s, uint32_t G, int top1)
-{
-    uint32_t L = s->h.layers, K = s->h.topk, S = top1 ? 1 : K;
-    s->sets = top1 ? malloc((size_t)s->n * L * sizeof *s->sets) : NULL;
-    s->src = malloc((s->n ? s->n : 1) * sizeof *s->src);
-    s->group = malloc(s->n ? s->n : 1);
-    if ((top1 && !s->sets) || !s->src || !s->group)
-        return fail("out of memory");
-    for (uint32_t t = 0; t < s->n; t++) {
-        for (uint32_t j = 0; top1 && j < L; j++) {
-            const uint16_t *c = s->ids + ((size_t)t * L + j) * K;
-            const float *w = s->w ? s->w + ((size_t)t * L + j) * K : NULL;
-            uint32_t best = 0;
-            for (uint32_t i = 1; w && i < K; i++)
-                if (w[i] > w[best])
-                    best = i;
-            s->sets[(size_t)t * L + j] = c[best];
-        }
-        s->src[t] = s->h.ranks == G ? s->rank[t] % G : s->seq[t] % G;
-        s->group[t] = (uint8_t)(moe_hash64(0x5eed, s->seq[t]) % SAMPLE_GROUPS);
-    }
-    s->view = (moe_place_sample_t){s->n, L, S, top1 ? s->sets : s->ids, s->src, s->group,
-                                   SAMPLE_GROUPS, s->token};
-    return 0;
-}
-
-/* Reservoir-sample up to SAMPLE_TOKENS records (seeded: the same every run). */
-static int sample_load(sample_t *s, const char *path, uint64_t seed, int threads)
-{
-    int st;
-    memset(s, 0, sizeof *s);
-    moe_trace_t *t = moe_trace_open(path, "r", threads, &st, errbuf, sizeof errbuf);
-    if (!t || moe_trace_read_header(t, &s->h)) {
-        int rc = fail("%s", t ? moe_trace_errmsg(t) : errbuf);
-        moe_trace_close(t, NULL, 0);
-        return rc;
-    }
-    s->LK = s->h.layers * s->h.topk;
-    s->cap = SAMPLE_TOKENS;
-    int weights = (s->h.flags & MOE_TRACE_WEIGHTS) != 0;
-    s->ids = malloc((size_t)s->cap * s->LK * sizeof *s->ids);
-    s->w = weights ? malloc((size_t)s->cap * s->LK * sizeof *s->w) : NULL;
-    s->token = malloc(s->cap * sizeof *s->token);
-    s->seq = malloc(s->cap * sizeof *s->seq);
-    s->rank = malloc(s->cap * sizeof *s->rank);
-    moe_trace_rec_t r = {0};
-    moe_rng_t rng;
-    moe_rng_seed(&rng, seed);
-    int rc = s->ids && (s->w || !weights) && s->token && s->seq && s->rank ? 0 : MOE_ENOMEM;
-    uint64_t seen = 0;
-    while (!rc && (rc = moe_trace_read(t, &r)) == 1) {
-        rc = 0;
-        uint64_t at = seen < s->cap ? seen : moe_rng_below(&rng, seen + 1);
-        seen++;
-        if (at >= s->cap)
-            continue;
-        memcpy(s->ids + at * s->LK, r.ids, s->LK * sizeof *s->ids);
-        if (weights)
-            memcpy(s->w + at * s->LK, r.weights, s->LK * sizeof *s->w);
-        s->token[at] = r.token;
-        s->seq[at] = r.seq;
-        s->rank[at] = r.rank;
-    }
-    s->n = seen < s->cap ? (uint32_t)seen : s->cap;
-    moe_trace_rec_release(&r);
-    if (rc < 0)
-        rc = fail("%s", rc == MOE_ENOMEM ? "out of memory" : moe_trace_errmsg(t));
-    moe_trace_close(t, NULL, 0);
-    return rc;
-}
-
-/* The scorer: link-weighted transfers per token per layer of the sample under p. */
-static double sample_score(void *ctx, const moe_placement_t *p)
-{
-    sample_t *s = ctx;
-    moe_acct_opts_t ao;
-    moe_acct_opts_default(&ao);
-    ao.topk = s->topk;
-    int st;
-    char err[256];
-    moe_acct_t *a = moe_acct_new(p, s->topo, &s->h, &ao, &st, err, sizeof err);
-    if (!a)
-        return INFINITY;
-    for (uint32_t i = 0; i < s->n; i++)
-        if (moe_acct_token(a, s->ids + (size_t)i * s->LK, s->w ? s->w + (size_t)i * s->LK : NULL,
-                           s->token[i], s->seq[i], s->rank[i])) {
-            moe_acct_free(a);
-            return INFINITY;
-        }
-    moe_acct_layer_t t;
-    moe_acct_total(a, s->scheme, &t);
-    double cost = 0;
-    for (int ph = 0; ph < MOE_PHASES; ph++)
-        for (int c = 0; c < MOE_LINK_CLASSES; c++)
-            cost += (double)t.xfer[ph][c] * s->topo->cost[c];
-    moe_acct_free(a);
-    return t.cells ? cost / (double)t.cells : 0;
-}
-
 static void progress_cb(void *ctx, uint64_t done, uint64_t total)
 {
     (void)total;
@@ -525,14 +387,14 @@ static int fit_input(const char *in, cfg_t *gp, const moe_topo_t *topo_in)
 {
     cfg_t g = *gp;
     moe_topo_t topo = *topo_in;
-    int rc = 0;
+    int rc = 0, st;
     int top1 = g.topk == 1 || g.po.method == MOE_PLACE_EXFLOW, is_trace;
     moe_affinity_t *a = load_stats(in, &g, top1, &is_trace);
     if (!a)
         return 1;
     moe_affinity_info_t info;
     moe_affinity_info(a, &info);
-    sample_t s = {0};
+    moe_place_tokens_t *s = NULL;
     if (info.top1 != top1)
         rc = fail("'%s': the table counts %s sets; refit from the trace or count the table %s",
                   in, info.top1 ? "top-1" : "top-k", top1 ? "with --top1" : "without --top1");
@@ -542,18 +404,15 @@ static int fit_input(const char *in, cfg_t *gp, const moe_topo_t *topo_in)
         rc = fail("'%s': the table has no layer transitions", in);
     if (!rc && is_trace &&
         (g.po.method == MOE_PLACE_AFFINITY || g.po.method == MOE_PLACE_EXFLOW)) {
-        rc = sample_load(&s, in, g.po.seed, g.o.threads);
-        rc = rc ? rc : sample_prepare(&s, moe_topo_ranks(&topo), top1);
-        g.po.sample = rc ? NULL : &s.view;
-        s.topo = &topo;
-        s.topk = top1;
-        s.scheme = g.po.scheme;
-        g.po.score = sample_score;
-        g.po.score_ctx = &s;
+        s = moe_place_tokens_load(in, g.po.seed, g.o.threads, &topo, top1, g.po.scheme, &st,
+                                  errbuf, sizeof errbuf);
+        rc = s ? 0 : fail("%s", errbuf);
+        g.po.sample = moe_place_tokens_view(s);
+        g.po.score = moe_place_tokens_score;
+        g.po.score_ctx = s;
     }
     moe_place_result_t res;
     g.po.threads = g.o.threads;
-    int st;
     moe_placement_t *p = rc ? NULL : moe_place_fit(a, &topo, &g.po, &res, &st, errbuf,
                                                    sizeof errbuf);
     if (!rc && !p)
@@ -565,7 +424,7 @@ static int fit_input(const char *in, cfg_t *gp, const moe_topo_t *topo_in)
         rc = write_placement(p, &g, MOE_PLACEMENT_TEXT);
     }
     moe_placement_free(p);
-    sample_free(&s);
+    moe_place_tokens_free(s);
     moe_affinity_free(a);
     return rc;
 }
