@@ -155,314 +155,6 @@ static int sim_parse(int argc, char **argv, sim_cfg_t *g, int *rc)
     return *rc ? MOE_OPT_STOP : 0;
 }
 
-/* ------------------------------------------------------------------ report */
-
-static const char *num(char *b, size_t n, double v, double scale)
-{
-    if (isfinite(v))
-        snprintf(b, n, "%.6g", v * scale);
-    else
-        snprintf(b, n, "NA");
-    return b;
-}
-
-static const char *jnum(char *b, size_t n, double v, double scale)
-{
-    return isfinite(v) ? num(b, n, v, scale) : (snprintf(b, n, "null"), b);
-}
-
-/* Byte counts in JSON: 15 significant digits, so those of a large run stay exact. */
-static const char *jbytes(char *b, size_t n, double v)
-{
-    return isfinite(v) ? (snprintf(b, n, "%.15g", v), b) : (snprintf(b, n, "null"), b);
-}
-
-/* Transfers of a layer (accounting schemes) by phase and class. */
-static uint64_t xfer_sum(const moe_acct_layer_t *l)
-{
-    uint64_t x = 0;
-    for (int ph = 0; ph < MOE_PHASES; ph++)
-        for (int c = 0; c < MOE_LINK_CLASSES; c++)
-            x += l->xfer[ph][c];
-    return x;
-}
-
-/* The accounting scheme behind a simulated one (-1 for none). */
-static int acct_scheme(int k)
-{
-    return k == MOE_SIM_VANILLA ? MOE_SCHEME_VANILLA : k == MOE_SIM_COHERENT ? MOE_SCHEME_COHERENT
-                                                                             : -1;
-}
-
-static int table_line(moe_textout_t *out, const char *tag, const char *lead,
-                      const moe_sim_layer_t *l)
-{
-    char b[11][32];
-    return moe_textout_printf(out, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n",
-                              tag, lead,
-                              num(b[0], 32, l->time, 1e3), num(b[1], 32, l->comm, 1e3),
-                              num(b[2], 32, l->compute, 1e3),
-                              num(b[3], 32, l->bytes[MOE_LINK_INTRA], 1),
-                              num(b[4], 32, l->bytes[MOE_LINK_INTER], 1),
-                              num(b[5], 32, l->slow[MOE_LINK_INTRA], 1),
-                              num(b[6], 32, l->slow[MOE_LINK_INTER], 1),
-                              num(b[7], 32, l->max_load, 1), num(b[8], 32, l->imbalance, 1),
-                              num(b[9], 32, l->ctime[MOE_LINK_INTRA], 1e3),
-                              num(b[10], 32, l->ctime[MOE_LINK_INTER], 1e3));
-}
-
-static int table_head(moe_textout_t *out, const moe_sim_t *s, const char *tpath,
-                      const char *ppath, const moe_placement_t *p, const moe_topo_t *t)
-{
-    const moe_acct_t *a = moe_sim_acct(s);
-    int rc = moe_textout_printf(out, "# moe-costmodel simulate\n# trace: %s: %" PRIu64
-                                " tokens\n# placement: %s: %u layers x %u experts on %u ranks "
-                                "(%u node%s x %u)\n", tpath, moe_acct_tokens(a), ppath,
-                                p->layers, p->experts, p->ranks, t->nodes,
-                                t->nodes == 1 ? "" : "s", t->gpus_per_node);
-    rc = rc ? rc : moe_textout_printf(out, "# topology: %s\n# transfer: %.0f bytes; expert: "
-                                      "%.0f bytes; pipelined chunks: %u\n", t->name,
-                                      moe_sim_vector_bytes(s), moe_sim_expert_bytes(s),
-                                      moe_sim_chunks(s));
-    return rc ? rc : moe_textout_printf(out, "#SCHEME\tscheme\ttime_ms\tcomm_ms\tcompute_ms\t"
-                                        "intra_bytes\tinter_bytes\tslow_intra_bytes\t"
-                                        "slow_inter_bytes\tmax_load\timbalance\tintra_ms\t"
-                                        "inter_ms\n");
-}
-
-static int table_layers(moe_textout_t *out, const moe_sim_t *s, uint32_t L)
-{
-    int rc = moe_textout_printf(out, "#LAYER\tscheme\tlayer\ttime_ms\tcomm_ms\tcompute_ms\t"
-                                "intra_bytes\tinter_bytes\tslow_intra_bytes\tslow_inter_bytes\t"
-                                "max_load\timbalance\tintra_ms\tinter_ms\n");
-    char lead[64];
-    for (uint32_t j = 0; j < L && !rc; j++)
-        for (int k = 0; k < MOE_SIM_SCHEMES && !rc; k++)
-            if (moe_sim_has(s, k)) {
-                snprintf(lead, sizeof lead, "%s\t%u", moe_sim_scheme_name(k), j);
-                rc = table_line(out, "LAYER", lead, moe_sim_layer(s, k, j));
-            }
-    rc = rc ? rc : moe_textout_printf(out, "#XFER\tscheme\tlayer\tcells\tdispatch_intra\t"
-                                      "dispatch_inter\tcombine_intra\tcombine_inter\n");
-    for (uint32_t j = 0; j < L && !rc; j++)
-        for (int k = 0; k < MOE_SIM_SCHEMES && !rc; k++) {
-            if (acct_scheme(k) < 0 || !moe_sim_has(s, k))
-                continue;
-            const moe_acct_layer_t *l = moe_acct_layer(moe_sim_acct(s), acct_scheme(k), j);
-            rc = moe_textout_printf(out, "XFER\t%s\t%u\t%" PRIu64 "\t%" PRIu64 "\t%" PRIu64
-                                    "\t%" PRIu64 "\t%" PRIu64 "\n", moe_sim_scheme_name(k), j,
-                                    l->cells, l->xfer[MOE_DISPATCH][MOE_LINK_INTRA],
-                                    l->xfer[MOE_DISPATCH][MOE_LINK_INTER],
-                                    l->xfer[MOE_COMBINE][MOE_LINK_INTRA],
-                                    l->xfer[MOE_COMBINE][MOE_LINK_INTER]);
-        }
-    return rc;
-}
-
-/* Expert-token pairs per rank: accounting schemes from moe_acct_load. */
-static int table_loads(moe_textout_t *out, const moe_sim_t *s, uint32_t L, uint32_t G)
-{
-    int rc = moe_textout_printf(out, "#LOAD\tscheme\tlayer\tpairs per rank 0..%u\n", G - 1);
-    for (uint32_t j = 0; j < L && !rc; j++)
-        for (int k = 0; k < MOE_SCHEMES && !rc; k++) {
-            const uint64_t *v = moe_acct_load(moe_sim_acct(s), k, j);
-            rc = moe_textout_printf(out, "LOAD\t%s\t%u", moe_scheme_name(k), j);
-            for (uint32_t r = 0; r < G && !rc; r++)
-                rc = moe_textout_printf(out, "\t%" PRIu64, v[r]);
-            rc = rc ? rc : moe_textout_printf(out, "\n");
-        }
-    return rc;
-}
-
-/* A rank's payload bytes in a scheme: sent intra, sent inter, received intra, received inter,
- * both phases; 0 with all zero for schemes without per-rank transfers. */
-static int rank_bytes(const moe_sim_t *s, int k, uint32_t r, double *b)
-{
-    moe_acct_rank_t x;
-    if (moe_sim_rank_xfer(s, k, r, &x))
-        return -1;
-    for (int d = 0; d < 4; d++) {
-        const uint64_t(*v)[MOE_LINK_CLASSES] = d < 2 ? x.sent : x.recv;
-        int c = d % 2 ? MOE_LINK_INTER : MOE_LINK_INTRA;
-        b[d] = (double)(v[MOE_DISPATCH][c] + v[MOE_COMBINE][c]) * moe_sim_vector_bytes(s);
-    }
-    return 0;
-}
-
-static int table_ranks(moe_textout_t *out, const moe_sim_t *s, uint32_t G)
-{
-    int rc = moe_textout_printf(out, "#RANK\tscheme\trank\tsent_intra_bytes\t"
-                                "sent_inter_bytes\trecv_intra_bytes\trecv_inter_bytes\n");
-    double b[4];
-    for (int k = 0; k < MOE_SIM_SCHEMES && !rc; k++)
-        for (uint32_t r = 0; r < G && !rc; r++)
-            if (!rank_bytes(s, k, r, b))
-                rc = moe_textout_printf(out, "RANK\t%s\t%u\t%.0f\t%.0f\t%.0f\t%.0f\n",
-                                        moe_sim_scheme_name(k), r, b[0], b[1], b[2], b[3]);
-    return rc;
-}
-
-static int table_best(moe_textout_t *out, const moe_sim_t *s)
-{
-    int order[MOE_SIM_SCHEMES];
-    char why[1024];
-    int m = moe_sim_rank(s, order, why, sizeof why);
-    if (!m)
-        return sfail("cannot rank the schemes: %s", why) ? MOE_EINVAL : 0;
-    int rc = moe_textout_printf(out, "#BEST\trank\tscheme\ttime_ms\n");
-    for (int i = 0; i < m && !rc; i++) {
-        moe_sim_layer_t t;
-        moe_sim_total(s, order[i], &t);
-        rc = moe_textout_printf(out, "BEST\t%d\t%s\t%.6g\n", i + 1, moe_sim_scheme_name(order[i]),
-                                1e3 * t.time);
-    }
-    return rc ? rc : moe_textout_printf(out, "# best: %s\n", why);
-}
-
-static int write_table(moe_textout_t *out, const moe_sim_t *s, const sim_cfg_t *g,
-                       const char *tpath, const char *ppath, const moe_placement_t *p,
-                       const moe_topo_t *t)
-{
-    int rc = table_head(out, s, tpath, ppath, p, t);
-    for (int k = 0; k < MOE_SIM_SCHEMES && !rc; k++)
-        if (moe_sim_has(s, k)) {
-            moe_sim_layer_t tot;
-            moe_sim_total(s, k, &tot);
-            rc = table_line(out, "SCHEME", moe_sim_scheme_name(k), &tot);
-        }
-    moe_sim_layer_t it;
-    moe_sim_iteration(s, MOE_SIM_COHERENT, &it);
-    if (!rc && moe_sim_has(s, MOE_SIM_COHERENT))
-        rc = table_line(out, "ITER", "coherent-allgather", &it);
-    if (!rc && !g->no_layers)
-        rc = table_layers(out, s, p->layers);
-    if (!rc && g->loads)
-        rc = table_loads(out, s, p->layers, p->ranks);
-    if (!rc && g->ranks)
-        rc = table_ranks(out, s, p->ranks);
-    return rc || !g->best ? rc : table_best(out, s);
-}
-
-static int json_fig(moe_textout_t *out, const moe_sim_layer_t *l)
-{
-    char b[11][32];
-    return moe_textout_printf(out, "\"time\": %s, \"comm\": %s, \"compute\": %s, \"bytes\": "
-                              "{\"intra\": %s, \"inter\": %s}, \"slow_bytes\": {\"intra\": %s, "
-                              "\"inter\": %s}, \"max_load\": %s, \"imbalance\": %s, "
-                              "\"class_time\": {\"intra\": %s, \"inter\": %s}",
-                              jnum(b[0], 32, l->time, 1), jnum(b[1], 32, l->comm, 1),
-                              jnum(b[2], 32, l->compute, 1),
-                              jbytes(b[3], 32, l->bytes[MOE_LINK_INTRA]),
-                              jbytes(b[4], 32, l->bytes[MOE_LINK_INTER]),
-                              jbytes(b[5], 32, l->slow[MOE_LINK_INTRA]),
-                              jbytes(b[6], 32, l->slow[MOE_LINK_INTER]),
-                              jnum(b[7], 32, l->max_load, 1), jnum(b[8], 32, l->imbalance, 1),
-                              jnum(b[9], 32, l->ctime[MOE_LINK_INTRA], 1),
-                              jnum(b[10], 32, l->ctime[MOE_LINK_INTER], 1));
-}
-
-/* One layer: the accounting's counts first (as moe-place eval --json writes them). */
-static int json_layer(moe_textout_t *out, const moe_sim_t *s, int k, uint32_t j)
-{
-    int rc = moe_textout_printf(out, "%s{", j ? ", " : "");
-    int as = acct_scheme(k);
-    if (as >= 0) {
-        const moe_acct_layer_t *l = moe_acct_layer(moe_sim_acct(s), as, j);
-        rc = rc ? rc : moe_textout_printf(out, "\"cells\": %" PRIu64 ", \"transfers\": %" PRIu64
-                                          ", ", l->cells, xfer_sum(l));
-    }
-    rc = rc ? rc : json_fig(out, moe_sim_layer(s, k, j));
-    return rc ? rc : moe_textout_printf(out, "}");
-}
-
-static int json_scheme(moe_textout_t *out, const moe_sim_t *s, int k, int first, uint32_t L,
-                       int layers)
-{
-    moe_sim_layer_t t;
-    moe_sim_total(s, k, &t);
-    int rc = moe_textout_printf(out, "%s\n  \"%s\": {", first ? "" : ",", moe_sim_scheme_name(k));
-    int as = acct_scheme(k);
-    if (!rc && as >= 0) {
-        char b[32];
-        rc = moe_textout_printf(out, "\"per_token_layer\": %s, ",
-                                jnum(b, 32, moe_acct_per_token_layer(moe_sim_acct(s), as), 1));
-    }
-    rc = rc ? rc : json_fig(out, &t);
-    if (!rc && k == MOE_SIM_COHERENT) {
-        moe_sim_iteration(s, k, &t);
-        rc = moe_textout_printf(out, ", \"allgather\": {");
-        rc = rc ? rc : json_fig(out, &t);
-        rc = rc ? rc : moe_textout_printf(out, "}");
-    }
-    if (!rc && layers) {
-        rc = moe_textout_printf(out, ", \"layers\": [");
-        for (uint32_t j = 0; j < L && !rc; j++)
-            rc = json_layer(out, s, k, j);
-        rc = rc ? rc : moe_textout_printf(out, "]");
-    }
-    return rc ? rc : moe_textout_printf(out, "}");
-}
-
-static int json_best(moe_textout_t *out, const moe_sim_t *s)
-{
-    int order[MOE_SIM_SCHEMES];
-    char why[1024];
-    int m = moe_sim_rank(s, order, why, sizeof why);
-    if (!m)
-        return sfail("cannot rank the schemes: %s", why) ? MOE_EINVAL : 0;
-    int rc = moe_textout_printf(out, ",\n \"best\": {\"order\": [");
-    for (int i = 0; i < m && !rc; i++)
-        rc = moe_textout_printf(out, "%s\"%s\"", i ? ", " : "", moe_sim_scheme_name(order[i]));
-    rc = rc ? rc : moe_textout_printf(out, "], \"why\": \"");
-    for (const char *c = why; *c && !rc; c++) /* the sentence has no control characters */
-        rc = moe_textout_printf(out, *c == '"' || *c == '\\' ? "\\%c" : "%c", *c);
-    return rc ? rc : moe_textout_printf(out, "\"}");
-}
-
-/* "rank_bytes": per scheme with per-rank transfers, [sent intra, sent inter, recv intra,
- * recv inter] per rank. */
-static int json_ranks(moe_textout_t *out, const moe_sim_t *s, uint32_t G)
-{
-    int rc = moe_textout_printf(out, ",\n \"rank_bytes\": {"), first = 1;
-    double b[4];
-    for (int k = 0; k < MOE_SIM_SCHEMES && !rc; k++) {
-        if (rank_bytes(s, k, 0, b))
-            continue;
-        rc = moe_textout_printf(out, "%s\"%s\": [", first ? "" : ", ", moe_sim_scheme_name(k));
-        first = 0;
-        for (uint32_t r = 0; r < G && !rc; r++) {
-            rank_bytes(s, k, r, b);
-            rc = moe_textout_printf(out, "%s[%.0f, %.0f, %.0f, %.0f]", r ? ", " : "", b[0], b[1],
-                                    b[2], b[3]);
-        }
-        rc = rc ? rc : moe_textout_printf(out, "]");
-    }
-    return rc ? rc : moe_textout_printf(out, "}");
-}
-
-static int write_json(moe_textout_t *out, const moe_sim_t *s, const sim_cfg_t *g,
-                      const moe_placement_t *p, const moe_topo_t *t)
-{
-    int rc = moe_textout_printf(out, "{\"tokens\": %" PRIu64 ", \"layers\": %u, \"experts\": %u, "
-                                "\"ranks\": %u, \"nodes\": %u, \"transfer_bytes\": %.0f, "
-                                "\"expert_bytes\": %.0f, \"chunks\": %u, \"schemes\": {",
-                                moe_acct_tokens(moe_sim_acct(s)), p->layers, p->experts, p->ranks,
-                                t->nodes, moe_sim_vector_bytes(s), moe_sim_expert_bytes(s),
-                                moe_sim_chunks(s));
-    int first = 1;
-    for (int k = 0; k < MOE_SIM_SCHEMES && !rc; k++)
-        if (moe_sim_has(s, k)) {
-            rc = json_scheme(out, s, k, first, p->layers, !g->no_layers);
-            first = 0;
-        }
-    rc = rc ? rc : moe_textout_printf(out, "}");
-    if (!rc && g->ranks)
-        rc = json_ranks(out, s, p->ranks);
-    if (!rc && g->best)
-        rc = json_best(out, s);
-    return rc ? rc : moe_textout_printf(out, "}\n");
-}
-
 /* ------------------------------------------------------------------ outputs */
 
 /* The picture, rendered before anything is committed. */
@@ -499,14 +191,20 @@ static int write_outputs(const moe_sim_t *s, const sim_cfg_t *g, const char *tpa
     moe_textout_t *out = moe_cli_text_open(PROG, g->o.out, 't', -1);
     int rc = out ? 0 : 1;
     if (!rc) {
-        int w = g->json ? write_json(out, s, g, p, t) : write_table(out, s, g, tpath, ppath, p, t);
-        if (w && w != MOE_EINVAL)
-            sfail("write error on '%s': %s", g->o.out, strerror(errno));
+        moe_sim_write_opts_t wo = {g->json, !g->no_layers, g->loads, g->ranks, g->best, tpath,
+                                   ppath};
+        char err[1024];
+        int w = moe_sim_write(s, p, t, &wo, moe_textout_write, out, err, sizeof err);
+        int quiet = 0; /* the reader went away: nothing committed, status 0 */
+        if (w == MOE_EINVAL || w == MOE_ENOMEM)
+            sfail("%s", err);
+        else if (w)
+            quiet = !moe_cli_write_failed(PROG, g->o.out);
         if (!w && g->plot && plot_write(g->plot, img, len, &of))
             w = 1;
         if (of && (w || moe_ofile_commit(of)))
             moe_ofile_abort(of), w = w ? w : sfail("cannot write '%s'", g->plot);
-        rc = moe_cli_text_close(PROG, out, g->o.out, w == 0);
+        rc = moe_cli_text_close(PROG, out, g->o.out, w == 0) && !quiet;
     }
     free(img);
     return rc;
@@ -529,14 +227,12 @@ int costmodel_simulate(int argc, char **argv)
         return 1;
     int st;
     char err[512];
-    moe_placement_t *p = moe_placement_read(ppath, &st, err, sizeof err);
-    if (!p)
-        return sfail("%s", err);
-    moe_trace_map_t *m = moe_trace_map_open(tpath, g.o.threads, &st, err, sizeof err);
+    moe_placement_t *p;
+    moe_trace_map_t *m;
+    if ((st = moe_acct_inputs(ppath, tpath, g.o.threads, &p, &m, err, sizeof err)) != 0)
+        return st == MOE_ESHAPE ? sfail("'%s' on '%s': %s", tpath, ppath, err) : sfail("%s", err);
     moe_sim_t *s = NULL;
-    if (!m)
-        rc = sfail("%s", err);
-    else if (!(s = moe_sim_run(p, &topo, m, &g.so, &st, err, sizeof err)))
+    if (!(s = moe_sim_run(p, &topo, m, &g.so, &st, err, sizeof err)))
         rc = err[0] == '\'' ? sfail("%s", err) : sfail("'%s' on '%s': %s", tpath, ppath, err);
     if (s)
         rc = write_outputs(s, &g, tpath, ppath, p, &topo);
@@ -654,9 +350,7 @@ int costmodel_fit(int argc, char **argv)
         int w = moe_textout_printf(out, "# fitted by moe-costmodel fit to '%s' (class %s, %u "
                                    "points, largest error %.4f)\n%s", g.nccl,
                                    moe_link_name(g.cls), t.link[g.cls].npoints, worst, text);
-        if (w)
-            sfail("write error on '%s': %s", g.o.out, strerror(errno));
-        rc = moe_cli_text_close(PROG, out, g.o.out, w == 0);
+        rc = moe_cli_text_finish(PROG, out, g.o.out, w);
     } else if (!rc)
         rc = 1;
     free(text);

@@ -502,8 +502,8 @@ static int run_table(int argc, char **argv)
         rc = pictures_write(&j, &pics);
     if (!rc && want_text)
         rc = (out = textout_open(&j.o)) == NULL;
+    int wrc = 0;
     if (!rc && want_text) {
-        int wrc;
         char *text = NULL;
         if (j.summary) {
             wrc = moe_affinity_write_summary(a, moe_textout_write, out);
@@ -514,21 +514,17 @@ static int run_table(int argc, char **argv)
             wrc = text ? moe_affinity_write(a, text, moe_textout_write, out) : MOE_ENOMEM;
         }
         free(text);
-        if (wrc && errno == EPIPE) { /* the reader went away: stop quietly */
+        if (wrc) { /* nothing is committed then, not even the pictures */
+            rc = wrc == MOE_ESYS ? moe_cli_write_failed(prog, j.o.out)
+                                 : fail("write error on '%s': %s", j.o.out, moe_strerror(wrc));
             moe_textout_close(out, 0);
-            pictures_free(&pics);
-            moe_affinity_free(a);
-            free(j.pairs);
-            exit(0);
+            out = NULL;
         }
-        if (wrc)
-            rc = fail("write error on '%s': %s", j.o.out,
-                      wrc == MOE_ESYS ? strerror(errno) : moe_strerror(wrc));
     }
     /* everything written: commit all, or remove all */
     if (out)
         rc = textout_close(out, j.o.out, rc == 0) || rc;
-    if (!rc)
+    if (!rc && !wrc)
         rc = pictures_commit(&j, &pics);
     pictures_free(&pics);
     moe_affinity_free(a);
@@ -572,10 +568,8 @@ static int run_converge(int argc, char **argv)
     moe_textout_t *out = textout_open(&j.o);
     rc = !out;
     if (out) {
-        int wrc = moe_affinity_write_converge(a, moe_textout_write, out);
-        if (wrc)
-            fail("write error on '%s': %s", j.o.out, strerror(errno));
-        rc = textout_close(out, j.o.out, wrc == 0);
+        rc = moe_cli_text_finish(prog, out, j.o.out,
+                                 moe_affinity_write_converge(a, moe_textout_write, out));
     }
     moe_affinity_free(a);
     return rc;
@@ -654,10 +648,8 @@ static int run_compare(int argc, char **argv)
         moe_textout_t *out = textout_open(&j.o);
         rc = !out;
         if (out) {
-            int wrc = moe_affinity_write_compare(a, b, j.summary, moe_textout_write, out);
-            if (wrc)
-                fail("write error on '%s': %s", j.o.out, strerror(errno));
-            rc = textout_close(out, j.o.out, wrc == 0);
+            rc = moe_cli_text_finish(prog, out, j.o.out, moe_affinity_write_compare(
+                                         a, b, j.summary, moe_textout_write, out));
         }
     }
     moe_affinity_free(a);

@@ -17,6 +17,7 @@
 #include "moe/acct.h"
 #include "moe/cli.h"
 #include "moe/cost.h"
+#include "moe/costcfg.h"
 #include "moe/io.h"
 #include "moe/moe.h"
 #include "moe/placement.h"
@@ -25,536 +26,88 @@
 #include "moe/trace.h"
 #include "moe/trace_map.h"
 
-#ifndef MOE_TOPODIR
-#define MOE_TOPODIR "/usr/local/share/moeflow/topologies"
-#endif
-
 const char *const costmodel_prog = "moe-costmodel";
 static const char *prog = "moe-costmodel";
 static char errbuf[512];
 
 #define fail(...) moe_fail(prog, __VA_ARGS__)
-#define usage_error(sub, ...) cm_usage_error(sub, __VA_ARGS__)
+#define usage_error(sub, ...) moe_usage_error(prog, sub, __VA_ARGS__)
 
-/* The config file line being applied, if any: a bad value there is a data error of that file
- * (one line, status 1), not a usage error. */
-static const char *cfg_path;
-static int cfg_lineno;
+/* The shared options (-o, -v, -q) of the running subcommand. */
+static moe_opts_t opts;
 
-static int cm_usage_error(const char *sub, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-static int cm_usage_error(const char *sub, const char *fmt, ...)
+/* The getopt table: the library's keys (code MOE_OPTC_TOOL + key) and the shared options. */
+static struct option long_opts[MOE_CK_COUNT + 16];
+
+static void build_opts(void)
 {
-    char msg[1024];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    if (cfg_path)
-        return moe_fail(prog, "'%s' line %d: %s", cfg_path, cfg_lineno, msg);
-    return moe_usage_error(prog, sub, "%s", msg);
-}
-
-/* Most values a list option (--experts-per-worker) takes. */
-#define MAX_LIST 256
-
-enum {
-    O_CONFIG = MOE_OPTC_TOOL, O_JSON, O_TOPOLOGY, O_NODES, O_GPN, O_BW_INTRA, O_BW_INTER,
-    O_BW_HOST, O_BW_HBM, O_FLOPS, O_TRACE, O_PLACEMENT, O_TOPK, O_RANKS, O_TPR, O_LAYERS, O_P,
-    O_P_TOPO, O_P_STAR, O_HIDDEN, O_ELEM_BYTES, O_BATCH, O_SEQ, O_VOLUME, O_TP, O_EP, O_PP,
-    O_R1, O_R2, O_R3, O_MIN_CHUNK, O_CHUNKS, O_MAX_CHUNKS, O_PLOT, O_HEADS, O_PARAMS_DENSE,
-    O_PARAMS_MOE, O_ZERO, O_ACTIVATION, O_SEQ_PER_NODE, O_SWITCH_PORTS, O_TOKENS, O_FFN,
-    O_EXPERTS, O_PARTITIONS, O_REUSE, O_MIN_PART, O_MAX_PART, O_MEM_LIMIT, O_ALPHA, O_PROFILE,
-    O_EPW, O_BLOCKS, O_THRESHOLD, O_PREFETCH, O_SOURCE,
-};
-
-static const struct option long_opts[] = {
-    {"config", required_argument, 0, O_CONFIG}, {"json", no_argument, 0, O_JSON},
-    {"topology", required_argument, 0, O_TOPOLOGY}, {"nodes", required_argument, 0, O_NODES},
-    {"gpus-per-node", required_argument, 0, O_GPN},
-    {"bw-intra", required_argument, 0, O_BW_INTRA},
-    {"bw-inter", required_argument, 0, O_BW_INTER}, {"bw-host", required_argument, 0, O_BW_HOST},
-    {"bw-hbm", required_argument, 0, O_BW_HBM}, {"flops", required_argument, 0, O_FLOPS},
-    {"trace", required_argument, 0, O_TRACE}, {"placement", required_argument, 0, O_PLACEMENT},
-    {"topk", required_argument, 0, O_TOPK}, {"ranks", required_argument, 0, O_RANKS},
-    {"tokens-per-rank", required_argument, 0, O_TPR}, {"layers", required_argument, 0, O_LAYERS},
-    {"p", required_argument, 0, O_P}, {"p-topo", required_argument, 0, O_P_TOPO},
-    {"p-star", required_argument, 0, O_P_STAR}, {"hidden", required_argument, 0, O_HIDDEN},
-    {"elem-bytes", required_argument, 0, O_ELEM_BYTES},
-    {"batch", required_argument, 0, O_BATCH}, {"seq", required_argument, 0, O_SEQ},
-    {"volume", required_argument, 0, O_VOLUME}, {"tp", required_argument, 0, O_TP},
-    {"ep", required_argument, 0, O_EP}, {"pp", required_argument, 0, O_PP},
-    {"r1", required_argument, 0, O_R1}, {"r2", required_argument, 0, O_R2},
-    {"r3", required_argument, 0, O_R3}, {"min-chunk", required_argument, 0, O_MIN_CHUNK},
-    {"chunks", required_argument, 0, O_CHUNKS},
-    {"max-chunks", required_argument, 0, O_MAX_CHUNKS}, {"plot", required_argument, 0, O_PLOT},
-    {"heads", required_argument, 0, O_HEADS},
-    {"params-dense", required_argument, 0, O_PARAMS_DENSE},
-    {"params-moe", required_argument, 0, O_PARAMS_MOE}, {"zero", required_argument, 0, O_ZERO},
-    {"activation", required_argument, 0, O_ACTIVATION},
-    {"seq-per-node", required_argument, 0, O_SEQ_PER_NODE},
-    {"switch-ports", required_argument, 0, O_SWITCH_PORTS},
-    {"tokens", required_argument, 0, O_TOKENS}, {"ffn", required_argument, 0, O_FFN},
-    {"experts", required_argument, 0, O_EXPERTS},
-    {"partitions", required_argument, 0, O_PARTITIONS},
-    {"reuse", required_argument, 0, O_REUSE},
-    {"min-partitions", required_argument, 0, O_MIN_PART},
-    {"max-partitions", required_argument, 0, O_MAX_PART},
-    {"memory-limit", required_argument, 0, O_MEM_LIMIT},
-    {"alpha", required_argument, 0, O_ALPHA}, {"profile", required_argument, 0, O_PROFILE},
-    {"experts-per-worker", required_argument, 0, O_EPW},
-    {"blocks", required_argument, 0, O_BLOCKS}, {"threshold", required_argument, 0, O_THRESHOLD},
-    {"prefetch", required_argument, 0, O_PREFETCH}, {"source", required_argument, 0, O_SOURCE},
-    MOE_OPTS_LONG, {0}};
-
-/* An efficiency option: a fixed value or a curve SIZE:EFF,... (0 points: not given). */
-typedef struct effopt {
-    uint32_t n;
-    double size[MOE_TOPO_MAX_CURVE], eff[MOE_TOPO_MAX_CURVE];
-} effopt_t;
-
-/* Everything any subcommand takes; each subcommand rejects what does not apply to it. Numbers
- * left NaN (or 0 for counts) were not given. */
-typedef struct cfg {
-    moe_opts_t o;
-    const char *topology, *trace, *placement, *plot, *profile;
-    int json, source, zero, act, reuse;
-    uint32_t nodes, gpn, topk, ranks, tp, ep, pp, chunks, max_chunks, partitions, min_part,
-        max_part, blocks, switch_ports, nepw;
-    double bw[MOE_LINK_CLASSES], hbm, flops;
-    double tpr, layers, p, p_topo, p_star, hidden, elem_bytes, batch, seq, volume, min_chunk;
-    double heads, params_dense, params_moe, seq_per_node, tokens, ffn, experts, mem_limit;
-    double threshold, prefetch;
-    double alpha[MOE_MP_STREAMS][4];
-    double epw[MAX_LIST];
-    effopt_t r[3];
-    int depth; /* --config nesting */
-} cfg_t;
-
-static const char *opt_name(int c)
-{
-    for (const struct option *o = long_opts; o->name; o++)
-        if (o->val == c)
-            return o->name;
-    return "?";
-}
-
-/* ------------------------------------------------------------------ option values */
-
-/* A non-negative number with an optional decimal (K M G T P: 10^3 ...) or binary (Ki Mi Gi
- * Ti: 2^10 ...) suffix; a trailing "B", "B/s" or "/s" is allowed, "b/s" or "bit/s" means bits. */
-static int parse_qty(const char *s, double *out)
-{
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (end == s || errno || !isfinite(v) || v < 0)
-        return -1;
-    static const char pre[] = "KMGTP";
-    const char *q = *end ? strchr(pre, *end) : NULL;
-    if (q) {
-        int bin = end[1] == 'i';
-        v *= pow(bin ? 1024.0 : 1000.0, (double)(q - pre + 1));
-        end += 1 + bin;
+    static const struct option shared[] = {MOE_OPTS_LONG, {0}};
+    int n = 0, has_arg;
+    for (int k = 1; k < MOE_CK_COUNT; k++) {
+        const char *name = moe_costcfg_key_name(k, &has_arg);
+        long_opts[n++] = (struct option){name, has_arg ? required_argument : no_argument, 0,
+                                         MOE_OPTC_TOOL + k};
     }
-    if (!strcmp(end, "b/s") || !strcmp(end, "bit/s"))
-        v /= 8, end += strlen(end);
-    else if (!strcmp(end, "B") || !strcmp(end, "B/s") || !strcmp(end, "/s"))
-        end += strlen(end);
-    if (*end || !isfinite(v))
-        return -1;
-    *out = v;
-    return 0;
+    memcpy(long_opts + n, shared, sizeof shared);
 }
 
-static int take_qty(const char *sub, const char *arg, double min, const char *what, double *out)
+/* The values of the running subcommand; their file copies are freed at exit. */
+typedef moe_costcfg_t cfg_t;
+static cfg_t *live;
+
+static void release_live(void)
 {
-    if (parse_qty(arg, out) || *out < min)
-        return usage_error(sub, "invalid %s '%s'", what, arg);
-    return 0;
+    moe_costcfg_release(live);
 }
 
-static int take_frac(const char *sub, const char *arg, double hi, const char *what, double *out)
-{
-    char err[256];
-    if (moe_parse_double(arg, 0, hi, out, what, err, sizeof err))
-        return usage_error(sub, "%s", err);
-    return 0;
-}
-
-/* --r1 0.741 (a fixed efficiency) or --r1 8M:0.427,32M:0.633,256M:0.741 (a curve, sizes
- * increasing). */
-static int take_eff(const char *sub, const char *arg, const char *what, effopt_t *e)
-{
-    char buf[2048];
-    int bad = strlen(arg) >= sizeof buf, fixed = 0;
-    e->n = 0;
-    if (!bad)
-        strcpy(buf, arg);
-    for (char *save = NULL, *tok = bad ? NULL : strtok_r(buf, ",", &save); tok && !bad;
-         tok = strtok_r(NULL, ",", &save)) {
-        char *colon = strchr(tok, ':');
-        double size = 0, eff;
-        if (colon)
-            *colon = 0;
-        fixed |= !colon;
-        bad = e->n == MOE_TOPO_MAX_CURVE || (colon && parse_qty(tok, &size)) ||
-              parse_qty(colon ? colon + 1 : tok, &eff) || !(eff > 0 && eff <= 1) ||
-              (e->n && !(size > e->size[e->n - 1]));
-        if (!bad) {
-            e->size[e->n] = size;
-            e->eff[e->n++] = eff;
-        }
-    }
-    if (bad || !e->n || (fixed && e->n > 1))
-        return usage_error(sub, "invalid %s '%s' (a number in (0, 1] or SIZE:EFF,...)", what,
-                           arg);
-    return 0;
-}
-
-/* --alpha comm,comp=0.8: the slowdown factor of stream y beside x (x may be "all"). */
-static int take_alpha(const char *sub, const char *arg, cfg_t *g)
-{
-    static const char *const names[] = {"comm", "comp", "mem", "all"};
-    char y[16], x[16];
-    double v;
-    int n = 0;
-    if (sscanf(arg, "%15[a-z],%15[a-z]=%lf%n", y, x, &v, &n) != 3 || arg[n] ||
-        !(v > 0 && v <= 1))
-        return usage_error(sub, "invalid slowdown factor '%s' (Y,X=V with V in (0, 1])", arg);
-    int yi = -1, xi = -1;
-    for (int i = 0; i < 4; i++) {
-        if (!strcmp(y, names[i]) && i < 3)
-            yi = i;
-        if (!strcmp(x, names[i]))
-            xi = i;
-    }
-    if (yi < 0 || xi < 0 || xi == yi)
-        return usage_error(sub, "invalid slowdown factor '%s' (streams comm, comp, mem, all)",
-                           arg);
-    g->alpha[yi][xi] = v;
-    return 0;
-}
-
-static int take_list(const char *sub, const char *arg, cfg_t *g)
-{
-    char buf[4096];
-    if (strlen(arg) >= sizeof buf)
-        return usage_error(sub, "invalid expert list '%s'", arg);
-    strcpy(buf, arg);
-    g->nepw = 0;
-    for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok;
-         tok = strtok_r(NULL, ",", &save)) {
-        double v;
-        if (g->nepw == MAX_LIST || parse_qty(tok, &v) || !(v > 0))
-            return usage_error(sub, "invalid expert list '%s'", arg);
-        g->epw[g->nepw++] = v;
-    }
-    return g->nepw ? 0 : usage_error(sub, "invalid expert list '%s'", arg);
-}
-
-static int read_config(const char *sub, const char *path, cfg_t *g);
-
-/* One tool-specific option. Returns 0 or the usage error status (1 for an unreadable config). */
-static int take_opt(const char *sub, int c, const char *arg, cfg_t *g)
-{
-    static const char *const sources[] = {"auto", "recorded", "sequence", "token"};
-    switch (c) {
-    case O_CONFIG: return read_config(sub, arg, g);
-    case O_JSON: g->json = 1; return 0;
-    case O_TOPOLOGY: g->topology = arg; return 0;
-    case O_NODES: return moe_cli_u32(prog, sub, arg, 1, MOE_MAX_RANKS, "node count", &g->nodes);
-    case O_GPN: return moe_cli_u32(prog, sub, arg, 1, MOE_MAX_RANKS, "GPUs per node", &g->gpn);
-    case O_BW_INTRA: return take_qty(sub, arg, 1, "bandwidth", &g->bw[MOE_LINK_INTRA]);
-    case O_BW_INTER: return take_qty(sub, arg, 1, "bandwidth", &g->bw[MOE_LINK_INTER]);
-    case O_BW_HOST: return take_qty(sub, arg, 1, "bandwidth", &g->bw[MOE_LINK_HOST]);
-    case O_BW_HBM: return take_qty(sub, arg, 1, "bandwidth", &g->hbm);
-    case O_FLOPS: return take_qty(sub, arg, 1, "compute rate", &g->flops);
-    case O_TRACE: g->trace = arg; return 0;
-    case O_PLACEMENT: g->placement = arg; return 0;
-    case O_TOPK: return moe_cli_u32(prog, sub, arg, 1, 256, "top-k", &g->topk);
-    case O_RANKS: return moe_cli_u32(prog, sub, arg, 1, 1u << 24, "rank count", &g->ranks);
-    case O_TPR: return take_qty(sub, arg, 0, "token count", &g->tpr);
-    case O_LAYERS: return take_qty(sub, arg, 0, "layer count", &g->layers);
-    case O_P: return take_frac(sub, arg, 1, "fraction p", &g->p);
-    case O_P_TOPO: return take_frac(sub, arg, 1, "fraction p_topo", &g->p_topo);
-    case O_P_STAR: return take_frac(sub, arg, 2, "fraction p*", &g->p_star);
-    case O_HIDDEN: return take_qty(sub, arg, 1, "hidden size", &g->hidden);
-    case O_ELEM_BYTES: return take_qty(sub, arg, 1e-3, "element size", &g->elem_bytes);
-    case O_BATCH: return take_qty(sub, arg, 1e-9, "batch size", &g->batch);
-    case O_SEQ: return take_qty(sub, arg, 1, "sequence length", &g->seq);
-    case O_VOLUME: return take_qty(sub, arg, 1, "volume", &g->volume);
-    case O_TP: return moe_cli_u32(prog, sub, arg, 1, 1u << 20, "tensor-parallel degree", &g->tp);
-    case O_EP: return moe_cli_u32(prog, sub, arg, 1, 1u << 20, "expert-parallel degree", &g->ep);
-    case O_PP: return moe_cli_u32(prog, sub, arg, 1, 1u << 20, "pipeline-parallel degree", &g->pp);
-    case O_R1: return take_eff(sub, arg, "efficiency r1", &g->r[0]);
-    case O_R2: return take_eff(sub, arg, "efficiency r2", &g->r[1]);
-    case O_R3: return take_eff(sub, arg, "efficiency r3", &g->r[2]);
-    case O_MIN_CHUNK: return take_qty(sub, arg, 1, "chunk size", &g->min_chunk);
-    case O_CHUNKS: return moe_cli_u32(prog, sub, arg, 1, 1u << 20, "chunk count", &g->chunks);
-    case O_MAX_CHUNKS: return moe_cli_u32(prog, sub, arg, 1, 1u << 20, "chunk count", &g->max_chunks);
-    case O_PLOT: g->plot = arg; return 0;
-    case O_HEADS: return take_qty(sub, arg, 0, "head count", &g->heads);
-    case O_PARAMS_DENSE: return take_qty(sub, arg, 0, "parameter count", &g->params_dense);
-    case O_PARAMS_MOE: return take_qty(sub, arg, 0, "parameter count", &g->params_moe);
-    case O_ZERO: {
-        uint32_t z;
-        int rc = moe_cli_u32(prog, sub, arg, 0, 3, "ZeRO stage", &z);
-        g->zero = (int)z;
-        return rc;
-    }
-    case O_ACTIVATION:
-        if ((g->act = moe_monta_act_parse(arg)) < 0)
-            return usage_error(sub, "unknown activation row '%s' (none, tp, sp, selective, "
-                                    "full)", arg);
-        return 0;
-    case O_SEQ_PER_NODE: return take_qty(sub, arg, 1, "sequence length", &g->seq_per_node);
-    case O_SWITCH_PORTS: return moe_cli_u32(prog, sub, arg, 1, 1u << 30, "port count", &g->switch_ports);
-    case O_TOKENS: return take_qty(sub, arg, 1, "token count", &g->tokens);
-    case O_FFN: return take_qty(sub, arg, 1, "FFN size", &g->ffn);
-    case O_EXPERTS: return take_qty(sub, arg, 0, "expert count", &g->experts);
-    case O_PARTITIONS: return moe_cli_u32(prog, sub, arg, 1, 4096, "partition count", &g->partitions);
-    case O_REUSE:
-        if ((g->reuse = moe_mpmoe_reuse_parse(arg)) < 0)
-            return usage_error(sub, "unknown reuse strategy '%s' (none, S1, S2, S3, S4)", arg);
-        return 0;
-    case O_MIN_PART: return moe_cli_u32(prog, sub, arg, 1, 4096, "partition count", &g->min_part);
-    case O_MAX_PART: return moe_cli_u32(prog, sub, arg, 1, 4096, "partition count", &g->max_part);
-    case O_MEM_LIMIT: return take_qty(sub, arg, 1, "memory size", &g->mem_limit);
-    case O_ALPHA: return take_alpha(sub, arg, g);
-    case O_PROFILE: g->profile = arg; return 0;
-    case O_EPW: return take_list(sub, arg, g);
-    case O_BLOCKS: return moe_cli_u32(prog, sub, arg, 1, MAX_LIST, "block count", &g->blocks);
-    case O_THRESHOLD: return take_qty(sub, arg, 0, "threshold", &g->threshold);
-    case O_PREFETCH: return take_qty(sub, arg, 0, "prefetch window", &g->prefetch);
-    case O_SOURCE:
-        for (int i = 0; i < 4; i++)
-            if (!strcmp(arg, sources[i])) {
-                g->source = i;
-                return 0;
-            }
-        return usage_error(sub, "unknown source '%s' (auto, recorded, sequence, token)", arg);
-    default: return usage_error(sub, "option --%s does not apply to %s", opt_name(c), sub);
-    }
-}
-
-/* ------------------------------------------------------------------ config files */
-
-static int opt_code(const char *name, int *has_arg)
-{
-    for (const struct option *o = long_opts; o->name; o++)
-        if (!strcmp(o->name, name) && o->val >= MOE_OPTC_TOOL) {
-            *has_arg = o->has_arg;
-            return o->val;
-        }
-    return -1;
-}
-
-/* Copies of config values, alive until exit (options keep paths as pointers). */
-static char **kept;
-static size_t nkept;
-
-static void free_kept(void)
-{
-    for (size_t i = 0; i < nkept; i++)
-        free(kept[i]);
-    free(kept);
-    kept = NULL;
-    nkept = 0;
-}
-
-static char *keep_string(const char *s)
-{
-    char **k = realloc(kept, (nkept + 1) * sizeof *k);
-    if (!k)
-        return NULL;
-    kept = k;
-    if (!nkept)
-        atexit(free_kept);
-    return kept[nkept++] = strdup(s);
-}
-
-/* Strip blanks at both ends in place. */
-static char *trim(char *s)
-{
-    while (*s == ' ' || *s == '\t')
-        s++;
-    size_t n = strlen(s);
-    while (n && (s[n - 1] == ' ' || s[n - 1] == '\t' || s[n - 1] == '\r' || s[n - 1] == '\n'))
-        s[--n] = 0;
-    return s;
-}
-
-/* Apply one "key = value" line. The sub's option filter runs in parse(); config keys are
- * checked against the same list through `takes`. */
-static const int *cur_takes;
-
-static int config_line(const char *sub, const char *path, int lineno, char *line, cfg_t *g)
-{
-    char *hash = strchr(line, '#');
-    if (hash)
-        *hash = 0;
-    char *s = trim(line);
-    if (!*s)
-        return 0;
-    char *eq = strchr(s, '=');
-    if (eq)
-        *eq = 0;
-    char *key = trim(s), *val = eq ? trim(eq + 1) : NULL;
-    int has_arg, c = opt_code(key, &has_arg), ok = c == O_CONFIG;
-    for (const int *t = cur_takes; c >= 0 && *t && !ok; t++)
-        ok = *t == c;
-    if (c < 0 || !ok)
-        return fail("'%s' line %d: unknown key '%s' for %s", path, lineno, key, sub);
-    if (has_arg && (!val || !*val))
-        return fail("'%s' line %d: key '%s' needs a value", path, lineno, key);
-    if (!has_arg && val && strcmp(val, "1") && strcmp(val, "yes") && strcmp(val, "true"))
-        return fail("'%s' line %d: key '%s' takes no value (or yes)", path, lineno, key);
-    if (c == O_CONFIG && g->depth >= 4)
-        return fail("'%s' line %d: config files nested too deeply", path, lineno);
-    /* values must outlive the file buffer: they may be kept as strings (paths) */
-    char *keep = val ? keep_string(val) : NULL;
-    if (val && !keep)
-        return fail("out of memory");
-    const char *outer_path = cfg_path;
-    int outer_line = cfg_lineno;
-    cfg_path = path, cfg_lineno = lineno;
-    g->depth++;
-    int rc = take_opt(sub, c, keep, g);
-    g->depth--;
-    cfg_path = outer_path, cfg_lineno = outer_line;
-    return rc;
-}
-
-static int read_config(const char *sub, const char *path, cfg_t *g)
-{
-    FILE *fp = strcmp(path, "-") ? fopen(path, "r") : stdin;
-    if (!fp)
-        return fail("cannot open '%s': %s", path, strerror(errno));
-    char line[4096];
-    int rc = 0, lineno = 0;
-    while (!rc && fgets(line, sizeof line, fp)) {
-        lineno++;
-        if (!strchr(line, '\n') && !feof(fp))
-            rc = fail("'%s' line %d: line too long", path, lineno);
-        else
-            rc = config_line(sub, path, lineno, line, g);
-    }
-    if (!rc && ferror(fp))
-        rc = fail("cannot read '%s': %s", path, strerror(errno));
-    if (fp != stdin)
-        fclose(fp);
-    return rc;
-}
-
-/* ------------------------------------------------------------------ parsing */
-
-static void cfg_init(cfg_t *g, unsigned groups)
-{
-    memset(g, 0, sizeof *g);
-    moe_opts_init(&g->o);
-    g->o.allowed = groups;
-    double *nan_fields[] = {&g->tpr, &g->layers, &g->p, &g->p_topo, &g->p_star, &g->hidden,
-                            &g->elem_bytes, &g->batch, &g->seq, &g->volume, &g->min_chunk,
-                            &g->heads, &g->params_dense, &g->params_moe, &g->seq_per_node,
-                            &g->tokens, &g->ffn, &g->experts, &g->threshold, &g->prefetch};
-    for (size_t i = 0; i < sizeof nan_fields / sizeof *nan_fields; i++)
-        *nan_fields[i] = NAN;
-    g->act = -1;
-    g->reuse = -1;
-    g->zero = -1;
-    for (int y = 0; y < MOE_MP_STREAMS; y++)
-        for (int x = 0; x < 4; x++)
-            g->alpha[y][x] = 1;
-}
-
-/* Parse a subcommand's options; `takes` lists the tool options it accepts (0-terminated). */
+/* Parse a subcommand's options; `takes` lists the keys it accepts (0-terminated). A bad value
+ * on the command line is a usage error (2), one in a config file a data error (1). */
 static int parse(const char *sub, int argc, char **argv, cfg_t *g, const int *takes,
                  void (*usage)(FILE *), int *rc)
 {
-    cfg_init(g, MOE_OPT_OUTPUT);
-    cur_takes = takes;
+    moe_opts_init(&opts);
+    opts.allowed = MOE_OPT_OUTPUT;
+    moe_costcfg_init(g);
+    if (!live)
+        atexit(release_live);
+    live = g;
+    if (!long_opts[0].name)
+        build_opts();
     int c;
-    while ((c = moe_opts_next(prog, sub, usage, &g->o, argc, argv, MOE_OPTS_SHORT, long_opts,
+    while ((c = moe_opts_next(prog, sub, usage, &opts, argc, argv, MOE_OPTS_SHORT, long_opts,
                               rc)) != -1) {
         if (c == MOE_OPT_STOP)
             return MOE_OPT_STOP;
-        int ok = c == O_CONFIG;
+        int key = c - MOE_OPTC_TOOL, ok = key == MOE_CK_CONFIG;
         for (const int *t = takes; *t && !ok; t++)
-            ok = *t == c;
+            ok = *t == key;
         if (!ok) {
-            *rc = usage_error(sub, "option --%s does not apply to %s", opt_name(c), sub);
+            *rc = usage_error(sub, "option --%s does not apply to %s",
+                              moe_costcfg_key_name(key, NULL), sub);
             return MOE_OPT_STOP;
         }
-        if ((*rc = take_opt(sub, c, optarg, g)) != 0)
+        int st = moe_costcfg_set(g, key, optarg, takes, sub, errbuf, sizeof errbuf);
+        if (st) {
+            *rc = st == MOE_EINVAL ? usage_error(sub, "%s", errbuf) : fail("%s", errbuf);
             return MOE_OPT_STOP;
+        }
     }
-    moe_opts_apply_log(&g->o);
+    moe_opts_apply_log(&opts);
     return 0;
 }
 
 static double or_default(double v, double d) { return isnan(v) ? d : v; }
 
-/* ------------------------------------------------------------------ topology */
-
-static int file_exists(const char *p)
-{
-    struct stat st;
-    return stat(p, &st) == 0 && S_ISREG(st.st_mode);
-}
-
 int costmodel_topology(const char *arg, moe_topo_t *t)
 {
-    char path[4096];
-    const char *use = arg;
-    if (strcmp(arg, "-") && !file_exists(arg) && !strchr(arg, '/')) {
-        const char *env = getenv("MOEFLOW_TOPOLOGIES");
-        const char *dirs[2] = {env && *env ? env : NULL, MOE_TOPODIR};
-        size_t n = strlen(arg);
-        const char *ext = n > 5 && !strcmp(arg + n - 5, ".topo") ? "" : ".topo";
-        for (int i = 0; i < 2; i++) {
-            if (!dirs[i])
-                continue;
-            snprintf(path, sizeof path, "%s/%s%s", dirs[i], arg, ext);
-            if (file_exists(path)) {
-                use = path;
-                break;
-            }
-        }
-        if (use == arg)
-            return fail("cannot open '%s': no such file or topology preset (presets: %s)", arg,
-                        MOE_TOPODIR);
-    }
-    if (moe_topo_read(t, use, errbuf, sizeof errbuf))
-        return fail("%s", errbuf);
-    return 0;
+    return moe_topo_load(t, arg, errbuf, sizeof errbuf) ? fail("%s", errbuf) : 0;
 }
 
 /* The topology of --topology (or one node of --gpus-per-node GPUs) with the overrides
  * --nodes, --gpus-per-node, --bw-*, --flops applied. */
 static int make_topo(const cfg_t *g, moe_topo_t *t)
 {
-    if (g->topology) {
-        if (costmodel_topology(g->topology, t))
-            return 1;
-    } else if (moe_topo_uniform(t, 1, g->gpn ? g->gpn : 1)) {
-        return fail("invalid topology");
-    }
-    if (g->nodes)
-        t->nodes = g->nodes;
-    if (g->gpn)
-        t->gpus_per_node = g->gpn;
-    if ((uint64_t)t->nodes * t->gpus_per_node > MOE_MAX_RANKS)
-        return fail("topology of %u x %u ranks is too large", t->nodes, t->gpus_per_node);
-    for (int c = MOE_LINK_INTRA; c < MOE_LINK_CLASSES; c++)
-        if (g->bw[c] > 0)
-            t->link[c].bw = g->bw[c];
-    if (g->hbm > 0)
-        t->hbm_bw = g->hbm;
-    if (g->flops > 0)
-        t->flops = g->flops;
-    moe_topo_update_cost(t);
-    return 0;
+    return moe_costcfg_topo(g, t, errbuf, sizeof errbuf) ? fail("%s", errbuf) : 0;
 }
 
 /* ------------------------------------------------------------------ output */
@@ -566,20 +119,15 @@ typedef struct out {
 
 static int out_open(out_t *o, const cfg_t *g)
 {
-    o->path = g->o.out ? g->o.out : "-";
+    (void)g;
+    o->path = opts.out ? opts.out : "-";
     o->t = moe_cli_text_open(prog, o->path, 't', -1);
     return o->t ? 0 : 1;
 }
 
 static int out_close(out_t *o, int werr)
 {
-    if (werr && errno == EPIPE) { /* the reader went away: quietly done */
-        moe_cli_text_close(prog, o->t, o->path, 0);
-        return 0;
-    }
-    if (werr)
-        fail("cannot write '%s': %s", o->path, strerror(errno));
-    return moe_cli_text_close(prog, o->t, o->path, !werr);
+    return moe_cli_text_finish(prog, o->t, o->path, werr);
 }
 
 #define P(...)                                                                                \
@@ -639,65 +187,6 @@ static int write_picture(const char *path, const moe_canvas_t *c)
     return rc;
 }
 
-/* A chart of several series over the same x values with a legend, drawn at (x0, 0). */
-typedef struct series {
-    const char *name;
-    const double *y;
-    uint32_t rgb;
-} series_t;
-
-typedef struct chart {
-    const char *title, *xlabel, *ylabel;
-    const double *x;
-    int n;
-    const series_t *s;
-    int ns;
-} chart_t;
-
-#define CHART_W 720
-#define CHART_H 440
-#define LEGEND_H 24
-#define CHART_TOP 10
-
-static int draw_chart(moe_canvas_t *c, int x0, const chart_t *ch)
-{
-    double lo = 0, hi = -INFINITY;
-    for (int k = 0; k < ch->ns; k++)
-        for (int i = 0; i < ch->n; i++)
-            if (isfinite(ch->s[k].y[i]))
-                lo = fmin(lo, ch->s[k].y[i]), hi = fmax(hi, ch->s[k].y[i]);
-    hi = hi > lo ? hi * 1.05 : lo + 1;
-    int err = 0;
-    for (int k = 0; k < ch->ns && !err; k++) {
-        moe_linechart_t lc = {ch->x, ch->s[k].y, ch->n, lo, hi, ch->title, ch->xlabel,
-                              ch->ylabel, ch->s[k].rgb, 2};
-        err = moe_plot_lines(c, x0 + 4, CHART_TOP, CHART_W - 28, CHART_H - CHART_TOP, &lc);
-    }
-    for (int k = 0, lx = x0 + 80; k < ch->ns && !err; k++) {
-        err = moe_canvas_rect(c, lx, CHART_H + 6, 14, 14, ch->s[k].rgb);
-        if (!err)
-            err = moe_canvas_text(c, lx + 20, CHART_H + 6, ch->s[k].name, 2, MOE_TEXT_LEFT, 0);
-        lx += 40 + moe_text_width(ch->s[k].name, 2);
-    }
-    return err;
-}
-
-/* One or two charts side by side into a picture file. */
-static int plot_charts(const char *path, const chart_t *ch, int n)
-{
-    moe_canvas_t *c = moe_canvas_new(CHART_W * n, CHART_H + LEGEND_H);
-    if (!c)
-        return fail("cannot draw: out of memory");
-    int err = 0;
-    for (int i = 0; i < n && !err; i++)
-        err = draw_chart(c, CHART_W * i, &ch[i]);
-    int rc = err ? fail("cannot draw: out of memory") : write_picture(path, c);
-    moe_canvas_free(c);
-    return rc;
-}
-
-static const uint32_t palette[] = {0x444444, 0x1f77b4, 0xd62728, 0x2ca02c, 0xff7f0e};
-
 /* ------------------------------------------------------------------ exflow */
 
 static void exflow_usage(FILE *fp)
@@ -735,14 +224,11 @@ typedef struct exflow_meas {
 static int exflow_measure(const cfg_t *g, moe_exflow_in_t *in, exflow_meas_t *ms)
 {
     int st, rc = 0;
-    moe_placement_t *p = moe_placement_read(g->placement, &st, errbuf, sizeof errbuf);
-    if (!p)
-        return fail("%s", errbuf);
-    moe_trace_map_t *m = moe_trace_map_open(g->trace, 0, &st, errbuf, sizeof errbuf);
-    if (!m) {
-        moe_placement_free(p);
-        return fail("%s", errbuf);
-    }
+    moe_placement_t *p;
+    moe_trace_map_t *m;
+    if ((st = moe_acct_inputs(g->placement, g->trace, 0, &p, &m, errbuf, sizeof errbuf)) != 0)
+        return st == MOE_ESHAPE ? fail("'%s' on '%s': %s", g->placement, g->trace, errbuf)
+                                : fail("%s", errbuf);
     const moe_trace_hdr_t *h = moe_trace_map_header(m);
     moe_acct_opts_t ao;
     moe_acct_opts_default(&ao);
@@ -838,10 +324,10 @@ static int exflow_json(moe_textout_t *t, const moe_exflow_in_t *in, const moe_ex
 
 static int run_exflow(int argc, char **argv)
 {
-    static const int takes[] = {O_RANKS, O_TPR, O_LAYERS, O_TOPK, O_P, O_P_TOPO, O_P_STAR,
-                                O_TRACE, O_PLACEMENT, O_SOURCE, O_HIDDEN, O_ELEM_BYTES, O_JSON,
+    static const int takes[] = {MOE_CK_RANKS, MOE_CK_TPR, MOE_CK_LAYERS, MOE_CK_TOPK, MOE_CK_P, MOE_CK_P_TOPO, MOE_CK_P_STAR,
+                                MOE_CK_TRACE, MOE_CK_PLACEMENT, MOE_CK_SOURCE, MOE_CK_HIDDEN, MOE_CK_ELEM_BYTES, MOE_CK_JSON,
                                 0};
-    cfg_t g;
+    static cfg_t g; /* its file values are freed at exit */
     int rc = 0;
     if (parse("exflow", argc, argv, &g, takes, exflow_usage, &rc))
         return rc;
@@ -950,7 +436,7 @@ static void monta_usage(FILE *fp)
 }
 
 /* A resource from an efficiency option, else the topology link's curve. */
-static void monta_res(moe_monta_res_t *r, const moe_link_t *link, double bw, const effopt_t *e)
+static void monta_res(moe_monta_res_t *r, const moe_link_t *link, double bw, const moe_costcfg_eff_t *e)
 {
     memset(r, 0, sizeof *r);
     if (link)
@@ -1043,32 +529,8 @@ static int monta_rows(moe_textout_t *t, const moe_monta_in_t *in, const moe_mont
     return 0;
 }
 
-/* Forward time of one MoE layer with the chosen strategy: dispatch and combine AllToAlls plus
- * the expert FFN (two GEMMs of 2 h F FLOPs per token and expert, split t ways). */
-typedef struct monta_layer {
-    int have;
-    double comm, comp, total, tokens_per_s, mfu;
-} monta_layer_t;
-
-static void monta_layer(const cfg_t *g, const moe_topo_t *topo, const moe_monta_in_t *in,
-                        const moe_monta_result_t *r, monta_layer_t *L)
-{
-    memset(L, 0, sizeof *L);
-    double F = or_default(g->ffn, 0), fl = topo->flops;
-    if (!(F > 0) || !(fl > 0) || !(in->s > 0 && in->h > 0))
-        return;
-    double tokens = in->b * in->s, k = g->topk ? g->topk : 1;
-    double flop = tokens * k * 4 * in->h * F / in->t;
-    L->have = 1;
-    L->comm = 2 * r->time[r->best];
-    L->comp = flop / fl;
-    L->total = L->comm + L->comp;
-    L->tokens_per_s = tokens / L->total;
-    L->mfu = flop / (L->total * fl);
-}
-
 static int monta_table(moe_textout_t *t, const moe_monta_in_t *in, const moe_monta_result_t *r,
-                       const monta_layer_t *L, const moe_monta_mem_in_t *mi,
+                       const moe_monta_layer_t *L, const moe_monta_mem_in_t *mi,
                        const moe_monta_mem_t *mem)
 {
     P("# MoNTA performance model: one AllToAll of a MoE layer (MB = 10^6 bytes)\n");
@@ -1110,7 +572,7 @@ static int monta_table(moe_textout_t *t, const moe_monta_in_t *in, const moe_mon
 }
 
 static int monta_json(moe_textout_t *t, const moe_monta_in_t *in, const moe_monta_result_t *r,
-                      const monta_layer_t *L, const moe_monta_mem_in_t *mi,
+                      const moe_monta_layer_t *L, const moe_monta_mem_in_t *mi,
                       const moe_monta_mem_t *mem)
 {
     P("{\"model\": \"monta\", \"volume\": %s, \"t\": %u, \"e\": %u, \"B1\": %s, \"B2\": %s, "
@@ -1140,52 +602,21 @@ static int monta_json(moe_textout_t *t, const moe_monta_in_t *in, const moe_mont
     return 0;
 }
 
-/* Time against chunk count (O2, O3; baseline and O1 flat) and, when the volume comes from the
- * sequence length, against sequence length 4K..256K as MoNTA's Fig. 14. */
+/* Time against chunk count and sequence length (moe_monta_plot) into a picture file. */
 static int monta_plot(const char *path, const moe_monta_in_t *in, const moe_monta_result_t *r)
 {
-    enum { NMAX = 64, NSEQ = 7 };
-    double x[NMAX], y[4][NMAX], xs[NSEQ], ys[4][NSEQ];
-    uint32_t cap = in->max_chunks ? in->max_chunks : 32;
-    int n = 0;
-    double I = r->volume;
-    for (uint32_t N = 1; N <= cap && n < NMAX; N++, n++) {
-        if (I / ((double)N * in->t) < in->i_minimal && N > 1)
-            break;
-        x[n] = N;
-        for (int s = 0; s < 4; s++)
-            y[s][n] = moe_monta_time(in, s, N) * 1e3;
-    }
-    series_t s1[4], s2[4];
-    for (int s = 0; s < 4; s++) {
-        s1[s] = (series_t){moe_monta_strategy_name(s), y[s], palette[s]};
-        s2[s] = (series_t){moe_monta_strategy_name(s), ys[s], palette[s]};
-    }
-    chart_t ch[2] = {{"AllToAll time against chunk count", "chunks N", "ms", x, n, s1, 4},
-                     {"AllToAll time against sequence length", "sequence length (K tokens)",
-                      "ms", xs, NSEQ, s2, 4}};
-    int charts = 1;
-    if (!(in->volume > 0)) {
-        charts = 2;
-        for (int i = 0; i < NSEQ; i++) {
-            moe_monta_in_t v = *in;
-            v.s = 4096.0 * (1 << i);
-            moe_monta_result_t rr;
-            xs[i] = v.s / 1024;
-            if (moe_monta_eval(&v, 0, &rr))
-                return fail("cannot evaluate the model at sequence length %g", v.s);
-            for (int s = 0; s < 4; s++)
-                ys[s][i] = rr.time[s] * 1e3;
-        }
-    }
-    return plot_charts(path, ch, charts);
+    moe_canvas_t *cv = NULL;
+    int rc = moe_monta_plot(in, r, &cv, errbuf, sizeof errbuf);
+    rc = rc ? fail("%s", errbuf) : write_picture(path, cv);
+    moe_canvas_free(cv);
+    return rc;
 }
 
 static int run_monta_plan(int argc, char **argv)
 {
-    static const int takes[] = {O_SEQ, O_SEQ_PER_NODE, O_GPN, O_EP, O_NODES, O_SWITCH_PORTS,
-                                O_JSON, 0};
-    cfg_t g;
+    static const int takes[] = {MOE_CK_SEQ, MOE_CK_SEQ_PER_NODE, MOE_CK_GPN, MOE_CK_EP, MOE_CK_NODES, MOE_CK_SWITCH_PORTS,
+                                MOE_CK_JSON, 0};
+    static cfg_t g; /* its file values are freed at exit */
     int rc = 0;
     if (parse("monta plan", argc, argv, &g, takes, monta_plan_usage, &rc))
         return rc;
@@ -1241,12 +672,12 @@ static int run_monta(int argc, char **argv)
 {
     if (argc > 1 && !strcmp(argv[1], "plan"))
         return run_monta_plan(argc - 1, argv + 1);
-    static const int takes[] = {O_BATCH, O_SEQ, O_HIDDEN, O_ELEM_BYTES, O_VOLUME, O_TP, O_EP,
-                                O_TOPOLOGY, O_NODES, O_GPN, O_BW_INTER, O_BW_INTRA, O_BW_HBM,
-                                O_R1, O_R2, O_R3, O_MIN_CHUNK, O_CHUNKS, O_MAX_CHUNKS, O_PLOT,
-                                O_FLOPS, O_FFN, O_TOPK, O_PARAMS_DENSE, O_PARAMS_MOE, O_LAYERS,
-                                O_HEADS, O_PP, O_ZERO, O_ACTIVATION, O_JSON, 0};
-    cfg_t g;
+    static const int takes[] = {MOE_CK_BATCH, MOE_CK_SEQ, MOE_CK_HIDDEN, MOE_CK_ELEM_BYTES, MOE_CK_VOLUME, MOE_CK_TP, MOE_CK_EP,
+                                MOE_CK_TOPOLOGY, MOE_CK_NODES, MOE_CK_GPN, MOE_CK_BW_INTER, MOE_CK_BW_INTRA, MOE_CK_BW_HBM,
+                                MOE_CK_R1, MOE_CK_R2, MOE_CK_R3, MOE_CK_MIN_CHUNK, MOE_CK_CHUNKS, MOE_CK_MAX_CHUNKS, MOE_CK_PLOT,
+                                MOE_CK_FLOPS, MOE_CK_FFN, MOE_CK_TOPK, MOE_CK_PARAMS_DENSE, MOE_CK_PARAMS_MOE, MOE_CK_LAYERS,
+                                MOE_CK_HEADS, MOE_CK_PP, MOE_CK_ZERO, MOE_CK_ACTIVATION, MOE_CK_JSON, 0};
+    static cfg_t g; /* its file values are freed at exit */
     int rc = 0;
     if (parse("monta", argc, argv, &g, takes, monta_usage, &rc))
         return rc;
@@ -1268,8 +699,8 @@ static int run_monta(int argc, char **argv)
     int have_mem = monta_mem_inputs(&g, &in, &mi);
     if (have_mem && moe_monta_memory(&mi, &mem))
         return fail("invalid memory model inputs");
-    monta_layer_t L;
-    monta_layer(&g, &topo, &in, &r, &L);
+    moe_monta_layer_t L;
+    moe_monta_layer(&in, &r, or_default(g.ffn, 0), g.topk ? g.topk : 1, topo.flops, &L);
     if (g.plot && monta_plot(g.plot, &in, &r))
         return 1;
     out_t out;
@@ -1395,10 +826,10 @@ static int janus_write(moe_textout_t *t, const cfg_t *g, const moe_janus_in_t *b
 
 static int run_janus(int argc, char **argv)
 {
-    static const int takes[] = {O_BATCH, O_SEQ, O_TOPK, O_HIDDEN, O_FFN, O_EXPERTS, O_EPW,
-                                O_BLOCKS, O_GPN, O_NODES, O_ELEM_BYTES, O_THRESHOLD,
-                                O_TOPOLOGY, O_BW_INTER, O_PREFETCH, O_JSON, 0};
-    cfg_t g;
+    static const int takes[] = {MOE_CK_BATCH, MOE_CK_SEQ, MOE_CK_TOPK, MOE_CK_HIDDEN, MOE_CK_FFN, MOE_CK_EXPERTS, MOE_CK_EPW,
+                                MOE_CK_BLOCKS, MOE_CK_GPN, MOE_CK_NODES, MOE_CK_ELEM_BYTES, MOE_CK_THRESHOLD,
+                                MOE_CK_TOPOLOGY, MOE_CK_BW_INTER, MOE_CK_PREFETCH, MOE_CK_JSON, 0};
+    static cfg_t g; /* its file values are freed at exit */
     int rc = 0;
     if (parse("janus", argc, argv, &g, takes, janus_usage, &rc))
         return rc;
@@ -1424,7 +855,7 @@ static int run_janus(int argc, char **argv)
     if (g.nepw && g.nepw != 1 && g.nepw != blocks)
         return usage_error("janus", "--experts-per-worker has %u values for %u blocks", g.nepw,
                            blocks);
-    double E[MAX_LIST];
+    double E[MOE_COSTCFG_MAX_LIST];
     for (uint32_t i = 0; i < blocks; i++)
         E[i] = g.nepw ? g.epw[g.nepw == 1 ? 0 : i]
                       : isnan(g.experts) ? 1 : g.experts / ((double)in.m * in.n);
@@ -1432,7 +863,11 @@ static int run_janus(int argc, char **argv)
         moe_janus_in_t b = in;
         moe_janus_out_t o;
         b.E = E[i];
-        if (moe_janus_eval(&b, or_default(g.threshold, 1), &o))
+        int st = moe_janus_eval(&b, or_default(g.threshold, 1), &o);
+        if (st == MOE_ERANGE)
+            return usage_error("janus", "top-k %g exceeds the %g experts of block %u", b.k,
+                               b.E * b.m * b.n, i);
+        if (st)
             return fail("invalid Janus inputs (sizes and counts must be positive)");
     }
     out_t out;
@@ -1477,90 +912,10 @@ static void mpmoe_usage(FILE *fp)
     moe_opts_usage(fp, MOE_OPT_OUTPUT);
 }
 
-/* Measurements of a profile file. */
-typedef struct profile {
-    uint32_t n, cap;
-    int *s;
-    double *B, *sec;
-    uint32_t *part;
-    int cur_s; /* strategy the lookup answers for */
-} profile_t;
-
-static void profile_free(profile_t *p)
+/* A profile file (moe/costcfg.h), its failure reported. */
+static int profile_read(const char *path, moe_mpmoe_profile_t *p)
 {
-    free(p->s);
-    free(p->B);
-    free(p->sec);
-    free(p->part);
-}
-
-static int profile_add(profile_t *p, int s, double B, uint32_t n, double sec)
-{
-    if (p->n == p->cap) {
-        uint32_t cap = p->cap ? 2 * p->cap : 64;
-        int *ns = realloc(p->s, cap * sizeof *ns);
-        if (ns)
-            p->s = ns;
-        double *nb = realloc(p->B, cap * sizeof *nb);
-        if (nb)
-            p->B = nb;
-        double *nt = realloc(p->sec, cap * sizeof *nt);
-        if (nt)
-            p->sec = nt;
-        uint32_t *np = realloc(p->part, cap * sizeof *np);
-        if (np)
-            p->part = np;
-        if (!ns || !nb || !nt || !np)
-            return -1;
-        p->cap = cap;
-    }
-    p->s[p->n] = s, p->B[p->n] = B, p->part[p->n] = n, p->sec[p->n++] = sec;
-    return 0;
-}
-
-static int profile_read(const char *path, profile_t *p)
-{
-    memset(p, 0, sizeof *p);
-    FILE *fp = strcmp(path, "-") ? fopen(path, "r") : stdin;
-    if (!fp)
-        return fail("cannot open '%s': %s", path, strerror(errno));
-    char line[1024];
-    int rc = 0, lineno = 0;
-    while (!rc && fgets(line, sizeof line, fp)) {
-        lineno++;
-        char *hash = strchr(line, '#'), name[16];
-        if (hash)
-            *hash = 0;
-        double B, sec;
-        unsigned n;
-        int end = 0;
-        if (!*trim(line))
-            continue;
-        if (sscanf(line, " %15s %lf %u %lf %n", name, &B, &n, &sec, &end) != 4 || line[end] ||
-            moe_mpmoe_reuse_parse(name) < 0 || !(B > 0) || !n || n > 4096 || !(sec > 0) ||
-            !isfinite(sec))
-            rc = fail("'%s' line %d: expected 'S B n seconds' (S none, S1-S4)", path, lineno);
-        else if (profile_add(p, moe_mpmoe_reuse_parse(name), B, n, sec))
-            rc = fail("out of memory");
-    }
-    if (!rc && ferror(fp))
-        rc = fail("cannot read '%s': %s", path, strerror(errno));
-    if (!rc && !p->n)
-        rc = fail("'%s': no measurements", path);
-    if (fp != stdin)
-        fclose(fp);
-    if (rc)
-        profile_free(p);
-    return rc;
-}
-
-static double profile_time(void *ctx, double B, uint32_t n)
-{
-    const profile_t *p = ctx;
-    for (uint32_t i = 0; i < p->n; i++)
-        if (p->s[i] == p->cur_s && p->B[i] == B && p->part[i] == n)
-            return p->sec[i];
-    return NAN;
+    return moe_mpmoe_profile_read(p, path, errbuf, sizeof errbuf) ? fail("%s", errbuf) : 0;
 }
 
 static int cmp_dbl(const void *a, const void *b)
@@ -1570,7 +925,7 @@ static int cmp_dbl(const void *a, const void *b)
 }
 
 /* Alg. 1 per strategy over the batch sizes of the profile, ascending. */
-static int mpmoe_profile_write(moe_textout_t *t, int json, profile_t *p)
+static int mpmoe_profile_write(moe_textout_t *t, int json, moe_mpmoe_profile_t *p)
 {
     double *Bs = malloc(p->n * sizeof *Bs);
     if (!Bs)
@@ -1600,9 +955,9 @@ static int mpmoe_profile_write(moe_textout_t *t, int json, profile_t *p)
             if (!measured)
                 continue;
             uint32_t before = st.profiled;
-            uint32_t n = moe_mpmoe_search_step(&st, Bs[i], profile_time, p);
+            uint32_t n = moe_mpmoe_search_step(&st, Bs[i], moe_mpmoe_profile_time, p);
             /* a batch inside a known range takes its n unmeasured: its time shows as nan */
-            double sec = n ? profile_time(p, Bs[i], n) : NAN;
+            double sec = n ? moe_mpmoe_profile_time(p, Bs[i], n) : NAN;
             if (json)
                 w |= moe_textout_printf(t, "%s\n  {\"reuse\": \"%s\", \"B\": %s, \"n\": %u, "
                                         "\"time\": %s, \"profiled\": %u}", first ? "" : ",",
@@ -1643,7 +998,7 @@ static int mpmoe_cfg_row(moe_textout_t *t, int json, int first, const moe_mpmoe_
 }
 
 static int mpmoe_write(moe_textout_t *t, const cfg_t *g, const moe_mpmoe_in_t *in,
-                       uint32_t nlo, uint32_t nhi, profile_t *prof)
+                       uint32_t nlo, uint32_t nhi, moe_mpmoe_profile_t *prof)
 {
     moe_mpmoe_mem_t m;
     uint32_t G = moe_topo_ranks(in->topo);
@@ -1708,11 +1063,11 @@ static int mpmoe_write(moe_textout_t *t, const cfg_t *g, const moe_mpmoe_in_t *i
 
 static int run_mpmoe(int argc, char **argv)
 {
-    static const int takes[] = {O_TOKENS, O_HIDDEN, O_FFN, O_EXPERTS, O_ELEM_BYTES,
-                                O_PARTITIONS, O_REUSE, O_MIN_PART, O_MAX_PART, O_MEM_LIMIT,
-                                O_TOPOLOGY, O_NODES, O_GPN, O_BW_INTRA, O_BW_INTER, O_BW_HOST,
-                                O_FLOPS, O_ALPHA, O_PROFILE, O_JSON, 0};
-    cfg_t g;
+    static const int takes[] = {MOE_CK_TOKENS, MOE_CK_HIDDEN, MOE_CK_FFN, MOE_CK_EXPERTS, MOE_CK_ELEM_BYTES,
+                                MOE_CK_PARTITIONS, MOE_CK_REUSE, MOE_CK_MIN_PART, MOE_CK_MAX_PART, MOE_CK_MEM_LIMIT,
+                                MOE_CK_TOPOLOGY, MOE_CK_NODES, MOE_CK_GPN, MOE_CK_BW_INTRA, MOE_CK_BW_INTER, MOE_CK_BW_HOST,
+                                MOE_CK_FLOPS, MOE_CK_ALPHA, MOE_CK_PROFILE, MOE_CK_JSON, 0};
+    static cfg_t g; /* its file values are freed at exit */
     int rc = 0;
     if (parse("mpmoe", argc, argv, &g, takes, mpmoe_usage, &rc))
         return rc;
@@ -1745,18 +1100,18 @@ static int run_mpmoe(int argc, char **argv)
                                : "invalid MPMoE inputs";
         return fail("%s", miss);
     }
-    profile_t prof;
+    moe_mpmoe_profile_t prof;
     if (g.profile && profile_read(g.profile, &prof))
         return 1;
     out_t out;
     if (out_open(&out, &g)) {
         if (g.profile)
-            profile_free(&prof);
+            moe_mpmoe_profile_release(&prof);
         return 1;
     }
     int w = mpmoe_write(out.t, &g, &in, nlo, nhi, g.profile ? &prof : NULL);
     if (g.profile)
-        profile_free(&prof);
+        moe_mpmoe_profile_release(&prof);
     return out_close(&out, w);
 }
 

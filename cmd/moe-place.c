@@ -32,12 +32,6 @@ static char errbuf[512];
 #define fail(...) moe_fail(prog, __VA_ARGS__)
 #define usage_error(sub, ...) moe_usage_error(prog, sub, __VA_ARGS__)
 
-/* Tokens kept in memory to score candidate placements with the real accounting: a seeded
- * uniform sample of the fit trace (reservoir), bounded so memory does not grow with it. */
-#define SAMPLE_TOKENS 8192u
-/* Sequence folds of the sample whose loads the fit bounds each (see moe_place_sample_t). */
-#define SAMPLE_GROUPS 4u
-
 enum {
     O_RANKS = MOE_OPTC_TOOL, O_GPN, O_TOPOLOGY, O_METHOD, O_SCHEME, O_MAX_IMB, O_REPLICAS,
     O_EP_SIZE, O_TIME_LIMIT, O_SEED, O_STARTS, O_TOPK, O_INTER_COST, O_SOURCE, O_HIDDEN,
@@ -226,13 +220,10 @@ static int write_placement(moe_placement_t *p, const cfg_t *g, int format)
     int rc = format == MOE_PLACEMENT_TEXT
                  ? moe_placement_write(p, moe_textout_write, out)
                  : moe_placement_export(p, format, moe_textout_write, out, errbuf, sizeof errbuf);
-    if (rc == MOE_ESYS && errno == EPIPE)
-        return out_close(out, g->o.out, 0), 0;
-    if (rc == MOE_ESYS)
-        fail("write error on '%s': %s", g->o.out, strerror(errno));
-    else if (rc)
+    if (rc && rc != MOE_ESYS)
         fail("%s", errbuf);
-    return out_close(out, g->o.out, rc == 0);
+    return rc == MOE_ESYS ? moe_cli_text_finish(prog, out, g->o.out, rc)
+                          : out_close(out, g->o.out, rc == 0);
 }
 
 /* ------------------------------------------------------------------ topology */
@@ -244,7 +235,7 @@ static int make_topo(const char *sub, const cfg_t *g, uint32_t ranks, moe_topo_t
     if (g->topology) {
         if (g->gpn)
             return usage_error(sub, "give --topology or --gpus-per-node, not both");
-        if (moe_topo_read(t, g->topology, errbuf, sizeof errbuf))
+        if (moe_topo_load(t, g->topology, errbuf, sizeof errbuf))
             return fail("%s", errbuf);
         uint32_t want = g->ranks ? g->ranks : ranks;
         if (want && want != moe_topo_ranks(t))
@@ -274,7 +265,8 @@ static void fit_usage(FILE *fp)
           "\n"
           "      --ranks=G          ranks (GPUs) to place on [from --topology]\n"
           "      --gpus-per-node=N  ranks per node [G: one node]\n"
-          "      --topology=FILE    topology file (moe-topology(5)) instead of the two above\n"
+          "      --topology=FILE    topology file (moe-topology(5)) or preset name, instead of\n"
+          "                         the two above\n"
           "      --method=M         contiguous, round-robin, random, balanced, exflow or\n"
           "                         affinity [affinity]\n"
           "      --scheme=S         scheme the objective models: vanilla or coherent\n"
@@ -291,138 +283,6 @@ static void fit_usage(FILE *fp)
           "      --seed=S           seed of random layouts and starts [1]\n"
           "  -@, --threads=N        additional threads [0]\n", fp);
     output_usage(fp, MOE_OPT_PG | MOE_OPT_PROGRESS);
-}
-
-/* A uniform sample of a trace's tokens, for scoring candidates. */
-typedef struct sample {
-    moe_trace_hdr_t h;
-    uint32_t n, cap, LK;
-    uint16_t *ids;
-    float *w;
-    uint64_t *token;
-    uint32_t *seq, *rank;
-    const moe_topo_t *topo;
-    uint32_t topk;
-    int scheme;
-    /* the fit's view: sets as fitted, source ranks, folds */
-    moe_place_sample_t view;
-    uint16_t *sets;
-    uint32_t *src;
-    uint8_t *group;
-} sample_t;
-
-static void sample_free(sample_t *s)
-{
-    moe_trace_hdr_release(&s->h);
-    free(s->ids);
-    free(s->w);
-    free(s->token);
-    free(s->seq);
-    free(s->rank);
-    free(s->sets);
-    free(s->src);
-    free(s->group);
-}
-
-/* The fit's view of the sample for G ranks: top-1 ids (the highest weight, else the first) or
- * whole sets, source ranks as moe_acct assigns them, folds by a hash of the sequence id. */
-static int sample_prepare(sample_t *s, uint32_t G, int top1)
-{
-    uint32_t L = s->h.layers, K = s->h.topk, S = top1 ? 1 : K;
-    s->sets = top1 ? malloc((size_t)s->n * L * sizeof *s->sets) : NULL;
-    s->src = malloc((s->n ? s->n : 1) * sizeof *s->src);
-    s->group = malloc(s->n ? s->n : 1);
-    if ((top1 && !s->sets) || !s->src || !s->group)
-        return fail("out of memory");
-    for (uint32_t t = 0; t < s->n; t++) {
-        for (uint32_t j = 0; top1 && j < L; j++) {
-            const uint16_t *c = s->ids + ((size_t)t * L + j) * K;
-            const float *w = s->w ? s->w + ((size_t)t * L + j) * K : NULL;
-            uint32_t best = 0;
-            for (uint32_t i = 1; w && i < K; i++)
-                if (w[i] > w[best])
-                    best = i;
-            s->sets[(size_t)t * L + j] = c[best];
-        }
-        s->src[t] = s->h.ranks == G ? s->rank[t] % G : s->seq[t] % G;
-        s->group[t] = (uint8_t)(moe_hash64(0x5eed, s->seq[t]) % SAMPLE_GROUPS);
-    }
-    s->view = (moe_place_sample_t){s->n, L, S, top1 ? s->sets : s->ids, s->src, s->group,
-                                   SAMPLE_GROUPS, s->token};
-    return 0;
-}
-
-/* Reservoir-sample up to SAMPLE_TOKENS records (seeded: the same every run). */
-static int sample_load(sample_t *s, const char *path, uint64_t seed, int threads)
-{
-    int st;
-    memset(s, 0, sizeof *s);
-    moe_trace_t *t = moe_trace_open(path, "r", threads, &st, errbuf, sizeof errbuf);
-    if (!t || moe_trace_read_header(t, &s->h)) {
-        int rc = fail("%s", t ? moe_trace_errmsg(t) : errbuf);
-        moe_trace_close(t, NULL, 0);
-        return rc;
-    }
-    s->LK = s->h.layers * s->h.topk;
-    s->cap = SAMPLE_TOKENS;
-    int weights = (s->h.flags & MOE_TRACE_WEIGHTS) != 0;
-    s->ids = malloc((size_t)s->cap * s->LK * sizeof *s->ids);
-    s->w = weights ? malloc((size_t)s->cap * s->LK * sizeof *s->w) : NULL;
-    s->token = malloc(s->cap * sizeof *s->token);
-    s->seq = malloc(s->cap * sizeof *s->seq);
-    s->rank = malloc(s->cap * sizeof *s->rank);
-    moe_trace_rec_t r = {0};
-    moe_rng_t rng;
-    moe_rng_seed(&rng, seed);
-    int rc = s->ids && (s->w || !weights) && s->token && s->seq && s->rank ? 0 : MOE_ENOMEM;
-    uint64_t seen = 0;
-    while (!rc && (rc = moe_trace_read(t, &r)) == 1) {
-        rc = 0;
-        uint64_t at = seen < s->cap ? seen : moe_rng_below(&rng, seen + 1);
-        seen++;
-        if (at >= s->cap)
-            continue;
-        memcpy(s->ids + at * s->LK, r.ids, s->LK * sizeof *s->ids);
-        if (weights)
-            memcpy(s->w + at * s->LK, r.weights, s->LK * sizeof *s->w);
-        s->token[at] = r.token;
-        s->seq[at] = r.seq;
-        s->rank[at] = r.rank;
-    }
-    s->n = seen < s->cap ? (uint32_t)seen : s->cap;
-    moe_trace_rec_release(&r);
-    if (rc < 0)
-        rc = fail("%s", rc == MOE_ENOMEM ? "out of memory" : moe_trace_errmsg(t));
-    moe_trace_close(t, NULL, 0);
-    return rc;
-}
-
-/* The scorer: link-weighted transfers per token per layer of the sample under p. */
-static double sample_score(void *ctx, const moe_placement_t *p)
-{
-    sample_t *s = ctx;
-    moe_acct_opts_t ao;
-    moe_acct_opts_default(&ao);
-    ao.topk = s->topk;
-    int st;
-    char err[256];
-    moe_acct_t *a = moe_acct_new(p, s->topo, &s->h, &ao, &st, err, sizeof err);
-    if (!a)
-        return INFINITY;
-    for (uint32_t i = 0; i < s->n; i++)
-        if (moe_acct_token(a, s->ids + (size_t)i * s->LK, s->w ? s->w + (size_t)i * s->LK : NULL,
-                           s->token[i], s->seq[i], s->rank[i])) {
-            moe_acct_free(a);
-            return INFINITY;
-        }
-    moe_acct_layer_t t;
-    moe_acct_total(a, s->scheme, &t);
-    double cost = 0;
-    for (int ph = 0; ph < MOE_PHASES; ph++)
-        for (int c = 0; c < MOE_LINK_CLASSES; c++)
-            cost += (double)t.xfer[ph][c] * s->topo->cost[c];
-    moe_acct_free(a);
-    return t.cells ? cost / (double)t.cells : 0;
 }
 
 static void progress_cb(void *ctx, uint64_t done, uint64_t total)
@@ -527,14 +387,14 @@ static int fit_input(const char *in, cfg_t *gp, const moe_topo_t *topo_in)
 {
     cfg_t g = *gp;
     moe_topo_t topo = *topo_in;
-    int rc = 0;
+    int rc = 0, st;
     int top1 = g.topk == 1 || g.po.method == MOE_PLACE_EXFLOW, is_trace;
     moe_affinity_t *a = load_stats(in, &g, top1, &is_trace);
     if (!a)
         return 1;
     moe_affinity_info_t info;
     moe_affinity_info(a, &info);
-    sample_t s = {0};
+    moe_place_tokens_t *s = NULL;
     if (info.top1 != top1)
         rc = fail("'%s': the table counts %s sets; refit from the trace or count the table %s",
                   in, info.top1 ? "top-1" : "top-k", top1 ? "with --top1" : "without --top1");
@@ -544,18 +404,15 @@ static int fit_input(const char *in, cfg_t *gp, const moe_topo_t *topo_in)
         rc = fail("'%s': the table has no layer transitions", in);
     if (!rc && is_trace &&
         (g.po.method == MOE_PLACE_AFFINITY || g.po.method == MOE_PLACE_EXFLOW)) {
-        rc = sample_load(&s, in, g.po.seed, g.o.threads);
-        rc = rc ? rc : sample_prepare(&s, moe_topo_ranks(&topo), top1);
-        g.po.sample = rc ? NULL : &s.view;
-        s.topo = &topo;
-        s.topk = top1;
-        s.scheme = g.po.scheme;
-        g.po.score = sample_score;
-        g.po.score_ctx = &s;
+        s = moe_place_tokens_load(in, g.po.seed, g.o.threads, &topo, top1, g.po.scheme, &st,
+                                  errbuf, sizeof errbuf);
+        rc = s ? 0 : fail("%s", errbuf);
+        g.po.sample = moe_place_tokens_view(s);
+        g.po.score = moe_place_tokens_score;
+        g.po.score_ctx = s;
     }
     moe_place_result_t res;
     g.po.threads = g.o.threads;
-    int st;
     moe_placement_t *p = rc ? NULL : moe_place_fit(a, &topo, &g.po, &res, &st, errbuf,
                                                    sizeof errbuf);
     if (!rc && !p)
@@ -567,7 +424,7 @@ static int fit_input(const char *in, cfg_t *gp, const moe_topo_t *topo_in)
         rc = write_placement(p, &g, MOE_PLACEMENT_TEXT);
     }
     moe_placement_free(p);
-    sample_free(&s);
+    moe_place_tokens_free(s);
     moe_affinity_free(a);
     return rc;
 }
@@ -585,7 +442,8 @@ static void eval_usage(FILE *fp)
           "      --source=S         source rank of a token: auto, recorded, sequence (id mod\n"
           "                         G) or token (id mod G) [auto: recorded when the trace\n"
           "                         has G ranks, else sequence]\n"
-          "      --topology=FILE    topology (moe-topology(5)) [the placement's nodes]\n"
+          "      --topology=FILE    topology file (moe-topology(5)) or preset name [the\n"
+          "                         placement's nodes]\n"
           "      --hidden=H         hidden size for bytes [the trace's]\n"
           "      --elem-bytes=B     bytes per element [the trace's]\n"
           "      --scheme=S         scheme of the matrices: vanilla or coherent [coherent]\n"
@@ -596,161 +454,6 @@ static void eval_usage(FILE *fp)
           "      --json             write JSON instead of the table\n"
           "  -@, --threads=N        additional threads [0]\n", fp);
     output_usage(fp, MOE_OPT_PROGRESS);
-}
-
-/* Headline figures of one scheme. */
-typedef struct summary {
-    double per_tl, dispatch, combine, intra, inter, local, stay_rank, stay_node, hops, max_load;
-    double bytes;  /* per token, NaN if the vector size is unknown */
-} summary_t;
-
-static void summarise(const moe_acct_t *a, int s, double vec, summary_t *o)
-{
-    moe_acct_layer_t t;
-    moe_acct_total(a, s, &t);
-    double cells = t.cells ? (double)t.cells : 1, tok = (double)moe_acct_tokens(a);
-    double d = 0, c = 0, ia = 0, ie = 0;
-    for (int k = 0; k < MOE_LINK_CLASSES; k++) {
-        d += (double)t.xfer[MOE_DISPATCH][k];
-        c += (double)t.xfer[MOE_COMBINE][k];
-    }
-    for (int ph = 0; ph < MOE_PHASES; ph++) {
-        ia += (double)t.xfer[ph][MOE_LINK_INTRA];
-        ie += (double)t.xfer[ph][MOE_LINK_INTER];
-    }
-    const moe_acct_layer_t *l0 = moe_acct_layer(a, s, 0);
-    double first = 0;
-    for (int k = 0; k < MOE_LINK_CLASSES; k++)
-        first += (double)l0->xfer[MOE_DISPATCH][k];
-    uint32_t L = 0;
-    o->max_load = 0;
-    for (; moe_acct_layer(a, s, L); L++)
-        o->max_load = fmax(o->max_load, moe_acct_imbalance(a, s, L));
-    *o = (summary_t){(d + c) / cells, d / cells, c / cells, ia / cells, ie / cells,
-                     (double)t.local / cells, (double)t.stay_rank / cells,
-                     (double)t.stay_node / cells, tok ? (d - first) / tok : 0, o->max_load,
-                     vec > 0 && tok ? (d + c) * vec / tok : NAN};
-}
-
-static int eval_table(moe_textout_t *out, const moe_acct_t *a, const char *ppath,
-                      const moe_placement_t *p, const char *tpath, const moe_trace_hdr_t *h,
-                      const moe_topo_t *topo, const cfg_t *g, double vec, int source)
-{
-    static const char *const src_names[] = {"auto", "recorded", "sequence id mod G",
-                                            "token id mod G"};
-    int rc = moe_textout_printf(out, "# moe-place eval\n# placement: %s: %u layers x %u experts on "
-                            "%u ranks (%u node%s x %u), capacity %u\n",
-                            ppath, p->layers, p->experts, p->ranks, topo->nodes,
-                            topo->nodes == 1 ? "" : "s", topo->gpus_per_node, p->capacity);
-    rc = rc ? rc : moe_textout_printf(out, "# trace: %s: %" PRIu64 " tokens, top-%u of %u (%u used), "
-                                  "source ranks: %s\n", tpath, moe_acct_tokens(a), h->topk,
-                                  h->experts, g->topk ? g->topk : h->topk, src_names[source]);
-    if (!rc && vec > 0)
-        rc = moe_textout_printf(out, "# transfer: %.0f bytes (hidden %u x %u bytes)\n", vec,
-                            g->hidden ? g->hidden : h->hidden,
-                            g->elem_bytes ? g->elem_bytes : h->elem_bytes);
-    else if (!rc)
-        rc = moe_textout_printf(out, "# transfer: size unknown (give --hidden and --elem-bytes)\n");
-    rc = rc ? rc : moe_textout_printf(out, "#SCHEME\tscheme\tper_token_layer\tdispatch\tcombine\t"
-                                  "intra\tinter\tlocal\tstay_rank\tstay_node\thops_per_token\t"
-                                  "max_load\tbytes_per_token\n");
-    for (int s = 0; s < MOE_SCHEMES && !rc; s++) {
-        summary_t m;
-        summarise(a, s, vec, &m);
-        char bytes[32] = "NA";
-        if (isfinite(m.bytes))
-            snprintf(bytes, sizeof bytes, "%.1f", m.bytes);
-        rc = moe_textout_printf(out, "SCHEME\t%s\t%.4f\t%.4f\t%.4f\t%.4f\t%.4f\t%.4f\t%.4f\t%.4f\t"
-                            "%.4f\t%.4f\t%s\n", moe_scheme_name(s), m.per_tl, m.dispatch,
-                            m.combine, m.intra, m.inter, m.local, m.stay_rank, m.stay_node,
-                            m.hops, m.max_load, bytes);
-    }
-    if (g->no_layers)
-        return rc;
-    rc = rc ? rc : moe_textout_printf(out, "#LAYER\tlayer\tscheme\tcells\tper_token\tintra\tinter\t"
-                                  "local\tstay_rank\tstay_node\tmax_load\n");
-    for (uint32_t j = 0; j < p->layers && !rc; j++)
-        for (int s = 0; s < MOE_SCHEMES && !rc; s++) {
-            const moe_acct_layer_t *l = moe_acct_layer(a, s, j);
-            double cells = l->cells ? (double)l->cells : 1, ia = 0, ie = 0;
-            for (int ph = 0; ph < MOE_PHASES; ph++) {
-                ia += (double)l->xfer[ph][MOE_LINK_INTRA];
-                ie += (double)l->xfer[ph][MOE_LINK_INTER];
-            }
-            rc = moe_textout_printf(out, "LAYER\t%u\t%s\t%" PRIu64 "\t%.4f\t%.4f\t%.4f\t%.4f\t%.4f\t"
-                                "%.4f\t%.4f\n", j, moe_scheme_name(s), l->cells,
-                                (ia + ie) / cells, ia / cells, ie / cells,
-                                (double)l->local / cells, (double)l->stay_rank / cells,
-                                (double)l->stay_node / cells, moe_acct_imbalance(a, s, j));
-        }
-    return rc;
-}
-
-/* JSON numbers: finite values, else null. */
-static const char *jnum(char *buf, size_t n, double v)
-{
-    if (isfinite(v))
-        snprintf(buf, n, "%.6g", v);
-    else
-        snprintf(buf, n, "null");
-    return buf;
-}
-
-static int eval_json(moe_textout_t *out, const moe_acct_t *a, const moe_placement_t *p,
-                     const moe_trace_hdr_t *h, const cfg_t *g, double vec)
-{
-    char b[12][32];
-    int rc = moe_textout_printf(out, "{\"tokens\": %" PRIu64 ", \"layers\": %u, \"experts\": %u, "
-                            "\"topk\": %u, \"ranks\": %u, \"transfer_bytes\": %s, \"schemes\": {",
-                            moe_acct_tokens(a), p->layers, p->experts,
-                            g->topk ? g->topk : h->topk, p->ranks, jnum(b[0], 32, vec > 0 ? vec : NAN));
-    for (int s = 0; s < MOE_SCHEMES && !rc; s++) {
-        summary_t m;
-        summarise(a, s, vec, &m);
-        rc = moe_textout_printf(out, "%s\n  \"%s\": {\"per_token_layer\": %s, \"dispatch\": %s, "
-                            "\"combine\": %s, \"intra\": %s, \"inter\": %s, \"local\": %s, "
-                            "\"stay_rank\": %s, \"stay_node\": %s, \"hops_per_token\": %s, "
-                            "\"max_load\": %s, \"bytes_per_token\": %s, \"layers\": [",
-                            s ? "," : "", moe_scheme_name(s), jnum(b[0], 32, m.per_tl),
-                            jnum(b[1], 32, m.dispatch), jnum(b[2], 32, m.combine),
-                            jnum(b[3], 32, m.intra), jnum(b[4], 32, m.inter),
-                            jnum(b[5], 32, m.local), jnum(b[6], 32, m.stay_rank),
-                            jnum(b[7], 32, m.stay_node), jnum(b[8], 32, m.hops),
-                            jnum(b[9], 32, m.max_load), jnum(b[10], 32, m.bytes));
-        for (uint32_t j = 0; j < p->layers && !rc; j++) {
-            const moe_acct_layer_t *l = moe_acct_layer(a, s, j);
-            uint64_t x = 0;
-            for (int ph = 0; ph < MOE_PHASES; ph++)
-                for (int c = 0; c < MOE_LINK_CLASSES; c++)
-                    x += l->xfer[ph][c];
-            rc = moe_textout_printf(out, "%s{\"cells\": %" PRIu64 ", \"transfers\": %" PRIu64
-                                ", \"max_load\": %s}", j ? ", " : "", l->cells, x,
-                                jnum(b[11], 32, moe_acct_imbalance(a, s, j)));
-        }
-        rc = rc ? rc : moe_textout_printf(out, "]}");
-    }
-    return rc ? rc : moe_textout_printf(out, "\n}}\n");
-}
-
-/* Write the rank x rank matrix of a scheme: nccl-tests fractions or bytes. 0 or MOE_ESYS. */
-static int write_matrix(moe_textout_t *out, const moe_acct_t *a, int scheme, uint32_t G,
-                        double vec, int bytes)
-{
-    uint64_t max = 0;
-    for (uint32_t i = 0; i < G; i++)
-        for (uint32_t k = 0; k < G; k++)
-            max = moe_acct_matrix(a, scheme, i, k) > max ? moe_acct_matrix(a, scheme, i, k) : max;
-    int rc = 0;
-    for (uint32_t i = 0; i < G && !rc; i++)
-        for (uint32_t k = 0; k < G && !rc; k++) {
-            uint64_t x = moe_acct_matrix(a, scheme, i, k);
-            const char *sep = k + 1 < G ? (bytes ? " " : ",") : "\n";
-            if (bytes)
-                rc = moe_textout_printf(out, "%.0f%s", (double)x * vec, sep);
-            else
-                rc = moe_textout_printf(out, "%.6f%s", max ? (double)x / (double)max : 0.0, sep);
-        }
-    return rc;
 }
 
 /* eval's outputs: the report and the optional matrices, committed together or not at all. */
@@ -805,26 +508,24 @@ static int run_eval(int argc, char **argv)
     if ((rc = moe_cli_distinct(prog, "eval", files, 5)))
         return rc;
     int st;
-    moe_placement_t *p = moe_placement_read(ppath, &st, errbuf, sizeof errbuf);
-    if (!p)
-        return fail("%s", errbuf);
+    moe_placement_t *p;
+    moe_trace_map_t *m;
+    if ((st = moe_acct_inputs(ppath, tpath, g.o.threads, &p, &m, errbuf, sizeof errbuf)) != 0)
+        return st == MOE_ESHAPE ? fail("'%s' on '%s': %s", ppath, tpath, errbuf)
+                                : fail("%s", errbuf);
     moe_topo_t topo;
     if (g.topology)
         rc = make_topo("eval", &g, p->ranks, &topo);
     else if (moe_topo_uniform(&topo, p->ranks / p->gpus_per_node, p->gpus_per_node))
         rc = fail("'%s': invalid shape", ppath);
-    moe_trace_map_t *m = rc ? NULL : moe_trace_map_open(tpath, g.o.threads, &st, errbuf,
-                                                        sizeof errbuf);
-    if (!rc && !m)
-        rc = fail("%s", errbuf);
     moe_acct_t *a = NULL;
-    const moe_trace_hdr_t *h = m ? moe_trace_map_header(m) : NULL;
+    const moe_trace_hdr_t *h = moe_trace_map_header(m);
     moe_acct_opts_t ao;
     moe_acct_opts_default(&ao);
     ao.topk = g.topk;
     ao.source = g.source;
     ao.matrix = g.matrix || g.matrix_bytes;
-    if (m && !(a = moe_acct_new(p, &topo, h, &ao, &st, errbuf, sizeof errbuf)))
+    if (!rc && !(a = moe_acct_new(p, &topo, h, &ao, &st, errbuf, sizeof errbuf)))
         rc = fail("'%s' on '%s': %s", ppath, tpath, errbuf);
     if (a) {
         moe_progress_t *pg = moe_progress_new("eval", 0, g.o.progress);
@@ -843,15 +544,16 @@ static int run_eval(int argc, char **argv)
     int scheme = g.scheme_set ? g.po.scheme : MOE_SCHEME_COHERENT;
     eval_out_t out;
     if (!rc && !(rc = eval_out_open(&out, &g))) {
-        int w = g.json ? eval_json(out.t[0], a, p, h, &g, vec)
-                       : eval_table(out.t[0], a, ppath, p, tpath, h, &topo, &g, vec, source);
+        moe_acct_write_opts_t wo = {g.json, !g.no_layers, g.topk, g.hidden, g.elem_bytes,
+                                    vec, source, ppath, tpath};
+        int w = moe_acct_write(a, p, h, &topo, &wo, moe_textout_write, out.t[0]);
         int bad = w ? 0 : -1;
         for (int i = 1; i < 3 && !w; i++)
-            if (out.t[i] && (w = write_matrix(out.t[i], a, scheme, p->ranks, vec, i == 2)))
+            if (out.t[i] && (w = moe_acct_write_matrix(a, p, scheme, &wo, i == 2,
+                                                       moe_textout_write, out.t[i])))
                 bad = i;
-        if (w)
-            fail("write error on '%s': %s", out.path[bad < 0 ? 0 : bad], strerror(errno));
-        rc = eval_out_close(&out, w == 0);
+        rc = w ? moe_cli_write_failed(prog, out.path[bad < 0 ? 0 : bad]) : 0;
+        rc = eval_out_close(&out, w == 0) && !w ? 1 : rc;
     }
     moe_acct_free(a);
     moe_trace_map_close(m);

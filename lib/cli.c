@@ -1,5 +1,6 @@
-/* lib/cli.c -- shared command-line plumbing: common options, version, @PG lines, number
- * parsing, error messages and the progress meter. */
+/* lib/cli.c -- libmoetool, the tools' command-line plumbing (not in libmoecore: it prints and
+ * sets process-wide state): common options, version, error messages, output commit and the
+ * broken-pipe rule, the progress meter. */
 #include "config.h"
 
 #include <errno.h>
@@ -114,83 +115,6 @@ void moe_print_version(FILE *fp, const char *prog)
 {
     fprintf(fp, "%s (moeflow) %s\nlibmoecore %s\nfeatures: %s\n", prog, PACKAGE_VERSION,
             moe_version(), moe_features());
-}
-
-char *moe_pg_line(const char *prog, int argc, char *const *argv)
-{
-    size_t n = 64 + 3 * strlen(prog) + strlen(PACKAGE_VERSION);
-    for (int i = 0; i < argc; i++)
-        n += strlen(argv[i]) + 1;
-    char *s = malloc(n);
-    if (!s)
-        return NULL;
-    int off = snprintf(s, n, "@PG\tID:%s\tPN:%s\tVN:%s\tCL:", prog, prog, PACKAGE_VERSION);
-    char *p = s + off;
-    for (int i = 0; i < argc; i++) {
-        if (i)
-            *p++ = ' ';
-        for (const char *a = argv[i]; *a; a++)
-            *p++ = (*a == '\t' || *a == '\n' || *a == '\r') ? ' ' : *a;
-    }
-    *p = '\0';
-    return s;
-}
-
-int moe_parse_u64(const char *s, uint64_t min, uint64_t max, uint64_t *out, const char *what,
-                  char *err, size_t errlen)
-{
-    char *end;
-    errno = 0;
-    if (!s || *s < '0' || *s > '9') /* no sign, no leading space (strtoull would take them) */
-        goto bad;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (errno || end == s)
-        goto bad;
-    uint64_t mul = 1;
-    if (*end) {
-        int bin = end[1] == 'i';
-        uint64_t base = bin ? 1024 : 1000;
-        switch (*end) {
-        case 'k': case 'K': mul = base; break;
-        case 'm': case 'M': mul = base * base; break;
-        case 'g': case 'G': mul = base * base * base; break;
-        default: goto bad;
-        }
-        if (end[1 + bin] != '\0')
-            goto bad;
-    }
-    if (v > UINT64_MAX / mul)
-        goto range;
-    v *= mul;
-    if (v < min || v > max)
-        goto range;
-    *out = v;
-    return 0;
-bad:
-    snprintf(err, errlen, "invalid %s '%s'", what, s ? s : "");
-    return -1;
-range:
-    snprintf(err, errlen, "%s '%s' out of range [%llu, %llu]", what, s,
-             (unsigned long long)min, (unsigned long long)max);
-    return -1;
-}
-
-int moe_parse_double(const char *s, double min, double max, double *out, const char *what,
-                     char *err, size_t errlen)
-{
-    char *end;
-    errno = 0;
-    double v = s && *s ? strtod(s, &end) : NAN;
-    if (!s || !*s || errno || *end || !isfinite(v)) {
-        snprintf(err, errlen, "invalid %s '%s'", what, s ? s : "");
-        return -1;
-    }
-    if (v < min || v > max) {
-        snprintf(err, errlen, "%s '%s' out of range [%g, %g]", what, s, min, max);
-        return -1;
-    }
-    *out = v;
-    return 0;
 }
 
 static void vmessage(const char *prog, const char *fmt, va_list ap)
@@ -382,9 +306,24 @@ int moe_cli_text_close(const char *prog, struct moe_textout *t, const char *path
 {
     if (moe_textout_close(t, ok) == 0)
         return ok ? 0 : 1;
-    if (errno == EPIPE)
+    return moe_cli_write_failed(prog, path);
+}
+
+int moe_cli_write_failed(const char *prog, const char *path)
+{
+    if (errno == EPIPE) /* the reader went away (`| head`): the tool is done, quietly */
         return 0;
-    return moe_fail(prog, "cannot write '%s': %s", path, strerror(errno));
+    return moe_fail(prog, "write error on '%s': %s", path, strerror(errno));
+}
+
+int moe_cli_text_finish(const char *prog, struct moe_textout *t, const char *path, int werr)
+{
+    if (!werr)
+        return moe_cli_text_close(prog, t, path, 1);
+    int e = errno, rc = moe_cli_write_failed(prog, path);
+    moe_textout_close(t, 0);
+    errno = e;
+    return rc;
 }
 
 /* A file's identity for moe_cli_distinct: device and inode when it exists, else its path with

@@ -1,7 +1,9 @@
-/* lib/moe.c -- library version, status strings and the logger. */
+/* lib/moe.c -- library version, status strings, the logger and the @PG command-line record. */
 #include "config.h"
 
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "moe/moe.h"
 
@@ -63,4 +65,24 @@ void moe_log(int level, const char *fmt, ...)
     vfprintf(stderr, fmt, ap);
     va_end(ap);
     fputc('\n', stderr);
+}
+
+char *moe_pg_line(const char *prog, int argc, char *const *argv)
+{
+    size_t n = 64 + 3 * strlen(prog) + strlen(PACKAGE_VERSION);
+    for (int i = 0; i < argc; i++)
+        n += strlen(argv[i]) + 1;
+    char *s = malloc(n);
+    if (!s)
+        return NULL;
+    int off = snprintf(s, n, "@PG\tID:%s\tPN:%s\tVN:%s\tCL:", prog, prog, PACKAGE_VERSION);
+    char *p = s + off;
+    for (int i = 0; i < argc; i++) {
+        if (i)
+            *p++ = ' ';
+        for (const char *a = argv[i]; *a; a++)
+            *p++ = (*a == '\t' || *a == '\n' || *a == '\r') ? ' ' : *a;
+    }
+    *p = '\0';
+    return s;
 }

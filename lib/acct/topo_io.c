@@ -8,10 +8,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "moe/io.h"
 #include "moe/moe.h"
 #include "moe/topo.h"
+#include "util_internal.h"
 
 /*
  * One statement per line, words separated by blanks, '#' to the end of a line is a comment:
@@ -125,6 +127,11 @@ static int quantity(trd_t *r, char **tok, size_t n, size_t *i, int q, const char
         return tfail(r, MOE_ERANGE, "%s: %.40s is negative", what, tok[*i]);
     if (u && u->bits)
         *v /= 8;
+    /* a rate is 0 (unknown) or at least 0.001 a second: far below any machine, and above it
+     * every time of the models (at most 2^60 bytes or FLOP over the rate) stays finite,
+     * where 1e-300 B/s turned them into inf */
+    if ((q == Q_BW || q == Q_FLOPS) && *v > 0 && *v < 1e-3)
+        return tfail(r, MOE_ERANGE, "%s: %.40s is below 0.001 %s", what, tok[*i], qname[q]);
     *i += u != NULL;
     return 0;
 }
@@ -456,4 +463,42 @@ char *moe_topo_format(const moe_topo_t *t)
         return NULL;
     }
     return buf;
+}
+
+/* ------------------------------------------------------------------ presets */
+
+#ifndef MOE_TOPODIR
+#define MOE_TOPODIR "/usr/local/share/moeflow/topologies"
+#endif
+
+const char *moe_topo_preset_dir(void)
+{
+    return MOE_TOPODIR;
+}
+
+static int regular_file(const char *p)
+{
+    struct stat st;
+    return stat(p, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+int moe_topo_load(moe_topo_t *t, const char *arg, char *errbuf, size_t errlen)
+{
+    char path[4096];
+    const char *use = arg;
+    /* a name is a preset only where it cannot be a file: no such file, no directory part */
+    if (strcmp(arg, "-") && !regular_file(arg) && !strchr(arg, '/')) {
+        const char *env = getenv("MOEFLOW_TOPOLOGIES");
+        const char *dirs[2] = {env && *env ? env : NULL, MOE_TOPODIR};
+        size_t n = strlen(arg);
+        const char *ext = n > 5 && !strcmp(arg + n - 5, ".topo") ? "" : ".topo";
+        for (int i = 0; i < 2 && use == arg; i++)
+            if (dirs[i] && (size_t)snprintf(path, sizeof path, "%s/%s%s", dirs[i], arg, ext) <
+                               sizeof path && regular_file(path))
+                use = path;
+        if (use == arg)
+            return util_errf(errbuf, errlen, MOE_ESYS, "cannot open '%s': no such file or "
+                             "topology preset (presets: %s)", arg, MOE_TOPODIR);
+    }
+    return moe_topo_read(t, use, errbuf, errlen);
 }

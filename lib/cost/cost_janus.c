@@ -11,6 +11,8 @@ int moe_janus_eval(const moe_janus_in_t *in, double threshold, moe_janus_out_t *
     if (!(in->B > 0) || !(in->S > 0) || !(in->k > 0) || !(in->H > 0) || !(in->E > 0) ||
         !(in->F >= 0) || !in->m || !in->n || !(in->elem_bytes > 0) || !(threshold >= 0))
         return MOE_EINVAL;
+    if (in->k > in->E * in->m * in->n) /* a token's k experts are distinct ones of the block */
+        return MOE_ERANGE;
     double m = in->m, n = in->n, H = in->H, F = in->F > 0 ? in->F : 4 * H;
     out->T = in->B * in->S * in->k;
     /* forward, per machine: both all-to-alls of the tokens leaving the machine ... */

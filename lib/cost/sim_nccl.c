@@ -159,8 +159,12 @@ static int row_line(ncp_t *p, char *s)
             rc = nfail(p, MOE_ERANGE, "%.0f wrong results at size %.0f: the run failed its "
                        "correctness check", wrong, size);
     }
-    if (rc || size <= 0)
+    if (rc)
         return rc;
+    /* a message size is a whole number of bytes below 2^64 (nccl-tests prints size_t) */
+    if (!(size >= 1 && size < 18446744073709551616.0) || size != floor(size))
+        return nfail(p, MOE_ERANGE, "size '%s' is not a byte count in [1, 2^64)",
+                     tok[p->c.size]);
     if (!(time > 0))
         return nfail(p, MOE_ERANGE, "time '%s' is not positive", tok[p->c.time]);
     return push_row(p, size, time * 1e-6, (bw[0] + bw[1]) / nb * 1e9);

@@ -82,6 +82,14 @@ typedef struct moe_acct_layer {
 
 typedef struct moe_acct moe_acct_t;
 
+/* Open what an accounting of placement ppath on trace tpath needs: the placement and a trace
+ * map (`threads` workers), checked to have the same layers and experts. Returns 0 with *p and
+ * *m set (the caller frees both), or a negative status with a one-line reason in err: the
+ * reader's own message (it names the file), or for MOE_ESHAPE "placement is for L layers x E
+ * experts, the trace has ...", which the caller prefixes with the two names. */
+int moe_acct_inputs(const char *ppath, const char *tpath, int threads, moe_placement_t **p,
+                    moe_trace_map_t **m, char *err, size_t errlen);
+
 /* Accumulator for placement p (checked by the caller) on traces of header h (same L and E). The
  * topology gives the node grouping; NULL means p->gpus_per_node. Returns NULL with *status and a
  * one-line reason (shape mismatch, top-k out of range, topology of another size). Recorded
@@ -157,6 +165,30 @@ double moe_acct_per_token_layer(const moe_acct_t *a, int scheme);
 /* Name of a scheme ("vanilla", "coherent") and the reverse (-1 if unknown). */
 const char *moe_scheme_name(int scheme);
 int moe_scheme_parse(const char *s);
+
+/* What moe_acct_write reports (moe-place eval's output). */
+typedef struct moe_acct_write_opts {
+    int json;   /* a JSON document instead of the tab-separated table */
+    int layers; /* per-layer lines */
+    uint32_t topk, hidden, elem_bytes; /* as given (0: the trace's), for the table's header */
+    double vec;  /* bytes of one transfer, <= 0 when unknown */
+    int source;  /* the source ranks used (enum moe_source), named in the header */
+    const char *placement_name, *trace_name;
+} moe_acct_write_opts_t;
+
+/* Write the report of accounting a (placement p, trace header h, topology topo) into
+ * fn(ctx, buf, len) (moe_textout_write's shape): per scheme the transfers per token and layer
+ * by phase and link class, locality, hops, load and bytes, then per layer. Returns 0 or the
+ * sink's first error (MOE_ESYS with errno) or MOE_ENOMEM. */
+int moe_acct_write(const moe_acct_t *a, const moe_placement_t *p, const moe_trace_hdr_t *h,
+                   const moe_topo_t *topo, const moe_acct_write_opts_t *o,
+                   int (*fn)(void *ctx, const void *buf, size_t len), void *ctx);
+/* The rank x rank traffic of a scheme (the accounting made with opts.matrix): comma-separated
+ * fractions of the largest entry (nccl-tests alltoallv), or with `bytes` the bytes (o->vec
+ * each), one row per source rank. Returns as moe_acct_write. */
+int moe_acct_write_matrix(const moe_acct_t *a, const moe_placement_t *p, int scheme,
+                          const moe_acct_write_opts_t *o, int bytes,
+                          int (*fn)(void *ctx, const void *buf, size_t len), void *ctx);
 
 #ifdef __cplusplus
 }

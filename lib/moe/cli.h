@@ -1,11 +1,14 @@
-/* moe/cli.h -- what every moeflow tool shares: common options, help lines, version, @PG,
- * number parsing, progress meter (the samtools sam_opts.h idea). */
+/* moe/cli.h -- what every moeflow tool shares (lib/libmoetool, linked into the tools only,
+ * never installed): common options, help lines, version, messages and exit statuses, output
+ * commit, progress meter (the samtools sam_opts.h idea). */
 #ifndef MOE_CLI_H
 #define MOE_CLI_H
 
 #include <getopt.h>
 #include <stdint.h>
 #include <stdio.h>
+
+#include "moe/moe.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -87,21 +90,11 @@ void moe_opts_usage(FILE *fp, unsigned groups);
 /* "moe-trace (moeflow) 0.1.0\nlibmoecore 0.1.0\nfeatures: ...\n" */
 void moe_print_version(FILE *fp, const char *prog);
 
-/* Build the @PG line "@PG\tID:<prog>\tPN:<prog>\tVN:<ver>\tCL:<args>" (tabs and newlines in
- * arguments become spaces); malloc'd, NULL on ENOMEM. */
-char *moe_pg_line(const char *prog, int argc, char *const *argv);
 
-/* Parse an unsigned integer with optional K/M/G (x1000) or Ki/Mi/Gi (x1024) suffix in
- * [min, max]; returns 0 or -1 (err gets "invalid ..." text naming `what`). */
-int moe_parse_u64(const char *s, uint64_t min, uint64_t max, uint64_t *out, const char *what,
-                  char *err, size_t errlen);
 /* An option's unsigned value in [min, max] (max <= UINT32_MAX; moe_parse_u64's syntax) for a
  * tool's command line: 0, or 2 (the exit status) after moe_usage_error(prog, sub, ...). */
 int moe_cli_u32(const char *prog, const char *sub, const char *arg, uint64_t min, uint64_t max,
                 const char *what, uint32_t *out);
-/* Parse a finite double in [min, max]; returns 0 or -1 with a reason in err. */
-int moe_parse_double(const char *s, double min, double max, double *out, const char *what,
-                     char *err, size_t errlen);
 
 /* Print "prog: message" on stderr after flushing stdout; returns 1, the exit status of a
  * runtime failure, so tools write `return moe_fail(prog, "cannot ...", ...)`. */
@@ -115,8 +108,16 @@ int moe_usage_error(const char *prog, const char *sub, const char *fmt, ...)
  * gzips at `level` (< 0: 6), anything else writes plain text. NULL after "prog: ..." on stderr. */
 struct moe_textout *moe_cli_text_open(const char *prog, const char *path, char fmt, int level);
 /* Commit (ok) or remove the output. Returns 0, or 1 (the exit status) when !ok or after
- * reporting a failed commit; a reader of standard output that went away is no error. */
+ * reporting a failed commit (moe_cli_write_failed's rule). */
 int moe_cli_text_close(const char *prog, struct moe_textout *t, const char *path, int ok);
+/* The one rule for a failed write of a tool's output `path` (errno says why): a reader that
+ * went away (EPIPE: `tool | head`) is no error, the tool stops quietly with status 0, as
+ * README promises; anything else prints "prog: write error on 'path': reason" and gives 1. */
+int moe_cli_write_failed(const char *prog, const char *path);
+/* End a text output after writing it: werr is the writers' result (0, or nonzero after a
+ * failed write with errno set). Commits on success; else removes the output and returns
+ * moe_cli_write_failed(). Returns the exit status. */
+int moe_cli_text_finish(const char *prog, struct moe_textout *t, const char *path, int werr);
 
 /* One subcommand of a tool: its name, its entry point (argc/argv start at the subcommand's
  * name; returns the exit status) and a one-line summary for the tool's --help. */

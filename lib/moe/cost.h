@@ -124,6 +124,21 @@ typedef struct moe_monta_result {
 /* Evaluate all strategies: O2 and O3 at `chunks` chunks, or searched (Alg. 1-2) when 0, then
  * Alg. 3. Returns 0 or MOE_EINVAL. */
 int moe_monta_eval(const moe_monta_in_t *in, uint32_t chunks, moe_monta_result_t *r);
+
+/* Forward time of one MoE layer with the strategy r selected: dispatch and combine AllToAlls
+ * plus the expert FFN (two GEMMs of 2 h F FLOPs per token and expert, split t ways). */
+typedef struct moe_monta_layer {
+    int have; /* 0: ffn, flops, or the sequence and hidden size unknown */
+    double comm, comp, total, tokens_per_s, mfu;
+} moe_monta_layer_t;
+void moe_monta_layer(const moe_monta_in_t *in, const moe_monta_result_t *r, double ffn,
+                     double topk, double flops, moe_monta_layer_t *L);
+/* MoNTA's charts on a new canvas (*out, free with moe_canvas_free): the time of every
+ * strategy against the chunk count and, when the volume comes from the sequence length,
+ * against sequence lengths 4K..256K (Fig. 14). 0, or a negative status with err. */
+struct moe_canvas;
+int moe_monta_plot(const moe_monta_in_t *in, const moe_monta_result_t *r,
+                   struct moe_canvas **out, char *err, size_t errlen);
 /* Name of a strategy: "baseline", "O1", "O2", "O3"; and the reverse (-1 when unknown). */
 const char *moe_monta_strategy_name(int s);
 int moe_monta_strategy_parse(const char *s);
@@ -291,7 +306,7 @@ typedef struct moe_janus_out {
 } moe_janus_out_t;
 
 /* Evaluate one block; `threshold` is the R above which the data-centric paradigm is chosen.
- * Returns 0 or MOE_EINVAL. */
+ * Returns 0, MOE_EINVAL, or MOE_ERANGE when k exceeds the block's E m n experts. */
 int moe_janus_eval(const moe_janus_in_t *in, double threshold, moe_janus_out_t *out);
 /* Seconds of a block's traffic over the machine's inter-node links (m GPUs x bw each), with
  * the part overlapped by a prefetch window removed for the data-centric paradigm. */

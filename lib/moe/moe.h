@@ -27,6 +27,21 @@ const char *moe_version(void);
 /* Space-separated optional features this library build has ("zlib lpsolve libdeflate mpi ..."). */
 const char *moe_features(void);
 
+/* Build the @PG line "@PG\tID:<prog>\tPN:<prog>\tVN:<ver>\tCL:<args>" that records the command
+ * line making an output (tabs and newlines in arguments become spaces); malloc'd, NULL on
+ * ENOMEM. */
+char *moe_pg_line(const char *prog, int argc, char *const *argv);
+
+/* Parse an unsigned integer with optional K/M/G (x1000) or Ki/Mi/Gi (x1024) suffix in
+ * [min, max] (no sign, no blanks); returns 0 or -1 (err gets "invalid ..." or "... out of
+ * range" text naming `what`). Shared by the tools' options and the library's config readers. */
+int moe_parse_u64(const char *s, uint64_t min, uint64_t max, uint64_t *out, const char *what,
+                  char *err, size_t errlen);
+
+/* Parse a finite double in [min, max]; returns 0 or -1 with a reason in err. */
+int moe_parse_double(const char *s, double min, double max, double *out, const char *what,
+                     char *err, size_t errlen);
+
 /* Status codes. Library functions return 0 (or a count) on success and one of these negative
  * values on failure; moe_strerror() gives a short lowercase description. Handles that fail keep
  * a more detailed message (file offset, line number, field) retrievable from the handle. */

@@ -122,6 +122,24 @@ int moe_place_top1_bound(const moe_affinity_t *a, uint32_t capacity, double *bou
 const char *moe_place_method_name(int method);
 int moe_place_method_parse(const char *s);
 
+/* The sample a fit scores candidates on (moe_place_opts_t.sample, .score): a seeded uniform
+ * sample (reservoir) of up to 8192 tokens of a trace, bounded so memory does not grow with
+ * the trace, with its fit view for `topo`'s ranks (top1: each cell's highest-weight expert,
+ * else whole sets; source ranks as moe_acct assigns them; four folds by sequence). */
+typedef struct moe_place_tokens moe_place_tokens_t;
+/* Read the sample from trace `path` (`threads` inflate workers). NULL with *status and a
+ * one-line reason in errbuf (the trace's own message names the file). */
+moe_place_tokens_t *moe_place_tokens_load(const char *path, uint64_t seed, int threads,
+                                          const moe_topo_t *topo, int top1, int scheme,
+                                          int *status, char *errbuf, size_t errlen);
+/* The fit's view of the sample; NULL for NULL. */
+const moe_place_sample_t *moe_place_tokens_view(const moe_place_tokens_t *s);
+/* moe_place_opts_t.score with ctx the sample: link-weighted transfers per token and layer of
+ * `scheme` under placement p, the real accounting on the sample; INFINITY on failure. */
+double moe_place_tokens_score(void *ctx, const moe_placement_t *p);
+/* Free; NULL is a no-op. */
+void moe_place_tokens_free(moe_place_tokens_t *s);
+
 #ifdef __cplusplus
 }
 #endif

@@ -118,6 +118,25 @@ uint32_t moe_sim_chunks(const moe_sim_t *s);
  * a speed; `why` then names it. */
 int moe_sim_rank(const moe_sim_t *s, int *order, char *why, size_t n);
 
+/* What moe_sim_write reports besides the per-scheme totals. */
+typedef struct moe_sim_write_opts {
+    int json;   /* a JSON document instead of the tab-separated table */
+    int layers; /* per-layer lines (LAYER, XFER; "layers" arrays in JSON) */
+    int loads;  /* expert-token load of every rank and layer (LOAD, table only) */
+    int ranks;  /* bytes every rank sends and receives per scheme (RANK; "rank_bytes") */
+    int best;   /* rank the schemes and explain the choice (BEST; "best") */
+    const char *trace_name, *placement_name; /* the inputs, named in the table's header */
+} moe_sim_write_opts_t;
+
+/* Write the report of simulation s (placement p on topology t), moe-costmodel simulate's
+ * output, into fn(ctx, buf, len) (moe_textout_write's shape). Returns 0, the sink's first
+ * error (MOE_ESYS with errno), or MOE_EINVAL when o->best is set and the schemes cannot be
+ * ranked (a speed is unknown): err says why; what was written is then to be discarded. */
+int moe_sim_write(const moe_sim_t *s, const moe_placement_t *p, const moe_topo_t *t,
+                  const moe_sim_write_opts_t *o, int (*fn)(void *ctx, const void *buf,
+                                                           size_t len),
+                  void *ctx, char *err, size_t errlen);
+
 /* Per-scheme bars of the total time, split into communication and compute, on a new canvas
  * (free with moe_canvas_free). NULL on ENOMEM. */
 moe_canvas_t *moe_sim_plot(const moe_sim_t *s);

@@ -53,6 +53,14 @@ typedef struct moe_topo {
                                     * both are known, else 4 */
 } moe_topo_t;
 
+/* Read the topology `arg`: a moe-topology(5) file ("-" = standard input), or, where no such
+ * file exists and arg has no '/', the name of a preset (with or without ".topo") looked up in
+ * $MOEFLOW_TOPOLOGIES and then in moe_topo_preset_dir(). What every tool's --topology takes.
+ * 0, or a negative status with the reason in errbuf. */
+int moe_topo_load(moe_topo_t *t, const char *arg, char *errbuf, size_t errlen);
+/* The directory of the installed presets (share/topologies, fixed at build time). */
+const char *moe_topo_preset_dir(void);
+
 /* A topology of nodes x gpus_per_node with no speeds known (cost weights intra 1, inter 4).
  * Returns 0 or MOE_EINVAL (zero sizes, more than MOE_MAX_RANKS ranks). */
 int moe_topo_uniform(moe_topo_t *t, uint32_t nodes, uint32_t gpus_per_node);

@@ -8,7 +8,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "moe/cli.h"
 #include "moe/moe.h"
 #include "trace_internal.h"
 

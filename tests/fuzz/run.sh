@@ -39,10 +39,21 @@ cp "$p"/*.json "$work/corpus/placement_eplb/"
 cp "$src"/share/topologies/*.topo "$work/corpus/topology/"
 seed nccl
 cp "$src"/tests/data/nccl/*.txt "$work/corpus/nccl/"
+seed costcfg
+printf 'topology = monta-a800\nseq = 8Ki  # tokens\nhidden=8192\nr1 = 8M:0.427,32M:0.633\njson\n' \
+    >"$work/corpus/costcfg/monta.conf"
+printf 'batch = 8\nseq = 1024\nexperts-per-worker = 1,2,4\nalpha = comm,all=0.8\nreuse = S2\n' \
+    >"$work/corpus/costcfg/janus.conf"
+printf 'config = x.conf\nbw-inter = 200Gb/s\nzero = 1\nactivation = full\nsource = token\n' \
+    >"$work/corpus/costcfg/nest.conf"
+seed mpmoe_profile
+printf '# S B n seconds\nS1 4096 1 0.0021\nS1 4096 2 0.0018\nnone 8192 4 0.004\nS4 2048 8 1e-3\n' \
+    >"$work/corpus/mpmoe_profile/a.prof"
 
 status=0
 for t in trace import_tokens import_jsonl import_csv import_npy import_megatron \
-    affinity_table placement_text placement_exflow placement_eplb topology nccl; do
+    affinity_table placement_text placement_exflow placement_eplb topology nccl costcfg \
+    mpmoe_profile; do
     c=$work/corpus/${t#import_}
     log=$work/$t.log
     if "$bin/fuzz_$t" -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 -max_len=65536 \

@@ -1,0 +1,250 @@
+/* lib/acct/acct_write.c -- moe-place eval's report of an accounting: the tab-separated table
+ * (#SCHEME, LAYER lines), the JSON document and the rank x rank matrices. */
+#include "config.h"
+
+#include <inttypes.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "moe/acct.h"
+#include "moe/moe.h"
+#include "textbuf_internal.h"
+
+/* Formatted text into the buffer; the buffer's error (0 while the sink takes everything). */
+static int pf(textbuf_t *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int pf(textbuf_t *o, const char *fmt, ...)
+{
+    char small[512];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(small, sizeof small, fmt, ap);
+    va_end(ap);
+    if (n < 0)
+        return o->err = MOE_EINVAL;
+    if ((size_t)n < sizeof small) {
+        tb_mem(o, small, (size_t)n);
+        return o->err;
+    }
+    char *big = malloc((size_t)n + 1);
+    if (!big)
+        return o->err = o->err ? o->err : MOE_ENOMEM;
+    va_start(ap, fmt);
+    vsnprintf(big, (size_t)n + 1, fmt, ap);
+    va_end(ap);
+    tb_mem(o, big, (size_t)n);
+    free(big);
+    return o->err;
+}
+
+/* Headline figures of one scheme. */
+typedef struct summary {
+    double per_tl, dispatch, combine, intra, inter, local, stay_rank, stay_node, hops, max_load;
+    double bytes;  /* per token, NaN if the vector size is unknown */
+} summary_t;
+
+static void summarise(const moe_acct_t *a, int s, double vec, summary_t *o)
+{
+    moe_acct_layer_t t;
+    moe_acct_total(a, s, &t);
+    double cells = t.cells ? (double)t.cells : 1, tok = (double)moe_acct_tokens(a);
+    double d = 0, c = 0, ia = 0, ie = 0;
+    for (int k = 0; k < MOE_LINK_CLASSES; k++) {
+        d += (double)t.xfer[MOE_DISPATCH][k];
+        c += (double)t.xfer[MOE_COMBINE][k];
+    }
+    for (int ph = 0; ph < MOE_PHASES; ph++) {
+        ia += (double)t.xfer[ph][MOE_LINK_INTRA];
+        ie += (double)t.xfer[ph][MOE_LINK_INTER];
+    }
+    const moe_acct_layer_t *l0 = moe_acct_layer(a, s, 0);
+    double first = 0;
+    for (int k = 0; k < MOE_LINK_CLASSES; k++)
+        first += (double)l0->xfer[MOE_DISPATCH][k];
+    uint32_t L = 0;
+    o->max_load = 0;
+    for (; moe_acct_layer(a, s, L); L++)
+        o->max_load = fmax(o->max_load, moe_acct_imbalance(a, s, L));
+    *o = (summary_t){(d + c) / cells, d / cells, c / cells, ia / cells, ie / cells,
+                     (double)t.local / cells, (double)t.stay_rank / cells,
+                     (double)t.stay_node / cells, tok ? (d - first) / tok : 0, o->max_load,
+                     vec > 0 && tok ? (d + c) * vec / tok : NAN};
+}
+
+static int write_table(textbuf_t *out, const moe_acct_t *a, const char *ppath,
+                      const moe_placement_t *p, const char *tpath, const moe_trace_hdr_t *h,
+                      const moe_topo_t *topo, const moe_acct_write_opts_t *g, double vec,
+                      int source)
+{
+    static const char *const src_names[] = {"auto", "recorded", "sequence id mod G",
+                                            "token id mod G"};
+    int rc = pf(out, "# moe-place eval\n# placement: %s: %u layers x %u experts on "
+                            "%u ranks (%u node%s x %u), capacity %u\n",
+                            ppath, p->layers, p->experts, p->ranks, topo->nodes,
+                            topo->nodes == 1 ? "" : "s", topo->gpus_per_node, p->capacity);
+    rc = rc ? rc : pf(out, "# trace: %s: %" PRIu64 " tokens, top-%u of %u (%u used), "
+                                  "source ranks: %s\n", tpath, moe_acct_tokens(a), h->topk,
+                                  h->experts, g->topk ? g->topk : h->topk, src_names[source]);
+    if (!rc && vec > 0)
+        rc = pf(out, "# transfer: %.0f bytes (hidden %u x %u bytes)\n", vec,
+                            g->hidden ? g->hidden : h->hidden,
+                            g->elem_bytes ? g->elem_bytes : h->elem_bytes);
+    else if (!rc)
+        rc = pf(out, "# transfer: size unknown (give --hidden and --elem-bytes)\n");
+    rc = rc ? rc : pf(out, "#SCHEME\tscheme\tper_token_layer\tdispatch\tcombine\t"
+                                  "intra\tinter\tlocal\tstay_rank\tstay_node\thops_per_token\t"
+                                  "max_load\tbytes_per_token\n");
+    for (int s = 0; s < MOE_SCHEMES && !rc; s++) {
+        summary_t m;
+        summarise(a, s, vec, &m);
+        char bytes[32] = "NA";
+        if (isfinite(m.bytes))
+            snprintf(bytes, sizeof bytes, "%.1f", m.bytes);
+        rc = pf(out, "SCHEME\t%s\t%.4f\t%.4f\t%.4f\t%.4f\t%.4f\t%.4f\t%.4f\t%.4f\t"
+                            "%.4f\t%.4f\t%s\n", moe_scheme_name(s), m.per_tl, m.dispatch,
+                            m.combine, m.intra, m.inter, m.local, m.stay_rank, m.stay_node,
+                            m.hops, m.max_load, bytes);
+    }
+    if (!g->layers)
+        return rc;
+    rc = rc ? rc : pf(out, "#LAYER\tlayer\tscheme\tcells\tper_token\tintra\tinter\t"
+                                  "local\tstay_rank\tstay_node\tmax_load\n");
+    for (uint32_t j = 0; j < p->layers && !rc; j++)
+        for (int s = 0; s < MOE_SCHEMES && !rc; s++) {
+            const moe_acct_layer_t *l = moe_acct_layer(a, s, j);
+            double cells = l->cells ? (double)l->cells : 1, ia = 0, ie = 0;
+            for (int ph = 0; ph < MOE_PHASES; ph++) {
+                ia += (double)l->xfer[ph][MOE_LINK_INTRA];
+                ie += (double)l->xfer[ph][MOE_LINK_INTER];
+            }
+            rc = pf(out, "LAYER\t%u\t%s\t%" PRIu64 "\t%.4f\t%.4f\t%.4f\t%.4f\t%.4f\t"
+                                "%.4f\t%.4f\n", j, moe_scheme_name(s), l->cells,
+                                (ia + ie) / cells, ia / cells, ie / cells,
+                                (double)l->local / cells, (double)l->stay_rank / cells,
+                                (double)l->stay_node / cells, moe_acct_imbalance(a, s, j));
+        }
+    return rc;
+}
+
+/* JSON numbers: finite values, else null. */
+static const char *jnum(char *buf, size_t n, double v)
+{
+    if (isfinite(v))
+        snprintf(buf, n, "%.6g", v);
+    else
+        snprintf(buf, n, "null");
+    return buf;
+}
+
+static int write_json(textbuf_t *out, const moe_acct_t *a, const moe_placement_t *p,
+                     const moe_trace_hdr_t *h, const moe_acct_write_opts_t *g, double vec)
+{
+    char b[12][32];
+    int rc = pf(out, "{\"tokens\": %" PRIu64 ", \"layers\": %u, \"experts\": %u, "
+                            "\"topk\": %u, \"ranks\": %u, \"transfer_bytes\": %s, \"schemes\": {",
+                            moe_acct_tokens(a), p->layers, p->experts,
+                            g->topk ? g->topk : h->topk, p->ranks,
+                            jnum(b[0], 32, vec > 0 ? vec : NAN));
+    for (int s = 0; s < MOE_SCHEMES && !rc; s++) {
+        summary_t m;
+        summarise(a, s, vec, &m);
+        rc = pf(out, "%s\n  \"%s\": {\"per_token_layer\": %s, \"dispatch\": %s, "
+                            "\"combine\": %s, \"intra\": %s, \"inter\": %s, \"local\": %s, "
+                            "\"stay_rank\": %s, \"stay_node\": %s, \"hops_per_token\": %s, "
+                            "\"max_load\": %s, \"bytes_per_token\": %s, \"layers\": [",
+                            s ? "," : "", moe_scheme_name(s), jnum(b[0], 32, m.per_tl),
+                            jnum(b[1], 32, m.dispatch), jnum(b[2], 32, m.combine),
+                            jnum(b[3], 32, m.intra), jnum(b[4], 32, m.inter),
+                            jnum(b[5], 32, m.local), jnum(b[6], 32, m.stay_rank),
+                            jnum(b[7], 32, m.stay_node), jnum(b[8], 32, m.hops),
+                            jnum(b[9], 32, m.max_load), jnum(b[10], 32, m.bytes));
+        for (uint32_t j = 0; j < p->layers && !rc; j++) {
+            const moe_acct_layer_t *l = moe_acct_layer(a, s, j);
+            uint64_t x = 0;
+            for (int ph = 0; ph < MOE_PHASES; ph++)
+                for (int c = 0; c < MOE_LINK_CLASSES; c++)
+                    x += l->xfer[ph][c];
+            rc = pf(out, "%s{\"cells\": %" PRIu64 ", \"transfers\": %" PRIu64
+                                ", \"max_load\": %s}", j ? ", " : "", l->cells, x,
+                                jnum(b[11], 32, moe_acct_imbalance(a, s, j)));
+        }
+        rc = rc ? rc : pf(out, "]}");
+    }
+    return rc ? rc : pf(out, "\n}}\n");
+}
+
+static int write_matrix(textbuf_t *out, const moe_acct_t *a, int scheme, uint32_t G,
+                        double vec, int bytes)
+{
+    uint64_t max = 0;
+    for (uint32_t i = 0; i < G; i++)
+        for (uint32_t k = 0; k < G; k++)
+            max = moe_acct_matrix(a, scheme, i, k) > max ? moe_acct_matrix(a, scheme, i, k) : max;
+    int rc = 0;
+    for (uint32_t i = 0; i < G && !rc; i++)
+        for (uint32_t k = 0; k < G && !rc; k++) {
+            uint64_t x = moe_acct_matrix(a, scheme, i, k);
+            const char *sep = k + 1 < G ? (bytes ? " " : ",") : "\n";
+            if (bytes)
+                rc = pf(out, "%.0f%s", (double)x * vec, sep);
+            else
+                rc = pf(out, "%.6f%s", max ? (double)x / (double)max : 0.0, sep);
+        }
+    return rc;
+}
+
+/* Run writer w over a buffer into fn(ctx, ...): 0 or the first error. */
+static int with_buffer(int (*fn)(void *, const void *, size_t), void *ctx,
+                       int (*w)(textbuf_t *, const void *), const void *arg)
+{
+    textbuf_t *tb = malloc(sizeof *tb);
+    if (!tb)
+        return MOE_ENOMEM;
+    tb_init(tb, fn, ctx);
+    int rc = w(tb, arg);
+    int end = tb_end(tb);
+    free(tb);
+    return rc ? rc : end;
+}
+
+typedef struct report_args {
+    const moe_acct_t *a;
+    const moe_placement_t *p;
+    const moe_trace_hdr_t *h;
+    const moe_topo_t *topo;
+    const moe_acct_write_opts_t *o;
+    int scheme, bytes;
+} report_args_t;
+
+static int report(textbuf_t *tb, const void *arg)
+{
+    const report_args_t *r = arg;
+    const moe_acct_write_opts_t *o = r->o;
+    return o->json ? write_json(tb, r->a, r->p, r->h, o, o->vec)
+                   : write_table(tb, r->a, o->placement_name, r->p, o->trace_name, r->h,
+                                 r->topo, o, o->vec, o->source);
+}
+
+static int matrix(textbuf_t *tb, const void *arg)
+{
+    const report_args_t *r = arg;
+    return write_matrix(tb, r->a, r->scheme, r->p->ranks, r->o->vec, r->bytes);
+}
+
+int moe_acct_write(const moe_acct_t *a, const moe_placement_t *p, const moe_trace_hdr_t *h,
+                   const moe_topo_t *topo, const moe_acct_write_opts_t *o,
+                   int (*fn)(void *ctx, const void *buf, size_t len), void *ctx)
+{
+    report_args_t r = {a, p, h, topo, o, 0, 0};
+    return with_buffer(fn, ctx, report, &r);
+}
+
+int moe_acct_write_matrix(const moe_acct_t *a, const moe_placement_t *p, int scheme,
+                          const moe_acct_write_opts_t *o, int bytes,
+                          int (*fn)(void *ctx, const void *buf, size_t len), void *ctx)
+{
+    report_args_t r = {a, p, NULL, NULL, o, scheme, bytes};
+    return with_buffer(fn, ctx, matrix, &r);
+}

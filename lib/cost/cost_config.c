@@ -1,0 +1,454 @@
+/* lib/cost/cost_config.c -- the cost models' keys: names, value syntax and ranges, the
+ * KEY = VALUE config-file reader and the topology the keys describe. */
+#include "config.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "moe/costcfg.h"
+#include "moe/io.h"
+#include "moe/moe.h"
+#include "util_internal.h"
+
+/* Longest config line (bytes before the newline). */
+#define MAX_LINE 4094
+/* Deepest nesting of config files. */
+#define MAX_DEPTH 4
+
+/* How a key's value reads. */
+enum kind {
+    K_CONFIG, K_FLAG, K_STR, K_U32, K_QTY, K_FRAC, K_EFF, K_ALPHA, K_LIST, K_ZERO, K_ACT,
+    K_REUSE, K_SOURCE
+};
+
+typedef struct key {
+    const char *name;
+    int kind;
+    size_t off;      /* the field in moe_costcfg_t */
+    double min, max; /* range of numbers (K_U32, K_QTY, K_FRAC) */
+    const char *what;
+} ckey_t;
+
+#define F(field) offsetof(moe_costcfg_t, field)
+/* The upper bounds keep every printed figure to a few digits: no model has a sequence of
+ * 10^300 tokens, and a value that large would only print as a 300-digit number. */
+#define TOKENS 1099511627776.0 /* 2^40 tokens, sequence length, batch */
+#define DIM 16777216.0         /* 2^24: hidden and FFN sizes, heads, layers, experts */
+#define BYTES 1.152921504606846976e18 /* 2^60 bytes: volumes, chunks, memory */
+#define RATE 1e18              /* bytes or FLOP per second */
+static const ckey_t keys[MOE_CK_COUNT] = {
+    [MOE_CK_CONFIG] = {"config", K_CONFIG, 0, 0, 0, NULL},
+    [MOE_CK_JSON] = {"json", K_FLAG, F(json), 0, 0, NULL},
+    [MOE_CK_TOPOLOGY] = {"topology", K_STR, F(topology), 0, 0, NULL},
+    [MOE_CK_NODES] = {"nodes", K_U32, F(nodes), 1, MOE_MAX_RANKS, "node count"},
+    [MOE_CK_GPN] = {"gpus-per-node", K_U32, F(gpn), 1, MOE_MAX_RANKS, "GPUs per node"},
+    [MOE_CK_BW_INTRA] = {"bw-intra", K_QTY, F(bw[MOE_LINK_INTRA]), 1, RATE, "bandwidth"},
+    [MOE_CK_BW_INTER] = {"bw-inter", K_QTY, F(bw[MOE_LINK_INTER]), 1, RATE, "bandwidth"},
+    [MOE_CK_BW_HOST] = {"bw-host", K_QTY, F(bw[MOE_LINK_HOST]), 1, RATE, "bandwidth"},
+    [MOE_CK_BW_HBM] = {"bw-hbm", K_QTY, F(hbm), 1, RATE, "bandwidth"},
+    [MOE_CK_FLOPS] = {"flops", K_QTY, F(flops), 1, RATE, "compute rate"},
+    [MOE_CK_TRACE] = {"trace", K_STR, F(trace), 0, 0, NULL},
+    [MOE_CK_PLACEMENT] = {"placement", K_STR, F(placement), 0, 0, NULL},
+    [MOE_CK_TOPK] = {"topk", K_U32, F(topk), 1, 256, "top-k"},
+    [MOE_CK_RANKS] = {"ranks", K_U32, F(ranks), 1, 1u << 24, "rank count"},
+    [MOE_CK_TPR] = {"tokens-per-rank", K_QTY, F(tpr), 0, TOKENS, "token count"},
+    [MOE_CK_LAYERS] = {"layers", K_QTY, F(layers), 0, DIM, "layer count"},
+    [MOE_CK_P] = {"p", K_FRAC, F(p), 0, 1, "fraction p"},
+    [MOE_CK_P_TOPO] = {"p-topo", K_FRAC, F(p_topo), 0, 1, "fraction p_topo"},
+    [MOE_CK_P_STAR] = {"p-star", K_FRAC, F(p_star), 0, 2, "fraction p*"},
+    [MOE_CK_HIDDEN] = {"hidden", K_QTY, F(hidden), 1, DIM, "hidden size"},
+    [MOE_CK_ELEM_BYTES] = {"elem-bytes", K_QTY, F(elem_bytes), 1e-3, 64, "element size"},
+    [MOE_CK_BATCH] = {"batch", K_QTY, F(batch), 1e-9, TOKENS, "batch size"},
+    [MOE_CK_SEQ] = {"seq", K_QTY, F(seq), 1, TOKENS, "sequence length"},
+    [MOE_CK_VOLUME] = {"volume", K_QTY, F(volume), 1, BYTES, "volume"},
+    [MOE_CK_TP] = {"tp", K_U32, F(tp), 1, 1u << 20, "tensor-parallel degree"},
+    [MOE_CK_EP] = {"ep", K_U32, F(ep), 1, 1u << 20, "expert-parallel degree"},
+    [MOE_CK_PP] = {"pp", K_U32, F(pp), 1, 1u << 20, "pipeline-parallel degree"},
+    [MOE_CK_R1] = {"r1", K_EFF, F(r[0]), 0, 0, "efficiency r1"},
+    [MOE_CK_R2] = {"r2", K_EFF, F(r[1]), 0, 0, "efficiency r2"},
+    [MOE_CK_R3] = {"r3", K_EFF, F(r[2]), 0, 0, "efficiency r3"},
+    [MOE_CK_MIN_CHUNK] = {"min-chunk", K_QTY, F(min_chunk), 1, BYTES, "chunk size"},
+    [MOE_CK_CHUNKS] = {"chunks", K_U32, F(chunks), 1, 1u << 20, "chunk count"},
+    [MOE_CK_MAX_CHUNKS] = {"max-chunks", K_U32, F(max_chunks), 1, 1u << 20, "chunk count"},
+    [MOE_CK_PLOT] = {"plot", K_STR, F(plot), 0, 0, NULL},
+    [MOE_CK_HEADS] = {"heads", K_QTY, F(heads), 0, DIM, "head count"},
+    [MOE_CK_PARAMS_DENSE] = {"params-dense", K_QTY, F(params_dense), 0, BYTES,
+                             "parameter count"},
+    [MOE_CK_PARAMS_MOE] = {"params-moe", K_QTY, F(params_moe), 0, BYTES, "parameter count"},
+    [MOE_CK_ZERO] = {"zero", K_ZERO, F(zero), 0, 3, "ZeRO stage"},
+    [MOE_CK_ACTIVATION] = {"activation", K_ACT, F(act), 0, 0, NULL},
+    [MOE_CK_SEQ_PER_NODE] = {"seq-per-node", K_QTY, F(seq_per_node), 1, TOKENS,
+                             "sequence length"},
+    [MOE_CK_SWITCH_PORTS] = {"switch-ports", K_U32, F(switch_ports), 1, 1u << 30,
+                             "port count"},
+    [MOE_CK_TOKENS] = {"tokens", K_QTY, F(tokens), 1, TOKENS, "token count"},
+    [MOE_CK_FFN] = {"ffn", K_QTY, F(ffn), 1, DIM, "FFN size"},
+    [MOE_CK_EXPERTS] = {"experts", K_QTY, F(experts), 1, DIM, "expert count"},
+    [MOE_CK_PARTITIONS] = {"partitions", K_U32, F(partitions), 1, 4096, "partition count"},
+    [MOE_CK_REUSE] = {"reuse", K_REUSE, F(reuse), 0, 0, NULL},
+    [MOE_CK_MIN_PART] = {"min-partitions", K_U32, F(min_part), 1, 4096, "partition count"},
+    [MOE_CK_MAX_PART] = {"max-partitions", K_U32, F(max_part), 1, 4096, "partition count"},
+    [MOE_CK_MEM_LIMIT] = {"memory-limit", K_QTY, F(mem_limit), 1, BYTES, "memory size"},
+    [MOE_CK_ALPHA] = {"alpha", K_ALPHA, 0, 0, 0, NULL},
+    [MOE_CK_PROFILE] = {"profile", K_STR, F(profile), 0, 0, NULL},
+    [MOE_CK_EPW] = {"experts-per-worker", K_LIST, 0, 0, 0, NULL},
+    [MOE_CK_BLOCKS] = {"blocks", K_U32, F(blocks), 1, MOE_COSTCFG_MAX_LIST, "block count"},
+    [MOE_CK_THRESHOLD] = {"threshold", K_QTY, F(threshold), 0, RATE, "threshold"},
+    [MOE_CK_PREFETCH] = {"prefetch", K_QTY, F(prefetch), 0, 1e9, "prefetch window"},
+    [MOE_CK_SOURCE] = {"source", K_SOURCE, F(source), 0, 0, NULL},
+};
+
+const char *moe_costcfg_key_name(int key, int *has_arg)
+{
+    if (key < 1 || key >= MOE_CK_COUNT)
+        return NULL;
+    if (has_arg)
+        *has_arg = keys[key].kind != K_FLAG;
+    return keys[key].name;
+}
+
+int moe_costcfg_key_find(const char *name)
+{
+    for (int k = 1; k < MOE_CK_COUNT; k++)
+        if (!strcmp(keys[k].name, name))
+            return k;
+    return -1;
+}
+
+void moe_costcfg_init(moe_costcfg_t *g)
+{
+    memset(g, 0, sizeof *g);
+    for (int k = 1; k < MOE_CK_COUNT; k++)
+        if (keys[k].kind == K_QTY || keys[k].kind == K_FRAC)
+            *(double *)((char *)g + keys[k].off) = NAN;
+    g->act = g->reuse = g->zero = -1;
+    for (int y = 0; y < MOE_MP_STREAMS; y++)
+        for (int x = 0; x < 4; x++)
+            g->alpha[y][x] = 1;
+}
+
+void moe_costcfg_release(moe_costcfg_t *g)
+{
+    for (size_t i = 0; i < g->nkept; i++)
+        free(g->kept[i]);
+    free(g->kept);
+    g->kept = NULL;
+    g->nkept = 0;
+}
+
+/* ------------------------------------------------------------------ values */
+
+#define bad(...) util_errf(err, errlen, MOE_EINVAL, __VA_ARGS__)
+
+/* A non-negative number with an optional decimal (K M G T P: 10^3 ...) or binary (Ki Mi Gi
+ * Ti: 2^10 ...) suffix; a trailing "B", "B/s" or "/s" is allowed, "b/s" or "bit/s" means bits. */
+static int parse_qty(const char *s, double *out)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (end == s || errno || !isfinite(v) || v < 0)
+        return -1;
+    static const char pre[] = "KMGTP";
+    const char *q = *end ? strchr(pre, *end) : NULL;
+    if (q) {
+        int bin = end[1] == 'i';
+        v *= pow(bin ? 1024.0 : 1000.0, (double)(q - pre + 1));
+        end += 1 + bin;
+    }
+    if (!strcmp(end, "b/s") || !strcmp(end, "bit/s"))
+        v /= 8, end += strlen(end);
+    else if (!strcmp(end, "B") || !strcmp(end, "B/s") || !strcmp(end, "/s"))
+        end += strlen(end);
+    if (*end || !isfinite(v))
+        return -1;
+    *out = v;
+    return 0;
+}
+
+/* r1 0.741 (a fixed efficiency) or 8M:0.427,32M:0.633,256M:0.741 (a curve, sizes
+ * increasing). */
+static int set_eff(const char *arg, const char *what, moe_costcfg_eff_t *e, char *err,
+                   size_t errlen)
+{
+    char buf[2048];
+    int fail = strlen(arg) >= sizeof buf, fixed = 0;
+    e->n = 0;
+    if (!fail)
+        strcpy(buf, arg);
+    for (char *save = NULL, *tok = fail ? NULL : strtok_r(buf, ",", &save); tok && !fail;
+         tok = strtok_r(NULL, ",", &save)) {
+        char *colon = strchr(tok, ':');
+        double size = 0, eff;
+        if (colon)
+            *colon = 0;
+        fixed |= !colon;
+        fail = e->n == MOE_TOPO_MAX_CURVE || (colon && parse_qty(tok, &size)) ||
+               parse_qty(colon ? colon + 1 : tok, &eff) || !(eff > 0 && eff <= 1) ||
+               (e->n && !(size > e->size[e->n - 1]));
+        if (!fail) {
+            e->size[e->n] = size;
+            e->eff[e->n++] = eff;
+        }
+    }
+    if (fail || !e->n || (fixed && e->n > 1))
+        return bad("invalid %s '%s' (a number in (0, 1] or SIZE:EFF,...)", what, arg);
+    return 0;
+}
+
+/* comm,comp=0.8: the slowdown factor of stream y beside x (x may be "all"). */
+static int set_alpha(moe_costcfg_t *g, const char *arg, char *err, size_t errlen)
+{
+    static const char *const names[] = {"comm", "comp", "mem", "all"};
+    char y[16], x[16];
+    double v;
+    int n = 0;
+    if (sscanf(arg, "%15[a-z],%15[a-z]=%lf%n", y, x, &v, &n) != 3 || arg[n] ||
+        !(v > 0 && v <= 1))
+        return bad("invalid slowdown factor '%s' (Y,X=V with V in (0, 1])", arg);
+    int yi = -1, xi = -1;
+    for (int i = 0; i < 4; i++) {
+        if (!strcmp(y, names[i]) && i < 3)
+            yi = i;
+        if (!strcmp(x, names[i]))
+            xi = i;
+    }
+    if (yi < 0 || xi < 0 || xi == yi)
+        return bad("invalid slowdown factor '%s' (streams comm, comp, mem, all)", arg);
+    g->alpha[yi][xi] = v;
+    return 0;
+}
+
+static int set_list(moe_costcfg_t *g, const char *arg, char *err, size_t errlen)
+{
+    char buf[4096];
+    if (strlen(arg) >= sizeof buf)
+        return bad("invalid expert list '%s'", arg);
+    strcpy(buf, arg);
+    g->nepw = 0;
+    for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok;
+         tok = strtok_r(NULL, ",", &save)) {
+        double v;
+        if (g->nepw == MOE_COSTCFG_MAX_LIST || parse_qty(tok, &v) || !(v > 0) || v > DIM)
+            return bad("invalid expert list '%s'", arg);
+        g->epw[g->nepw++] = v;
+    }
+    return g->nepw ? 0 : bad("invalid expert list '%s'", arg);
+}
+
+static int set_word(int *out, int v, const char *msg, const char *arg, char *err,
+                    size_t errlen)
+{
+    if (v < 0)
+        return bad("%s '%s' (%s)", msg, arg, strchr(msg, '\0') + 1);
+    *out = v;
+    return 0;
+}
+
+static int source_parse(const char *s)
+{
+    static const char *const sources[] = {"auto", "recorded", "sequence", "token"};
+    for (int i = 0; i < 4; i++)
+        if (!strcmp(s, sources[i]))
+            return i;
+    return -1;
+}
+
+int moe_costcfg_set(moe_costcfg_t *g, int key, const char *val, const int *takes,
+                    const char *sub, char *err, size_t errlen)
+{
+    if (key < 1 || key >= MOE_CK_COUNT)
+        return bad("unknown key");
+    const ckey_t *k = &keys[key];
+    void *field = (char *)g + k->off;
+    uint64_t u;
+    switch (k->kind) {
+    case K_CONFIG: return moe_costcfg_read(g, val, takes, sub, err, errlen);
+    case K_FLAG: *(int *)field = 1; return 0;
+    case K_STR: *(const char **)field = val; return 0;
+    case K_U32:
+    case K_ZERO:
+        if (moe_parse_u64(val, (uint64_t)k->min, (uint64_t)k->max, &u, k->what, err, errlen))
+            return MOE_EINVAL;
+        if (k->kind == K_ZERO)
+            *(int *)field = (int)u;
+        else
+            *(uint32_t *)field = (uint32_t)u;
+        return 0;
+    case K_QTY:
+        if (parse_qty(val, field) || *(double *)field < k->min) {
+            *(double *)field = NAN;
+            return bad("invalid %s '%s'", k->what, val);
+        }
+        if (*(double *)field > k->max) {
+            *(double *)field = NAN;
+            return bad("%s '%s' out of range (at most %g)", k->what, val, k->max);
+        }
+        return 0;
+    case K_FRAC:
+        return moe_parse_double(val, k->min, k->max, field, k->what, err, errlen) ? MOE_EINVAL
+                                                                                  : 0;
+    case K_EFF: return set_eff(val, k->what, field, err, errlen);
+    case K_ALPHA: return set_alpha(g, val, err, errlen);
+    case K_LIST: return set_list(g, val, err, errlen);
+    case K_ACT:
+        return set_word(field, moe_monta_act_parse(val), "unknown activation row\0none, tp, "
+                        "sp, selective, full", val, err, errlen);
+    case K_REUSE:
+        return set_word(field, moe_mpmoe_reuse_parse(val), "unknown reuse strategy\0none, S1, "
+                        "S2, S3, S4", val, err, errlen);
+    default:
+        return set_word(field, source_parse(val), "unknown source\0auto, recorded, sequence, "
+                        "token", val, err, errlen);
+    }
+}
+
+/* ------------------------------------------------------------------ config files */
+
+/* Strip blanks at both ends in place. */
+static char *trim(char *s)
+{
+    while (*s == ' ' || *s == '\t')
+        s++;
+    size_t n = strlen(s);
+    while (n && (s[n - 1] == ' ' || s[n - 1] == '\t' || s[n - 1] == '\r'))
+        s[--n] = 0;
+    return s;
+}
+
+/* A copy of a value that outlives the file's line buffer (paths are kept as strings). */
+static char *keep(moe_costcfg_t *g, const char *s)
+{
+    char **k = realloc(g->kept, (g->nkept + 1) * sizeof *k);
+    if (!k)
+        return NULL;
+    g->kept = k;
+    return (k[g->nkept] = strdup(s)) ? k[g->nkept++] : NULL;
+}
+
+/* Apply one "key = value" line. A bad value there is a data error of that file: the value's
+ * message after "'FILE' line N: ". */
+static int config_line(moe_costcfg_t *g, const char *path, uint64_t lineno, char *line,
+                       const int *takes, const char *sub, char *err, size_t errlen)
+{
+    char *hash = strchr(line, '#');
+    if (hash)
+        *hash = 0;
+    char *s = trim(line);
+    if (!*s)
+        return 0;
+    char *eq = strchr(s, '=');
+    if (eq)
+        *eq = 0;
+    char *name = trim(s), *val = eq ? trim(eq + 1) : NULL;
+    int has_arg = 0, key = moe_costcfg_key_find(name), ok = key == MOE_CK_CONFIG;
+    for (const int *t = takes; key > 0 && t && *t && !ok; t++)
+        ok = *t == key;
+    moe_costcfg_key_name(key, &has_arg);
+#define LFAIL(...) util_errf(err, errlen, MOE_EFORMAT, "'%s' line %" PRIu64 ": " __VA_ARGS__)
+    if (key < 0 || !ok)
+        return LFAIL("unknown key '%s' for %s", path, lineno, name, sub);
+    if (has_arg && (!val || !*val))
+        return LFAIL("key '%s' needs a value", path, lineno, name);
+    if (!has_arg && val && strcmp(val, "1") && strcmp(val, "yes") && strcmp(val, "true"))
+        return LFAIL("key '%s' takes no value (or yes)", path, lineno, name);
+    if (key == MOE_CK_CONFIG && g->depth >= MAX_DEPTH)
+        return LFAIL("config files nested too deeply", path, lineno);
+    const char *v = val ? keep(g, val) : NULL;
+    if (val && !v)
+        return util_errf(err, errlen, MOE_ENOMEM, "%s", moe_strerror(MOE_ENOMEM));
+    char msg[1024];
+    g->depth++;
+    int rc = moe_costcfg_set(g, key, v, takes, sub, msg, sizeof msg);
+    g->depth--;
+    if (rc == MOE_EINVAL)
+        return LFAIL("%s", path, lineno, msg);
+#undef LFAIL
+    if (rc)
+        util_errf(err, errlen, rc, "%s", msg);
+    return rc;
+}
+
+static int config_run(moe_costcfg_t *g, moe_lines_t *l, const char *path, const int *takes,
+                      const char *sub, char *err, size_t errlen)
+{
+    char *line;
+    size_t len;
+    int rc, body = 0;
+    while ((rc = moe_lines_next(l, &line, &len)) == 1) {
+        uint64_t n = moe_lines_lineno(l);
+        if (strlen(line) != len)
+            rc = util_errf(err, errlen, MOE_EFORMAT, "'%s' line %" PRIu64 ": NUL byte in line",
+                           path, n);
+        else if (len > MAX_LINE)
+            rc = util_errf(err, errlen, MOE_EFORMAT, "'%s' line %" PRIu64 ": line too long",
+                           path, n);
+        else
+            rc = config_line(g, path, n, line, takes, sub, err, errlen);
+        if (rc) {
+            body = 1;
+            break;
+        }
+    }
+    if (rc < 0 && !body) /* the line reader's error */
+        util_errf(err, errlen, rc, "cannot read '%s': %s", path,
+                  rc == MOE_ESYS ? strerror(errno) : moe_strerror(rc));
+    moe_lines_close(l);
+    return rc < 0 ? rc : 0;
+}
+
+int moe_costcfg_read(moe_costcfg_t *g, const char *path, const int *takes, const char *sub,
+                     char *err, size_t errlen)
+{
+    int st;
+    moe_lines_t *l = moe_lines_open(path, &st, err, errlen);
+    if (!l)
+        return st;
+    err[0] = 0;
+    return config_run(g, l, path, takes, sub, err, errlen);
+}
+
+int moe_costcfg_parse(moe_costcfg_t *g, const char *text, size_t len, const char *name,
+                      const int *takes, const char *sub, char *err, size_t errlen)
+{
+    int st;
+    moe_lines_t *l = moe_lines_dopen(-1, (const uint8_t *)text, len, &st);
+    if (!l)
+        return util_errf(err, errlen, st, "'%s': %s", name, moe_strerror(st));
+    err[0] = 0;
+    return config_run(g, l, name, takes, sub, err, errlen);
+}
+
+/* ------------------------------------------------------------------ topology */
+
+int moe_costcfg_topo(const moe_costcfg_t *g, moe_topo_t *t, char *err, size_t errlen)
+{
+    int rc;
+    if (g->topology) {
+        if ((rc = moe_topo_load(t, g->topology, err, errlen)) != 0)
+            return rc;
+    } else if (moe_topo_uniform(t, 1, g->gpn ? g->gpn : 1)) {
+        return util_errf(err, errlen, MOE_EINVAL, "invalid topology");
+    }
+    if (g->nodes)
+        t->nodes = g->nodes;
+    if (g->gpn)
+        t->gpus_per_node = g->gpn;
+    if ((uint64_t)t->nodes * t->gpus_per_node > MOE_MAX_RANKS)
+        return util_errf(err, errlen, MOE_ERANGE, "topology of %u x %u ranks is too large",
+                         t->nodes, t->gpus_per_node);
+    for (int c = MOE_LINK_INTRA; c < MOE_LINK_CLASSES; c++)
+        if (g->bw[c] > 0)
+            t->link[c].bw = g->bw[c];
+    if (g->hbm > 0)
+        t->hbm_bw = g->hbm;
+    if (g->flops > 0)
+        t->flops = g->flops;
+    moe_topo_update_cost(t);
+    return 0;
+}

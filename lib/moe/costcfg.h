@@ -1,0 +1,124 @@
+/* moe/costcfg.h -- the inputs of the papers' cost models as a library: the keys (the long
+ * options of moe-costmodel and the keys of its KEY = VALUE config files), their value syntax
+ * and ranges, the config-file reader, the topology the model keys describe, and the MPMoE
+ * profile format. */
+#ifndef MOE_COSTCFG_H
+#define MOE_COSTCFG_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "moe/cost.h"
+#include "moe/topo.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Most values a list key (experts-per-worker) takes. */
+#define MOE_COSTCFG_MAX_LIST 256
+
+/* The keys, 1.. MOE_CK_COUNT - 1; moe_costcfg_key_name() gives the spelling. */
+enum moe_costcfg_key {
+    MOE_CK_CONFIG = 1, MOE_CK_JSON, MOE_CK_TOPOLOGY, MOE_CK_NODES, MOE_CK_GPN, MOE_CK_BW_INTRA,
+    MOE_CK_BW_INTER, MOE_CK_BW_HOST, MOE_CK_BW_HBM, MOE_CK_FLOPS, MOE_CK_TRACE,
+    MOE_CK_PLACEMENT, MOE_CK_TOPK, MOE_CK_RANKS, MOE_CK_TPR, MOE_CK_LAYERS, MOE_CK_P,
+    MOE_CK_P_TOPO, MOE_CK_P_STAR, MOE_CK_HIDDEN, MOE_CK_ELEM_BYTES, MOE_CK_BATCH, MOE_CK_SEQ,
+    MOE_CK_VOLUME, MOE_CK_TP, MOE_CK_EP, MOE_CK_PP, MOE_CK_R1, MOE_CK_R2, MOE_CK_R3,
+    MOE_CK_MIN_CHUNK, MOE_CK_CHUNKS, MOE_CK_MAX_CHUNKS, MOE_CK_PLOT, MOE_CK_HEADS,
+    MOE_CK_PARAMS_DENSE, MOE_CK_PARAMS_MOE, MOE_CK_ZERO, MOE_CK_ACTIVATION,
+    MOE_CK_SEQ_PER_NODE, MOE_CK_SWITCH_PORTS, MOE_CK_TOKENS, MOE_CK_FFN, MOE_CK_EXPERTS,
+    MOE_CK_PARTITIONS, MOE_CK_REUSE, MOE_CK_MIN_PART, MOE_CK_MAX_PART, MOE_CK_MEM_LIMIT,
+    MOE_CK_ALPHA, MOE_CK_PROFILE, MOE_CK_EPW, MOE_CK_BLOCKS, MOE_CK_THRESHOLD, MOE_CK_PREFETCH,
+    MOE_CK_SOURCE, MOE_CK_COUNT
+};
+
+/* An efficiency value: a fixed value (n = 1, size 0) or a curve SIZE:EFF,... (0 points: not
+ * given). */
+typedef struct moe_costcfg_eff {
+    uint32_t n;
+    double size[MOE_TOPO_MAX_CURVE], eff[MOE_TOPO_MAX_CURVE];
+} moe_costcfg_eff_t;
+
+/* Every key's value. Numbers left NaN (0 for counts, -1 for the word keys) were not given.
+ * Strings point into the caller's arguments or into copies the structure owns (values read
+ * from files), valid until moe_costcfg_release(). */
+typedef struct moe_costcfg {
+    const char *topology, *trace, *placement, *plot, *profile;
+    int json, source, zero, act, reuse;
+    uint32_t nodes, gpn, topk, ranks, tp, ep, pp, chunks, max_chunks, partitions, min_part,
+        max_part, blocks, switch_ports, nepw;
+    double bw[MOE_LINK_CLASSES], hbm, flops;
+    double tpr, layers, p, p_topo, p_star, hidden, elem_bytes, batch, seq, volume, min_chunk;
+    double heads, params_dense, params_moe, seq_per_node, tokens, ffn, experts, mem_limit;
+    double threshold, prefetch;
+    double alpha[MOE_MP_STREAMS][4];
+    double epw[MOE_COSTCFG_MAX_LIST];
+    moe_costcfg_eff_t r[3];
+    /* private: config nesting and the copies of file values */
+    int depth;
+    char **kept;
+    size_t nkept;
+} moe_costcfg_t;
+
+/* The key's name (the long option without "--") and whether it takes a value; NULL for a
+ * code outside 1..MOE_CK_COUNT-1. */
+const char *moe_costcfg_key_name(int key, int *has_arg);
+/* The key of a name, or -1. */
+int moe_costcfg_key_find(const char *name);
+
+/* Nothing given: NaN numbers, zero counts, -1 words, slowdown factors 1. */
+void moe_costcfg_init(moe_costcfg_t *g);
+/* Free the copies of file values; the structure may be initialised again. */
+void moe_costcfg_release(moe_costcfg_t *g);
+
+/* Set key from its text value (NULL for a key without one). MOE_CK_CONFIG reads the file
+ * `val` (moe_costcfg_read). `takes` (0-terminated keys) limits the keys a config file may set,
+ * `sub` names the command for the message. Returns 0; MOE_EINVAL for a bad value given here
+ * (a usage error: err "invalid top-k '0'" ...); MOE_EFORMAT for a bad line of a config file
+ * (err "'FILE' line N: ..."); MOE_ESYS (cannot open or read, err says which file) or
+ * MOE_ENOMEM. */
+int moe_costcfg_set(moe_costcfg_t *g, int key, const char *val, const int *takes,
+                    const char *sub, char *err, size_t errlen);
+/* Apply a config file of "KEY = VALUE" lines ("KEY" alone, or "= yes|true|1", for a key
+ * without value; '#' starts a comment; plain or gzipped; "-" reads standard input). Config
+ * files may nest four deep. Status as moe_costcfg_set. */
+int moe_costcfg_read(moe_costcfg_t *g, const char *path, const int *takes, const char *sub,
+                     char *err, size_t errlen);
+
+/* The same over config text in memory (`name` for messages): what the fuzzer and tests call. */
+int moe_costcfg_parse(moe_costcfg_t *g, const char *text, size_t len, const char *name,
+                      const int *takes, const char *sub, char *err, size_t errlen);
+
+/* The topology the keys describe: `topology` (a file or a preset, moe_topo_load), else one
+ * node of `gpus-per-node` GPUs (1), with nodes, gpus-per-node, bw-*, flops applied over it.
+ * 0 or a negative status with err. */
+int moe_costcfg_topo(const moe_costcfg_t *g, moe_topo_t *t, char *err, size_t errlen);
+
+/* ------------------------------------------------------------------ MPMoE profiles */
+
+/* Measured times of an MPMoE profile: lines "S B n seconds" (S none or S1-S4, B a batch
+ * size, n a partition count 1..4096), '#' comments, blank lines. */
+typedef struct moe_mpmoe_profile {
+    uint32_t n, cap;
+    int *s;
+    double *B, *sec;
+    uint32_t *part;
+    int cur_s; /* the strategy moe_mpmoe_profile_time answers for */
+} moe_mpmoe_profile_t;
+
+/* Read a profile ("-" = standard input, plain or gzipped). 0, or a negative status with err
+ * ("'FILE' line N: ..."); nothing to free on failure. */
+int moe_mpmoe_profile_read(moe_mpmoe_profile_t *p, const char *path, char *err, size_t errlen);
+/* The same over text in memory; `name` for messages. */
+int moe_mpmoe_profile_parse(moe_mpmoe_profile_t *p, const char *text, size_t len,
+                            const char *name, char *err, size_t errlen);
+void moe_mpmoe_profile_release(moe_mpmoe_profile_t *p);
+/* The measured time of batch B at n partitions for strategy p->cur_s, NaN if not measured;
+ * the shape of moe_mpmoe_search_step's time callback (ctx is the profile). */
+double moe_mpmoe_profile_time(void *ctx, double B, uint32_t n);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
