@@ -683,7 +683,7 @@ static int run_monta(int argc, char **argv)
         return rc;
     if (optind < argc)
         return usage_error("monta", "unexpected argument '%s'", argv[optind]);
-    const moe_cli_file_t files[] = {{"--output", g.o.out ? g.o.out : "-", 1},
+    const moe_cli_file_t files[] = {{"--output", opts.out ? opts.out : "-", 1},
                                     {"--plot", g.plot, 1}};
     if ((rc = moe_cli_distinct(prog, "monta", files, 2)))
         return rc;
