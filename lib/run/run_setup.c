@@ -3,6 +3,7 @@
 #include "config.h"
 
 #include <inttypes.h>
+#include <setjmp.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,9 +32,26 @@ int moe_run_mode_parse(const char *s)
 
 void run_die(run_t *r, const char *what, int status)
 {
-    fflush(stdout);
-    fprintf(stderr, "moe-run: rank %d: %s failed: %s\n", r->me, what, moe_strerror(status));
-    moe_run_comm_abort(r->comm, 1);
+    const char *mpi = run_comm_errmsg(r->comm);
+    if (status == MOE_ESYS && *mpi)
+        snprintf(r->errmsg, sizeof r->errmsg, "rank %d: %s", r->me, mpi);
+    else
+        snprintf(r->errmsg, sizeof r->errmsg, "rank %d: %s failed: %s", r->me, what,
+                 moe_strerror(status));
+    r->fatal_status = status < 0 ? status : MOE_ESYS;
+    longjmp(r->fatal, 1);
+}
+
+double run_now(run_t *r)
+{
+    RUN_CK(r, r->b->ops->sync(r->b));
+    return r->b->ops->now(r->b);
+}
+
+void run_tick(run_t *r, uint32_t l, int phase, double t0)
+{
+    if (r->timing)
+        r->st[l].t[phase] += run_now(r) - t0;
 }
 
 void *run_dbuf(run_t *r, run_buf_t *bf, size_t bytes)
@@ -76,7 +94,7 @@ int run_link(const run_t *r, uint32_t a, uint32_t b)
 int run_agree(run_t *r, int failed)
 {
     double v = failed ? r->me : r->G;
-    run_comm_allreduce(r->comm, &v, 1, MOE_RUN_MIN);
+    RUN_CK(r, run_comm_allreduce(r->comm, &v, 1, MOE_RUN_MIN));
     return v < r->G ? (int)v : -1;
 }
 
@@ -350,7 +368,7 @@ static int same_inputs(run_t *r, char *errbuf, size_t errlen)
     double v[4] = {(double)(h >> 32), (double)(h & 0xffffffffu), 0, 0};
     v[2] = -v[0];
     v[3] = -v[1];
-    run_comm_allreduce(r->comm, v, 4, MOE_RUN_MAX);
+    RUN_CK(r, run_comm_allreduce(r->comm, v, 4, MOE_RUN_MAX));
     if (v[0] == -v[2] && v[1] == -v[3])
         return 0;
     return say(errbuf, errlen, "the ranks read different inputs (trace or placement files "
@@ -367,11 +385,12 @@ int run_setup(run_t *r, char *errbuf, size_t errlen)
     int rc = setup_inputs(r, errbuf, errlen);
     int bad = run_agree(r, rc);
     if (bad >= 0)
-        return bad == r->me ? 1 : -1;
+        return bad == r->me ? 1 : 2;
     if (same_inputs(r, errbuf, errlen))
-        return r->me == 0 ? 1 : -1;
-    if ((rc = build_model(r, errbuf, errlen)) != 0 || run_agree(r, rc) >= 0)
-        return rc ? 1 : -1;
+        return r->me == 0 ? 1 : 2;
+    rc = build_model(r, errbuf, errlen);
+    if ((bad = run_agree(r, rc)) >= 0)
+        return bad == r->me ? 1 : 2;
     r->loc = malloc(r->ntok * sizeof *r->loc);
     r->tok_row = malloc(r->ntok * sizeof *r->tok_row);
     r->st = calloc(r->L, sizeof *r->st);
