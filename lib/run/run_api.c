@@ -7,23 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "moe/kern.h"
 #include "moe/moe.h"
 #include "run_iter_internal.h"
 #include "run_report_internal.h"
-
-void moe_run_cfg_default(moe_run_cfg_t *c)
-{
-    memset(c, 0, sizeof *c);
-    c->H = 64;
-    c->F = 128;
-    c->tokens_per_rank = 64;
-    c->iters = 3;
-    c->warmup = 1;
-    c->seed = 1;
-    c->credits = 4;
-    c->prefetch = 1;
-}
 
 int moe_run_comm_max(moe_run_comm_t *c, int v)
 {
@@ -80,10 +66,16 @@ int moe_run_iterations(moe_run_t *r)
     return 0;
 }
 
+/* --check's tolerance: the rounding of the wire type. */
+static double tolerance(const moe_run_t *r)
+{
+    return r->cfg.dtype == MOE_DTYPE_FP32 ? 1e-4 : 2e-2;
+}
+
 /* moe_run_check's collective part: the verification iteration and the agreed verdict. */
 static void check(moe_run_t *r)
 {
-    double tol = r->cfg.dtype == MOE_DTYPE_FP32 ? 1e-4 : 2e-2;
+    double tol = tolerance(r);
     r->check_err = run_check(r);
     double bad = r->me == 0 && !(r->check_err <= tol);
     RUN_CK(r, run_comm_allreduce(r->comm, &bad, 1, MOE_RUN_MAX));
@@ -92,7 +84,7 @@ static void check(moe_run_t *r)
 
 int moe_run_check(moe_run_t *r, double *err, double *tol)
 {
-    *tol = r->cfg.dtype == MOE_DTYPE_FP32 ? 1e-4 : 2e-2;
+    *tol = tolerance(r);
     ARM(r);
     check(r);
     *err = r->check_err;

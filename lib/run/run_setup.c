@@ -14,22 +14,6 @@
 #include "moe/rng.h"
 #include "run_internal.h"
 
-static const char *const mode_names[MOE_RUN_MODES] = {"vanilla", "coherent", "pipelined",
-                                                  "hierarchical", "datacentric"};
-
-const char *moe_run_mode_name(int mode)
-{
-    return mode >= 0 && mode < MOE_RUN_MODES ? mode_names[mode] : "?";
-}
-
-int moe_run_mode_parse(const char *s)
-{
-    for (int i = 0; i < MOE_RUN_MODES; i++)
-        if (!strcmp(s, mode_names[i]))
-            return i;
-    return -1;
-}
-
 void run_die(run_t *r, const char *what, int status)
 {
     const char *mpi = run_comm_errmsg(r->comm);
@@ -109,6 +93,20 @@ static int say(char *errbuf, size_t errlen, const char *fmt, ...)
     return 1;
 }
 
+/* A reader's message about the file at path, naming the file once: the trace reader names it
+ * in some messages ("'f': truncated file") and not in others ("record 7: ..."). */
+static int file_msg(char *errbuf, size_t errlen, const char *path, const char *msg)
+{
+    size_t n = strlen(path);
+    const char *p = msg;
+    while (n && (p = strstr(p, path)) != NULL) {
+        if (p > msg && p[-1] == '\'' && p[n] == '\'')
+            return say(errbuf, errlen, "%s", msg);
+        p++;
+    }
+    return say(errbuf, errlen, "'%s': %s", path, msg);
+}
+
 /* Weights renormalised to sum 1 (1/K each without weights or with a zero sum). */
 static void renormalise(float *w, const float *src, uint32_t K)
 {
@@ -158,7 +156,7 @@ static int read_tokens(run_t *r, moe_trace_t *t, uint64_t max, char *errbuf, siz
     }
     moe_trace_rec_release(&rec);
     if (rc < 0)
-        return say(errbuf, errlen, "'%s': %s", r->cfg.trace, moe_trace_errmsg(t));
+        return file_msg(errbuf, errlen, r->cfg.trace, moe_trace_errmsg(t));
     if (!r->ntok)
         return say(errbuf, errlen, "'%s': the trace holds no tokens", r->cfg.trace);
     return 0;
@@ -175,7 +173,7 @@ static moe_trace_t *open_trace(run_t *r, char *errbuf, size_t errlen)
         return NULL;
     }
     if (moe_trace_read_header(t, &r->hdr)) {
-        snprintf(errbuf, errlen, "'%s': %s", r->cfg.trace, moe_trace_errmsg(t));
+        file_msg(errbuf, errlen, r->cfg.trace, moe_trace_errmsg(t));
         moe_trace_close(t, NULL, 0);
         return NULL;
     }

@@ -1,5 +1,6 @@
-/* run/run_agree.c -- the options every rank must hold alike, compared in one exchange before
- * any other communication (moe_run_cfg_agree). */
+/* run/run_cfg.c -- a run's configuration: defaults, mode names, and the options every rank
+ * must hold alike, compared in one exchange before any other communication
+ * (moe_run_cfg_agree). */
 #include "config.h"
 
 #include <inttypes.h>
@@ -11,6 +12,35 @@
 #include "moe/moe.h"
 #include "moe/run.h"
 #include "run_comm_internal.h"
+
+void moe_run_cfg_default(moe_run_cfg_t *c)
+{
+    memset(c, 0, sizeof *c);
+    c->H = 64;
+    c->F = 128;
+    c->tokens_per_rank = 64;
+    c->iters = 3;
+    c->warmup = 1;
+    c->seed = 1;
+    c->credits = 4;
+    c->prefetch = 1;
+}
+
+static const char *const mode_names[MOE_RUN_MODES] = {"vanilla", "coherent", "pipelined",
+                                                  "hierarchical", "datacentric"};
+
+const char *moe_run_mode_name(int mode)
+{
+    return mode >= 0 && mode < MOE_RUN_MODES ? mode_names[mode] : "?";
+}
+
+int moe_run_mode_parse(const char *s)
+{
+    for (int i = 0; i < MOE_RUN_MODES; i++)
+        if (!strcmp(s, mode_names[i]))
+            return i;
+    return -1;
+}
 
 /* How a field of moe_run_cfg_t reads as text. */
 enum agree_kind {
