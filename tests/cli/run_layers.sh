@@ -1,7 +1,8 @@
 #!/bin/sh
 # tests/cli/run_layers.sh -- libmoerun's layering (lib/run/README): no two of its .c files call
 # each other, directly or round a longer loop (nm over the built objects: a file's undefined
-# symbols resolved against the others' definitions), and no include loop among its headers.
+# symbols resolved against the others' definitions), no include loop among its headers, and
+# the library never exits and never writes to stdout/stderr itself (issue 16, item 3).
 . "${top_srcdir:-.}/tests/cli/lib.sh"
 
 command -v nm >/dev/null 2>&1 || { echo "skip: nm not found"; exit 77; }
@@ -45,6 +46,18 @@ done >"$T/incs"
 [ -s "$T/incs" ] || fail "no includes found"
 cycles <"$T/incs" >"$T/loops"
 [ -s "$T/loops" ] && fail "include loop through: $(tr '\n' ' ' <"$T/loops")"
+end
+
+begin "libmoerun references no exit, abort, printf, puts, perror, stdout or stderr"
+so=$top_builddir/lib/.libs/libmoerun.so
+if [ -f "$so" ]; then
+    nm -D --undefined-only "$so" | awk '{ sub(/@.*/, "", $2); print $2 }' |
+        grep -x -E 'exit|_exit|_Exit|abort|printf|vprintf|puts|putchar|perror|stdout|stderr' \
+        >"$T/bad"
+    [ -s "$T/bad" ] && fail "libmoerun uses: $(tr '\n' ' ' <"$T/bad")"
+else
+    echo "  (no shared libmoerun in this build: not checked)"
+fi
 end
 
 finish
