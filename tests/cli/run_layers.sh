@@ -24,7 +24,8 @@ cycles() {
 begin "no call loop between the files of libmoerun (nm)"
 for o in $objs; do
     f=${o##*/libmoerun_la-}
-    nm "$o" | awk -v f="${f%.o}" '$2 ~ /^[TDBR]$/ { print "D", $3, f } $1 == "U" { print "U", $2, f }'
+    nm "$o" | awk -v f="${f%.o}" '$2 ~ /^[TDBR]$/ { print "D", $3, f }
+        $1 == "U" { print "U", $2, f }'
 done >"$T/syms"
 # only objects of this build: one object per file even if .libs and the top both hold one
 sort -u "$T/syms" | awk '$1 == "D" { d[$2] = $3 } $1 == "U" { u[NR] = $2; uf[NR] = $3 }
