@@ -274,8 +274,8 @@ static int run_main(moe_run_comm_t *comm, moe_run_t *r, const args_t *a)
     if (moe_run_iterations(r) < 0)
         fatal(comm, r);
     double err = 0, tol = 0;
-    int ok = !a->c.check || moe_run_check(r, &err, &tol);
-    if (ok < 0)
+    int ok = 1;
+    if (a->c.check && (ok = moe_run_check(r, &err, &tol)) < 0)
         fatal(comm, r);
     rc = moe_run_report(r, stdout);
     if (!rc && a->json)
