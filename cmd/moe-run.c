@@ -10,7 +10,6 @@
 #include <unistd.h>
 
 #include "moe/cli.h"
-#include "moe/kern.h"
 #include "moe/moe.h"
 #include "moe/run.h"
 #include "moe/run_backend.h"
@@ -242,33 +241,69 @@ static int parse(int argc, char **argv, args_t *a)
     return -1;
 }
 
-static int run_main(moe_run_t *r, const args_t *a)
+/* A fatal error (status < 0): the ranks are out of step, so this rank reports it and ends the
+ * whole job; no rank may wait for a collective that will never come. */
+static void fatal(moe_run_comm_t *comm, const moe_run_t *r)
+{
+    fflush(stdout);
+    fprintf(stderr, "%s: %s\n", prog, moe_run_errmsg(r));
+    fflush(stderr);
+    moe_run_comm_abort(comm, 1);
+    exit(1);
+}
+
+static int run_main(moe_run_comm_t *comm, moe_run_t *r, const args_t *a)
 {
     char errbuf[512] = "";
     int rank = moe_run_rank(r), rc = moe_run_setup(r, errbuf, sizeof errbuf);
+    if (rc < 0)
+        fatal(comm, r);
     if (rc) {
-        if (rc > 0)
+        if (rc == 1)
             fprintf(stderr, "%s: %s\n", prog, errbuf);
         return 1;
     }
     if (a->calibrate) {
         rc = moe_run_calibrate(r, a->o.out, errbuf, sizeof errbuf);
+        if (rc < 0)
+            fatal(comm, r);
         if (rc && !rank)
             fprintf(stderr, "%s: %s\n", prog, errbuf);
         return rc;
     }
-    moe_run_iterations(r);
+    if (moe_run_iterations(r) < 0)
+        fatal(comm, r);
     double err = 0, tol = 0;
-    int ok = !a->c.check || moe_run_check(r, &err, &tol);
+    int ok = 1;
+    if (a->c.check && (ok = moe_run_check(r, &err, &tol)) < 0)
+        fatal(comm, r);
     rc = moe_run_report(r, stdout);
     if (!rc && a->json)
         rc = moe_run_report_json(r, a->json, errbuf, sizeof errbuf);
+    if (rc < 0)
+        fatal(comm, r);
     if (rc && !rank)
         fprintf(stderr, "%s: %s\n", prog, errbuf);
     if (!ok && !rank)
         fprintf(stderr, "%s: --check failed: max relative difference %.3g exceeds %.0e\n", prog,
                 err, tol);
     return rc || !ok;
+}
+
+/* The options outside moe_run_cfg_t that every rank must hold alike: they decide which
+ * collectives run (the backend's, the calibration's, the JSON report's). The JSON file is
+ * compared on presence: only rank 0 writes it, under whatever name it was given. */
+static int agree(moe_run_comm_t *comm, const args_t *a)
+{
+    moe_run_opt_t x[3] = {{"--backend", ""}, {"--calibrate", ""}, {"--json", ""}};
+    snprintf(x[0].value, sizeof x[0].value, "%s", a->be->name);
+    snprintf(x[1].value, sizeof x[1].value, "%s", a->calibrate ? "on" : "off");
+    snprintf(x[2].value, sizeof x[2].value, "%s", a->json ? "a file" : "none");
+    char errbuf[512];
+    int rc = moe_run_cfg_agree(comm, &a->c, x, 3, errbuf, sizeof errbuf);
+    if (rc && moe_run_comm_rank(comm) == 0)
+        fprintf(stderr, "%s: %s\n", prog, errbuf);
+    return rc;
 }
 
 int main(int argc, char **argv)
@@ -303,14 +338,20 @@ int main(int argc, char **argv)
         fprintf(stderr, "%s: cannot initialise MPI\n", prog);
         return 1;
     }
+    /* options that must agree are compared before any other communication */
+    if (agree(comm, &a)) {
+        moe_run_comm_finalize(comm);
+        return 1;
+    }
     char errbuf[256];
     moe_run_backend_t *b = a.be->make(comm, a.c.dtype, errbuf, sizeof errbuf);
     moe_run_t *r = b ? moe_run_new(&a.c, b) : NULL;
     if (!r) {
         fprintf(stderr, "%s: %s\n", prog, b ? moe_strerror(MOE_ENOMEM) : errbuf);
         moe_run_comm_abort(comm, 1);
+        return 1;
     }
-    rc = run_main(r, &a);
+    rc = run_main(comm, r, &a);
     /* all ranks agree on the status before leaving */
     int all = moe_run_comm_max(comm, rc);
     moe_run_free(r);

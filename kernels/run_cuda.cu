@@ -62,6 +62,7 @@ static void be_fail(moe_run_backend_t *b, const char *file, int line, const char
     fprintf(stderr, "moe-run: rank %d: %s:%s:%d: %s error: %s\n", b->rank, host, file, line, what,
             msg);
     moe_run_comm_abort(b->comm, 1);
+    exit(1); /* moe_run_comm_abort returns in a build without MPI */
 }
 
 #define CUDA_CK(b, call)                                                                     \

@@ -1,4 +1,5 @@
 /* moe/kern.h -- the reference kernels of moe-run: the math of one MoE layer on token rows.
+ * Internal to moeflow (not installed): libmoerun, the CUDA kernels and their tests use it.
  *
  * These are the C definitions every moe-run backend computes (the MPI CPU backend calls them
  * directly; the CUDA kernels in kernels/ have the same meaning and are tested against them).
@@ -12,26 +13,14 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "moe/run_backend.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-/* ------------------------------------------------------------------ wire data types */
-
-/* Type of the vectors sent between ranks (and of the expert weights on a GPU). fp32 is a plain
- * copy; bf16 and fp16 round to nearest even. */
-enum moe_dtype {
-    MOE_DTYPE_FP32 = 0,
-    MOE_DTYPE_BF16 = 1,
-    MOE_DTYPE_FP16 = 2,
-};
-
-/* Bytes of one element of dtype (4, 2, 2); 0 for an unknown dtype. */
-size_t moe_dtype_size(int dtype);
-/* Name of dtype as the tools spell it ("fp32", "bf16", "fp16"); "?" for an unknown dtype. */
-const char *moe_dtype_name(int dtype);
-/* Parse "fp32", "bf16" or "fp16" (as --dtype takes it). Returns the dtype or MOE_EINVAL. */
-int moe_dtype_parse(const char *s);
+/* ------------------------------------------------------------------ wire data types
+ * enum moe_dtype and moe_dtype_size/name/parse: moe/run_backend.h. */
 
 /* fp32 -> bf16 bits, round to nearest even; Inf stays Inf, NaN stays a (quiet) NaN of the same
  * sign, values past the bf16 range round to Inf, subnormals round like any other value. */

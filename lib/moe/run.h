@@ -1,6 +1,12 @@
 /* moe/run.h -- moe-run's runtime as the tool drives it: configuration, set-up, timed
- * iterations, the reference check, the report and the calibration (libmoerun: linked into
- * moe-run only, so that libmoecore never needs MPI). */
+ * iterations, the reference check, the report and the calibration. libmoerun (pkg-config
+ * moerun) is a library of its own, the only one that needs MPI; it links libmoecore.
+ *
+ * Like libmoecore it never prints and never exits: failures come back as a status and a
+ * one-line message. A failure inside a collective step (an MPI or backend error, memory
+ * exhausted in the middle of an iteration) is fatal: the ranks are out of step and cannot
+ * all return, so the entry point returns a negative status with the message in
+ * moe_run_errmsg, and the caller prints it and ends the job with moe_run_comm_abort. */
 #ifndef MOE_RUN_H
 #define MOE_RUN_H
 
@@ -35,7 +41,7 @@ typedef struct moe_run_cfg {
     uint32_t L, E, K, H, F;   /* layers, experts, top-k [4, 16, 2 or the trace's], hidden
                                * and FFN sizes [64, 128] */
     uint64_t tokens_per_rank; /* the run has G x this tokens (a trace may have fewer) [64] */
-    int dtype;                /* wire type, enum moe_dtype (moe/kern.h) [fp32] */
+    int dtype;                /* wire type, enum moe_dtype (moe/run_backend.h) [fp32] */
     const char *trace, *placement, *topology; /* files or NULL */
     uint32_t gpn;             /* ranks per node (0: topology, placement, else all) */
     int iters, warmup;        /* timed and untimed iterations [3, 1] */
@@ -56,6 +62,25 @@ void moe_run_comm_finalize(moe_run_comm_t *c);
 /* The largest of every rank's v (a collective): how the ranks agree on an exit status. */
 int moe_run_comm_max(moe_run_comm_t *c, int v);
 
+/* An option the caller holds outside moe_run_cfg_t that every rank must hold alike (e.g. the
+ * backend's name, or whether a report file is written: both decide which collectives run).
+ * value is its text as a message shows it. */
+#define MOE_RUN_OPT_VALUE 48
+typedef struct moe_run_opt {
+    const char *name;               /* as the user spells it: "--backend" */
+    char value[MOE_RUN_OPT_VALUE];
+} moe_run_opt_t;
+/* Do all ranks hold the same options? Compares every field of cfg that must agree across
+ * ranks (mode, model sizes, iterations, dtype, seed, check, chunks, credits, the presence of
+ * the input files: a rank holding another value would run other loops or message sizes and
+ * hang or misread its peers) and the caller's `extra` options, in one all-gather. Call it
+ * before any other communication, first thing after moe_run_comm_init, with the same nextra
+ * on every rank. Collective. Returns 0; 1 on every rank, with the same message on every rank
+ * in errbuf, naming the first option that differs and two ranks' values ("ranks disagree on
+ * --iters: rank 0 has 1, rank 1 has 3"); a negative status when the exchange fails. */
+int moe_run_cfg_agree(moe_run_comm_t *c, const moe_run_cfg_t *cfg, const moe_run_opt_t *extra,
+                      int nextra, char *errbuf, size_t errlen);
+
 typedef struct moe_run moe_run_t;
 
 /* A run of cfg on backend b (which the run uses but does not own). NULL on ENOMEM. */
@@ -64,22 +89,29 @@ moe_run_t *moe_run_new(const moe_run_cfg_t *cfg, moe_run_backend_t *b);
 void moe_run_free(moe_run_t *r);
 /* Read the inputs on every rank, check their shapes before any data moves, build the model.
  * Collective. Returns 0; 1 on the rank that reports the failure (a one-line reason in
- * errbuf: rank 0 for shape errors, the failing rank for its own I/O); -1 on the others. */
+ * errbuf: rank 0 for shape errors, the failing rank for its own I/O); 2 on the others; a
+ * negative status for a fatal error (moe_run_errmsg). */
 int moe_run_setup(moe_run_t *r, char *errbuf, size_t errlen);
-/* The warm-up and timed iterations; statistics kept for the report. Collective. Fatal
- * backend or MPI errors are reported and abort every rank. */
-void moe_run_iterations(moe_run_t *r);
+/* The warm-up and timed iterations; statistics kept for the report. Collective. 0, or a
+ * negative status for a fatal error (moe_run_errmsg). */
+int moe_run_iterations(moe_run_t *r);
 /* The verification iteration against the serial reference (moe-run(1), --check).
- * Collective. Returns 1 when every layer is within the tolerance of the wire type, with the
- * largest difference (rank 0's figure) in *err and the tolerance in *tol. */
+ * Collective. Returns 1 when every layer is within the tolerance of the wire type, 0 when
+ * not, with the largest difference (rank 0's figure) in *err and the tolerance in *tol; a
+ * negative status for a fatal error. */
 int moe_run_check(moe_run_t *r, double *err, double *tol);
 /* The nccl-tests-like report (rank 0 writes it to fp), and the JSON one into path (written
- * atomically by rank 0). Collectives. 0, or 1 on rank 0 with a reason in errbuf. */
+ * atomically by rank 0). Collectives. 0, or 1 on rank 0 with a reason in errbuf; a negative
+ * status for a fatal error. */
 int moe_run_report(moe_run_t *r, FILE *fp);
 int moe_run_report_json(moe_run_t *r, const char *path, char *errbuf, size_t errlen);
 /* --calibrate: sweeps and the FFN rate into a moe-topology(5) file at out ("-" stdout),
- * written by rank 0. Collective. 0, or 1 on rank 0 with a reason. */
+ * written by rank 0. Collective. 0, or 1 on rank 0 with a reason; a negative status for a
+ * fatal error. */
 int moe_run_calibrate(moe_run_t *r, const char *out, char *errbuf, size_t errlen);
+/* The message of the fatal error an entry point returned: "rank R: WHAT failed: CAUSE" or the
+ * transport's "rank R: host:file:line: MPI error: ...". */
+const char *moe_run_errmsg(const moe_run_t *r);
 /* This process's rank. */
 int moe_run_rank(const moe_run_t *r);
 

@@ -1,5 +1,6 @@
 /* moe/run_backend.h -- the seam between moe-run's host runtime and a compute/communication
- * backend (the CPU reference over MPI in lib/, CUDA + NCCL in kernels/). */
+ * backend (the CPU reference over MPI in lib/run/, CUDA + NCCL in kernels/); the wire data
+ * types and the host communicator. Part of libmoerun (pkg-config moerun). */
 #ifndef MOE_RUN_BACKEND_H
 #define MOE_RUN_BACKEND_H
 
@@ -20,20 +21,41 @@ extern "C" {
  * collectives. Index arrays and gate outputs passed to kernels live in backend buffers too;
  * offsets, counts and weight-pointer tables are host arrays.
  *
- * Kernels mean exactly what moe/kern.h's moe_kern_* functions mean. They may run
+ * Kernels mean exactly what moeflow's reference kernels (moe-run(1), THE MODEL; the CPU
+ * backend computes with them) mean. They may run
  * asynchronously on the backend's stream; download, wait and sync order them with the host.
  *
  * Collectives are over all ranks of the host communicator (moe_run_comm_t) the backend was
  * made with; each rank calls them in the same order. Counts and displacements are in bytes,
  * one entry per rank, on the host. A call that fails returns a negative status (moe/moe.h);
- * backends report fatal transport errors themselves (host:file:line and the library's
- * message) and abort the whole job, so that no rank hangs.
+ * the runtime then treats it as fatal (moe/run.h: the entry point returns it, and the tool
+ * ends every rank with moe_run_comm_abort, so that no rank hangs). The CUDA backend of
+ * moe-run reports its own CUDA/NCCL failures with host:file:line and aborts the job.
  *
  * Every operation returns 0 or a negative status unless said otherwise.
  */
 
+/* ------------------------------------------------------------------ wire data types */
+
+/* Type of the vectors sent between ranks (and of the expert weights on a GPU). fp32 is a plain
+ * copy; bf16 and fp16 round to nearest even. */
+enum moe_dtype {
+    MOE_DTYPE_FP32 = 0,
+    MOE_DTYPE_BF16 = 1,
+    MOE_DTYPE_FP16 = 2,
+};
+
+/* Bytes of one element of dtype (4, 2, 2); 0 for an unknown dtype. */
+size_t moe_dtype_size(int dtype);
+/* Name of dtype as the tools spell it ("fp32", "bf16", "fp16"); "?" for an unknown dtype. */
+const char *moe_dtype_name(int dtype);
+/* Parse "fp32", "bf16" or "fp16" (as --dtype takes it). Returns the dtype or MOE_EINVAL. */
+int moe_dtype_parse(const char *s);
+
+/* ------------------------------------------------------------------ host communicator */
+
 /* Host communicator: MPI_COMM_WORLD, or a single rank when built without MPI. Implemented in
- * lib/run_comm.c; a backend uses it for host-side exchanges (e.g. broadcasting the NCCL
+ * lib/run/run_comm.c; a backend uses it for host-side exchanges (e.g. broadcasting the NCCL
  * unique id from rank 0). */
 typedef struct moe_run_comm moe_run_comm_t;
 
@@ -44,9 +66,13 @@ int moe_run_comm_local_rank(const moe_run_comm_t *c);
 int moe_run_comm_local_size(const moe_run_comm_t *c);
 /* Broadcast bytes from `root` (host memory). */
 int moe_run_comm_bcast(moe_run_comm_t *c, void *buf, size_t bytes, int root);
-/* Stop every rank of the job with exit status `code` after the caller reported why (MPI_Abort;
- * exit without MPI). Does not return. */
-void moe_run_comm_abort(moe_run_comm_t *c, int code) __attribute__((noreturn));
+/* Stop every rank of the job with exit status `code` after the caller reported why: the way
+ * out of a fatal error, when other ranks may wait in a collective that will never complete.
+ * With MPI this is MPI_Abort and does not return; without MPI (one rank, nobody waits) it
+ * returns, and the caller exits. */
+void moe_run_comm_abort(moe_run_comm_t *c, int code);
+/* The last MPI failure on this rank as "host:file:line: MPI error: ..." ("" when none). */
+const char *moe_run_comm_error(const moe_run_comm_t *c);
 
 /* Reduction operators of allreduce. */
 enum moe_run_op { MOE_RUN_SUM = 0, MOE_RUN_MAX = 1, MOE_RUN_MIN = 2 };
@@ -69,7 +95,7 @@ typedef struct moe_run_backend_ops {
     int (*copy)(moe_run_backend_t *b, void *dst, const void *src, size_t bytes);
     int (*zero)(moe_run_backend_t *b, void *dst, size_t bytes);
 
-    /* ---- kernels (moe/kern.h) on backend buffers */
+    /* ---- kernels (the reference kernels' meaning) on backend buffers */
     int (*mixer)(moe_run_backend_t *b, float *x, size_t n, uint32_t H, const float *m);
     int (*gate)(moe_run_backend_t *b, const float *x, size_t n, uint32_t H, const float *Wg,
                 uint32_t E, uint32_t K, int32_t *ids, float *w);
@@ -83,7 +109,7 @@ typedef struct moe_run_backend_ops {
     int (*ffn_grouped)(moe_run_backend_t *b, const float *x, uint32_t G, const size_t *off,
                        uint32_t H, uint32_t F, const float *const *W1, const float *const *W2,
                        float *y);
-    /* fp32 <-> wire dtype (enum moe_dtype of moe/kern.h), n elements. */
+    /* fp32 <-> wire dtype (enum moe_dtype), n elements. */
     int (*pack)(moe_run_backend_t *b, const float *src, size_t n, int dtype, void *dst);
     int (*unpack)(moe_run_backend_t *b, const void *src, size_t n, int dtype, float *dst);
 
@@ -124,7 +150,7 @@ struct moe_run_backend {
     void *impl;             /* the backend's own state */
 };
 
-/* The CPU reference backend (moe/kern.h kernels, MPI or the single-rank shim). Returns NULL
+/* The CPU reference backend (the reference kernels, MPI or the single-rank shim). Returns NULL
  * with a reason in errbuf. */
 moe_run_backend_t *moe_run_backend_cpu(moe_run_comm_t *c, char *errbuf, size_t errlen);
 

@@ -10,16 +10,10 @@
 #include "moe/io.h"
 #include "moe/moe.h"
 #include "moe/topo.h"
-#include "run_internal.h"
+#include "run_report_internal.h"
 
 #define NSIZES 8        /* per-peer message sizes 64 B .. 1 MiB, x4 */
 #define REPS 5
-
-static double now(run_t *r)
-{
-    r->b->ops->sync(r->b);
-    return r->b->ops->now(r->b);
-}
 
 /* Median-of-REPS time of an all-to-all where each rank sends n bytes to each peer of class c
  * (the slowest rank's). Returns seconds and the number of peers in *peers. */
@@ -42,9 +36,9 @@ static double time_alltoall(run_t *r, int c, size_t n, uint32_t *peers)
     RUN_CK(r, r->b->ops->alltoallv(r->b, s, k, k + G, d, k + 2 * G, k + 3 * G)); /* warm */
     for (int i = 0; i < REPS; i++) {
         RUN_CK(r, r->b->ops->barrier(r->b));
-        double t0 = now(r);
+        double t0 = run_now(r);
         RUN_CK(r, r->b->ops->alltoallv(r->b, s, k, k + G, d, k + 2 * G, k + 3 * G));
-        t[i] = now(r) - t0;
+        t[i] = run_now(r) - t0;
         RUN_CK(r, run_comm_allreduce(r->comm, &t[i], 1, MOE_RUN_MAX));
     }
     for (int i = 1; i < REPS; i++) /* sort for the median */
@@ -107,9 +101,9 @@ static double time_allgather(run_t *r, size_t n)
     double t[REPS];
     for (int i = 0; i < REPS; i++) {
         RUN_CK(r, r->b->ops->barrier(r->b));
-        double t0 = now(r);
+        double t0 = run_now(r);
         RUN_CK(r, r->b->ops->allgather(r->b, s, n, d));
-        t[i] = now(r) - t0;
+        t[i] = run_now(r) - t0;
         RUN_CK(r, run_comm_allreduce(r->comm, &t[i], 1, MOE_RUN_MAX));
     }
     double m = t[0];
@@ -126,9 +120,9 @@ static double time_copy(run_t *r, size_t n)
     RUN_CK(r, r->b->ops->zero(r->b, d, n + 1));
     double best = INFINITY;
     for (int i = 0; i < REPS; i++) {
-        double t0 = now(r);
+        double t0 = run_now(r);
         RUN_CK(r, r->b->ops->copy(r->b, d, s, n));
-        best = fmin(best, now(r) - t0);
+        best = fmin(best, run_now(r) - t0);
     }
     return best;
 }
@@ -150,12 +144,12 @@ static double ffn_time(run_t *r, size_t n, size_t g, float *x, int all)
     double best = INFINITY;
     for (int i = 0; i < REPS; i++) {
         RUN_CK(r, r->b->ops->barrier(r->b));
-        double t0 = now(r);
+        double t0 = run_now(r);
         if (all || r->me == 0)
             RUN_CK(r, r->b->ops->ffn_grouped(r->b, x, (uint32_t)g, off, r->H, r->F, W, W + g,
                                              x + n * H));
         RUN_CK(r, r->b->ops->barrier(r->b));
-        double t = now(r) - t0;
+        double t = run_now(r) - t0;
         RUN_CK(r, run_comm_allreduce(r->comm, &t, 1, MOE_RUN_MAX));
         best = fmin(best, t);
     }

@@ -1,16 +1,19 @@
 /* run/run_comm.c -- moe-run's host communicator: MPI_COMM_WORLD, or one rank without MPI. */
 #include "config.h"
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "moe/moe.h"
-#include "run_internal.h"
+#include "moe/run.h"
+#include "run_comm_internal.h"
 
 struct moe_run_comm {
     int rank, size, local_rank, local_size;
+    char err[640]; /* the last MPI failure, "" when none */
 #ifdef HAVE_MPI
     MPI_Comm local;
 #endif
@@ -19,21 +22,29 @@ struct moe_run_comm {
 static moe_run_comm_t the_comm;
 
 #ifdef HAVE_MPI
-void run_mpi_fail(int err, const char *file, int line)
+int run_comm_fail(moe_run_comm_t *c, int err, const char *file, int line)
 {
     char msg[MPI_MAX_ERROR_STRING], host[256];
     int len = 0;
-    MPI_Error_string(err, msg, &len);
+    if (MPI_Error_string(err, msg, &len) != MPI_SUCCESS)
+        snprintf(msg, sizeof msg, "error code %d", err);
     if (gethostname(host, sizeof host))
         strcpy(host, "?");
     host[sizeof host - 1] = 0;
-    fflush(stdout);
-    fprintf(stderr, "moe-run: rank %d: %s:%s:%d: MPI error: %s\n", the_comm.rank, host, file,
-            line, msg);
-    MPI_Abort(MPI_COMM_WORLD, 1);
-    exit(1);
+    snprintf(c->err, sizeof c->err, "%s:%s:%d: MPI error: %s", host, file, line, msg);
+    return MOE_ESYS;
 }
 #endif
+
+const char *run_comm_errmsg(const moe_run_comm_t *c)
+{
+    return c->err;
+}
+
+const char *moe_run_comm_error(const moe_run_comm_t *c)
+{
+    return c->err;
+}
 
 moe_run_comm_t *moe_run_comm_init(int *argc, char ***argv)
 {
@@ -43,14 +54,15 @@ moe_run_comm_t *moe_run_comm_init(int *argc, char ***argv)
     int provided;
     if (MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS)
         return NULL;
-    /* errors come back as codes, reported with host:file:line and then MPI_Abort */
-    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
-    RUN_MPI(MPI_Comm_rank(MPI_COMM_WORLD, &c->rank));
-    RUN_MPI(MPI_Comm_size(MPI_COMM_WORLD, &c->size));
-    RUN_MPI(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, c->rank, MPI_INFO_NULL,
-                                &c->local));
-    RUN_MPI(MPI_Comm_rank(c->local, &c->local_rank));
-    RUN_MPI(MPI_Comm_size(c->local, &c->local_size));
+    /* errors come back as codes: the caller reports them and the tool aborts the job */
+    if (MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN) != MPI_SUCCESS ||
+        MPI_Comm_rank(MPI_COMM_WORLD, &c->rank) != MPI_SUCCESS ||
+        MPI_Comm_size(MPI_COMM_WORLD, &c->size) != MPI_SUCCESS ||
+        MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, c->rank, MPI_INFO_NULL,
+                            &c->local) != MPI_SUCCESS ||
+        MPI_Comm_rank(c->local, &c->local_rank) != MPI_SUCCESS ||
+        MPI_Comm_size(c->local, &c->local_size) != MPI_SUCCESS)
+        return NULL;
 #else
     (void)argc;
     (void)argv;
@@ -79,7 +91,7 @@ int moe_run_comm_bcast(moe_run_comm_t *c, void *buf, size_t bytes, int root)
 #ifdef HAVE_MPI
     if (bytes > INT32_MAX)
         return MOE_EINVAL;
-    RUN_MPI(MPI_Bcast(buf, (int)bytes, MPI_BYTE, root, MPI_COMM_WORLD));
+    RUN_MPI(c, MPI_Bcast(buf, (int)bytes, MPI_BYTE, root, MPI_COMM_WORLD));
 #else
     (void)buf;
     (void)bytes;
@@ -91,12 +103,11 @@ int moe_run_comm_bcast(moe_run_comm_t *c, void *buf, size_t bytes, int root)
 void moe_run_comm_abort(moe_run_comm_t *c, int code)
 {
     (void)c;
-    fflush(stdout);
-    fflush(stderr);
 #ifdef HAVE_MPI
     MPI_Abort(MPI_COMM_WORLD, code);
+#else
+    (void)code;
 #endif
-    exit(code);
 }
 
 int run_comm_allreduce(moe_run_comm_t *c, double *v, int n, int op)
@@ -104,7 +115,7 @@ int run_comm_allreduce(moe_run_comm_t *c, double *v, int n, int op)
     (void)c;
 #ifdef HAVE_MPI
     MPI_Op o = op == MOE_RUN_MAX ? MPI_MAX : op == MOE_RUN_MIN ? MPI_MIN : MPI_SUM;
-    RUN_MPI(MPI_Allreduce(MPI_IN_PLACE, v, n, MPI_DOUBLE, o, MPI_COMM_WORLD));
+    RUN_MPI(c, MPI_Allreduce(MPI_IN_PLACE, v, n, MPI_DOUBLE, o, MPI_COMM_WORLD));
 #else
     (void)v;
     (void)n;
@@ -130,9 +141,11 @@ int run_comm_alltoallv(moe_run_comm_t *c, const void *send, const size_t *sc, co
         buf[2 * G + r] = (int)rc[r];
         buf[3 * G + r] = (int)rd[r];
     }
-    RUN_MPI(MPI_Alltoallv(send, buf, buf + G, MPI_BYTE, recv, buf + 2 * G, buf + 3 * G,
-                          MPI_BYTE, MPI_COMM_WORLD));
+    int err = MPI_Alltoallv(send, buf, buf + G, MPI_BYTE, recv, buf + 2 * G, buf + 3 * G,
+                            MPI_BYTE, MPI_COMM_WORLD);
     free(buf);
+    if (err != MPI_SUCCESS)
+        return run_comm_fail(c, err, __FILE__, __LINE__);
 #else
     (void)c;
     (void)rc;
@@ -148,8 +161,8 @@ int run_comm_allgather(moe_run_comm_t *c, const void *send, size_t bytes, void *
 #ifdef HAVE_MPI
     if (bytes > INT32_MAX)
         return MOE_ERANGE;
-    RUN_MPI(MPI_Allgather(send, (int)bytes, MPI_BYTE, recv, (int)bytes, MPI_BYTE,
-                          MPI_COMM_WORLD));
+    RUN_MPI(c, MPI_Allgather(send, (int)bytes, MPI_BYTE, recv, (int)bytes, MPI_BYTE,
+                             MPI_COMM_WORLD));
 #else
     if (bytes)
         memmove(recv, send, bytes);
@@ -174,7 +187,7 @@ int run_comm_barrier(moe_run_comm_t *c)
 {
     (void)c;
 #ifdef HAVE_MPI
-    RUN_MPI(MPI_Barrier(MPI_COMM_WORLD));
+    RUN_MPI(c, MPI_Barrier(MPI_COMM_WORLD));
 #endif
     return 0;
 }

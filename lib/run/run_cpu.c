@@ -2,6 +2,7 @@
  * the single-rank shim) for the collectives. */
 #include "config.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/utsname.h>
@@ -9,7 +10,7 @@
 
 #include "moe/kern.h"
 #include "moe/moe.h"
-#include "run_internal.h"
+#include "run_comm_internal.h"
 
 typedef struct cpu {
     float *work;        /* FFN scratch */
@@ -143,8 +144,13 @@ static int cpu_ialltoallv(moe_run_backend_t *b, const void *send, const size_t *
         k[2 * G + r] = (int)rc[r];
         k[3 * G + r] = (int)rd[r];
     }
-    RUN_MPI(MPI_Ialltoallv(send, k, k + G, MPI_BYTE, recv, k + 2 * G, k + 3 * G, MPI_BYTE,
-                           MPI_COMM_WORLD, &q->req));
+    int err = MPI_Ialltoallv(send, k, k + G, MPI_BYTE, recv, k + 2 * G, k + 3 * G, MPI_BYTE,
+                             MPI_COMM_WORLD, &q->req);
+    if (err != MPI_SUCCESS) {
+        free(k);
+        free(q);
+        return run_comm_fail(b->comm, err, __FILE__, __LINE__);
+    }
 #else
     int rcode = run_comm_alltoallv(b->comm, send, sc, sd, recv, rc, rd);
     if (rcode) {
@@ -160,8 +166,12 @@ static int cpu_wait(moe_run_backend_t *b, moe_run_req_t *q)
 {
     (void)b;
 #ifdef HAVE_MPI
-    RUN_MPI(MPI_Wait(&q->req, MPI_STATUS_IGNORE));
+    int err = MPI_Wait(&q->req, MPI_STATUS_IGNORE);
     free(q->counts);
+    if (err != MPI_SUCCESS) {
+        free(q);
+        return run_comm_fail(b->comm, err, __FILE__, __LINE__);
+    }
 #endif
     free(q);
     return 0;

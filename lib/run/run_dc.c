@@ -8,7 +8,7 @@
 
 #include "moe/kern.h"
 #include "moe/moe.h"
-#include "run_internal.h"
+#include "run_modes_internal.h"
 
 /*
  * Schedule (computed identically on every rank from the all-gathered need sets): rank d needs
@@ -317,18 +317,6 @@ static void compute_expert(dc_t *d, uint32_t l, uint32_t e, const int32_t *ids, 
         r->st[l].load += n;
 }
 
-static double now(run_t *r)
-{
-    r->b->ops->sync(r->b);
-    return r->b->ops->now(r->b);
-}
-
-static void tick(run_t *r, uint32_t l, int phase, double t0)
-{
-    if (r->timing)
-        r->st[l].t[phase] += now(r) - t0;
-}
-
 /* The next round after (l, t) in the posting order, if any; prefetch crosses into layer l+1
  * only (its store has the other parity, so layer l's experts stay put). */
 static int next_round(const dc_t *d, uint32_t l, uint32_t t, int cross, uint32_t *nl,
@@ -352,7 +340,7 @@ static void dc_layer(dc_t *d, uint32_t l, int32_t *ids, float *w, int known)
     run_t *r = d->r;
     const moe_run_backend_ops_t *o = r->b->ops;
     size_t n = r->nloc, H = r->H;
-    double t0 = now(r);
+    double t0 = run_now(r);
     RUN_CK(r, o->mixer(r->b, r->x.p, n, r->H, r->mix[l]));
     run_gate(r, l, r->x.p, n, r->loc, ids, w);
     if (!known)
@@ -361,16 +349,16 @@ static void dc_layer(dc_t *d, uint32_t l, int32_t *ids, float *w, int known)
         make_store(d, l);
     if (d->rounds[l] && !d->req)
         post(d, l, 0);
-    tick(r, l, RUN_DISPATCH, t0);
-    t0 = now(r);
+    run_tick(r, l, RUN_DISPATCH, t0);
+    t0 = run_now(r);
     float *acc = run_dbuf(r, &r->d[36], (n + 1) * H * sizeof *acc);
     RUN_CK(r, o->zero(r->b, acc, n * H * sizeof *acc));
     for (uint32_t e = 0; e < r->E; e++)
         if (r->w1[(size_t)l * r->E + e])
             compute_expert(d, l, e, ids, w, acc);
-    tick(r, l, RUN_COMPUTE, t0);
+    run_tick(r, l, RUN_COMPUTE, t0);
     for (uint32_t t = 0; t < d->rounds[l]; t++) {
-        t0 = now(r);
+        t0 = run_now(r);
         arrive(d);
         uint32_t nl, nt;
         if (next_round(d, l, t, known && r->cfg.prefetch, &nl, &nt)) {
@@ -378,21 +366,21 @@ static void dc_layer(dc_t *d, uint32_t l, int32_t *ids, float *w, int known)
                 make_store(d, nl);
             post(d, nl, nt);
         }
-        tick(r, l, RUN_DISPATCH, t0);
-        t0 = now(r);
+        run_tick(r, l, RUN_DISPATCH, t0);
+        t0 = run_now(r);
         for (size_t i = d->first[l]; i < d->first[l + 1]; i++)
             if (d->it[i].round == t && d->it[i].dst == (uint32_t)r->me)
                 compute_expert(d, l, d->it[i].e, ids, w, acc);
-        tick(r, l, RUN_COMPUTE, t0);
+        run_tick(r, l, RUN_COMPUTE, t0);
     }
-    t0 = now(r);
+    t0 = run_now(r);
     uint32_t *iota = run_hbuf(r, 37, (n + 1) * sizeof *iota);
     for (size_t i = 0; i < n; i++)
         iota[i] = (uint32_t)i;
     uint32_t *di = run_dbuf(r, &r->d[32], (n + 1) * sizeof *di);
     RUN_CK(r, o->upload(r->b, di, iota, n * sizeof *iota));
     RUN_CK(r, o->scatter_add(r->b, acc, di, NULL, n, r->H, r->x.p));
-    tick(r, l, RUN_COMBINE, t0);
+    run_tick(r, l, RUN_COMBINE, t0);
 }
 
 void run_dc_iter(run_t *r)
@@ -420,7 +408,8 @@ void run_dc_iter(run_t *r)
     }
     for (uint32_t l = 0; l < L; l++) {
         dc_layer(&d, l, ids + (known ? l * n * K : 0), w + (known ? l * n * K : 0), known);
-        run_layer_done(r, l);
+        if (r->layer_done)
+            r->layer_done(r, l);
     }
     for (int p = 0; p < 2; p++) {
         r->b->ops->free(r->b, d.sbuf[p].p);

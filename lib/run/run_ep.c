@@ -7,7 +7,7 @@
 
 #include "moe/kern.h"
 #include "moe/moe.h"
-#include "run_internal.h"
+#include "run_modes_internal.h"
 
 /*
  * A hop moves rows to the ranks that compute on them and brings the weighted partial sums back.
@@ -55,18 +55,6 @@ static void *D(run_t *r, int set, int i, size_t bytes)
 static void *Hh(run_t *r, int set, int i, size_t bytes)
 {
     return run_hbuf(r, set * HS_SLOTS + i, bytes);
-}
-
-static double now(run_t *r)
-{
-    r->b->ops->sync(r->b);
-    return r->b->ops->now(r->b);
-}
-
-static void tick(run_t *r, uint32_t l, int phase, double t0)
-{
-    if (r->timing)
-        r->st[l].t[phase] += now(r) - t0;
 }
 
 /* An entry to send: destination, source row, and the meta record. */
@@ -495,7 +483,7 @@ void run_ep_layer(run_t *r, uint32_t l)
 {
     const moe_run_backend_ops_t *o = r->b->ops;
     size_t K = r->K, n = r->nloc;
-    double t0 = now(r);
+    double t0 = run_now(r);
     float *x = r->x.p;
     RUN_CK(r, o->mixer(r->b, x, n, r->H, r->mix[l]));
     int32_t *ids = run_hbuf(r, HX + 9, (n * K + 1) * sizeof *ids);
@@ -517,22 +505,22 @@ void run_ep_layer(run_t *r, uint32_t l)
             size_t ne = plan(r, l, i0, i1, ids, w, newhome, &ents, &um);
             hop_post(h, r->x.p, ents, ne, um);
             if (c == 0)
-                tick(r, l, RUN_DISPATCH, t0);
+                run_tick(r, l, RUN_DISPATCH, t0);
         }
         if (c > 0) {
             hop_t *h = &hp[(c - 1) % 2];
-            double t1 = now(r);
+            double t1 = run_now(r);
             hop_arrive(h);
-            tick(r, l, RUN_DISPATCH, t1);
-            t1 = now(r);
+            run_tick(r, l, RUN_DISPATCH, t1);
+            t1 = run_now(r);
             hop_compute(h);
-            tick(r, l, RUN_COMPUTE, t1);
-            t1 = now(r);
+            run_tick(r, l, RUN_COMPUTE, t1);
+            t1 = run_now(r);
             hop_combine(h);
             if (r->cfg.mode == MOE_RUN_COHERENT)
                 rehome(r, h, newhome);
             apply(r, h, r->x.p);
-            tick(r, l, RUN_COMBINE, t1);
+            run_tick(r, l, RUN_COMBINE, t1);
         }
     }
 }

@@ -8,15 +8,11 @@
 
 #include "moe/kern.h"
 #include "moe/moe.h"
-#include "run_internal.h"
+#include "run_iter_internal.h"
+#include "run_modes_internal.h"
 
-static double now(run_t *r)
-{
-    r->b->ops->sync(r->b);
-    return r->b->ops->now(r->b);
-}
-
-void run_load_inputs(run_t *r)
+/* Load the input rows of the tokens sourced here. */
+static void load_inputs(run_t *r)
 {
     size_t H = r->H;
     r->nloc = 0;
@@ -117,9 +113,9 @@ void run_iterations(run_t *r)
         r->chunks_used = r->cfg.chunks ? r->cfg.chunks : run_auto_chunks(r);
     for (int it = 0; it < total; it++) {
         r->timing = it >= r->cfg.warmup;
-        run_load_inputs(r);
+        load_inputs(r);
         RUN_CK(r, r->b->ops->barrier(r->b));
-        double t0 = now(r);
+        double t0 = run_now(r);
         if (r->cfg.mode == MOE_RUN_DATACENTRIC)
             run_dc_iter(r);
         else
@@ -129,7 +125,7 @@ void run_iterations(run_t *r)
             coherent_allgather(r);
         RUN_CK(r, r->b->ops->barrier(r->b));
         if (r->timing)
-            r->t_iter += now(r) - t0;
+            r->t_iter += run_now(r) - t0;
     }
     double t = r->t_iter;
     RUN_CK(r, run_comm_allreduce(r->comm, &t, 1, MOE_RUN_MAX));
@@ -248,10 +244,9 @@ static double ref_layer(run_t *r, struct run_ref *f, uint32_t l)
     return err;
 }
 
-void run_layer_done(run_t *r, uint32_t l)
+/* End of layer l of the verification iteration: compare it with the reference. */
+static void layer_done(run_t *r, uint32_t l)
 {
-    if (!r->verify)
-        return;
     gather_outputs(r);
     if (r->me == 0)
         r->layer_err[l] = ref_layer(r, r->ref, l);
@@ -263,16 +258,16 @@ double run_check(run_t *r)
     if (!r->layer_err || (r->me == 0 && !(r->ref = ref_new(r))))
         run_die(r, "--check", MOE_ENOMEM);
     r->timing = 0;
-    r->verify = 1;
-    run_load_inputs(r);
+    r->layer_done = layer_done;
+    load_inputs(r);
     if (r->cfg.mode == MOE_RUN_DATACENTRIC)
         run_dc_iter(r);
     else
         for (uint32_t l = 0; l < r->L; l++) {
             run_ep_layer(r, l);
-            run_layer_done(r, l);
+            layer_done(r, l);
         }
-    r->verify = 0;
+    r->layer_done = NULL;
     double err = 0;
     for (uint32_t l = 0; r->me == 0 && l < r->L; l++)
         if (!(r->layer_err[l] <= err))
@@ -307,10 +302,10 @@ uint32_t run_auto_chunks(run_t *r)
             c[G + p] = c[3 * G + p] = (size_t)p * each;
         }
         RUN_CK(r, o->barrier(r->b));
-        double t0 = now(r);
+        double t0 = run_now(r);
         for (int i = 0; i < 5; i++)
             RUN_CK(r, o->alltoallv(r->b, s, c, c + G, d, c + 2 * G, c + 3 * G));
-        t[k] = (now(r) - t0) / 5;
+        t[k] = (run_now(r) - t0) / 5;
     }
     /* FFN rate on 64 rows of the first local expert (or a fresh one) */
     size_t H = r->H, F = r->F;
@@ -318,9 +313,9 @@ uint32_t run_auto_chunks(run_t *r)
     RUN_CK(r, o->zero(r->b, x, 64 * H * sizeof(float) * 2 + 2 * H * F * sizeof(float)));
     const float *W1[1] = {x + 128 * H}, *W2[1] = {x + 128 * H + H * F};
     size_t off[2] = {0, 64};
-    double t0 = now(r);
+    double t0 = run_now(r);
     RUN_CK(r, o->ffn_grouped(r->b, x, 1, off, r->H, r->F, W1, W2, x + 64 * H));
-    double per_pair = (now(r) - t0) / 64;
+    double per_pair = (run_now(r) - t0) / 64;
     double v[3] = {t[0], t[1] > t[0] ? (double)msg / (t[1] - t[0]) : 1e9, per_pair};
     RUN_CK(r, run_comm_allreduce(r->comm, v, 3, MOE_RUN_MAX));
     double rows = (double)r->ntok / G * r->K, D = rows * H * r->esz / v[1], C = rows * v[2];

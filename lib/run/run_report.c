@@ -10,7 +10,7 @@
 #include "moe/io.h"
 #include "moe/kern.h"
 #include "moe/moe.h"
-#include "run_internal.h"
+#include "run_report_internal.h"
 
 /* Figures of the whole job, reduced onto every rank. */
 typedef struct sums {

@@ -3,6 +3,7 @@
 #include "config.h"
 
 #include <inttypes.h>
+#include <setjmp.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,27 +14,28 @@
 #include "moe/rng.h"
 #include "run_internal.h"
 
-static const char *const mode_names[MOE_RUN_MODES] = {"vanilla", "coherent", "pipelined",
-                                                  "hierarchical", "datacentric"};
-
-const char *moe_run_mode_name(int mode)
-{
-    return mode >= 0 && mode < MOE_RUN_MODES ? mode_names[mode] : "?";
-}
-
-int moe_run_mode_parse(const char *s)
-{
-    for (int i = 0; i < MOE_RUN_MODES; i++)
-        if (!strcmp(s, mode_names[i]))
-            return i;
-    return -1;
-}
-
 void run_die(run_t *r, const char *what, int status)
 {
-    fflush(stdout);
-    fprintf(stderr, "moe-run: rank %d: %s failed: %s\n", r->me, what, moe_strerror(status));
-    moe_run_comm_abort(r->comm, 1);
+    const char *mpi = run_comm_errmsg(r->comm);
+    if (status == MOE_ESYS && *mpi)
+        snprintf(r->errmsg, sizeof r->errmsg, "rank %d: %s", r->me, mpi);
+    else
+        snprintf(r->errmsg, sizeof r->errmsg, "rank %d: %s failed: %s", r->me, what,
+                 moe_strerror(status));
+    r->fatal_status = status < 0 ? status : MOE_ESYS;
+    longjmp(r->fatal, 1);
+}
+
+double run_now(run_t *r)
+{
+    RUN_CK(r, r->b->ops->sync(r->b));
+    return r->b->ops->now(r->b);
+}
+
+void run_tick(run_t *r, uint32_t l, int phase, double t0)
+{
+    if (r->timing)
+        r->st[l].t[phase] += run_now(r) - t0;
 }
 
 void *run_dbuf(run_t *r, run_buf_t *bf, size_t bytes)
@@ -76,7 +78,7 @@ int run_link(const run_t *r, uint32_t a, uint32_t b)
 int run_agree(run_t *r, int failed)
 {
     double v = failed ? r->me : r->G;
-    run_comm_allreduce(r->comm, &v, 1, MOE_RUN_MIN);
+    RUN_CK(r, run_comm_allreduce(r->comm, &v, 1, MOE_RUN_MIN));
     return v < r->G ? (int)v : -1;
 }
 
@@ -89,6 +91,20 @@ static int say(char *errbuf, size_t errlen, const char *fmt, ...)
     vsnprintf(errbuf, errlen, fmt, ap);
     va_end(ap);
     return 1;
+}
+
+/* A reader's message about the file at path, naming the file once: the trace reader names it
+ * in some messages ("'f': truncated file") and not in others ("record 7: ..."). */
+static int file_msg(char *errbuf, size_t errlen, const char *path, const char *msg)
+{
+    size_t n = strlen(path);
+    const char *p = msg;
+    while (n && (p = strstr(p, path)) != NULL) {
+        if (p > msg && p[-1] == '\'' && p[n] == '\'')
+            return say(errbuf, errlen, "%s", msg);
+        p++;
+    }
+    return say(errbuf, errlen, "'%s': %s", path, msg);
 }
 
 /* Weights renormalised to sum 1 (1/K each without weights or with a zero sum). */
@@ -140,7 +156,7 @@ static int read_tokens(run_t *r, moe_trace_t *t, uint64_t max, char *errbuf, siz
     }
     moe_trace_rec_release(&rec);
     if (rc < 0)
-        return say(errbuf, errlen, "'%s': %s", r->cfg.trace, moe_trace_errmsg(t));
+        return file_msg(errbuf, errlen, r->cfg.trace, moe_trace_errmsg(t));
     if (!r->ntok)
         return say(errbuf, errlen, "'%s': the trace holds no tokens", r->cfg.trace);
     return 0;
@@ -157,7 +173,7 @@ static moe_trace_t *open_trace(run_t *r, char *errbuf, size_t errlen)
         return NULL;
     }
     if (moe_trace_read_header(t, &r->hdr)) {
-        snprintf(errbuf, errlen, "'%s': %s", r->cfg.trace, moe_trace_errmsg(t));
+        file_msg(errbuf, errlen, r->cfg.trace, moe_trace_errmsg(t));
         moe_trace_close(t, NULL, 0);
         return NULL;
     }
@@ -350,7 +366,7 @@ static int same_inputs(run_t *r, char *errbuf, size_t errlen)
     double v[4] = {(double)(h >> 32), (double)(h & 0xffffffffu), 0, 0};
     v[2] = -v[0];
     v[3] = -v[1];
-    run_comm_allreduce(r->comm, v, 4, MOE_RUN_MAX);
+    RUN_CK(r, run_comm_allreduce(r->comm, v, 4, MOE_RUN_MAX));
     if (v[0] == -v[2] && v[1] == -v[3])
         return 0;
     return say(errbuf, errlen, "the ranks read different inputs (trace or placement files "
@@ -367,11 +383,12 @@ int run_setup(run_t *r, char *errbuf, size_t errlen)
     int rc = setup_inputs(r, errbuf, errlen);
     int bad = run_agree(r, rc);
     if (bad >= 0)
-        return bad == r->me ? 1 : -1;
+        return bad == r->me ? 1 : 2;
     if (same_inputs(r, errbuf, errlen))
-        return r->me == 0 ? 1 : -1;
-    if ((rc = build_model(r, errbuf, errlen)) != 0 || run_agree(r, rc) >= 0)
-        return rc ? 1 : -1;
+        return r->me == 0 ? 1 : 2;
+    rc = build_model(r, errbuf, errlen);
+    if ((bad = run_agree(r, rc)) >= 0)
+        return bad == r->me ? 1 : 2;
     r->loc = malloc(r->ntok * sizeof *r->loc);
     r->tok_row = malloc(r->ntok * sizeof *r->tok_row);
     r->st = calloc(r->L, sizeof *r->st);

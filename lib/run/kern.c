@@ -1,4 +1,5 @@
-/* lib/kern.c -- reference kernels of moe-run (see moe/kern.h and the model in moe-run(1)). */
+/* run/kern.c -- reference kernels of moe-run (see moe/kern.h and the model in moe-run(1)); part
+ * of libmoerun, which the CPU backend, the GPU kernels' tests and tests/unit/test_kern use. */
 #include "config.h"
 
 #include <math.h>

@@ -1,0 +1,20 @@
+/* run/run_iter_internal.h -- libmoerun's iterations layer (run_iter.c): the warm-up and timed
+ * loop, the verification iteration of --check, the chunk count of pipelined mode. Uses the
+ * modes layer; used by the entry points (run_api.c). */
+#ifndef MOE_RUN_ITER_INTERNAL_H
+#define MOE_RUN_ITER_INTERNAL_H
+
+#include <stdint.h>
+
+#include "run_internal.h"
+
+/* A whole run: warm-up and timed iterations, statistics reduced, output gathered on rank 0. */
+void run_iterations(run_t *r);
+/* The chunk count pipelined mode uses (cost estimate for auto). */
+uint32_t run_auto_chunks(run_t *r);
+/* --check: one more (untimed) iteration in which, after every layer, rank 0 gathers all rows
+ * and advances the serial vanilla reference through the same layer; layer_err[l] gets the
+ * largest |out - ref| / max(1, |ref|). Returns the largest over layers (rank 0; 0 elsewhere). */
+double run_check(run_t *r);
+
+#endif

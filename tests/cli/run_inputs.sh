@@ -1,0 +1,51 @@
+#!/bin/sh
+# tests/cli/run_inputs.sh -- moe-run's messages about a bad input file: one line that names the
+# file exactly once ("'f': truncated file", never "'f': 'f': truncated file"; issue 17, item
+# 10), exit 1, on a single rank.
+. "${top_srcdir:-.}/tests/cli/lib.sh"
+. "$top_srcdir/tests/cli/run_lib.sh"
+
+"$MOE_BIN/moe-trace" gen -n 400 -s 5 -L 2 -E 4 -k 2 -r 4 -S 3 --no-PG -o "$T/p4.moet" || exit 99
+small="--hidden 16 --ffn 16 --iters 1 --warmup 0"
+
+# named_once FILE SUBSTRING: exactly one 'moe-run: ' line on stderr, holding SUBSTRING, with
+# 'FILE' quoted in it once.
+named_once() {
+    _n=$(grep -c '^moe-run: ' "$T/err")
+    expect_eq "$_n" 1 "moe-run messages on stderr"
+    grep -q -F "$2" "$T/err" || fail "no message with '$2'"
+    _k=$(grep '^moe-run: ' "$T/err" | grep -o -F "'$1'" | wc -l | tr -d ' ')
+    expect_eq "$_k" 1 "times the message names '$1'"
+}
+
+begin "truncated binary trace (the block reader names the file)"
+head -c 300 "$T/p4.moet" >"$T/cut.moet"
+expect_exit 1 mpi 1 $small --trace "$T/cut.moet"
+named_once "$T/cut.moet" "truncated"
+end
+
+begin "a trace cut inside its header"
+head -c 20 "$T/p4.moet" >"$T/cut20.moet"
+expect_exit 1 mpi 1 $small --trace "$T/cut20.moet"
+named_once "$T/cut20.moet" "truncated"
+end
+
+begin "a bad record in a text trace (the record reader does not name the file)"
+"$MOE_BIN/moe-trace" view --no-PG "$T/p4.moet" |
+    awk 'NR == 4 { $6 = "0,9" } { print }' OFS='\t' >"$T/bad.mft"
+expect_exit 1 mpi 1 $small --trace "$T/bad.mft"
+named_once "$T/bad.mft" "expert id 9 out of range"
+end
+
+begin "a trace that is not a trace"
+printf 'hello\n' >"$T/hello.moet"
+expect_exit 1 mpi 1 $small --trace "$T/hello.moet"
+named_once "$T/hello.moet" "hello.moet"
+end
+
+begin "a missing trace"
+expect_exit 1 mpi 1 $small --trace "$T/none.moet"
+named_once "$T/none.moet" "cannot open"
+end
+
+finish
