@@ -21,8 +21,16 @@
 #include "moe/topo.h"
 #include "moe/trace_map.h"
 
-#define PROG costmodel_prog
+#define PROG COSTMODEL_PROG
 #define sfail(...) moe_fail(PROG, __VA_ARGS__)
+
+/* The topology `arg`, a moe-topology(5) file or a preset name (moe_topo_load); 0, or 1 after
+ * the message. */
+static int sim_topology(const char *arg, moe_topo_t *t)
+{
+    char err[512];
+    return moe_topo_load(t, arg, err, sizeof err) ? sfail("%s", err) : 0;
+}
 
 enum {
     S_TOPOLOGY = MOE_OPTC_TOOL + 0x80, S_HIDDEN, S_FFN, S_DTYPE, S_CHUNKS, S_SCHEME, S_BEST,
@@ -223,7 +231,7 @@ int costmodel_simulate(int argc, char **argv)
     if ((rc = moe_cli_distinct(PROG, "simulate", files, 4)))
         return rc;
     moe_topo_t topo;
-    if (costmodel_topology(g.topology, &topo))
+    if (sim_topology(g.topology, &topo))
         return 1;
     int st;
     char err[512];
@@ -333,7 +341,7 @@ int costmodel_fit(int argc, char **argv)
         return sfail("%s", err);
     moe_topo_t t;
     if (g.topology)
-        rc = costmodel_topology(g.topology, &t);
+        rc = sim_topology(g.topology, &t);
     else
         moe_topo_uniform(&t, 1, tab.ranks ? tab.ranks : 1);
     double worst = 0;

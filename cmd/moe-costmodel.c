@@ -26,8 +26,7 @@
 #include "moe/trace.h"
 #include "moe/trace_map.h"
 
-const char *const costmodel_prog = "moe-costmodel";
-static const char *prog = "moe-costmodel";
+static const char *prog = COSTMODEL_PROG;
 static char errbuf[512];
 
 #define fail(...) moe_fail(prog, __VA_ARGS__)
@@ -97,11 +96,6 @@ static int parse(const char *sub, int argc, char **argv, cfg_t *g, const int *ta
 }
 
 static double or_default(double v, double d) { return isnan(v) ? d : v; }
-
-int costmodel_topology(const char *arg, moe_topo_t *t)
-{
-    return moe_topo_load(t, arg, errbuf, sizeof errbuf) ? fail("%s", errbuf) : 0;
-}
 
 /* The topology of --topology (or one node of --gpus-per-node GPUs) with the overrides
  * --nodes, --gpus-per-node, --bw-*, --flops applied. */

@@ -95,7 +95,7 @@ static void usage(FILE *fp)
           "      --backend=B        cpu, or cuda in a GPU build [cpu]\n"
           "Cluster:\n"
           "      --gpus-per-node=N  ranks per node [topology, placement, else all]\n"
-          "      --topology=FILE    moe-topology(5) file giving the node grouping\n"
+          "      --topology=FILE    moe-topology(5) file or preset name: the node grouping\n"
           "Modes:\n"
           "      --chunks=N|auto    chunks per layer: pipelined [auto], hierarchical [1]\n"
           "      --credits=C        datacentric: experts pulled per rank per round [4]\n"

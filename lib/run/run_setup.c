@@ -313,7 +313,7 @@ static int setup_inputs(run_t *r, char *errbuf, size_t errlen)
     if (c->placement && !(r->pl = moe_placement_read(c->placement, &st, errbuf, errlen)))
         rc = 1;
     moe_topo_t topo;
-    if (!rc && c->topology && moe_topo_read(&topo, c->topology, errbuf, errlen))
+    if (!rc && c->topology && moe_topo_load(&topo, c->topology, errbuf, errlen))
         rc = 1;
     if (!rc) {
         r->gpn = c->gpn ? c->gpn : c->topology ? topo.gpus_per_node

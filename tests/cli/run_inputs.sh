@@ -48,4 +48,14 @@ expect_exit 1 mpi 1 $small --trace "$T/none.moet"
 named_once "$T/none.moet" "cannot open"
 end
 
+begin "--topology takes a preset name, as moe-place and moe-costmodel do"
+MOEFLOW_TOPOLOGIES=$top_srcdir/share/topologies
+export MOEFLOW_TOPOLOGIES
+"$MOE_BIN/moe-place" fit --ranks 4 --method contiguous --no-PG -o "$T/p4.moep" "$T/p4.moet" ||
+    exit 99
+expect_exit 0 mpi 4 $small --trace "$T/p4.moet" --placement "$T/p4.moep" --topology exflow-a100
+expect_exit 1 mpi 1 $small --trace "$T/p4.moet" --topology no-such-preset
+grep -q '^moe-run: .*no-such-preset' "$T/err" || fail "the unknown preset is not named"
+end
+
 finish
