@@ -1,6 +1,8 @@
 /* parse.c -- locale-free number parsing shared by the text readers (see parse_internal.h). */
 #include "config.h"
 
+#include <string.h>
+
 #include "parse_internal.h"
 
 int parse_uint(const char **p, uint64_t max, uint64_t *v)
@@ -90,4 +92,23 @@ int parse_u32_digits(const char *s, size_t len, uint32_t *v)
         return -1;
     *v = (uint32_t)x;
     return 0;
+}
+
+int parse_whole_uint(const char *s, uint64_t max, uint64_t *v)
+{
+    return parse_uint(&s, max, v) < 0 || *s ? -1 : 0;
+}
+
+size_t parse_split_tabs(char *line, char **f, size_t max)
+{
+    size_t n = 0;
+    for (char *p = line; n < max;) {
+        f[n++] = p;
+        char *t = strchr(p, '\t');
+        if (!t)
+            break;
+        *t = '\0';
+        p = t + 1;
+    }
+    return n;
 }

@@ -14,5 +14,10 @@ int parse_uint(const char **p, uint64_t max, uint64_t *v);
 int parse_double(const char **p, double *v);
 /* Value of s[0..len) if it is all digits (1 to 10 of them) and fits 32 bits: 0, else -1. */
 int parse_u32_digits(const char *s, size_t len, uint32_t *v);
+/* A whole string of decimal digits (nothing before or after) of value at most max: 0, else -1. */
+int parse_whole_uint(const char *s, uint64_t max, uint64_t *v);
+/* Split line at tabs in place into f[0..max); returns the field count (the last field keeps
+ * the rest of the line when there are more than max). */
+size_t parse_split_tabs(char *line, char **f, size_t max);
 
 #endif

@@ -42,28 +42,28 @@ void tb_str(textbuf_t *o, const char *s)
     tb_mem(o, s, strlen(s));
 }
 
-void tb_fmt(textbuf_t *o, const char *fmt, ...)
+int tb_fmt(textbuf_t *o, const char *fmt, ...)
 {
     char tmp[512];
     va_list ap;
     va_start(ap, fmt);
     int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
     va_end(ap);
+    if (n < 0)
+        return o->err = o->err ? o->err : MOE_EINVAL;
     if (n >= (int)sizeof tmp) { /* long lines (paths): format again on the heap */
         char *big = malloc((size_t)n + 1);
-        if (!big) {
-            o->err = o->err ? o->err : MOE_ENOMEM;
-            return;
-        }
+        if (!big)
+            return o->err = o->err ? o->err : MOE_ENOMEM;
         va_start(ap, fmt);
         vsnprintf(big, (size_t)n + 1, fmt, ap);
         va_end(ap);
         tb_mem(o, big, (size_t)n);
         free(big);
-        return;
+        return o->err;
     }
-    if (n > 0)
-        tb_mem(o, tmp, (size_t)n);
+    tb_mem(o, tmp, (size_t)n);
+    return o->err;
 }
 
 int tb_end(textbuf_t *o)

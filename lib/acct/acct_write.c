@@ -13,32 +13,6 @@
 #include "moe/moe.h"
 #include "textbuf_internal.h"
 
-/* Formatted text into the buffer; the buffer's error (0 while the sink takes everything). */
-static int pf(textbuf_t *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static int pf(textbuf_t *o, const char *fmt, ...)
-{
-    char small[512];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(small, sizeof small, fmt, ap);
-    va_end(ap);
-    if (n < 0)
-        return o->err = MOE_EINVAL;
-    if ((size_t)n < sizeof small) {
-        tb_mem(o, small, (size_t)n);
-        return o->err;
-    }
-    char *big = malloc((size_t)n + 1);
-    if (!big)
-        return o->err = o->err ? o->err : MOE_ENOMEM;
-    va_start(ap, fmt);
-    vsnprintf(big, (size_t)n + 1, fmt, ap);
-    va_end(ap);
-    tb_mem(o, big, (size_t)n);
-    free(big);
-    return o->err;
-}
-
 /* Headline figures of one scheme. */
 typedef struct summary {
     double per_tl, dispatch, combine, intra, inter, local, stay_rank, stay_node, hops, max_load;
@@ -80,20 +54,20 @@ static int write_table(textbuf_t *out, const moe_acct_t *a, const char *ppath,
 {
     static const char *const src_names[] = {"auto", "recorded", "sequence id mod G",
                                             "token id mod G"};
-    int rc = pf(out, "# moe-place eval\n# placement: %s: %u layers x %u experts on "
+    int rc = tb_fmt(out, "# moe-place eval\n# placement: %s: %u layers x %u experts on "
                             "%u ranks (%u node%s x %u), capacity %u\n",
                             ppath, p->layers, p->experts, p->ranks, topo->nodes,
                             topo->nodes == 1 ? "" : "s", topo->gpus_per_node, p->capacity);
-    rc = rc ? rc : pf(out, "# trace: %s: %" PRIu64 " tokens, top-%u of %u (%u used), "
+    rc = rc ? rc : tb_fmt(out, "# trace: %s: %" PRIu64 " tokens, top-%u of %u (%u used), "
                                   "source ranks: %s\n", tpath, moe_acct_tokens(a), h->topk,
                                   h->experts, g->topk ? g->topk : h->topk, src_names[source]);
     if (!rc && vec > 0)
-        rc = pf(out, "# transfer: %.0f bytes (hidden %u x %u bytes)\n", vec,
+        rc = tb_fmt(out, "# transfer: %.0f bytes (hidden %u x %u bytes)\n", vec,
                             g->hidden ? g->hidden : h->hidden,
                             g->elem_bytes ? g->elem_bytes : h->elem_bytes);
     else if (!rc)
-        rc = pf(out, "# transfer: size unknown (give --hidden and --elem-bytes)\n");
-    rc = rc ? rc : pf(out, "#SCHEME\tscheme\tper_token_layer\tdispatch\tcombine\t"
+        rc = tb_fmt(out, "# transfer: size unknown (give --hidden and --elem-bytes)\n");
+    rc = rc ? rc : tb_fmt(out, "#SCHEME\tscheme\tper_token_layer\tdispatch\tcombine\t"
                                   "intra\tinter\tlocal\tstay_rank\tstay_node\thops_per_token\t"
                                   "max_load\tbytes_per_token\n");
     for (int s = 0; s < MOE_SCHEMES && !rc; s++) {
@@ -102,14 +76,14 @@ static int write_table(textbuf_t *out, const moe_acct_t *a, const char *ppath,
         char bytes[32] = "NA";
         if (isfinite(m.bytes))
             snprintf(bytes, sizeof bytes, "%.1f", m.bytes);
-        rc = pf(out, "SCHEME\t%s\t%.4f\t%.4f\t%.4f\t%.4f\t%.4f\t%.4f\t%.4f\t%.4f\t"
+        rc = tb_fmt(out, "SCHEME\t%s\t%.4f\t%.4f\t%.4f\t%.4f\t%.4f\t%.4f\t%.4f\t%.4f\t"
                             "%.4f\t%.4f\t%s\n", moe_scheme_name(s), m.per_tl, m.dispatch,
                             m.combine, m.intra, m.inter, m.local, m.stay_rank, m.stay_node,
                             m.hops, m.max_load, bytes);
     }
     if (!g->layers)
         return rc;
-    rc = rc ? rc : pf(out, "#LAYER\tlayer\tscheme\tcells\tper_token\tintra\tinter\t"
+    rc = rc ? rc : tb_fmt(out, "#LAYER\tlayer\tscheme\tcells\tper_token\tintra\tinter\t"
                                   "local\tstay_rank\tstay_node\tmax_load\n");
     for (uint32_t j = 0; j < p->layers && !rc; j++)
         for (int s = 0; s < MOE_SCHEMES && !rc; s++) {
@@ -119,7 +93,7 @@ static int write_table(textbuf_t *out, const moe_acct_t *a, const char *ppath,
                 ia += (double)l->xfer[ph][MOE_LINK_INTRA];
                 ie += (double)l->xfer[ph][MOE_LINK_INTER];
             }
-            rc = pf(out, "LAYER\t%u\t%s\t%" PRIu64 "\t%.4f\t%.4f\t%.4f\t%.4f\t%.4f\t"
+            rc = tb_fmt(out, "LAYER\t%u\t%s\t%" PRIu64 "\t%.4f\t%.4f\t%.4f\t%.4f\t%.4f\t"
                                 "%.4f\t%.4f\n", j, moe_scheme_name(s), l->cells,
                                 (ia + ie) / cells, ia / cells, ie / cells,
                                 (double)l->local / cells, (double)l->stay_rank / cells,
@@ -142,7 +116,7 @@ static int write_json(textbuf_t *out, const moe_acct_t *a, const moe_placement_t
                      const moe_trace_hdr_t *h, const moe_acct_write_opts_t *g, double vec)
 {
     char b[12][32];
-    int rc = pf(out, "{\"tokens\": %" PRIu64 ", \"layers\": %u, \"experts\": %u, "
+    int rc = tb_fmt(out, "{\"tokens\": %" PRIu64 ", \"layers\": %u, \"experts\": %u, "
                             "\"topk\": %u, \"ranks\": %u, \"transfer_bytes\": %s, \"schemes\": {",
                             moe_acct_tokens(a), p->layers, p->experts,
                             g->topk ? g->topk : h->topk, p->ranks,
@@ -150,7 +124,7 @@ static int write_json(textbuf_t *out, const moe_acct_t *a, const moe_placement_t
     for (int s = 0; s < MOE_SCHEMES && !rc; s++) {
         summary_t m;
         summarise(a, s, vec, &m);
-        rc = pf(out, "%s\n  \"%s\": {\"per_token_layer\": %s, \"dispatch\": %s, "
+        rc = tb_fmt(out, "%s\n  \"%s\": {\"per_token_layer\": %s, \"dispatch\": %s, "
                             "\"combine\": %s, \"intra\": %s, \"inter\": %s, \"local\": %s, "
                             "\"stay_rank\": %s, \"stay_node\": %s, \"hops_per_token\": %s, "
                             "\"max_load\": %s, \"bytes_per_token\": %s, \"layers\": [",
@@ -166,13 +140,13 @@ static int write_json(textbuf_t *out, const moe_acct_t *a, const moe_placement_t
             for (int ph = 0; ph < MOE_PHASES; ph++)
                 for (int c = 0; c < MOE_LINK_CLASSES; c++)
                     x += l->xfer[ph][c];
-            rc = pf(out, "%s{\"cells\": %" PRIu64 ", \"transfers\": %" PRIu64
+            rc = tb_fmt(out, "%s{\"cells\": %" PRIu64 ", \"transfers\": %" PRIu64
                                 ", \"max_load\": %s}", j ? ", " : "", l->cells, x,
                                 jnum(b[11], 32, moe_acct_imbalance(a, s, j)));
         }
-        rc = rc ? rc : pf(out, "]}");
+        rc = rc ? rc : tb_fmt(out, "]}");
     }
-    return rc ? rc : pf(out, "\n}}\n");
+    return rc ? rc : tb_fmt(out, "\n}}\n");
 }
 
 static int write_matrix(textbuf_t *out, const moe_acct_t *a, int scheme, uint32_t G,
@@ -188,9 +162,9 @@ static int write_matrix(textbuf_t *out, const moe_acct_t *a, int scheme, uint32_
             uint64_t x = moe_acct_matrix(a, scheme, i, k);
             const char *sep = k + 1 < G ? (bytes ? " " : ",") : "\n";
             if (bytes)
-                rc = pf(out, "%.0f%s", (double)x * vec, sep);
+                rc = tb_fmt(out, "%.0f%s", (double)x * vec, sep);
             else
-                rc = pf(out, "%.6f%s", max ? (double)x / (double)max : 0.0, sep);
+                rc = tb_fmt(out, "%.6f%s", max ? (double)x / (double)max : 0.0, sep);
         }
     return rc;
 }

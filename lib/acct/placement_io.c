@@ -142,27 +142,6 @@ typedef struct prd {
     uint32_t maxrep;
 } prd_t;
 
-/* Split at tabs in place; returns the field count (at most max, the last keeps the rest). */
-static size_t split_tabs(char *line, char **f, size_t max)
-{
-    size_t n = 0;
-    for (char *p = line; n < max;) {
-        f[n++] = p;
-        char *t = strchr(p, '\t');
-        if (!t)
-            break;
-        *t = '\0';
-        p = t + 1;
-    }
-    return n;
-}
-
-/* A whole field of decimal digits, at most max. */
-static int whole_uint(const char *s, uint64_t max, uint64_t *v)
-{
-    return parse_uint(&s, max, v) < 0 || *s ? -1 : 0;
-}
-
 /* The next line of l into *line (and *len): 1, 0 at the end, or a negative status with the
  * reason in e (read errors, NUL bytes). e->line follows the reader. */
 static int next_line(moe_lines_t *l, perr_t *e, char **line, size_t *len)
@@ -216,7 +195,7 @@ static int pl_field(prd_t *r, char *f, uint32_t *val, int *have)
         uint64_t v;
         if (k == 0)
             return pl_version(r, colon + 1);
-        if (whole_uint(colon + 1, UINT32_MAX, &v) < 0)
+        if (parse_whole_uint(colon + 1, UINT32_MAX, &v) < 0)
             return fail(&r->e, MOE_EFORMAT, "invalid @PL field '%s:%.20s'", f, colon + 1);
         val[k] = (uint32_t)v;
     }
@@ -247,7 +226,7 @@ static int pl_shape(prd_t *r)
 static int parse_pl(prd_t *r, char *line)
 {
     char *f[64];
-    size_t n = split_tabs(line, f, 64);
+    size_t n = parse_split_tabs(line, f, 64);
     if (strcmp(f[0], "@PL") != 0)
         return fail(&r->e, MOE_EFORMAT, "not a moeflow placement (no @PL line)");
     uint32_t val[PL_KEYS] = {0};
@@ -288,7 +267,7 @@ static int header_line(prd_t *r, const char *line, size_t len)
 static int rec_index(prd_t *r, const char *s, uint32_t n, const char *what, uint32_t *v)
 {
     uint64_t x;
-    if (whole_uint(s, UINT32_MAX, &x) < 0)
+    if (parse_whole_uint(s, UINT32_MAX, &x) < 0)
         return fail(&r->e, MOE_EFORMAT, "invalid %s '%.20s'", what, s);
     if (x >= n)
         return fail(&r->e, MOE_ERANGE, "%s %" PRIu64 " out of range (%u %ss)", what, x, n, what);
@@ -342,7 +321,7 @@ static int rec_ranks(prd_t *r, const char *s, uint32_t l, uint32_t e)
 static int parse_record(prd_t *r, char *line)
 {
     char *f[4];
-    size_t n = split_tabs(line, f, 4);
+    size_t n = parse_split_tabs(line, f, 4);
     if (n < 3 || (n > 3 && !r->newer))
         return fail(&r->e, MOE_EFORMAT, "%s 3 TAB-separated fields (layer, expert, ranks)",
                     n < 3 ? "fewer than" : "more than");

@@ -14,6 +14,7 @@
 #include "affinity_internal.h"
 #include "moe/io.h"
 #include "moe/moe.h"
+#include "parse_internal.h"
 #include "textbuf_internal.h"
 #include "util_internal.h"
 
@@ -520,21 +521,6 @@ static int rd_fail(reader_t *r, int rc, const char *fmt, ...)
     return util_errf(r->msg, r->msglen, rc, "'%s': %s", r->path, tmp);
 }
 
-/* Split a line at tabs in place; returns the field count (at most max). */
-static size_t split_tabs(char *line, char **f, size_t max)
-{
-    size_t n = 0;
-    for (char *p = line; n < max;) {
-        f[n++] = p;
-        char *t = strchr(p, '\t');
-        if (!t)
-            break;
-        *t = '\0';
-        p = t + 1;
-    }
-    return n;
-}
-
 static int parse_u64(const char *s, uint64_t *v)
 {
     if (*s < '0' || *s > '9')
@@ -575,7 +561,7 @@ static int af_flag(reader_t *r, char **f, size_t n, const char *key, uint64_t *v
 static int parse_af(reader_t *r, char *line, char *errbuf, size_t errlen)
 {
     char *f[32];
-    size_t n = split_tabs(line, f, 32);
+    size_t n = parse_split_tabs(line, f, 32);
     if (strcmp(f[0], "@AF") != 0)
         return rd_fail(r, MOE_EFORMAT, "not a moeflow affinity table (no @AF line)");
     unsigned major = 0, minor = 0;
@@ -692,7 +678,7 @@ static int parse_record(reader_t *r, char *line)
     char **f = malloc(maxf * sizeof *f);
     if (!f)
         return rd_fail(r, MOE_ENOMEM, "out of memory");
-    size_t n = split_tabs(line, f, maxf);
+    size_t n = parse_split_tabs(line, f, maxf);
     uint64_t v[8];
     uint32_t j = 0, i = 0, d = 0, p = 0;
     int rc = 0;

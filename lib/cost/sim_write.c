@@ -14,32 +14,6 @@
 #include "textbuf_internal.h"
 #include "util_internal.h"
 
-/* Formatted text into the buffer; the buffer's error (0 while the sink takes everything). */
-static int pf(textbuf_t *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static int pf(textbuf_t *o, const char *fmt, ...)
-{
-    char small[512];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(small, sizeof small, fmt, ap);
-    va_end(ap);
-    if (n < 0)
-        return o->err = MOE_EINVAL;
-    if ((size_t)n < sizeof small) {
-        tb_mem(o, small, (size_t)n);
-        return o->err;
-    }
-    char *big = malloc((size_t)n + 1);
-    if (!big)
-        return o->err = o->err ? o->err : MOE_ENOMEM;
-    va_start(ap, fmt);
-    vsnprintf(big, (size_t)n + 1, fmt, ap);
-    va_end(ap);
-    tb_mem(o, big, (size_t)n);
-    free(big);
-    return o->err;
-}
-
 static const char *num(char *b, size_t n, double v, double scale)
 {
     if (isfinite(v))
@@ -81,7 +55,7 @@ static int table_line(textbuf_t *out, const char *tag, const char *lead,
                       const moe_sim_layer_t *l)
 {
     char b[11][32];
-    return pf(out, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n",
+    return tb_fmt(out, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n",
                               tag, lead,
                               num(b[0], 32, l->time, 1e3), num(b[1], 32, l->comm, 1e3),
                               num(b[2], 32, l->compute, 1e3),
@@ -98,16 +72,16 @@ static int table_head(textbuf_t *out, const moe_sim_t *s, const char *tpath,
                       const char *ppath, const moe_placement_t *p, const moe_topo_t *t)
 {
     const moe_acct_t *a = moe_sim_acct(s);
-    int rc = pf(out, "# moe-costmodel simulate\n# trace: %s: %" PRIu64
+    int rc = tb_fmt(out, "# moe-costmodel simulate\n# trace: %s: %" PRIu64
                                 " tokens\n# placement: %s: %u layers x %u experts on %u ranks "
                                 "(%u node%s x %u)\n", tpath, moe_acct_tokens(a), ppath,
                                 p->layers, p->experts, p->ranks, t->nodes,
                                 t->nodes == 1 ? "" : "s", t->gpus_per_node);
-    rc = rc ? rc : pf(out, "# topology: %s\n# transfer: %.0f bytes; expert: "
+    rc = rc ? rc : tb_fmt(out, "# topology: %s\n# transfer: %.0f bytes; expert: "
                                       "%.0f bytes; pipelined chunks: %u\n", t->name,
                                       moe_sim_vector_bytes(s), moe_sim_expert_bytes(s),
                                       moe_sim_chunks(s));
-    return rc ? rc : pf(out, "#SCHEME\tscheme\ttime_ms\tcomm_ms\tcompute_ms\t"
+    return rc ? rc : tb_fmt(out, "#SCHEME\tscheme\ttime_ms\tcomm_ms\tcompute_ms\t"
                                         "intra_bytes\tinter_bytes\tslow_intra_bytes\t"
                                         "slow_inter_bytes\tmax_load\timbalance\tintra_ms\t"
                                         "inter_ms\n");
@@ -115,7 +89,7 @@ static int table_head(textbuf_t *out, const moe_sim_t *s, const char *tpath,
 
 static int table_layers(textbuf_t *out, const moe_sim_t *s, uint32_t L)
 {
-    int rc = pf(out, "#LAYER\tscheme\tlayer\ttime_ms\tcomm_ms\tcompute_ms\t"
+    int rc = tb_fmt(out, "#LAYER\tscheme\tlayer\ttime_ms\tcomm_ms\tcompute_ms\t"
                                 "intra_bytes\tinter_bytes\tslow_intra_bytes\tslow_inter_bytes\t"
                                 "max_load\timbalance\tintra_ms\tinter_ms\n");
     char lead[64];
@@ -125,14 +99,14 @@ static int table_layers(textbuf_t *out, const moe_sim_t *s, uint32_t L)
                 snprintf(lead, sizeof lead, "%s\t%u", moe_sim_scheme_name(k), j);
                 rc = table_line(out, "LAYER", lead, moe_sim_layer(s, k, j));
             }
-    rc = rc ? rc : pf(out, "#XFER\tscheme\tlayer\tcells\tdispatch_intra\t"
+    rc = rc ? rc : tb_fmt(out, "#XFER\tscheme\tlayer\tcells\tdispatch_intra\t"
                                       "dispatch_inter\tcombine_intra\tcombine_inter\n");
     for (uint32_t j = 0; j < L && !rc; j++)
         for (int k = 0; k < MOE_SIM_SCHEMES && !rc; k++) {
             if (acct_scheme(k) < 0 || !moe_sim_has(s, k))
                 continue;
             const moe_acct_layer_t *l = moe_acct_layer(moe_sim_acct(s), acct_scheme(k), j);
-            rc = pf(out, "XFER\t%s\t%u\t%" PRIu64 "\t%" PRIu64 "\t%" PRIu64
+            rc = tb_fmt(out, "XFER\t%s\t%u\t%" PRIu64 "\t%" PRIu64 "\t%" PRIu64
                                     "\t%" PRIu64 "\t%" PRIu64 "\n", moe_sim_scheme_name(k), j,
                                     l->cells, l->xfer[MOE_DISPATCH][MOE_LINK_INTRA],
                                     l->xfer[MOE_DISPATCH][MOE_LINK_INTER],
@@ -145,14 +119,14 @@ static int table_layers(textbuf_t *out, const moe_sim_t *s, uint32_t L)
 /* Expert-token pairs per rank: accounting schemes from moe_acct_load. */
 static int table_loads(textbuf_t *out, const moe_sim_t *s, uint32_t L, uint32_t G)
 {
-    int rc = pf(out, "#LOAD\tscheme\tlayer\tpairs per rank 0..%u\n", G - 1);
+    int rc = tb_fmt(out, "#LOAD\tscheme\tlayer\tpairs per rank 0..%u\n", G - 1);
     for (uint32_t j = 0; j < L && !rc; j++)
         for (int k = 0; k < MOE_SCHEMES && !rc; k++) {
             const uint64_t *v = moe_acct_load(moe_sim_acct(s), k, j);
-            rc = pf(out, "LOAD\t%s\t%u", moe_scheme_name(k), j);
+            rc = tb_fmt(out, "LOAD\t%s\t%u", moe_scheme_name(k), j);
             for (uint32_t r = 0; r < G && !rc; r++)
-                rc = pf(out, "\t%" PRIu64, v[r]);
-            rc = rc ? rc : pf(out, "\n");
+                rc = tb_fmt(out, "\t%" PRIu64, v[r]);
+            rc = rc ? rc : tb_fmt(out, "\n");
         }
     return rc;
 }
@@ -174,13 +148,13 @@ static int rank_bytes(const moe_sim_t *s, int k, uint32_t r, double *b)
 
 static int table_ranks(textbuf_t *out, const moe_sim_t *s, uint32_t G)
 {
-    int rc = pf(out, "#RANK\tscheme\trank\tsent_intra_bytes\t"
+    int rc = tb_fmt(out, "#RANK\tscheme\trank\tsent_intra_bytes\t"
                                 "sent_inter_bytes\trecv_intra_bytes\trecv_inter_bytes\n");
     double b[4];
     for (int k = 0; k < MOE_SIM_SCHEMES && !rc; k++)
         for (uint32_t r = 0; r < G && !rc; r++)
             if (!rank_bytes(s, k, r, b))
-                rc = pf(out, "RANK\t%s\t%u\t%.0f\t%.0f\t%.0f\t%.0f\n",
+                rc = tb_fmt(out, "RANK\t%s\t%u\t%.0f\t%.0f\t%.0f\t%.0f\n",
                                         moe_sim_scheme_name(k), r, b[0], b[1], b[2], b[3]);
     return rc;
 }
@@ -192,14 +166,14 @@ static int table_best(textbuf_t *out, const moe_sim_t *s, char *err, size_t errl
     int m = moe_sim_rank(s, order, why, sizeof why);
     if (!m)
         return util_errf(err, errlen, MOE_EINVAL, "cannot rank the schemes: %s", why);
-    int rc = pf(out, "#BEST\trank\tscheme\ttime_ms\n");
+    int rc = tb_fmt(out, "#BEST\trank\tscheme\ttime_ms\n");
     for (int i = 0; i < m && !rc; i++) {
         moe_sim_layer_t t;
         moe_sim_total(s, order[i], &t);
-        rc = pf(out, "BEST\t%d\t%s\t%.6g\n", i + 1, moe_sim_scheme_name(order[i]),
+        rc = tb_fmt(out, "BEST\t%d\t%s\t%.6g\n", i + 1, moe_sim_scheme_name(order[i]),
                                 1e3 * t.time);
     }
-    return rc ? rc : pf(out, "# best: %s\n", why);
+    return rc ? rc : tb_fmt(out, "# best: %s\n", why);
 }
 
 static int write_table(textbuf_t *out, const moe_sim_t *s, const moe_sim_write_opts_t *g,
@@ -229,7 +203,7 @@ static int write_table(textbuf_t *out, const moe_sim_t *s, const moe_sim_write_o
 static int json_fig(textbuf_t *out, const moe_sim_layer_t *l)
 {
     char b[11][32];
-    return pf(out, "\"time\": %s, \"comm\": %s, \"compute\": %s, \"bytes\": "
+    return tb_fmt(out, "\"time\": %s, \"comm\": %s, \"compute\": %s, \"bytes\": "
                               "{\"intra\": %s, \"inter\": %s}, \"slow_bytes\": {\"intra\": %s, "
                               "\"inter\": %s}, \"max_load\": %s, \"imbalance\": %s, "
                               "\"class_time\": {\"intra\": %s, \"inter\": %s}",
@@ -247,15 +221,15 @@ static int json_fig(textbuf_t *out, const moe_sim_layer_t *l)
 /* One layer: the accounting's counts first (as moe-place eval --json writes them). */
 static int json_layer(textbuf_t *out, const moe_sim_t *s, int k, uint32_t j)
 {
-    int rc = pf(out, "%s{", j ? ", " : "");
+    int rc = tb_fmt(out, "%s{", j ? ", " : "");
     int as = acct_scheme(k);
     if (as >= 0) {
         const moe_acct_layer_t *l = moe_acct_layer(moe_sim_acct(s), as, j);
-        rc = rc ? rc : pf(out, "\"cells\": %" PRIu64 ", \"transfers\": %" PRIu64
+        rc = rc ? rc : tb_fmt(out, "\"cells\": %" PRIu64 ", \"transfers\": %" PRIu64
                                           ", ", l->cells, xfer_sum(l));
     }
     rc = rc ? rc : json_fig(out, moe_sim_layer(s, k, j));
-    return rc ? rc : pf(out, "}");
+    return rc ? rc : tb_fmt(out, "}");
 }
 
 static int json_scheme(textbuf_t *out, const moe_sim_t *s, int k, int first, uint32_t L,
@@ -263,27 +237,27 @@ static int json_scheme(textbuf_t *out, const moe_sim_t *s, int k, int first, uin
 {
     moe_sim_layer_t t;
     moe_sim_total(s, k, &t);
-    int rc = pf(out, "%s\n  \"%s\": {", first ? "" : ",", moe_sim_scheme_name(k));
+    int rc = tb_fmt(out, "%s\n  \"%s\": {", first ? "" : ",", moe_sim_scheme_name(k));
     int as = acct_scheme(k);
     if (!rc && as >= 0) {
         char b[32];
-        rc = pf(out, "\"per_token_layer\": %s, ",
+        rc = tb_fmt(out, "\"per_token_layer\": %s, ",
                                 jnum(b, 32, moe_acct_per_token_layer(moe_sim_acct(s), as), 1));
     }
     rc = rc ? rc : json_fig(out, &t);
     if (!rc && k == MOE_SIM_COHERENT) {
         moe_sim_iteration(s, k, &t);
-        rc = pf(out, ", \"allgather\": {");
+        rc = tb_fmt(out, ", \"allgather\": {");
         rc = rc ? rc : json_fig(out, &t);
-        rc = rc ? rc : pf(out, "}");
+        rc = rc ? rc : tb_fmt(out, "}");
     }
     if (!rc && layers) {
-        rc = pf(out, ", \"layers\": [");
+        rc = tb_fmt(out, ", \"layers\": [");
         for (uint32_t j = 0; j < L && !rc; j++)
             rc = json_layer(out, s, k, j);
-        rc = rc ? rc : pf(out, "]");
+        rc = rc ? rc : tb_fmt(out, "]");
     }
-    return rc ? rc : pf(out, "}");
+    return rc ? rc : tb_fmt(out, "}");
 }
 
 static int json_best(textbuf_t *out, const moe_sim_t *s, char *err, size_t errlen)
@@ -293,41 +267,41 @@ static int json_best(textbuf_t *out, const moe_sim_t *s, char *err, size_t errle
     int m = moe_sim_rank(s, order, why, sizeof why);
     if (!m)
         return util_errf(err, errlen, MOE_EINVAL, "cannot rank the schemes: %s", why);
-    int rc = pf(out, ",\n \"best\": {\"order\": [");
+    int rc = tb_fmt(out, ",\n \"best\": {\"order\": [");
     for (int i = 0; i < m && !rc; i++)
-        rc = pf(out, "%s\"%s\"", i ? ", " : "", moe_sim_scheme_name(order[i]));
-    rc = rc ? rc : pf(out, "], \"why\": \"");
+        rc = tb_fmt(out, "%s\"%s\"", i ? ", " : "", moe_sim_scheme_name(order[i]));
+    rc = rc ? rc : tb_fmt(out, "], \"why\": \"");
     for (const char *c = why; *c && !rc; c++) /* the sentence has no control characters */
-        rc = pf(out, *c == '"' || *c == '\\' ? "\\%c" : "%c", *c);
-    return rc ? rc : pf(out, "\"}");
+        rc = tb_fmt(out, *c == '"' || *c == '\\' ? "\\%c" : "%c", *c);
+    return rc ? rc : tb_fmt(out, "\"}");
 }
 
 /* "rank_bytes": per scheme with per-rank transfers, [sent intra, sent inter, recv intra,
  * recv inter] per rank. */
 static int json_ranks(textbuf_t *out, const moe_sim_t *s, uint32_t G)
 {
-    int rc = pf(out, ",\n \"rank_bytes\": {"), first = 1;
+    int rc = tb_fmt(out, ",\n \"rank_bytes\": {"), first = 1;
     double b[4];
     for (int k = 0; k < MOE_SIM_SCHEMES && !rc; k++) {
         if (rank_bytes(s, k, 0, b))
             continue;
-        rc = pf(out, "%s\"%s\": [", first ? "" : ", ", moe_sim_scheme_name(k));
+        rc = tb_fmt(out, "%s\"%s\": [", first ? "" : ", ", moe_sim_scheme_name(k));
         first = 0;
         for (uint32_t r = 0; r < G && !rc; r++) {
             rank_bytes(s, k, r, b);
-            rc = pf(out, "%s[%.0f, %.0f, %.0f, %.0f]", r ? ", " : "", b[0], b[1],
+            rc = tb_fmt(out, "%s[%.0f, %.0f, %.0f, %.0f]", r ? ", " : "", b[0], b[1],
                                     b[2], b[3]);
         }
-        rc = rc ? rc : pf(out, "]");
+        rc = rc ? rc : tb_fmt(out, "]");
     }
-    return rc ? rc : pf(out, "}");
+    return rc ? rc : tb_fmt(out, "}");
 }
 
 static int write_json(textbuf_t *out, const moe_sim_t *s, const moe_sim_write_opts_t *g,
                       const moe_placement_t *p, const moe_topo_t *t, char *err,
                       size_t errlen)
 {
-    int rc = pf(out, "{\"tokens\": %" PRIu64 ", \"layers\": %u, \"experts\": %u, "
+    int rc = tb_fmt(out, "{\"tokens\": %" PRIu64 ", \"layers\": %u, \"experts\": %u, "
                                 "\"ranks\": %u, \"nodes\": %u, \"transfer_bytes\": %.0f, "
                                 "\"expert_bytes\": %.0f, \"chunks\": %u, \"schemes\": {",
                                 moe_acct_tokens(moe_sim_acct(s)), p->layers, p->experts, p->ranks,
@@ -339,12 +313,12 @@ static int write_json(textbuf_t *out, const moe_sim_t *s, const moe_sim_write_op
             rc = json_scheme(out, s, k, first, p->layers, g->layers);
             first = 0;
         }
-    rc = rc ? rc : pf(out, "}");
+    rc = rc ? rc : tb_fmt(out, "}");
     if (!rc && g->ranks)
         rc = json_ranks(out, s, p->ranks);
     if (!rc && g->best)
         rc = json_best(out, s, err, errlen);
-    return rc ? rc : pf(out, "}\n");
+    return rc ? rc : tb_fmt(out, "}\n");
 }
 
 int moe_sim_write(const moe_sim_t *s, const moe_placement_t *p, const moe_topo_t *t,
