@@ -1,5 +1,5 @@
 /* kernels/gpu_internal.cuh -- shared pieces of the moe-run CUDA kernels: the context, the
- * fp32 <-> bf16/fp16 conversions (the same bit operations as lib/kern.c, so GPU and C agree
+ * fp32 <-> bf16/fp16 conversions (the same bit operations as lib/run/kern.c, so GPU and C agree
  * bit for bit), dtype dispatch and error plumbing. */
 #ifndef MOE_GPU_INTERNAL_CUH
 #define MOE_GPU_INTERNAL_CUH

@@ -1,4 +1,4 @@
-/* lib/numparse.c -- the number syntax of command lines and config files: counts with K/M/G
+/* numparse.c -- the number syntax of command lines and config files: counts with K/M/G
  * suffixes and finite decimals, each checked against a range. */
 #include "config.h"
 

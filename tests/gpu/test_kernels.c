@@ -1,5 +1,5 @@
 /* tests/gpu/test_kernels.c -- every CUDA kernel of moe-run (kernels/moe_kernels.h) against its C
- * reference in lib/kern.c on random data, within the moe-run tolerances (max |diff| /
+ * reference in lib/run/kern.c on random data, within the moe-run tolerances (max |diff| /
  * max(1, |ref|) <= 1e-4 for fp32, 2e-2 for bf16/fp16; conversions and permutes bit-exact).
  * Exits 77 (skip) when there is no CUDA device. */
 #include "config.h"
