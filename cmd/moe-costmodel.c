@@ -188,51 +188,8 @@ static void exflow_usage(FILE *fp)
 
 static int exflow_measure(const cfg_t *g, moe_exflow_in_t *in, moe_exflow_meas_t *ms)
 {
-    int st, rc = 0;
-    moe_placement_t *p;
-    moe_trace_map_t *m;
-    if ((st = moe_acct_inputs(g->placement, g->trace, 0, &p, &m, errbuf, sizeof errbuf)) != 0)
-        return st == MOE_ESHAPE ? fail("'%s' on '%s': %s", g->placement, g->trace, errbuf)
-                                : fail("%s", errbuf);
-    const moe_trace_hdr_t *h = moe_trace_map_header(m);
-    moe_acct_opts_t ao;
-    moe_acct_opts_default(&ao);
-    ao.topk = g->topk;
-    ao.source = g->source;
-    moe_acct_t *a = moe_acct_new(p, NULL, h, &ao, &st, errbuf, sizeof errbuf);
-    if (!a)
-        rc = fail("'%s' on '%s': %s", g->placement, g->trace, errbuf);
-    else if (moe_acct_scan(a, m, NULL, NULL)) {
-        const char *msg = moe_trace_map_errmsg(m);
-        rc = msg[0] == '\'' ? fail("%s", msg) : fail("'%s': %s", g->trace, msg);
-    }
-    if (!rc) {
-        ms->K = g->topk ? g->topk : h->topk;
-        if (moe_exflow_measure(a, ms->K, &in->p, &in->p_star))
-            rc = fail("'%s': no routed tokens", g->trace);
-    }
-    if (!rc) {
-        moe_acct_layer_t v, c;
-        moe_acct_total(a, MOE_SCHEME_VANILLA, &v);
-        moe_acct_total(a, MOE_SCHEME_COHERENT, &c);
-        ms->have = 1;
-        ms->vanilla = ms->coherent = 0;
-        for (int ph = 0; ph < MOE_PHASES; ph++)
-            for (int k = 0; k < MOE_LINK_CLASSES; k++) {
-                ms->vanilla += (double)v.xfer[ph][k];
-                ms->coherent += (double)c.xfer[ph][k];
-            }
-        ms->cells = (double)v.cells;
-        ms->tokens = (double)moe_acct_tokens(a);
-        ms->G = p->ranks;
-        ms->L = h->layers;
-        ms->hidden = h->hidden;
-        ms->elem_bytes = h->elem_bytes;
-    }
-    moe_acct_free(a);
-    moe_trace_map_close(m);
-    moe_placement_free(p);
-    return rc;
+    return moe_exflow_measure_files(g->placement, g->trace, g->topk, g->source, in, ms, errbuf,
+                                    sizeof errbuf) ? fail("%s", errbuf) : 0;
 }
 
 static int run_exflow(int argc, char **argv)

@@ -329,6 +329,12 @@ typedef struct moe_exflow_meas {
     double hidden, elem_bytes;
 } moe_exflow_meas_t;
 
+/* Open placement ppath and trace tpath (moe_acct_inputs), account them (top-k topk, 0: the
+ * trace's; source ranks `source`, enum moe_source) and measure p, p* into in and the totals into
+ * ms. 0, or a negative status with the one-line reason in err. */
+int moe_exflow_measure_files(const char *ppath, const char *tpath, uint32_t topk, int source,
+                             moe_exflow_in_t *in, moe_exflow_meas_t *ms, char *err,
+                             size_t errlen);
 /* ExFlow's Table I volumes of in (evaluated into o), with the measurement ms when it has one. */
 int moe_exflow_write(moe_textout_t *t, int json, const moe_exflow_in_t *in,
                      const moe_exflow_out_t *o, const moe_exflow_meas_t *ms);
