@@ -124,27 +124,6 @@ static int out_close(out_t *o, int werr)
     return moe_cli_text_finish(prog, o->t, o->path, werr);
 }
 
-#define P(...)                                                                                \
-    do {                                                                                      \
-        if (moe_textout_printf(t, __VA_ARGS__) < 0)                                           \
-            return -1;                                                                        \
-    } while (0)
-
-/* JSON number: null for NaN and infinities. The text lives in a ring of buffers, enough for
- * every number of one printf call. */
-static const char *J(double v)
-{
-    static char ring[16][40];
-    static unsigned next;
-    char *b = ring[next++ % 16];
-    if (!isfinite(v))
-        snprintf(b, sizeof ring[0], "null");
-    else
-        snprintf(b, sizeof ring[0], "%.10g", v);
-    return b;
-}
-
-/* Write a PNG (default) or SVG (FILE ending in .svg) of canvas c atomically. */
 static int write_picture(const char *path, const moe_canvas_t *c)
 {
     size_t n = strlen(path), len = 0;
@@ -207,113 +186,10 @@ static void exflow_usage(FILE *fp)
     moe_opts_usage(fp, MOE_OPT_OUTPUT);
 }
 
-/* Measured p, p* of a placement on a trace, and the accounting's own totals. */
-typedef struct exflow_meas {
-    int have;
-    double tokens, vanilla, coherent, cells;
-    uint32_t G, L, K;
-    double hidden, elem_bytes;
-} exflow_meas_t;
-
-static int exflow_measure(const cfg_t *g, moe_exflow_in_t *in, exflow_meas_t *ms)
+static int exflow_measure(const cfg_t *g, moe_exflow_in_t *in, moe_exflow_meas_t *ms)
 {
-    int st, rc = 0;
-    moe_placement_t *p;
-    moe_trace_map_t *m;
-    if ((st = moe_acct_inputs(g->placement, g->trace, 0, &p, &m, errbuf, sizeof errbuf)) != 0)
-        return st == MOE_ESHAPE ? fail("'%s' on '%s': %s", g->placement, g->trace, errbuf)
-                                : fail("%s", errbuf);
-    const moe_trace_hdr_t *h = moe_trace_map_header(m);
-    moe_acct_opts_t ao;
-    moe_acct_opts_default(&ao);
-    ao.topk = g->topk;
-    ao.source = g->source;
-    moe_acct_t *a = moe_acct_new(p, NULL, h, &ao, &st, errbuf, sizeof errbuf);
-    if (!a)
-        rc = fail("'%s' on '%s': %s", g->placement, g->trace, errbuf);
-    else if (moe_acct_scan(a, m, NULL, NULL)) {
-        const char *msg = moe_trace_map_errmsg(m);
-        rc = msg[0] == '\'' ? fail("%s", msg) : fail("'%s': %s", g->trace, msg);
-    }
-    if (!rc) {
-        ms->K = g->topk ? g->topk : h->topk;
-        if (moe_exflow_measure(a, ms->K, &in->p, &in->p_star))
-            rc = fail("'%s': no routed tokens", g->trace);
-    }
-    if (!rc) {
-        moe_acct_layer_t v, c;
-        moe_acct_total(a, MOE_SCHEME_VANILLA, &v);
-        moe_acct_total(a, MOE_SCHEME_COHERENT, &c);
-        ms->have = 1;
-        ms->vanilla = ms->coherent = 0;
-        for (int ph = 0; ph < MOE_PHASES; ph++)
-            for (int k = 0; k < MOE_LINK_CLASSES; k++) {
-                ms->vanilla += (double)v.xfer[ph][k];
-                ms->coherent += (double)c.xfer[ph][k];
-            }
-        ms->cells = (double)v.cells;
-        ms->tokens = (double)moe_acct_tokens(a);
-        ms->G = p->ranks;
-        ms->L = h->layers;
-        ms->hidden = h->hidden;
-        ms->elem_bytes = h->elem_bytes;
-    }
-    moe_acct_free(a);
-    moe_trace_map_close(m);
-    moe_placement_free(p);
-    return rc;
-}
-
-static int exflow_table(moe_textout_t *t, const moe_exflow_in_t *in, const moe_exflow_out_t *o,
-                        const exflow_meas_t *ms)
-{
-    P("# ExFlow Table I: forward communication per iteration, in token transfers\n");
-    P("G %g  N %g  L %g  top-k %u  p %.6g  p* %.6g", in->G, in->N, in->L, in->topk, in->p,
-      in->p_star);
-    if (in->p_topo >= 0)
-        P("  p_topo %.6g", in->p_topo);
-    P("\n%-24s %-16s %16s %16s\n", "scheme", "formula", "transfers", "bytes");
-    struct {
-        const char *name, *formula;
-        double v;
-    } rows[] = {{"DeepSpeed-MoE", "2kGNLp", o->deepspeed},
-                {"topology-aware gating", "2kGNLp_topo", o->topo_gating},
-                {"ExFlow (coherent)", "GN(kLp*+G)", o->exflow},
-                {"  all-to-all part", "GNkLp*", o->exflow_a2a},
-                {"  all-gather part", "GNG", o->allgather}};
-    for (size_t i = 0; i < sizeof rows / sizeof *rows; i++) {
-        if (isnan(rows[i].v))
-            continue;
-        P("%-24s %-16s %16.6g", rows[i].name, rows[i].formula, rows[i].v);
-        if (in->vec_bytes > 0)
-            P(" %16.6g\n", rows[i].v * in->vec_bytes);
-        else
-            P(" %16s\n", "-");
-    }
-    P("reduction DeepSpeed-MoE / ExFlow: %.4g\n", o->reduction);
-    if (ms->have)
-        P("measured (shared accounting): %g tokens, %g cells; vanilla %g transfers, coherent "
-          "%g + all-gather %g\n", ms->tokens, ms->cells, ms->vanilla, ms->coherent,
-          o->allgather);
-    return 0;
-}
-
-static int exflow_json(moe_textout_t *t, const moe_exflow_in_t *in, const moe_exflow_out_t *o,
-                       const exflow_meas_t *ms)
-{
-    P("{\"model\": \"exflow\", \"G\": %s, \"N\": %s, \"L\": %s, \"topk\": %u, \"p\": %s, ",
-      J(in->G), J(in->N), J(in->L), in->topk, J(in->p));
-    P("\"p_star\": %s, \"p_topo\": %s, \"vec_bytes\": %s,\n", J(in->p_star),
-      J(in->p_topo >= 0 ? in->p_topo : NAN), J(in->vec_bytes));
-    P(" \"transfers\": {\"deepspeed\": %s, \"topo_gating\": %s, \"exflow\": %s, ",
-      J(o->deepspeed), J(o->topo_gating), J(o->exflow));
-    P("\"exflow_alltoall\": %s, \"allgather\": %s}, \"reduction\": %s", J(o->exflow_a2a),
-      J(o->allgather), J(o->reduction));
-    if (ms->have)
-        P(",\n \"measured\": {\"tokens\": %s, \"cells\": %s, \"vanilla\": %s, \"coherent\": %s}",
-          J(ms->tokens), J(ms->cells), J(ms->vanilla), J(ms->coherent));
-    P("}\n");
-    return 0;
+    return moe_exflow_measure_files(g->placement, g->trace, g->topk, g->source, in, ms, errbuf,
+                                    sizeof errbuf) ? fail("%s", errbuf) : 0;
 }
 
 static int run_exflow(int argc, char **argv)
@@ -332,7 +208,7 @@ static int run_exflow(int argc, char **argv)
     if (g.trace && (!isnan(g.p) || !isnan(g.p_star)))
         return usage_error("exflow", "give --p and --p-star, or --trace and --placement");
     moe_exflow_in_t in = {0};
-    exflow_meas_t ms = {0};
+    moe_exflow_meas_t ms = {0};
     in.p = g.p, in.p_star = g.p_star, in.p_topo = or_default(g.p_topo, -1);
     if (g.trace && exflow_measure(&g, &in, &ms))
         return 1;
@@ -353,7 +229,7 @@ static int run_exflow(int argc, char **argv)
     out_t out;
     if (out_open(&out, &g))
         return 1;
-    int w = g.json ? exflow_json(out.t, &in, &o, &ms) : exflow_table(out.t, &in, &o, &ms);
+    int w = moe_exflow_write(out.t, g.json, &in, &o, &ms);
     return out_close(&out, w);
 }
 
@@ -488,115 +364,6 @@ static int monta_mem_inputs(const cfg_t *g, const moe_monta_in_t *in, moe_monta_
     return 1;
 }
 
-/* The Table 8 rows of one strategy. */
-static int monta_rows(moe_textout_t *t, const moe_monta_in_t *in, const moe_monta_result_t *r,
-                      int s)
-{
-    double I = r->volume, MB = 1e6;
-    moe_monta_chunk_t c;
-    char name[32];
-    if (s == MOE_MONTA_BASE) {
-        moe_monta_in_t one = *in;
-        one.t = 1; /* the whole volume through one AllToAll: eq. 8 with t = 1, N = 1 */
-        if (moe_monta_chunk(&one, 1, &c))
-            return 0;
-        P("%-10s %-22s %12.3f %10.4f %12.4f\n", "baseline", "AllToAll", I / MB, c.r1,
-          r->time[s] * 1e3);
-        return 0;
-    }
-    if (r->chunks[s] == 0 || moe_monta_chunk(in, r->chunks[s], &c))
-        return 0;
-    if (s == MOE_MONTA_O1)
-        snprintf(name, sizeof name, "O1");
-    else
-        snprintf(name, sizeof name, "%s (N=%u)", moe_monta_strategy_name(s), r->chunks[s]);
-    const char *per = s == MOE_MONTA_O1 ? "" : " per chunk";
-    char op[40];
-    snprintf(op, sizeof op, "AllToAll%s", per);
-    P("%-10s %-22s %12.3f %10.4f %12.4f\n", name, op, c.v_aa / MB, c.r1, c.aa * 1e3);
-    snprintf(op, sizeof op, "AllGather%s", per);
-    P("%-10s %-22s %12.3f %10.4f %12.4f\n", name, op, c.v_ag / MB, c.r2, c.ag * 1e3);
-    if (s != MOE_MONTA_O1) {
-        snprintf(op, sizeof op, "D2D copy%s", per);
-        P("%-10s %-22s %12.3f %10.4f %12.4f\n", name, op, c.v_ag / MB, c.r3, c.d2d * 1e3);
-    }
-    return 0;
-}
-
-static int monta_table(moe_textout_t *t, const moe_monta_in_t *in, const moe_monta_result_t *r,
-                       const moe_monta_layer_t *L, const moe_monta_mem_in_t *mi,
-                       const moe_monta_mem_t *mem)
-{
-    P("# MoNTA performance model: one AllToAll of a MoE layer (MB = 10^6 bytes)\n");
-    P("volume I %.6g bytes", r->volume);
-    if (!(in->volume > 0))
-        P(" (b %g, s %g, h %g, BPE %g)", in->b, in->s, in->h, in->bpe);
-    P("  t %u  e %u  B1 %.4g GB/s  B2 %.4g GB/s  B3 %.4g GB/s\n", in->t, in->e,
-      in->aa.bw / 1e9, in->ag.bw / 1e9, in->d2d.bw / 1e9);
-    P("%-10s %-22s %12s %10s %12s\n", "strategy", "operation", "volume(MB)", "efficiency",
-      "time(ms)");
-    for (int s = 0; s < MOE_MONTA_STRATEGIES; s++)
-        if (monta_rows(t, in, r, s))
-            return -1;
-    P("\n%-10s %8s %12s %12s\n", "strategy", "chunks", "time(ms)", "vs_baseline");
-    for (int s = 0; s < MOE_MONTA_STRATEGIES; s++) {
-        if (!r->chunks[s]) {
-            P("%-10s %8s %12s %12s\n", moe_monta_strategy_name(s), "-", "-", "-");
-            continue;
-        }
-        double base = r->time[MOE_MONTA_BASE];
-        if (base > 0)
-            P("%-10s %8u %12.4f %12.4f\n", moe_monta_strategy_name(s), r->chunks[s],
-              r->time[s] * 1e3, r->time[s] / base);
-        else
-            P("%-10s %8u %12.4f %12s\n", moe_monta_strategy_name(s), r->chunks[s],
-              r->time[s] * 1e3, "-");
-    }
-    P("selected (Alg. 3): %s\n", moe_monta_strategy_name(r->best));
-    if (L->have)
-        P("MoE layer forward (2 AllToAlls + experts): comm %.4f ms, compute %.4f ms, total "
-          "%.4f ms, %.6g tokens/s, MFU %.3f\n", L->comm * 1e3, L->comp * 1e3, L->total * 1e3,
-          L->tokens_per_s, L->mfu);
-    if (mi) {
-        P("memory per GPU (ZeRO %d, activations '%s'): non-MoE %.4g GB, MoE %.4g GB, "
-          "activations %.4g GB, total %.4g GB\n", mi->zero, moe_monta_act_name(mi->act),
-          mem->psi1 / 1e9, mem->psi2 / 1e9, mem->act / 1e9, mem->total / 1e9);
-    }
-    return 0;
-}
-
-static int monta_json(moe_textout_t *t, const moe_monta_in_t *in, const moe_monta_result_t *r,
-                      const moe_monta_layer_t *L, const moe_monta_mem_in_t *mi,
-                      const moe_monta_mem_t *mem)
-{
-    P("{\"model\": \"monta\", \"volume\": %s, \"t\": %u, \"e\": %u, \"B1\": %s, \"B2\": %s, "
-      "\"B3\": %s,\n \"strategies\": [", J(r->volume), in->t, in->e, J(in->aa.bw),
-      J(in->ag.bw), J(in->d2d.bw));
-    for (int s = 0; s < MOE_MONTA_STRATEGIES; s++) {
-        moe_monta_chunk_t c = {0};
-        if (r->chunks[s] && s != MOE_MONTA_BASE)
-            moe_monta_chunk(in, r->chunks[s], &c);
-        P("%s\n  {\"name\": \"%s\", \"chunks\": %u, \"time\": %s, \"ratio\": %s", s ? "," : "",
-          moe_monta_strategy_name(s), r->chunks[s], J(r->time[s]),
-          J(r->time[s] / r->time[MOE_MONTA_BASE]));
-        if (s != MOE_MONTA_BASE && r->chunks[s])
-            P(", \"aa\": %s, \"ag\": %s, \"d2d\": %s, \"r1\": %s, \"r2\": %s, \"r3\": %s",
-              J(c.aa), J(c.ag), J(c.d2d), J(c.r1), J(c.r2), J(c.r3));
-        P("}");
-    }
-    P("],\n \"selected\": \"%s\"", moe_monta_strategy_name(r->best));
-    if (L->have)
-        P(",\n \"layer\": {\"comm\": %s, \"compute\": %s, \"total\": %s, \"tokens_per_s\": %s, "
-          "\"mfu\": %s}", J(L->comm), J(L->comp), J(L->total), J(L->tokens_per_s), J(L->mfu));
-    if (mi)
-        P(",\n \"memory\": {\"zero\": %d, \"activation\": \"%s\", \"non_moe\": %s, \"moe\": %s, "
-          "\"activations\": %s, \"total\": %s}", mi->zero, moe_monta_act_name(mi->act),
-          J(mem->psi1), J(mem->psi2), J(mem->act), J(mem->total));
-    P("}\n");
-    return 0;
-}
-
-/* Time against chunk count and sequence length (moe_monta_plot) into a picture file. */
 static int monta_plot(const char *path, const moe_monta_in_t *in, const moe_monta_result_t *r)
 {
     moe_canvas_t *cv = NULL;
@@ -628,37 +395,7 @@ static int run_monta_plan(int argc, char **argv)
     out_t out;
     if (out_open(&out, &g))
         return 1;
-    moe_textout_t *t = out.t;
-    int w = 0;
-    const char *mode = o.vertical ? "vertical" : "horizontal";
-    if (g.json) {
-        w = moe_textout_printf(t, "{\"model\": \"monta-plan\", \"seq\": %s, \"seq_per_node\": "
-                               "%s, \"tp\": %u, \"ep\": %u, \"cp\": %u, \"expansion\": \"%s\", "
-                               "\"nodes\": %u, \"gpus\": %u, \"network\": %u, \"dp\": %u, "
-                               "\"ep_minibatch\": %s, \"priority\": [\"EP\", \"PP\", \"CP\", "
-                               "\"DP\"]}\n", J(in.seq), J(in.seq_per_group), in.gpus_per_node,
-                               in.ep, o.cp, mode, o.nodes, o.nodes * in.gpus_per_node,
-                               o.network, o.dp, J(o.ep_minibatch)) < 0;
-    } else {
-        w = moe_textout_printf(
-                t, "# MoNTA cluster expansion for long context (Fig. 12)\n"
-                   "sequence %g tokens, %g per node: CP %u, EP %u, TP/SP %u\n"
-                   "expansion: %s (CP and EP %s), %u nodes (%u GPUs) per replica, network of "
-                   "%u nodes\n"
-                   "EP group mini-batch: %.4g sequences\n",
-                in.seq, in.seq_per_group, o.cp, in.ep, in.gpus_per_node, mode,
-                o.vertical ? "aligned in one dimension" : "orthogonal", o.nodes,
-                o.nodes * in.gpus_per_node, o.network, o.ep_minibatch) < 0;
-        if (!w && in.nodes)
-            w = moe_textout_printf(t, "data-parallel replicas on %u nodes: %u\n", in.nodes,
-                                   o.dp) < 0;
-        if (!w)
-            w = moe_textout_printf(
-                    t, "order [TP/SP, EP, CP, PP, DP]: TP/SP on intra-node links; EP, PP, CP, DP "
-                       "on inter-node links\n"
-                       "communication priority, highest first: EP, PP, CP, DP (EP << PP << CP "
-                       "<< DP)\n") < 0;
-    }
+    int w = moe_monta_plan_write(out.t, g.json, &in, &o);
     return out_close(&out, w);
 }
 
@@ -701,8 +438,7 @@ static int run_monta(int argc, char **argv)
     if (out_open(&out, &g))
         return 1;
     const moe_monta_mem_in_t *mp = have_mem ? &mi : NULL;
-    int w = g.json ? monta_json(out.t, &in, &r, &L, mp, &mem)
-                   : monta_table(out.t, &in, &r, &L, mp, &mem);
+    int w = moe_monta_write(out.t, g.json, &in, &r, &L, mp, &mem);
     return out_close(&out, w);
 }
 
@@ -734,88 +470,6 @@ static void janus_usage(FILE *fp)
           "      --config=FILE      read KEY = VALUE lines (long option names) first\n"
           "      --json             write JSON instead of a table\n", fp);
     moe_opts_usage(fp, MOE_OPT_OUTPUT);
-}
-
-typedef struct janus_tot {
-    double ec, dc, nocache, chosen, t_ec, t_dc, t_chosen;
-} janus_tot_t;
-
-static int janus_block_row(moe_textout_t *t, int json, uint32_t i, double E,
-                           const moe_janus_out_t *o, double tec, double tdc)
-{
-    const double GiB = 1073741824.0;
-    const char *par = o->data_centric ? "data-centric" : "expert-centric";
-    if (json) {
-        P("%s\n  {\"block\": %u, \"E\": %s, \"T\": %s, \"R\": %s, \"comm_ec\": %s, "
-          "\"comm_dc\": %s, \"comm_dc_nocache\": %s, \"paradigm\": \"%s\", \"time_ec\": %s, "
-          "\"time_dc\": %s}", i ? "," : "", i, J(E), J(o->T), J(o->R), J(o->comm_ec),
-          J(o->comm_dc), J(o->comm_dc_nocache), par, J(tec), J(tdc));
-        return 0;
-    }
-    P("%5u %6g %9.4g %10.4f %10.4f %12.4f  %-15s", i, E, o->R, o->comm_ec / GiB,
-      o->comm_dc / GiB, o->comm_dc_nocache / GiB, par);
-    if (isnan(tec))
-        P("\n");
-    else
-        P(" %10.4f %10.4f\n", tec * 1e3, tdc * 1e3);
-    return 0;
-}
-
-static int janus_write(moe_textout_t *t, const cfg_t *g, const moe_janus_in_t *base,
-                       const double *E, uint32_t blocks, double bw)
-{
-    const double GiB = 1073741824.0;
-    double thr = or_default(g->threshold, 1), win = or_default(g->prefetch, 0);
-    janus_tot_t tot = {0};
-    if (g->json) {
-        P("{\"model\": \"janus\", \"B\": %s, \"S\": %s, \"k\": %s, \"H\": %s, \"F\": %s, "
-          "\"m\": %u, \"n\": %u, \"elem_bytes\": %s, \"threshold\": %s,\n \"blocks\": [",
-          J(base->B), J(base->S), J(base->k), J(base->H),
-          J(base->F > 0 ? base->F : 4 * base->H), base->m, base->n, J(base->elem_bytes),
-          J(thr));
-    } else {
-        P("# Janus: expert-centric (E.C.) against data-centric (D.C.) traffic, forward pass,\n"
-          "# per machine per MoE block (GiB = 2^30 bytes)\n");
-        P("B %g  S %g  k %g  H %g  F %g  m %u  n %u  element %g bytes  threshold R > %g\n",
-          base->B, base->S, base->k, base->H, base->F > 0 ? base->F : 4 * base->H, base->m,
-          base->n, base->elem_bytes, thr);
-        P("%5s %6s %9s %10s %10s %12s  %-15s", "block", "E", "R", "EC_GiB", "DC_GiB",
-          "DC_nocache", "paradigm");
-        if (bw > 0)
-            P(" %10s %10s", "EC_ms", "DC_ms");
-        P("\n");
-    }
-    for (uint32_t i = 0; i < blocks; i++) {
-        moe_janus_in_t in = *base;
-        in.E = E[i];
-        moe_janus_out_t o;
-        if (moe_janus_eval(&in, thr, &o))
-            return 1;
-        double tec = bw > 0 ? moe_janus_time(o.comm_ec, in.m, bw, 0) : NAN;
-        double tdc = bw > 0 ? moe_janus_time(o.comm_dc, in.m, bw, win) : NAN;
-        tot.ec += o.comm_ec;
-        tot.dc += o.comm_dc;
-        tot.nocache += o.comm_dc_nocache;
-        tot.chosen += o.data_centric ? o.comm_dc : o.comm_ec;
-        tot.t_ec += tec;
-        tot.t_dc += tdc;
-        tot.t_chosen += o.data_centric ? tdc : tec;
-        if (janus_block_row(t, g->json, i, in.E, &o, tec, tdc))
-            return -1;
-    }
-    if (g->json) {
-        P("],\n \"total\": {\"comm_ec\": %s, \"comm_dc\": %s, \"comm_dc_nocache\": %s, "
-          "\"comm_chosen\": %s, \"time_ec\": %s, \"time_dc\": %s, \"time_chosen\": %s}}\n",
-          J(tot.ec), J(tot.dc), J(tot.nocache), J(tot.chosen), J(tot.t_ec), J(tot.t_dc),
-          J(tot.t_chosen));
-        return 0;
-    }
-    P("total: E.C. %.4f GiB, D.C. %.4f GiB (%.4f GiB without the machine cache), per-block "
-      "choice %.4f GiB\n", tot.ec / GiB, tot.dc / GiB, tot.nocache / GiB, tot.chosen / GiB);
-    if (bw > 0)
-        P("time over %u x %.4g GB/s: E.C. %.4f ms, D.C. %.4f ms, per-block choice %.4f ms\n",
-          base->m, bw / 1e9, tot.t_ec * 1e3, tot.t_dc * 1e3, tot.t_chosen * 1e3);
-    return 0;
 }
 
 static int run_janus(int argc, char **argv)
@@ -867,7 +521,8 @@ static int run_janus(int argc, char **argv)
     out_t out;
     if (out_open(&out, &g))
         return 1;
-    int w = janus_write(out.t, &g, &in, E, blocks, topo.link[MOE_LINK_INTER].bw);
+    int w = moe_janus_write(out.t, g.json, &in, E, blocks, or_default(g.threshold, 1),
+                            or_default(g.prefetch, 0), topo.link[MOE_LINK_INTER].bw);
     return out_close(&out, w);
 }
 
@@ -910,149 +565,6 @@ static void mpmoe_usage(FILE *fp)
 static int profile_read(const char *path, moe_mpmoe_profile_t *p)
 {
     return moe_mpmoe_profile_read(p, path, errbuf, sizeof errbuf) ? fail("%s", errbuf) : 0;
-}
-
-static int cmp_dbl(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-/* Alg. 1 per strategy over the batch sizes of the profile, ascending. */
-static int mpmoe_profile_write(moe_textout_t *t, int json, moe_mpmoe_profile_t *p)
-{
-    double *Bs = malloc(p->n * sizeof *Bs);
-    if (!Bs)
-        return -1;
-    uint32_t nb = 0;
-    for (uint32_t i = 0; i < p->n; i++)
-        Bs[nb++] = p->B[i];
-    qsort(Bs, nb, sizeof *Bs, cmp_dbl);
-    uint32_t u = 0;
-    for (uint32_t i = 0; i < nb; i++)
-        if (!u || Bs[i] != Bs[u - 1])
-            Bs[u++] = Bs[i];
-    int w = 0, first = 1;
-    if (json)
-        w = moe_textout_printf(t, ",\n \"profile\": [") < 0;
-    else
-        w = moe_textout_printf(t, "\nprofile-based search (Alg. 1):\n%-6s %10s %6s %12s %10s\n",
-                               "S", "B", "n", "time(ms)", "profiled") < 0;
-    for (int s = 0; s < MOE_REUSE_STRATEGIES && !w; s++) {
-        moe_mpmoe_search_t st;
-        moe_mpmoe_search_init(&st);
-        p->cur_s = s;
-        for (uint32_t i = 0; i < u && !w; i++) {
-            int measured = 0; /* batch sizes this strategy has measurements of */
-            for (uint32_t j = 0; j < p->n && !measured; j++)
-                measured = p->s[j] == s && p->B[j] == Bs[i];
-            if (!measured)
-                continue;
-            uint32_t before = st.profiled;
-            uint32_t n = moe_mpmoe_search_step(&st, Bs[i], moe_mpmoe_profile_time, p);
-            /* a batch inside a known range takes its n unmeasured: its time shows as nan */
-            double sec = n ? moe_mpmoe_profile_time(p, Bs[i], n) : NAN;
-            if (json)
-                w |= moe_textout_printf(t, "%s\n  {\"reuse\": \"%s\", \"B\": %s, \"n\": %u, "
-                                        "\"time\": %s, \"profiled\": %u}", first ? "" : ",",
-                                        moe_mpmoe_reuse_name(s), J(Bs[i]), n, J(sec),
-                                        st.profiled - before) < 0;
-            else
-                w |= moe_textout_printf(t, "%-6s %10g %6u %12.4f %10u\n",
-                                        moe_mpmoe_reuse_name(s), Bs[i], n, sec * 1e3,
-                                        st.profiled - before) < 0;
-            first = 0;
-        }
-    }
-    if (json && !w)
-        w = moe_textout_printf(t, "]") < 0;
-    free(Bs);
-    return w ? -1 : 0;
-}
-
-/* One configuration; `restore` is its time over PMoE's (no reuse) at the same n: the cost of
- * restoring T_DI and T_M that the pipeline does not hide. */
-static int mpmoe_cfg_row(moe_textout_t *t, int json, int first, const moe_mpmoe_cfg_t *c,
-                         double restore)
-{
-    const double MiB = 1048576.0;
-    if (json) {
-        P("%s\n  {\"n\": %u, \"reuse\": \"%s\", \"forward\": %s, \"backward\": %s, \"time\": %s, "
-          "\"memory\": %s, \"paradigm\": [%d, %d], \"phases_fwd\": [%s, %s, %s, %s, %s]}",
-          first ? "" : ",", c->n, moe_mpmoe_reuse_name(c->reuse), J(c->fwd.total),
-          J(c->bwd.total), J(c->time), J(c->memory), c->fwd.paradigm, c->bwd.paradigm,
-          J(c->fwd.phase[0]), J(c->fwd.phase[1]), J(c->fwd.phase[2]), J(c->fwd.phase[3]),
-          J(c->fwd.phase[4]));
-        return 0;
-    }
-    P("%4u %-5s %4d/%d %10.4f %10.4f %10.4f %10.4f %12.2f\n", c->n,
-      moe_mpmoe_reuse_name(c->reuse), c->fwd.paradigm, c->bwd.paradigm, c->fwd.total * 1e3,
-      c->bwd.total * 1e3, c->time * 1e3, restore * 1e3, c->memory / MiB);
-    return 0;
-}
-
-static int mpmoe_write(moe_textout_t *t, const cfg_t *g, const moe_mpmoe_in_t *in,
-                       uint32_t nlo, uint32_t nhi, moe_mpmoe_profile_t *prof)
-{
-    moe_mpmoe_mem_t m;
-    uint32_t G = moe_topo_ranks(in->topo);
-    if (moe_mpmoe_memory(in, nlo, &m))
-        return -1;
-    if (g->json)
-        P("{\"model\": \"mpmoe\", \"B\": %s, \"M\": %s, \"H\": %s, \"E\": %s, \"elem_bytes\": %s, "
-          "\"ranks\": %u,\n \"memory\": {\"ms\": %s, \"act\": %s, \"buf\": %s, \"pipe_act\": %s, "
-          "\"pipe_buf\": %s}, \"partitions\": [", J(in->B), J(in->M), J(in->H), J(in->E),
-          J(in->elem_bytes), G, J(m.ms), J(m.act), J(m.buf), J(m.pipe_act), J(m.pipe_buf));
-    else
-        P("# MPMoE: memory (eq. 1-6, elements) and pipelined time of one MoE layer\n"
-          "B %g  M %g  H %g  E %g  element %g bytes  ranks %u (%u x %u)\n"
-          "M_ms %.6g  M_act %.6g  M_buf %.6g  M_act^pipe = M_buf^pipe %.6g\n"
-          "%4s %14s %10s\n", in->B, in->M, in->H, in->E, in->elem_bytes, G, in->topo->nodes,
-          in->topo->gpus_per_node, m.ms, m.act, m.buf, m.pipe_act, "n", "dM_act(eq.5)",
-          "phi(eq.6)");
-    for (uint32_t n = nlo; n <= nhi; n++) {
-        if (moe_mpmoe_memory(in, n, &m))
-            return -1;
-        if (g->json)
-            P("%s{\"n\": %u, \"saved\": %s, \"phi\": %s}", n > nlo ? ", " : "", n, J(m.saved),
-              J(m.phi));
-        else
-            P("%4u %14.6g %10.4f\n", n, m.saved, m.phi);
-    }
-    if (g->json)
-        P("],\n \"configs\": [");
-    else
-        P("\n%4s %-5s %6s %10s %10s %10s %10s %12s\n", "n", "S", "parad", "fwd_ms", "bwd_ms",
-          "total_ms", "restore_ms", "memory_MiB");
-    int first = 1;
-    for (uint32_t n = nlo; n <= nhi; n++)
-        for (int s = 0; s < MOE_REUSE_STRATEGIES; s++) {
-            moe_mpmoe_cfg_t c, none;
-            if (g->reuse >= 0 && s != g->reuse)
-                continue;
-            if (moe_mpmoe_eval(in, n, s, &c) || moe_mpmoe_eval(in, n, MOE_REUSE_NONE, &none) ||
-                mpmoe_cfg_row(t, g->json, first, &c, c.time - none.time))
-                return -1;
-            first = 0;
-        }
-    moe_mpmoe_cfg_t best;
-    int brc = moe_mpmoe_best(in, nlo, nhi, g->mem_limit > 0 ? g->mem_limit : 0, &best);
-    if (g->json) {
-        P("]");
-        if (!brc)
-            P(",\n \"best\": {\"n\": %u, \"reuse\": \"%s\", \"time\": %s, \"memory\": %s}",
-              best.n, moe_mpmoe_reuse_name(best.reuse), J(best.time), J(best.memory));
-    } else if (!brc) {
-        P("best by the performance model (S1-S4): n = %u, %s: %.4f ms, %.2f MiB\n", best.n,
-          moe_mpmoe_reuse_name(best.reuse), best.time * 1e3, best.memory / 1048576.0);
-    } else {
-        P("best by the performance model: no configuration fits the memory limit\n");
-    }
-    if (prof && mpmoe_profile_write(t, g->json, prof))
-        return -1;
-    if (g->json)
-        P("}\n");
-    return 0;
 }
 
 static int run_mpmoe(int argc, char **argv)
@@ -1103,7 +615,8 @@ static int run_mpmoe(int argc, char **argv)
             moe_mpmoe_profile_release(&prof);
         return 1;
     }
-    int w = mpmoe_write(out.t, &g, &in, nlo, nhi, g.profile ? &prof : NULL);
+    int w = moe_mpmoe_write(out.t, g.json, &in, nlo, nhi, g.reuse, g.mem_limit,
+                            g.profile ? &prof : NULL);
     if (g.profile)
         moe_mpmoe_profile_release(&prof);
     return out_close(&out, w);

@@ -333,51 +333,6 @@ static int cmd_view(int argc, char **argv)
 
 /* ------------------------------------------------------------------ stats */
 
-/* Distinct 32-bit values (sequence ids, steps, ranks): open addressing, grows with the number
- * of distinct values, never with the number of tokens. */
-typedef struct u32set {
-    uint64_t *slot; /* value, or SET_EMPTY */
-    size_t cap, n;
-    uint32_t last;  /* fast path: runs of the same value */
-    int have_last;
-} u32set_t;
-
-#define SET_EMPTY UINT64_MAX
-
-/* Insert v; returns 1 if it was new. */
-static int u32set_put(uint64_t *slot, size_t cap, uint64_t v)
-{
-    size_t j = moe_hash64(0, v) & (cap - 1);
-    while (slot[j] != SET_EMPTY && slot[j] != v)
-        j = (j + 1) & (cap - 1);
-    int fresh = slot[j] == SET_EMPTY;
-    slot[j] = v;
-    return fresh;
-}
-
-static int u32set_add(u32set_t *s, uint32_t v)
-{
-    if (s->have_last && s->last == v)
-        return 0;
-    s->last = v;
-    s->have_last = 1;
-    if (2 * (s->n + 1) > s->cap) {
-        size_t cap = s->cap ? 2 * s->cap : 1024;
-        uint64_t *ns = malloc(cap * sizeof *ns);
-        if (!ns)
-            return -1;
-        memset(ns, 0xff, cap * sizeof *ns);
-        for (size_t i = 0; i < s->cap; i++)
-            if (s->slot[i] != SET_EMPTY)
-                u32set_put(ns, cap, s->slot[i]);
-        free(s->slot);
-        s->slot = ns;
-        s->cap = cap;
-    }
-    s->n += (size_t)u32set_put(s->slot, s->cap, v);
-    return 0;
-}
-
 /* stats writes a text report: no trace-format or @PG options. */
 #define STATS_OPTS (MOE_OPT_OUTPUT | MOE_OPT_THREADS | MOE_OPT_PROGRESS)
 
@@ -391,93 +346,23 @@ static void stats_usage(FILE *fp)
     moe_opts_usage(fp, STATS_OPTS);
 }
 
-typedef struct stats {
-    uint64_t tokens, incomplete, missing;
-    uint64_t *load;     /* [layers][experts] */
-    uint64_t *present;  /* tokens with the layer present, per layer */
-    u32set_t seqs, steps, ranks;
-} stats_t;
-
-static int stats_scan(input_t *in, const moe_opts_t *o, stats_t *s)
+/* Count every record of the input into s. */
+static int stats_scan(input_t *in, const moe_opts_t *o, moe_trace_stats_t *s)
 {
-    const moe_trace_hdr_t *h = &in->h;
-    const uint32_t L = h->layers, E = h->experts, K = h->topk;
-    s->load = calloc((size_t)L * E, sizeof *s->load);
-    s->present = calloc(L, sizeof *s->present);
-    if (!s->load || !s->present)
-        return fail("out of memory");
     moe_trace_rec_t r = {0};
     moe_progress_t *pg = progress_for(o, "stats", in->t);
     int rc;
     while ((rc = input_next(in, &r)) == 1) {
-        s->tokens++;
-        unsigned miss = 0;
-        for (uint32_t l = 0; l < L; l++) {
-            const uint16_t *id = r.ids + (size_t)l * K;
-            if (id[0] == MOE_EXPERT_NONE) {
-                miss++;
-                continue;
-            }
-            uint64_t *ld = s->load + (size_t)l * E;
-            for (uint32_t k = 0; k < K; k++)
-                ld[id[k]]++;
-            s->present[l]++;
-        }
-        s->missing += miss;
-        s->incomplete += miss != 0;
-        if (u32set_add(&s->seqs, r.seq) || u32set_add(&s->steps, r.step) ||
-            u32set_add(&s->ranks, r.rank)) {
+        if (moe_trace_stats_add(s, &r)) {
             rc = -1;
             fail("out of memory");
             break;
         }
-        progress_tick(pg, in->t, s->tokens);
+        progress_tick(pg, in->t, moe_trace_count(in->t));
     }
     moe_progress_free(pg);
     moe_trace_rec_release(&r);
     return rc < 0 ? 1 : 0;
-}
-
-static void stats_print(FILE *fp, const moe_trace_hdr_t *h, const stats_t *s, int loads)
-{
-    const uint32_t L = h->layers, E = h->experts;
-    fprintf(fp, "tokens %llu\nsequences %zu\nlayers %u\nexperts %u\ntopk %u\n",
-            (unsigned long long)s->tokens, s->seqs.n, L, E, h->topk);
-    fprintf(fp, "steps %zu\nsource_ranks %zu\nweights %s\nhidden %u\nelem_bytes %u\n",
-            s->steps.n, s->ranks.n, (h->flags & MOE_TRACE_WEIGHTS) ? "yes" : "no", h->hidden,
-            h->elem_bytes);
-    fprintf(fp, "missing_cells %llu\nincomplete_tokens %llu\n", (unsigned long long)s->missing,
-            (unsigned long long)s->incomplete);
-    fprintf(fp, "# per-layer expert load: tokens routed to each expert (top-k counts each)\n"
-                "# %5s %10s %9s %9s %9s %11s %8s %7s %7s\n",
-            "layer", "tokens", "missing", "min", "max", "mean", "max/mean", "cv", "hottest");
-    for (uint32_t l = 0; l < L; l++) {
-        const uint64_t *ld = s->load + (size_t)l * E;
-        uint64_t mn = UINT64_MAX, mx = 0, sum = 0;
-        uint32_t hot = 0;
-        for (uint32_t e = 0; e < E; e++) {
-            mn = ld[e] < mn ? ld[e] : mn;
-            if (ld[e] > mx) {
-                mx = ld[e];
-                hot = e;
-            }
-            sum += ld[e];
-        }
-        double mean = (double)sum / E, var = 0;
-        for (uint32_t e = 0; e < E; e++)
-            var += ((double)ld[e] - mean) * ((double)ld[e] - mean);
-        double cv = mean > 0 ? sqrt(var / E) / mean : 0;
-        fprintf(fp, "layer %5u %10llu %9llu %9llu %9llu %11.2f %8.3f %7.3f %7u\n", l,
-                (unsigned long long)s->present[l], (unsigned long long)(s->tokens - s->present[l]),
-                (unsigned long long)mn, (unsigned long long)mx, mean, mean > 0 ? mx / mean : 0,
-                cv, hot);
-    }
-    for (uint32_t l = 0; loads && l < L; l++) {
-        fprintf(fp, "load %u", l);
-        for (uint32_t e = 0; e < E; e++)
-            fprintf(fp, " %llu", (unsigned long long)s->load[(size_t)l * E + e]);
-        fputc('\n', fp);
-    }
 }
 
 static int cmd_stats(int argc, char **argv)
@@ -497,21 +382,14 @@ static int cmd_stats(int argc, char **argv)
     input_t in;
     if ((rc = open_single_input("stats", &o, argc, argv, &in)))
         return rc;
-    stats_t s = {0};
-    rc = stats_scan(&in, &o, &s);
+    moe_trace_stats_t *s = moe_trace_stats_new(&in.h);
+    rc = s ? stats_scan(&in, &o, s) : fail("out of memory");
     if (rc == 0) {
-        textout_t out;
-        rc = textout_open(&out, o.out);
-        if (rc == 0) {
-            stats_print(out.fp, &in.h, &s, loads);
-            rc = textout_close(&out, o.out, 1);
-        }
+        const char *path = o.out ? o.out : "-";
+        moe_textout_t *t = moe_cli_text_open(prog, path, 't', -1);
+        rc = t ? moe_cli_text_finish(prog, t, path, moe_trace_stats_write(s, loads, t)) : 1;
     }
-    free(s.load);
-    free(s.present);
-    free(s.seqs.slot);
-    free(s.steps.slot);
-    free(s.ranks.slot);
+    moe_trace_stats_free(s);
     input_close(&in);
     return rc;
 }
@@ -805,18 +683,27 @@ static int sample_count_seqs(input_t *in, const moe_opts_t *o, uint64_t n, uint6
 {
     if (strcmp(in->path, "-") == 0)
         return fail("sample -n with --by-sequence needs a file, not standard input");
-    u32set_t seqs = {0};
+    moe_trace_stats_t *seqs = moe_trace_stats_new(&in->h);
     moe_trace_rec_t r = {0};
-    int rc;
-    while ((rc = input_next(in, &r)) == 1)
-        if (u32set_add(&seqs, r.seq)) {
-            rc = fail("out of memory");
+    int rc = seqs ? 1 : (fail("out of memory"), -1);
+    while (rc == 1 && (rc = input_next(in, &r)) == 1)
+        if (moe_trace_stats_add(seqs, &r)) {
+            rc = (fail("out of memory"), -1);
             break;
         }
-    uint64_t *h = malloc((seqs.n ? seqs.n : 1) * sizeof *h), m = 0;
-    for (size_t i = 0; h && i < seqs.cap; i++)
-        if (seqs.slot[i] != SET_EMPTY)
-            h[m++] = moe_hash64(seed, seqs.slot[i]);
+    size_t ns = seqs ? moe_trace_stats_sequences(seqs) : 0;
+    uint32_t *ids = malloc((ns ? ns : 1) * sizeof *ids);
+    uint64_t *h = malloc((ns ? ns : 1) * sizeof *h), m = 0;
+    if (ids && h)
+        m = moe_trace_stats_seq_ids(seqs, ids);
+    else {
+        free(h);
+        h = NULL;
+    }
+    for (size_t i = 0; h && i < m; i++)
+        h[i] = moe_hash64(seed, ids[i]);
+    free(ids);
+    moe_trace_stats_free(seqs);
     /* Threshold = the n-th smallest hash; selection by sorting is fine at sequence counts. */
     for (uint64_t gap = m / 2; gap > 0; gap /= 2)
         for (uint64_t i = gap; i < m; i++)
@@ -827,7 +714,6 @@ static int sample_count_seqs(input_t *in, const moe_opts_t *o, uint64_t n, uint6
             }
     uint64_t thresh = m == 0 ? 0 : n >= m ? UINT64_MAX : h[n - 1];
     free(h);
-    free(seqs.slot);
     if (rc < 0 || !h)
         return rc < 0 ? 1 : fail("out of memory");
     input_t again;

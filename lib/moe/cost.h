@@ -6,6 +6,7 @@
 #include <stdint.h>
 
 #include "moe/acct.h"
+#include "moe/io.h"
 #include "moe/topo.h"
 
 #ifdef __cplusplus
@@ -311,6 +312,51 @@ int moe_janus_eval(const moe_janus_in_t *in, double threshold, moe_janus_out_t *
 /* Seconds of a block's traffic over the machine's inter-node links (m GPUs x bw each), with
  * the part overlapped by a prefetch window removed for the data-centric paradigm. */
 double moe_janus_time(double bytes, uint32_t m, double bw, double prefetch_window);
+
+/* ------------------------------------------------------------------ reports */
+
+/* moe-costmodel's reports. Each writes its table, or with `json` its JSON document (numbers
+ * as %.10g, null for NaN and infinities), into the text sink t. They return 0, the sink's first
+ * error (a negative status), MOE_ENOMEM, or MOE_EINVAL when the model refuses an input (the
+ * caller evaluates its inputs first, so that error reaches it before any output). */
+
+/* What a trace measured for ExFlow: p, p* of a placement (in moe_exflow_in_t) and the shared
+ * accounting's own totals, shown beside the model; `have` 0 when nothing was measured. */
+typedef struct moe_exflow_meas {
+    int have;
+    double tokens, vanilla, coherent, cells;
+    uint32_t G, L, K;
+    double hidden, elem_bytes;
+} moe_exflow_meas_t;
+
+/* Open placement ppath and trace tpath (moe_acct_inputs), account them (top-k topk, 0: the
+ * trace's; source ranks `source`, enum moe_source) and measure p, p* into in and the totals into
+ * ms. 0, or a negative status with the one-line reason in err. */
+int moe_exflow_measure_files(const char *ppath, const char *tpath, uint32_t topk, int source,
+                             moe_exflow_in_t *in, moe_exflow_meas_t *ms, char *err,
+                             size_t errlen);
+/* ExFlow's Table I volumes of in (evaluated into o), with the measurement ms when it has one. */
+int moe_exflow_write(moe_textout_t *t, int json, const moe_exflow_in_t *in,
+                     const moe_exflow_out_t *o, const moe_exflow_meas_t *ms);
+/* MoNTA's Table 8 rows of every strategy, the chosen one, the layer L (when L->have) and the
+ * memory model mem of mi (when mi is not NULL). */
+int moe_monta_write(moe_textout_t *t, int json, const moe_monta_in_t *in,
+                    const moe_monta_result_t *r, const moe_monta_layer_t *L,
+                    const moe_monta_mem_in_t *mi, const moe_monta_mem_t *mem);
+/* MoNTA's cluster expansion o of in (Fig. 12). */
+int moe_monta_plan_write(moe_textout_t *t, int json, const moe_monta_plan_in_t *in,
+                         const moe_monta_plan_t *o);
+/* Janus per block (E[i] experts per worker of `blocks` blocks, the rest as base): traffic, R,
+ * the paradigm chosen above `threshold`, and with bw > 0 the times, the data-centric ones
+ * less the prefetch window; then the totals. */
+int moe_janus_write(moe_textout_t *t, int json, const moe_janus_in_t *base, const double *E,
+                    uint32_t blocks, double threshold, double prefetch, double bw);
+struct moe_mpmoe_profile;
+/* MPMoE's memory for n = nlo..nhi, every configuration (only strategy `reuse` when >= 0), the
+ * best one within mem_limit (<= 0: none), and with prof (moe/costcfg.h) Alg. 1's search per
+ * strategy over the profile's batch sizes (it sets prof->cur_s). */
+int moe_mpmoe_write(moe_textout_t *t, int json, const moe_mpmoe_in_t *in, uint32_t nlo,
+                    uint32_t nhi, int reuse, double mem_limit, struct moe_mpmoe_profile *prof);
 
 #ifdef __cplusplus
 }

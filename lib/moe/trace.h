@@ -134,6 +134,28 @@ int moe_trace_hdr_print(FILE *fp, const moe_trace_hdr_t *h);
 /* Write the text form of one record (one line) to fp; 0 or MOE_ESYS. */
 int moe_trace_rec_print(FILE *fp, const moe_trace_hdr_t *h, const moe_trace_rec_t *r);
 
+/* ------------------------------------------------------------------ stats (moe-trace stats) */
+
+/* Counts of a trace's records: tokens, distinct sequences, steps and source ranks (memory grows
+ * with the distinct values, not the tokens), missing cells, and each layer's expert load. */
+typedef struct moe_trace_stats moe_trace_stats_t;
+struct moe_textout;
+/* Empty counts for traces of header h's shape; NULL when out of memory. */
+moe_trace_stats_t *moe_trace_stats_new(const moe_trace_hdr_t *h);
+/* Count one record (of the shape given to moe_trace_stats_new); 0 or MOE_ENOMEM. */
+int moe_trace_stats_add(moe_trace_stats_t *s, const moe_trace_rec_t *r);
+/* The report into the text sink t (moe/io.h): the counts as "name value" lines, one line per
+ * layer with its load's min, max, mean, max/mean, coefficient of variation and hottest expert,
+ * and with `loads` every expert's load per layer. 0 or the sink's first error. */
+int moe_trace_stats_write(const moe_trace_stats_t *s, int loads, struct moe_textout *t);
+/* Number of distinct sequence ids counted. */
+size_t moe_trace_stats_sequences(const moe_trace_stats_t *s);
+/* The distinct sequence ids, in no particular order, into ids (room for
+ * moe_trace_stats_sequences); returns their number. */
+size_t moe_trace_stats_seq_ids(const moe_trace_stats_t *s, uint32_t *ids);
+/* Free s; NULL is a no-op. */
+void moe_trace_stats_free(moe_trace_stats_t *s);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,0 +1,200 @@
+/* lib/trace/trace_stats.c -- moe-trace stats: counts, distinct ids, per-layer expert load and
+ * skew of a trace's records, and the report of them. */
+#include "config.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "moe/io.h"
+#include "moe/moe.h"
+#include "moe/rng.h"
+#include "moe/trace.h"
+
+/* Distinct 32-bit values (sequence ids, steps, ranks): open addressing, grows with the number
+ * of distinct values, never with the number of tokens. */
+typedef struct u32set {
+    uint64_t *slot; /* value, or SET_EMPTY */
+    size_t cap, n;
+    uint32_t last;  /* fast path: runs of the same value */
+    int have_last;
+} u32set_t;
+
+#define SET_EMPTY UINT64_MAX
+
+struct moe_trace_stats {
+    uint32_t layers, experts, topk, hidden, elem_bytes, flags;
+    uint64_t tokens, incomplete, missing;
+    uint64_t *load;     /* [layers][experts] */
+    uint64_t *present;  /* tokens with the layer present, per layer */
+    u32set_t seqs, steps, ranks;
+};
+
+/* Insert v; returns 1 if it was new. */
+static int u32set_put(uint64_t *slot, size_t cap, uint64_t v)
+{
+    size_t j = moe_hash64(0, v) & (cap - 1);
+    while (slot[j] != SET_EMPTY && slot[j] != v)
+        j = (j + 1) & (cap - 1);
+    int fresh = slot[j] == SET_EMPTY;
+    slot[j] = v;
+    return fresh;
+}
+
+static int u32set_add(u32set_t *s, uint32_t v)
+{
+    if (s->have_last && s->last == v)
+        return 0;
+    s->last = v;
+    s->have_last = 1;
+    if (2 * (s->n + 1) > s->cap) {
+        size_t cap = s->cap ? 2 * s->cap : 1024;
+        uint64_t *ns = malloc(cap * sizeof *ns);
+        if (!ns)
+            return -1;
+        memset(ns, 0xff, cap * sizeof *ns);
+        for (size_t i = 0; i < s->cap; i++)
+            if (s->slot[i] != SET_EMPTY)
+                u32set_put(ns, cap, s->slot[i]);
+        free(s->slot);
+        s->slot = ns;
+        s->cap = cap;
+    }
+    s->n += (size_t)u32set_put(s->slot, s->cap, v);
+    return 0;
+}
+
+moe_trace_stats_t *moe_trace_stats_new(const moe_trace_hdr_t *h)
+{
+    moe_trace_stats_t *s = calloc(1, sizeof *s);
+    if (!s)
+        return NULL;
+    s->layers = h->layers, s->experts = h->experts, s->topk = h->topk;
+    s->hidden = h->hidden, s->elem_bytes = h->elem_bytes, s->flags = h->flags;
+    s->load = calloc((size_t)h->layers * h->experts, sizeof *s->load);
+    s->present = calloc(h->layers, sizeof *s->present);
+    if (!s->load || !s->present) {
+        moe_trace_stats_free(s);
+        return NULL;
+    }
+    return s;
+}
+
+void moe_trace_stats_free(moe_trace_stats_t *s)
+{
+    if (!s)
+        return;
+    free(s->load);
+    free(s->present);
+    free(s->seqs.slot);
+    free(s->steps.slot);
+    free(s->ranks.slot);
+    free(s);
+}
+
+int moe_trace_stats_add(moe_trace_stats_t *s, const moe_trace_rec_t *r)
+{
+    const uint32_t L = s->layers, E = s->experts, K = s->topk;
+    s->tokens++;
+    unsigned miss = 0;
+    for (uint32_t l = 0; l < L; l++) {
+        const uint16_t *id = r->ids + (size_t)l * K;
+        if (id[0] == MOE_EXPERT_NONE) {
+            miss++;
+            continue;
+        }
+        uint64_t *ld = s->load + (size_t)l * E;
+        for (uint32_t k = 0; k < K; k++)
+            ld[id[k]]++;
+        s->present[l]++;
+    }
+    s->missing += miss;
+    s->incomplete += miss != 0;
+    if (u32set_add(&s->seqs, r->seq) || u32set_add(&s->steps, r->step) ||
+        u32set_add(&s->ranks, r->rank))
+        return MOE_ENOMEM;
+    return 0;
+}
+
+#define P(...)                                                                                \
+    do {                                                                                      \
+        int st_ = moe_textout_printf(t, __VA_ARGS__);                                         \
+        if (st_ < 0)                                                                          \
+            return st_;                                                                       \
+    } while (0)
+
+/* One "load LAYER n n ..." line, written in pieces of at most a few KiB. */
+static int load_line(struct moe_textout *t, const moe_trace_stats_t *s, uint32_t l)
+{
+    char buf[4096];
+    size_t n = (size_t)snprintf(buf, sizeof buf, "load %u", l);
+    const uint64_t *ld = s->load + (size_t)l * s->experts;
+    for (uint32_t e = 0; e <= s->experts; e++) {
+        if (e == s->experts || n > sizeof buf - 32) {
+            int st = moe_textout_write(t, buf, n);
+            if (st)
+                return st;
+            n = 0;
+        }
+        if (e < s->experts)
+            n += (size_t)snprintf(buf + n, sizeof buf - n, " %llu", (unsigned long long)ld[e]);
+    }
+    return moe_textout_write(t, "\n", 1);
+}
+
+int moe_trace_stats_write(const moe_trace_stats_t *s, int loads, struct moe_textout *t)
+{
+    const uint32_t L = s->layers, E = s->experts;
+    P("tokens %llu\nsequences %zu\nlayers %u\nexperts %u\ntopk %u\n",
+      (unsigned long long)s->tokens, s->seqs.n, L, E, s->topk);
+    P("steps %zu\nsource_ranks %zu\nweights %s\nhidden %u\nelem_bytes %u\n", s->steps.n,
+      s->ranks.n, (s->flags & MOE_TRACE_WEIGHTS) ? "yes" : "no", s->hidden, s->elem_bytes);
+    P("missing_cells %llu\nincomplete_tokens %llu\n", (unsigned long long)s->missing,
+      (unsigned long long)s->incomplete);
+    P("# per-layer expert load: tokens routed to each expert (top-k counts each)\n"
+      "# %5s %10s %9s %9s %9s %11s %8s %7s %7s\n",
+      "layer", "tokens", "missing", "min", "max", "mean", "max/mean", "cv", "hottest");
+    for (uint32_t l = 0; l < L; l++) {
+        const uint64_t *ld = s->load + (size_t)l * E;
+        uint64_t mn = UINT64_MAX, mx = 0, sum = 0;
+        uint32_t hot = 0;
+        for (uint32_t e = 0; e < E; e++) {
+            mn = ld[e] < mn ? ld[e] : mn;
+            if (ld[e] > mx) {
+                mx = ld[e];
+                hot = e;
+            }
+            sum += ld[e];
+        }
+        double mean = (double)sum / E, var = 0;
+        for (uint32_t e = 0; e < E; e++)
+            var += ((double)ld[e] - mean) * ((double)ld[e] - mean);
+        double cv = mean > 0 ? sqrt(var / E) / mean : 0;
+        P("layer %5u %10llu %9llu %9llu %9llu %11.2f %8.3f %7.3f %7u\n", l,
+          (unsigned long long)s->present[l], (unsigned long long)(s->tokens - s->present[l]),
+          (unsigned long long)mn, (unsigned long long)mx, mean, mean > 0 ? mx / mean : 0, cv,
+          hot);
+    }
+    for (uint32_t l = 0; loads && l < L; l++) {
+        int st = load_line(t, s, l);
+        if (st)
+            return st;
+    }
+    return 0;
+}
+
+size_t moe_trace_stats_sequences(const moe_trace_stats_t *s)
+{
+    return s->seqs.n;
+}
+
+size_t moe_trace_stats_seq_ids(const moe_trace_stats_t *s, uint32_t *ids)
+{
+    size_t m = 0;
+    for (size_t i = 0; i < s->seqs.cap; i++)
+        if (s->seqs.slot[i] != SET_EMPTY)
+            ids[m++] = (uint32_t)s->seqs.slot[i];
+    return m;
+}
