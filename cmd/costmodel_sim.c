@@ -105,12 +105,16 @@ static int sim_opt(int c, const char *arg, sim_cfg_t *g)
     static const char *const src[] = {"auto", "recorded", "sequence", "token"};
     switch (c) {
     case S_TOPOLOGY: g->topology = arg; return 0;
-    case S_HIDDEN: return moe_cli_u32(PROG, "simulate", arg, 1, 1u << 24, "hidden size", &g->so.hidden);
-    case S_FFN: return moe_cli_u32(PROG, "simulate", arg, 1, 1u << 24, "expert inner size", &g->so.ffn);
+    case S_HIDDEN:
+        return moe_cli_u32(PROG, "simulate", arg, 1, 1u << 24, "hidden size", &g->so.hidden);
+    case S_FFN:
+        return moe_cli_u32(PROG, "simulate", arg, 1, 1u << 24, "expert inner size", &g->so.ffn);
     case S_CHUNKS: return moe_cli_u32(PROG, "simulate", arg, 1, 4096, "chunk count", &g->so.chunks);
-    case S_CREDITS: return moe_cli_u32(PROG, "simulate", arg, 1, 65536, "credit count", &g->so.credits);
+    case S_CREDITS:
+        return moe_cli_u32(PROG, "simulate", arg, 1, 65536, "credit count", &g->so.credits);
     case S_RANKS: g->ranks = 1; return 0;
-    case S_TOPK: return moe_cli_u32(PROG, "simulate", arg, 1, MOE_TRACE_MAX_TOPK, "top-k", &g->so.acct.topk);
+    case S_TOPK:
+        return moe_cli_u32(PROG, "simulate", arg, 1, MOE_TRACE_MAX_TOPK, "top-k", &g->so.acct.topk);
     case S_BEST: g->best = 1; return 0;
     case S_JSON: g->json = 1; return 0;
     case S_PLOT: g->plot = arg; return 0;

@@ -194,9 +194,9 @@ static int exflow_measure(const cfg_t *g, moe_exflow_in_t *in, moe_exflow_meas_t
 
 static int run_exflow(int argc, char **argv)
 {
-    static const int takes[] = {MOE_CK_RANKS, MOE_CK_TPR, MOE_CK_LAYERS, MOE_CK_TOPK, MOE_CK_P, MOE_CK_P_TOPO, MOE_CK_P_STAR,
-                                MOE_CK_TRACE, MOE_CK_PLACEMENT, MOE_CK_SOURCE, MOE_CK_HIDDEN, MOE_CK_ELEM_BYTES, MOE_CK_JSON,
-                                0};
+    static const int takes[] = {MOE_CK_RANKS, MOE_CK_TPR, MOE_CK_LAYERS, MOE_CK_TOPK, MOE_CK_P,
+        MOE_CK_P_TOPO, MOE_CK_P_STAR, MOE_CK_TRACE, MOE_CK_PLACEMENT, MOE_CK_SOURCE, MOE_CK_HIDDEN,
+        MOE_CK_ELEM_BYTES, MOE_CK_JSON, 0};
     static cfg_t g; /* its file values are freed at exit */
     int rc = 0;
     if (parse("exflow", argc, argv, &g, takes, exflow_usage, &rc))
@@ -306,7 +306,8 @@ static void monta_usage(FILE *fp)
 }
 
 /* A resource from an efficiency option, else the topology link's curve. */
-static void monta_res(moe_monta_res_t *r, const moe_link_t *link, double bw, const moe_costcfg_eff_t *e)
+static void monta_res(moe_monta_res_t *r, const moe_link_t *link, double bw,
+                      const moe_costcfg_eff_t *e)
 {
     memset(r, 0, sizeof *r);
     if (link)
@@ -375,8 +376,8 @@ static int monta_plot(const char *path, const moe_monta_in_t *in, const moe_mont
 
 static int run_monta_plan(int argc, char **argv)
 {
-    static const int takes[] = {MOE_CK_SEQ, MOE_CK_SEQ_PER_NODE, MOE_CK_GPN, MOE_CK_EP, MOE_CK_NODES, MOE_CK_SWITCH_PORTS,
-                                MOE_CK_JSON, 0};
+    static const int takes[] = {MOE_CK_SEQ, MOE_CK_SEQ_PER_NODE, MOE_CK_GPN, MOE_CK_EP,
+        MOE_CK_NODES, MOE_CK_SWITCH_PORTS, MOE_CK_JSON, 0};
     static cfg_t g; /* its file values are freed at exit */
     int rc = 0;
     if (parse("monta plan", argc, argv, &g, takes, monta_plan_usage, &rc))
@@ -403,11 +404,12 @@ static int run_monta(int argc, char **argv)
 {
     if (argc > 1 && !strcmp(argv[1], "plan"))
         return run_monta_plan(argc - 1, argv + 1);
-    static const int takes[] = {MOE_CK_BATCH, MOE_CK_SEQ, MOE_CK_HIDDEN, MOE_CK_ELEM_BYTES, MOE_CK_VOLUME, MOE_CK_TP, MOE_CK_EP,
-                                MOE_CK_TOPOLOGY, MOE_CK_NODES, MOE_CK_GPN, MOE_CK_BW_INTER, MOE_CK_BW_INTRA, MOE_CK_BW_HBM,
-                                MOE_CK_R1, MOE_CK_R2, MOE_CK_R3, MOE_CK_MIN_CHUNK, MOE_CK_CHUNKS, MOE_CK_MAX_CHUNKS, MOE_CK_PLOT,
-                                MOE_CK_FLOPS, MOE_CK_FFN, MOE_CK_TOPK, MOE_CK_PARAMS_DENSE, MOE_CK_PARAMS_MOE, MOE_CK_LAYERS,
-                                MOE_CK_HEADS, MOE_CK_PP, MOE_CK_ZERO, MOE_CK_ACTIVATION, MOE_CK_JSON, 0};
+    static const int takes[] = {MOE_CK_BATCH, MOE_CK_SEQ, MOE_CK_HIDDEN, MOE_CK_ELEM_BYTES,
+        MOE_CK_VOLUME, MOE_CK_TP, MOE_CK_EP, MOE_CK_TOPOLOGY, MOE_CK_NODES, MOE_CK_GPN,
+        MOE_CK_BW_INTER, MOE_CK_BW_INTRA, MOE_CK_BW_HBM, MOE_CK_R1, MOE_CK_R2, MOE_CK_R3,
+        MOE_CK_MIN_CHUNK, MOE_CK_CHUNKS, MOE_CK_MAX_CHUNKS, MOE_CK_PLOT, MOE_CK_FLOPS, MOE_CK_FFN,
+        MOE_CK_TOPK, MOE_CK_PARAMS_DENSE, MOE_CK_PARAMS_MOE, MOE_CK_LAYERS, MOE_CK_HEADS, MOE_CK_PP,
+        MOE_CK_ZERO, MOE_CK_ACTIVATION, MOE_CK_JSON, 0};
     static cfg_t g; /* its file values are freed at exit */
     int rc = 0;
     if (parse("monta", argc, argv, &g, takes, monta_usage, &rc))
@@ -474,9 +476,9 @@ static void janus_usage(FILE *fp)
 
 static int run_janus(int argc, char **argv)
 {
-    static const int takes[] = {MOE_CK_BATCH, MOE_CK_SEQ, MOE_CK_TOPK, MOE_CK_HIDDEN, MOE_CK_FFN, MOE_CK_EXPERTS, MOE_CK_EPW,
-                                MOE_CK_BLOCKS, MOE_CK_GPN, MOE_CK_NODES, MOE_CK_ELEM_BYTES, MOE_CK_THRESHOLD,
-                                MOE_CK_TOPOLOGY, MOE_CK_BW_INTER, MOE_CK_PREFETCH, MOE_CK_JSON, 0};
+    static const int takes[] = {MOE_CK_BATCH, MOE_CK_SEQ, MOE_CK_TOPK, MOE_CK_HIDDEN, MOE_CK_FFN,
+        MOE_CK_EXPERTS, MOE_CK_EPW, MOE_CK_BLOCKS, MOE_CK_GPN, MOE_CK_NODES, MOE_CK_ELEM_BYTES,
+        MOE_CK_THRESHOLD, MOE_CK_TOPOLOGY, MOE_CK_BW_INTER, MOE_CK_PREFETCH, MOE_CK_JSON, 0};
     static cfg_t g; /* its file values are freed at exit */
     int rc = 0;
     if (parse("janus", argc, argv, &g, takes, janus_usage, &rc))
@@ -569,10 +571,11 @@ static int profile_read(const char *path, moe_mpmoe_profile_t *p)
 
 static int run_mpmoe(int argc, char **argv)
 {
-    static const int takes[] = {MOE_CK_TOKENS, MOE_CK_HIDDEN, MOE_CK_FFN, MOE_CK_EXPERTS, MOE_CK_ELEM_BYTES,
-                                MOE_CK_PARTITIONS, MOE_CK_REUSE, MOE_CK_MIN_PART, MOE_CK_MAX_PART, MOE_CK_MEM_LIMIT,
-                                MOE_CK_TOPOLOGY, MOE_CK_NODES, MOE_CK_GPN, MOE_CK_BW_INTRA, MOE_CK_BW_INTER, MOE_CK_BW_HOST,
-                                MOE_CK_FLOPS, MOE_CK_ALPHA, MOE_CK_PROFILE, MOE_CK_JSON, 0};
+    static const int takes[] = {MOE_CK_TOKENS, MOE_CK_HIDDEN, MOE_CK_FFN, MOE_CK_EXPERTS,
+        MOE_CK_ELEM_BYTES, MOE_CK_PARTITIONS, MOE_CK_REUSE, MOE_CK_MIN_PART, MOE_CK_MAX_PART,
+        MOE_CK_MEM_LIMIT, MOE_CK_TOPOLOGY, MOE_CK_NODES, MOE_CK_GPN, MOE_CK_BW_INTRA,
+        MOE_CK_BW_INTER, MOE_CK_BW_HOST, MOE_CK_FLOPS, MOE_CK_ALPHA, MOE_CK_PROFILE, MOE_CK_JSON,
+        0};
     static cfg_t g; /* its file values are freed at exit */
     int rc = 0;
     if (parse("mpmoe", argc, argv, &g, takes, mpmoe_usage, &rc))

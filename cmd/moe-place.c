@@ -104,7 +104,8 @@ static int take_opt(const char *sub, int c, const char *arg, cfg_t *g)
     uint64_t v;
     char err[256];
     switch (c) {
-    case O_RANKS: return moe_cli_u32(prog, sub, arg, 1, MOE_PLACEMENT_MAX_RANKS, "rank count", &g->ranks);
+    case O_RANKS:
+        return moe_cli_u32(prog, sub, arg, 1, MOE_PLACEMENT_MAX_RANKS, "rank count", &g->ranks);
     case O_GPN:
         return moe_cli_u32(prog, sub, arg, 1, MOE_PLACEMENT_MAX_RANKS, "GPUs per node", &g->gpn);
     case O_TOPOLOGY: g->topology = arg; return 0;
@@ -124,8 +125,10 @@ static int take_opt(const char *sub, int c, const char *arg, cfg_t *g)
         if (g->po.max_imbalance > 0 && g->po.max_imbalance < 1)
             return usage_error(sub, "--max-imbalance must be 0 (off) or at least 1");
         return 0;
-    case O_REPLICAS: return moe_cli_u32(prog, sub, arg, 0, MOE_MAX_RANKS, "replica count", &g->po.replicas);
-    case O_EP_SIZE: return moe_cli_u32(prog, sub, arg, 1, MOE_MAX_RANKS, "group size", &g->po.ep_size);
+    case O_REPLICAS:
+        return moe_cli_u32(prog, sub, arg, 0, MOE_MAX_RANKS, "replica count", &g->po.replicas);
+    case O_EP_SIZE:
+        return moe_cli_u32(prog, sub, arg, 1, MOE_MAX_RANKS, "group size", &g->po.ep_size);
     case O_TIME_LIMIT: return parse_dbl(sub, arg, 0.001, 1e7, "time limit", &g->po.time_limit);
     case O_SEED:
         if (moe_parse_u64(arg, 0, UINT64_MAX, &v, "seed", err, sizeof err))
@@ -142,7 +145,8 @@ static int take_opt(const char *sub, int c, const char *arg, cfg_t *g)
     case O_MATRIX_BYTES: g->matrix_bytes = arg; return 0;
     case O_JSON: g->json = 1; return 0;
     case O_FORMAT: return parse_word(sub, arg, "format", formats, 3, &g->format);
-    case O_EXPERTS: return moe_cli_u32(prog, sub, arg, 1, MOE_TRACE_MAX_EXPERTS, "expert count", &g->experts);
+    case O_EXPERTS:
+        return moe_cli_u32(prog, sub, arg, 1, MOE_TRACE_MAX_EXPERTS, "expert count", &g->experts);
     case O_NO_LAYERS: g->no_layers = 1; return 0;
     }
     return usage_error(sub, "unexpected option");
@@ -355,8 +359,7 @@ static int fit_input(const char *in, cfg_t *gp, const moe_topo_t *topo_in);
 static int run_fit(int argc, char **argv)
 {
     static const int takes[] = {O_RANKS, O_GPN, O_TOPOLOGY, O_METHOD, O_SCHEME, O_MAX_IMB,
-                                O_REPLICAS, O_EP_SIZE, O_TIME_LIMIT, O_SEED, O_STARTS,
-                                O_TOPK, O_INTER_COST, 0};
+        O_REPLICAS, O_EP_SIZE, O_TIME_LIMIT, O_SEED, O_STARTS, O_TOPK, O_INTER_COST, 0};
     cfg_t g;
     int rc = 0;
     if (parse("fit", argc, argv, &g, MOE_OPT_OUTPUT | MOE_OPT_FORMAT | MOE_OPT_THREADS |
@@ -491,7 +494,7 @@ static int eval_out_close(eval_out_t *o, int ok)
 static int run_eval(int argc, char **argv)
 {
     static const int takes[] = {O_TOPK, O_SOURCE, O_TOPOLOGY, O_HIDDEN, O_ELEM_BYTES, O_SCHEME,
-                                O_MATRIX, O_MATRIX_BYTES, O_JSON, O_NO_LAYERS, 0};
+        O_MATRIX, O_MATRIX_BYTES, O_JSON, O_NO_LAYERS, 0};
     cfg_t g;
     int rc = 0;
     if (parse("eval", argc, argv, &g, MOE_OPT_OUTPUT | MOE_OPT_FORMAT | MOE_OPT_THREADS |

@@ -156,8 +156,10 @@ static int take(args_t *a, int c, const char *arg)
             return moe_usage_error(prog, NULL, "unknown mode '%s' (vanilla, coherent, "
                                                "pipelined, hierarchical, datacentric)", arg);
         return 0;
-    case O_LAYERS: return moe_cli_u32(prog, NULL, arg, 1, MOE_TRACE_MAX_LAYERS, "layer count", &g->L);
-    case O_EXPERTS: return moe_cli_u32(prog, NULL, arg, 1, MOE_TRACE_MAX_EXPERTS, "expert count", &g->E);
+    case O_LAYERS:
+        return moe_cli_u32(prog, NULL, arg, 1, MOE_TRACE_MAX_LAYERS, "layer count", &g->L);
+    case O_EXPERTS:
+        return moe_cli_u32(prog, NULL, arg, 1, MOE_TRACE_MAX_EXPERTS, "expert count", &g->E);
     case O_TOPK: return moe_cli_u32(prog, NULL, arg, 1, MOE_TRACE_MAX_TOPK, "top-k", &g->K);
     case O_HIDDEN: return moe_cli_u32(prog, NULL, arg, 1, 1u << 20, "hidden size", &g->H);
     case O_FFN: return moe_cli_u32(prog, NULL, arg, 1, 1u << 20, "FFN size", &g->F);
@@ -174,8 +176,10 @@ static int take(args_t *a, int c, const char *arg)
     case O_PLACEMENT: g->placement = arg; return 0;
     case O_TOPOLOGY: g->topology = arg; return 0;
     case O_GPN: return moe_cli_u32(prog, NULL, arg, 1, MOE_MAX_RANKS, "GPUs per node", &g->gpn);
-    case O_ITERS: return moe_cli_u32(prog, NULL, arg, 1, 1000000, "iteration count", (uint32_t *)&g->iters);
-    case O_WARMUP: return moe_cli_u32(prog, NULL, arg, 0, 1000000, "warm-up count", (uint32_t *)&g->warmup);
+    case O_ITERS:
+        return moe_cli_u32(prog, NULL, arg, 1, 1000000, "iteration count", (uint32_t *)&g->iters);
+    case O_WARMUP:
+        return moe_cli_u32(prog, NULL, arg, 0, 1000000, "warm-up count", (uint32_t *)&g->warmup);
     case O_SEED:
         if (moe_parse_u64(arg, 0, UINT64_MAX, &v, "seed", err, sizeof err))
             return moe_usage_error(prog, NULL, "%s", err);
