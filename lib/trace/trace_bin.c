@@ -6,9 +6,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#ifdef __SSE2__
-#include <emmintrin.h>
-#endif
 
 #include "moe/moe.h"
 #include "trace_internal.h"
@@ -120,42 +117,6 @@ int trace_bin_read_header(moe_trace_t *t)
     return 0;
 }
 
-/*
- * trace_decode_ids for one-byte ids, 16 at a time with SSE2 (every x86-64): the streaming
- * reader decodes on the caller's thread, where the byte loop that GCC -O2 leaves scalar was a
- * sixth of `moe-trace stats` and, with -@ 1, the part no worker can take. Same result.
- */
-static unsigned decode_ids_u8(const uint8_t *p, uint16_t *ids, size_t n)
-{
-#ifdef __SSE2__
-    if (n >= 16) {
-        const __m128i zero = _mm_setzero_si128();
-        __m128i mx = zero;
-        size_t i = 0;
-        for (;; i += 16) {
-            if (i + 16 > n)
-                i = n - 16; /* the last 16, overlapping: stores the same values again */
-            __m128i v = _mm_loadu_si128((const __m128i *)(p + i));
-            mx = _mm_max_epu8(mx, v);
-            _mm_storeu_si128((__m128i *)(ids + i), _mm_unpacklo_epi8(v, zero));
-            _mm_storeu_si128((__m128i *)(ids + i + 8), _mm_unpackhi_epi8(v, zero));
-            if (i + 16 == n)
-                break;
-        }
-        mx = _mm_max_epu8(mx, _mm_srli_si128(mx, 8));
-        mx = _mm_max_epu8(mx, _mm_srli_si128(mx, 4));
-        mx = _mm_max_epu8(mx, _mm_srli_si128(mx, 2));
-        mx = _mm_max_epu8(mx, _mm_srli_si128(mx, 1));
-        unsigned mb = (unsigned)_mm_cvtsi128_si32(mx) & 0xff;
-        if (mb == 0xff) /* missing cells: map the stored marker */
-            for (i = 0; i < n; i++)
-                ids[i] = ids[i] == 0xff ? MOE_EXPERT_NONE : ids[i];
-        return mb;
-    }
-#endif
-    return trace_decode_ids(p, 1, ids, n);
-}
-
 int trace_bin_read(moe_trace_t *t, moe_trace_rec_t *r)
 {
     while (t->blk_off == t->blk_len) {
@@ -177,9 +138,8 @@ int trace_bin_read(moe_trace_t *t, moe_trace_rec_t *r)
     r->rank = trace_get32(p + 20);
     uint32_t n = t->hdr.layers * t->hdr.topk;
     /* Records with weights always get the full check (finite weights). */
-    unsigned mx = t->idw == 1 ? decode_ids_u8(p + TRACE_REC_FIXED, r->ids, n)
-                              : trace_decode_ids(p + TRACE_REC_FIXED, t->idw, r->ids, n);
-    t->rec_valid = mx < t->hdr.experts && !r->weights;
+    t->rec_valid =
+        trace_decode_ids(p + TRACE_REC_FIXED, t->idw, r->ids, n) < t->hdr.experts && !r->weights;
     if (r->weights) {
         const uint8_t *w = p + TRACE_REC_FIXED + (size_t)n * t->idw;
         for (uint32_t i = 0; i < n; i++)
