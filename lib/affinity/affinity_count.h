@@ -140,8 +140,8 @@ void aff_tot_release(aff_tot_t *t);
 /* t += u (same shape). */
 void aff_tot_add(const aff_shape_t *s, aff_tot_t *t, const aff_tot_t *u);
 
-/* Large zeroed (zero != 0) or uninitialised blocks, on huge pages where the system has them;
- * free with aff_big_free. */
+/* Large zeroed (zero != 0) or uninitialised blocks, 64-byte aligned, their pages mapped up
+ * front, on huge pages where the system has them; free with aff_big_free. */
 void *aff_big_alloc(size_t n, int zero);
 void aff_big_free(void *p);
 

@@ -17,29 +17,39 @@
 /* ------------------------------------------------------------------ memory */
 
 /*
- * The counters and shuffle windows are megabytes, each touched soon after it is allocated.
- * Blocks of 512 KiB and more are aligned to 2 MiB and offered transparent huge pages (Linux):
- * a handful of page faults instead of hundreds, a few percent of a whole run.
+ * The counters and shuffle windows are megabytes, each touched soon after it is allocated, and
+ * on virtual machines a page fault can cost 20 us (the 2-core CI machine): hundreds of faults
+ * were a tenth of a run. So every block of 64 KiB and more is mapped in one call,
+ * madvise(MADV_POPULATE_WRITE) (Linux 5.14; best effort: elsewhere the pages fault in one by one
+ * as before), see populate() in bgz.c. Blocks of 512 KiB and more are also aligned to 2 MiB and
+ * offered transparent huge pages. All are 64-byte aligned: the vector kernels use aligned rows.
  */
 #define HUGE_BYTES ((size_t)2 << 20)
 
+static void populate(void *p, size_t n)
+{
+#ifdef MADV_POPULATE_WRITE
+    const uintptr_t pm = 4095; /* offset bits of a 4 KiB page */
+    uintptr_t lo = ((uintptr_t)p + pm) & ~pm, hi = ((uintptr_t)p + n) & ~pm;
+    if (p && n >= 65536 && hi > lo)
+        madvise((void *)lo, hi - lo, MADV_POPULATE_WRITE);
+#endif
+}
+
 void *aff_big_alloc(size_t n, int zero)
 {
-    if (n < HUGE_BYTES / 4) {
-        /* not calloc: a large calloc maps the shared zero page, and the first store after a
-         * read of it faults again and flushes the TLBs of every thread */
-        void *p = malloc(n ? n : 1);
-        if (p && zero)
-            memset(p, 0, n);
-        return p;
-    }
-    size_t len = (n + HUGE_BYTES - 1) / HUGE_BYTES * HUGE_BYTES;
+    int huge = n >= HUGE_BYTES / 4;
+    size_t len = huge ? (n + HUGE_BYTES - 1) / HUGE_BYTES * HUGE_BYTES : n ? n : 1;
     void *p = NULL;
-    if (posix_memalign(&p, HUGE_BYTES, len) != 0)
+    if (posix_memalign(&p, huge ? HUGE_BYTES : 64, len) != 0)
         return NULL;
 #ifdef MADV_HUGEPAGE
-    madvise(p, len, MADV_HUGEPAGE);
+    if (huge)
+        madvise(p, len, MADV_HUGEPAGE);
 #endif
+    /* populated, not calloc'd: a large calloc maps the shared zero page, and the first store
+     * after a read of it faults again and flushes the TLBs of every thread */
+    populate(p, n);
     if (zero)
         memset(p, 0, n);
     return p;
@@ -147,15 +157,9 @@ int aff_loc_init(aff_loc_t *lc, const aff_shape_t *s, int coact, int loads, int 
     size_t mb = loc_matrix_bytes(s);
     /* 64-byte alignment: the vector kernels add whole rows with aligned loads and stores. */
     size_t trb = ((size_t)s->npairs * mb + 63) / 64 * 64 + 64;
-    lc->tr = aligned_alloc(64, trb);
-    if (lc->tr)
-        memset(lc->tr, 0, trb);
-    if (coact) {
-        size_t cob = ((size_t)s->L * mb + 63) / 64 * 64;
-        lc->co = aligned_alloc(64, cob);
-        if (lc->co)
-            memset(lc->co, 0, cob);
-    }
+    lc->tr = aff_big_alloc(trb, 1);
+    if (coact)
+        lc->co = aff_big_alloc(((size_t)s->L * mb + 63) / 64 * 64, 1);
     lc->setload = calloc((size_t)s->L * s->E, sizeof *lc->setload);
     lc->missrow = calloc((size_t)s->npairs * s->E + 1, sizeof *lc->missrow);
     lc->excl = calloc((size_t)s->npairs + 1, sizeof *lc->excl);
@@ -175,8 +179,8 @@ int aff_loc_init(aff_loc_t *lc, const aff_shape_t *s, int coact, int loads, int 
 
 void aff_loc_release(aff_loc_t *lc)
 {
-    free(lc->co);
-    free(lc->tr);
+    aff_big_free(lc->co);
+    aff_big_free(lc->tr);
     free(lc->setload);
     free(lc->missrow);
     free(lc->excl);
