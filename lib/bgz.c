@@ -8,7 +8,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <unistd.h>
 #include <zlib.h>
 #ifdef HAVE_LIBDEFLATE
@@ -18,6 +17,7 @@
 #include "moe/bgz.h"
 #include "moe/io.h"
 #include "moe/moe.h"
+#include "util_internal.h"
 
 /* The end-of-file marker: an empty member (one empty final fixed-Huffman block, 03 00). */
 static const uint8_t bgz_eof[30] = {
@@ -75,27 +75,11 @@ struct moe_bgz {
 
 /* ------------------------------------------------------------------ memory */
 
-/*
- * A buffer that is grown is filled soon after. On virtual machines a page fault can cost 20 us
- * (measured on the 2-core CI machine): the 64 pages of a 256 KiB payload buffer cost more than
- * inflating it. One madvise(MADV_POPULATE_WRITE) maps the whole pages of the new buffer in one
- * call at a fraction of that. Best effort: a kernel without it (before Linux 5.14) refuses the
- * advice and the pages fault in one by one as before. (Copies: trace_map.c, affinity_kern.c.)
- */
-static void populate(void *p, size_t n)
-{
-#ifdef MADV_POPULATE_WRITE
-    const uintptr_t pm = 4095; /* offset bits of a 4 KiB page */
-    uintptr_t lo = ((uintptr_t)p + pm) & ~pm, hi = ((uintptr_t)p + n) & ~pm;
-    if (p && n >= 65536 && hi > lo)
-        madvise((void *)lo, hi - lo, MADV_POPULATE_WRITE);
-#endif
-}
-
+/* A grown buffer is filled soon after: its pages are mapped in one call (util_populate). */
 static void *grow_populated(void *p, size_t n)
 {
     void *q = realloc(p, n);
-    populate(q, n);
+    util_populate(q, n);
     return q;
 }
 

@@ -5,6 +5,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 #include <time.h>
 
 #include "moe/moe.h"
@@ -37,6 +38,19 @@ int util_grow(void **p, size_t *cap, size_t need, size_t size)
     *p = t;
     *cap = c;
     return 0;
+}
+
+void util_populate(void *p, size_t n)
+{
+#ifdef MADV_POPULATE_WRITE
+    const uintptr_t pm = 4095; /* offset bits of a 4 KiB page */
+    uintptr_t lo = ((uintptr_t)p + pm) & ~pm, hi = ((uintptr_t)p + n) & ~pm;
+    if (p && n >= 65536 && hi > lo)
+        madvise((void *)lo, hi - lo, MADV_POPULATE_WRITE);
+#else
+    (void)p;
+    (void)n;
+#endif
 }
 
 double util_now(void)

@@ -8,6 +8,7 @@
 
 #include "affinity_count.h"
 #include "moe/moe.h"
+#include "util_internal.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define AFF_X86 1
@@ -21,20 +22,10 @@
  * on virtual machines a page fault can cost 20 us (the 2-core CI machine): hundreds of faults
  * were a tenth of a run. So every block of 64 KiB and more is mapped in one call,
  * madvise(MADV_POPULATE_WRITE) (Linux 5.14; best effort: elsewhere the pages fault in one by one
- * as before), see populate() in bgz.c. Blocks of 512 KiB and more are also aligned to 2 MiB and
+ * as before; util_populate). Blocks of 512 KiB and more are also aligned to 2 MiB and
  * offered transparent huge pages. All are 64-byte aligned: the vector kernels use aligned rows.
  */
 #define HUGE_BYTES ((size_t)2 << 20)
-
-static void populate(void *p, size_t n)
-{
-#ifdef MADV_POPULATE_WRITE
-    const uintptr_t pm = 4095; /* offset bits of a 4 KiB page */
-    uintptr_t lo = ((uintptr_t)p + pm) & ~pm, hi = ((uintptr_t)p + n) & ~pm;
-    if (p && n >= 65536 && hi > lo)
-        madvise((void *)lo, hi - lo, MADV_POPULATE_WRITE);
-#endif
-}
 
 void *aff_big_alloc(size_t n, int zero)
 {
@@ -49,7 +40,7 @@ void *aff_big_alloc(size_t n, int zero)
 #endif
     /* populated, not calloc'd: a large calloc maps the shared zero page, and the first store
      * after a read of it faults again and flushes the TLBs of every thread */
-    populate(p, n);
+    util_populate(p, n);
     if (zero)
         memset(p, 0, n);
     return p;

@@ -8,7 +8,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -17,6 +16,7 @@
 #include "moe/moe.h"
 #include "moe/trace_map.h"
 #include "trace_internal.h"
+#include "util_internal.h"
 
 /*
  * The container and payload are read with the same code as the streaming reader: members come
@@ -265,18 +265,6 @@ static void bbuf_free(bbuf_t *b)
     free(b);
 }
 
-/* Map the whole pages of a grown buffer in one call (its first use would fault them in one by
- * one, at up to 20 us a page on virtual machines): see populate() in bgz.c. */
-static void populate(void *p, size_t n)
-{
-#ifdef MADV_POPULATE_WRITE
-    const uintptr_t pm = 4095; /* offset bits of a 4 KiB page */
-    uintptr_t lo = ((uintptr_t)p + pm) & ~pm, hi = ((uintptr_t)p + n) & ~pm;
-    if (p && n >= 65536 && hi > lo)
-        madvise((void *)lo, hi - lo, MADV_POPULATE_WRITE);
-#endif
-}
-
 /* Make b hold n records; 0 or MOE_ENOMEM. */
 static int bbuf_reserve(const moe_trace_map_t *m, bbuf_t *b, size_t n)
 {
@@ -293,7 +281,7 @@ static int bbuf_reserve(const moe_trace_map_t *m, bbuf_t *b, size_t n)
         if (!p_)                                                                              \
             return MOE_ENOMEM;                                                                \
         b->field = p_;                                                                        \
-        populate(p_, (count) * sizeof *b->field);                                             \
+        util_populate(p_, (count) * sizeof *b->field);                                        \
     } while (0)
     GROW(token, cap);
     GROW(seq, cap);
@@ -319,7 +307,7 @@ static int bbuf_reserve_ids(const moe_trace_map_t *m, bbuf_t *b, size_t n)
     if (!p)
         return MOE_ENOMEM;
     b->ids = p;
-    populate(p, cap * m->nid * sizeof *p);
+    util_populate(p, cap * m->nid * sizeof *p);
     b->ids_cap = cap;
     return 0;
 }
