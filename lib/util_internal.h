@@ -23,4 +23,13 @@ void util_populate(void *p, size_t n);
 /* Seconds on the monotonic clock, for durations and time limits. */
 double util_now(void);
 
+/* Write formatted text into the moe_textout_t sink t (moe/io.h), or return the sink's negative
+ * status from the enclosing function: the report writers' one line per figure. */
+#define UTIL_TRY_PRINTF(t, ...)                                                               \
+    do {                                                                                      \
+        int st_ = moe_textout_printf((t), __VA_ARGS__);                                       \
+        if (st_ < 0)                                                                          \
+            return st_;                                                                       \
+    } while (0)
+
 #endif

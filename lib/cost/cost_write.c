@@ -13,14 +13,10 @@
 #include "moe/io.h"
 #include "moe/moe.h"
 #include "moe/topo.h"
+#include "util_internal.h"
 
 /* Formatted text into the sink t; the sink's error ends the writer. */
-#define P(...)                                                                                \
-    do {                                                                                      \
-        int st_ = moe_textout_printf(t, __VA_ARGS__);                                         \
-        if (st_ < 0)                                                                          \
-            return st_;                                                                       \
-    } while (0)
+#define P(...) UTIL_TRY_PRINTF(t, __VA_ARGS__)
 
 /* A JSON number as text: null for NaN and infinities. Returned by value (J(v).s lives until the
  * end of the call it is an argument of), so writers on several threads share nothing. */

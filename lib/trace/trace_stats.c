@@ -12,6 +12,7 @@
 #include "moe/moe.h"
 #include "moe/rng.h"
 #include "moe/trace.h"
+#include "util_internal.h"
 
 /* Distinct 32-bit values (sequence ids, steps, ranks): open addressing, grows with the number
  * of distinct values, never with the number of tokens. */
@@ -118,12 +119,7 @@ int moe_trace_stats_add(moe_trace_stats_t *s, const moe_trace_rec_t *r)
     return 0;
 }
 
-#define P(...)                                                                                \
-    do {                                                                                      \
-        int st_ = moe_textout_printf(t, __VA_ARGS__);                                         \
-        if (st_ < 0)                                                                          \
-            return st_;                                                                       \
-    } while (0)
+#define P(...) UTIL_TRY_PRINTF(t, __VA_ARGS__)
 
 /* One "load LAYER n n ..." line, written in pieces of at most a few KiB. */
 static int load_line(struct moe_textout *t, const moe_trace_stats_t *s, uint32_t l)
