@@ -366,18 +366,12 @@ static void pictures_free(pictures_t *p)
 
 /* ------------------------------------------------------------------ counting */
 
-static void progress_cb(void *ctx, uint64_t done, uint64_t total)
-{
-    (void)total;
-    moe_progress_update(ctx, done);
-}
-
 /* Count a trace into a new affinity object. NULL after printing the error. */
 static moe_affinity_t *count_trace(const char *path, const job_t *j)
 {
     int st;
     moe_progress_t *pg = moe_progress_new("affinity", 0, j->o.progress);
-    moe_affinity_t *a = moe_affinity_count(path, &j->ao, j->o.threads, pg ? progress_cb : NULL,
+    moe_affinity_t *a = moe_affinity_count(path, &j->ao, j->o.threads, pg ? moe_progress_cb : NULL,
                                            pg, &st, errbuf, sizeof errbuf);
     moe_progress_free(pg);
     if (!a)

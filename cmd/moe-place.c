@@ -289,12 +289,6 @@ static void fit_usage(FILE *fp)
     output_usage(fp, MOE_OPT_PG | MOE_OPT_PROGRESS);
 }
 
-static void progress_cb(void *ctx, uint64_t done, uint64_t total)
-{
-    (void)total;
-    moe_progress_update(ctx, done);
-}
-
 /* Routing statistics from a trace or an affinity table; *is_trace tells which. */
 static moe_affinity_t *load_stats(const char *path, const cfg_t *g, int top1, int *is_trace)
 {
@@ -324,7 +318,7 @@ static moe_affinity_t *load_stats(const char *path, const cfg_t *g, int top1, in
     ao.coact = !top1;
     ao.shuffle = 0;
     moe_progress_t *pg = moe_progress_new("statistics", 0, g->o.progress);
-    moe_affinity_t *a = moe_affinity_count(path, &ao, g->o.threads, pg ? progress_cb : NULL, pg,
+    moe_affinity_t *a = moe_affinity_count(path, &ao, g->o.threads, pg ? moe_progress_cb : NULL, pg,
                                            &st, errbuf, sizeof errbuf);
     moe_progress_free(pg);
     if (!a)
@@ -532,7 +526,7 @@ static int run_eval(int argc, char **argv)
         rc = fail("'%s' on '%s': %s", ppath, tpath, errbuf);
     if (a) {
         moe_progress_t *pg = moe_progress_new("eval", 0, g.o.progress);
-        if (moe_acct_scan(a, m, pg ? progress_cb : NULL, pg)) {
+        if (moe_acct_scan(a, m, pg ? moe_progress_cb : NULL, pg)) {
             const char *msg = moe_trace_map_errmsg(m); /* read errors name the file already */
             rc = msg[0] == '\'' ? fail("%s", msg) : fail("'%s': %s", tpath, msg);
         }

@@ -17,6 +17,7 @@
 #include "moe/moe.h"
 #include "moe/rng.h"
 #include "moe/trace.h"
+#include "moe/trace_map.h"
 
 static const char *prog = "moe-trace";
 static int g_argc;        /* whole command line, for @PG lines */
@@ -346,25 +347,6 @@ static void stats_usage(FILE *fp)
     moe_opts_usage(fp, STATS_OPTS);
 }
 
-/* Count every record of the input into s. */
-static int stats_scan(input_t *in, const moe_opts_t *o, moe_trace_stats_t *s)
-{
-    moe_trace_rec_t r = {0};
-    moe_progress_t *pg = progress_for(o, "stats", in->t);
-    int rc;
-    while ((rc = input_next(in, &r)) == 1) {
-        if (moe_trace_stats_add(s, &r)) {
-            rc = -1;
-            fail("out of memory");
-            break;
-        }
-        progress_tick(pg, in->t, moe_trace_count(in->t));
-    }
-    moe_progress_free(pg);
-    moe_trace_rec_release(&r);
-    return rc < 0 ? 1 : 0;
-}
-
 static int cmd_stats(int argc, char **argv)
 {
     static const struct option lo[] = {{"loads", no_argument, 0, MOE_OPTC_TOOL}, MOE_OPTS_LONG,
@@ -379,18 +361,30 @@ static int cmd_stats(int argc, char **argv)
         case OPT_STOP: return rc;
         }
     }
-    input_t in;
-    if ((rc = open_single_input("stats", &o, argc, argv, &in)))
-        return rc;
-    moe_trace_stats_t *s = moe_trace_stats_new(&in.h);
-    rc = s ? stats_scan(&in, &o, s) : fail("out of memory");
+    if (argc - optind > 1)
+        return usage_error("stats", "too many arguments");
+    moe_opts_apply_log(&o);
+    const char *path = optind < argc ? argv[optind] : "-";
+    int st;
+    moe_trace_map_t *m = moe_trace_map_open(path, o.threads, &st, errbuf, sizeof errbuf);
+    if (!m)
+        return fail("%s", errbuf);
+    moe_trace_stats_t *s = moe_trace_stats_new(moe_trace_map_header(m));
+    moe_progress_t *pg = moe_progress_new("stats", 0, o.progress);
+    if (!s)
+        rc = fail("out of memory");
+    else if (moe_trace_stats_scan(s, m, pg ? moe_progress_cb : NULL, pg)) {
+        const char *msg = moe_trace_map_errmsg(m); /* read errors name the file already */
+        rc = msg[0] == '\'' ? fail("%s", msg) : fail("'%s': %s", path, msg);
+    }
+    moe_progress_free(pg);
     if (rc == 0) {
-        const char *path = o.out ? o.out : "-";
-        moe_textout_t *t = moe_cli_text_open(prog, path, 't', -1);
-        rc = t ? moe_cli_text_finish(prog, t, path, moe_trace_stats_write(s, loads, t)) : 1;
+        const char *out = o.out ? o.out : "-";
+        moe_textout_t *t = moe_cli_text_open(prog, out, 't', -1);
+        rc = t ? moe_cli_text_finish(prog, t, out, moe_trace_stats_write(s, loads, t)) : 1;
     }
     moe_trace_stats_free(s);
-    input_close(&in);
+    moe_trace_map_close(m);
     return rc;
 }
 

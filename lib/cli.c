@@ -249,6 +249,14 @@ void moe_progress_update(moe_progress_t *p, uint64_t done)
     }
 }
 
+void moe_progress_cb(void *ctx, uint64_t done, uint64_t total)
+{
+    moe_progress_t *p = ctx;
+    if (p && !p->total)
+        p->total = total;
+    moe_progress_update(p, done);
+}
+
 void moe_progress_free(moe_progress_t *p)
 {
     if (!p)

@@ -147,6 +147,9 @@ int moe_close_stdout(const char *prog);
 typedef struct moe_progress moe_progress_t;
 moe_progress_t *moe_progress_new(const char *label, uint64_t total, int mode);
 void moe_progress_update(moe_progress_t *p, uint64_t done);
+/* moe_progress_update as a library progress callback (ctx: the meter or NULL); a meter made
+ * with total 0 takes the callback's total. */
+void moe_progress_cb(void *ctx, uint64_t done, uint64_t total);
 /* Erase the meter line and free; NULL is a no-op. */
 void moe_progress_free(moe_progress_t *p);
 

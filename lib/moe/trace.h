@@ -144,6 +144,14 @@ struct moe_textout;
 moe_trace_stats_t *moe_trace_stats_new(const moe_trace_hdr_t *h);
 /* Count one record (of the shape given to moe_trace_stats_new); 0 or MOE_ENOMEM. */
 int moe_trace_stats_add(moe_trace_stats_t *s, const moe_trace_rec_t *r);
+struct moe_trace_map;
+/* Count every record of the trace map m into s (of m's header's shape) on all of m's workers:
+ * each counts its blocks into counts of its own, merged into s at the end, so s is the same as
+ * with moe_trace_stats_add over the records in order. `progress` (optional) is called as in
+ * moe_trace_map_ops_t. Returns 0, or moe_trace_map_run's failure (reason in
+ * moe_trace_map_errmsg(m)). */
+int moe_trace_stats_scan(moe_trace_stats_t *s, struct moe_trace_map *m,
+                         void (*progress)(void *arg, uint64_t done, uint64_t total), void *arg);
 /* The report into the text sink t (moe/io.h): the counts as "name value" lines, one line per
  * layer with its load's min, max, mean, max/mean, coefficient of variation and hottest expert,
  * and with `loads` every expert's load per layer. 0 or the sink's first error. */

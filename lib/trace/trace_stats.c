@@ -12,6 +12,7 @@
 #include "moe/moe.h"
 #include "moe/rng.h"
 #include "moe/trace.h"
+#include "moe/trace_map.h"
 #include "util_internal.h"
 
 /* Distinct 32-bit values (sequence ids, steps, ranks): open addressing, grows with the number
@@ -95,13 +96,15 @@ void moe_trace_stats_free(moe_trace_stats_t *s)
     free(s);
 }
 
-int moe_trace_stats_add(moe_trace_stats_t *s, const moe_trace_rec_t *r)
+/* Count one record given as its ids (L * K, layer-major) and its sequence, step and rank. */
+static int stats_count(moe_trace_stats_t *s, const uint16_t *ids, uint32_t seq, uint32_t step,
+                       uint32_t rank)
 {
     const uint32_t L = s->layers, E = s->experts, K = s->topk;
     s->tokens++;
     unsigned miss = 0;
     for (uint32_t l = 0; l < L; l++) {
-        const uint16_t *id = r->ids + (size_t)l * K;
+        const uint16_t *id = ids + (size_t)l * K;
         if (id[0] == MOE_EXPERT_NONE) {
             miss++;
             continue;
@@ -113,10 +116,93 @@ int moe_trace_stats_add(moe_trace_stats_t *s, const moe_trace_rec_t *r)
     }
     s->missing += miss;
     s->incomplete += miss != 0;
-    if (u32set_add(&s->seqs, r->seq) || u32set_add(&s->steps, r->step) ||
-        u32set_add(&s->ranks, r->rank))
+    if (u32set_add(&s->seqs, seq) || u32set_add(&s->steps, step) || u32set_add(&s->ranks, rank))
         return MOE_ENOMEM;
     return 0;
+}
+
+int moe_trace_stats_add(moe_trace_stats_t *s, const moe_trace_rec_t *r)
+{
+    return stats_count(s, r->ids, r->seq, r->step, r->rank);
+}
+
+/* Add set b's values to a. */
+static int u32set_union(u32set_t *a, const u32set_t *b)
+{
+    for (size_t i = 0; i < b->cap; i++)
+        if (b->slot[i] != SET_EMPTY && u32set_add(a, (uint32_t)b->slot[i]))
+            return -1;
+    return 0;
+}
+
+/* Add the counts of b (same shape) to a. */
+static int stats_merge(moe_trace_stats_t *a, const moe_trace_stats_t *b)
+{
+    for (size_t i = 0; i < (size_t)a->layers * a->experts; i++)
+        a->load[i] += b->load[i];
+    for (uint32_t l = 0; l < a->layers; l++)
+        a->present[l] += b->present[l];
+    a->tokens += b->tokens;
+    a->missing += b->missing;
+    a->incomplete += b->incomplete;
+    if (u32set_union(&a->seqs, &b->seqs) || u32set_union(&a->steps, &b->steps) ||
+        u32set_union(&a->ranks, &b->ranks))
+        return MOE_ENOMEM;
+    return 0;
+}
+
+/* A scan's state: one set of counts per worker of the map. */
+typedef struct stats_scan {
+    moe_trace_map_t *m;
+    moe_trace_stats_t **w;
+    void (*progress)(void *, uint64_t, uint64_t);
+    void *arg;
+} stats_scan_t;
+
+static int scan_batch(void *arg, int worker, moe_trace_batch_t *b)
+{
+    stats_scan_t *sc = arg;
+    moe_trace_stats_t *s = sc->w[worker];
+    const size_t cells = (size_t)s->layers * s->topk;
+    for (size_t i = 0; i < b->n; i++)
+        if (stats_count(s, b->ids + i * cells, b->seq[i], b->step[i], b->rank[i]))
+            return moe_trace_map_fail(sc->m, MOE_ENOMEM, "out of memory");
+    return 0;
+}
+
+static void scan_progress(void *arg, uint64_t done, uint64_t total)
+{
+    stats_scan_t *sc = arg;
+    sc->progress(sc->arg, done, total);
+}
+
+int moe_trace_stats_scan(moe_trace_stats_t *s, moe_trace_map_t *m,
+                         void (*progress)(void *arg, uint64_t done, uint64_t total), void *arg)
+{
+    const int nw = moe_trace_map_workers(m);
+    const moe_trace_hdr_t *h = moe_trace_map_header(m);
+    stats_scan_t sc = {m, calloc((size_t)nw, sizeof *sc.w), progress, arg};
+    int rc = sc.w ? 0 : MOE_ENOMEM;
+    if (sc.w)
+        sc.w[0] = s;
+    for (int i = 1; i < nw && !rc; i++)
+        if (!(sc.w[i] = moe_trace_stats_new(h)))
+            rc = MOE_ENOMEM;
+    if (rc)
+        rc = moe_trace_map_fail(m, rc, "out of memory");
+    else {
+        moe_trace_map_ops_t ops = {.batch = scan_batch, .progress = progress ? scan_progress : NULL,
+                                   .fields = MOE_MAP_SEQ | MOE_MAP_STEP | MOE_MAP_RANK};
+        rc = moe_trace_map_run(m, &ops, &sc);
+    }
+    /* Merge in worker order: the sets' contents do not depend on it, the counts are sums. */
+    for (int i = 1; i < nw && sc.w; i++) {
+        if (!rc && sc.w[i] && stats_merge(s, sc.w[i]))
+            rc = moe_trace_map_fail(m, MOE_ENOMEM, "out of memory");
+        moe_trace_stats_free(sc.w[i]);
+    }
+    free(sc.w);
+    return rc;
 }
 
 #define P(...) UTIL_TRY_PRINTF(t, __VA_ARGS__)

@@ -74,6 +74,9 @@ expect_eq "$nload" 6 "load lines"
 # The stats of a trace and of its text view agree.
 moe view "$T/g.moet" | moe stats --loads >"$T/g2.stats"
 same_file "$T/g.stats" "$T/g2.stats" "stats of the text view"
+# Workers count blocks of their own and merge: the report does not depend on their number.
+moe stats -@ 3 --loads "$T/g.moet" >"$T/g3.stats"
+same_file "$T/g.stats" "$T/g3.stats" "stats -@ 3"
 end
 
 # ---------------------------------------------------------------- head
