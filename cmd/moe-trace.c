@@ -457,39 +457,24 @@ static void slice_usage(FILE *fp)
     moe_opts_usage(fp, MOE_OPT_ALL);
 }
 
-static int parse_layer_range(const char *s, uint32_t *a, uint32_t *b)
-{
-    char *end;
-    errno = 0;
-    unsigned long x = strtoul(s, &end, 10), y = x;
-    if (end == s || *s == '-' || errno)
-        return -1;
-    if (*end == '-') {
-        const char *q = end + 1;
-        y = strtoul(q, &end, 10);
-        if (end == q || *q == '-' || errno)
-            return -1;
-    }
-    if (*end || x > y || y >= MOE_TRACE_MAX_LAYERS)
-        return -1;
-    *a = (uint32_t)x;
-    *b = (uint32_t)y;
-    return 0;
-}
-
 static int cmd_slice(int argc, char **argv)
 {
     static const struct option lo[] = {{"layers", required_argument, 0, MOE_OPTC_TOOL},
                                        MOE_OPTS_LONG, {0}};
     moe_opts_t o;
     moe_opts_init(&o);
+    moe_ranges_t range = {0};
     uint32_t a = 0, b = 0;
     int have = 0, c, rc = 0;
     while ((c = next_opt("slice", slice_usage, &o, argc, argv, MOE_OPTS_SHORT, lo, &rc)) != -1) {
         switch (c) {
         case MOE_OPTC_TOOL:
-            if (parse_layer_range(optarg, &a, &b))
+            if (moe_ranges_parse(&range, optarg, MOE_TRACE_MAX_LAYERS - 1) || range.n != 1) {
+                moe_ranges_free(&range);
                 return usage_error("slice", "invalid layer range '%s' (expected A-B)", optarg);
+            }
+            a = range.r[0][0], b = range.r[0][1];
+            moe_ranges_free(&range);
             have = 1;
             break;
         case OPT_STOP: return rc;
@@ -597,78 +582,26 @@ static void sample_usage(FILE *fp)
     moe_opts_usage(fp, MOE_OPT_ALL);
 }
 
-/* Room for slot `need` - 1 of the reservoir: it grows with the tokens read, so a count far
- * above the trace's length costs only what the trace holds (issue 17 item 2). */
-static int reservoir_grow(moe_trace_rec_t **res, uint64_t **idx, size_t *cap, uint64_t need)
-{
-    if (need <= *cap)
-        return 0;
-    size_t c = *cap ? *cap : 64;
-    while (c < need) {
-        if (c > SIZE_MAX / 2 / sizeof **res)
-            return -1;
-        c *= 2;
-    }
-    moe_trace_rec_t *r = realloc(*res, c * sizeof *r);
-    if (r)
-        *res = r;
-    uint64_t *i = realloc(*idx, c * sizeof *i);
-    if (i)
-        *idx = i;
-    if (!r || !i)
-        return -1;
-    memset(r + *cap, 0, (c - *cap) * sizeof *r);
-    *cap = c;
-    return 0;
-}
-
 /* Reservoir sample of exactly n tokens, written in input order. */
 static int sample_count_tokens(input_t *in, const moe_opts_t *o, uint64_t n, uint64_t seed)
 {
-    moe_trace_rec_t *res = NULL;
-    uint64_t *idx = NULL, seen = 0;
-    size_t cap = 0;
-    moe_rng_t rng;
-    moe_rng_seed(&rng, seed);
+    moe_trace_reservoir_t *res = moe_trace_reservoir_new(n, seed);
     moe_trace_rec_t r = {0};
-    int rc;
-    while ((rc = input_next(in, &r)) == 1) {
-        uint64_t j = seen < n ? seen : moe_rng_below(&rng, seen + 1);
-        if (j < n && reservoir_grow(&res, &idx, &cap, j + 1) < 0) {
+    int rc = res ? 1 : (fail("out of memory"), -1);
+    while (rc == 1 && (rc = input_next(in, &r)) == 1)
+        if (moe_trace_reservoir_add(res, &r)) {
             rc = -1;
-            fail("out of memory (sample of %llu tokens)", (unsigned long long)(seen + 1));
-            break;
+            fail("out of memory (sample of %llu tokens)",
+                 (unsigned long long)moe_trace_reservoir_seen(res) + 1);
         }
-        if (j < n) {
-            moe_trace_rec_t tmp = res[j]; /* swap buffers: no copy of the id arrays */
-            res[j] = r;
-            r = tmp;
-            idx[j] = seen;
-        }
-        seen++;
-    }
     moe_trace_rec_release(&r);
-    uint64_t kept = seen < n ? seen : n;
-    /* Input order: sort the kept slots by index (insertion sort on indices is enough for
-     * moderate n; use qsort-like shell sort for large n). */
-    for (uint64_t gap = kept / 2; gap > 0; gap /= 2)
-        for (uint64_t i = gap; i < kept; i++)
-            for (uint64_t j = i; j >= gap && idx[j - gap] > idx[j]; j -= gap) {
-                uint64_t ti = idx[j];
-                idx[j] = idx[j - gap];
-                idx[j - gap] = ti;
-                moe_trace_rec_t tr = res[j];
-                res[j] = res[j - gap];
-                res[j - gap] = tr;
-            }
+    const moe_trace_rec_t *kept = NULL;
+    size_t nk = rc < 0 ? 0 : moe_trace_reservoir_sorted(res, &kept);
     moe_trace_t *out = rc < 0 ? NULL : output_open(o, o->out, &in->h, 'b');
     int ok = out != NULL;
-    for (uint64_t i = 0; ok && i < kept; i++)
-        ok = output_write(out, &res[i]) == 0;
-    for (size_t i = 0; i < cap; i++)
-        moe_trace_rec_release(&res[i]);
-    free(res);
-    free(idx);
+    for (size_t i = 0; ok && i < nk; i++)
+        ok = output_write(out, &kept[i]) == 0;
+    moe_trace_reservoir_free(res);
     return output_close(out, ok);
 }
 
@@ -681,42 +614,21 @@ static int sample_count_seqs(input_t *in, const moe_opts_t *o, uint64_t n, uint6
     moe_trace_rec_t r = {0};
     int rc = seqs ? 1 : (fail("out of memory"), -1);
     while (rc == 1 && (rc = input_next(in, &r)) == 1)
-        if (moe_trace_stats_add(seqs, &r)) {
+        if (moe_trace_stats_add(seqs, &r))
             rc = (fail("out of memory"), -1);
-            break;
-        }
-    size_t ns = seqs ? moe_trace_stats_sequences(seqs) : 0;
-    uint32_t *ids = malloc((ns ? ns : 1) * sizeof *ids);
-    uint64_t *h = malloc((ns ? ns : 1) * sizeof *h), m = 0;
-    if (ids && h)
-        m = moe_trace_stats_seq_ids(seqs, ids);
-    else {
-        free(h);
-        h = NULL;
-    }
-    for (size_t i = 0; h && i < m; i++)
-        h[i] = moe_hash64(seed, ids[i]);
-    free(ids);
+    uint64_t cut = 0;
+    if (rc >= 0 && moe_trace_stats_seq_cut(seqs, n, seed, &cut))
+        rc = (fail("out of memory"), -1);
     moe_trace_stats_free(seqs);
-    /* Threshold = the n-th smallest hash; selection by sorting is fine at sequence counts. */
-    for (uint64_t gap = m / 2; gap > 0; gap /= 2)
-        for (uint64_t i = gap; i < m; i++)
-            for (uint64_t j = i; j >= gap && h[j - gap] > h[j]; j -= gap) {
-                uint64_t t = h[j];
-                h[j] = h[j - gap];
-                h[j - gap] = t;
-            }
-    uint64_t thresh = m == 0 ? 0 : n >= m ? UINT64_MAX : h[n - 1];
-    free(h);
-    if (rc < 0 || !h)
-        return rc < 0 ? 1 : fail("out of memory");
+    if (rc < 0)
+        return 1;
     input_t again;
     if (input_open(&again, in->path, o->threads))
         return 1;
     moe_trace_t *out = output_open(o, o->out, &again.h, 'b');
     int ok = out != NULL;
     while (ok && (rc = input_next(&again, &r)) == 1)
-        if (n > 0 && moe_hash64(seed, r.seq) <= thresh)
+        if (n > 0 && moe_hash64(seed, r.seq) <= cut)
             ok = output_write(out, &r) == 0;
     moe_trace_rec_release(&r);
     input_close(&again);
@@ -768,51 +680,6 @@ static int cmd_sample(int argc, char **argv)
     return rc;
 }
 
-/* Sequence id list "1-500,600,700-710" as sorted disjoint ranges. */
-typedef struct idlist {
-    uint32_t (*r)[2];
-    size_t n;
-} idlist_t;
-
-static int idlist_parse(idlist_t *l, const char *s)
-{
-    const char *p = s;
-    while (*p) {
-        char *end;
-        if (*p < '0' || *p > '9')
-            return -1;
-        errno = 0;
-        unsigned long a = strtoul(p, &end, 10), b = a;
-        if (*end == '-') {
-            p = end + 1;
-            if (*p < '0' || *p > '9')
-                return -1;
-            b = strtoul(p, &end, 10);
-        }
-        if (errno || a > b || b > UINT32_MAX || (*end && *end != ','))
-            return -1;
-        void *nr = realloc(l->r, (l->n + 1) * sizeof *l->r);
-        if (!nr)
-            return -1;
-        l->r = nr;
-        l->r[l->n][0] = (uint32_t)a;
-        l->r[l->n][1] = (uint32_t)b;
-        l->n++;
-        p = *end ? end + 1 : end;
-        if (*end && !*p)
-            return -1;
-    }
-    return l->n ? 0 : -1;
-}
-
-static int idlist_has(const idlist_t *l, uint32_t v)
-{
-    for (size_t i = 0; i < l->n; i++)
-        if (v >= l->r[i][0] && v <= l->r[i][1])
-            return 1;
-    return 0;
-}
-
 /* split writes two files named by --train and --test: no -o. */
 #define SPLIT_OPTS (MOE_OPT_ALL & ~MOE_OPT_OUTPUT)
 
@@ -842,7 +709,7 @@ static int cmd_split(int argc, char **argv)
     o.allowed = SPLIT_OPTS;
     double ratio = -1;
     uint64_t seed = 1;
-    idlist_t ids = {0};
+    moe_ranges_t ids = {0};
     const char *train = NULL, *test = NULL;
     int c, rc = 0;
     char err[256];
@@ -853,7 +720,7 @@ static int cmd_split(int argc, char **argv)
                 goto out;
             break;
         case O_IDS:
-            if (idlist_parse(&ids, optarg)) {
+            if (moe_ranges_parse(&ids, optarg, UINT32_MAX)) {
                 rc = usage_error("split", "invalid id list '%s' (expected e.g. 1-500,612)",
                                  optarg);
                 goto out;
@@ -895,7 +762,7 @@ static int cmd_split(int argc, char **argv)
     int ok = ot && os;
     moe_trace_rec_t r = {0};
     while (ok && (rc = input_next(&in, &r)) == 1) {
-        int to_train = ids.n ? idlist_has(&ids, r.seq) : hash_keep(seed, r.seq, ratio);
+        int to_train = ids.n ? moe_ranges_has(&ids, r.seq) : hash_keep(seed, r.seq, ratio);
         ok = output_write(to_train ? ot : os, &r) == 0;
     }
     ok = ok && rc >= 0;
@@ -904,7 +771,7 @@ static int cmd_split(int argc, char **argv)
     rc |= output_close(os, ok && rc == 0);
     input_close(&in);
 out:
-    free(ids.r);
+    moe_ranges_free(&ids);
     return rc;
 }
 
@@ -1110,18 +977,8 @@ static int import_pass(import_job_t *job, const moe_opts_t *o, const char *path,
         }
         if (ok && rc < 0)
             ok = !import_fail(in, moe_import_errmsg(im));
-        if (im) {
-            moe_import_report_t rep;
-            moe_import_report(im, &rep);
-            job->total.tokens += rep.tokens;
-            job->total.incomplete += rep.incomplete;
-            job->total.missing_cells += rep.missing_cells;
-            job->total.dropped += rep.dropped;
-            job->total.bytes_in += rep.bytes_in;
-            job->total.sequences += rep.sequences;
-            if (rep.tokens && rep.max_id + 1 > job->total.max_id + 1)
-                job->total.max_id = rep.max_id;
-        }
+        if (im)
+            moe_import_report_add(im, &job->total);
         moe_import_close(im);
         moe_trace_hdr_release(&h);
         moe_progress_update(pg, (uint64_t)i + 1);

@@ -1,5 +1,5 @@
 /* numparse.c -- the number syntax of command lines and config files: counts with K/M/G
- * suffixes and finite decimals, each checked against a range. */
+ * suffixes and finite decimals, each checked against a range, and lists of id ranges. */
 #include "config.h"
 
 #include <errno.h>
@@ -64,4 +64,50 @@ int moe_parse_double(const char *s, double min, double max, double *out, const c
     }
     *out = v;
     return 0;
+}
+
+int moe_ranges_parse(moe_ranges_t *l, const char *s, uint32_t max)
+{
+    const char *p = s;
+    while (*p) {
+        char *end;
+        if (*p < '0' || *p > '9')
+            return -1;
+        errno = 0;
+        unsigned long long a = strtoull(p, &end, 10), b = a;
+        if (*end == '-') {
+            p = end + 1;
+            if (*p < '0' || *p > '9')
+                return -1;
+            b = strtoull(p, &end, 10);
+        }
+        if (errno || a > b || b > max || (*end && *end != ','))
+            return -1;
+        void *nr = realloc(l->r, (l->n + 1) * sizeof *l->r);
+        if (!nr)
+            return -1;
+        l->r = nr;
+        l->r[l->n][0] = (uint32_t)a;
+        l->r[l->n][1] = (uint32_t)b;
+        l->n++;
+        p = *end ? end + 1 : end;
+        if (*end && !*p) /* a trailing comma */
+            return -1;
+    }
+    return l->n ? 0 : -1;
+}
+
+int moe_ranges_has(const moe_ranges_t *l, uint32_t v)
+{
+    for (size_t i = 0; i < l->n; i++)
+        if (v >= l->r[i][0] && v <= l->r[i][1])
+            return 1;
+    return 0;
+}
+
+void moe_ranges_free(moe_ranges_t *l)
+{
+    free(l->r);
+    l->r = NULL;
+    l->n = 0;
 }

@@ -261,6 +261,20 @@ void moe_import_report(const moe_importer_t *im, moe_import_report_t *rep)
         rep->bytes_in = imp_src_bytes(im->src);
 }
 
+void moe_import_report_add(const moe_importer_t *im, moe_import_report_t *total)
+{
+    moe_import_report_t rep;
+    moe_import_report(im, &rep);
+    total->tokens += rep.tokens;
+    total->incomplete += rep.incomplete;
+    total->missing_cells += rep.missing_cells;
+    total->dropped += rep.dropped;
+    total->bytes_in += rep.bytes_in;
+    total->sequences += rep.sequences;
+    if (rep.tokens && rep.max_id > total->max_id)
+        total->max_id = rep.max_id;
+}
+
 const char *moe_import_errmsg(const moe_importer_t *im)
 {
     return im && im->err[0] ? im->err : "";

@@ -42,6 +42,19 @@ int moe_parse_u64(const char *s, uint64_t min, uint64_t max, uint64_t *out, cons
 int moe_parse_double(const char *s, double min, double max, double *out, const char *what,
                      char *err, size_t errlen);
 
+/* A list of unsigned ids and inclusive ranges, "1-500,612,700-710" (sequence ids, layers). */
+typedef struct moe_ranges {
+    uint32_t (*r)[2]; /* [first, last] of each item, in the order given */
+    size_t n;
+} moe_ranges_t;
+/* Parse s into l (zeroed by the caller; items are appended): decimal numbers only, no blanks,
+ * each value <= max, first <= last. 0, or -1 when s is empty or malformed or out of memory. */
+int moe_ranges_parse(moe_ranges_t *l, const char *s, uint32_t max);
+/* Is v in one of l's ranges? */
+int moe_ranges_has(const moe_ranges_t *l, uint32_t v);
+/* Free l's items and empty it. */
+void moe_ranges_free(moe_ranges_t *l);
+
 /* Status codes. Library functions return 0 (or a count) on success and one of these negative
  * values on failure; moe_strerror() gives a short lowercase description. Handles that fail keep
  * a more detailed message (file offset, line number, field) retrievable from the handle. */

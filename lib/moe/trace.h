@@ -164,6 +164,29 @@ size_t moe_trace_stats_seq_ids(const moe_trace_stats_t *s, uint32_t *ids);
 /* Free s; NULL is a no-op. */
 void moe_trace_stats_free(moe_trace_stats_t *s);
 
+/* ------------------------------------------------------------------ exact-size samples */
+
+/* A uniform sample of exactly n records of a stream, seeded (reservoir sampling, algorithm R):
+ * memory grows with min(n, records offered), so n far above the trace's length is harmless. */
+typedef struct moe_trace_reservoir moe_trace_reservoir_t;
+/* An empty reservoir of n slots; NULL when out of memory. */
+moe_trace_reservoir_t *moe_trace_reservoir_new(uint64_t n, uint64_t seed);
+/* Offer the next record. When it is kept its buffers move into the reservoir and *r takes those
+ * of the record it replaces (empty ones at first), so the caller reads into *r again without
+ * copying ids. 0 or MOE_ENOMEM. */
+int moe_trace_reservoir_add(moe_trace_reservoir_t *s, moe_trace_rec_t *r);
+/* Records offered so far. */
+uint64_t moe_trace_reservoir_seen(const moe_trace_reservoir_t *s);
+/* The kept records, min(n, offered) of them, sorted into input order; *out points into s and
+ * stays valid until the next call on s. Returns their number. */
+size_t moe_trace_reservoir_sorted(moe_trace_reservoir_t *s, const moe_trace_rec_t **out);
+/* Free s and the records it holds; NULL is a no-op. */
+void moe_trace_reservoir_free(moe_trace_reservoir_t *s);
+
+/* The cut that keeps exactly min(n, sequences) of the sequences counted in s: sequence q is kept
+ * when n > 0 and moe_hash64(seed, q) <= *cut (moe/rng.h). 0 or MOE_ENOMEM. */
+int moe_trace_stats_seq_cut(const moe_trace_stats_t *s, uint64_t n, uint64_t seed, uint64_t *cut);
+
 #ifdef __cplusplus
 }
 #endif

@@ -183,6 +183,9 @@ for q in $(cut -f2 "$T/bs" | sort -u); do
     awk -F'\t' -v q="$q" '$2 == q' "$T/bs" >"$T/bs.got"
     same_file "$T/bs.want" "$T/bs.got" "sequence $q kept whole"
 done
+# -n 0 by sequence keeps none (it once read the cut from before the sorted hashes).
+expect_eq "$(moe sample -n 0 --by-sequence -O t "$T/small.moet" | grep -vc '^@')" 0 \
+    "sample -n 0 --by-sequence"
 expect_exit 1 moe sample -n 2 --by-sequence - <"$T/small.moet"
 expect_err_line "needs a file"
 moe sample -p 0.5 --by-sequence -S 3 -O t "$T/g.moet" | grep -v '^@' >"$T/bsp"
