@@ -56,6 +56,7 @@ moe() { moe_tool moe-trace "$@"; }
 begin() {
     case_name=$1
     case_failed=0
+    case_start=$(date +%s)
     ncases=$((ncases + 1))
 }
 
@@ -67,10 +68,12 @@ fail() {
 }
 
 end() {
+    # The seconds a case took, so that a slow case shows in the test's log.
+    case_took="($(($(date +%s) - ${case_start:-$(date +%s)})) s)"
     if [ "$case_failed" = 0 ]; then
-        echo "ok - $case_name"
+        echo "ok - $case_name $case_took"
     else
-        echo "not ok - $case_name"
+        echo "not ok - $case_name $case_took"
     fi
 }
 
