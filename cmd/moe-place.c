@@ -292,35 +292,17 @@ static void fit_usage(FILE *fp)
 /* Routing statistics from a trace or an affinity table; *is_trace tells which. */
 static moe_affinity_t *load_stats(const char *path, const cfg_t *g, int top1, int *is_trace)
 {
-    int st;
-    *is_trace = 1;
-    if (strcmp(path, "-") != 0) {
-        moe_lines_t *l = moe_lines_open(path, &st, errbuf, sizeof errbuf);
-        if (!l) {
-            fail("%s", errbuf);
-            return NULL;
-        }
-        char *line = NULL;
-        int table = moe_lines_next(l, &line, NULL) == 1 &&
-                    moe_affinity_is_table((const uint8_t *)line, strlen(line));
-        moe_lines_close(l);
-        if (table) {
-            *is_trace = 0;
-            moe_affinity_t *a = moe_affinity_read(path, &st, errbuf, sizeof errbuf);
-            if (!a)
-                fail("%s", errbuf);
-            return a;
-        }
-    }
+    int st, table = 0;
     moe_affinity_opts_t ao;
     moe_affinity_opts_default(&ao);
     ao.top1 = top1;
     ao.coact = !top1;
     ao.shuffle = 0;
     moe_progress_t *pg = moe_progress_new("statistics", 0, g->o.progress);
-    moe_affinity_t *a = moe_affinity_count(path, &ao, g->o.threads, pg ? moe_progress_cb : NULL, pg,
-                                           &st, errbuf, sizeof errbuf);
+    moe_affinity_t *a = moe_affinity_read_any(path, &ao, g->o.threads, pg ? moe_progress_cb : NULL,
+                                              pg, &table, &st, errbuf, sizeof errbuf);
     moe_progress_free(pg);
+    *is_trace = !table;
     if (!a)
         fail("%s", errbuf);
     return a;
