@@ -3,13 +3,9 @@
 
 #include <errno.h>
 #include <getopt.h>
-#include <signal.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
-#include <zlib.h>
 
 #include "moe/affinity.h"
 #include "moe/cli.h"
@@ -17,7 +13,6 @@
 #include "moe/moe.h"
 #include "moe/plot.h"
 #include "moe/trace.h"
-#include "moe/trace_map.h"
 
 static const char *prog = "moe-affinity";
 static int g_argc;

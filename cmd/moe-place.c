@@ -4,9 +4,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
-#include <inttypes.h>
-#include <math.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,7 +16,6 @@
 #include "moe/moe.h"
 #include "moe/place.h"
 #include "moe/placement.h"
-#include "moe/rng.h"
 #include "moe/topo.h"
 #include "moe/trace.h"
 #include "moe/trace_map.h"
