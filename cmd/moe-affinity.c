@@ -143,10 +143,9 @@ static const char *opt_name(int c)
     return "?";
 }
 
-/* Parse the command line of a mode. Returns 0, or 1 after --help/--version, or -1 with *rc set
- * (usage error). */
-static int parse(const char *sub, int argc, char **argv, job_t *j, void (*usage)(FILE *),
-                 int *rc)
+/* parse's work: 0, or 1 after --help/--version, or -1 with *rc set (usage error). */
+static int parse_opts(const char *sub, int argc, char **argv, job_t *j, void (*usage)(FILE *),
+                      int *rc)
 {
     char err[256];
     moe_opts_init(&j->o);
@@ -259,17 +258,29 @@ static int parse(const char *sub, int argc, char **argv, job_t *j, void (*usage)
     return 0;
 }
 
+/* Parse the command line of a mode into a fresh job and apply -v/-q. Returns 0 to go on, else
+ * nonzero with *rc the exit status (0 after --help/--version, 2 after a usage error) and
+ * nothing left to free. */
+static int parse(const char *sub, int argc, char **argv, job_t *j, void (*usage)(FILE *),
+                 int *rc)
+{
+    memset(j, 0, sizeof *j);
+    *rc = 0;
+    int st = parse_opts(sub, argc, argv, j, usage, rc);
+    if (st) {
+        free(j->pairs);
+        return 1;
+    }
+    moe_opts_apply_log(&j->o);
+    return 0;
+}
+
 /* ------------------------------------------------------------------ output */
 
 /* The text output of the options (-o, -O, -l); NULL after a message. */
 static moe_textout_t *textout_open(const moe_opts_t *o)
 {
     return moe_cli_text_open(prog, o->out, o->fmt, o->level);
-}
-
-static int textout_close(moe_textout_t *t, const char *path, int ok)
-{
-    return moe_cli_text_close(prog, t, path, ok);
 }
 
 /* Draw the pictures asked for (--png, --svg) into memory, before any file is opened. */
@@ -380,12 +391,9 @@ static void main_usage(FILE *fp)
 static int run_table(int argc, char **argv)
 {
     job_t j;
-    memset(&j, 0, sizeof j);
-    int rc = 0, st = parse(NULL, argc, argv, &j, main_usage, &rc);
-    if (st) {
-        free(j.pairs);
-        return st > 0 ? 0 : rc;
-    }
+    int rc;
+    if (parse(NULL, argc, argv, &j, main_usage, &rc))
+        return rc;
     if (argc - optind > 1) {
         free(j.pairs);
         return usage_error(NULL, "too many arguments");
@@ -413,7 +421,6 @@ static int run_table(int argc, char **argv)
         free(j.pairs);
         return rc;
     }
-    moe_opts_apply_log(&j.o);
     moe_affinity_t *a = count_trace(in, &j, 0);
     if (!a) {
         free(j.pairs);
@@ -447,7 +454,7 @@ static int run_table(int argc, char **argv)
     }
     /* everything written: commit all, or remove all */
     if (out)
-        rc = textout_close(out, j.o.out, rc == 0) || rc;
+        rc = moe_cli_text_close(prog, out, j.o.out, rc == 0) || rc;
     if (!rc && !wrc)
         rc = moe_cli_picture_commit(prog, &pics[0]) | moe_cli_picture_commit(prog, &pics[1]);
     moe_cli_picture_free(&pics[0]);
@@ -478,24 +485,19 @@ static void converge_usage(FILE *fp)
 static int run_converge(int argc, char **argv)
 {
     job_t j;
-    memset(&j, 0, sizeof j);
-    int rc = 0, st = parse("converge", argc, argv, &j, converge_usage, &rc);
-    if (st)
-        return st > 0 ? 0 : rc;
+    int rc;
+    if (parse("converge", argc, argv, &j, converge_usage, &rc))
+        return rc;
     if (argc - optind > 1)
         return usage_error("converge", "too many arguments");
     if (!j.ao.bands)
         j.ao.bands = 12;
-    moe_opts_apply_log(&j.o);
     moe_affinity_t *a = count_trace(optind < argc ? argv[optind] : "-", &j, 0);
     if (!a)
         return 1;
     moe_textout_t *out = textout_open(&j.o);
-    rc = !out;
-    if (out) {
-        rc = moe_cli_text_finish(prog, out, j.o.out,
-                                 moe_affinity_write_converge(a, moe_textout_write, out));
-    }
+    rc = out ? moe_cli_text_finish(prog, out, j.o.out,
+                                   moe_affinity_write_converge(a, moe_textout_write, out)) : 1;
     moe_affinity_free(a);
     return rc;
 }
@@ -523,13 +525,11 @@ static void compare_usage(FILE *fp)
 static int run_compare(int argc, char **argv)
 {
     job_t j;
-    memset(&j, 0, sizeof j);
-    int rc = 0, st = parse("compare", argc, argv, &j, compare_usage, &rc);
-    if (st)
-        return st > 0 ? 0 : rc;
+    int rc;
+    if (parse("compare", argc, argv, &j, compare_usage, &rc))
+        return rc;
     if (argc - optind != 2)
         return usage_error("compare", "expected two inputs, A and B");
-    moe_opts_apply_log(&j.o);
     moe_affinity_t *a = count_trace(argv[optind], &j, 1), *b = NULL;
     if (a)
         b = count_trace(argv[optind + 1], &j, 1);
@@ -549,11 +549,8 @@ static int run_compare(int argc, char **argv)
         rc = fail("'%s': a single layer has no layer pairs", argv[optind]);
     } else {
         moe_textout_t *out = textout_open(&j.o);
-        rc = !out;
-        if (out) {
-            rc = moe_cli_text_finish(prog, out, j.o.out, moe_affinity_write_compare(
-                                         a, b, j.summary, moe_textout_write, out));
-        }
+        rc = out ? moe_cli_text_finish(prog, out, j.o.out, moe_affinity_write_compare(
+                                           a, b, j.summary, moe_textout_write, out)) : 1;
     }
     moe_affinity_free(a);
     moe_affinity_free(b);
