@@ -114,6 +114,14 @@ static int out_close(moe_textout_t *t, int werr)
     return moe_cli_text_finish(prog, t, opts.out, werr);
 }
 
+/* The help lines every subcommand ends with: --config, --json and the shared options. */
+static void usage_end(FILE *fp)
+{
+    fputs("      --config=FILE      read KEY = VALUE lines (long option names) first\n"
+          "      --json             write JSON instead of a table\n", fp);
+    moe_opts_usage(fp, MOE_OPT_OUTPUT);
+}
+
 /* ------------------------------------------------------------------ exflow */
 
 static void exflow_usage(FILE *fp)
@@ -134,10 +142,8 @@ static void exflow_usage(FILE *fp)
           "      --source=S         source ranks of the tokens: auto, recorded, sequence or\n"
           "                         token [auto]\n"
           "      --hidden=H         hidden size, to convert transfers to bytes [trace's]\n"
-          "      --elem-bytes=B     bytes per element [trace's]\n"
-          "      --config=FILE      read KEY = VALUE lines (long option names) first\n"
-          "      --json             write JSON instead of a table\n", fp);
-    moe_opts_usage(fp, MOE_OPT_OUTPUT);
+          "      --elem-bytes=B     bytes per element [trace's]\n", fp);
+    usage_end(fp);
 }
 
 static int run_exflow(int argc, char **argv)
@@ -186,9 +192,7 @@ static void monta_plan_usage_lines(FILE *fp)
           "      --gpus-per-node=N  GPUs per node, the tensor-parallel size [8]\n"
           "      --ep=E             expert-parallel size (nodes of an EP group) [8]\n"
           "      --nodes=N          nodes available, for the data-parallel count\n"
-          "      --switch-ports=N   ranks one switch network connects [unlimited]\n"
-          "      --config=FILE      read KEY = VALUE lines (long option names) first\n"
-          "      --json             write JSON instead of a table\n", fp);
+          "      --switch-ports=N   ranks one switch network connects [unlimited]\n", fp);
 }
 
 static void monta_plan_usage(FILE *fp)
@@ -198,7 +202,7 @@ static void monta_plan_usage(FILE *fp)
           "to or aligned with the expert-parallel groups, and the communication priorities.\n"
           "\n", fp);
     monta_plan_usage_lines(fp);
-    moe_opts_usage(fp, MOE_OPT_OUTPUT);
+    usage_end(fp);
 }
 
 static void monta_usage(FILE *fp)
@@ -246,7 +250,7 @@ static void monta_usage(FILE *fp)
           "      --json             write JSON instead of a table\n"
           "Options of 'monta plan':\n", fp);
     monta_plan_usage_lines(fp);
-    moe_opts_usage(fp, MOE_OPT_OUTPUT);
+    usage_end(fp);
 }
 
 /* A resource from an efficiency option, else the topology link's curve. */
@@ -402,10 +406,8 @@ static void janus_usage(FILE *fp)
           "      --topology=FILE    moe-topology(5) file or preset, for times\n"
           "      --bw-inter=BW      inter-node bandwidth per GPU, for times\n"
           "      --prefetch=SEC     compute time before each block that hides the expert\n"
-          "                         pulls [0]\n"
-          "      --config=FILE      read KEY = VALUE lines (long option names) first\n"
-          "      --json             write JSON instead of a table\n", fp);
-    moe_opts_usage(fp, MOE_OPT_OUTPUT);
+          "                         pulls [0]\n", fp);
+    usage_end(fp);
 }
 
 static int run_janus(int argc, char **argv)
@@ -487,10 +489,8 @@ static void mpmoe_usage(FILE *fp)
           "      --flops=F          compute rate of the expert GEMMs per GPU\n"
           "      --alpha=Y,X=V      slowdown factor alpha(Y, X) of stream Y (comm, comp,\n"
           "                         mem) beside X (comm, comp, mem, all); repeatable [1]\n"
-          "      --profile=FILE     measured times 'S B n seconds' per line: run Alg. 1\n"
-          "      --config=FILE      read KEY = VALUE lines (long option names) first\n"
-          "      --json             write JSON instead of a table\n", fp);
-    moe_opts_usage(fp, MOE_OPT_OUTPUT);
+          "      --profile=FILE     measured times 'S B n seconds' per line: run Alg. 1\n", fp);
+    usage_end(fp);
 }
 
 static int run_mpmoe(int argc, char **argv)
