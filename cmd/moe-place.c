@@ -194,16 +194,6 @@ static void output_usage(FILE *fp, unsigned groups)
 
 /* ------------------------------------------------------------------ text output */
 
-static moe_textout_t *out_open(const char *path, char fmt, int level)
-{
-    return moe_cli_text_open(prog, path, fmt, level);
-}
-
-static int out_close(moe_textout_t *t, const char *path, int ok)
-{
-    return moe_cli_text_close(prog, t, path, ok);
-}
-
 /* Write a placement (with this command's @PG line unless --no-PG) to the output. */
 static int write_placement(moe_placement_t *p, const cfg_t *g, int format)
 {
@@ -214,7 +204,7 @@ static int write_placement(moe_placement_t *p, const cfg_t *g, int format)
         if (st)
             return fail("out of memory");
     }
-    moe_textout_t *out = out_open(g->o.out, g->o.fmt, g->o.level);
+    moe_textout_t *out = moe_cli_text_open(prog, g->o.out, g->o.fmt, g->o.level);
     if (!out)
         return 1;
     int rc = format == MOE_PLACEMENT_TEXT
@@ -223,7 +213,7 @@ static int write_placement(moe_placement_t *p, const cfg_t *g, int format)
     if (rc && rc != MOE_ESYS)
         fail("%s", errbuf);
     return rc == MOE_ESYS ? moe_cli_text_finish(prog, out, g->o.out, rc)
-                          : out_close(out, g->o.out, rc == 0);
+                          : moe_cli_text_close(prog, out, g->o.out, rc == 0);
 }
 
 /* ------------------------------------------------------------------ topology */
@@ -444,7 +434,7 @@ static int eval_out_open(eval_out_t *o, const cfg_t *g)
     for (int i = 0; i < 3; i++) {
         if (!(o->path[i] = paths[i]))
             continue;
-        if (!(o->t[i] = out_open(paths[i], i ? 't' : g->o.fmt, g->o.level))) {
+        if (!(o->t[i] = moe_cli_text_open(prog, paths[i], i ? 't' : g->o.fmt, g->o.level))) {
             for (int k = 0; k < i; k++)
                 moe_textout_close(o->t[k], 0);
             return 1;
@@ -458,7 +448,7 @@ static int eval_out_close(eval_out_t *o, int ok)
 {
     int rc = ok ? 0 : 1;
     for (int i = 0; i < 3; i++)
-        if (o->t[i] && out_close(o->t[i], o->path[i], ok))
+        if (o->t[i] && moe_cli_text_close(prog, o->t[i], o->path[i], ok))
             rc = 1, ok = 0;
     return rc;
 }
