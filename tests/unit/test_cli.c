@@ -326,9 +326,10 @@ static void test_picture(void)
     CHECK(access(b, F_OK) != 0);
     CHECK_EQ_INT(dir_entries(dir), 1);
 
-    CHECK_EQ_INT(moe_cli_picture_draw("test_cli", &p, b, NULL, -1), 1); /* out of memory: a message */
+    /* a drawing out of memory, a missing directory: one message each */
+    CHECK_EQ_INT(moe_cli_picture_draw("test_cli", &p, b, NULL, -1), 1);
     moe_cli_picture_free(&p);
-    CHECK_EQ_INT(moe_cli_picture_save("test_cli", c, cv, -1), 1); /* no directory: a message */
+    CHECK_EQ_INT(moe_cli_picture_save("test_cli", c, cv, -1), 1);
     CHECK_EQ_INT(moe_cli_picture_save("test_cli", b, cv, -1), 0);
     CHECK(access(b, F_OK) == 0);
     CHECK_EQ_INT(dir_entries(dir), 2);
