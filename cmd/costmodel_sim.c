@@ -2,10 +2,7 @@
  * moe-costmodel fit (efficiency curves from nccl-tests tables). */
 #include "config.h"
 
-#include <errno.h>
 #include <getopt.h>
-#include <inttypes.h>
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -169,36 +166,14 @@ static int sim_parse(int argc, char **argv, sim_cfg_t *g, int *rc)
 
 /* ------------------------------------------------------------------ outputs */
 
-/* The picture, rendered before anything is committed. */
-static int plot_render(const moe_sim_t *s, const char *path, uint8_t **img, size_t *len)
-{
-    moe_canvas_t *c = moe_sim_plot(s);
-    size_t n = strlen(path);
-    int svg = n >= 4 && !strcmp(path + n - 4, ".svg");
-    int rc = !c ? MOE_ENOMEM
-                : svg ? moe_canvas_svg(c, (char **)img, len) : moe_canvas_png(c, img, len);
-    moe_canvas_free(c);
-    return rc ? sfail("cannot draw '%s': %s", path, moe_strerror(rc)) : 0;
-}
-
-static int plot_write(const char *path, const uint8_t *img, size_t len, moe_ofile_t **of)
-{
-    int st;
-    char err[512];
-    if (!(*of = moe_ofile_open(path, &st, err, sizeof err)))
-        return sfail("%s", err);
-    if (moe_write_full(moe_ofile_fd(*of), img, len))
-        return sfail("write error on '%s': %s", path, strerror(errno));
-    return 0;
-}
-
 static int write_outputs(const moe_sim_t *s, const sim_cfg_t *g, const char *tpath,
                          const char *ppath, const moe_placement_t *p, const moe_topo_t *t)
 {
-    uint8_t *img = NULL;
-    size_t len = 0;
-    moe_ofile_t *of = NULL;
-    if (g->plot && plot_render(s, g->plot, &img, &len))
+    moe_canvas_t *c = g->plot ? moe_sim_plot(s) : NULL; /* drawn before anything is written */
+    moe_cli_picture_t pic;
+    int bad = moe_cli_picture_draw(PROG, &pic, g->plot, c, -1);
+    moe_canvas_free(c);
+    if (bad)
         return 1;
     moe_textout_t *out = moe_cli_text_open(PROG, g->o.out, 't', -1);
     int rc = out ? 0 : 1;
@@ -212,13 +187,11 @@ static int write_outputs(const moe_sim_t *s, const sim_cfg_t *g, const char *tpa
             sfail("%s", err);
         else if (w)
             quiet = !moe_cli_write_failed(PROG, g->o.out);
-        if (!w && g->plot && plot_write(g->plot, img, len, &of))
+        if (!w && (moe_cli_picture_write(PROG, &pic) || moe_cli_picture_commit(PROG, &pic)))
             w = 1;
-        if (of && (w || moe_ofile_commit(of)))
-            moe_ofile_abort(of), w = w ? w : sfail("cannot write '%s'", g->plot);
         rc = moe_cli_text_close(PROG, out, g->o.out, w == 0) && !quiet;
     }
-    free(img);
+    moe_cli_picture_free(&pic);
     return rc;
 }
 

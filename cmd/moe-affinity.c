@@ -3,13 +3,9 @@
 
 #include <errno.h>
 #include <getopt.h>
-#include <signal.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
-#include <zlib.h>
 
 #include "moe/affinity.h"
 #include "moe/cli.h"
@@ -17,7 +13,6 @@
 #include "moe/moe.h"
 #include "moe/plot.h"
 #include "moe/trace.h"
-#include "moe/trace_map.h"
 
 static const char *prog = "moe-affinity";
 static int g_argc;
@@ -148,10 +143,9 @@ static const char *opt_name(int c)
     return "?";
 }
 
-/* Parse the command line of a mode. Returns 0, or 1 after --help/--version, or -1 with *rc set
- * (usage error). */
-static int parse(const char *sub, int argc, char **argv, job_t *j, void (*usage)(FILE *),
-                 int *rc)
+/* parse's work: 0, or 1 after --help/--version, or -1 with *rc set (usage error). */
+static int parse_opts(const char *sub, int argc, char **argv, job_t *j, void (*usage)(FILE *),
+                      int *rc)
 {
     char err[256];
     moe_opts_init(&j->o);
@@ -264,6 +258,23 @@ static int parse(const char *sub, int argc, char **argv, job_t *j, void (*usage)
     return 0;
 }
 
+/* Parse the command line of a mode into a fresh job and apply -v/-q. Returns 0 to go on, else
+ * nonzero with *rc the exit status (0 after --help/--version, 2 after a usage error) and
+ * nothing left to free. */
+static int parse(const char *sub, int argc, char **argv, job_t *j, void (*usage)(FILE *),
+                 int *rc)
+{
+    memset(j, 0, sizeof *j);
+    *rc = 0;
+    int st = parse_opts(sub, argc, argv, j, usage, rc);
+    if (st) {
+        free(j->pairs);
+        return 1;
+    }
+    moe_opts_apply_log(&j->o);
+    return 0;
+}
+
 /* ------------------------------------------------------------------ output */
 
 /* The text output of the options (-o, -O, -l); NULL after a message. */
@@ -272,107 +283,37 @@ static moe_textout_t *textout_open(const moe_opts_t *o)
     return moe_cli_text_open(prog, o->out, o->fmt, o->level);
 }
 
-static int textout_close(moe_textout_t *t, const char *path, int ok)
+/* Draw the pictures asked for (--png, --svg) into memory, before any file is opened. */
+static int render(const job_t *j, const moe_affinity_t *a, int kind, moe_cli_picture_t pic[2])
 {
-    return moe_cli_text_close(prog, t, path, ok);
-}
-
-/* A picture file: written under a temporary name, committed with the other outputs. */
-static moe_ofile_t *picture_open(const char *path)
-{
-    int st;
-    moe_ofile_t *of = moe_ofile_open(path, &st, errbuf, sizeof errbuf);
-    if (!of)
-        fail("%s", errbuf);
-    return of;
-}
-
-static int picture_write(moe_ofile_t *of, const char *path, const void *buf, size_t len)
-{
-    if (moe_write_full(moe_ofile_fd(of), buf, len) == 0)
-        return 0;
-    return fail("write error on '%s': %s", path, strerror(errno));
-}
-
-static int picture_commit(moe_ofile_t *of, const char *path)
-{
-    if (moe_ofile_commit(of) != 0)
-        return fail("cannot write '%s': %s", path, strerror(errno));
-    return 0;
-}
-
-/* Render the pictures asked for into memory (before any file is opened). */
-typedef struct pictures {
-    uint8_t *png;
-    size_t png_len;
-    char *svg;
-    size_t svg_len;
-    moe_ofile_t *png_of, *svg_of;
-} pictures_t;
-
-static int render(const job_t *j, const moe_affinity_t *a, int default_kind, pictures_t *p)
-{
-    memset(p, 0, sizeof *p);
+    memset(pic, 0, 2 * sizeof *pic);
     if (!j->png && !j->svg)
         return 0;
-    moe_affinity_plot_t po = {j->plot_kind >= 0 ? j->plot_kind : default_kind, j->pairs,
-                              j->npairs, j->shuffled, j->layer};
+    moe_affinity_plot_t po = {kind, j->pairs, j->npairs, j->shuffled, j->layer};
     moe_canvas_t *c = NULL;
     if (moe_affinity_plot(a, &po, &c, errbuf, sizeof errbuf) != 0)
         return fail("cannot draw: %s", errbuf);
-    int rc = 0;
-    if (j->png && moe_canvas_png(c, &p->png, &p->png_len) != 0)
-        rc = fail("cannot draw: out of memory");
-    if (!rc && j->svg && moe_canvas_svg(c, &p->svg, &p->svg_len) != 0)
-        rc = fail("cannot draw: out of memory");
+    int rc = moe_cli_picture_draw(prog, &pic[0], j->png, c, 0) ||
+             moe_cli_picture_draw(prog, &pic[1], j->svg, c, 1);
     moe_canvas_free(c);
     return rc;
 }
 
-/* Open the picture files (temporaries) and write them; nothing is committed yet. */
-static int pictures_write(const job_t *j, pictures_t *p)
-{
-    if (j->png && (!(p->png_of = picture_open(j->png)) ||
-                   picture_write(p->png_of, j->png, p->png, p->png_len)))
-        return 1;
-    if (j->svg && (!(p->svg_of = picture_open(j->svg)) ||
-                   picture_write(p->svg_of, j->svg, p->svg, p->svg_len)))
-        return 1;
-    return 0;
-}
-
-static int pictures_commit(const job_t *j, pictures_t *p)
-{
-    int rc = 0;
-    if (p->png_of) {
-        rc |= picture_commit(p->png_of, j->png);
-        p->png_of = NULL;
-    }
-    if (p->svg_of) {
-        rc |= picture_commit(p->svg_of, j->svg);
-        p->svg_of = NULL;
-    }
-    return rc;
-}
-
-/* Remove uncommitted picture files and free the images. */
-static void pictures_free(pictures_t *p)
-{
-    moe_ofile_abort(p->png_of);
-    moe_ofile_abort(p->svg_of);
-    free(p->png);
-    free(p->svg);
-}
-
 /* ------------------------------------------------------------------ counting */
 
-/* Count a trace into a new affinity object. NULL after printing the error. */
-static moe_affinity_t *count_trace(const char *path, const job_t *j)
+/* Count a trace into a new affinity object, or with `either` read an affinity table instead
+ * when path holds one (told apart by the first line). NULL after printing the error. */
+static moe_affinity_t *count_trace(const char *path, const job_t *j, int either)
 {
     int st;
+    void (*cb)(void *, uint64_t, uint64_t) = NULL;
     moe_progress_t *pg = moe_progress_new("affinity", 0, j->o.progress);
-    moe_affinity_t *a = moe_affinity_count(path, &j->ao, j->o.threads, pg ? moe_progress_cb : NULL,
-                                           pg, &st, errbuf, sizeof errbuf);
+    if (pg)
+        cb = moe_progress_cb;
+    moe_affinity_t *a = either ? moe_affinity_read_any(path, &j->ao, j->o.threads, cb, pg, NULL,
+                                                       &st, errbuf, sizeof errbuf)
+                               : moe_affinity_count(path, &j->ao, j->o.threads, cb, pg, &st,
+                                                    errbuf, sizeof errbuf);
     moe_progress_free(pg);
     if (!a)
         fail("%s", errbuf);
@@ -450,12 +391,9 @@ static void main_usage(FILE *fp)
 static int run_table(int argc, char **argv)
 {
     job_t j;
-    memset(&j, 0, sizeof j);
-    int rc = 0, st = parse(NULL, argc, argv, &j, main_usage, &rc);
-    if (st) {
-        free(j.pairs);
-        return st > 0 ? 0 : rc;
-    }
+    int rc;
+    if (parse(NULL, argc, argv, &j, main_usage, &rc))
+        return rc;
     if (argc - optind > 1) {
         free(j.pairs);
         return usage_error(NULL, "too many arguments");
@@ -483,17 +421,16 @@ static int run_table(int argc, char **argv)
         free(j.pairs);
         return rc;
     }
-    moe_opts_apply_log(&j.o);
-    moe_affinity_t *a = count_trace(in, &j);
+    moe_affinity_t *a = count_trace(in, &j, 0);
     if (!a) {
         free(j.pairs);
         return 1;
     }
-    pictures_t pics;
-    rc = render(&j, a, kind, &pics);
+    moe_cli_picture_t pics[2];
+    rc = render(&j, a, kind, pics);
     moe_textout_t *out = NULL;
-    if (!rc)
-        rc = pictures_write(&j, &pics);
+    if (!rc) /* written under temporary names, committed last */
+        rc = moe_cli_picture_write(prog, &pics[0]) || moe_cli_picture_write(prog, &pics[1]);
     if (!rc && want_text)
         rc = (out = textout_open(&j.o)) == NULL;
     int wrc = 0;
@@ -517,10 +454,11 @@ static int run_table(int argc, char **argv)
     }
     /* everything written: commit all, or remove all */
     if (out)
-        rc = textout_close(out, j.o.out, rc == 0) || rc;
+        rc = moe_cli_text_close(prog, out, j.o.out, rc == 0) || rc;
     if (!rc && !wrc)
-        rc = pictures_commit(&j, &pics);
-    pictures_free(&pics);
+        rc = moe_cli_picture_commit(prog, &pics[0]) | moe_cli_picture_commit(prog, &pics[1]);
+    moe_cli_picture_free(&pics[0]);
+    moe_cli_picture_free(&pics[1]);
     moe_affinity_free(a);
     free(j.pairs);
     return rc;
@@ -547,24 +485,19 @@ static void converge_usage(FILE *fp)
 static int run_converge(int argc, char **argv)
 {
     job_t j;
-    memset(&j, 0, sizeof j);
-    int rc = 0, st = parse("converge", argc, argv, &j, converge_usage, &rc);
-    if (st)
-        return st > 0 ? 0 : rc;
+    int rc;
+    if (parse("converge", argc, argv, &j, converge_usage, &rc))
+        return rc;
     if (argc - optind > 1)
         return usage_error("converge", "too many arguments");
     if (!j.ao.bands)
         j.ao.bands = 12;
-    moe_opts_apply_log(&j.o);
-    moe_affinity_t *a = count_trace(optind < argc ? argv[optind] : "-", &j);
+    moe_affinity_t *a = count_trace(optind < argc ? argv[optind] : "-", &j, 0);
     if (!a)
         return 1;
     moe_textout_t *out = textout_open(&j.o);
-    rc = !out;
-    if (out) {
-        rc = moe_cli_text_finish(prog, out, j.o.out,
-                                 moe_affinity_write_converge(a, moe_textout_write, out));
-    }
+    rc = out ? moe_cli_text_finish(prog, out, j.o.out,
+                                   moe_affinity_write_converge(a, moe_textout_write, out)) : 1;
     moe_affinity_free(a);
     return rc;
 }
@@ -589,41 +522,17 @@ static void compare_usage(FILE *fp)
     common_usage(fp, 0);
 }
 
-/* A trace or an affinity table (told apart by the first line). */
-static moe_affinity_t *load_either(const char *path, const job_t *j)
-{
-    if (strcmp(path, "-") != 0) {
-        int st;
-        moe_lines_t *l = moe_lines_open(path, &st, errbuf, sizeof errbuf);
-        char *line = NULL;
-        int table = l && moe_lines_next(l, &line, NULL) == 1 &&
-                    moe_affinity_is_table((const uint8_t *)line, strlen(line));
-        moe_lines_close(l);
-        if (table) {
-            moe_affinity_t *a = moe_affinity_read(path, &st, errbuf, sizeof errbuf);
-            if (!a)
-                fail("%s", errbuf);
-            else if (moe_affinity_set_source(a, path))
-                fail("out of memory");
-            return a;
-        }
-    }
-    return count_trace(path, j);
-}
-
 static int run_compare(int argc, char **argv)
 {
     job_t j;
-    memset(&j, 0, sizeof j);
-    int rc = 0, st = parse("compare", argc, argv, &j, compare_usage, &rc);
-    if (st)
-        return st > 0 ? 0 : rc;
+    int rc;
+    if (parse("compare", argc, argv, &j, compare_usage, &rc))
+        return rc;
     if (argc - optind != 2)
         return usage_error("compare", "expected two inputs, A and B");
-    moe_opts_apply_log(&j.o);
-    moe_affinity_t *a = load_either(argv[optind], &j), *b = NULL;
+    moe_affinity_t *a = count_trace(argv[optind], &j, 1), *b = NULL;
     if (a)
-        b = load_either(argv[optind + 1], &j);
+        b = count_trace(argv[optind + 1], &j, 1);
     if (!a || !b) {
         moe_affinity_free(a);
         return 1;
@@ -640,11 +549,8 @@ static int run_compare(int argc, char **argv)
         rc = fail("'%s': a single layer has no layer pairs", argv[optind]);
     } else {
         moe_textout_t *out = textout_open(&j.o);
-        rc = !out;
-        if (out) {
-            rc = moe_cli_text_finish(prog, out, j.o.out, moe_affinity_write_compare(
-                                         a, b, j.summary, moe_textout_write, out));
-        }
+        rc = out ? moe_cli_text_finish(prog, out, j.o.out, moe_affinity_write_compare(
+                                           a, b, j.summary, moe_textout_write, out)) : 1;
     }
     moe_affinity_free(a);
     moe_affinity_free(b);

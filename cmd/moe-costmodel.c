@@ -2,29 +2,20 @@
  * MPMoE, Janus) from options, config files, topologies and traces. */
 #include "config.h"
 
-#include <errno.h>
 #include <getopt.h>
 #include <math.h>
-#include <signal.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include "costmodel.h"
-#include "moe/acct.h"
 #include "moe/cli.h"
 #include "moe/cost.h"
 #include "moe/costcfg.h"
 #include "moe/io.h"
 #include "moe/moe.h"
-#include "moe/placement.h"
 #include "moe/plot.h"
 #include "moe/topo.h"
-#include "moe/trace.h"
-#include "moe/trace_map.h"
 
 static const char *prog = COSTMODEL_PROG;
 static char errbuf[512];
@@ -60,7 +51,8 @@ static void release_live(void)
 }
 
 /* Parse a subcommand's options; `takes` lists the keys it accepts (0-terminated). A bad value
- * on the command line is a usage error (2), one in a config file a data error (1). */
+ * on the command line is a usage error (2), one in a config file a data error (1); so is an
+ * argument left over (no subcommand takes one). */
 static int parse(const char *sub, int argc, char **argv, cfg_t *g, const int *takes,
                  void (*usage)(FILE *), int *rc)
 {
@@ -92,6 +84,10 @@ static int parse(const char *sub, int argc, char **argv, cfg_t *g, const int *ta
         }
     }
     moe_opts_apply_log(&opts);
+    if (optind < argc) {
+        *rc = usage_error(sub, "unexpected argument '%s'", argv[optind]);
+        return MOE_OPT_STOP;
+    }
     return 0;
 }
 
@@ -106,58 +102,24 @@ static int make_topo(const cfg_t *g, moe_topo_t *t)
 
 /* ------------------------------------------------------------------ output */
 
-typedef struct out {
-    moe_textout_t *t;
-    const char *path;
-} out_t;
-
-static int out_open(out_t *o, const cfg_t *g)
+/* The report (-o, plain text); NULL after a message. */
+static moe_textout_t *out_open(void)
 {
-    (void)g;
-    o->path = opts.out ? opts.out : "-";
-    o->t = moe_cli_text_open(prog, o->path, 't', -1);
-    return o->t ? 0 : 1;
+    return moe_cli_text_open(prog, opts.out, 't', -1);
 }
 
-static int out_close(out_t *o, int werr)
+/* End the report; werr is its writer's result. Returns the exit status. */
+static int out_close(moe_textout_t *t, int werr)
 {
-    return moe_cli_text_finish(prog, o->t, o->path, werr);
+    return moe_cli_text_finish(prog, t, opts.out, werr);
 }
 
-static int write_picture(const char *path, const moe_canvas_t *c)
+/* The help lines every subcommand ends with: --config, --json and the shared options. */
+static void usage_end(FILE *fp)
 {
-    size_t n = strlen(path), len = 0;
-    int svg = n >= 4 && !strcmp(path + n - 4, ".svg");
-    uint8_t *png = NULL;
-    char *doc = NULL;
-    if (svg ? moe_canvas_svg(c, &doc, &len) : moe_canvas_png(c, &png, &len))
-        return fail("cannot draw: out of memory");
-    const void *buf = svg ? (const void *)doc : (const void *)png;
-    int st, rc = 0;
-    moe_ofile_t *f = moe_ofile_open(path, &st, errbuf, sizeof errbuf);
-    if (!f) {
-        rc = fail("%s", errbuf);
-    } else {
-        int fd = moe_ofile_fd(f);
-        size_t off = 0;
-        while (off < len) {
-            ssize_t w = write(fd, (const char *)buf + off, len - off);
-            if (w < 0 && errno == EINTR)
-                continue;
-            if (w <= 0)
-                break;
-            off += (size_t)w;
-        }
-        if (off < len) {
-            rc = fail("cannot write '%s': %s", path, strerror(errno));
-            moe_ofile_abort(f);
-        } else if (moe_ofile_commit(f)) {
-            rc = fail("cannot write '%s': %s", path, strerror(errno));
-        }
-    }
-    free(png);
-    free(doc);
-    return rc;
+    fputs("      --config=FILE      read KEY = VALUE lines (long option names) first\n"
+          "      --json             write JSON instead of a table\n", fp);
+    moe_opts_usage(fp, MOE_OPT_OUTPUT);
 }
 
 /* ------------------------------------------------------------------ exflow */
@@ -180,16 +142,8 @@ static void exflow_usage(FILE *fp)
           "      --source=S         source ranks of the tokens: auto, recorded, sequence or\n"
           "                         token [auto]\n"
           "      --hidden=H         hidden size, to convert transfers to bytes [trace's]\n"
-          "      --elem-bytes=B     bytes per element [trace's]\n"
-          "      --config=FILE      read KEY = VALUE lines (long option names) first\n"
-          "      --json             write JSON instead of a table\n", fp);
-    moe_opts_usage(fp, MOE_OPT_OUTPUT);
-}
-
-static int exflow_measure(const cfg_t *g, moe_exflow_in_t *in, moe_exflow_meas_t *ms)
-{
-    return moe_exflow_measure_files(g->placement, g->trace, g->topk, g->source, in, ms, errbuf,
-                                    sizeof errbuf) ? fail("%s", errbuf) : 0;
+          "      --elem-bytes=B     bytes per element [trace's]\n", fp);
+    usage_end(fp);
 }
 
 static int run_exflow(int argc, char **argv)
@@ -201,8 +155,6 @@ static int run_exflow(int argc, char **argv)
     int rc = 0;
     if (parse("exflow", argc, argv, &g, takes, exflow_usage, &rc))
         return rc;
-    if (optind < argc)
-        return usage_error("exflow", "unexpected argument '%s'", argv[optind]);
     if (!g.trace != !g.placement)
         return usage_error("exflow", "--trace and --placement go together");
     if (g.trace && (!isnan(g.p) || !isnan(g.p_star)))
@@ -210,8 +162,9 @@ static int run_exflow(int argc, char **argv)
     moe_exflow_in_t in = {0};
     moe_exflow_meas_t ms = {0};
     in.p = g.p, in.p_star = g.p_star, in.p_topo = or_default(g.p_topo, -1);
-    if (g.trace && exflow_measure(&g, &in, &ms))
-        return 1;
+    if (g.trace && moe_exflow_measure_files(g.placement, g.trace, g.topk, g.source, &in, &ms,
+                                            errbuf, sizeof errbuf))
+        return fail("%s", errbuf);
     if (!g.trace && (isnan(g.p) || isnan(g.p_star)))
         return usage_error("exflow", "--p and --p-star (or --trace and --placement) are "
                                      "required");
@@ -226,11 +179,8 @@ static int run_exflow(int argc, char **argv)
     moe_exflow_out_t o;
     if (moe_exflow_eval(&in, &o))
         return fail("invalid ExFlow inputs");
-    out_t out;
-    if (out_open(&out, &g))
-        return 1;
-    int w = moe_exflow_write(out.t, g.json, &in, &o, &ms);
-    return out_close(&out, w);
+    moe_textout_t *t = out_open();
+    return t ? out_close(t, moe_exflow_write(t, g.json, &in, &o, &ms)) : 1;
 }
 
 /* ------------------------------------------------------------------ monta */
@@ -242,9 +192,7 @@ static void monta_plan_usage_lines(FILE *fp)
           "      --gpus-per-node=N  GPUs per node, the tensor-parallel size [8]\n"
           "      --ep=E             expert-parallel size (nodes of an EP group) [8]\n"
           "      --nodes=N          nodes available, for the data-parallel count\n"
-          "      --switch-ports=N   ranks one switch network connects [unlimited]\n"
-          "      --config=FILE      read KEY = VALUE lines (long option names) first\n"
-          "      --json             write JSON instead of a table\n", fp);
+          "      --switch-ports=N   ranks one switch network connects [unlimited]\n", fp);
 }
 
 static void monta_plan_usage(FILE *fp)
@@ -254,7 +202,7 @@ static void monta_plan_usage(FILE *fp)
           "to or aligned with the expert-parallel groups, and the communication priorities.\n"
           "\n", fp);
     monta_plan_usage_lines(fp);
-    moe_opts_usage(fp, MOE_OPT_OUTPUT);
+    usage_end(fp);
 }
 
 static void monta_usage(FILE *fp)
@@ -302,7 +250,7 @@ static void monta_usage(FILE *fp)
           "      --json             write JSON instead of a table\n"
           "Options of 'monta plan':\n", fp);
     monta_plan_usage_lines(fp);
-    moe_opts_usage(fp, MOE_OPT_OUTPUT);
+    usage_end(fp);
 }
 
 /* A resource from an efficiency option, else the topology link's curve. */
@@ -369,7 +317,7 @@ static int monta_plot(const char *path, const moe_monta_in_t *in, const moe_mont
 {
     moe_canvas_t *cv = NULL;
     int rc = moe_monta_plot(in, r, &cv, errbuf, sizeof errbuf);
-    rc = rc ? fail("%s", errbuf) : write_picture(path, cv);
+    rc = rc ? fail("%s", errbuf) : moe_cli_picture_save(prog, path, cv, -1);
     moe_canvas_free(cv);
     return rc;
 }
@@ -382,8 +330,6 @@ static int run_monta_plan(int argc, char **argv)
     int rc = 0;
     if (parse("monta plan", argc, argv, &g, takes, monta_plan_usage, &rc))
         return rc;
-    if (optind < argc)
-        return usage_error("monta plan", "unexpected argument '%s'", argv[optind]);
     if (isnan(g.seq))
         return usage_error("monta plan", "--seq is required");
     moe_monta_plan_in_t in = {g.seq, or_default(g.seq_per_node, 32768), g.gpn ? g.gpn : 8,
@@ -393,11 +339,8 @@ static int run_monta_plan(int argc, char **argv)
         return fail("invalid cluster expansion inputs");
     if (in.nodes && !o.dp)
         return fail("one replica needs %u nodes, only %u available", o.nodes, in.nodes);
-    out_t out;
-    if (out_open(&out, &g))
-        return 1;
-    int w = moe_monta_plan_write(out.t, g.json, &in, &o);
-    return out_close(&out, w);
+    moe_textout_t *t = out_open();
+    return t ? out_close(t, moe_monta_plan_write(t, g.json, &in, &o)) : 1;
 }
 
 static int run_monta(int argc, char **argv)
@@ -414,9 +357,7 @@ static int run_monta(int argc, char **argv)
     int rc = 0;
     if (parse("monta", argc, argv, &g, takes, monta_usage, &rc))
         return rc;
-    if (optind < argc)
-        return usage_error("monta", "unexpected argument '%s'", argv[optind]);
-    const moe_cli_file_t files[] = {{"--output", opts.out ? opts.out : "-", 1},
+    const moe_cli_file_t files[] = {{"--output", opts.out, 1},
                                     {"--plot", g.plot, 1}};
     if ((rc = moe_cli_distinct(prog, "monta", files, 2)))
         return rc;
@@ -436,12 +377,9 @@ static int run_monta(int argc, char **argv)
     moe_monta_layer(&in, &r, or_default(g.ffn, 0), g.topk ? g.topk : 1, topo.flops, &L);
     if (g.plot && monta_plot(g.plot, &in, &r))
         return 1;
-    out_t out;
-    if (out_open(&out, &g))
-        return 1;
+    moe_textout_t *t = out_open();
     const moe_monta_mem_in_t *mp = have_mem ? &mi : NULL;
-    int w = moe_monta_write(out.t, g.json, &in, &r, &L, mp, &mem);
-    return out_close(&out, w);
+    return t ? out_close(t, moe_monta_write(t, g.json, &in, &r, &L, mp, &mem)) : 1;
 }
 
 /* ------------------------------------------------------------------ janus */
@@ -468,10 +406,8 @@ static void janus_usage(FILE *fp)
           "      --topology=FILE    moe-topology(5) file or preset, for times\n"
           "      --bw-inter=BW      inter-node bandwidth per GPU, for times\n"
           "      --prefetch=SEC     compute time before each block that hides the expert\n"
-          "                         pulls [0]\n"
-          "      --config=FILE      read KEY = VALUE lines (long option names) first\n"
-          "      --json             write JSON instead of a table\n", fp);
-    moe_opts_usage(fp, MOE_OPT_OUTPUT);
+          "                         pulls [0]\n", fp);
+    usage_end(fp);
 }
 
 static int run_janus(int argc, char **argv)
@@ -483,8 +419,6 @@ static int run_janus(int argc, char **argv)
     int rc = 0;
     if (parse("janus", argc, argv, &g, takes, janus_usage, &rc))
         return rc;
-    if (optind < argc)
-        return usage_error("janus", "unexpected argument '%s'", argv[optind]);
     if (isnan(g.batch) || isnan(g.seq) || isnan(g.hidden))
         return usage_error("janus", "--batch, --seq and --hidden are required");
     if (!isnan(g.experts) && g.nepw)
@@ -520,12 +454,10 @@ static int run_janus(int argc, char **argv)
         if (st)
             return fail("invalid Janus inputs (sizes and counts must be positive)");
     }
-    out_t out;
-    if (out_open(&out, &g))
-        return 1;
-    int w = moe_janus_write(out.t, g.json, &in, E, blocks, or_default(g.threshold, 1),
-                            or_default(g.prefetch, 0), topo.link[MOE_LINK_INTER].bw);
-    return out_close(&out, w);
+    moe_textout_t *t = out_open();
+    return t ? out_close(t, moe_janus_write(t, g.json, &in, E, blocks, or_default(g.threshold, 1),
+                                            or_default(g.prefetch, 0),
+                                            topo.link[MOE_LINK_INTER].bw)) : 1;
 }
 
 /* ------------------------------------------------------------------ mpmoe */
@@ -557,16 +489,8 @@ static void mpmoe_usage(FILE *fp)
           "      --flops=F          compute rate of the expert GEMMs per GPU\n"
           "      --alpha=Y,X=V      slowdown factor alpha(Y, X) of stream Y (comm, comp,\n"
           "                         mem) beside X (comm, comp, mem, all); repeatable [1]\n"
-          "      --profile=FILE     measured times 'S B n seconds' per line: run Alg. 1\n"
-          "      --config=FILE      read KEY = VALUE lines (long option names) first\n"
-          "      --json             write JSON instead of a table\n", fp);
-    moe_opts_usage(fp, MOE_OPT_OUTPUT);
-}
-
-/* A profile file (moe/costcfg.h), its failure reported. */
-static int profile_read(const char *path, moe_mpmoe_profile_t *p)
-{
-    return moe_mpmoe_profile_read(p, path, errbuf, sizeof errbuf) ? fail("%s", errbuf) : 0;
+          "      --profile=FILE     measured times 'S B n seconds' per line: run Alg. 1\n", fp);
+    usage_end(fp);
 }
 
 static int run_mpmoe(int argc, char **argv)
@@ -580,8 +504,6 @@ static int run_mpmoe(int argc, char **argv)
     int rc = 0;
     if (parse("mpmoe", argc, argv, &g, takes, mpmoe_usage, &rc))
         return rc;
-    if (optind < argc)
-        return usage_error("mpmoe", "unexpected argument '%s'", argv[optind]);
     if (isnan(g.tokens) || isnan(g.hidden) || isnan(g.ffn))
         return usage_error("mpmoe", "--tokens, --hidden and --ffn are required");
     uint32_t nlo = g.partitions ? g.partitions : g.min_part ? g.min_part : 1;
@@ -610,19 +532,14 @@ static int run_mpmoe(int argc, char **argv)
         return fail("%s", miss);
     }
     moe_mpmoe_profile_t prof;
-    if (g.profile && profile_read(g.profile, &prof))
-        return 1;
-    out_t out;
-    if (out_open(&out, &g)) {
-        if (g.profile)
-            moe_mpmoe_profile_release(&prof);
-        return 1;
-    }
-    int w = moe_mpmoe_write(out.t, g.json, &in, nlo, nhi, g.reuse, g.mem_limit,
-                            g.profile ? &prof : NULL);
+    if (g.profile && moe_mpmoe_profile_read(&prof, g.profile, errbuf, sizeof errbuf))
+        return fail("%s", errbuf);
+    moe_textout_t *t = out_open();
+    rc = t ? out_close(t, moe_mpmoe_write(t, g.json, &in, nlo, nhi, g.reuse, g.mem_limit,
+                                          g.profile ? &prof : NULL)) : 1;
     if (g.profile)
         moe_mpmoe_profile_release(&prof);
-    return out_close(&out, w);
+    return rc;
 }
 
 /* ------------------------------------------------------------------ main */

@@ -4,9 +4,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
-#include <inttypes.h>
-#include <math.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,7 +16,6 @@
 #include "moe/moe.h"
 #include "moe/place.h"
 #include "moe/placement.h"
-#include "moe/rng.h"
 #include "moe/topo.h"
 #include "moe/trace.h"
 #include "moe/trace_map.h"
@@ -198,16 +194,6 @@ static void output_usage(FILE *fp, unsigned groups)
 
 /* ------------------------------------------------------------------ text output */
 
-static moe_textout_t *out_open(const char *path, char fmt, int level)
-{
-    return moe_cli_text_open(prog, path, fmt, level);
-}
-
-static int out_close(moe_textout_t *t, const char *path, int ok)
-{
-    return moe_cli_text_close(prog, t, path, ok);
-}
-
 /* Write a placement (with this command's @PG line unless --no-PG) to the output. */
 static int write_placement(moe_placement_t *p, const cfg_t *g, int format)
 {
@@ -218,7 +204,7 @@ static int write_placement(moe_placement_t *p, const cfg_t *g, int format)
         if (st)
             return fail("out of memory");
     }
-    moe_textout_t *out = out_open(g->o.out, g->o.fmt, g->o.level);
+    moe_textout_t *out = moe_cli_text_open(prog, g->o.out, g->o.fmt, g->o.level);
     if (!out)
         return 1;
     int rc = format == MOE_PLACEMENT_TEXT
@@ -227,7 +213,7 @@ static int write_placement(moe_placement_t *p, const cfg_t *g, int format)
     if (rc && rc != MOE_ESYS)
         fail("%s", errbuf);
     return rc == MOE_ESYS ? moe_cli_text_finish(prog, out, g->o.out, rc)
-                          : out_close(out, g->o.out, rc == 0);
+                          : moe_cli_text_close(prog, out, g->o.out, rc == 0);
 }
 
 /* ------------------------------------------------------------------ topology */
@@ -292,35 +278,17 @@ static void fit_usage(FILE *fp)
 /* Routing statistics from a trace or an affinity table; *is_trace tells which. */
 static moe_affinity_t *load_stats(const char *path, const cfg_t *g, int top1, int *is_trace)
 {
-    int st;
-    *is_trace = 1;
-    if (strcmp(path, "-") != 0) {
-        moe_lines_t *l = moe_lines_open(path, &st, errbuf, sizeof errbuf);
-        if (!l) {
-            fail("%s", errbuf);
-            return NULL;
-        }
-        char *line = NULL;
-        int table = moe_lines_next(l, &line, NULL) == 1 &&
-                    moe_affinity_is_table((const uint8_t *)line, strlen(line));
-        moe_lines_close(l);
-        if (table) {
-            *is_trace = 0;
-            moe_affinity_t *a = moe_affinity_read(path, &st, errbuf, sizeof errbuf);
-            if (!a)
-                fail("%s", errbuf);
-            return a;
-        }
-    }
+    int st, table = 0;
     moe_affinity_opts_t ao;
     moe_affinity_opts_default(&ao);
     ao.top1 = top1;
     ao.coact = !top1;
     ao.shuffle = 0;
     moe_progress_t *pg = moe_progress_new("statistics", 0, g->o.progress);
-    moe_affinity_t *a = moe_affinity_count(path, &ao, g->o.threads, pg ? moe_progress_cb : NULL, pg,
-                                           &st, errbuf, sizeof errbuf);
+    moe_affinity_t *a = moe_affinity_read_any(path, &ao, g->o.threads, pg ? moe_progress_cb : NULL,
+                                              pg, &table, &st, errbuf, sizeof errbuf);
     moe_progress_free(pg);
+    *is_trace = !table;
     if (!a)
         fail("%s", errbuf);
     return a;
@@ -466,7 +434,7 @@ static int eval_out_open(eval_out_t *o, const cfg_t *g)
     for (int i = 0; i < 3; i++) {
         if (!(o->path[i] = paths[i]))
             continue;
-        if (!(o->t[i] = out_open(paths[i], i ? 't' : g->o.fmt, g->o.level))) {
+        if (!(o->t[i] = moe_cli_text_open(prog, paths[i], i ? 't' : g->o.fmt, g->o.level))) {
             for (int k = 0; k < i; k++)
                 moe_textout_close(o->t[k], 0);
             return 1;
@@ -480,7 +448,7 @@ static int eval_out_close(eval_out_t *o, int ok)
 {
     int rc = ok ? 0 : 1;
     for (int i = 0; i < 3; i++)
-        if (o->t[i] && out_close(o->t[i], o->path[i], ok))
+        if (o->t[i] && moe_cli_text_close(prog, o->t[i], o->path[i], ok))
             rc = 1, ok = 0;
     return rc;
 }

@@ -1,6 +1,6 @@
 /* lib/cli.c -- libmoetool, the tools' command-line plumbing (not in libmoecore: it prints and
  * sets process-wide state): common options, version, error messages, output commit and the
- * broken-pipe rule, the progress meter. */
+ * broken-pipe rule, picture outputs, the progress meter. */
 #include "config.h"
 
 #include <errno.h>
@@ -17,6 +17,7 @@
 #include "moe/cli.h"
 #include "moe/io.h"
 #include "moe/moe.h"
+#include "moe/plot.h"
 
 void moe_opts_init(moe_opts_t *o)
 {
@@ -331,6 +332,63 @@ int moe_cli_text_finish(const char *prog, struct moe_textout *t, const char *pat
     int e = errno, rc = moe_cli_write_failed(prog, path);
     moe_textout_close(t, 0);
     errno = e;
+    return rc;
+}
+
+/* ------------------------------------------------------------------ pictures */
+
+int moe_cli_picture_draw(const char *prog, moe_cli_picture_t *p, const char *path,
+                         const moe_canvas_t *c, int svg)
+{
+    memset(p, 0, sizeof *p);
+    if (!path)
+        return 0;
+    size_t n = strlen(path);
+    if (svg < 0)
+        svg = n >= 4 && !strcmp(path + n - 4, ".svg");
+    p->path = path;
+    char *doc = NULL;
+    uint8_t *png = NULL;
+    int bad = !c || (svg ? moe_canvas_svg(c, &doc, &p->len) : moe_canvas_png(c, &png, &p->len));
+    p->data = svg ? (void *)doc : (void *)png;
+    return bad ? moe_fail(prog, "cannot draw: out of memory") : 0;
+}
+
+int moe_cli_picture_write(const char *prog, moe_cli_picture_t *p)
+{
+    char err[512];
+    int st;
+    if (!p->path)
+        return 0;
+    if (!(p->of = moe_ofile_open(p->path, &st, err, sizeof err)))
+        return moe_fail(prog, "%s", err);
+    if (moe_write_full(moe_ofile_fd(p->of), p->data, p->len))
+        return moe_fail(prog, "write error on '%s': %s", p->path, strerror(errno));
+    return 0;
+}
+
+int moe_cli_picture_commit(const char *prog, moe_cli_picture_t *p)
+{
+    moe_ofile_t *of = p->of;
+    p->of = NULL; /* committed or removed by moe_ofile_commit */
+    if (of && moe_ofile_commit(of))
+        return moe_fail(prog, "cannot write '%s': %s", p->path, strerror(errno));
+    return 0;
+}
+
+void moe_cli_picture_free(moe_cli_picture_t *p)
+{
+    moe_ofile_abort(p->of);
+    free(p->data);
+    memset(p, 0, sizeof *p);
+}
+
+int moe_cli_picture_save(const char *prog, const char *path, const moe_canvas_t *c, int svg)
+{
+    moe_cli_picture_t p;
+    int rc = moe_cli_picture_draw(prog, &p, path, c, svg) || moe_cli_picture_write(prog, &p) ||
+             moe_cli_picture_commit(prog, &p);
+    moe_cli_picture_free(&p);
     return rc;
 }
 

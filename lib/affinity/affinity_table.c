@@ -848,6 +848,33 @@ moe_affinity_t *moe_affinity_read(const char *path, int *status, char *errbuf, s
     return r.a;
 }
 
+moe_affinity_t *moe_affinity_read_any(const char *path, const moe_affinity_opts_t *o,
+                                      int threads,
+                                      void (*progress)(void *ctx, uint64_t done, uint64_t total),
+                                      void *ctx, int *is_table, int *status, char *errbuf,
+                                      size_t errlen)
+{
+    int table = 0;
+    if (strcmp(path, "-") != 0) { /* a file that cannot be read is left to the trace reader */
+        moe_lines_t *l = moe_lines_open(path, status, errbuf, errlen);
+        char *line = NULL;
+        table = l && moe_lines_next(l, &line, NULL) == 1 &&
+                moe_affinity_is_table((const uint8_t *)line, strlen(line));
+        moe_lines_close(l);
+    }
+    if (is_table)
+        *is_table = table;
+    if (!table)
+        return moe_affinity_count(path, o, threads, progress, ctx, status, errbuf, errlen);
+    moe_affinity_t *a = moe_affinity_read(path, status, errbuf, errlen);
+    if (a && (*status = moe_affinity_set_source(a, path)) != 0) {
+        snprintf(errbuf, errlen, "%s", moe_strerror(*status));
+        moe_affinity_free(a);
+        a = NULL;
+    }
+    return a;
+}
+
 /* ------------------------------------------------------------------ convergence */
 
 int moe_affinity_write_converge(const moe_affinity_t *a, moe_affinity_sink_fn fn, void *ctx)

@@ -190,6 +190,15 @@ int moe_affinity_write_summary(const moe_affinity_t *a, moe_affinity_sink_fn fn,
 /* Read a table written by moe_affinity_write (plain or gzipped, "-" = stdin). Returns NULL
  * with *status and a one-line reason ("'t.aff' line 12: TC row has 7 counts, expected 64"). */
 moe_affinity_t *moe_affinity_read(const char *path, int *status, char *errbuf, size_t errlen);
+/* Routing statistics from path: an affinity table (told by its first line; read with
+ * moe_affinity_read) or else a trace ("-" always is one; counted with moe_affinity_count, o,
+ * threads and progress), named after path either way. *is_table (NULL: not wanted) says
+ * which it was. NULL with *status and a one-line reason on failure. */
+moe_affinity_t *moe_affinity_read_any(const char *path, const moe_affinity_opts_t *o,
+                                      int threads,
+                                      void (*progress)(void *ctx, uint64_t done, uint64_t total),
+                                      void *ctx, int *is_table, int *status, char *errbuf,
+                                      size_t errlen);
 /* Is this the start of an affinity table (for format detection)? */
 int moe_affinity_is_table(const uint8_t *buf, size_t n);
 

@@ -119,6 +119,33 @@ int moe_cli_write_failed(const char *prog, const char *path);
  * moe_cli_write_failed(). Returns the exit status. */
 int moe_cli_text_finish(const char *prog, struct moe_textout *t, const char *path, int werr);
 
+/* A picture output of a tool (--png, --svg, --plot): drawn into memory before any output is
+ * opened, written under a temporary name (moe_ofile, moe/io.h) once the tool's other outputs
+ * are written, then committed with them or removed. Zero it before use; with path NULL (no
+ * picture asked for) every call below does nothing and succeeds. */
+struct moe_canvas;
+struct moe_ofile;
+typedef struct moe_cli_picture {
+    const char *path;
+    void *data; /* the PNG or SVG document */
+    size_t len;
+    struct moe_ofile *of; /* written, not yet committed */
+} moe_cli_picture_t;
+/* Draw canvas c (moe/plot.h) for path as PNG, or as SVG when svg > 0 or (svg < 0) when path ends
+ * in ".svg". A NULL c is a drawing that ran out of memory. 0, or 1 after
+ * "prog: cannot draw: out of memory". */
+int moe_cli_picture_draw(const char *prog, moe_cli_picture_t *p, const char *path,
+                         const struct moe_canvas *c, int svg);
+/* Write the drawn picture under its temporary name. 0, or 1 after "prog: cannot create ..." or
+ * "prog: write error on 'path': reason". */
+int moe_cli_picture_write(const char *prog, moe_cli_picture_t *p);
+/* Rename the written picture into place. 0, or 1 after "prog: cannot write 'path': reason". */
+int moe_cli_picture_commit(const char *prog, moe_cli_picture_t *p);
+/* Remove a written picture not committed and free the document. */
+void moe_cli_picture_free(moe_cli_picture_t *p);
+/* Draw, write and commit c as the picture file path at once (svg as above). 0 or 1. */
+int moe_cli_picture_save(const char *prog, const char *path, const struct moe_canvas *c, int svg);
+
 /* One subcommand of a tool: its name, its entry point (argc/argv start at the subcommand's
  * name; returns the exit status) and a one-line summary for the tool's --help. */
 typedef struct moe_cli_cmd {

@@ -1,11 +1,17 @@
 /* tests/unit/test_cli.c -- shared command-line plumbing: number parsing, @PG lines, the common
- * options, help and version text. */
+ * options, help and version text, picture outputs. */
 #include "config.h"
 
+#include <dirent.h>
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "moe/cli.h"
 #include "moe/moe.h"
+#include "moe/plot.h"
 #include "unit.h"
 
 /* Parse s in [min, max]: the value, or the error text prefixed with "!". */
@@ -271,6 +277,69 @@ static void test_usage_version(void)
     printf("usage lines by group, version text, status strings\n");
 }
 
+/* Entries of a directory besides . and .. (temporaries left behind show here). */
+static int dir_entries(const char *dir)
+{
+    DIR *d = opendir(dir);
+    int n = 0;
+    for (struct dirent *e; d && (e = readdir(d));)
+        n += strcmp(e->d_name, ".") && strcmp(e->d_name, "..");
+    if (d)
+        closedir(d);
+    return n;
+}
+
+/* moe_cli_picture: drawn by the path's ending or as asked, invisible until committed, removed
+ * when freed uncommitted; no path, no picture. */
+static void test_picture(void)
+{
+    const char *tmp = getenv("TMPDIR");
+    char dir[512], a[600], b[600], c[600];
+    snprintf(dir, sizeof dir, "%s/test_cli-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+    CHECK(mkdtemp(dir) != NULL);
+    snprintf(a, sizeof a, "%s/a.svg", dir);
+    snprintf(b, sizeof b, "%s/b.svg", dir);
+    snprintf(c, sizeof c, "%s/none/c.png", dir);
+    moe_canvas_t *cv = moe_canvas_new(40, 30);
+    CHECK(cv && moe_canvas_rect(cv, 2, 2, 10, 10, 0xff0000) == 0);
+    moe_cli_picture_t p;
+    CHECK_EQ_INT(moe_cli_picture_draw("test_cli", &p, NULL, cv, -1), 0);
+    CHECK_EQ_INT(moe_cli_picture_write("test_cli", &p), 0);
+    CHECK_EQ_INT(moe_cli_picture_commit("test_cli", &p), 0);
+    moe_cli_picture_free(&p);
+    CHECK_EQ_INT(dir_entries(dir), 0);
+
+    CHECK_EQ_INT(moe_cli_picture_draw("test_cli", &p, a, cv, -1), 0); /* SVG by the name */
+    CHECK(p.len > 4 && strstr(p.data, "<svg") != NULL);
+    CHECK_EQ_INT(moe_cli_picture_write("test_cli", &p), 0);
+    CHECK(access(a, F_OK) != 0); /* only the temporary so far */
+    CHECK_EQ_INT(moe_cli_picture_commit("test_cli", &p), 0);
+    struct stat st;
+    CHECK(stat(a, &st) == 0 && (size_t)st.st_size == p.len);
+    moe_cli_picture_free(&p); /* committed: stays */
+    CHECK(access(a, F_OK) == 0);
+
+    CHECK_EQ_INT(moe_cli_picture_draw("test_cli", &p, b, cv, 0), 0); /* PNG, whatever the name */
+    CHECK(p.len > 8 && memcmp(p.data, "\x89PNG", 4) == 0);
+    CHECK_EQ_INT(moe_cli_picture_write("test_cli", &p), 0);
+    moe_cli_picture_free(&p); /* written, not committed: removed */
+    CHECK(access(b, F_OK) != 0);
+    CHECK_EQ_INT(dir_entries(dir), 1);
+
+    /* a drawing out of memory, a missing directory: one message each */
+    CHECK_EQ_INT(moe_cli_picture_draw("test_cli", &p, b, NULL, -1), 1);
+    moe_cli_picture_free(&p);
+    CHECK_EQ_INT(moe_cli_picture_save("test_cli", c, cv, -1), 1);
+    CHECK_EQ_INT(moe_cli_picture_save("test_cli", b, cv, -1), 0);
+    CHECK(access(b, F_OK) == 0);
+    CHECK_EQ_INT(dir_entries(dir), 2);
+    moe_canvas_free(cv);
+    unlink(a);
+    unlink(b);
+    rmdir(dir);
+    printf("picture outputs: drawn, written, committed or removed\n");
+}
+
 int main(void)
 {
     test_parse_u64();
@@ -278,5 +347,6 @@ int main(void)
     test_pg_line();
     test_opts();
     test_usage_version();
+    test_picture();
     return unit_done("test_cli");
 }
