@@ -460,10 +460,7 @@ int moe_affinity_write_summary(const moe_affinity_t *a, moe_affinity_sink_fn fn,
         free(sm);
         return MOE_ENOMEM;
     }
-    o->fn = fn;
-    o->ctx = ctx;
-    o->n = 0;
-    o->err = 0;
+    tb_init(o, fn, ctx);
     moe_affinity_info_t in;
     moe_affinity_info(a, &in);
     moe_affinity_summary(a, sm);
@@ -866,10 +863,7 @@ int moe_affinity_write_converge(const moe_affinity_t *a, moe_affinity_sink_fn fn
         free(o);
         return MOE_ENOMEM;
     }
-    o->fn = fn;
-    o->ctx = ctx;
-    o->n = 0;
-    o->err = 0;
+    tb_init(o, fn, ctx);
     uint64_t seqs = 0;
     for (size_t g = 0; g < a->ngroups; g++) {
         aff_tot_add(s, &full, &a->groups[g]);
@@ -948,10 +942,7 @@ int moe_affinity_write_steps(const moe_affinity_t *a, moe_affinity_sink_fn fn, v
     out_t *o = malloc(sizeof *o);
     if (!o)
         return MOE_ENOMEM;
-    o->fn = fn;
-    o->ctx = ctx;
-    o->n = 0;
-    o->err = 0;
+    tb_init(o, fn, ctx);
     tb_fmt(o, "# by-step: statistics per window of %u steps (hop 1)\n"
                "#STEP\twindow\tfirst_step\tlast_step\ttokens\tload_max_mean\t"
                "mean_max_conditional\tweighted_max_conditional\tmutual_information\n",
@@ -1018,10 +1009,7 @@ int moe_affinity_write_compare(const moe_affinity_t *a, const moe_affinity_t *b,
     out_t *o = malloc(sizeof *o);
     if (!o)
         return MOE_ENOMEM;
-    o->fn = fn;
-    o->ctx = ctx;
-    o->n = 0;
-    o->err = 0;
+    tb_init(o, fn, ctx);
     double tv = 0, ll = 0, lls = 0, ma = 0;
     uint32_t n = 0;
     int rc = 0;
