@@ -13,6 +13,7 @@
 #include "affinity_internal.h"
 #include "moe/moe.h"
 #include "moe/rng.h"
+#include "rng_internal.h"
 #include "util_internal.h"
 
 #define CHUNK 2048u           /* shuffled records counted per task */
@@ -213,22 +214,6 @@ typedef struct aff_scan {
     void *pctx;
 } aff_scan_t;
 
-/* xoshiro256**, an inline copy of moe_rng_next (same outputs). */
-static inline uint64_t rng_next(moe_rng_t *r)
-{
-    uint64_t *s = r->s;
-    uint64_t x = s[1] * 5;
-    uint64_t out = ((x << 7) | (x >> 57)) * 9;
-    uint64_t t = s[1] << 17;
-    s[2] ^= s[0];
-    s[3] ^= s[1];
-    s[1] ^= s[2];
-    s[0] ^= s[3];
-    s[2] ^= t;
-    s[3] = (s[3] << 45) | (s[3] >> 19);
-    return out;
-}
-
 /* Uniform integer in [0, n) for n < 2^32 (Lemire's multiply-and-reject on 32-bit halves):
  * each 64-bit output serves two draws. */
 typedef struct rng32 {
@@ -243,7 +228,7 @@ static inline uint32_t rng_u32(rng32_t *g)
         g->half = 0;
         return (uint32_t)(g->word >> 32);
     }
-    g->word = rng_next(&g->r);
+    g->word = rng_next_inline(&g->r);
     g->half = 1;
     return (uint32_t)g->word;
 }
