@@ -303,25 +303,30 @@ static const uint64_t bit64[64] = {
 DEFINE_CELL_MASK(cell_mask, uint16_t)
 DEFINE_CELL_MASK(raw_mask, uint8_t)
 
-/* batch_masks (below) from the stored bytes (E <= 64: one byte per id, 0xff = missing). */
-static int batch_masks_raw(const aff_shape_t *s, const moe_trace_batch_t *b, uint64_t *full,
-                           uint64_t *set)
+/* batch_masks (below) with the ids read from the stored bytes (raw: E <= 64, one byte per id,
+ * 0xff = missing) or from the decoded ids. Inline with a constant `raw` at each call, so the
+ * compiler can keep the two loops apart. */
+static inline int masks_of(const aff_shape_t *s, const moe_trace_batch_t *b, uint64_t *full,
+                           uint64_t *set, const int raw)
 {
     uint64_t missing = 0;
     const uint32_t L = s->L, K = s->K;
     const size_t n = b->n;
     for (size_t r = 0; r < n; r++) {
-        const uint8_t *ids = b->raw + r * b->raw_stride;
+        const uint8_t *r8 = raw ? b->raw + r * b->raw_stride : NULL;
+        const uint16_t *r16 = raw ? NULL : b->ids + r * (size_t)L * K;
         const float *wt = b->weights ? b->weights + r * (size_t)L * K : NULL;
-        for (uint32_t j = 0; j < L; j++, ids += K) {
-            uint64_t m = ids[0] != 0xff ? raw_mask(ids, K) : 0;
+        for (uint32_t j = 0; j < L; j++) {
+            const size_t c = (size_t)j * K; /* the cell's first id */
+            uint64_t m = raw ? (r8[c] != 0xff ? raw_mask(r8 + c, K) : 0)
+                             : (r16[c] != MOE_EXPERT_NONE ? cell_mask(r16 + c, K) : 0);
             missing |= m == 0;
             full[j * n + r] = m;
             if (s->top1) {
                 uint32_t top = 0;
                 for (uint32_t k = 1; wt && k < K; k++)
-                    top = wt[(size_t)j * K + k] > wt[(size_t)j * K + top] ? k : top;
-                set[j * n + r] = m ? bit64[ids[top]] : 0;
+                    top = wt[c + k] > wt[c + top] ? k : top;
+                set[j * n + r] = m ? bit64[raw ? r8[c + top] : r16[c + top]] : 0;
             }
         }
     }
@@ -334,32 +339,14 @@ static int batch_masks_raw(const aff_shape_t *s, const moe_trace_batch_t *b, uin
 static int batch_masks(const aff_shape_t *s, const moe_trace_batch_t *b, uint64_t *full,
                        uint64_t *set)
 {
-    const uint32_t L = s->L, K = s->K;
-    const size_t n = b->n;
     if (b->raw && b->raw_width == 1 && !s->top1) {
-        int rc = aff_masks_fast(b->raw, b->raw_stride, n, L, K, full);
+        int rc = aff_masks_fast(b->raw, b->raw_stride, b->n, s->L, s->K, full);
         if (rc >= 0)
             return rc;
     }
     if (b->raw && b->raw_width == 1)
-        return batch_masks_raw(s, b, full, set);
-    uint64_t missing = 0;
-    const uint16_t *ids = b->ids;
-    for (size_t r = 0; r < n; r++) {
-        const float *wt = b->weights ? b->weights + r * (size_t)L * K : NULL;
-        for (uint32_t j = 0; j < L; j++, ids += K) {
-            uint64_t m = ids[0] != MOE_EXPERT_NONE ? cell_mask(ids, K) : 0;
-            missing |= m == 0;
-            full[j * n + r] = m;
-            if (s->top1) {
-                uint32_t top = 0;
-                for (uint32_t k = 1; wt && k < K; k++)
-                    top = wt[(size_t)j * K + k] > wt[(size_t)j * K + top] ? k : top;
-                set[j * n + r] = m ? bit64[ids[top]] : 0;
-            }
-        }
-    }
-    return missing != 0;
+        return masks_of(s, b, full, set, 1);
+    return masks_of(s, b, full, set, 0);
 }
 
 /* Sets of record r of batch b into w->scr (list path). */
