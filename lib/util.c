@@ -40,6 +40,19 @@ int util_grow(void **p, size_t *cap, size_t need, size_t size)
     return 0;
 }
 
+int util_resize_each(size_t cap, size_t n, void **const arr[], const size_t size[])
+{
+    int rc = 0;
+    for (size_t i = 0; i < n; i++) {
+        void *t = size[i] && cap > SIZE_MAX / size[i] ? NULL : realloc(*arr[i], cap * size[i]);
+        if (t)
+            *arr[i] = t;
+        else
+            rc = MOE_ENOMEM;
+    }
+    return rc;
+}
+
 void util_populate(void *p, size_t n)
 {
 #ifdef MADV_POPULATE_WRITE

@@ -14,6 +14,11 @@ int util_errf(char *errbuf, size_t errlen, int status, const char *fmt, ...)
  * returns 0 or MOE_ENOMEM (then *p and *cap are unchanged). */
 int util_grow(void **p, size_t *cap, size_t need, size_t size);
 
+/* Resize n parallel arrays to cap entries each: *arr[i] is an array of entries of size[i] bytes.
+ * Every array that could be resized is stored at once, so on MOE_ENOMEM all of them are still
+ * valid (to free or keep using at the old capacity); 0 when all were. */
+int util_resize_each(size_t cap, size_t n, void **const arr[], const size_t size[]);
+
 /* Map the whole pages of a buffer of n bytes that is about to be filled, in one call
  * (madvise MADV_POPULATE_WRITE, Linux 5.14): on virtual machines a first touch can cost 20 us a
  * page (measured on the 2-core CI machine), so hundreds of faults were a tenth of a trace scan.
