@@ -13,6 +13,7 @@
 #include "moe/moe.h"
 #include "moe/rng.h"
 #include "run_internal.h"
+#include "util_internal.h"
 
 void run_die(run_t *r, const char *what, int status)
 {
@@ -126,19 +127,11 @@ static int read_tokens(run_t *r, moe_trace_t *t, uint64_t max, char *errbuf, siz
     while ((!max || r->ntok < max) && (rc = moe_trace_read(t, &rec)) == 1) {
         if (r->ntok == cap) {
             cap = cap ? 2 * cap : 1024;
-            uint64_t *ti = realloc(r->tok_id, cap * sizeof *ti);
-            if (ti)
-                r->tok_id = ti;
-            uint32_t *sr = realloc(r->src, cap * sizeof *sr);
-            if (sr)
-                r->src = sr;
-            uint16_t *id = realloc(r->ids, cap * LK * sizeof *id);
-            if (id)
-                r->ids = id;
-            float *w = realloc(r->wts, cap * LK * sizeof *w);
-            if (w)
-                r->wts = w;
-            if (!ti || !sr || !id || !w)
+            void **const arr[] = {(void **)&r->tok_id, (void **)&r->src, (void **)&r->ids,
+                                  (void **)&r->wts};
+            const size_t size[] = {sizeof *r->tok_id, sizeof *r->src, LK * sizeof *r->ids,
+                                   LK * sizeof *r->wts};
+            if (util_resize_each(cap, 4, arr, size))
                 return say(errbuf, errlen, "%s", moe_strerror(MOE_ENOMEM));
         }
         size_t i = r->ntok;
