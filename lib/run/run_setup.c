@@ -4,7 +4,6 @@
 
 #include <inttypes.h>
 #include <setjmp.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -83,16 +82,8 @@ int run_agree(run_t *r, int failed)
     return v < r->G ? (int)v : -1;
 }
 
-static int say(char *errbuf, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static int say(char *errbuf, size_t errlen, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(errbuf, errlen, fmt, ap);
-    va_end(ap);
-    return 1;
-}
+/* A set-up failure: the message into the caller's buffer, and 1 (the set-up steps' "failed"). */
+#define say(errbuf, errlen, ...) util_errf(errbuf, errlen, 1, __VA_ARGS__)
 
 /* A reader's message about the file at path, naming the file once: the trace reader names it
  * in some messages ("'f': truncated file") and not in others ("record 7: ..."). */
