@@ -1,6 +1,7 @@
 /* util.c -- small helpers every part of libmoecore shares (see util_internal.h). */
 #include "config.h"
 
+#include <inttypes.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -20,6 +21,18 @@ int util_errf(char *errbuf, size_t errlen, int status, const char *fmt, ...)
         va_end(ap);
     }
     return status;
+}
+
+int util_verrf_at(char *errbuf, size_t errlen, int status, const char *name, uint64_t line,
+                  const char *fmt, va_list ap)
+{
+    char tmp[256];
+    if (!errbuf || !errlen)
+        return status;
+    vsnprintf(tmp, sizeof tmp, fmt, ap);
+    if (line)
+        return util_errf(errbuf, errlen, status, "'%s' line %" PRIu64 ": %s", name, line, tmp);
+    return util_errf(errbuf, errlen, status, "'%s': %s", name, tmp);
 }
 
 int util_grow(void **p, size_t *cap, size_t need, size_t size)

@@ -3,12 +3,19 @@
 #ifndef MOE_UTIL_INTERNAL_H
 #define MOE_UTIL_INTERNAL_H
 
+#include <stdarg.h>
 #include <stddef.h>
+#include <stdint.h>
 
 /* Format a message into errbuf (when errbuf is not NULL and errlen > 0) and return status, so a
  * failing function can `return util_errf(errbuf, errlen, MOE_EFORMAT, "line %d: ...", n);`. */
 int util_errf(char *errbuf, size_t errlen, int status, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
+
+/* util_errf for the file readers: "'NAME' line LINE: message", or "'NAME': message" when line
+ * is 0 (not known or not line-based). The readers' variadic fail helpers pass their va_list. */
+int util_verrf_at(char *errbuf, size_t errlen, int status, const char *name, uint64_t line,
+                  const char *fmt, va_list ap) __attribute__((format(printf, 6, 0)));
 
 /* Make *p hold at least need elements of size bytes, doubling *cap from a first size of 64;
  * returns 0 or MOE_ENOMEM (then *p and *cap are unchanged). */

@@ -66,18 +66,11 @@ typedef struct trd {
 static int tfail(trd_t *r, int rc, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static int tfail(trd_t *r, int rc, const char *fmt, ...)
 {
-    char tmp[256];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(tmp, sizeof tmp, fmt, ap);
-    va_end(ap);
     r->failed = 1;
-    if (!r->msg || !r->msglen)
-        return rc;
-    if (r->line)
-        snprintf(r->msg, r->msglen, "'%s' line %" PRIu64 ": %s", r->name, r->line, tmp);
-    else
-        snprintf(r->msg, r->msglen, "'%s': %s", r->name, tmp);
+    rc = util_verrf_at(r->msg, r->msglen, rc, r->name, r->line, fmt, ap);
+    va_end(ap);
     return rc;
 }
 

@@ -507,15 +507,12 @@ typedef struct reader {
 static int rd_fail(reader_t *r, int rc, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static int rd_fail(reader_t *r, int rc, const char *fmt, ...)
 {
-    char tmp[256];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(tmp, sizeof tmp, fmt, ap);
+    rc = util_verrf_at(r->msg, r->msglen, rc, r->path, r->l ? moe_lines_lineno(r->l) : 0, fmt,
+                       ap);
     va_end(ap);
-    if (r->l && moe_lines_lineno(r->l))
-        return util_errf(r->msg, r->msglen, rc, "'%s' line %" PRIu64 ": %s", r->path,
-                         moe_lines_lineno(r->l), tmp);
-    return util_errf(r->msg, r->msglen, rc, "'%s': %s", r->path, tmp);
+    return rc;
 }
 
 static int parse_u64(const char *s, uint64_t *v)
