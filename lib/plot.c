@@ -595,6 +595,15 @@ static int tick_step(int n, int cell, int label_w)
     return st[k - 1];
 }
 
+/* The one-pixel frame of a panel, corners (l, t) and (r, b) included. */
+static void frame(moe_canvas_t *c, int l, int t, int r, int b)
+{
+    moe_canvas_line(c, l, t, r, t, 1, FRAME);
+    moe_canvas_line(c, l, b, r, b, 1, FRAME);
+    moe_canvas_line(c, l, t, l, b, 1, FRAME);
+    moe_canvas_line(c, r, t, r, b, 1, FRAME);
+}
+
 static int digits(int n)
 {
     int d = 1;
@@ -637,11 +646,7 @@ int moe_plot_heatmap(moe_canvas_t *c, int x, int y, const moe_heatmap_t *hm)
     }
     int rc = moe_canvas_raster(c, x0, y0, hm->cols, hm->rows, hm->cw, hm->ch, px);
     free(px);
-    /* frame */
-    moe_canvas_line(c, x0 - 1, y0 - 1, x0 + mw, y0 - 1, 1, FRAME);
-    moe_canvas_line(c, x0 - 1, y0 + mh, x0 + mw, y0 + mh, 1, FRAME);
-    moe_canvas_line(c, x0 - 1, y0 - 1, x0 - 1, y0 + mh, 1, FRAME);
-    moe_canvas_line(c, x0 + mw, y0 - 1, x0 + mw, y0 + mh, 1, FRAME);
+    frame(c, x0 - 1, y0 - 1, x0 + mw, y0 + mh);
     /* ticks and their labels at cell centres */
     char lab[32];
     int lw = digits(hm->cols - 1) * PLOT_CELL_W * s;
@@ -685,10 +690,7 @@ int moe_plot_colorbar(moe_canvas_t *c, int x, int y, int h, double vmin, double 
         px[i] = moe_colormap(floor((1.0 - (i + 0.5) / steps) * 64.0 + 0.5) / 64.0);
     int rc = moe_canvas_raster(c, x, y, 1, steps, bw, 1, px);
     free(px);
-    moe_canvas_line(c, x - 1, y - 1, x + bw, y - 1, 1, FRAME);
-    moe_canvas_line(c, x - 1, y + h, x + bw, y + h, 1, FRAME);
-    moe_canvas_line(c, x - 1, y - 1, x - 1, y + h, 1, FRAME);
-    moe_canvas_line(c, x + bw, y - 1, x + bw, y + h, 1, FRAME);
+    frame(c, x - 1, y - 1, x + bw, y + h);
     char lab[32];
     for (int k = 0; k <= 4; k++) {
         double v = vmin + (vmax - vmin) * k / 4;

@@ -6,6 +6,7 @@
 
 #include "moe/moe.h"
 #include "moe/rng.h"
+#include "rng_internal.h"
 
 /* 2^64 / golden ratio: the Weyl increment of splitmix64, odd so x * GOLDEN is a bijection. */
 #define GOLDEN UINT64_C(0x9E3779B97F4A7C15)
@@ -16,11 +17,6 @@ static uint64_t mix64(uint64_t z)
     z = (z ^ (z >> 30)) * UINT64_C(0xBF58476D1CE4E5B9);
     z = (z ^ (z >> 27)) * UINT64_C(0x94D049BB133111EB);
     return z ^ (z >> 31);
-}
-
-static uint64_t rotl(uint64_t x, int k)
-{
-    return (x << k) | (x >> (64 - k));
 }
 
 /* The state is filled from a splitmix64 sequence, as the xoshiro authors recommend: nearby seeds
@@ -35,16 +31,7 @@ void moe_rng_seed(moe_rng_t *r, uint64_t seed)
 
 uint64_t moe_rng_next(moe_rng_t *r)
 {
-    uint64_t *s = r->s;
-    uint64_t out = rotl(s[1] * 5, 7) * 9;
-    uint64_t t = s[1] << 17;
-    s[2] ^= s[0];
-    s[3] ^= s[1];
-    s[1] ^= s[2];
-    s[0] ^= s[3];
-    s[2] ^= t;
-    s[3] = rotl(s[3], 45);
-    return out;
+    return rng_next_inline(r);
 }
 
 /* The top 53 bits are the best ones and exactly fill a double's mantissa: every value is a

@@ -1,6 +1,7 @@
 /* util.c -- small helpers every part of libmoecore shares (see util_internal.h). */
 #include "config.h"
 
+#include <inttypes.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -22,6 +23,18 @@ int util_errf(char *errbuf, size_t errlen, int status, const char *fmt, ...)
     return status;
 }
 
+int util_verrf_at(char *errbuf, size_t errlen, int status, const char *name, uint64_t line,
+                  const char *fmt, va_list ap)
+{
+    char tmp[256];
+    if (!errbuf || !errlen)
+        return status;
+    vsnprintf(tmp, sizeof tmp, fmt, ap);
+    if (line)
+        return util_errf(errbuf, errlen, status, "'%s' line %" PRIu64 ": %s", name, line, tmp);
+    return util_errf(errbuf, errlen, status, "'%s': %s", name, tmp);
+}
+
 int util_grow(void **p, size_t *cap, size_t need, size_t size)
 {
     if (need <= *cap)
@@ -38,6 +51,19 @@ int util_grow(void **p, size_t *cap, size_t need, size_t size)
     *p = t;
     *cap = c;
     return 0;
+}
+
+int util_resize_each(size_t cap, size_t n, void **const arr[], const size_t size[])
+{
+    int rc = 0;
+    for (size_t i = 0; i < n; i++) {
+        void *t = size[i] && cap > SIZE_MAX / size[i] ? NULL : realloc(*arr[i], cap * size[i]);
+        if (t)
+            *arr[i] = t;
+        else
+            rc = MOE_ENOMEM;
+    }
+    return rc;
 }
 
 void util_populate(void *p, size_t n)

@@ -3,16 +3,28 @@
 #ifndef MOE_UTIL_INTERNAL_H
 #define MOE_UTIL_INTERNAL_H
 
+#include <stdarg.h>
 #include <stddef.h>
+#include <stdint.h>
 
 /* Format a message into errbuf (when errbuf is not NULL and errlen > 0) and return status, so a
  * failing function can `return util_errf(errbuf, errlen, MOE_EFORMAT, "line %d: ...", n);`. */
 int util_errf(char *errbuf, size_t errlen, int status, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 
+/* util_errf for the file readers: "'NAME' line LINE: message", or "'NAME': message" when line
+ * is 0 (not known or not line-based). The readers' variadic fail helpers pass their va_list. */
+int util_verrf_at(char *errbuf, size_t errlen, int status, const char *name, uint64_t line,
+                  const char *fmt, va_list ap) __attribute__((format(printf, 6, 0)));
+
 /* Make *p hold at least need elements of size bytes, doubling *cap from a first size of 64;
  * returns 0 or MOE_ENOMEM (then *p and *cap are unchanged). */
 int util_grow(void **p, size_t *cap, size_t need, size_t size);
+
+/* Resize n parallel arrays to cap entries each: *arr[i] is an array of entries of size[i] bytes.
+ * Every array that could be resized is stored at once, so on MOE_ENOMEM all of them are still
+ * valid (to free or keep using at the old capacity); 0 when all were. */
+int util_resize_each(size_t cap, size_t n, void **const arr[], const size_t size[]);
 
 /* Map the whole pages of a buffer of n bytes that is about to be filled, in one call
  * (madvise MADV_POPULATE_WRITE, Linux 5.14): on virtual machines a first touch can cost 20 us a

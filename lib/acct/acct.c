@@ -301,6 +301,22 @@ static inline int link_of(const moe_acct_t *a, uint32_t x, uint32_t y)
     return x / a->gpn == y / a->gpn ? MOE_LINK_INTRA : MOE_LINK_INTER;
 }
 
+/* One transfer of a phase (MOE_DISPATCH, MOE_COMBINE) from rank x to rank y != x: the layer's
+ * count on its link class, the scheme's rank x rank matrix (mat) and per-rank counts (rk) when
+ * kept. */
+static inline void count_xfer(const moe_acct_t *a, moe_acct_layer_t *c, uint64_t *mat,
+                              moe_acct_rank_t *rk, int phase, uint32_t x, uint32_t y)
+{
+    int k = link_of(a, x, y);
+    c->xfer[phase][k]++;
+    if (mat)
+        mat[(size_t)x * a->G + y]++;
+    if (rk) {
+        rk[x].sent[phase][k]++;
+        rk[y].recv[phase][k]++;
+    }
+}
+
 /* Count the transfers of one scheme at one layer: dispatch from `from`, combine to `to`. */
 static void count_layer(moe_acct_t *a, int scheme, uint32_t j, const moe_route_t *rt,
                         uint32_t from, uint32_t to)
@@ -315,25 +331,11 @@ static void count_layer(moe_acct_t *a, int scheme, uint32_t j, const moe_route_t
         uint32_t r = rt->ranks[i];
         load[r] += rt->count[i];
         if (r != from) {
-            int k = link_of(a, from, r);
-            c->xfer[MOE_DISPATCH][k]++;
-            if (mat)
-                mat[(size_t)from * a->G + r]++;
-            if (rk) {
-                rk[from].sent[MOE_DISPATCH][k]++;
-                rk[r].recv[MOE_DISPATCH][k]++;
-            }
+            count_xfer(a, c, mat, rk, MOE_DISPATCH, from, r);
             moved++;
         }
         if (r != to) {
-            int k = link_of(a, r, to);
-            c->xfer[MOE_COMBINE][k]++;
-            if (mat)
-                mat[(size_t)r * a->G + to]++;
-            if (rk) {
-                rk[r].sent[MOE_COMBINE][k]++;
-                rk[to].recv[MOE_COMBINE][k]++;
-            }
+            count_xfer(a, c, mat, rk, MOE_COMBINE, r, to);
             moved++;
         }
     }

@@ -33,14 +33,11 @@ typedef struct perr {
 static int fail(perr_t *e, int rc, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static int fail(perr_t *e, int rc, const char *fmt, ...)
 {
-    char tmp[256];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(tmp, sizeof tmp, fmt, ap);
+    rc = util_verrf_at(e->buf, e->len, rc, e->name, e->line, fmt, ap);
     va_end(ap);
-    if (e->line)
-        return util_errf(e->buf, e->len, rc, "'%s' line %" PRIu64 ": %s", e->name, e->line, tmp);
-    return util_errf(e->buf, e->len, rc, "'%s': %s", e->name, tmp);
+    return rc;
 }
 
 /* ------------------------------------------------------------------ buffered output */

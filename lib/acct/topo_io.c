@@ -66,18 +66,11 @@ typedef struct trd {
 static int tfail(trd_t *r, int rc, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static int tfail(trd_t *r, int rc, const char *fmt, ...)
 {
-    char tmp[256];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(tmp, sizeof tmp, fmt, ap);
-    va_end(ap);
     r->failed = 1;
-    if (!r->msg || !r->msglen)
-        return rc;
-    if (r->line)
-        snprintf(r->msg, r->msglen, "'%s' line %" PRIu64 ": %s", r->name, r->line, tmp);
-    else
-        snprintf(r->msg, r->msglen, "'%s': %s", r->name, tmp);
+    rc = util_verrf_at(r->msg, r->msglen, rc, r->name, r->line, fmt, ap);
+    va_end(ap);
     return rc;
 }
 
@@ -138,12 +131,20 @@ static int quantity(trd_t *r, char **tok, size_t n, size_t *i, int q, const char
 
 /* ------------------------------------------------------------------ statements */
 
-static int link_class(trd_t *r, char **tok, size_t n)
+/* The link class of a `link` or `efficiency` line (tok[0]), refused if the same kind of line
+ * came for it before: `kind` is that kind's bit for the first class in r->links. */
+static int link_class(trd_t *r, char **tok, size_t n, unsigned kind)
 {
     static const char *const names[] = {"intra", "inter", "host"};
-    for (int c = 0; n >= 2 && c < 3; c++)
-        if (strcmp(tok[1], names[c]) == 0)
-            return c + MOE_LINK_INTRA;
+    for (int i = 0; n >= 2 && i < 3; i++) {
+        int c = i + MOE_LINK_INTRA;
+        if (strcmp(tok[1], names[i]) != 0)
+            continue;
+        if (r->links & kind << c)
+            return tfail(r, MOE_EFORMAT, "second '%s %s' line", tok[0], tok[1]);
+        r->links |= kind << c;
+        return c;
+    }
     return n < 2 ? tfail(r, MOE_EFORMAT, "'%s' lacks a link class (intra, inter, host)", tok[0])
                  : tfail(r, MOE_EFORMAT, "unknown link class '%.40s' (intra, inter, host)",
                          tok[1]);
@@ -197,12 +198,9 @@ static int scalar(trd_t *r, char **tok, size_t n, int q, double *v)
 /* link CLASS [bandwidth X [UNIT]] [latency X [UNIT]] */
 static int link_line(trd_t *r, char **tok, size_t n)
 {
-    int c = link_class(r, tok, n), rc = 0;
+    int c = link_class(r, tok, n, 1u), rc = 0;
     if (c < 0)
         return c;
-    if (r->links & 1u << c)
-        return tfail(r, MOE_EFORMAT, "second 'link %s' line", tok[1]);
-    r->links |= 1u << c;
     unsigned got = 0;
     for (size_t i = 2; i < n && !rc; i++) {
         int lat = strcmp(tok[i], "latency") == 0;
@@ -249,12 +247,9 @@ static int eff_point(trd_t *r, moe_link_t *l, char *s)
 /* efficiency CLASS SIZE:EFF ... */
 static int eff_line(trd_t *r, char **tok, size_t n)
 {
-    int c = link_class(r, tok, n), rc = 0;
+    int c = link_class(r, tok, n, 16u), rc = 0;
     if (c < 0)
         return c;
-    if (r->links & 16u << c)
-        return tfail(r, MOE_EFORMAT, "second 'efficiency %s' line", tok[1]);
-    r->links |= 16u << c;
     if (n < 3)
         return tfail(r, MOE_EFORMAT, "'efficiency %s' has no SIZE:EFFICIENCY points", tok[1]);
     if (n - 2 > MOE_TOPO_MAX_CURVE)

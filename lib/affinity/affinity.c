@@ -13,6 +13,7 @@
 #include "affinity_internal.h"
 #include "moe/moe.h"
 #include "moe/rng.h"
+#include "rng_internal.h"
 #include "util_internal.h"
 
 #define CHUNK 2048u           /* shuffled records counted per task */
@@ -213,22 +214,6 @@ typedef struct aff_scan {
     void *pctx;
 } aff_scan_t;
 
-/* xoshiro256**, an inline copy of moe_rng_next (same outputs). */
-static inline uint64_t rng_next(moe_rng_t *r)
-{
-    uint64_t *s = r->s;
-    uint64_t x = s[1] * 5;
-    uint64_t out = ((x << 7) | (x >> 57)) * 9;
-    uint64_t t = s[1] << 17;
-    s[2] ^= s[0];
-    s[3] ^= s[1];
-    s[1] ^= s[2];
-    s[0] ^= s[3];
-    s[2] ^= t;
-    s[3] = (s[3] << 45) | (s[3] >> 19);
-    return out;
-}
-
 /* Uniform integer in [0, n) for n < 2^32 (Lemire's multiply-and-reject on 32-bit halves):
  * each 64-bit output serves two draws. */
 typedef struct rng32 {
@@ -243,7 +228,7 @@ static inline uint32_t rng_u32(rng32_t *g)
         g->half = 0;
         return (uint32_t)(g->word >> 32);
     }
-    g->word = rng_next(&g->r);
+    g->word = rng_next_inline(&g->r);
     g->half = 1;
     return (uint32_t)g->word;
 }
@@ -318,25 +303,30 @@ static const uint64_t bit64[64] = {
 DEFINE_CELL_MASK(cell_mask, uint16_t)
 DEFINE_CELL_MASK(raw_mask, uint8_t)
 
-/* batch_masks (below) from the stored bytes (E <= 64: one byte per id, 0xff = missing). */
-static int batch_masks_raw(const aff_shape_t *s, const moe_trace_batch_t *b, uint64_t *full,
-                           uint64_t *set)
+/* batch_masks (below) with the ids read from the stored bytes (raw: E <= 64, one byte per id,
+ * 0xff = missing) or from the decoded ids. Inline with a constant `raw` at each call, so the
+ * compiler can keep the two loops apart. */
+static inline int masks_of(const aff_shape_t *s, const moe_trace_batch_t *b, uint64_t *full,
+                           uint64_t *set, const int raw)
 {
     uint64_t missing = 0;
     const uint32_t L = s->L, K = s->K;
     const size_t n = b->n;
     for (size_t r = 0; r < n; r++) {
-        const uint8_t *ids = b->raw + r * b->raw_stride;
+        const uint8_t *r8 = raw ? b->raw + r * b->raw_stride : NULL;
+        const uint16_t *r16 = raw ? NULL : b->ids + r * (size_t)L * K;
         const float *wt = b->weights ? b->weights + r * (size_t)L * K : NULL;
-        for (uint32_t j = 0; j < L; j++, ids += K) {
-            uint64_t m = ids[0] != 0xff ? raw_mask(ids, K) : 0;
+        for (uint32_t j = 0; j < L; j++) {
+            const size_t c = (size_t)j * K; /* the cell's first id */
+            uint64_t m = raw ? (r8[c] != 0xff ? raw_mask(r8 + c, K) : 0)
+                             : (r16[c] != MOE_EXPERT_NONE ? cell_mask(r16 + c, K) : 0);
             missing |= m == 0;
             full[j * n + r] = m;
             if (s->top1) {
                 uint32_t top = 0;
                 for (uint32_t k = 1; wt && k < K; k++)
-                    top = wt[(size_t)j * K + k] > wt[(size_t)j * K + top] ? k : top;
-                set[j * n + r] = m ? bit64[ids[top]] : 0;
+                    top = wt[c + k] > wt[c + top] ? k : top;
+                set[j * n + r] = m ? bit64[raw ? r8[c + top] : r16[c + top]] : 0;
             }
         }
     }
@@ -349,32 +339,14 @@ static int batch_masks_raw(const aff_shape_t *s, const moe_trace_batch_t *b, uin
 static int batch_masks(const aff_shape_t *s, const moe_trace_batch_t *b, uint64_t *full,
                        uint64_t *set)
 {
-    const uint32_t L = s->L, K = s->K;
-    const size_t n = b->n;
     if (b->raw && b->raw_width == 1 && !s->top1) {
-        int rc = aff_masks_fast(b->raw, b->raw_stride, n, L, K, full);
+        int rc = aff_masks_fast(b->raw, b->raw_stride, b->n, s->L, s->K, full);
         if (rc >= 0)
             return rc;
     }
     if (b->raw && b->raw_width == 1)
-        return batch_masks_raw(s, b, full, set);
-    uint64_t missing = 0;
-    const uint16_t *ids = b->ids;
-    for (size_t r = 0; r < n; r++) {
-        const float *wt = b->weights ? b->weights + r * (size_t)L * K : NULL;
-        for (uint32_t j = 0; j < L; j++, ids += K) {
-            uint64_t m = ids[0] != MOE_EXPERT_NONE ? cell_mask(ids, K) : 0;
-            missing |= m == 0;
-            full[j * n + r] = m;
-            if (s->top1) {
-                uint32_t top = 0;
-                for (uint32_t k = 1; wt && k < K; k++)
-                    top = wt[(size_t)j * K + k] > wt[(size_t)j * K + top] ? k : top;
-                set[j * n + r] = m ? bit64[ids[top]] : 0;
-            }
-        }
-    }
-    return missing != 0;
+        return masks_of(s, b, full, set, 1);
+    return masks_of(s, b, full, set, 0);
 }
 
 /* Sets of record r of batch b into w->scr (list path). */

@@ -460,10 +460,7 @@ int moe_affinity_write_summary(const moe_affinity_t *a, moe_affinity_sink_fn fn,
         free(sm);
         return MOE_ENOMEM;
     }
-    o->fn = fn;
-    o->ctx = ctx;
-    o->n = 0;
-    o->err = 0;
+    tb_init(o, fn, ctx);
     moe_affinity_info_t in;
     moe_affinity_info(a, &in);
     moe_affinity_summary(a, sm);
@@ -510,15 +507,12 @@ typedef struct reader {
 static int rd_fail(reader_t *r, int rc, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static int rd_fail(reader_t *r, int rc, const char *fmt, ...)
 {
-    char tmp[256];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(tmp, sizeof tmp, fmt, ap);
+    rc = util_verrf_at(r->msg, r->msglen, rc, r->path, r->l ? moe_lines_lineno(r->l) : 0, fmt,
+                       ap);
     va_end(ap);
-    if (r->l && moe_lines_lineno(r->l))
-        return util_errf(r->msg, r->msglen, rc, "'%s' line %" PRIu64 ": %s", r->path,
-                         moe_lines_lineno(r->l), tmp);
-    return util_errf(r->msg, r->msglen, rc, "'%s': %s", r->path, tmp);
+    return rc;
 }
 
 static int parse_u64(const char *s, uint64_t *v)
@@ -893,10 +887,7 @@ int moe_affinity_write_converge(const moe_affinity_t *a, moe_affinity_sink_fn fn
         free(o);
         return MOE_ENOMEM;
     }
-    o->fn = fn;
-    o->ctx = ctx;
-    o->n = 0;
-    o->err = 0;
+    tb_init(o, fn, ctx);
     uint64_t seqs = 0;
     for (size_t g = 0; g < a->ngroups; g++) {
         aff_tot_add(s, &full, &a->groups[g]);
@@ -975,10 +966,7 @@ int moe_affinity_write_steps(const moe_affinity_t *a, moe_affinity_sink_fn fn, v
     out_t *o = malloc(sizeof *o);
     if (!o)
         return MOE_ENOMEM;
-    o->fn = fn;
-    o->ctx = ctx;
-    o->n = 0;
-    o->err = 0;
+    tb_init(o, fn, ctx);
     tb_fmt(o, "# by-step: statistics per window of %u steps (hop 1)\n"
                "#STEP\twindow\tfirst_step\tlast_step\ttokens\tload_max_mean\t"
                "mean_max_conditional\tweighted_max_conditional\tmutual_information\n",
@@ -1045,10 +1033,7 @@ int moe_affinity_write_compare(const moe_affinity_t *a, const moe_affinity_t *b,
     out_t *o = malloc(sizeof *o);
     if (!o)
         return MOE_ENOMEM;
-    o->fn = fn;
-    o->ctx = ctx;
-    o->n = 0;
-    o->err = 0;
+    tb_init(o, fn, ctx);
     double tv = 0, ll = 0, lls = 0, ma = 0;
     uint32_t n = 0;
     int rc = 0;

@@ -27,19 +27,9 @@ static int profile_add(moe_mpmoe_profile_t *p, int s, double B, uint32_t n, doub
 {
     if (p->n == p->cap) {
         uint32_t cap = p->cap ? 2 * p->cap : 64;
-        int *ns = realloc(p->s, cap * sizeof *ns);
-        if (ns)
-            p->s = ns;
-        double *nb = realloc(p->B, cap * sizeof *nb);
-        if (nb)
-            p->B = nb;
-        double *nt = realloc(p->sec, cap * sizeof *nt);
-        if (nt)
-            p->sec = nt;
-        uint32_t *np = realloc(p->part, cap * sizeof *np);
-        if (np)
-            p->part = np;
-        if (!ns || !nb || !nt || !np)
+        void **const arr[] = {(void **)&p->s, (void **)&p->B, (void **)&p->sec, (void **)&p->part};
+        const size_t size[] = {sizeof *p->s, sizeof *p->B, sizeof *p->sec, sizeof *p->part};
+        if (util_resize_each(cap, 4, arr, size))
             return MOE_ENOMEM;
         p->cap = cap;
     }

@@ -12,6 +12,7 @@
 #include "moe/io.h"
 #include "moe/moe.h"
 #include "moe/sim.h"
+#include "util_internal.h"
 
 #define MAX_COLS 32
 
@@ -35,18 +36,10 @@ typedef struct ncp {
 static int nfail(ncp_t *p, int rc, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static int nfail(ncp_t *p, int rc, const char *fmt, ...)
 {
-    char msg[256];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    rc = util_verrf_at(p->err, p->errlen, rc, p->name, p->line, fmt, ap);
     va_end(ap);
-    if (p->err && p->errlen) {
-        if (p->line)
-            snprintf(p->err, p->errlen, "'%s' line %llu: %s", p->name,
-                     (unsigned long long)p->line, msg);
-        else
-            snprintf(p->err, p->errlen, "'%s': %s", p->name, msg);
-    }
     return rc;
 }
 

@@ -7,7 +7,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "moe/acct.h"
 #include "moe/moe.h"
@@ -15,6 +14,7 @@
 #include "moe/rng.h"
 #include "acct/acct_internal.h"
 #include "place_internal.h"
+#include "util_internal.h"
 
 /*
  * The model. Experts of all layers are the vertices of a graph; placing two of them on
@@ -444,9 +444,7 @@ static int search(state_t *s, uint64_t seed, int chain, double deadline)
             for (uint32_t a = 0; a < m->E; a++)
                 changed |= improve_expert(s, j, a, eps);
         }
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        if ((double)ts.tv_sec + ts.tv_nsec * 1e-9 > deadline)
+        if (util_now() > deadline)
             break;
         if (sweep % 8 == 7)
             state_rebuild(s); /* shed rounding drift of the incremental updates */
@@ -723,9 +721,7 @@ static int refine(state_t *s, const moe_place_sample_t *x, int coherent, double 
         for (uint32_t j = 0; j < s->m->L; j++)
             for (uint32_t a = 0; a < s->m->E; a++)
                 changed |= ref_expert(&r, j, a, cand);
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        if ((double)ts.tv_sec + ts.tv_nsec * 1e-9 > deadline)
+        if (util_now() > deadline)
             break;
     }
     if (cand)
@@ -1022,9 +1018,7 @@ int moe_place_affinity(const moe_affinity_t *a, const moe_topo_t *topo,
     double *co = NULL, *tr = NULL, *load = NULL, *cap = NULL;
     int rc = build_model(&base, a, topo, o, out->capacity, &co, &tr, &load, &cap);
     job_t jb = {.seed = o->seed};
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    jb.deadline = (double)ts.tv_sec + ts.tv_nsec * 1e-9 + (o->time_limit > 0 ? o->time_limit : 1e9);
+    jb.deadline = util_now() + (o->time_limit > 0 ? o->time_limit : 1e9);
     jb.exact = base.top1 && base.C == 1 && base.E == base.G && topo->nodes == 1;
     int coherent_topk = !base.top1 && o->scheme == MOE_SCHEME_COHERENT;
     jb.nweights = coherent_topk && o->score ? sizeof coherent_ratios / sizeof *coherent_ratios : 1;

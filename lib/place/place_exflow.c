@@ -76,7 +76,7 @@ static int __WINAPI abort_cb(lprec *lp, void *handle)
 {
     (void)lp;
     xf_clock_t *c = handle;
-    if (plc_now() >= c->deadline)
+    if (util_now() >= c->deadline)
         c->fired = 1;
     return c->fired;
 }
@@ -249,7 +249,7 @@ static int stage_lp(plc_stage_t *s, xf_clock_t *clk, xf_out_t *out)
     /* Measured on Mixtral's shape: the primal simplex solves the (degenerate) root relaxation
      * several times faster than lp_solve's default dual phase 1. */
     set_simplextype(lp, SIMPLEX_PRIMAL_PRIMAL);
-    double left = clk->deadline - plc_now();
+    double left = clk->deadline - util_now();
     set_timeout(lp, left > 1 ? (long)ceil(left) : 1);
     /* Only a layout keeping at least one more token than the start is worth finding: that is
      * the objective bound, and nodes within half a token of the best are pruned (values are
@@ -285,7 +285,7 @@ static int stage_lp(plc_stage_t *s, xf_clock_t *clk, xf_out_t *out)
  * the bound already proves the start optimal. */
 static int stage_solve(plc_stage_t *s, double limit, xf_out_t *out, char *errbuf, size_t errlen)
 {
-    xf_clock_t clk = {plc_now() + limit, 0};
+    xf_clock_t clk = {util_now() + limit, 0};
     memset(out, 0, sizeof *out);
     char why[160] = "out of memory";
     int rc = plc_stage_start(s, clk.deadline);
@@ -299,7 +299,7 @@ static int stage_solve(plc_stage_t *s, double limit, xf_out_t *out, char *errbuf
          * is too large. */
         out->start_kept = 1;
         out->too_big = cols > XF_MAX_COLUMNS;
-        out->timed_out = !out->too_big && plc_now() >= clk.deadline;
+        out->timed_out = !out->too_big && util_now() >= clk.deadline;
         if (!out->too_big && !out->timed_out)
             rc = stage_lp(s, &clk, out);
     }
@@ -429,10 +429,10 @@ static int exflow_run(const moe_affinity_t *a, const moe_topo_t *topo,
     }
     /* Stage 2 shares its time limit among the nodes, each getting an equal part of what
      * is left. */
-    double deadline = plc_now() + o->time_limit;
+    double deadline = util_now() + o->time_limit;
     for (uint32_t n = 0; n < nodes && !rc; n++) {
         xf_out_t g;
-        double left = (deadline - plc_now()) / (nodes - n);
+        double left = (deadline - util_now()) / (nodes - n);
         rc = exflow_gpus(a, topo, cap, node_of, n, left > 1e-3 ? left : 1e-3, rank, &g,
                          errbuf, errlen);
         s2->hops += g.hops;
@@ -457,7 +457,7 @@ static int exflow_run(const moe_affinity_t *a, const moe_topo_t *topo,
 int moe_place_exflow(const moe_affinity_t *a, const moe_topo_t *topo, const moe_place_opts_t *o,
                      moe_placement_t *out, moe_place_result_t *res, char *errbuf, size_t errlen)
 {
-    double t0 = plc_now();
+    double t0 = util_now();
     moe_affinity_info_t in;
     *res = (moe_place_result_t){.objective = NAN, .bound = NAN};
     int rc = exflow_check(a, topo, o, out, &in, errbuf, errlen);
@@ -485,7 +485,7 @@ int moe_place_exflow(const moe_affinity_t *a, const moe_topo_t *topo, const moe_
         exflow_status(res->status, sizeof res->status, &s1, &s2, hops, s1.hops + s2.bound,
                       topo->nodes > 1);
     }
-    res->seconds = plc_now() - t0;
+    res->seconds = util_now() - t0;
     free(node_of);
     free(rank);
     return rc;

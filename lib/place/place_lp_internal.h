@@ -58,8 +58,6 @@ static inline int plc_col_x(const plc_stage_t *s, uint32_t k, uint32_t p)
  * of `unit`. NULL when lp_solve cannot allocate it. */
 lprec *plc_model_build(const plc_stage_t *s, double unit);
 
-/* Seconds on a monotonic clock. */
-double plc_now(void);
 /* Weight of the edges whose items are on different places in `place`. */
 double plc_stage_hops(const plc_stage_t *s, const uint32_t *place);
 /* Most items in one layer. */
@@ -67,7 +65,7 @@ uint32_t plc_stage_maxn(const plc_stage_t *s);
 /* Fill s->place with a good layout by local search (place_search.c). The first search always
  * runs to its end, whatever the deadline (so the result does not depend on the machine's
  * speed when the limit is short); further ones, from other starting layers, run while
- * plc_now() is before `deadline`. 0 or MOE_ENOMEM. */
+ * util_now() is before `deadline`. 0 or MOE_ENOMEM. */
 int plc_stage_start(plc_stage_t *s, double deadline);
 
 #endif

@@ -4,17 +4,10 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "moe/moe.h"
 #include "place_lp_internal.h"
-
-double plc_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
+#include "util_internal.h"
 
 /* Weight of the edges whose items are on different places. */
 double plc_stage_hops(const plc_stage_t *s, const uint32_t *place)
@@ -154,19 +147,13 @@ typedef struct xf_cands {
     uint32_t n, top;
     uint32_t *first;
     xf_change_t *chg;
-    uint32_t room_c, room_x;
+    size_t room_c, room_x; /* allocated entries of first and chg */
 } xf_cands_t;
 
 static int cands_push(xf_cands_t *c, uint32_t k, uint32_t p)
 {
-    if (c->top >= c->room_x) {
-        uint32_t room = 2 * c->room_x + 16;
-        xf_change_t *q = realloc(c->chg, room * sizeof *q);
-        if (!q)
-            return MOE_ENOMEM;
-        c->chg = q;
-        c->room_x = room;
-    }
+    if (util_grow((void **)&c->chg, &c->room_x, (size_t)c->top + 1, sizeof *c->chg))
+        return MOE_ENOMEM;
     c->chg[c->top++] = (xf_change_t){k, p};
     return 0;
 }
@@ -174,14 +161,8 @@ static int cands_push(xf_cands_t *c, uint32_t k, uint32_t p)
 /* Close the candidate being built. */
 static int cands_close(xf_cands_t *c)
 {
-    if (c->n + 2 > c->room_c) {
-        uint32_t room = 2 * c->room_c + 16;
-        uint32_t *q = realloc(c->first, room * sizeof *q);
-        if (!q)
-            return MOE_ENOMEM;
-        c->first = q;
-        c->room_c = room;
-    }
+    if (util_grow((void **)&c->first, &c->room_c, (size_t)c->n + 2, sizeof *c->first))
+        return MOE_ENOMEM;
     c->first[++c->n] = c->top;
     return 0;
 }
@@ -231,7 +212,7 @@ static int cands_build(xf_cands_t *c, const uint32_t *pl, uint32_t n, uint32_t P
                        int exact, uint32_t *cnt)
 {
     c->n = c->top = 0;
-    if (!c->first && !(c->first = calloc(c->room_c = 16, sizeof *c->first)))
+    if (util_grow((void **)&c->first, &c->room_c, 1, sizeof *c->first))
         return MOE_ENOMEM;
     c->first[0] = 0;
     int rc = cands_close(c);
@@ -418,7 +399,7 @@ static int descend(plc_stage_t *s, uint32_t maxn, double deadline, double *stay,
             for (uint32_t j = 0; j < s->layers; j++)
                 any |= layer_improve(s, j, XF_PREV | XF_NEXT, stay, pl);
         }
-        if (deadline > 0 && plc_now() >= deadline)
+        if (deadline > 0 && util_now() >= deadline)
             break;
         rc = chain_search(s, maxn, &gain);
     }
@@ -440,7 +421,7 @@ int plc_stage_start(plc_stage_t *s, double deadline)
     uint32_t *pl = malloc(((size_t)maxn + 1) * sizeof *pl);
     uint32_t *keep = malloc(((size_t)N + 1) * sizeof *keep);
     int rc = stay && pl && keep ? 0 : MOE_ENOMEM;
-    for (uint32_t a = 0; a < 5 && !rc && (a == 0 || plc_now() < deadline); a++) {
+    for (uint32_t a = 0; a < 5 && !rc && (a == 0 || util_now() < deadline); a++) {
         int seen = 0;
         for (uint32_t b = 0; b < a; b++)
             seen |= anchor[b] == anchor[a];

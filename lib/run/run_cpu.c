@@ -6,11 +6,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/utsname.h>
-#include <time.h>
 
 #include "moe/kern.h"
 #include "moe/moe.h"
 #include "run_comm_internal.h"
+#include "util_internal.h"
 
 typedef struct cpu {
     float *work;        /* FFN scratch */
@@ -201,9 +201,7 @@ static int cpu_sync(moe_run_backend_t *b)
 static double cpu_now(moe_run_backend_t *b)
 {
     (void)b;
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+    return util_now();
 }
 
 static void cpu_destroy(moe_run_backend_t *b)

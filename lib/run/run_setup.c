@@ -4,7 +4,6 @@
 
 #include <inttypes.h>
 #include <setjmp.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +12,7 @@
 #include "moe/moe.h"
 #include "moe/rng.h"
 #include "run_internal.h"
+#include "util_internal.h"
 
 void run_die(run_t *r, const char *what, int status)
 {
@@ -82,16 +82,8 @@ int run_agree(run_t *r, int failed)
     return v < r->G ? (int)v : -1;
 }
 
-static int say(char *errbuf, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static int say(char *errbuf, size_t errlen, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(errbuf, errlen, fmt, ap);
-    va_end(ap);
-    return 1;
-}
+/* A set-up failure: the message into the caller's buffer, and 1 (the set-up steps' "failed"). */
+#define say(errbuf, errlen, ...) util_errf(errbuf, errlen, 1, __VA_ARGS__)
 
 /* A reader's message about the file at path, naming the file once: the trace reader names it
  * in some messages ("'f': truncated file") and not in others ("record 7: ..."). */
@@ -126,19 +118,11 @@ static int read_tokens(run_t *r, moe_trace_t *t, uint64_t max, char *errbuf, siz
     while ((!max || r->ntok < max) && (rc = moe_trace_read(t, &rec)) == 1) {
         if (r->ntok == cap) {
             cap = cap ? 2 * cap : 1024;
-            uint64_t *ti = realloc(r->tok_id, cap * sizeof *ti);
-            if (ti)
-                r->tok_id = ti;
-            uint32_t *sr = realloc(r->src, cap * sizeof *sr);
-            if (sr)
-                r->src = sr;
-            uint16_t *id = realloc(r->ids, cap * LK * sizeof *id);
-            if (id)
-                r->ids = id;
-            float *w = realloc(r->wts, cap * LK * sizeof *w);
-            if (w)
-                r->wts = w;
-            if (!ti || !sr || !id || !w)
+            void **const arr[] = {(void **)&r->tok_id, (void **)&r->src, (void **)&r->ids,
+                                  (void **)&r->wts};
+            const size_t size[] = {sizeof *r->tok_id, sizeof *r->src, LK * sizeof *r->ids,
+                                   LK * sizeof *r->wts};
+            if (util_resize_each(cap, 4, arr, size))
                 return say(errbuf, errlen, "%s", moe_strerror(MOE_ENOMEM));
         }
         size_t i = r->ntok;
