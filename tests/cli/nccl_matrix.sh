@@ -119,7 +119,8 @@ eval_case() {
     expect_eq "$(nccl_check m.txt "$(($3 + 1))" >/dev/null; echo $?)" 1 "a $3 x $3 matrix"
     expect_eq "$(grep -c . m.txt)" "$3" "rows of --matrix"
     hint=$(grep 'nccl-tests:' "$T/err")
-    b=$(echo "$hint" | sed -n 's/.* -b \([0-9]*\) -e \([0-9]*\) -f 2 on \([0-9]*\) ranks$/\1 \2 \3/p')
+    b=$(echo "$hint" |
+        sed -n 's/.* -b \([0-9]*\) -e \([0-9]*\) -f 2 on \([0-9]*\) ranks$/\1 \2 \3/p')
     expect_eq "$b" "$need $need $3" "-b -e and ranks printed ($hint)"
     expect_eq "$(grep -c . "$T/err")" 1 "stderr lines"
     echo "$hint" | grep -q "NCCL_TESTS_ALLTOALLV_MATRIX_FILE=m.txt alltoallv_perf" ||
@@ -153,7 +154,9 @@ grep -q 'NCCL_TESTS_ALLTOALLV_MATRIX_SCALE=V alltoallv_perf -b S -e S -f 2 on 4 
     fail "no scaled command line: $(cat "$T/err")"
 # S is the largest row or column sum of the vectors
 s=$(awk '{ for (i = 1; i <= NF; i++) { r[NR] += $i; c[i] += $i } }
-    END { for (i in r) if (r[i] > m) m = r[i]; for (i in c) if (c[i] > m) m = c[i]; printf "%.3f", m }' m.txt)
+    END { for (i in r) if (r[i] > m) m = r[i]
+          for (i in c) if (c[i] > m) m = c[i]
+          printf "%.3f", m }' m.txt)
 grep -q "S = $s x V" "$T/err" || fail "S is not $s: $(cat "$T/err")"
 end
 

@@ -364,7 +364,8 @@ for topo in "--ranks 4" "--ranks 8 --gpus-per-node 4"; do
         # one mean exchange (4 layers x 2 phases) in multiples of 16 bytes, 0 on the diagonal
         # (tests/cli/nccl_matrix.sh checks it against nccl-tests' reader)
         paste "$T/m.csv" "$T/mb.txt" | awk -v g="$G" '{ for (i = 1; i <= g; i++) {
-                d = $i - $(i + g) / 8; if (d > 8 || d < -8 || $i % 16 || (i == NR && $i != 0)) bad = 1 }
+                d = $i - $(i + g) / 8
+                if (d > 8 || d < -8 || $i % 16 || (i == NR && $i != 0)) bad = 1 }
             } END { exit bad }' ||
             fail "--matrix entries are not the mean exchange's bytes"
         sum=$(awk '{ for (i = 1; i <= NF; i++) s += $i } END { printf "%.0f", s }' "$T/mb.txt")
