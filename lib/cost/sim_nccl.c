@@ -301,7 +301,7 @@ static int json_result(ncp_t *p, const char *a, const char *b, size_t k)
         end = jtok_value(&side, e, &tmp);
         if ((rc = jsub(p, &side, &stext, e, (size_t)(end - e), sides[i])))
             break;
-        double t, x, wrong = 0;
+        double t = 0, x = 0, wrong = 0;
         rc = jfield(p, &side, jtok_get(&side, "cpu_time") ? "cpu_time" : "time", k, &t);
         rc = rc ? rc : jfield(p, &side, "bus_bw", k, &x);
         if (!rc && jtok_get(&side, "nwrong"))
@@ -309,6 +309,8 @@ static int json_result(ncp_t *p, const char *a, const char *b, size_t k)
         if (!rc && wrong > 0)
             rc = nfail(p, MOE_ERANGE, "%.0f wrong results at size %.0f: the run failed its "
                        "correctness check", wrong, size);
+        if (rc)
+            break;
         if (time < 0)
             time = t;
         bw += x, nb++;
