@@ -412,9 +412,11 @@ static void eval_usage(FILE *fp)
           "      --hidden=H         hidden size for bytes [the trace's]\n"
           "      --elem-bytes=B     bytes per element [the trace's]\n"
           "      --scheme=S         scheme of the matrices: vanilla or coherent [coherent]\n"
-          "      --matrix=FILE      write the rank x rank traffic as an nccl-tests alltoallv\n"
-          "                         matrix (CSV of fractions of the largest entry)\n"
-          "      --matrix-bytes=FILE  write the rank x rank bytes (one row per source rank)\n"
+          "      --matrix=FILE      write one mean exchange's rank x rank bytes for nccl-tests'\n"
+          "                         alltoallv_perf (NCCL_TESTS_ALLTOALLV_MATRIX_FILE); the\n"
+          "                         -b/-e/-f to run it with go to stderr\n"
+          "      --matrix-bytes=FILE  write the whole trace's rank x rank bytes (one row per\n"
+          "                         source rank)\n"
           "      --no-layers        leave out the per-layer lines\n"
           "      --json             write JSON instead of the table\n"
           "  -@, --threads=N        additional threads [0]\n", fp);
@@ -451,6 +453,26 @@ static int eval_out_close(eval_out_t *o, int ok)
         if (o->t[i] && moe_cli_text_close(prog, o->t[i], o->path[i], ok))
             rc = 1, ok = 0;
     return rc;
+}
+
+/* How to run nccl-tests' alltoallv_perf on the --matrix file: in matrix mode it wants -b equal
+ * to -e and -e at least the largest total one rank sends or receives (it refuses a smaller
+ * one); with -b = -e the sweep has one size, and -f 2 ends it (-b 0 with -f 2 would never end,
+ * hence 16 at least). Without the vector size the file holds vectors, scaled by the run. */
+static void alltoallv_hint(const moe_acct_t *a, const moe_placement_t *p, int scheme,
+                           double vec, const char *path)
+{
+    double peak = moe_acct_alltoallv_peak(a, p, scheme, vec);
+    fflush(stdout);
+    if (vec > 0)
+        fprintf(stderr, "%s: nccl-tests: NCCL_TESTS_ALLTOALLV_MATRIX_FILE=%s alltoallv_perf "
+                "-b %.0f -e %.0f -f 2 on %u ranks\n", prog, path, fmax(peak, 16),
+                fmax(peak, 16), p->ranks);
+    else
+        fprintf(stderr, "%s: nccl-tests: NCCL_TESTS_ALLTOALLV_MATRIX_FILE=%s "
+                "NCCL_TESTS_ALLTOALLV_MATRIX_SCALE=V alltoallv_perf -b S -e S -f 2 on %u ranks, "
+                "V the bytes of a vector (unknown: no --hidden, --elem-bytes), S = %.3f x V "
+                "rounded up\n", prog, path, p->ranks, peak);
 }
 
 static int run_eval(int argc, char **argv)
@@ -519,6 +541,8 @@ static int run_eval(int argc, char **argv)
                 bad = i;
         rc = w ? moe_cli_write_failed(prog, out.path[bad < 0 ? 0 : bad]) : 0;
         rc = eval_out_close(&out, w == 0) && !w ? 1 : rc;
+        if (!rc && g.matrix && g.o.verbosity >= 0)
+            alltoallv_hint(a, p, scheme, vec, g.matrix);
     }
     moe_acct_free(a);
     moe_trace_map_close(m);

@@ -149,22 +149,48 @@ static int write_json(textbuf_t *out, const moe_acct_t *a, const moe_placement_t
     return rc ? rc : tb_fmt(out, "\n}}\n");
 }
 
-static int write_matrix(textbuf_t *out, const moe_acct_t *a, int scheme, uint32_t G,
+/* One cell of the nccl-tests alltoallv matrix: the mean exchange, i.e. the transfers from
+ * rank i to rank k over the whole trace divided by its exchanges (dispatch and combine of each
+ * layer). With the vector size known, bytes rounded to a multiple of 16: alltoallv_perf rounds
+ * every cell down to 16 bytes, so the file says what it will send. Without, vectors to three
+ * decimals (the run scales them with NCCL_TESTS_ALLTOALLV_MATRIX_SCALE). */
+static double a2av_cell(const moe_acct_t *a, int scheme, uint32_t i, uint32_t k, uint32_t L,
+                        double vec)
+{
+    double x = (double)moe_acct_matrix(a, scheme, i, k) / ((double)L * MOE_PHASES);
+    return vec > 0 ? 16 * floor(x * vec / 16 + 0.5) : floor(x * 1000 + 0.5) / 1000;
+}
+
+double moe_acct_alltoallv_peak(const moe_acct_t *a, const moe_placement_t *p, int scheme,
+                               double vec)
+{
+    double peak = 0;
+    for (uint32_t i = 0; i < p->ranks; i++) {
+        double send = 0, recv = 0;
+        for (uint32_t k = 0; k < p->ranks; k++) {
+            send += a2av_cell(a, scheme, i, k, p->layers, vec);
+            recv += a2av_cell(a, scheme, k, i, p->layers, vec);
+        }
+        peak = fmax(peak, fmax(send, recv));
+    }
+    return peak;
+}
+
+/* bytes: the trace's whole traffic in bytes; else the alltoallv_perf matrix (a2av_cell).
+ * Both are what alltoallv_perf's NCCL_TESTS_ALLTOALLV_MATRIX_FILE reader takes: G rows of G
+ * non-negative numbers separated by blanks, no comments. */
+static int write_matrix(textbuf_t *out, const moe_acct_t *a, int scheme, uint32_t G, uint32_t L,
                         double vec, int bytes)
 {
-    uint64_t max = 0;
-    for (uint32_t i = 0; i < G; i++)
-        for (uint32_t k = 0; k < G; k++)
-            max = moe_acct_matrix(a, scheme, i, k) > max ? moe_acct_matrix(a, scheme, i, k) : max;
     int rc = 0;
     for (uint32_t i = 0; i < G && !rc; i++)
         for (uint32_t k = 0; k < G && !rc; k++) {
-            uint64_t x = moe_acct_matrix(a, scheme, i, k);
-            const char *sep = k + 1 < G ? (bytes ? " " : ",") : "\n";
+            const char *sep = k + 1 < G ? " " : "\n";
             if (bytes)
-                rc = tb_fmt(out, "%.0f%s", (double)x * vec, sep);
+                rc = tb_fmt(out, "%.0f%s", (double)moe_acct_matrix(a, scheme, i, k) * vec, sep);
             else
-                rc = tb_fmt(out, "%.6f%s", max ? (double)x / (double)max : 0.0, sep);
+                rc = tb_fmt(out, vec > 0 ? "%.0f%s" : "%.3f%s",
+                            a2av_cell(a, scheme, i, k, L, vec), sep);
         }
     return rc;
 }
@@ -204,7 +230,7 @@ static int report(textbuf_t *tb, const void *arg)
 static int matrix(textbuf_t *tb, const void *arg)
 {
     const report_args_t *r = arg;
-    return write_matrix(tb, r->a, r->scheme, r->p->ranks, r->o->vec, r->bytes);
+    return write_matrix(tb, r->a, r->scheme, r->p->ranks, r->p->layers, r->o->vec, r->bytes);
 }
 
 int moe_acct_write(const moe_acct_t *a, const moe_placement_t *p, const moe_trace_hdr_t *h,

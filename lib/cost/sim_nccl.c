@@ -1,7 +1,9 @@
-/* cost/sim_nccl.c -- nccl-tests result tables: parsing, and the piecewise-linear fit of a link
- * class's efficiency curve to them (MPMoE Fig. 9). */
+/* cost/sim_nccl.c -- nccl-tests results: the text table (also behind mpirun --tag-output
+ * prefixes) and the -J JSON file, and the piecewise-linear fit of a link class's efficiency
+ * curve to them (MPMoE Fig. 9). */
 #include "config.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <math.h>
 #include <stdarg.h>
@@ -12,6 +14,7 @@
 #include "moe/io.h"
 #include "moe/moe.h"
 #include "moe/sim.h"
+#include "json_internal.h"
 #include "util_internal.h"
 
 #define MAX_COLS 32
@@ -188,21 +191,228 @@ static void merge_sizes(moe_nccl_table_t *t)
     t->n = out;
 }
 
+/* mpirun --tag-output (Open MPI) starts every line with "[JOB,RANK]<stdout>:" or <stderr>:
+ * (newer versions put a blank after the colon, skipped with the rest of the leading blanks).
+ * Returns the text after a stdout tag, NULL for a stderr line (NCCL's warnings, never part of
+ * the table), s itself for an untagged line. */
+static char *untag(char *s)
+{
+    const char *p = s;
+    for (int part = 0; part < 2; part++) {
+        if (*p++ != (part ? ',' : '['))
+            return s;
+        if (!isdigit((unsigned char)*p))
+            return s;
+        while (isdigit((unsigned char)*p))
+            p++;
+    }
+    if (*p++ != ']')
+        return s;
+    if (!strncmp(p, "<stdout>:", 9))
+        return (char *)p + 9;
+    return strncmp(p, "<stderr>:", 9) ? s : NULL;
+}
+
+/* ------------------------------------------------------------------ JSON (-J FILE.json) */
+
+/* nccl-tests -J writes one object (format version 3): "args" (argv, its first the test's
+ * path), "config" with "devices" (one object per process listed), and "results": one object
+ * per message size with "size" (bytes) and "out_of_place" / "in_place" objects holding "time"
+ * (or "cpu_time" with -C; microseconds), "alg_bw" and "bus_bw" (GB/s) and "nwrong" (null when
+ * unchecked); "out_of_place" is null where only in-place ran, and a NaN is the string "nan".
+ * The reader takes one object at a time into a NUL-terminated copy (*keep, freed by the
+ * caller). */
+static int jsub(ncp_t *p, jobj_t *o, char **keep, const char *text, size_t len,
+                const char *what)
+{
+    char *copy = malloc(len + 1);
+    if (!copy)
+        return nfail(p, MOE_ENOMEM, "%s", moe_strerror(MOE_ENOMEM));
+    memcpy(copy, text, len);
+    copy[len] = 0;
+    free(*keep); /* o's keys point into the copy: it lives until the next call or the end */
+    *keep = copy;
+    const char *at;
+    int bad = jtok_obj_parse(o, copy, &at);
+    if (bad && o->oom)
+        return nfail(p, MOE_ENOMEM, "%s", moe_strerror(MOE_ENOMEM));
+    return bad ? nfail(p, MOE_EFORMAT, "%s is not a JSON object", what) : 0;
+}
+
+/* The elements of a JSON list value v (is_list): start with *it = NULL;
+ * each call sets [*a, *b) to the next element's text and returns 1, then 0 at the end. */
+static int jnext(const jval_t *v, const char **it, const char **a, const char **b)
+{
+    jobj_t scratch = {0};
+    jval_t e;
+    const char *q = jtok_ws(*it ? *it : v->s + 1);
+    if (*q == ',')
+        q = jtok_ws(q + 1);
+    if (*q == ']')
+        return 0;
+    *a = q;
+    *b = *it = jtok_value(&scratch, q, &e);
+    free(scratch.nums);
+    return *b != NULL;
+}
+
+static int is_list(const jval_t *v)
+{
+    return v && (v->kind == J_OTHER || v->kind == J_ARR || v->kind == J_ARR3) && v->s[0] == '[';
+}
+
+/* A number field of a result object: present, finite, >= 0. */
+static int jfield(ncp_t *p, const jobj_t *o, const char *key, size_t k, double *v)
+{
+    const jval_t *x = jtok_get(o, key);
+    if (!x || x->kind != J_NUM || !isfinite(x->num) || x->num < 0)
+        return nfail(p, MOE_EFORMAT, "result %zu: \"%s\" is not a non-negative number", k, key);
+    *v = x->num;
+    return 0;
+}
+
+/* One result: out-of-place time (in-place where out-of-place is null), mean bus bandwidth. */
+static int json_result(ncp_t *p, const char *a, const char *b, size_t k)
+{
+    jobj_t r = {0}, side = {0};
+    char *rtext = NULL, *stext = NULL;
+    static const char *const sides[2] = {"out_of_place", "in_place"};
+    double size = 0, time = -1, bw = 0;
+    int nb = 0, rc = jsub(p, &r, &rtext, a, (size_t)(b - a), "a result");
+    rc = rc ? rc : jfield(p, &r, "size", k, &size);
+    for (int i = 0; i < 2 && !rc; i++) {
+        const jval_t *v = jtok_get(&r, sides[i]);
+        if (!v)
+            continue;
+        if (v->kind != J_OTHER || v->s[0] != '{') {
+            rc = nfail(p, MOE_EFORMAT, "result %zu: \"%s\" is not an object", k, sides[i]);
+            break;
+        }
+        const char *e = v->s, *end;
+        jval_t tmp;
+        end = jtok_value(&side, e, &tmp);
+        if ((rc = jsub(p, &side, &stext, e, (size_t)(end - e), sides[i])))
+            break;
+        double t = 0, x = 0, wrong = 0;
+        rc = jfield(p, &side, jtok_get(&side, "cpu_time") ? "cpu_time" : "time", k, &t);
+        rc = rc ? rc : jfield(p, &side, "bus_bw", k, &x);
+        if (!rc && jtok_get(&side, "nwrong"))
+            rc = jfield(p, &side, "nwrong", k, &wrong);
+        if (!rc && wrong > 0)
+            rc = nfail(p, MOE_ERANGE, "%.0f wrong results at size %.0f: the run failed its "
+                       "correctness check", wrong, size);
+        if (rc)
+            break;
+        if (time < 0)
+            time = t;
+        bw += x, nb++;
+    }
+    free(r.nums);
+    free(side.nums);
+    free(rtext);
+    free(stext);
+    if (rc)
+        return rc;
+    if (!nb)
+        return nfail(p, MOE_EFORMAT, "result %zu has neither out_of_place nor in_place", k);
+    if (!(size >= 1 && size < 18446744073709551616.0) || size != floor(size))
+        return nfail(p, MOE_ERANGE, "result %zu: size %.17g is not a byte count in [1, 2^64)",
+                     k, size);
+    if (!(time > 0))
+        return nfail(p, MOE_ERANGE, "result %zu: time %.17g is not positive", k, time);
+    return push_row(p, size, time * 1e-6, bw / nb * 1e9);
+}
+
+/* The test's name from argv[0] ("./build/alltoall_perf" -> "alltoall"; '/' is written "\/"). */
+static void json_op(ncp_t *p, const jval_t *args)
+{
+    const char *it = NULL, *a, *b;
+    jobj_t scratch = {0};
+    jval_t v;
+    if (is_list(args) && jnext(args, &it, &a, &b) && jtok_value(&scratch, a, &v) &&
+        v.kind == J_STR) {
+        const char *base = v.s, *end = v.s + v.len;
+        for (const char *c = v.s; c < end; c++)
+            if (*c == '/')
+                base = c + 1;
+        size_t n = (size_t)(end - base);
+        if (n > 5 && !memcmp(end - 5, "_perf", 5))
+            n -= 5;
+        if (n < sizeof p->t->op && !memchr(base, '\\', n))
+            snprintf(p->t->op, sizeof p->t->op, "%.*s", (int)n, base);
+    }
+    free(scratch.nums);
+}
+
+static int json_run(ncp_t *p, const char *text)
+{
+    jobj_t o = {0}, cfg = {0};
+    char *ctext = NULL;
+    const char *at, *it = NULL, *a, *b;
+    int rc = 0;
+    if (jtok_obj_parse(&o, text, &at)) {
+        rc = o.oom ? nfail(p, MOE_ENOMEM, "%s", moe_strerror(MOE_ENOMEM))
+                   : nfail(p, MOE_EFORMAT, "malformed JSON at byte %zu", (size_t)(at - text));
+        free(o.nums);
+        return rc;
+    }
+    const jval_t *res = jtok_get(&o, "results"), *c = jtok_get(&o, "config");
+    if (!is_list(res))
+        rc = nfail(p, MOE_EFORMAT, "not an nccl-tests JSON file: no \"results\" list");
+    json_op(p, jtok_get(&o, "args"));
+    if (!rc && c && c->kind == J_OTHER && c->s[0] == '{') {
+        jval_t tmp;
+        const char *end = jtok_value(&cfg, c->s, &tmp);
+        const jval_t *dev;
+        if (!(rc = jsub(p, &cfg, &ctext, c->s, (size_t)(end - c->s), "\"config\"")) &&
+            is_list(dev = jtok_get(&cfg, "devices")))
+            while (jnext(dev, &it, &a, &b))
+                p->t->ranks++;
+    }
+    it = NULL;
+    for (size_t k = 0; !rc && jnext(res, &it, &a, &b); k++)
+        rc = json_result(p, a, b, k);
+    free(o.nums);
+    free(cfg.nums);
+    free(ctext);
+    return rc;
+}
+
 static int nccl_run(moe_nccl_table_t *t, moe_lines_t *l, const char *name, char *errbuf,
                     size_t errlen)
 {
     memset(t, 0, sizeof *t);
     ncp_t p = {t, name, 0, errbuf, errlen, {0, 0, 0, {0, 0}, {0, 0}}, 0};
-    char *s;
-    int rc;
-    while ((rc = moe_lines_next(l, &s, NULL)) == 1) {
+    char *s, *json = NULL;
+    size_t len, jlen = 0, jcap = 0;
+    int rc, seen = 0;
+    while ((rc = moe_lines_next(l, &s, &len)) == 1) {
         p.line = moe_lines_lineno(l);
+        if (json || (!seen && *jtok_ws(s) == '{')) { /* a JSON file: gather it whole */
+            if (util_grow((void **)&json, &jcap, jlen + len + 2, 1)) {
+                rc = nfail(&p, MOE_ENOMEM, "%s", moe_strerror(MOE_ENOMEM));
+                break;
+            }
+            memcpy(json + jlen, s, len);
+            jlen += len;
+            json[jlen++] = '\n';
+            json[jlen] = 0;
+            continue;
+        }
+        if (!(s = untag(s)))
+            continue;
         while (*s == ' ' || *s == '\t')
             s++;
+        seen |= *s != 0;
         rc = *s == '#' ? comment_line(&p, s) : row_line(&p, s);
         if (rc)
             break;
     }
+    if (!rc && json) {
+        p.line = 0;
+        rc = json_run(&p, json);
+    }
+    free(json);
     if (rc < 0 && !(errbuf && errbuf[0]))
         nfail(&p, rc, "%s", moe_strerror(rc));
     p.line = 0;

@@ -183,12 +183,19 @@ typedef struct moe_acct_write_opts {
 int moe_acct_write(const moe_acct_t *a, const moe_placement_t *p, const moe_trace_hdr_t *h,
                    const moe_topo_t *topo, const moe_acct_write_opts_t *o,
                    int (*fn)(void *ctx, const void *buf, size_t len), void *ctx);
-/* The rank x rank traffic of a scheme (the accounting made with opts.matrix): comma-separated
- * fractions of the largest entry (nccl-tests alltoallv), or with `bytes` the bytes (o->vec
- * each), one row per source rank. Returns as moe_acct_write. */
+/* The rank x rank traffic of a scheme (the accounting made with opts.matrix), one row per
+ * source rank of blank-separated numbers, as nccl-tests' alltoallv_perf reads them from
+ * NCCL_TESTS_ALLTOALLV_MATRIX_FILE. With `bytes` the whole trace's bytes (o->vec each, which
+ * must be known); else one mean exchange (the traffic over layers x 2 phases): bytes rounded to
+ * a multiple of 16 when o->vec > 0, else vectors to 3 decimals. Returns as moe_acct_write. */
 int moe_acct_write_matrix(const moe_acct_t *a, const moe_placement_t *p, int scheme,
                           const moe_acct_write_opts_t *o, int bytes,
                           int (*fn)(void *ctx, const void *buf, size_t len), void *ctx);
+/* The largest total that one rank sends or receives in the mean-exchange matrix written by
+ * moe_acct_write_matrix (bytes = 0) with vector size vec: what alltoallv_perf needs as -b/-e
+ * (bytes, or vectors when vec <= 0). */
+double moe_acct_alltoallv_peak(const moe_acct_t *a, const moe_placement_t *p, int scheme,
+                               double vec);
 
 #ifdef __cplusplus
 }

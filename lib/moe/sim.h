@@ -151,6 +151,9 @@ int moe_sim_scheme_parse(const char *name);
  * column header naming size, count, type, [redop, root,] then time, algbw, busbw and #wrong
  * for out-of-place and again for in-place, and one row per message size. A row's bus
  * bandwidth is the mean of its out-of-place and in-place busbw (GB/s = 1e9 bytes/s).
+ * mpirun --tag-output prefixes ("[1,0]<stdout>:") are dropped, <stderr> lines skipped; a text
+ * whose first non-blank character is '{' is read as the JSON file of nccl-tests -J instead
+ * (its "results" objects: size, out_of_place/in_place time and bus_bw, nwrong).
  */
 typedef struct moe_nccl_row {
     double size;  /* bytes (the nccl-tests size column) */

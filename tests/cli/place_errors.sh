@@ -87,7 +87,9 @@ mkdir "$T/dir"
 
 begin "the inputs are good"
 expect_exit 0 mp eval -o "$OUT" --matrix "$MAT" --matrix-bytes "$MATB" "$T/p.moep" "$GOOD"
-expect_no_stderr
+# the one stderr line: how to run nccl-tests' alltoallv_perf on --matrix (issue 18)
+expect_eq "$(grep -c . "$T/err")" 1 "stderr lines"
+grep -q '^moe-place: nccl-tests: .* alltoallv_perf -b' "$T/err" || fail "stderr: $(cat "$T/err")"
 [ -s "$OUT" ] && [ -s "$MAT" ] && [ -s "$MATB" ] || fail "no output"
 end
 
