@@ -234,8 +234,9 @@ static void view_usage(FILE *fp)
 {
     fprintf(fp, "Usage: %s view [options] [TRACE]\n"
                 "Print a routing trace as text (or convert between trace formats).\n\n"
-                "  -h, --header-only      print only the header\n"
-                "  -H, --no-header        print only the records\n", prog);
+                "  -h, --with-header      print the header and the records [default]\n"
+                "  -H, --header-only      print only the header\n"
+                "      --no-header        print only the records\n", prog);
     moe_opts_usage(fp, MOE_OPT_ALL);
     fputs("\nTRACE is a binary trace, a text view, or '-' for standard input [-].\n"
           "Output defaults to text (-O t); -O b converts a text view back to binary.\n", fp);
@@ -297,22 +298,28 @@ static int copy_records(input_t *in, moe_trace_t *out, const moe_opts_t *o, rec_
 
 static int cmd_view(int argc, char **argv)
 {
-    static const struct option lo[] = {{"header-only", no_argument, 0, 'h'},
-                                       {"no-header", no_argument, 0, 'H'}, MOE_OPTS_LONG, {0}};
+    /* The short options mean what they mean to samtools view: -h with the header, -H the
+     * header only; records only has no short option (samtools: --no-header). */
+    enum { O_NOHDR = MOE_OPTC_TOOL };
+    static const struct option lo[] = {{"with-header", no_argument, 0, 'h'},
+                                       {"header-only", no_argument, 0, 'H'},
+                                       {"no-header", no_argument, 0, O_NOHDR}, MOE_OPTS_LONG, {0}};
     moe_opts_t o;
     moe_opts_init(&o);
-    int header_only = 0, no_header = 0, c, rc = 0;
+    int with_header = 0, header_only = 0, no_header = 0, c, rc = 0;
     while ((c = next_opt("view", view_usage, &o, argc, argv, "hH" MOE_OPTS_SHORT, lo, &rc)) != -1) {
         switch (c) {
-        case 'h': header_only = 1; break;
-        case 'H': no_header = 1; break;
+        case 'h': with_header = 1; break;
+        case 'H': header_only = 1; break;
+        case O_NOHDR: no_header = 1; break;
         case OPT_STOP: return rc;
         }
     }
     if (argc - optind > 1)
         return usage_error("view", "too many arguments");
-    if (header_only && no_header)
-        return usage_error("view", "--header-only and --no-header exclude each other");
+    if ((header_only || with_header) && no_header)
+        return usage_error("view", "--%s and --no-header exclude each other",
+                           header_only ? "header-only" : "with-header");
     moe_opts_apply_log(&o);
     input_t in;
     if (input_open(&in, optind < argc ? argv[optind] : "-", o.threads))
