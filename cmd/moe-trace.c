@@ -911,6 +911,8 @@ static void import_usage(FILE *fp)
                 "      --experts=E        experts per layer [inferred: largest id + 1]\n"
                 "      --drop-incomplete  drop tokens with missing (layer, token) cells\n"
                 "                         [keep them, marked missing]\n"
+                "      --mtp              megatron: keep the multi-token-prediction records as\n"
+                "                         layers after the decoder's [skip them]\n"
                 "      --hidden=H         hidden size recorded in the header [0: unknown]\n"
                 "      --elem-bytes=B     bytes per element recorded in the header [0]\n", prog);
     moe_opts_usage(fp, MOE_OPT_ALL);
@@ -1033,12 +1035,13 @@ static int import_spooled(import_job_t *job, const moe_opts_t *o)
 
 static int cmd_import(int argc, char **argv)
 {
-    enum { O_FMT = MOE_OPTC_TOOL, O_META, O_W, O_E, O_DROP, O_HID, O_EB };
+    enum { O_FMT = MOE_OPTC_TOOL, O_META, O_W, O_E, O_DROP, O_HID, O_EB, O_MTP };
     static const struct option lo[] = {
         {"format", required_argument, 0, O_FMT}, {"meta", required_argument, 0, O_META},
         {"weights", required_argument, 0, O_W}, {"experts", required_argument, 0, O_E},
         {"drop-incomplete", no_argument, 0, O_DROP}, {"hidden", required_argument, 0, O_HID},
-        {"elem-bytes", required_argument, 0, O_EB}, MOE_OPTS_LONG, {0}};
+        {"elem-bytes", required_argument, 0, O_EB}, {"mtp", no_argument, 0, O_MTP},
+        MOE_OPTS_LONG, {0}};
     const char *sub = "import";
     moe_opts_t o;
     moe_opts_init(&o);
@@ -1060,6 +1063,7 @@ static int cmd_import(int argc, char **argv)
                 return rc;
             break;
         case O_DROP: job.io.drop_incomplete = 1; break;
+        case O_MTP: job.io.mtp = 1; break;
         case O_HID:
             if (u32_opt(sub, optarg, 0, UINT32_MAX, "hidden size", &job.hidden, &rc))
                 return rc;
@@ -1086,6 +1090,13 @@ static int cmd_import(int argc, char **argv)
                         "%llu dropped)\n", prog, (unsigned long long)t->tokens,
                 (unsigned long long)t->incomplete, (unsigned long long)t->missing_cells,
                 (unsigned long long)t->dropped);
+    if (rc == 0 && t->skipped_mtp && o.verbosity >= 0)
+        fprintf(stderr, "%s: import: skipped %llu MTP records (--mtp keeps them)\n", prog,
+                (unsigned long long)t->skipped_mtp);
+    if (rc == 0 && t->repeats && o.verbosity >= 0)
+        fprintf(stderr, "%s: import: skipped %llu repeated (layer, token) cells (activation "
+                        "recompute; the first are kept)\n", prog,
+                (unsigned long long)t->repeats);
     return rc;
 }
 

@@ -27,6 +27,8 @@ typedef struct moe_import_opts {
     const char *weights;  /* tokens format: weights file with the same shape (optional) */
     uint32_t experts;     /* experts per layer; 0 = infer (max id + 1) */
     int drop_incomplete;  /* drop tokens with missing (layer, token) cells instead of keeping */
+    int mtp;              /* megatron: keep the multi-token-prediction records ("block": "mtp")
+                           * as layers after the decoder's instead of skipping them */
 } moe_import_opts_t;
 
 /* What an import found, for the report on stderr and for tests. */
@@ -38,6 +40,9 @@ typedef struct moe_import_report {
     uint64_t bytes_in;        /* uncompressed input bytes parsed */
     uint32_t sequences;       /* sequences seen */
     uint32_t max_id;          /* largest expert id seen */
+    uint64_t skipped_mtp;     /* megatron: MTP records skipped (without opts.mtp) */
+    uint64_t repeats;         /* megatron: records that repeat a (layer, token) of their step
+                               * (activation recompute), skipped: the first is kept */
 } moe_import_report_t;
 
 typedef struct moe_importer moe_importer_t;
