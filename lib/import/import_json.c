@@ -1,4 +1,5 @@
-/* import/import_json.c -- vLLM router-log JSONL and Megatron-Core router-trace JSONL import. */
+/* import/import_json.c -- JSONL router logs: a vLLM patch's (speculative-moe) and
+ * Megatron-Core's router traces. */
 #include "config.h"
 
 #include <stdlib.h>
@@ -14,6 +15,9 @@
  * time: memory follows the unit, not the file. A unit's records must be contiguous; a unit key
  * seen again after another unit is an error rather than a silent second sequence.
  *
+ * "vLLM" below is the format named jsonl: the routing log of one research project's vLLM patch
+ * (speculative-moe: an expert-selection logger added to vLLM's fused-MoE layer and a collection
+ * script), not anything stock vLLM writes; the vl_ names are kept for it.
  * vLLM ({"dataset", "problem_id", "layer", "experts", "gating_probs", "token_idx"|"token_pos"}):
  * a unit is a sequence = (dataset, problem_id). Two record orders exist. Files grouped by
  * layer (token index restarting at each layer, layers non-decreasing) hold one pass per

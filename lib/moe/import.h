@@ -14,7 +14,8 @@ extern "C" {
 enum moe_import_fmt {
     MOE_IMPORT_AUTO = 0, /* detect from content */
     MOE_IMPORT_TOKENS,   /* token per line: L space-separated groups of K comma-joined ids */
-    MOE_IMPORT_JSONL,    /* vLLM logger: one JSON object per (layer, token) */
+    MOE_IMPORT_JSONL,    /* the speculative-moe vLLM patch's routing log: one JSON object per
+                          * (layer, token); stock vLLM writes no such log */
     MOE_IMPORT_CSV,      /* "Layer ID,Batch Number,Token,Activated Expert IDs" per (layer, token) */
     MOE_IMPORT_NPY,      /* ExFlow-style NumPy int array [tokens, layers] or [tokens, layers, k] */
     MOE_IMPORT_MEGATRON, /* Megatron-Core router-trace JSONL (step, layer, rank, topk, ...) */
