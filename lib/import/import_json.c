@@ -397,9 +397,13 @@ static int mg_block(moe_importer_t *im, const jobj_t *o, uint64_t lineno)
 static int mg_seen(moe_importer_t *im, jstate_t *s, const jval_t *ix, const imp_key_t *grp,
                    uint64_t lid)
 {
+    /* The numbers' bits: they are not checked to be ids yet, so no conversion to integers. */
     uint64_t h = 0xcbf29ce484222325ull ^ ix->rows;
-    for (size_t i = 0; i < ix->n; i++)
-        h = (h ^ (uint64_t)(int64_t)s->obj.nums[ix->off + i]) * 0x100000001b3ull;
+    for (size_t i = 0; i < ix->n; i++) {
+        uint64_t bits;
+        memcpy(&bits, &s->obj.nums[ix->off + i], sizeof bits);
+        h = (h ^ bits) * 0x100000001b3ull;
+    }
     imp_key_t k = {{h, grp->k[0] << 32 | grp->k[1], grp->k[2], lid}};
     size_t before = s->recs.n;
     if (imp_map_get(&s->recs, &k, 1) < 0)
