@@ -234,8 +234,9 @@ static void view_usage(FILE *fp)
 {
     fprintf(fp, "Usage: %s view [options] [TRACE]\n"
                 "Print a routing trace as text (or convert between trace formats).\n\n"
-                "  -h, --header-only      print only the header\n"
-                "  -H, --no-header        print only the records\n", prog);
+                "  -h, --with-header      print the header and the records [default]\n"
+                "  -H, --header-only      print only the header\n"
+                "      --no-header        print only the records\n", prog);
     moe_opts_usage(fp, MOE_OPT_ALL);
     fputs("\nTRACE is a binary trace, a text view, or '-' for standard input [-].\n"
           "Output defaults to text (-O t); -O b converts a text view back to binary.\n", fp);
@@ -297,22 +298,28 @@ static int copy_records(input_t *in, moe_trace_t *out, const moe_opts_t *o, rec_
 
 static int cmd_view(int argc, char **argv)
 {
-    static const struct option lo[] = {{"header-only", no_argument, 0, 'h'},
-                                       {"no-header", no_argument, 0, 'H'}, MOE_OPTS_LONG, {0}};
+    /* The short options mean what they mean to samtools view: -h with the header, -H the
+     * header only; records only has no short option (samtools: --no-header). */
+    enum { O_NOHDR = MOE_OPTC_TOOL };
+    static const struct option lo[] = {{"with-header", no_argument, 0, 'h'},
+                                       {"header-only", no_argument, 0, 'H'},
+                                       {"no-header", no_argument, 0, O_NOHDR}, MOE_OPTS_LONG, {0}};
     moe_opts_t o;
     moe_opts_init(&o);
-    int header_only = 0, no_header = 0, c, rc = 0;
+    int with_header = 0, header_only = 0, no_header = 0, c, rc = 0;
     while ((c = next_opt("view", view_usage, &o, argc, argv, "hH" MOE_OPTS_SHORT, lo, &rc)) != -1) {
         switch (c) {
-        case 'h': header_only = 1; break;
-        case 'H': no_header = 1; break;
+        case 'h': with_header = 1; break;
+        case 'H': header_only = 1; break;
+        case O_NOHDR: no_header = 1; break;
         case OPT_STOP: return rc;
         }
     }
     if (argc - optind > 1)
         return usage_error("view", "too many arguments");
-    if (header_only && no_header)
-        return usage_error("view", "--header-only and --no-header exclude each other");
+    if ((header_only || with_header) && no_header)
+        return usage_error("view", "--%s and --no-header exclude each other",
+                           header_only ? "header-only" : "with-header");
     moe_opts_apply_log(&o);
     input_t in;
     if (input_open(&in, optind < argc ? argv[optind] : "-", o.threads))
@@ -904,6 +911,8 @@ static void import_usage(FILE *fp)
                 "      --experts=E        experts per layer [inferred: largest id + 1]\n"
                 "      --drop-incomplete  drop tokens with missing (layer, token) cells\n"
                 "                         [keep them, marked missing]\n"
+                "      --mtp              megatron: keep the multi-token-prediction records as\n"
+                "                         layers after the decoder's [skip them]\n"
                 "      --hidden=H         hidden size recorded in the header [0: unknown]\n"
                 "      --elem-bytes=B     bytes per element recorded in the header [0]\n", prog);
     moe_opts_usage(fp, MOE_OPT_ALL);
@@ -1026,12 +1035,13 @@ static int import_spooled(import_job_t *job, const moe_opts_t *o)
 
 static int cmd_import(int argc, char **argv)
 {
-    enum { O_FMT = MOE_OPTC_TOOL, O_META, O_W, O_E, O_DROP, O_HID, O_EB };
+    enum { O_FMT = MOE_OPTC_TOOL, O_META, O_W, O_E, O_DROP, O_HID, O_EB, O_MTP };
     static const struct option lo[] = {
         {"format", required_argument, 0, O_FMT}, {"meta", required_argument, 0, O_META},
         {"weights", required_argument, 0, O_W}, {"experts", required_argument, 0, O_E},
         {"drop-incomplete", no_argument, 0, O_DROP}, {"hidden", required_argument, 0, O_HID},
-        {"elem-bytes", required_argument, 0, O_EB}, MOE_OPTS_LONG, {0}};
+        {"elem-bytes", required_argument, 0, O_EB}, {"mtp", no_argument, 0, O_MTP},
+        MOE_OPTS_LONG, {0}};
     const char *sub = "import";
     moe_opts_t o;
     moe_opts_init(&o);
@@ -1053,6 +1063,7 @@ static int cmd_import(int argc, char **argv)
                 return rc;
             break;
         case O_DROP: job.io.drop_incomplete = 1; break;
+        case O_MTP: job.io.mtp = 1; break;
         case O_HID:
             if (u32_opt(sub, optarg, 0, UINT32_MAX, "hidden size", &job.hidden, &rc))
                 return rc;
@@ -1079,6 +1090,13 @@ static int cmd_import(int argc, char **argv)
                         "%llu dropped)\n", prog, (unsigned long long)t->tokens,
                 (unsigned long long)t->incomplete, (unsigned long long)t->missing_cells,
                 (unsigned long long)t->dropped);
+    if (rc == 0 && t->skipped_mtp && o.verbosity >= 0)
+        fprintf(stderr, "%s: import: skipped %llu MTP records (--mtp keeps them)\n", prog,
+                (unsigned long long)t->skipped_mtp);
+    if (rc == 0 && t->repeats && o.verbosity >= 0)
+        fprintf(stderr, "%s: import: skipped %llu repeated (layer, token) cells (activation "
+                        "recompute; the first are kept)\n", prog,
+                (unsigned long long)t->repeats);
     return rc;
 }
 

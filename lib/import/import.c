@@ -271,6 +271,8 @@ void moe_import_report_add(const moe_importer_t *im, moe_import_report_t *total)
     total->dropped += rep.dropped;
     total->bytes_in += rep.bytes_in;
     total->sequences += rep.sequences;
+    total->skipped_mtp += rep.skipped_mtp;
+    total->repeats += rep.repeats;
     if (rep.tokens && rep.max_id > total->max_id)
         total->max_id = rep.max_id;
 }

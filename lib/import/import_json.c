@@ -1,4 +1,5 @@
-/* import/import_json.c -- vLLM router-log JSONL and Megatron-Core router-trace JSONL import. */
+/* import/import_json.c -- JSONL router logs: a vLLM patch's (speculative-moe) and
+ * Megatron-Core's router traces. */
 #include "config.h"
 
 #include <stdlib.h>
@@ -14,6 +15,9 @@
  * time: memory follows the unit, not the file. A unit's records must be contiguous; a unit key
  * seen again after another unit is an error rather than a silent second sequence.
  *
+ * "vLLM" below is the format named jsonl: the routing log of one research project's vLLM patch
+ * (speculative-moe: an expert-selection logger added to vLLM's fused-MoE layer and a collection
+ * script), not anything stock vLLM writes; the vl_ names are kept for it.
  * vLLM ({"dataset", "problem_id", "layer", "experts", "gating_probs", "token_idx"|"token_pos"}):
  * a unit is a sequence = (dataset, problem_id). Two record orders exist. Files grouped by
  * layer (token index restarting at each layer, layers non-decreasing) hold one pass per
@@ -25,20 +29,37 @@
  * problem_id (a number, or the names rule of imp_names_seq); the problems of a second dataset
  * are shifted past the largest seq already used so sequences stay distinct.
  *
- * Megatron-Core ({"step", "layer", "rank", "topk", "top_indices", "top_probs"|"scores",
- * "token"|"token_idx", "seq", "micro_batch"}): a unit is one training step. top_indices is a
- * list of K ids (one token) or a [tokens][K] list (a batch). A token is (rank, micro_batch,
- * seq, token index); its index is the explicit token/token_idx (the first row's, for a batch)
- * or else counts the tokens already given for the same (rank, micro_batch, seq, layer), so
- * records written layer by layer for the same batch line up. Tokens are written in key order
- * with step and rank from the record, pos = token index, and seq = seq_base + a running index
- * of the (step, rank, micro_batch, seq) groups, because a sample index alone repeats from step
- * to step. Weights come from top_probs, else from scores when it has top_indices' shape (a
- * scores list over all experts is the router's full output and is not a per-choice weight).
+ * Megatron-Core ({"step", "block", "mtp_idx", "layer", "rank", "num_tokens", "topk",
+ * "top_indices", "top_probs"|"scores", "token"|"token_idx", "seq", "micro_batch"}; the router
+ * tracer of megatron/core/transformer/moe/router_trace.py writes step, stage, block, layer,
+ * rank, num_tokens, topk and a [tokens][K] top_indices, plus mtp_idx on MTP records): a unit
+ * is one training (or decode) step. top_indices is a list of K ids (one token) or a [tokens][K]
+ * list (a batch). A token is (rank, micro_batch, seq, token index); its index is the explicit
+ * token/token_idx (the first row's, for a batch) or else counts the tokens already given for
+ * the same (rank, micro_batch, seq, layer), so records written layer by layer for the same
+ * batch line up. Tokens are written in key order with step and rank from the record, pos =
+ * token index, and seq = seq_base + a running index of the (step, rank, micro_batch, seq)
+ * groups, because a sample index alone repeats from step to step. Weights come from
+ * top_probs, else from scores when it has top_indices' shape (a scores list over all experts
+ * is the router's full output and is not a per-choice weight).
  *
- * Both: layers are numbered from the smallest layer id of the first unit (vLLM counts from 0,
- * Megatron from 1), L and K come from the first unit, and a negative id marks a missing cell.
+ * Megatron layers: only the MoE layers have a router, so the layer ids of a model with dense
+ * layers between them are sparse; the distinct ids of the first step, sorted, become layers
+ * 0..L-1 (an @CO line records them) and every token is complete. Multi-token-prediction
+ * records (block "mtp") route the same tokens through the MTP heads' own MoE layers; they are
+ * skipped (and counted) unless opts.mtp, which keeps them as layers after the decoder's, in
+ * (mtp_idx, layer) order. Activation recompute runs a layer's forward again in the backward
+ * pass and the tracer's hook fires again: a record repeating one of its step (explicit token
+ * indices: a (layer, token) cell given twice; counted ones: the same ids for the same layer,
+ * rank, micro_batch and seq as an earlier record of the step) is skipped, counted and warned
+ * about once through the logger; the first one is kept.
+ *
+ * vLLM: layers are numbered from the smallest layer id of the first problem. Both: L and K
+ * come from the first unit, and a negative id marks a missing cell.
  */
+
+/* Megatron layer ids: decoder layers as written, MTP layers after all of them. */
+#define MG_MTP (1ull << 63)
 
 /* ------------------------------------------------------------------ importer state */
 
@@ -82,6 +103,9 @@ typedef struct jstate {
     size_t cnt_cap;
     imp_key_t group;        /* Megatron: group of the last token written */
     int have_group;
+    uint64_t *lids;         /* Megatron: the layer ids of trace layers 0..L-1, ascending */
+    imp_map_t recs;         /* Megatron: (ids hash, rank|mb, seq, layer) of the step's records */
+    int warned;             /* Megatron: the recompute warning was given */
 } jstate_t;
 
 static uint64_t fnv64(const char *s, size_t n)
@@ -330,13 +354,78 @@ static int mg_shape(moe_importer_t *im, jstate_t *s, const jval_t *ix, const jva
     return 0;
 }
 
+/* "12", or "mtp0.1" for layer 1 of MTP head 0. */
+static void lid_str(uint64_t lid, char *buf, size_t n)
+{
+    if (lid & MG_MTP)
+        snprintf(buf, n, "mtp%llu.%llu", (unsigned long long)((lid & ~MG_MTP) >> 32),
+                 (unsigned long long)(lid & 0xffffffffu));
+    else
+        snprintf(buf, n, "%llu", (unsigned long long)lid);
+}
+
+/* A record repeating a (layer, token) of its step: counted, warned about once, skipped. */
+static void mg_repeat(moe_importer_t *im, jstate_t *s, uint64_t lineno, uint64_t lid,
+                      uint64_t cells)
+{
+    im->rep.repeats += cells;
+    if (s->warned)
+        return;
+    char l[48];
+    lid_str(lid, l, sizeof l);
+    s->warned = 1;
+    moe_log(MOE_LOG_WARN, "'%s' line %llu: step %llu gives layer %s of the same tokens again "
+            "(activation recompute?): the first records are kept", im->path,
+            (unsigned long long)lineno, (unsigned long long)s->step, l);
+}
+
+/* The record's block: 0 decoder (also when absent), 1 MTP; negative on error. */
+static int mg_block(moe_importer_t *im, const jobj_t *o, uint64_t lineno)
+{
+    const jval_t *b = jtok_get(o, "block");
+    if (!b)
+        return 0;
+    if (b->kind == J_STR && b->len == 7 && memcmp(b->s, "decoder", 7) == 0)
+        return 0;
+    if (b->kind == J_STR && b->len == 3 && memcmp(b->s, "mtp", 3) == 0)
+        return 1;
+    return imp_fail(im, MOE_EFORMAT, "line %llu: 'block' is not \"decoder\" or \"mtp\": "
+                    "'%.*s'", (unsigned long long)lineno, (int)(b->len < 40 ? b->len : 40), b->s);
+}
+
+/* Whether a counted record repeats an earlier one of the step (same ids, layer and group). */
+static int mg_seen(moe_importer_t *im, jstate_t *s, const jval_t *ix, const imp_key_t *grp,
+                   uint64_t lid)
+{
+    /* The numbers' bits: they are not checked to be ids yet, so no conversion to integers. */
+    uint64_t h = 0xcbf29ce484222325ull ^ ix->rows;
+    for (size_t i = 0; i < ix->n; i++) {
+        uint64_t bits;
+        memcpy(&bits, &s->obj.nums[ix->off + i], sizeof bits);
+        h = (h ^ bits) * 0x100000001b3ull;
+    }
+    imp_key_t k = {{h, grp->k[0] << 32 | grp->k[1], grp->k[2], lid}};
+    size_t before = s->recs.n;
+    if (imp_map_get(&s->recs, &k, 1) < 0)
+        return imp_fail(im, MOE_ENOMEM, "out of memory");
+    return s->recs.n == before;
+}
+
 static int mg_add(moe_importer_t *im, jstate_t *s, uint64_t lineno)
 {
     const jobj_t *o = &s->obj;
     const jval_t *ix = jtok_get(o, "top_indices"), *wv = jtok_get(o, "top_probs");
-    uint64_t layer, tok;
+    uint64_t layer, tok, ntok, head = 0;
     imp_key_t grp = {{0, 0, 0, 0}};
-    int st;
+    int st, mtp = mg_block(im, o, lineno);
+    if (mtp < 0)
+        return mtp;
+    if (mtp && !im->opts.mtp) {
+        im->rep.skipped_mtp++;
+        return 0;
+    }
+    if (mtp && (st = juint(im, o, "mtp_idx", 0, INT32_MAX, lineno, &head)) < 0)
+        return st;
     if (!wv && ix && (wv = jtok_get(o, "scores")) != NULL &&
         (wv->kind != J_ARR || wv->rows != ix->rows || wv->n != ix->n))
         wv = NULL; /* full router scores over all experts, not the chosen ones' weights */
@@ -346,10 +435,28 @@ static int mg_add(moe_importer_t *im, jstate_t *s, uint64_t lineno)
     if ((st = juint(im, o, "layer", -1, UINT32_MAX, lineno, &layer)) < 0 ||
         (st = juint(im, o, "rank", 0, UINT32_MAX, lineno, &grp.k[0])) < 0 ||
         (st = juint(im, o, "micro_batch", 0, UINT32_MAX, lineno, &grp.k[1])) < 0 ||
-        (st = juint(im, o, "seq", 0, UINT32_MAX, lineno, &grp.k[2])) < 0 ||
-        (st = mg_shape(im, s, ix, wv, lineno)) < 0)
+        (st = juint(im, o, "seq", 0, UINT32_MAX, lineno, &grp.k[2])) < 0)
         return st;
-    uint64_t rows = ix->rows ? ix->rows : 1;
+    uint64_t rows = ix->rows ? ix->rows : ix->n > 0;
+    if ((st = juint(im, o, "num_tokens", (int64_t)rows, UINT32_MAX, lineno, &ntok)) < 0)
+        return st;
+    if (ntok != rows)
+        return imp_fail(im, MOE_EFORMAT, "line %llu: 'num_tokens' is %llu but 'top_indices' "
+                        "has %llu tokens", (unsigned long long)lineno, (unsigned long long)ntok,
+                        (unsigned long long)rows);
+    if (rows == 0)
+        return 0; /* a batch of no tokens (an empty "top_indices": []) */
+    if ((st = mg_shape(im, s, ix, wv, lineno)) < 0)
+        return st;
+    uint64_t lid = mtp ? MG_MTP | head << 32 | layer : layer;
+    if (!jtok_get(o, "token") && !jtok_get(o, "token_idx")) {
+        if ((st = mg_seen(im, s, ix, &grp, lid)) != 0) {
+            if (st > 0)
+                mg_repeat(im, s, lineno, lid, rows);
+            return st < 0 ? st : 0;
+        }
+    }
+    layer = lid;
     if ((st = mg_first_token(im, s, &grp, layer, rows, lineno, &tok)) < 0)
         return st;
     for (uint64_t i = 0; i < rows; i++) {
@@ -431,6 +538,7 @@ static int start_unit(moe_importer_t *im, jstate_t *s, uint64_t lineno)
         return vl_seq(im, s, lineno);
     memcpy(&s->step, s->cand, sizeof s->step);
     imp_map_clear(&s->counters);
+    imp_map_clear(&s->recs);
     return 0;
 }
 
@@ -438,24 +546,104 @@ static int start_unit(moe_importer_t *im, jstate_t *s, uint64_t lineno)
 static int collect(moe_importer_t *im, jstate_t *s)
 {
     uint64_t lineno;
-    int st;
+    int st, started = 0;
     s->n = 0;
     while ((st = next_obj(im, s, &lineno)) == 1) {
         st = s->megatron ? mg_unit(im, s, lineno) : vl_unit(s);
         if (st < 0)
             return st == MOE_ENOMEM ? imp_fail(im, st, "out of memory") : st;
-        if (s->n > 0 && (s->cand_len != s->unit_len || memcmp(s->cand, s->unit, s->unit_len)))
-            return stash(im, s, lineno);
-        if (s->n == 0 && (st = start_unit(im, s, lineno)) < 0)
+        if (started && (s->cand_len != s->unit_len || memcmp(s->cand, s->unit, s->unit_len))) {
+            if (s->n > 0)
+                return stash(im, s, lineno);
+            started = 0; /* a step of skipped records only (MTP, repeats, empty batches) */
+        }
+        if (!started && (st = start_unit(im, s, lineno)) < 0)
             return st;
+        started = 1;
         if ((st = s->megatron ? mg_add(im, s, lineno) : vl_add(im, s, lineno)) < 0)
             return st;
     }
     return st < 0 ? st : s->n > 0;
 }
 
-/* Layers of the first unit fix the numbering (smallest id = layer 0) and L. */
-static int set_shape(moe_importer_t *im, jstate_t *s)
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* Record the model layers of the trace's layers in @CO lines ("1,3-5,mtp0.1"; runs of
+ * consecutive decoder ids shortened), several lines when the list is long. */
+static int mg_comment(moe_importer_t *im, const jstate_t *s)
+{
+    char list[900], id[48];
+    size_t len = 0;
+    uint32_t first = 0;
+    for (uint32_t i = 0; i < s->L; i++) {
+        uint32_t j = i;
+        while (!(s->lids[i] & MG_MTP) && j + 1 < s->L && s->lids[j + 1] == s->lids[j] + 1)
+            j++;
+        lid_str(s->lids[i], id, sizeof id);
+        size_t n = strlen(id);
+        if (j > i + 1)
+            n += (size_t)snprintf(id + n, sizeof id - n, "-%llu",
+                                  (unsigned long long)s->lids[j]);
+        else
+            j = i;
+        list[len] = '\0';
+        if (len > 0 && len + n + 1 >= sizeof list) {
+            int st = imp_comment(im, "megatron: layers %u..%u are model layers %s", first, i - 1,
+                                 list);
+            if (st < 0)
+                return st;
+            len = 0;
+            first = i;
+        }
+        len += (size_t)snprintf(list + len, sizeof list - len, "%s%s", len ? "," : "", id);
+        i = j;
+    }
+    return imp_comment(im, "megatron: layers %u..%u are model layers %s", first, s->L - 1, list);
+}
+
+/* Megatron: the distinct layer ids of the first step, ascending, are layers 0..L-1. */
+static int mg_layers(moe_importer_t *im, jstate_t *s)
+{
+    uint64_t *v = malloc(s->n * sizeof *v);
+    if (!v)
+        return imp_fail(im, MOE_ENOMEM, "out of memory");
+    for (size_t i = 0; i < s->n; i++)
+        v[i] = s->ent[i].layer;
+    qsort(v, s->n, sizeof *v, cmp_u64);
+    size_t L = 0;
+    for (size_t i = 0; i < s->n; i++)
+        if (L == 0 || v[i] != v[L - 1])
+            v[L++] = v[i];
+    if (L > MOE_TRACE_MAX_LAYERS) {
+        free(v);
+        return imp_fail(im, MOE_ERANGE, "%zu MoE layers: at most %u are supported", L,
+                        MOE_TRACE_MAX_LAYERS);
+    }
+    s->lids = v;
+    s->L = (uint32_t)L;
+    return 0;
+}
+
+/* Trace layer of a Megatron layer id; -1 if the first step had none. */
+static long mg_index(const jstate_t *s, uint64_t lid)
+{
+    size_t lo = 0, hi = s->L;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (s->lids[mid] < lid)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < s->L && s->lids[lo] == lid ? (long)lo : -1;
+}
+
+/* vLLM: layers lo..hi of the first problem, lo = layer 0. */
+static int vl_layers(moe_importer_t *im, jstate_t *s)
 {
     uint64_t lo = s->ent[0].layer, hi = lo;
     for (size_t i = 1; i < s->n; i++) {
@@ -467,13 +655,22 @@ static int set_shape(moe_importer_t *im, jstate_t *s)
                         (unsigned long long)lo, (unsigned long long)hi, MOE_TRACE_MAX_LAYERS);
     s->layer_off = lo;
     s->L = (uint32_t)(hi - lo + 1);
+    return 0;
+}
+
+/* Layers of the first unit fix the numbering and L (vl_layers, mg_layers). */
+static int set_shape(moe_importer_t *im, jstate_t *s)
+{
+    int st = s->megatron ? mg_layers(im, s) : vl_layers(im, s);
+    if (st < 0)
+        return st;
     imp_grid_init(&s->grid, s->L, s->K, s->weights);
     s->shaped = 1;
     im->hdr.layers = s->L;
     im->hdr.topk = s->K;
     if (s->weights)
         im->hdr.flags |= MOE_TRACE_WEIGHTS;
-    return 0;
+    return s->megatron ? mg_comment(im, s) : 0;
 }
 
 /* Fill the grid from the buffered records and order its tokens. */
@@ -487,17 +684,28 @@ static int build(moe_importer_t *im, jstate_t *s)
     imp_grid_clear(&s->grid);
     for (size_t i = 0; i < s->n; i++) {
         const jent_t *e = &s->ent[i];
-        if (e->layer < s->layer_off || e->layer - s->layer_off >= s->L)
+        long li = s->megatron ? mg_index(s, e->layer) : (long)(e->layer - s->layer_off);
+        if (s->megatron && li < 0) {
+            char l[48];
+            lid_str(e->layer, l, sizeof l);
+            return imp_fail(im, MOE_EFORMAT, "line %llu: layer %s is not one of the %u layers "
+                            "of the first step", (unsigned long long)e->line, l, s->L);
+        }
+        if (!s->megatron && (e->layer < s->layer_off || e->layer - s->layer_off >= s->L))
             return imp_fail(im, MOE_EFORMAT, "line %llu: layer %llu outside the layers of the "
                             "first %s (%llu..%llu)", (unsigned long long)e->line,
-                            (unsigned long long)e->layer, s->megatron ? "step" : "problem",
+                            (unsigned long long)e->layer, "problem",
                             (unsigned long long)s->layer_off,
                             (unsigned long long)(s->layer_off + s->L - 1));
-        st = imp_grid_put(&s->grid, &e->key, (uint32_t)(e->layer - s->layer_off),
+        st = imp_grid_put(&s->grid, &e->key, (uint32_t)li,
                           e->missing ? NULL : s->ids + i * s->K,
                           s->weights ? s->w + i * s->K : NULL);
         if (st < 0)
             return imp_fail(im, st, "out of memory");
+        if (st == 1 && s->megatron) {
+            mg_repeat(im, s, e->line, e->layer, 1);
+            continue;
+        }
         if (st == 1)
             return imp_fail(im, MOE_EFORMAT, "line %llu: duplicate record for layer %llu of "
                             "token %llu", (unsigned long long)e->line,
@@ -573,6 +781,8 @@ static void json_free(moe_importer_t *im)
     imp_names_free(&s->names);
     imp_map_free(&s->counters);
     free(s->cnt);
+    free(s->lids);
+    imp_map_free(&s->recs);
     free(s);
     im->state = NULL;
 }
@@ -589,6 +799,9 @@ static int json_open(moe_importer_t *im, int megatron)
     im->state = s;
     im->ops = &json_ops;
     int st = collect(im, s);
+    if (st == 0 && im->rep.skipped_mtp)
+        return imp_fail(im, MOE_EEMPTY, "no tokens in input (%llu MTP records skipped: --mtp "
+                        "keeps them)", (unsigned long long)im->rep.skipped_mtp);
     if (st == 0)
         return imp_fail(im, MOE_EEMPTY, "no tokens in input");
     if (st < 0 || (st = build(im, s)) < 0)

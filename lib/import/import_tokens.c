@@ -14,8 +14,9 @@
  * have the same rows (their own '#' comments skipped):
  *  - meta: "prompt_id phase position". seq = the prompt id when it is a number, else the number
  *    after its last non-digit ("humaneval/0" -> 0), else the index of the name among distinct
- *    names. pos = position exactly as given: logs such as vLLM's restart decode positions at 0,
- *    and offsetting them would invent a layout, so the phase split goes to an '@CO' line.
+ *    names. pos = position exactly as given: logs such as the speculative-moe vLLM patch's
+ *    restart decode positions at 0, and offsetting them would invent a layout, so the phase
+ *    split goes to an '@CO' line.
  *  - weights: the same groups with one float per id (MOE_TRACE_WEIGHTS).
  * Without meta: seq = seq_base, pos = row index. The hot loop parses ids by hand straight into
  * the record: no per-field library call, no allocation per token.

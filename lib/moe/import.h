@@ -14,7 +14,8 @@ extern "C" {
 enum moe_import_fmt {
     MOE_IMPORT_AUTO = 0, /* detect from content */
     MOE_IMPORT_TOKENS,   /* token per line: L space-separated groups of K comma-joined ids */
-    MOE_IMPORT_JSONL,    /* vLLM logger: one JSON object per (layer, token) */
+    MOE_IMPORT_JSONL,    /* the speculative-moe vLLM patch's routing log: one JSON object per
+                          * (layer, token); stock vLLM writes no such log */
     MOE_IMPORT_CSV,      /* "Layer ID,Batch Number,Token,Activated Expert IDs" per (layer, token) */
     MOE_IMPORT_NPY,      /* ExFlow-style NumPy int array [tokens, layers] or [tokens, layers, k] */
     MOE_IMPORT_MEGATRON, /* Megatron-Core router-trace JSONL (step, layer, rank, topk, ...) */
@@ -27,6 +28,8 @@ typedef struct moe_import_opts {
     const char *weights;  /* tokens format: weights file with the same shape (optional) */
     uint32_t experts;     /* experts per layer; 0 = infer (max id + 1) */
     int drop_incomplete;  /* drop tokens with missing (layer, token) cells instead of keeping */
+    int mtp;              /* megatron: keep the multi-token-prediction records ("block": "mtp")
+                           * as layers after the decoder's instead of skipping them */
 } moe_import_opts_t;
 
 /* What an import found, for the report on stderr and for tests. */
@@ -38,6 +41,9 @@ typedef struct moe_import_report {
     uint64_t bytes_in;        /* uncompressed input bytes parsed */
     uint32_t sequences;       /* sequences seen */
     uint32_t max_id;          /* largest expert id seen */
+    uint64_t skipped_mtp;     /* megatron: MTP records skipped (without opts.mtp) */
+    uint64_t repeats;         /* megatron: records that repeat a (layer, token) of their step
+                               * (activation recompute), skipped: the first is kept */
 } moe_import_report_t;
 
 typedef struct moe_importer moe_importer_t;

@@ -130,7 +130,7 @@ printf '%s\n' "$a" | cut -f3 | awk -F'[:,]' -v w="$c" '
 [ "$(printf '%s\n' "$a" | cut -f1,2 | tr '\t' ' ')" = "0 $d" ] ||
     fail "Mixtral row 134: seq/pos '$a', expected seq 0 pos $d"
 
-# ---------------------------------------------------------------- Mixtral raw vLLM JSONL
+# ------------------------------------------ Mixtral raw JSONL (speculative-moe vLLM patch)
 # humaneval_2_routing.jsonl (grouped by layer): 10779 records, problems 0 and 1, 338 tokens,
 # 333 with all 32 layers, 37 missing cells.
 J=$MX/raw-jsonl

@@ -211,7 +211,7 @@ golden() {
 
 # tokens FILE: number of records of a trace (any format).
 tokens() {
-    moe view -H "$1" | wc -l | tr -d ' '
+    moe view --no-header "$1" | wc -l | tr -d ' '
 }
 
 # stat_of FILE KEY: a value from `moe-trace stats` ("tokens", "sequences", ...).

@@ -43,8 +43,8 @@ awk -v v="$vi" -v h="$hi" 'BEGIN { exit !(h > 0 && h < v) }' ||
     fail "inter-node figures: hierarchical $hi, vanilla $vi"
 end
 
-# Mixtral's raw vLLM log: gate weights, and cells the logger dropped (those tokens skip the
-# layer's MoE); 32 layers
+# Mixtral's raw log (speculative-moe vLLM patch): gate weights, and cells the logger dropped
+# (those tokens skip the layer's MoE); 32 layers
 mx=${MOE_SHARED:-$top_srcdir/../shared}/traces/mixtral-8x7b-instruct-fp8/raw-jsonl/routing_raw.jsonl
 "$MOE_BIN/moe-trace" import -q --no-PG -o "$T/mx.mft" "$mx" || fail "import $mx"
 for mode in coherent datacentric; do

@@ -86,7 +86,7 @@ bad_input "payload with bad magic" "$DATA_DIR/trace_badmagic.moet" "bad magic"
 bad_input "a moeflow file of another kind" "$DATA_DIR/trace_kind_p.moet" "not a routing trace"
 
 begin "a newer minor version is read"
-expect_exit 0 moe view -H "$DATA_DIR/trace_v1_9.moet"
+expect_exit 0 moe view --no-header "$DATA_DIR/trace_v1_9.moet"
 expect_eq "$(wc -l <"$T/out" | tr -d ' ')" 3 "records of the minor-9 fixture"
 expect_no_stderr
 end
@@ -186,7 +186,7 @@ usage view view -@ -1 "$T/good.moet"
 usage view view -@ many "$T/good.moet"
 usage view view -l 10 "$T/good.moet"
 usage view view "$T/good.moet" "$T/good.moet"
-usage view view -h -H "$T/good.moet"
+usage view view -H --no-header "$T/good.moet"
 usage view view -o
 usage stats stats --bogus
 usage head head -n abc "$T/good.moet"

@@ -158,11 +158,11 @@ end
 # ---------------------------------------------------------------- split and cat
 gen_to split_in.moet -L 3 -E 16 -k 2 -n 6000 -s 60 -S 31 --no-PG
 total=$(stat_of "$T/split_in.moet" tokens)
-moe view -H "$T/split_in.moet" | sort -n >"$T/split_in.sorted"
+moe view --no-header "$T/split_in.moet" | sort -n >"$T/split_in.sorted"
 
 # seqs FILE: the sorted distinct sequence ids of a trace.
 seqs() {
-    moe view -H "$1" | cut -f2 | sort -u
+    moe view --no-header "$1" | cut -f2 | sort -u
 }
 
 # check_split TRAIN TEST: a partition of split_in by sequence.

@@ -30,7 +30,7 @@ grep -v '^@' "$T/small.txt" >"$T/small.rec"
 
 # records FILE: the record lines of a trace.
 records() {
-    moe view -H "$1"
+    moe view --no-header "$1"
 }
 
 # ---------------------------------------------------------------- stats
@@ -189,7 +189,7 @@ expect_eq "$(moe sample -n 0 --by-sequence -O t "$T/small.moet" | grep -vc '^@')
 expect_exit 1 moe sample -n 2 --by-sequence - <"$T/small.moet"
 expect_err_line "needs a file"
 moe sample -p 0.5 --by-sequence -S 3 -O t "$T/g.moet" | grep -v '^@' >"$T/bsp"
-moe view -H "$T/g.moet" >"$T/g.rec"
+moe view --no-header "$T/g.moet" >"$T/g.rec"
 for q in $(cut -f2 "$T/bsp" | sort -u); do
     a=$(awk -F'\t' -v q="$q" '$2 == q' "$T/g.rec" | wc -l)
     b=$(awk -F'\t' -v q="$q" '$2 == q' "$T/bsp" | wc -l)
@@ -207,9 +207,15 @@ awk -F'\t' '$2 == 1' "$T/small.rec" >"$T/te.want"
 same_file "$T/tr.want" "$T/tr.rec" "training part"
 same_file "$T/te.want" "$T/te.rec" "test part"
 # Both parts carry the input's header.
-moe view -h --no-PG "$T/tr.moet" >"$T/tr.hdr"
+moe view -H --no-PG "$T/tr.moet" >"$T/tr.hdr"
 grep '^@' "$T/small.txt" >"$T/hdr.want"
 same_file "$T/hdr.want" "$T/tr.hdr" "header of the training part"
+# view -h/-H as in samtools view: -h with the header (the default), -H the header only.
+moe view -h --no-PG "$T/tr.moet" >"$T/tr.h"
+moe view --no-PG "$T/tr.moet" >"$T/tr.all"
+same_file "$T/tr.all" "$T/tr.h" "view -h: header and records"
+moe view -H -h --no-PG "$T/tr.moet" >"$T/tr.hH"
+same_file "$T/hdr.want" "$T/tr.hH" "view -H -h: the header only"
 # Sequences not in the trace: an empty part is still a valid trace.
 moe split --ids 100-200 --train "$T/tr2.moet" --test "$T/te2.moet" "$T/small.moet"
 expect_eq "$(stat_of "$T/tr2.moet" tokens)" 0 "empty training part"
