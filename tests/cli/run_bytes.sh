@@ -10,7 +10,7 @@ for scheme in vanilla coherent; do
     for dt in fp32:4 bf16:2; do
         begin "$scheme $dt: bytes per rank equal moe-place eval's matrix"
         eb=${dt#*:}
-        expect_exit 0 mpi 8 --mode "$scheme" --trace "$T/ds.mft" --placement "$T/p8.moep" \
+        expect_exit 0 mpi_noleak 8 --mode "$scheme" --trace "$T/ds.mft" --placement "$T/p8.moep" \
             --hidden 40 --ffn 16 --dtype "${dt%:*}" --iters 2 --warmup 0 --json "$T/r.json"
         "$MOE_BIN/moe-place" eval --scheme "$scheme" --hidden 40 --elem-bytes "$eb" \
             --matrix-bytes "$T/m.txt" "$T/p8.moep" "$T/ds.mft" >"$T/eval.txt" ||
@@ -35,8 +35,8 @@ for scheme in vanilla coherent; do
 done
 
 begin "pipelined moves the vanilla bytes"
-expect_exit 0 mpi 8 --mode pipelined --chunks 3 --trace "$T/ds.mft" --placement "$T/p8.moep" \
-    --hidden 40 --ffn 16 --iters 1 --warmup 0 --json "$T/r.json"
+expect_exit 0 mpi_noleak 8 --mode pipelined --chunks 3 --trace "$T/ds.mft" \
+    --placement "$T/p8.moep" --hidden 40 --ffn 16 --iters 1 --warmup 0 --json "$T/r.json"
 "$MOE_BIN/moe-place" eval --scheme vanilla --hidden 40 --elem-bytes 4 \
     --matrix-bytes "$T/m.txt" "$T/p8.moep" "$T/ds.mft" >/dev/null
 awk '{ s = 0; for (i = 1; i <= NF; i++) s += $i; print s }' "$T/m.txt" >"$T/want"

@@ -20,7 +20,8 @@ fi
 # mpmd CMDLINE: mpirun with an MPMD command line, timed; $secs holds the seconds it took.
 mpmd() {
     _t0=$(date +%s)
-    run timeout -k 5 "$tmo" "$MPIRUN" --oversubscribe "$@"
+    # shellcheck disable=SC2086
+    run env $NOLEAK_ENV timeout -k 5 "$tmo" "$MPIRUN" --oversubscribe "$@"
     secs=$(($(date +%s) - _t0))
 }
 # one_message TEXT: exactly one 'moe-run: ' line on stderr, containing TEXT.

@@ -11,6 +11,11 @@ export OMPI_ALLOW_RUN_AS_ROOT OMPI_ALLOW_RUN_AS_ROOT_CONFIRM OMPI_MCA_rmaps_base
 # Under LeakSanitizer: Open MPI's own allocations are suppressed by frame (tests/lsan.supp); keep
 # its plugins loaded and unwind without frame pointers so that those frames are known.
 OMPI_MCA_mca_base_component_disable_dlclose=1
+# The slow unwinder runs on every allocation of every rank: it made the sanitizer build's large
+# MPI cases (eight ranks replaying a trace, killed ranks) most of the suite's time. Those run
+# through mpi_noleak (ASan still checks every access); the other cases, every mode included,
+# check for leaks.
+NOLEAK_ENV="ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0 LSAN_OPTIONS=$LSAN_OPTIONS"
 LSAN_OPTIONS=${LSAN_OPTIONS:+$LSAN_OPTIONS:}fast_unwind_on_malloc=0
 export OMPI_MCA_mca_base_component_disable_dlclose LSAN_OPTIONS
 
@@ -21,6 +26,13 @@ mpi() {
     _np=$1
     shift
     timeout -k 5 120 "$MPIRUN" --oversubscribe -np "$_np" "$MOE_BIN/moe-run" "$@"
+}
+# mpi_noleak NP ARGS...: the same without LeakSanitizer (a no-op in other builds).
+mpi_noleak() {
+    _np=$1
+    shift
+    # shellcheck disable=SC2086
+    env $NOLEAK_ENV timeout -k 5 120 "$MPIRUN" --oversubscribe -np "$_np" "$MOE_BIN/moe-run" "$@"
 }
 
 # run_data N: $T/ds.mft = the first N tokens of the DeepSeek trace, $T/p8.moep = an affinity

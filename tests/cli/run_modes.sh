@@ -10,8 +10,8 @@ common="--hidden 32 --ffn 24 --iters 1 --warmup 0 --check"
 for mode in vanilla coherent "pipelined --chunks 3" "pipelined --chunks auto" hierarchical \
     "hierarchical --chunks 3" datacentric "datacentric --credits 1 --no-prefetch"; do
     begin "replayed, $mode: --check passes"
-    expect_exit 0 mpi 8 --mode $mode --trace "$T/ds.mft" --placement "$T/p8.moep" $common \
-        --json "$T/r.json"
+    expect_exit 0 mpi_noleak 8 --mode $mode --trace "$T/ds.mft" --placement "$T/p8.moep" \
+        $common --json "$T/r.json"
     cp "$T/r.json" "$T/$(echo $mode | tr -d ' -').json"
     grep -q 'check against the serial vanilla reference: .*: ok$' "$T/out" ||
         fail "no passing check line"
@@ -25,8 +25,8 @@ done
 # Coherent mode moves the hidden state itself: with bf16 on the wire the residual stream is
 # rounded at every move (moe-run(1), NOTES), so its reduced-precision case is fp16, replayed.
 begin "replayed, coherent, fp16: --check passes"
-expect_exit 0 mpi 8 --mode coherent --dtype fp16 --trace "$T/ds.mft" --placement "$T/p8.moep" \
-    $common
+expect_exit 0 mpi_noleak 8 --mode coherent --dtype fp16 --trace "$T/ds.mft" \
+    --placement "$T/p8.moep" $common
 end
 for mode in vanilla pipelined hierarchical datacentric; do
     begin "computed gate, bf16, $mode: --check passes"

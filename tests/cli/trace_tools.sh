@@ -74,6 +74,12 @@ expect_eq "$nload" 6 "load lines"
 # The stats of a trace and of its text view agree.
 moe view "$T/g.moet" | moe stats --loads >"$T/g2.stats"
 same_file "$T/g.stats" "$T/g2.stats" "stats of the text view"
+# The trace map counts stored ids without widening them: 16-bit ids with missing cells too.
+sed 's/experts:4/experts:300/' "$T/small.txt" >"$T/wide.txt"
+moe view -O b --no-PG -o "$T/wide.moet" "$T/wide.txt" || fail "cannot convert the wide trace"
+moe stats --loads "$T/wide.txt" >"$T/wide.want"
+moe stats --loads -@ 1 "$T/wide.moet" >"$T/wide.got"
+same_file "$T/wide.want" "$T/wide.got" "stats of 16-bit ids with missing cells"
 # Workers count blocks of their own and merge: the report does not depend on their number.
 moe stats -@ 3 --loads "$T/g.moet" >"$T/g3.stats"
 same_file "$T/g.stats" "$T/g3.stats" "stats -@ 3"
