@@ -121,6 +121,43 @@ static int stats_count(moe_trace_stats_t *s, const uint16_t *ids, uint32_t seq, 
     return 0;
 }
 
+/* stats_count for ids as the binary codec stores them, `width` bytes each (1: 0xff marks a
+ * missing cell; 2: little endian, 0xffff), already validated by the map. Counting from these
+ * skips the widened copy, which keeps a block's working set within a core's cache. */
+static int stats_count_raw(moe_trace_stats_t *s, const uint8_t *raw, unsigned width, uint32_t seq,
+                           uint32_t step, uint32_t rank)
+{
+    const uint32_t L = s->layers, E = s->experts, K = s->topk;
+    s->tokens++;
+    unsigned miss = 0;
+    for (uint32_t l = 0; l < L; l++) {
+        uint64_t *ld = s->load + (size_t)l * E;
+        if (width == 1) {
+            const uint8_t *id = raw + (size_t)l * K;
+            if (id[0] == 0xff) {
+                miss++;
+                continue;
+            }
+            for (uint32_t k = 0; k < K; k++)
+                ld[id[k]]++;
+        } else {
+            const uint8_t *id = raw + (size_t)l * K * 2;
+            if (id[0] == 0xff && id[1] == 0xff) {
+                miss++;
+                continue;
+            }
+            for (uint32_t k = 0; k < K; k++)
+                ld[id[2 * k] | (unsigned)id[2 * k + 1] << 8]++;
+        }
+        s->present[l]++;
+    }
+    s->missing += miss;
+    s->incomplete += miss != 0;
+    if (u32set_add(&s->seqs, seq) || u32set_add(&s->steps, step) || u32set_add(&s->ranks, rank))
+        return MOE_ENOMEM;
+    return 0;
+}
+
 int moe_trace_stats_add(moe_trace_stats_t *s, const moe_trace_rec_t *r)
 {
     return stats_count(s, r->ids, r->seq, r->step, r->rank);
@@ -164,9 +201,13 @@ static int scan_batch(void *arg, int worker, moe_trace_batch_t *b)
     stats_scan_t *sc = arg;
     moe_trace_stats_t *s = sc->w[worker];
     const size_t cells = (size_t)s->layers * s->topk;
-    for (size_t i = 0; i < b->n; i++)
-        if (stats_count(s, b->ids + i * cells, b->seq[i], b->step[i], b->rank[i]))
+    for (size_t i = 0; i < b->n; i++) {
+        int rc = b->raw ? stats_count_raw(s, b->raw + i * b->raw_stride, b->raw_width, b->seq[i],
+                                          b->step[i], b->rank[i])
+                        : stats_count(s, b->ids + i * cells, b->seq[i], b->step[i], b->rank[i]);
+        if (rc)
             return moe_trace_map_fail(sc->m, MOE_ENOMEM, "out of memory");
+    }
     return 0;
 }
 
@@ -192,6 +233,7 @@ int moe_trace_stats_scan(moe_trace_stats_t *s, moe_trace_map_t *m,
         rc = moe_trace_map_fail(m, rc, "out of memory");
     else {
         moe_trace_map_ops_t ops = {.batch = scan_batch, .progress = progress ? scan_progress : NULL,
+                                   .raw_ids = 1,
                                    .fields = MOE_MAP_SEQ | MOE_MAP_STEP | MOE_MAP_RANK};
         rc = moe_trace_map_run(m, &ops, &sc);
     }
