@@ -96,12 +96,23 @@ void moe_trace_stats_free(moe_trace_stats_t *s)
     free(s);
 }
 
+/* The per-token part of a count: a token with `miss` missing cells, and its ids. */
+static int stats_token(moe_trace_stats_t *s, unsigned miss, uint32_t seq, uint32_t step,
+                       uint32_t rank)
+{
+    s->tokens++;
+    s->missing += miss;
+    s->incomplete += miss != 0;
+    if (u32set_add(&s->seqs, seq) || u32set_add(&s->steps, step) || u32set_add(&s->ranks, rank))
+        return MOE_ENOMEM;
+    return 0;
+}
+
 /* Count one record given as its ids (L * K, layer-major) and its sequence, step and rank. */
 static int stats_count(moe_trace_stats_t *s, const uint16_t *ids, uint32_t seq, uint32_t step,
                        uint32_t rank)
 {
     const uint32_t L = s->layers, E = s->experts, K = s->topk;
-    s->tokens++;
     unsigned miss = 0;
     for (uint32_t l = 0; l < L; l++) {
         const uint16_t *id = ids + (size_t)l * K;
@@ -114,11 +125,7 @@ static int stats_count(moe_trace_stats_t *s, const uint16_t *ids, uint32_t seq, 
             ld[id[k]]++;
         s->present[l]++;
     }
-    s->missing += miss;
-    s->incomplete += miss != 0;
-    if (u32set_add(&s->seqs, seq) || u32set_add(&s->steps, step) || u32set_add(&s->ranks, rank))
-        return MOE_ENOMEM;
-    return 0;
+    return stats_token(s, miss, seq, step, rank);
 }
 
 /* stats_count for ids as the binary codec stores them, `width` bytes each (1: 0xff marks a
@@ -128,7 +135,6 @@ static int stats_count_raw(moe_trace_stats_t *s, const uint8_t *raw, unsigned wi
                            uint32_t step, uint32_t rank)
 {
     const uint32_t L = s->layers, E = s->experts, K = s->topk;
-    s->tokens++;
     unsigned miss = 0;
     for (uint32_t l = 0; l < L; l++) {
         uint64_t *ld = s->load + (size_t)l * E;
@@ -151,11 +157,7 @@ static int stats_count_raw(moe_trace_stats_t *s, const uint8_t *raw, unsigned wi
         }
         s->present[l]++;
     }
-    s->missing += miss;
-    s->incomplete += miss != 0;
-    if (u32set_add(&s->seqs, seq) || u32set_add(&s->steps, step) || u32set_add(&s->ranks, rank))
-        return MOE_ENOMEM;
-    return 0;
+    return stats_token(s, miss, seq, step, rank);
 }
 
 int moe_trace_stats_add(moe_trace_stats_t *s, const moe_trace_rec_t *r)
