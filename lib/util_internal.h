@@ -35,6 +35,9 @@ void util_populate(void *p, size_t n);
 /* Seconds on the monotonic clock, for durations and time limits. */
 double util_now(void);
 
+/* qsort comparator of uint64_t values, ascending. */
+int util_cmp_u64(const void *a, const void *b);
+
 /* Write formatted text into the moe_textout_t sink t (moe/io.h), or return the sink's negative
  * status from the enclosing function: the report writers' one line per figure. */
 #define UTIL_TRY_PRINTF(t, ...)                                                               \

@@ -566,12 +566,6 @@ static int collect(moe_importer_t *im, jstate_t *s)
     return st < 0 ? st : s->n > 0;
 }
 
-static int cmp_u64(const void *a, const void *b)
-{
-    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-    return (x > y) - (x < y);
-}
-
 /* Record the model layers of the trace's layers in @CO lines ("1,3-5,mtp0.1"; runs of
  * consecutive decoder ids shortened), several lines when the list is long. */
 static int mg_comment(moe_importer_t *im, const jstate_t *s)
@@ -613,7 +607,7 @@ static int mg_layers(moe_importer_t *im, jstate_t *s)
         return imp_fail(im, MOE_ENOMEM, "out of memory");
     for (size_t i = 0; i < s->n; i++)
         v[i] = s->ent[i].layer;
-    qsort(v, s->n, sizeof *v, cmp_u64);
+    qsort(v, s->n, sizeof *v, util_cmp_u64);
     size_t L = 0;
     for (size_t i = 0; i < s->n; i++)
         if (L == 0 || v[i] != v[L - 1])

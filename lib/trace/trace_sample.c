@@ -9,6 +9,7 @@
 #include "moe/moe.h"
 #include "moe/rng.h"
 #include "moe/trace.h"
+#include "util_internal.h"
 
 struct moe_trace_reservoir {
     uint64_t n, seen;
@@ -105,12 +106,6 @@ void moe_trace_reservoir_free(moe_trace_reservoir_t *s)
     free(s);
 }
 
-static int cmp_u64(const void *a, const void *b)
-{
-    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-    return (x > y) - (x < y);
-}
-
 int moe_trace_stats_seq_cut(const moe_trace_stats_t *s, uint64_t n, uint64_t seed, uint64_t *cut)
 {
     size_t ns = moe_trace_stats_sequences(s);
@@ -125,7 +120,7 @@ int moe_trace_stats_seq_cut(const moe_trace_stats_t *s, uint64_t n, uint64_t see
     for (size_t i = 0; i < m; i++)
         h[i] = moe_hash64(seed, ids[i]);
     /* The cut is the n-th smallest hash; sorting is fine at sequence counts. */
-    qsort(h, m, sizeof *h, cmp_u64);
+    qsort(h, m, sizeof *h, util_cmp_u64);
     *cut = m == 0 || n == 0 ? 0 : n >= m ? UINT64_MAX : h[n - 1];
     free(ids);
     free(h);
