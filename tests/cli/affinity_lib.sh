@@ -12,34 +12,10 @@ aff() { moe_tool moe-affinity "$@"; }
 
 # expect_aff_err_line [SUBSTRING]: stderr of the last run is exactly one line starting with
 # 'moe-affinity: ' (and containing SUBSTRING).
-expect_aff_err_line() {
-    tool_err
-    _n=$(wc -l <"$T/err.tool" | tr -d ' ')
-    if [ "$_n" != 1 ]; then
-        fail "expected one line on stderr, got $_n"
-        sed 's/^/    stderr: /' "$T/err" | head -5
-        return
-    fi
-    case $(cat "$T/err.tool") in
-    "moe-affinity: "*) ;;
-    *) fail "stderr does not start with 'moe-affinity: ': $(cat "$T/err.tool")" ;;
-    esac
-    if [ $# -gt 0 ] && ! grep -F -q -- "$1" "$T/err.tool"; then
-        fail "stderr lacks '$1': $(cat "$T/err.tool")"
-    fi
-}
+expect_aff_err_line() { expect_tool_err_line moe-affinity "$@"; }
 
 # expect_aff_usage_error [SUBCOMMAND]: a 'moe-affinity: ' line plus the --help hint.
-expect_aff_usage_error() {
-    tool_err
-    _hint="Try 'moe-affinity${1:+ $1} --help' for more information."
-    if [ "$(wc -l <"$T/err.tool" | tr -d ' ')" != 2 ] ||
-        [ "$(head -n 1 "$T/err.tool" | cut -c1-14)" != "moe-affinity: " ] ||
-        [ "$(tail -n 1 "$T/err.tool")" != "$_hint" ]; then
-        fail "expected a usage error and the hint \"$_hint\""
-        sed 's/^/    stderr: /' "$T/err" | head -5
-    fi
-}
+expect_aff_usage_error() { expect_tool_usage moe-affinity "${1:-}"; }
 
 # summary_of FILE KEY [COLUMN]: a value of `moe-affinity --summary` (2: real, 3: shuffled).
 summary_of() {

@@ -22,15 +22,7 @@ err1() {
     _emsg=$1
     shift
     expect_exit 1 "$@"
-    tool_err
-    if [ "$(wc -l <"$T/err.tool" | tr -d ' ')" != 1 ]; then
-        fail "expected one line on stderr"
-        sed 's/^/    stderr: /' "$T/err" | head -5
-    fi
-    case $(cat "$T/err.tool") in
-    "moe-costmodel: "*"$_emsg"*) ;;
-    *) fail "stderr lacks 'moe-costmodel: ...$_emsg': $(cat "$T/err.tool")" ;;
-    esac
+    expect_tool_err_line moe-costmodel "$_emsg"
     expect_no_stdout
     expect_no_output "$OUT"
 }
@@ -40,13 +32,7 @@ err2() {
     _sub=$1
     shift
     expect_exit 2 "$@"
-    tool_err
-    _hint="Try 'moe-costmodel${_sub:+ $_sub} --help' for more information."
-    if [ "$(wc -l <"$T/err.tool" | tr -d ' ')" != 2 ] ||
-        [ "$(tail -n 1 "$T/err.tool")" != "$_hint" ]; then
-        fail "expected a usage error with \"$_hint\""
-        sed 's/^/    stderr: /' "$T/err" | head -5
-    fi
+    expect_tool_usage moe-costmodel "$_sub"
     expect_no_stdout
     expect_no_output "$OUT"
 }

@@ -19,20 +19,10 @@ bad() {
     shift 2
     rm -f "$OUT" "$PLOT"
     expect_exit "$_st" cm "$@"
-    tool_err
-    _lines=1
-    [ "$_st" = 2 ] && _lines=2
-    if [ "$(wc -l <"$T/err.tool" | tr -d ' ')" != "$_lines" ]; then
-        fail "expected $_lines line(s) on stderr: $*"
-        sed 's/^/    stderr: /' "$T/err.tool" | head -5
-    fi
-    case $(head -n 1 "$T/err.tool") in
-    "moe-costmodel: "*"$_msg"*) ;;
-    *) fail "stderr lacks 'moe-costmodel: ...$_msg': $(head -n 1 "$T/err.tool")" ;;
-    esac
     if [ "$_st" = 2 ]; then
-        _hint="Try 'moe-costmodel $1 --help' for more information."
-        expect_eq "$(tail -n 1 "$T/err.tool")" "$_hint" "hint"
+        expect_tool_usage moe-costmodel "$1" "$_msg"
+    else
+        expect_tool_err_line moe-costmodel "$_msg"
     fi
     expect_no_stdout
     expect_no_output "$OUT"

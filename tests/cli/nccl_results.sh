@@ -60,8 +60,8 @@ bad() {
     rm -f "$T/o.topo"
     expect_exit 1 cm fit -o "$T/o.topo" --nccl-tests "$2" --class inter
     tool_err
-    expect_eq "$(wc -l <"$T/err.tool" | tr -d ' ')" 1 "stderr lines for $2"
-    grep -q "^moe-costmodel: '$2'.*$1" "$T/err.tool" || fail "stderr: $(cat "$T/err.tool")"
+    expect_eq "$(wc -l <"$errf" | tr -d ' ')" 1 "stderr lines for $2"
+    grep -q "^moe-costmodel: '$2'.*$1" "$errf" || fail "stderr: $(cat "$errf")"
     [ -e "$T/o.topo" ] && fail "output left behind for $2"
 }
 

@@ -17,37 +17,10 @@ MAT=$T/m.csv
 MATB=$T/mb.txt
 
 # expect_mp_err_line [SUBSTRING]: stderr is one line starting 'moe-place: ' (with SUBSTRING).
-expect_mp_err_line() {
-    tool_err
-    _n=$(wc -l <"$T/err.tool" | tr -d ' ')
-    if [ "$_n" != 1 ] || [ "$(tail -c 1 "$T/err.tool" | od -An -c | tr -d ' ')" != '\n' ]; then
-        fail "expected one line on stderr, got $_n"
-        sed 's/^/    stderr: /' "$T/err" | head -5
-        return
-    fi
-    case $(cat "$T/err.tool") in
-    "moe-place: "*) ;;
-    *) fail "stderr does not start with 'moe-place: ': $(cat "$T/err.tool")" ;;
-    esac
-    if [ $# -gt 0 ] && ! grep -F -q -- "$1" "$T/err.tool"; then
-        fail "stderr lacks '$1': $(cat "$T/err.tool")"
-    fi
-}
+expect_mp_err_line() { expect_tool_err_line moe-place "$@"; }
 
 # expect_mp_usage SUBCOMMAND [SUBSTRING]: a 'moe-place: ' line plus the hint.
-expect_mp_usage() {
-    tool_err
-    _hint="Try 'moe-place${1:+ $1} --help' for more information."
-    if [ "$(wc -l <"$T/err.tool" | tr -d ' ')" != 2 ] ||
-        [ "$(head -n 1 "$T/err.tool" | cut -c1-11)" != "moe-place: " ] ||
-        [ "$(tail -n 1 "$T/err.tool")" != "$_hint" ]; then
-        fail "expected a usage error and the hint \"$_hint\""
-        sed 's/^/    stderr: /' "$T/err" | head -5
-    fi
-    if [ $# -gt 1 ] && ! head -n 1 "$T/err.tool" | grep -F -q -- "$2"; then
-        fail "stderr lacks '$2': $(head -n 1 "$T/err.tool")"
-    fi
-}
+expect_mp_usage() { expect_tool_usage moe-place "$@"; }
 
 # bad STATUS SUBSTRING SUBCOMMAND ARGS...: moe-place SUBCOMMAND ARGS fails with STATUS and the
 # message, leaving no output behind. Standard input is /dev/null unless redirected by the caller.
