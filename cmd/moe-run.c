@@ -30,6 +30,14 @@ static moe_run_backend_t *make_cpu(moe_run_comm_t *c, int dtype, char *errbuf, s
     return moe_run_backend_cpu(c, errbuf, errlen);
 }
 
+#ifdef MOE_RUN_CUDA
+/* The CUDA + NCCL backend is a module, loaded only by the runs that ask for it. */
+static moe_run_backend_t *make_cuda(moe_run_comm_t *c, int dtype, char *errbuf, size_t errlen)
+{
+    return moe_run_backend_module("cuda", c, dtype, errbuf, errlen);
+}
+#endif
+
 /* The backends of this build; the first is the default. */
 static const struct backend {
     const char *name;
@@ -37,7 +45,7 @@ static const struct backend {
 } backends[] = {
     {"cpu", make_cpu},
 #ifdef MOE_RUN_CUDA
-    {"cuda", moe_run_backend_cuda},
+    {"cuda", make_cuda},
 #endif
 };
 #define NBACKENDS (sizeof backends / sizeof *backends)

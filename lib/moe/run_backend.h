@@ -154,11 +154,24 @@ struct moe_run_backend {
  * with a reason in errbuf. */
 moe_run_backend_t *moe_run_backend_cpu(moe_run_comm_t *c, char *errbuf, size_t errlen);
 
+/* A backend built as a loadable module, moerun-NAME.so ("cuda": the CUDA + NCCL backend), made
+ * on c with wire type dtype. The module is looked for in the directories of the environment
+ * variable MOE_RUN_MODULE_PATH (colon-separated), then in the installed module directory
+ * ($pkglibdir); it is opened only here, so that a program that never asks for it neither loads
+ * nor needs the libraries it links (CUDA, cuBLAS, NCCL). A module must come from the same
+ * moeflow version. It exports
+ *     const char *moe_run_module_version;          PACKAGE_VERSION of its build
+ *     moe_run_backend_t *moe_run_module_backend(moe_run_comm_t *, int dtype, char *, size_t);
+ * Returns NULL with a reason in errbuf (module not found, not loadable, of another version, or
+ * the backend's own failure). */
+moe_run_backend_t *moe_run_backend_module(const char *name, moe_run_comm_t *c, int dtype,
+                                          char *errbuf, size_t errlen);
+
 #ifdef MOE_RUN_CUDA
-/* The CUDA + NCCL backend (kernels/, built when configure finds both and defines
- * MOE_RUN_CUDA): one GPU per local rank, rank 0 makes the NCCL unique id and broadcasts it
- * over c; expert weights are kept in the wire type `dtype` (enum moe_dtype). Same contract
- * as moe_run_backend_cpu otherwise. */
+/* The CUDA + NCCL backend (kernels/run_cuda.cu, built when configure finds both; moe-run
+ * reaches it through the module moerun-cuda.so): one GPU per local rank, rank 0 makes the NCCL
+ * unique id and broadcasts it over c; expert weights are kept in the wire type `dtype` (enum
+ * moe_dtype). Same contract as moe_run_backend_cpu otherwise. */
 moe_run_backend_t *moe_run_backend_cuda(moe_run_comm_t *c, int dtype, char *errbuf,
                                         size_t errlen);
 #endif
