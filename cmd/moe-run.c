@@ -38,14 +38,16 @@ static moe_run_backend_t *make_cuda(moe_run_comm_t *c, int dtype, char *errbuf, 
 }
 #endif
 
-/* The backends of this build; the first is the default. */
+/* The backends of this build; the first is the default. A module backend is opened (and the
+ * ranks agree that it opened) before it is made. */
 static const struct backend {
     const char *name;
     moe_run_backend_t *(*make)(moe_run_comm_t *c, int dtype, char *errbuf, size_t errlen);
+    int module;
 } backends[] = {
-    {"cpu", make_cpu},
+    {"cpu", make_cpu, 0},
 #ifdef MOE_RUN_CUDA
-    {"cuda", make_cuda},
+    {"cuda", make_cuda, 1},
 #endif
 };
 #define NBACKENDS (sizeof backends / sizeof *backends)
@@ -355,7 +357,20 @@ int main(int argc, char **argv)
         moe_run_comm_finalize(comm);
         return 1;
     }
-    char errbuf[256];
+    char errbuf[512];
+    if (a.be->module) {
+        /* a module missing or unloadable on any rank: every rank ends cleanly and the lowest
+         * rank that failed says why */
+        int st = moe_run_backend_module_open(a.be->name, errbuf, sizeof errbuf);
+        int me = moe_run_comm_rank(comm), g = moe_run_comm_size(comm);
+        int first = g - moe_run_comm_max(comm, st ? g - me : 0);
+        if (first < g) {
+            if (first == me)
+                fprintf(stderr, "%s: %s\n", prog, errbuf);
+            moe_run_comm_finalize(comm);
+            return 1;
+        }
+    }
     moe_run_backend_t *b = a.be->make(comm, a.c.dtype, errbuf, sizeof errbuf);
     moe_run_t *r = b ? moe_run_new(&a.c, b) : NULL;
     if (!r) {

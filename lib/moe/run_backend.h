@@ -166,6 +166,11 @@ moe_run_backend_t *moe_run_backend_cpu(moe_run_comm_t *c, char *errbuf, size_t e
  * the backend's own failure). */
 moe_run_backend_t *moe_run_backend_module(const char *name, moe_run_comm_t *c, int dtype,
                                           char *errbuf, size_t errlen);
+/* Open the module of backend `name` ahead of moe_run_backend_module, without communicating:
+ * 0, or a negative status with the reason in errbuf. The ranks of a job can agree on the
+ * outcome (and end cleanly when the module is missing everywhere) before the backend's own
+ * set-up, which communicates. Not thread-safe: the process keeps the last module opened. */
+int moe_run_backend_module_open(const char *name, char *errbuf, size_t errlen);
 
 #ifdef MOE_RUN_CUDA
 /* The CUDA + NCCL backend (kernels/run_cuda.cu, built when configure finds both; moe-run

@@ -58,4 +58,20 @@ expect_exit 1 mpi 1 $small --trace "$T/p4.moet" --topology no-such-preset
 grep -q '^moe-run: .*no-such-preset' "$T/err" || fail "the unknown preset is not named"
 end
 
+begin "--backend cuda without its module: every rank ends, one line names the module"
+if "$MOE_BIN/moe-run" --version | grep -q '^backends:.* cuda'; then
+    # a file that is not a module, found first on the search path
+    mkdir -p "$T/badmod"
+    printf 'not a shared object\n' >"$T/badmod/moerun-cuda.so"
+    keep=$MOE_RUN_MODULE_PATH
+    MOE_RUN_MODULE_PATH=$T/badmod
+    export MOE_RUN_MODULE_PATH
+    expect_exit 1 mpi 2 $small --backend cuda
+    MOE_RUN_MODULE_PATH=$keep
+    named_once "$T/badmod/moerun-cuda.so" "cannot load"
+else
+    skip_case "moe-run built without the CUDA backend"
+fi
+end
+
 finish
