@@ -44,9 +44,11 @@ extern "C" {
  *           multiplicative hash of the token's index in its batch, in
  *           eplb_map_to_physical_and_record / _eplb_map_and_record_i32_kernel,
  *           vllm/distributed/eplb/), with the trace's token id as that index. An expert's
- *           tokens spread over its copies regardless of locality (consecutive ids take 2^n
- *           copies in turn), as SGLang's `dynamic` dispatch (a random copy per token and
- *           expert, python/sglang/srt/eplb/expert_location_dispatch.py) does in expectation.
+ *           tokens spread over its copies regardless of locality (with 2^n copies, any 2^n
+ *           consecutive ids use each once), as SGLang's `dynamic` dispatch (a random copy per
+ *           token and expert, python/sglang/srt/eplb/expert_location_dispatch.py) does in
+ *           expectation; SGLang's default `static` (one copy per source rank and expert) is
+ *           neither rule.
  *
  * Load is counted in expert-token pairs: rank r processes one unit per expert of S_j it serves.
  *
