@@ -32,7 +32,7 @@ static int sim_topology(const char *arg, moe_topo_t *t)
 enum {
     S_TOPOLOGY = MOE_OPTC_TOOL + 0x80, S_HIDDEN, S_FFN, S_DTYPE, S_CHUNKS, S_SCHEME, S_BEST,
     S_JSON, S_PLOT, S_TOPK, S_SOURCE, S_NO_LAYERS, S_LOADS, S_NCCL, S_CLASS, S_POINTS, S_TOL,
-    S_CREDITS, S_RANKS,
+    S_CREDITS, S_RANKS, S_REPLICA_RULE,
 };
 
 static const struct option sim_long[] = {
@@ -43,7 +43,8 @@ static const struct option sim_long[] = {
     {"plot", required_argument, 0, S_PLOT}, {"topk", required_argument, 0, S_TOPK},
     {"source", required_argument, 0, S_SOURCE}, {"no-layers", no_argument, 0, S_NO_LAYERS},
     {"loads", no_argument, 0, S_LOADS}, {"credits", required_argument, 0, S_CREDITS},
-    {"ranks", no_argument, 0, S_RANKS}, MOE_OPTS_LONG, {0, 0, 0, 0}};
+    {"ranks", no_argument, 0, S_RANKS}, {"replica-rule", required_argument, 0, S_REPLICA_RULE},
+    MOE_OPTS_LONG, {0, 0, 0, 0}};
 
 typedef struct sim_cfg {
     moe_opts_t o;
@@ -70,6 +71,7 @@ static void sim_usage(FILE *fp)
           "      --best             rank the schemes and explain the choice\n"
           "      --topk=K           use the first K experts of each cell [all]\n"
           "      --source=S         source ranks: auto, recorded, sequence or token [auto]\n"
+          MOE_CLI_REPLICA_RULE_HELP
           "      --no-layers        leave out the per-layer lines\n"
           "      --loads            add the expert-token load of every rank and layer\n"
           "      --ranks            add the bytes every rank sends and receives per scheme\n"
@@ -110,6 +112,8 @@ static int sim_opt(int c, const char *arg, sim_cfg_t *g)
     case S_CREDITS:
         return moe_cli_u32(PROG, "simulate", arg, 1, 65536, "credit count", &g->so.credits);
     case S_RANKS: g->ranks = 1; return 0;
+    case S_REPLICA_RULE:
+        return moe_cli_replica_rule(PROG, "simulate", arg, &g->so.acct.replica_rule);
     case S_TOPK:
         return moe_cli_u32(PROG, "simulate", arg, 1, MOE_TRACE_MAX_TOPK, "top-k", &g->so.acct.topk);
     case S_BEST: g->best = 1; return 0;

@@ -33,6 +33,7 @@ enum {
     O_RANKS = MOE_OPTC_TOOL, O_GPN, O_TOPOLOGY, O_METHOD, O_SCHEME, O_MAX_IMB, O_REPLICAS,
     O_EP_SIZE, O_TIME_LIMIT, O_SEED, O_STARTS, O_TOPK, O_INTER_COST, O_SOURCE, O_HIDDEN,
     O_ELEM_BYTES, O_MATRIX, O_MATRIX_BYTES, O_JSON, O_FORMAT, O_EXPERTS, O_NO_LAYERS,
+    O_REPLICA_RULE,
 };
 
 static const struct option long_opts[] = {
@@ -50,7 +51,8 @@ static const struct option long_opts[] = {
     {"matrix", required_argument, 0, O_MATRIX},
     {"matrix-bytes", required_argument, 0, O_MATRIX_BYTES}, {"json", no_argument, 0, O_JSON},
     {"format", required_argument, 0, O_FORMAT}, {"experts", required_argument, 0, O_EXPERTS},
-    {"no-layers", no_argument, 0, O_NO_LAYERS}, MOE_OPTS_LONG, {0}};
+    {"no-layers", no_argument, 0, O_NO_LAYERS},
+    {"replica-rule", required_argument, 0, O_REPLICA_RULE}, MOE_OPTS_LONG, {0}};
 
 /* Everything any subcommand takes; each parser rejects what does not apply to it. */
 typedef struct cfg {
@@ -145,6 +147,7 @@ static int take_opt(const char *sub, int c, const char *arg, cfg_t *g)
     case O_EXPERTS:
         return moe_cli_u32(prog, sub, arg, 1, MOE_TRACE_MAX_EXPERTS, "expert count", &g->experts);
     case O_NO_LAYERS: g->no_layers = 1; return 0;
+    case O_REPLICA_RULE: return moe_cli_replica_rule(prog, sub, arg, &g->po.replica_rule);
     }
     return usage_error(sub, "unexpected option");
 }
@@ -265,6 +268,7 @@ static void fit_usage(FILE *fp)
           "      --topk=K           fit top-1 paths with 1 (ExFlow's objective) [all K]\n"
           "      --max-imbalance=X  bound on max/mean rank load per layer, 0 = none [1.10]\n"
           "      --replicas=N       extra copies of the hottest experts per layer [0]\n"
+          MOE_CLI_REPLICA_RULE_HELP
           "      --ep-size=P        ranks of an expert-parallel group: every expert on each\n"
           "                         group of P ranks (P divides G) [G: one group]\n"
           "      --inter-cost=W     weight of an inter-node transfer against an intra-node\n"
@@ -322,7 +326,8 @@ static int fit_input(const char *in, cfg_t *gp, const moe_topo_t *topo_in);
 static int run_fit(int argc, char **argv)
 {
     static const int takes[] = {O_RANKS, O_GPN, O_TOPOLOGY, O_METHOD, O_SCHEME, O_MAX_IMB,
-        O_REPLICAS, O_EP_SIZE, O_TIME_LIMIT, O_SEED, O_STARTS, O_TOPK, O_INTER_COST, 0};
+        O_REPLICAS, O_EP_SIZE, O_TIME_LIMIT, O_SEED, O_STARTS, O_TOPK, O_INTER_COST,
+        O_REPLICA_RULE, 0};
     cfg_t g;
     int rc = 0;
     if (parse("fit", argc, argv, &g, MOE_OPT_OUTPUT | MOE_OPT_FORMAT | MOE_OPT_THREADS |
@@ -373,6 +378,7 @@ static int fit_input(const char *in, cfg_t *gp, const moe_topo_t *topo_in)
         s = moe_place_tokens_load(in, g.po.seed, g.o.threads, &topo, top1, g.po.scheme, &st,
                                   errbuf, sizeof errbuf);
         rc = s ? 0 : fail("%s", errbuf);
+        moe_place_tokens_rule(s, g.po.replica_rule);
         g.po.sample = moe_place_tokens_view(s);
         g.po.score = moe_place_tokens_score;
         g.po.score_ctx = s;
@@ -410,6 +416,7 @@ static void eval_usage(FILE *fp)
           "                         has G ranks, else sequence]\n"
           "      --topology=FILE    topology file (moe-topology(5)) or preset name [the\n"
           "                         placement's nodes]\n"
+          MOE_CLI_REPLICA_RULE_HELP
           "      --hidden=H         hidden size for bytes [the trace's]\n"
           "      --elem-bytes=B     bytes per element [the trace's]\n"
           "      --scheme=S         scheme of the matrices: vanilla or coherent [coherent]\n"
@@ -479,7 +486,7 @@ static void alltoallv_hint(const moe_acct_t *a, const moe_placement_t *p, int sc
 static int run_eval(int argc, char **argv)
 {
     static const int takes[] = {O_TOPK, O_SOURCE, O_TOPOLOGY, O_HIDDEN, O_ELEM_BYTES, O_SCHEME,
-        O_MATRIX, O_MATRIX_BYTES, O_JSON, O_NO_LAYERS, 0};
+        O_MATRIX, O_MATRIX_BYTES, O_JSON, O_NO_LAYERS, O_REPLICA_RULE, 0};
     cfg_t g;
     int rc = 0;
     if (parse("eval", argc, argv, &g, MOE_OPT_OUTPUT | MOE_OPT_FORMAT | MOE_OPT_THREADS |
@@ -512,6 +519,7 @@ static int run_eval(int argc, char **argv)
     moe_acct_opts_default(&ao);
     ao.topk = g.topk;
     ao.source = g.source;
+    ao.replica_rule = g.po.replica_rule;
     ao.matrix = g.matrix || g.matrix_bytes;
     if (!rc && !(a = moe_acct_new(p, &topo, h, &ao, &st, errbuf, sizeof errbuf)))
         rc = fail("'%s' on '%s': %s", ppath, tpath, errbuf);

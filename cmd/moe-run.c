@@ -20,7 +20,7 @@ static const char *prog = "moe-run";
 enum {
     O_MODE = MOE_OPTC_TOOL, O_LAYERS, O_EXPERTS, O_TOPK, O_HIDDEN, O_FFN, O_TPR, O_DTYPE,
     O_TRACE, O_PLACEMENT, O_TOPOLOGY, O_GPN, O_ITERS, O_WARMUP, O_SEED, O_CHECK, O_JSON,
-    O_CHUNKS, O_CREDITS, O_NO_PREFETCH, O_CALIBRATE, O_VERSION, O_BACKEND,
+    O_CHUNKS, O_CREDITS, O_NO_PREFETCH, O_CALIBRATE, O_VERSION, O_BACKEND, O_REPLICA_RULE,
 };
 
 /* The CPU backend computes in fp32 whatever the wire type. */
@@ -66,7 +66,7 @@ static const struct option long_opts[] = {
     {"no-prefetch", no_argument, 0, O_NO_PREFETCH},
     {"calibrate", no_argument, 0, O_CALIBRATE}, {"version", no_argument, 0, O_VERSION},
     {"backend", required_argument, 0, O_BACKEND},
-    MOE_OPTS_LONG, {0}};
+    {"replica-rule", required_argument, 0, O_REPLICA_RULE}, MOE_OPTS_LONG, {0}};
 
 /* Only rank 0 talks; before MPI is up the launcher's environment says which rank this is. */
 static int env_rank(void)
@@ -94,6 +94,7 @@ static void usage(FILE *fp)
           "                         datacentric [vanilla]\n"
           "      --trace=FILE       replay the gate from a routing trace (its L, E, K)\n"
           "      --placement=FILE   expert placement (moe-place(5)) [contiguous]\n"
+          MOE_CLI_REPLICA_RULE_HELP
           "      --layers=L         MoE layers [4, or the trace's]\n"
           "      --experts=E        experts per layer [16, or the trace's]\n"
           "      --topk=K           experts per token [2, or the trace's]\n"
@@ -207,6 +208,7 @@ static int take(args_t *a, int c, const char *arg)
     case O_CREDITS: return moe_cli_u32(prog, NULL, arg, 1, 65535, "credit count", &g->credits);
     case O_NO_PREFETCH: g->prefetch = 0; return 0;
     case O_CALIBRATE: a->calibrate = 1; return 0;
+    case O_REPLICA_RULE: return moe_cli_replica_rule(prog, NULL, arg, &g->replica_rule);
     case O_BACKEND:
         for (size_t i = 0; i < NBACKENDS; i++)
             if (!strcmp(arg, backends[i].name)) {

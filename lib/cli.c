@@ -14,6 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "moe/acct.h"
 #include "moe/cli.h"
 #include "moe/io.h"
 #include "moe/moe.h"
@@ -143,6 +144,15 @@ int moe_cli_u32(const char *prog, const char *sub, const char *arg, uint64_t min
     if (moe_parse_u64(arg, min, max <= UINT32_MAX ? max : UINT32_MAX, &v, what, err, sizeof err))
         return moe_usage_error(prog, sub, "%s", err);
     *out = (uint32_t)v;
+    return 0;
+}
+
+int moe_cli_replica_rule(const char *prog, const char *sub, const char *arg, int *out)
+{
+    int r = moe_replica_rule_parse(arg);
+    if (r < 0)
+        return moe_usage_error(prog, sub, "unknown replica rule '%s' (nearest, even)", arg);
+    *out = r;
     return 0;
 }
 

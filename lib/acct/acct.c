@@ -15,7 +15,7 @@
 struct moe_acct {
     const moe_placement_t *p;
     uint32_t L, E, K, k, G, gpn;
-    int source, weights, matrix, ranks;
+    int source, weights, matrix, ranks, rule;
     uint64_t tokens;
     moe_acct_layer_t *layer[MOE_SCHEMES];  /* [L] */
     uint64_t *load[MOE_SCHEMES];           /* [L][G] */
@@ -41,6 +41,24 @@ int moe_scheme_parse(const char *s)
         if (!strcmp(s, moe_scheme_name(i)))
             return i;
     return -1;
+}
+
+const char *moe_replica_rule_name(int rule)
+{
+    return rule == MOE_REPLICA_NEAREST ? "nearest" : rule == MOE_REPLICA_EVEN ? "even" : "?";
+}
+
+int moe_replica_rule_parse(const char *s)
+{
+    for (int i = 0; i < MOE_REPLICA_RULES; i++)
+        if (!strcmp(s, moe_replica_rule_name(i)))
+            return i;
+    return -1;
+}
+
+int moe_acct_replica_rule(const moe_acct_t *a)
+{
+    return a->rule;
 }
 
 static moe_acct_t *acct_alloc(const moe_placement_t *p, uint32_t K, uint32_t k, uint32_t gpn,
@@ -91,6 +109,10 @@ moe_acct_t *moe_acct_new(const moe_placement_t *p, const moe_topo_t *topo,
         return NULL;
     }
     *status = MOE_EINVAL;
+    if (o->replica_rule < 0 || o->replica_rule >= MOE_REPLICA_RULES) {
+        snprintf(errbuf, errlen, "unknown replica rule %d", o->replica_rule);
+        return NULL;
+    }
     if (o->topk > h->topk) {
         snprintf(errbuf, errlen, "top-k %u exceeds the trace's %u", o->topk, h->topk);
         return NULL;
@@ -108,6 +130,7 @@ moe_acct_t *moe_acct_new(const moe_placement_t *p, const moe_topo_t *topo,
     }
     a->source = source;
     a->weights = (h->flags & MOE_TRACE_WEIGHTS) != 0;
+    a->rule = o->replica_rule;
     *status = 0;
     return a;
 }
@@ -169,14 +192,34 @@ static inline int holds(const uint16_t *rk, uint32_t n, uint32_t r)
     return 0;
 }
 
+/* The even rule (moe/acct.h): copy ((token x 2654435769) mod 2^32) mod c of each expert's c
+ * copies, as vLLM's EPLB maps a logical expert to a physical one (the Knuth multiplicative
+ * hash of the token's index in its batch: eplb_map_to_physical_and_record, whose Triton kernel
+ * _eplb_map_and_record_i32_kernel computes `(token_idx * 2654435769) & 0xFFFFFFFF` modulo the
+ * replica count). The low 32 bits of the product depend only on the id's low 32 bits. */
+static void pick_even(const moe_acct_t *a, uint32_t layer, uint64_t token, moe_route_t *r,
+                      uint32_t n)
+{
+    uint32_t x = (uint32_t)token * 2654435769u;
+    for (uint32_t i = 0; i < n; i++) {
+        uint32_t nc;
+        const uint16_t *rk = moe_placement_ranks(a->p, layer, r->expert[i], &nc);
+        r->rank[i] = rk[x % nc];
+    }
+}
+
 /* Which copy serves each expert of r->expert[0..n) for a token at home h, into r->rank (see
- * moe/acct.h): the only copy or the one on h; then one on a rank already serving the token;
- * then, greedily, the rank holding most of the experts still open (a set cover), ties broken
- * by the home's node and then by hash(token, layer, rank), which spreads tokens evenly over
- * equivalent copies. */
+ * moe/acct.h): by the even rule, or the nearest: the only copy or the one on h; then one on a
+ * rank already serving the token; then, greedily, the rank holding most of the experts still
+ * open (a set cover), ties broken by the home's node and then by hash(token, layer, rank),
+ * which spreads tokens evenly over equivalent copies. */
 static void pick_copies(const moe_acct_t *a, uint32_t layer, uint32_t h, uint64_t token,
                         moe_route_t *r, uint32_t n)
 {
+    if (a->rule == MOE_REPLICA_EVEN) {
+        pick_even(a, layer, token, r, n);
+        return;
+    }
     const uint16_t *rk[MOE_TRACE_MAX_TOPK];
     uint32_t nc[MOE_TRACE_MAX_TOPK], open = 0;
     for (uint32_t i = 0; i < n; i++) {
@@ -369,7 +412,7 @@ int moe_acct_token(moe_acct_t *a, const uint16_t *ids, const float *weights, uin
 int moe_acct_merge(moe_acct_t *a, const moe_acct_t *b)
 {
     if (a->L != b->L || a->G != b->G || (a->matrix != 0) != (b->matrix != 0) ||
-        (a->ranks != 0) != (b->ranks != 0))
+        (a->ranks != 0) != (b->ranks != 0) || a->rule != b->rule)
         return MOE_ESHAPE;
     for (int s = 0; s < MOE_SCHEMES; s++) {
         uint64_t *x = (uint64_t *)a->layer[s];
@@ -437,6 +480,7 @@ int moe_acct_scan(moe_acct_t *a, moe_trace_map_t *m,
         else {
             c.w[i]->source = a->source;
             c.w[i]->weights = a->weights;
+            c.w[i]->rule = a->rule;
         }
     }
     if (!rc) {

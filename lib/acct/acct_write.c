@@ -58,9 +58,12 @@ static int write_table(textbuf_t *out, const moe_acct_t *a, const char *ppath,
                             "%u ranks (%u node%s x %u), capacity %u\n",
                             ppath, p->layers, p->experts, p->ranks, topo->nodes,
                             topo->nodes == 1 ? "" : "s", topo->gpus_per_node, p->capacity);
+    /* the default rule is not named, so that reports made before the option stay the same */
+    int even = moe_acct_replica_rule(a) == MOE_REPLICA_EVEN;
     rc = rc ? rc : tb_fmt(out, "# trace: %s: %" PRIu64 " tokens, top-%u of %u (%u used), "
-                                  "source ranks: %s\n", tpath, moe_acct_tokens(a), h->topk,
-                                  h->experts, g->topk ? g->topk : h->topk, src_names[source]);
+                                  "source ranks: %s%s\n", tpath, moe_acct_tokens(a), h->topk,
+                                  h->experts, g->topk ? g->topk : h->topk, src_names[source],
+                                  even ? ", replica rule: even" : "");
     if (!rc && vec > 0)
         rc = tb_fmt(out, "# transfer: %.0f bytes (hidden %u x %u bytes)\n", vec,
                             g->hidden ? g->hidden : h->hidden,
@@ -117,9 +120,11 @@ static int write_json(textbuf_t *out, const moe_acct_t *a, const moe_placement_t
 {
     char b[12][32];
     int rc = tb_fmt(out, "{\"tokens\": %" PRIu64 ", \"layers\": %u, \"experts\": %u, "
-                            "\"topk\": %u, \"ranks\": %u, \"transfer_bytes\": %s, \"schemes\": {",
-                            moe_acct_tokens(a), p->layers, p->experts,
+                            "\"topk\": %u, \"ranks\": %u, %s\"transfer_bytes\": %s, "
+                            "\"schemes\": {", moe_acct_tokens(a), p->layers, p->experts,
                             g->topk ? g->topk : h->topk, p->ranks,
+                            moe_acct_replica_rule(a) == MOE_REPLICA_EVEN
+                                ? "\"replica_rule\": \"even\", " : "",
                             jnum(b[0], 32, vec > 0 ? vec : NAN));
     for (int s = 0; s < MOE_SCHEMES && !rc; s++) {
         summary_t m;

@@ -72,9 +72,12 @@ static int table_head(textbuf_t *out, const moe_sim_t *s, const char *tpath,
                       const char *ppath, const moe_placement_t *p, const moe_topo_t *t)
 {
     const moe_acct_t *a = moe_sim_acct(s);
+    /* the default rule is not named, so that reports made before the option stay the same */
     int rc = tb_fmt(out, "# moe-costmodel simulate\n# trace: %s: %" PRIu64
-                                " tokens\n# placement: %s: %u layers x %u experts on %u ranks "
-                                "(%u node%s x %u)\n", tpath, moe_acct_tokens(a), ppath,
+                                " tokens%s\n# placement: %s: %u layers x %u experts on %u ranks "
+                                "(%u node%s x %u)\n", tpath, moe_acct_tokens(a),
+                                moe_acct_replica_rule(a) == MOE_REPLICA_EVEN
+                                    ? ", replica rule: even" : "", ppath,
                                 p->layers, p->experts, p->ranks, t->nodes,
                                 t->nodes == 1 ? "" : "s", t->gpus_per_node);
     rc = rc ? rc : tb_fmt(out, "# topology: %s\n# transfer: %.0f bytes; expert: "
@@ -302,10 +305,12 @@ static int write_json(textbuf_t *out, const moe_sim_t *s, const moe_sim_write_op
                       size_t errlen)
 {
     int rc = tb_fmt(out, "{\"tokens\": %" PRIu64 ", \"layers\": %u, \"experts\": %u, "
-                                "\"ranks\": %u, \"nodes\": %u, \"transfer_bytes\": %.0f, "
+                                "\"ranks\": %u, \"nodes\": %u, %s\"transfer_bytes\": %.0f, "
                                 "\"expert_bytes\": %.0f, \"chunks\": %u, \"schemes\": {",
                                 moe_acct_tokens(moe_sim_acct(s)), p->layers, p->experts, p->ranks,
-                                t->nodes, moe_sim_vector_bytes(s), moe_sim_expert_bytes(s),
+                                t->nodes, moe_acct_replica_rule(moe_sim_acct(s)) ==
+                                MOE_REPLICA_EVEN ? "\"replica_rule\": \"even\", " : "",
+                                moe_sim_vector_bytes(s), moe_sim_expert_bytes(s),
                                 moe_sim_chunks(s));
     int first = 1;
     for (int k = 0; k < MOE_SIM_SCHEMES && !rc; k++)

@@ -30,11 +30,25 @@ extern "C" {
  *           has weights, else the lowest rank); combine |R_j \ {h'}|; h <- h'.
  *
  * A missing (token, layer) cell costs nothing and leaves the home unchanged. With replicas the
- * copy serving expert e is its only one or the one on the current home (s for vanilla); else
- * one on a rank already serving another of the token's experts there; the experts still open
- * then go, greedily, to the rank holding most of them (a set cover: fewest ranks), ties broken
- * by the home's node, then by the least hash(token, layer << 32 | rank) -- deterministic, and
- * spreading tokens evenly over equivalent copies.
+ * copy serving expert e follows the replica rule (moe_acct_opts_t.replica_rule):
+ *
+ *  nearest  (the default) e's only copy or the one on the current home (s for vanilla); else
+ *           one on a rank already serving another of the token's experts there; the experts
+ *           still open then go, greedily, to the rank holding most of them (a set cover:
+ *           fewest ranks), ties broken by the home's node, then by the least
+ *           hash(token, layer << 32 | rank) -- deterministic, and spreading tokens evenly
+ *           over equivalent copies.
+ *  even     the token's copy of every expert of the cell is copy number
+ *           ((token x 2654435769) mod 2^32) mod c_e of e's c_e copies, in the order the
+ *           placement lists them, wherever the home is: vLLM's EPLB rule (the Knuth
+ *           multiplicative hash of the token's index in its batch, in
+ *           eplb_map_to_physical_and_record / _eplb_map_and_record_i32_kernel,
+ *           vllm/distributed/eplb/), with the trace's token id as that index. An expert's
+ *           tokens spread over its copies regardless of locality (with 2^n copies, any 2^n
+ *           consecutive ids use each once), as SGLang's `dynamic` dispatch (a random copy per
+ *           token and expert, python/sglang/srt/eplb/expert_location_dispatch.py) does in
+ *           expectation; SGLang's default `static` (one copy per source rank and expert) is
+ *           neither rule.
  *
  * Load is counted in expert-token pairs: rank r processes one unit per expert of S_j it serves.
  *
@@ -57,6 +71,13 @@ enum moe_source {
 
 enum moe_phase { MOE_DISPATCH = 0, MOE_COMBINE = 1, MOE_PHASES = 2 };
 
+/* Which copy of a replicated expert serves a token (see above). */
+enum moe_replica_rule {
+    MOE_REPLICA_NEAREST = 0, /* on or nearest the token's home, fewest ranks (moeflow) */
+    MOE_REPLICA_EVEN = 1,    /* spread evenly by a hash of the token id (vLLM's EPLB) */
+    MOE_REPLICA_RULES = 2,
+};
+
 typedef struct moe_acct_opts {
     uint32_t topk;   /* use the first topk ids of each cell (the top-1 path with 1; ids are
                       * taken in stored order, or by descending weight when the trace has
@@ -65,6 +86,7 @@ typedef struct moe_acct_opts {
     int matrix;      /* keep the rank x rank transfer matrix per scheme [0] */
     int ranks;       /* keep per-rank sent and received transfers per layer, phase and link
                       * class (moe_acct_ranks; G x L x 128 bytes per scheme) [0] */
+    int replica_rule; /* enum moe_replica_rule [NEAREST] */
 } moe_acct_opts_t;
 
 /* Defaults as marked above. */
@@ -165,6 +187,11 @@ double moe_acct_per_token_layer(const moe_acct_t *a, int scheme);
 /* Name of a scheme ("vanilla", "coherent") and the reverse (-1 if unknown). */
 const char *moe_scheme_name(int scheme);
 int moe_scheme_parse(const char *s);
+/* Name of a replica rule ("nearest", "even") and the reverse (-1 if unknown). */
+const char *moe_replica_rule_name(int rule);
+int moe_replica_rule_parse(const char *s);
+/* The replica rule an accumulator routes by (enum moe_replica_rule). */
+int moe_acct_replica_rule(const moe_acct_t *a);
 
 /* What moe_acct_write reports (moe-place eval's output). */
 typedef struct moe_acct_write_opts {

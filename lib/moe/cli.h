@@ -96,6 +96,15 @@ void moe_print_version(FILE *fp, const char *prog);
 int moe_cli_u32(const char *prog, const char *sub, const char *arg, uint64_t min, uint64_t max,
                 const char *what, uint32_t *out);
 
+/* --replica-rule=R, which copy of a replicated expert serves a token (moe/acct.h's enum
+ * moe_replica_rule), in moe-place eval and fit, moe-costmodel simulate and moe-run: its help
+ * lines, the same in every tool, and its parser: 0 with *out set, or 2 (the exit status)
+ * after moe_usage_error(prog, sub, ...). */
+#define MOE_CLI_REPLICA_RULE_HELP                                                             \
+    "      --replica-rule=R   copy of a replicated expert a token uses: nearest (on or\n"      \
+    "                         near its home) or even (spread as vLLM's EPLB) [nearest]\n"
+int moe_cli_replica_rule(const char *prog, const char *sub, const char *arg, int *out);
+
 /* Print "prog: message" on stderr after flushing stdout; returns 1, the exit status of a
  * runtime failure, so tools write `return moe_fail(prog, "cannot ...", ...)`. */
 int moe_fail(const char *prog, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

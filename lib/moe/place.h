@@ -86,6 +86,10 @@ typedef struct moe_place_opts {
     double (*score)(void *ctx, const moe_placement_t *p);
     void *score_ctx;
     const moe_place_sample_t *sample; /* optional, see above */
+    int replica_rule;      /* moe/acct.h's enum moe_replica_rule the affinity method's replicas
+                            * are placed and checked under, and the scorer's (set it there with
+                            * moe_place_tokens_rule); named in the @FT line when not the
+                            * default [NEAREST] */
 } moe_place_opts_t;
 
 void moe_place_opts_default(moe_place_opts_t *o);
@@ -137,6 +141,9 @@ const moe_place_sample_t *moe_place_tokens_view(const moe_place_tokens_t *s);
 /* moe_place_opts_t.score with ctx the sample: link-weighted transfers per token and layer of
  * `scheme` under placement p, the real accounting on the sample; INFINITY on failure. */
 double moe_place_tokens_score(void *ctx, const moe_placement_t *p);
+/* Score under replica rule `rule` (moe/acct.h's enum moe_replica_rule) from now on [NEAREST];
+ * NULL is a no-op. */
+void moe_place_tokens_rule(moe_place_tokens_t *s, int rule);
 /* Free; NULL is a no-op. */
 void moe_place_tokens_free(moe_place_tokens_t *s);
 

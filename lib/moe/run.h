@@ -51,6 +51,8 @@ typedef struct moe_run_cfg {
     int chunks_set;           /* chunks given (hierarchical runs unchunked without) */
     uint32_t credits;         /* datacentric: experts arriving per rank per round [4] */
     int prefetch;             /* datacentric: pull the next layer's experts early [1] */
+    int replica_rule;         /* copy of a replicated expert a token uses, moe/acct.h's enum
+                               * moe_replica_rule [nearest] */
 } moe_run_cfg_t;
 void moe_run_cfg_default(moe_run_cfg_t *c);
 
@@ -71,13 +73,14 @@ typedef struct moe_run_opt {
     char value[MOE_RUN_OPT_VALUE];
 } moe_run_opt_t;
 /* Do all ranks hold the same options? Compares every field of cfg that must agree across
- * ranks (mode, model sizes, iterations, dtype, seed, check, chunks, credits, the presence of
- * the input files: a rank holding another value would run other loops or message sizes and
- * hang or misread its peers) and the caller's `extra` options, in one all-gather. Call it
- * before any other communication, first thing after moe_run_comm_init, with the same nextra
- * on every rank. Collective. Returns 0; 1 on every rank, with the same message on every rank
- * in errbuf, naming the first option that differs and two ranks' values ("ranks disagree on
- * --iters: rank 0 has 1, rank 1 has 3"); a negative status when the exchange fails. */
+ * ranks (mode, model sizes, iterations, dtype, seed, check, chunks, credits, replica rule,
+ * the presence of the input files: a rank holding another value would run other loops or
+ * message sizes and hang or misread its peers) and the caller's `extra` options, in one
+ * all-gather. Call it before any other communication, first thing after moe_run_comm_init,
+ * with the same nextra on every rank. Collective. Returns 0; 1 on every rank, with the same
+ * message on every rank in errbuf, naming the first option that differs and two ranks'
+ * values ("ranks disagree on --iters: rank 0 has 1, rank 1 has 3"); a negative status when
+ * the exchange fails. */
 int moe_run_cfg_agree(moe_run_comm_t *c, const moe_run_cfg_t *cfg, const moe_run_opt_t *extra,
                       int nextra, char *errbuf, size_t errlen);
 

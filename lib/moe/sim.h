@@ -56,7 +56,8 @@ typedef struct moe_sim_opts {
     uint32_t chunks;     /* chunks of the pipelined scheme [0: 4] */
     uint32_t credits;    /* data-centric: experts arriving at a rank per round [0: 4] */
     unsigned schemes;    /* bit (1 << scheme) per scheme to simulate [0: all] */
-    moe_acct_opts_t acct; /* top-k and source ranks, as moe-place eval's (matrix ignored) */
+    moe_acct_opts_t acct; /* top-k, source ranks and replica rule, as moe-place eval's
+                           * (matrix ignored) */
 } moe_sim_opts_t;
 
 /* Defaults as marked above. */

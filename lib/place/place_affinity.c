@@ -870,8 +870,9 @@ static int place_state(const state_t *s, const moe_place_opts_t *o, moe_placemen
         return 0;
     if (o->sample && o->sample->n && o->sample->layers == m->L) {
         double cost[MOE_LINK_CLASSES] = {0, m->cin, m->cout, m->cout};
-        return moe_place_replicate(out, o->sample, o->scheme == MOE_SCHEME_COHERENT,
-                                   o->replicas, o->max_imbalance, cost, o->threads);
+        return moe_place_replicate_rule(out, o->sample, o->scheme == MOE_SCHEME_COHERENT,
+                                        o->replicas, o->max_imbalance, cost, o->threads,
+                                        o->replica_rule);
     }
     add_replicas(s, out, o->replicas);
     return 0;

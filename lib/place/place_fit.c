@@ -216,6 +216,9 @@ static int add_fit_line(moe_placement_t *p, const moe_place_opts_t *o, const moe
                      o->replicas, o->max_imbalance, o->seed, res->status);
     if (o->ep_size && o->ep_size < moe_topo_ranks(t))
         n += snprintf(line + n, sizeof line - (size_t)n, "\tep_size:%u", o->ep_size);
+    if (o->replica_rule != MOE_REPLICA_NEAREST) /* the default unnamed: older lines stay */
+        n += snprintf(line + n, sizeof line - (size_t)n, "\treplica_rule:%s",
+                      moe_replica_rule_name(o->replica_rule));
     if (isfinite(res->objective))
         n += snprintf(line + n, sizeof line - (size_t)n, "\tobjective:%.6f\tunits:%s",
                       res->objective, res->units);

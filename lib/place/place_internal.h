@@ -67,4 +67,9 @@ int moe_place_align(const moe_place_layers_t *m, const moe_place_sample_t *x, ui
 int moe_place_replicate(moe_placement_t *p, const moe_place_sample_t *x, int coherent,
                         uint32_t copies, double max_imbalance,
                         const double cost[MOE_LINK_CLASSES], int threads);
+/* moe_place_replicate with the tokens routed by replica rule `rule` (moe/acct.h): the copies
+ * are kept only where they lower the transfers under that rule. */
+int moe_place_replicate_rule(moe_placement_t *p, const moe_place_sample_t *x, int coherent,
+                             uint32_t copies, double max_imbalance,
+                             const double cost[MOE_LINK_CLASSES], int threads, int rule);
 #endif

@@ -280,12 +280,21 @@ int moe_place_replicate(moe_placement_t *p, const moe_place_sample_t *x, int coh
                         uint32_t copies, double max_imbalance,
                         const double cost[MOE_LINK_CLASSES], int threads)
 {
+    return moe_place_replicate_rule(p, x, coherent, copies, max_imbalance, cost, threads,
+                                    MOE_REPLICA_NEAREST);
+}
+
+int moe_place_replicate_rule(moe_placement_t *p, const moe_place_sample_t *x, int coherent,
+                             uint32_t copies, double max_imbalance,
+                             const double cost[MOE_LINK_CLASSES], int threads, int rule)
+{
     if (!copies || !x || !x->n || x->layers != p->layers)
         return 0;
     moe_trace_hdr_t h = {.layers = p->layers, .experts = p->experts, .topk = x->sets,
                          .ranks = p->ranks};
     moe_acct_opts_t ao;
     moe_acct_opts_default(&ao);
+    ao.replica_rule = rule;
     int st;
     char err[160];
     rep_t r = {.p = p, .x = x, .L = p->layers, .E = p->experts, .G = p->ranks,

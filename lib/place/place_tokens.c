@@ -28,7 +28,7 @@ struct moe_place_tokens {
     uint32_t *seq, *rank;
     moe_topo_t topo;
     uint32_t topk;
-    int scheme;
+    int scheme, rule;
     /* the fit's view: sets as fitted, source ranks, folds */
     moe_place_sample_t view;
     uint16_t *sets;
@@ -125,12 +125,19 @@ static int sample_load(sample_t *s, const char *path, uint64_t seed, int threads
     return rc;
 }
 
+void moe_place_tokens_rule(moe_place_tokens_t *s, int rule)
+{
+    if (s)
+        s->rule = rule;
+}
+
 double moe_place_tokens_score(void *ctx, const moe_placement_t *p)
 {
     sample_t *s = ctx;
     moe_acct_opts_t ao;
     moe_acct_opts_default(&ao);
     ao.topk = s->topk;
+    ao.replica_rule = s->rule;
     int st;
     char err[256];
     moe_acct_t *a = moe_acct_new(p, &s->topo, &s->h, &ao, &st, err, sizeof err);

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "moe/acct.h"
 #include "moe/moe.h"
 #include "moe/run.h"
 #include "run_comm_internal.h"
@@ -53,6 +54,7 @@ enum agree_kind {
     AG_DTYPE,   /* int, enum moe_dtype */
     AG_FILE,    /* const char *: compared on presence only (ranks may name their own copies) */
     AG_CHUNKS,  /* uint32_t chunks with chunks_set */
+    AG_RULE,    /* int, enum moe_replica_rule */
 };
 
 /* The one table of what must agree: a rank holding another value would run another loop
@@ -82,6 +84,7 @@ static const struct agree_field {
     {"--chunks", AG_CHUNKS, offsetof(moe_run_cfg_t, chunks)},
     {"--credits", AG_U32, offsetof(moe_run_cfg_t, credits)},
     {"--no-prefetch", AG_NOFLAG, offsetof(moe_run_cfg_t, prefetch)},
+    {"--replica-rule", AG_RULE, offsetof(moe_run_cfg_t, replica_rule)},
 };
 #define NFIELDS (sizeof fields / sizeof *fields)
 
@@ -126,6 +129,10 @@ static void field_slot(const moe_run_cfg_t *c, const struct agree_field *f, agre
     case AG_DTYPE:
         memcpy(&i, p, sizeof i);
         snprintf(s->text, sizeof s->text, "%s", moe_dtype_name(i));
+        break;
+    case AG_RULE:
+        memcpy(&i, p, sizeof i);
+        snprintf(s->text, sizeof s->text, "%s", moe_replica_rule_name(i));
         break;
     case AG_FILE:
         memcpy(&str, p, sizeof str);

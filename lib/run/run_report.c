@@ -46,6 +46,7 @@ static double acct_sent(const run_t *r)
     moe_acct_opts_t o;
     moe_acct_opts_default(&o);
     o.matrix = 1;
+    o.replica_rule = r->cfg.replica_rule;
     int st;
     char msg[256];
     moe_acct_t *a = moe_acct_new(r->pl, &topo, &r->hdr, &o, &st, msg, sizeof msg);
@@ -150,11 +151,12 @@ static void header(const run_t *r, FILE *fp)
                 r->cfg.prefetch && r->replay ? "on" : "off");
     fprintf(fp, ", dtype %s, layers %u, experts %u, top-%u, hidden %u, ffn %u\n",
             moe_dtype_name(r->cfg.dtype), r->L, r->E, r->K, r->H, r->F);
-    fprintf(fp, "# tokens %zu, gate %s%s, placement %s, iterations %d (+%d warm-up), seed %" PRIu64
-                "\n",
+    fprintf(fp, "# tokens %zu, gate %s%s, placement %s%s, iterations %d (+%d warm-up), seed %"
+                PRIu64 "\n",
             r->ntok, r->replay ? "replayed from " : "computed", r->replay ? r->cfg.trace : "",
-            r->cfg.placement ? r->cfg.placement : "contiguous", r->cfg.iters, r->cfg.warmup,
-            r->cfg.seed);
+            r->cfg.placement ? r->cfg.placement : "contiguous",
+            r->cfg.replica_rule == MOE_REPLICA_EVEN ? " (replica rule even)" : "", r->cfg.iters,
+            r->cfg.warmup, r->cfg.seed);
     fprintf(fp, "#\n# %5s %11s %11s %11s %12s %12s %9s %9s %8s %8s %9s\n", "layer",
             "dispatch_ms", "compute_ms", "combine_ms", "intra_B", "inter_B", "algbw", "busbw",
             "max_load", "imbal", "check");
@@ -226,8 +228,9 @@ static int json_body(const run_t *r, const sums_t *s, moe_textout_t *t, double c
     run_comm_version(mpi, sizeof mpi);
     P("  \"backend\": \"%s\", \"device\": \"%s\", \"mpi\": \"%s\",\n", r->b->name,
       r->b->device, mpi);
-    P("  \"mode\": \"%s\", \"chunks\": %u, \"dtype\": \"%s\",\n",
-      moe_run_mode_name(r->cfg.mode), r->chunks_used, moe_dtype_name(r->cfg.dtype));
+    P("  \"mode\": \"%s\", \"chunks\": %u, \"dtype\": \"%s\", \"replica_rule\": \"%s\",\n",
+      moe_run_mode_name(r->cfg.mode), r->chunks_used, moe_dtype_name(r->cfg.dtype),
+      moe_replica_rule_name(r->cfg.replica_rule));
     P("  \"layers\": %u, \"experts\": %u, \"topk\": %u, \"hidden\": %u, \"ffn\": %u, "
       "\"tokens\": %zu, \"iters\": %d, \"warmup\": %d, \"replayed\": %s,\n",
       r->L, r->E, r->K, r->H, r->F, r->ntok, r->cfg.iters, r->cfg.warmup,

@@ -219,6 +219,7 @@ static int make_acct(run_t *r, char *errbuf, size_t errlen)
     moe_topo_uniform(&topo, (uint32_t)r->G / r->gpn, r->gpn);
     moe_acct_opts_t o;
     moe_acct_opts_default(&o);
+    o.replica_rule = r->cfg.replica_rule;
     int st;
     char msg[300];
     r->acct = moe_acct_new(r->pl, &topo, &r->hdr, &o, &st, msg, sizeof msg);

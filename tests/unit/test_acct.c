@@ -1,7 +1,8 @@
 /* tests/unit/test_acct.c -- the shared communication accounting (moe/acct.h) on hand-made tokens:
  * every count of moeflow(7)'s definition worked out by hand -- vanilla and coherent transfers,
  * the new home's tie rules, missing cells, per-rank de-duplication, link classes, the choice of
- * replica, top-k truncation, load, locality, the traffic matrix, merging and source ranks. */
+ * replica (nearest and even rules), top-k truncation, load, locality, the traffic matrix, merging
+ * and source ranks. */
 #include "config.h"
 
 #include <stdint.h>
@@ -1031,6 +1032,134 @@ static void test_route(void)
     moe_placement_free(p);
 }
 
+/* ------------------------------------------------------------------ replica rules */
+
+/* An accumulator of rule `rule` with the matrix on, recorded source ranks (header ranks G). */
+static moe_acct_t *rule_acct(const moe_placement_t *p, uint32_t K, int rule)
+{
+    moe_trace_hdr_t h;
+    hdr(&h, p->layers, p->experts, K, 0, p->ranks);
+    moe_acct_opts_t o;
+    moe_acct_opts_default(&o);
+    CHECK_EQ_INT(o.replica_rule, MOE_REPLICA_NEAREST);
+    o.matrix = 1;
+    o.replica_rule = rule;
+    int st;
+    char err[256];
+    moe_acct_t *a = moe_acct_new(p, NULL, &h, &o, &st, err, sizeof err);
+    CHECK(a != NULL);
+    if (!a)
+        exit(99);
+    CHECK_EQ_INT(moe_acct_replica_rule(a), rule);
+    return a;
+}
+
+/* nearest against even (vLLM's EPLB split: copy ((t x 2654435769) mod 2^32) mod c). Two ranks
+ * on one node; expert 0 on ranks {0, 1} (primary 0), expert 1 on rank 1. Five top-1 tokens
+ * t = 0..4 of expert 0, all from rank 0.
+ *  nearest: every token is served by the copy on its home, rank 0: no transfer, load {5, 0}.
+ *  even: 2654435769 is odd, so with 2 copies the copy is t mod 2: tokens 0, 2, 4 on rank 0,
+ *        tokens 1, 3 on rank 1 -- load {3, 2}, within one token. Vanilla: 1 and 3 go to rank
+ *        1 and back, 2 dispatch + 2 combine; coherent: their home moves to rank 1 (the only
+ *        serving rank), 2 dispatch + 0 combine. */
+static void test_replica_rule(void)
+{
+    CHECK_STR(moe_replica_rule_name(MOE_REPLICA_NEAREST), "nearest");
+    CHECK_STR(moe_replica_rule_name(MOE_REPLICA_EVEN), "even");
+    CHECK_EQ_INT(moe_replica_rule_parse("even"), MOE_REPLICA_EVEN);
+    CHECK_EQ_INT(moe_replica_rule_parse("nearest"), MOE_REPLICA_NEAREST);
+    CHECK_EQ_INT(moe_replica_rule_parse("random"), -1);
+
+    const uint16_t prim[] = {0, 1};
+    moe_placement_t *p = place(1, 2, 2, 2, 2, 2, prim);
+    set_copies(p, 0, 0, 2, (const uint16_t[]){0, 1});
+    const uint16_t e0[] = {0};
+    moe_acct_t *n = rule_acct(p, 1, MOE_REPLICA_NEAREST), *e = rule_acct(p, 1, MOE_REPLICA_EVEN);
+    for (uint64_t t = 0; t < 5; t++) {
+        CHECK_EQ_INT(moe_acct_token(n, e0, NULL, t, 0, 0), 0);
+        CHECK_EQ_INT(moe_acct_token(e, e0, NULL, t, 0, 0), 0);
+    }
+    for (int s = 0; s < MOE_SCHEMES; s++) {
+        CHECK_LOAD(n, s, 0, 2, 5, 0);
+        CHECK_MATRIX_ZERO(n, s, 2);
+        CHECK_LOAD(e, s, 0, 2, 3, 2);
+    }
+    CHECK_MATRIX(e, V, 2, {0, 1, 2}, {1, 0, 2});
+    CHECK_EQ_INT(xf(e, V, D, MOE_LINK_INTRA), 2);
+    CHECK_EQ_INT(xf(e, V, CB, MOE_LINK_INTRA), 2);
+    CHECK_MATRIX(e, C, 2, {0, 1, 2});
+    CHECK_EQ_INT(xf(e, C, D, -1), 2);
+    CHECK_EQ_INT(xf(e, C, CB, -1), 0);
+    CHECK_EQ_INT(moe_acct_layer(e, V, 0)->local, 3);
+    /* accumulators of two rules do not merge */
+    CHECK_EQ_INT(moe_acct_merge(n, e), MOE_ESHAPE);
+    moe_acct_free(n);
+    moe_acct_free(e);
+
+    /* even ignores the home: token 1 at home 0 with experts {0, 1} takes expert 0's copy 1 on
+     * rank 1, so one rank serves both; nearest takes the home's copy and reaches two ranks.
+     * The hash reads the id's low 32 bits: 2^32 + 1 routes as 1, 2^32 as 0. */
+    const uint16_t e01[] = {0, 1};
+    moe_route_t rt;
+    n = rule_acct(p, 2, MOE_REPLICA_NEAREST);
+    e = rule_acct(p, 2, MOE_REPLICA_EVEN);
+    moe_acct_route(n, 0, e01, NULL, 0, 1, &rt);
+    CHECK_EQ_INT(rt.rank[0], 0);
+    CHECK_EQ_INT(rt.nranks, 2);
+    moe_acct_route(e, 0, e01, NULL, 0, 1, &rt);
+    CHECK_EQ_INT(rt.rank[0], 1);
+    CHECK_EQ_INT(rt.nranks, 1);
+    CHECK_EQ_INT(rt.count[0], 2);
+    CHECK_EQ_INT(rt.home, 1);
+    moe_acct_route(e, 0, e01, NULL, 1, 2, &rt);
+    CHECK_EQ_INT(rt.rank[0], 0); /* from home 1, even token 2 still goes to copy 0 */
+    moe_acct_route(e, 0, e01, NULL, 0, (1ull << 32) + 1, &rt);
+    CHECK_EQ_INT(rt.rank[0], 1);
+    moe_acct_route(e, 0, e01, NULL, 1, 1ull << 32, &rt);
+    CHECK_EQ_INT(rt.rank[0], 0);
+    moe_acct_free(n);
+    moe_acct_free(e);
+    moe_placement_free(p);
+
+    /* Four ranks, expert 0 on {2, 0, 3, 1} (the placement's order counts, not the rank
+     * order). 2654435769 = 1 mod 8, so with 4 copies the copy is t mod 4: tokens 0..7 give
+     * each rank 2 -- exactly even -- and token 1 goes to copy 1, rank 0. With 3 copies
+     * {2, 0, 3} the hash is vLLM's, not t mod 3: 2654435769 has digit sum 51, so token 1 takes
+     * copy 0 (rank 2); 2 x 2654435769 mod 2^32 = 1013904242, digit sum 26, so token 2 takes
+     * copy 2 (rank 3). */
+    p = place(1, 4, 4, 4, 4, 4, NULL);
+    set_copies(p, 0, 0, 4, (const uint16_t[]){2, 0, 3, 1});
+    e = rule_acct(p, 1, MOE_REPLICA_EVEN);
+    for (uint64_t t = 0; t < 8; t++)
+        CHECK_EQ_INT(moe_acct_token(e, e0, NULL, t, 0, 3), 0);
+    CHECK_LOAD(e, V, 0, 4, 2, 2, 2, 2);
+    CHECK_MATRIX(e, V, 4, {3, 0, 2}, {3, 1, 2}, {3, 2, 2}, {0, 3, 2}, {1, 3, 2}, {2, 3, 2});
+    moe_acct_route(e, 0, e0, NULL, 3, 1, &rt);
+    CHECK_EQ_INT(rt.rank[0], 0);
+    moe_acct_free(e);
+    set_copies(p, 0, 0, 3, (const uint16_t[]){2, 0, 3});
+    e = rule_acct(p, 1, MOE_REPLICA_EVEN);
+    moe_acct_route(e, 0, e0, NULL, 0, 0, &rt);
+    CHECK_EQ_INT(rt.rank[0], 2);
+    moe_acct_route(e, 0, e0, NULL, 0, 1, &rt);
+    CHECK_EQ_INT(rt.rank[0], 2);
+    moe_acct_route(e, 0, e0, NULL, 0, 2, &rt);
+    CHECK_EQ_INT(rt.rank[0], 3);
+    moe_acct_free(e);
+
+    /* an unknown rule is refused */
+    moe_trace_hdr_t h;
+    hdr(&h, 1, 4, 1, 0, 4);
+    moe_acct_opts_t o;
+    moe_acct_opts_default(&o);
+    o.replica_rule = MOE_REPLICA_RULES;
+    int st;
+    char err[256];
+    CHECK(moe_acct_new(p, NULL, &h, &o, &st, err, sizeof err) == NULL);
+    CHECK_EQ_INT(st, MOE_EINVAL);
+    moe_placement_free(p);
+}
+
 /* Per-rank counts (opts.ranks): per layer, summed over ranks, sent and received each equal the
  * layer's transfers; per rank over layers and phases they are the matrix's row and column
  * sums; merged halves equal the whole; without the option the reader gives NULL. */
@@ -1122,6 +1251,7 @@ int main(void)
     test_sources();
     test_sums();
     test_route();
+    test_replica_rule();
     test_ranks();
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
