@@ -111,6 +111,36 @@ void imp_set_missing(moe_trace_rec_t *r, uint32_t layer, uint32_t topk, int weig
         memset(r->weights + (size_t)layer * topk, 0, topk * sizeof(float));
 }
 
+int imp_cell_ids(const int64_t *v, uint32_t K, uint32_t keff, uint32_t limit, uint16_t *ids,
+                 uint32_t *max_id, int64_t *bad)
+{
+    uint32_t n = 0, top = *max_id;
+    for (uint32_t k = 0; k < K; k++) {
+        if (v[k] == -1)
+            continue;
+        if (v[k] < 0 || (uint64_t)v[k] >= limit) {
+            *bad = v[k];
+            return v[k] < 0 ? -1 : -2;
+        }
+        if (n < keff)
+            ids[n] = (uint16_t)v[k];
+        n++;
+        top = (uint32_t)v[k] > top ? (uint32_t)v[k] : top;
+    }
+    if (n != keff)
+        return 1;
+    *max_id = top;
+    return 0;
+}
+
+int imp_fail_cell(moe_importer_t *im, const char *where, int code, int64_t bad)
+{
+    if (code == -2)
+        return imp_fail_id(im, where, (uint64_t)bad);
+    return imp_fail(im, MOE_ERANGE, "%s: expert id %lld is negative (only -1, padding, may be)",
+                    where, (long long)bad);
+}
+
 /* ------------------------------------------------------------------ names */
 
 uint32_t imp_seq_from_path(const char *path, uint32_t dflt)
@@ -456,6 +486,40 @@ ptrdiff_t imp_src_read(imp_src_t *s, void *buf, size_t n)
     }
     s->bytes += (uint64_t)got;
     return got;
+}
+
+int imp_src_slurp(imp_src_t *s, size_t max, uint8_t **out, size_t *n)
+{
+    uint8_t *buf = NULL;
+    size_t cap = 0, len = 0;
+    for (;;) {
+        size_t want = cap - len;
+        if (want == 0 && len < max) {
+            size_t grow = len < (1u << 20) ? (1u << 20) : len; /* doubling from 1 MiB */
+            size_t next = max - len < grow ? max : len + grow;
+            uint8_t *b = realloc(buf, next);
+            if (!b) {
+                free(buf);
+                return MOE_ENOMEM;
+            }
+            buf = b;
+            cap = next;
+            want = cap - len;
+        }
+        if (want == 0)
+            break;
+        ptrdiff_t got = imp_src_read(s, buf + len, want);
+        if (got < 0) {
+            free(buf);
+            return (int)got;
+        }
+        len += (size_t)got;
+        if ((size_t)got < want)
+            break;
+    }
+    *out = buf;
+    *n = len;
+    return 0;
 }
 
 uint64_t imp_src_bytes(const imp_src_t *s)
