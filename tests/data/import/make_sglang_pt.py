@@ -79,7 +79,9 @@ def save(obj, path, archive="archive", method=zipfile.ZIP_STORED, pickle_protoco
                 else:
                     key = len(storages)
                     storages.append(o)
-                return ("storage", getattr(torch, o.kind), str(key), "cpu", len(o.values))
+                numel = len(o.values) // (struct.calcsize(FMT[o.kind])
+                                          if isinstance(o.values, bytes) else 1)
+                return ("storage", getattr(torch, o.kind), str(key), "cpu", numel)
             return None
 
     buf = io.BytesIO()
@@ -97,7 +99,9 @@ def save(obj, path, archive="archive", method=zipfile.ZIP_STORED, pickle_protoco
         put("data.pkl", pkl)
         put("byteorder", b"little")
         for i, s in enumerate(storages):
-            put(f"data/{i}", b"".join(struct.pack(FMT[s.kind], v) for v in s.values))
+            raw = s.values if isinstance(s.values, bytes) else b"".join(
+                struct.pack(FMT[s.kind], v) for v in s.values)
+            put(f"data/{i}", raw)
         put("version", b"3\n")
 
 
@@ -203,4 +207,5 @@ def main():
         f.write(b"".join(struct.pack("<i", v) for v in data))
 
 
-main()
+if __name__ == "__main__":
+    main()
