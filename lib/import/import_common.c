@@ -459,7 +459,17 @@ static ptrdiff_t src_gz(imp_src_t *s, uint8_t *buf, size_t n)
         }
         int ret = inflate(&s->z, Z_NO_FLUSH);
         if (ret == Z_STREAM_END) {
-            /* Concatenated members (BGZF-style files) continue the same stream. */
+            /* Concatenated members (BGZF-style files) continue the same stream; a member
+             * that ends with the bytes read so far may also end the input, which only a
+             * further read tells (readers that ask past the end, as .pt's does, meet it). */
+            if (s->z.avail_in == 0 && !s->raw_eof) {
+                ptrdiff_t k = src_raw(s, s->in, sizeof s->in);
+                if (k < 0)
+                    return k;
+                s->raw_eof = k == 0;
+                s->z.next_in = s->in;
+                s->z.avail_in = (uInt)k;
+            }
             if (s->z.avail_in == 0 && s->raw_eof)
                 break;
             inflateReset(&s->z);

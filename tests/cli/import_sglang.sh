@@ -47,6 +47,17 @@ for f in per_token deflated strided; do
     end
 done
 
+begin "sglang: a gzipped dump, from a file and from standard input"
+gzip -c "$D/sglang_deflated.pt" >"$T/d.pt.gz"
+run moe import --no-PG -O t -o "$T/gz.txt" "$T/d.pt.gz"
+expect_eq "$rc" 0 "status"
+grep -v '^@' "$T/gz.txt" >"$T/gz.rec"
+same_file "$T/pt.want" "$T/gz.rec" "records from the file"
+moe import --no-PG -O t -o "$T/stdin.txt" - <"$T/d.pt.gz" 2>/dev/null
+grep -v '^@' "$T/stdin.txt" >"$T/stdin.rec"
+same_file "$T/pt.want" "$T/stdin.rec" "records from standard input"
+end
+
 begin "sglang: the archive folder is the saved file's base name"
 expect_eq "$(grep -c "archive 'expert_distribution_recorder_1732000000.25_0': 2 records" \
     "$T/per_token.txt")" 1 "archive name"
