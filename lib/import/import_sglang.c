@@ -30,7 +30,7 @@
  */
 
 typedef struct sg_rec {
-    const pt_val_t *ids;     /* (L, T, K) */
+    const pt_tensor_t *ids;  /* (L, T, K) */
     uint64_t T;
     const pt_val_t *lens;    /* extend_seq_lens list, or NULL */
     const pt_val_t *pos;     /* positions list, or NULL */
@@ -97,22 +97,23 @@ static int read_map(moe_importer_t *im, sg_state_t *s, const pt_val_t *root)
     const pt_val_t *m = pt_dict_get(root, "last_physical_to_logical_map");
     if (!m || m->kind == PT_NONE)
         return 0;
-    if (m->kind != PT_TENSOR || m->ndim != 2 || !pt_tensor_is_int(m))
+    if (m->kind != PT_TENSOR || m->t->ndim != 2 || !pt_tensor_is_int(m))
         return imp_fail(im, MOE_EFORMAT, "'last_physical_to_logical_map' is not a 2-D integer "
                         "tensor");
-    if (m->shape[0] != s->L)
+    const pt_tensor_t *mt = m->t;
+    if (mt->shape[0] != s->L)
         return imp_fail(im, MOE_EFORMAT, "'last_physical_to_logical_map' has %llu layers, the "
-                        "records %u", (unsigned long long)m->shape[0], s->L);
-    if (m->shape[1] == 0 || m->shape[1] > MOE_TRACE_MAX_EXPERTS)
+                        "records %u", (unsigned long long)mt->shape[0], s->L);
+    if (mt->shape[1] == 0 || mt->shape[1] > MOE_TRACE_MAX_EXPERTS)
         return imp_fail(im, MOE_ERANGE, "'last_physical_to_logical_map' has %llu slots",
-                        (unsigned long long)m->shape[1]);
-    s->P = (uint32_t)m->shape[1];
+                        (unsigned long long)mt->shape[1]);
+    s->P = (uint32_t)mt->shape[1];
     if (!(s->map = malloc((size_t)s->L * s->P * sizeof *s->map)))
         return imp_fail(im, MOE_ENOMEM, "out of memory");
     uint64_t idx[2];
     for (idx[0] = 0; idx[0] < s->L; idx[0]++)
         for (idx[1] = 0; idx[1] < s->P; idx[1]++) {
-            int64_t v = pt_tensor_i64(m, idx);
+            int64_t v = pt_tensor_i64(mt, idx);
             if (v < 0 || v >= MOE_TRACE_MAX_EXPERTS)
                 return imp_fail(im, MOE_ERANGE, "'last_physical_to_logical_map' layer %llu slot "
                                 "%llu: logical expert %lld out of range",
@@ -127,14 +128,15 @@ static int read_map(moe_importer_t *im, sg_state_t *s, const pt_val_t *root)
 static int read_record(moe_importer_t *im, sg_state_t *s, size_t ri, const pt_val_t *rec)
 {
     sg_rec_t *r = &s->recs[ri];
-    const pt_val_t *t = pt_dict_get(rec, "topk_ids_of_layer");
-    if (!t && pt_dict_get(rec, "global_physical_count"))
+    const pt_val_t *tv = pt_dict_get(rec, "topk_ids_of_layer");
+    if (!tv && pt_dict_get(rec, "global_physical_count"))
         return imp_fail(im, MOE_EFORMAT, "SGLang per_pass dump: its records hold expert counts "
                         "per forward pass (global_physical_count), not per-token routing "
                         "(record with --expert-distribution-recorder-mode per_token)");
-    if (!t || t->kind != PT_TENSOR)
+    if (!tv || tv->kind != PT_TENSOR)
         return imp_fail(im, MOE_EFORMAT, "record %zu has no 'topk_ids_of_layer' tensor", ri);
-    if (!pt_tensor_is_int(t))
+    const pt_tensor_t *t = tv->t;
+    if (!pt_tensor_is_int(tv))
         return imp_fail(im, MOE_EFORMAT, "record %zu: topk_ids_of_layer is %s, not an integer "
                         "tensor", ri, pt_dtype_name(t->dtype));
     if (t->ndim != 3)

@@ -19,11 +19,17 @@ typedef struct pt_zip_ent {
     uint16_t method;   /* 0 stored, 8 deflated */
 } pt_zip_ent_t;
 
+typedef struct pt_zip_key {
+    const char *name;
+    size_t len, index;
+} pt_zip_key_t;
+
 typedef struct pt_zip {
     const uint8_t *buf; /* the whole archive, owned by the caller */
     size_t n;
     pt_zip_ent_t *ents;
     size_t nents;
+    pt_zip_key_t *by_name; /* the entries sorted by name: a dump has a member per tensor */
 } pt_zip_t;
 
 /* Read the central directory of the archive buf[0..n) (zip64 records understood). Every
@@ -55,24 +61,30 @@ enum pt_dtype {
 
 #define PT_MAX_DIMS 8
 
-typedef struct pt_val pt_val_t;
-struct pt_val {
-    int kind;         /* enum pt_kind */
-    int64_t i;        /* PT_INT, PT_BOOL */
-    double f;         /* PT_FLOAT */
-    const char *s;    /* PT_STR, PT_GLOBAL: into data.pkl, not NUL-terminated */
-    size_t n;         /* PT_STR: bytes; PT_TUPLE, PT_LIST: items; PT_DICT: pairs */
-    pt_val_t **items; /* PT_DICT: key, value, key, value, ... */
-    size_t cap;
-    /* PT_STORAGE and PT_TENSOR */
+/* A tensor's storage and view (PT_STORAGE: the storage part only). */
+typedef struct pt_tensor {
     int dtype;           /* enum pt_dtype */
     unsigned elem;       /* bytes per element */
     const uint8_t *data; /* the storage's first byte */
     uint64_t numel;      /* storage elements */
     int big;             /* big-endian elements (the archive's byteorder member) */
-    /* PT_TENSOR */
     int ndim;
     uint64_t shape[PT_MAX_DIMS], stride[PT_MAX_DIMS], offset;
+} pt_tensor_t;
+
+/* An unpickled value. Kept small: a dump holds a value per listed int. */
+typedef struct pt_val pt_val_t;
+struct pt_val {
+    int kind; /* enum pt_kind */
+    union {
+        int64_t i; /* PT_INT, PT_BOOL */
+        double f;  /* PT_FLOAT */
+    };
+    const char *s;    /* PT_STR, PT_GLOBAL: into data.pkl, not NUL-terminated */
+    size_t n;         /* PT_STR, PT_GLOBAL: bytes; PT_TUPLE, PT_LIST: items; PT_DICT: pairs */
+    pt_val_t **items; /* PT_DICT: key, value, key, value, ... */
+    size_t cap;
+    pt_tensor_t *t;   /* PT_STORAGE, PT_TENSOR */
 };
 
 typedef struct pt_file pt_file_t;
@@ -96,10 +108,10 @@ int pt_str_eq(const pt_val_t *v, const char *s);
 /* Name of a dtype ("int32") or of a kind ("list"). */
 const char *pt_dtype_name(int dtype);
 const char *pt_kind_name(int kind);
-/* Whether the tensor holds integers (of any width). */
-int pt_tensor_is_int(const pt_val_t *t);
+/* Whether v is a tensor of integers (of any width). */
+int pt_tensor_is_int(const pt_val_t *v);
 /* Element of an integer tensor at the given coordinates (each < shape, checked by the caller);
  * the archive's byte order is applied. */
-int64_t pt_tensor_i64(const pt_val_t *t, const uint64_t *idx);
+int64_t pt_tensor_i64(const pt_tensor_t *t, const uint64_t *idx);
 
 #endif

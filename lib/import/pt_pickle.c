@@ -155,8 +155,15 @@ static int push(pt_file_t *f, pt_val_t *v)
 static int add_items(pt_file_t *f, pt_val_t *c, pt_val_t *const *v, size_t n)
 {
     size_t have = c->kind == PT_DICT ? 2 * c->n : c->n;
-    if (util_grow((void **)&c->items, &c->cap, have + n, sizeof *c->items) < 0)
-        return fail(f, MOE_ENOMEM, "out of memory");
+    /* Not util_grow's first 64 entries: a dump holds tuples of 2 to 5 by the thousand. */
+    if (have + n > c->cap) {
+        size_t cap = c->cap * 2 > have + n ? c->cap * 2 : have + n;
+        pt_val_t **items = realloc(c->items, cap * sizeof *items);
+        if (!items)
+            return fail(f, MOE_ENOMEM, "out of memory");
+        c->items = items;
+        c->cap = cap;
+    }
     memcpy(c->items + have, v, n * sizeof *v);
     c->n += c->kind == PT_DICT ? n / 2 : n;
     return 0;
@@ -239,7 +246,8 @@ static int persistent_load(pt_file_t *f, const pt_val_t *pid, pt_val_t **out)
         }
         f->owned[f->nowned++] = owned;
     }
-    pt_val_t *s = new_val(f, PT_STORAGE);
+    pt_val_t *v = new_val(f, PT_STORAGE);
+    pt_tensor_t *s = v ? (v->t = calloc(1, sizeof *v->t)) : NULL;
     if (!s)
         return fail(f, MOE_ENOMEM, "out of memory");
     s->dtype = storage_types[t].dtype;
@@ -247,7 +255,7 @@ static int persistent_load(pt_file_t *f, const pt_val_t *pid, pt_val_t **out)
     s->data = data;
     s->numel = (uint64_t)numel;
     s->big = f->big;
-    *out = s;
+    *out = v;
     return 0;
 }
 
@@ -272,15 +280,11 @@ static int rebuild_tensor(pt_file_t *f, const pt_val_t *args, pt_val_t **out)
     if (args->kind != PT_TUPLE || args->n < 4 || args->items[0]->kind != PT_STORAGE ||
         int_of(args->items[1], &off) < 0 || off < 0)
         return fail(f, MOE_EFORMAT, "data.pkl: bad arguments to _rebuild_tensor_v2");
-    pt_val_t *t = new_val(f, PT_TENSOR);
+    pt_val_t *v = new_val(f, PT_TENSOR);
+    pt_tensor_t *t = v ? (v->t = malloc(sizeof *v->t)) : NULL;
     if (!t)
         return fail(f, MOE_ENOMEM, "out of memory");
-    const pt_val_t *s = args->items[0];
-    t->dtype = s->dtype;
-    t->elem = s->elem;
-    t->data = s->data;
-    t->numel = s->numel;
-    t->big = s->big;
+    *t = *args->items[0]->t;
     t->offset = (uint64_t)off;
     int nd = dims_of(args->items[2], t->shape), ns = dims_of(args->items[3], t->stride);
     if (nd < 0 || ns != nd)
@@ -299,7 +303,7 @@ static int rebuild_tensor(pt_file_t *f, const pt_val_t *args, pt_val_t **out)
     if (!empty && last >= t->numel)
         return fail(f, MOE_EFORMAT, "data.pkl: tensor reaches past its storage of %llu "
                     "elements", (unsigned long long)t->numel);
-    *out = t;
+    *out = v;
     return 0;
 }
 
@@ -617,8 +621,10 @@ void pt_free(pt_file_t *f)
         return;
     for (arena_blk_t *b = f->arena, *next; b; b = next) {
         next = b->next;
-        for (size_t i = 0; i < b->used; i++)
+        for (size_t i = 0; i < b->used; i++) {
             free(b->v[i].items);
+            free(b->v[i].t);
+        }
         free(b);
     }
     for (size_t i = 0; i < f->nowned; i++)
@@ -648,12 +654,12 @@ const pt_val_t *pt_dict_get(const pt_val_t *d, const char *key)
     return NULL;
 }
 
-int pt_tensor_is_int(const pt_val_t *t)
+int pt_tensor_is_int(const pt_val_t *v)
 {
-    return t->kind == PT_TENSOR && t->dtype <= PT_I64;
+    return v->kind == PT_TENSOR && v->t->dtype <= PT_I64;
 }
 
-int64_t pt_tensor_i64(const pt_val_t *t, const uint64_t *idx)
+int64_t pt_tensor_i64(const pt_tensor_t *t, const uint64_t *idx)
 {
     uint64_t e = t->offset;
     for (int d = 0; d < t->ndim; d++)

@@ -157,6 +157,22 @@ static const uint8_t *read_entry(const pt_zip_t *z, const uint8_t *p, const uint
     return p + 46 + nl + xl + cl;
 }
 
+/* Order of names: by length, then bytes (any total order serves the binary search). */
+static int name_cmp(const char *a, size_t al, const char *b, size_t bl)
+{
+    if (al != bl)
+        return al < bl ? -1 : 1;
+    return memcmp(a, b, al);
+}
+
+static int by_name(const void *pa, const void *pb)
+{
+    const pt_zip_key_t *a = pa, *b = pb;
+    int c = name_cmp(a->name, a->len, b->name, b->len);
+    /* equal names: the first entry first, so a lookup finds the first */
+    return c ? c : (a->index > b->index) - (a->index < b->index);
+}
+
 int pt_zip_open(pt_zip_t *z, const uint8_t *buf, size_t n, char *err, size_t errlen)
 {
     memset(z, 0, sizeof *z);
@@ -175,14 +191,29 @@ int pt_zip_open(pt_zip_t *z, const uint8_t *buf, size_t n, char *err, size_t err
             return st;
         }
     z->nents = (size_t)count;
+    if (!(z->by_name = malloc((z->nents + 1) * sizeof *z->by_name))) {
+        pt_zip_free(z);
+        return util_errf(err, errlen, MOE_ENOMEM, "out of memory");
+    }
+    for (size_t i = 0; i < z->nents; i++)
+        z->by_name[i] = (pt_zip_key_t){z->ents[i].name, z->ents[i].name_len, i};
+    qsort(z->by_name, z->nents, sizeof *z->by_name, by_name);
     return 0;
 }
 
 long pt_zip_find(const pt_zip_t *z, const char *name, size_t len)
 {
-    for (size_t i = 0; i < z->nents; i++)
-        if (z->ents[i].name_len == len && memcmp(z->ents[i].name, name, len) == 0)
-            return (long)i;
+    size_t lo = 0, hi = z->nents;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        const pt_zip_key_t *e = &z->by_name[mid];
+        if (name_cmp(e->name, e->len, name, len) < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    if (lo < z->nents && name_cmp(z->by_name[lo].name, z->by_name[lo].len, name, len) == 0)
+        return (long)z->by_name[lo].index;
     return -1;
 }
 
@@ -258,6 +289,8 @@ int pt_zip_data(const pt_zip_t *z, size_t i, const uint8_t **out, uint8_t **owne
 void pt_zip_free(pt_zip_t *z)
 {
     free(z->ents);
+    free(z->by_name);
+    z->by_name = NULL;
     z->ents = NULL;
     z->nents = 0;
 }

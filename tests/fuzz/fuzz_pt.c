@@ -18,16 +18,17 @@ static uint64_t walk(const pt_val_t *v, int depth)
     if (!v || depth > 8)
         return 0;
     if (v->kind == PT_TENSOR && pt_tensor_is_int(v)) {
+        const pt_tensor_t *t = v->t;
         uint64_t n = 1, idx[PT_MAX_DIMS] = {0};
-        for (int d = 0; d < v->ndim; d++)
-            n *= v->shape[d];
+        for (int d = 0; d < t->ndim; d++)
+            n *= t->shape[d];
         for (uint64_t i = 0; i < n && i < 100000; i++) {
             uint64_t r = i;
-            for (int d = v->ndim; d-- > 0;) {
-                idx[d] = r % v->shape[d];
-                r /= v->shape[d];
+            for (int d = t->ndim; d-- > 0;) {
+                idx[d] = r % t->shape[d];
+                r /= t->shape[d];
             }
-            sum += (uint64_t)pt_tensor_i64(v, idx);
+            sum += (uint64_t)pt_tensor_i64(t, idx);
         }
     }
     size_t items = v->kind == PT_DICT ? 2 * v->n : v->kind == PT_LIST || v->kind == PT_TUPLE

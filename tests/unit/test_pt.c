@@ -29,16 +29,16 @@ static uint8_t *slurp(const char *name, size_t *n)
     return b;
 }
 
-static int64_t at3(const pt_val_t *t, uint64_t a, uint64_t b, uint64_t c)
+static int64_t at3(const pt_val_t *v, uint64_t a, uint64_t b, uint64_t c)
 {
     uint64_t idx[3] = {a, b, c};
-    return pt_tensor_i64(t, idx);
+    return pt_tensor_i64(v->t, idx);
 }
 
-static int64_t at2(const pt_val_t *t, uint64_t a, uint64_t b)
+static int64_t at2(const pt_val_t *v, uint64_t a, uint64_t b)
 {
     uint64_t idx[2] = {a, b};
-    return pt_tensor_i64(t, idx);
+    return pt_tensor_i64(v->t, idx);
 }
 
 /* The script's per_token object, whatever the container (stored, deflated, strided map). */
@@ -72,9 +72,9 @@ static void check_sample(const char *file, const char *archive)
     const pt_val_t *misc = pt_dict_get(r0, "misc_objects");
     CHECK(misc->kind == PT_LIST && misc->n == 0);
     const pt_val_t *t = pt_dict_get(r0, "topk_ids_of_layer");
-    CHECK(t->kind == PT_TENSOR && t->dtype == PT_I32 && t->ndim == 3);
-    CHECK(t->shape[0] == 4 && t->shape[1] == 5 && t->shape[2] == 8);
-    CHECK(t->stride[0] == 40 && t->stride[1] == 8 && t->stride[2] == 1);
+    CHECK(t->kind == PT_TENSOR && t->t->dtype == PT_I32 && t->t->ndim == 3);
+    CHECK(t->t->shape[0] == 4 && t->t->shape[1] == 5 && t->t->shape[2] == 8);
+    CHECK(t->t->stride[0] == 40 && t->t->stride[1] == 8 && t->t->stride[2] == 1);
     /* R0: layer l token t holds slots (t + l) % 6, (t + 2l + 1) % 6, then -1 */
     CHECK_EQ_INT(at3(t, 0, 0, 0), -1);
     CHECK_EQ_INT(at3(t, 1, 0, 0), 1);
@@ -84,7 +84,8 @@ static void check_sample(const char *file, const char *archive)
     CHECK_EQ_INT(at3(t, 2, 4, 1), 5);
     CHECK_EQ_INT(at3(t, 2, 4, 3), 0);
     const pt_val_t *m = pt_dict_get(root, "last_physical_to_logical_map");
-    CHECK(m->kind == PT_TENSOR && m->ndim == 2 && m->shape[0] == 4 && m->shape[1] == 6);
+    CHECK(m->kind == PT_TENSOR && m->t->ndim == 2 && m->t->shape[0] == 4 &&
+          m->t->shape[1] == 6);
     static const int phys2log[4][6] = {
         {0, 1, 2, 3, 0, 1}, {0, 1, 2, 3, 3, 2}, {3, 2, 1, 0, 1, 1}, {0, 1, 2, 3, 0, 0}};
     int same = 1;
@@ -216,7 +217,7 @@ static void test_pickles(void)
     CHECK_STR(err, "");
     if (f) {
         const pt_val_t *t = pt_root(f);
-        CHECK(t->kind == PT_TENSOR && t->dtype == PT_I16 && t->ndim == 2);
+        CHECK(t->kind == PT_TENSOR && t->t->dtype == PT_I16 && t->t->ndim == 2);
         CHECK(at2(t, 0, 0) == 1 && at2(t, 0, 1) == 2 && at2(t, 1, 0) == -3 &&
               at2(t, 1, 1) == 256);
         pt_free(f);
