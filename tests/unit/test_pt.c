@@ -272,6 +272,31 @@ static void test_zip(void)
     pt_file_t *f = pt_open(zbuf, n, &st, err, sizeof err);
     CHECK(f && pt_root(f)->kind == PT_NONE);
     pt_free(f);
+    /* the same archive with zip64 end records (PK\6\6, PK\6\7) and a saturated end record */
+    uint8_t z64[512];
+    size_t e = n - 22;
+    memcpy(z64, zbuf, e);
+    memcpy(z64 + e, "PK\6\6", 4);
+    memset(z64 + e + 4, 0, 52);
+    z64[e + 4] = 44;
+    z64[e + 24] = z64[e + 32] = 1;                    /* entries */
+    memcpy(z64 + e + 40, zbuf + e + 12, 4);          /* directory size */
+    memcpy(z64 + e + 48, zbuf + e + 16, 4);          /* directory offset */
+    memcpy(z64 + e + 56, "PK\6\7\0\0\0\0", 8);
+    memset(z64 + e + 64, 0, 12);
+    put32(z64 + e + 64, (uint32_t)e);                /* zip64 end record offset */
+    z64[e + 72] = 1;
+    memcpy(z64 + e + 76, zbuf + e, 22);
+    put16(z64 + e + 76 + 8, 0xffff);
+    put16(z64 + e + 76 + 10, 0xffff);
+    put32(z64 + e + 76 + 12, 0xffffffffu);
+    put32(z64 + e + 76 + 16, 0xffffffffu);
+    f = pt_open(z64, e + 98, &st, err, sizeof err);
+    CHECK(f && pt_root(f)->kind == PT_NONE);
+    pt_free(f);
+    put32(z64 + e + 64, 3); /* a locator pointing elsewhere */
+    CHECK(pt_open(z64, e + 98, &st, err, sizeof err) == NULL);
+    CHECK_STR(err, "bad zip64 end record offset");
     /* every cut is refused with one line, never read past the end */
     int refused = 1;
     for (size_t cut = 0; cut < n; cut++)
