@@ -505,7 +505,7 @@ int imp_src_slurp(imp_src_t *s, size_t max, uint8_t **out, size_t *n)
     for (;;) {
         size_t want = cap - len;
         if (want == 0 && len < max) {
-            size_t grow = len < (1u << 20) ? (1u << 20) : len; /* doubling from 1 MiB */
+            size_t grow = len < (1u << 16) ? (1u << 16) : len; /* doubling from 64 KiB */
             size_t next = max - len < grow ? max : len + grow;
             uint8_t *b = realloc(buf, next);
             if (!b) {
