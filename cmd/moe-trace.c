@@ -905,12 +905,15 @@ static void import_usage(FILE *fp)
 {
     fprintf(fp, "Usage: %s import [options] INPUT...\n"
                 "Convert router logs of other systems into a routing trace.\n\n"
-                "      --format=F         auto, tokens, jsonl, csv, npy or megatron [auto]\n"
+                "      --format=F         auto, tokens, jsonl, csv, npy, megatron or sglang\n"
+                "                         [auto]\n"
                 "      --meta=FILE        tokens format: 'sequence phase position' per row\n"
                 "      --weights=FILE     tokens format: gate weights, same shape as the ids\n"
                 "      --experts=E        experts per layer [inferred: largest id + 1]\n"
                 "      --drop-incomplete  drop tokens with missing (layer, token) cells\n"
                 "                         [keep them, marked missing]\n"
+                "      --layout=A         npy: axis order TLK (tokens, layers, k) or LTK\n"
+                "                         (SGLang's layers, tokens, k) [TLK]\n"
                 "      --mtp              megatron: keep the multi-token-prediction records as\n"
                 "                         layers after the decoder's [skip them]\n"
                 "      --hidden=H         hidden size recorded in the header [0: unknown]\n"
@@ -1035,13 +1038,13 @@ static int import_spooled(import_job_t *job, const moe_opts_t *o)
 
 static int cmd_import(int argc, char **argv)
 {
-    enum { O_FMT = MOE_OPTC_TOOL, O_META, O_W, O_E, O_DROP, O_HID, O_EB, O_MTP };
+    enum { O_FMT = MOE_OPTC_TOOL, O_META, O_W, O_E, O_DROP, O_HID, O_EB, O_MTP, O_LAYOUT };
     static const struct option lo[] = {
         {"format", required_argument, 0, O_FMT}, {"meta", required_argument, 0, O_META},
         {"weights", required_argument, 0, O_W}, {"experts", required_argument, 0, O_E},
         {"drop-incomplete", no_argument, 0, O_DROP}, {"hidden", required_argument, 0, O_HID},
         {"elem-bytes", required_argument, 0, O_EB}, {"mtp", no_argument, 0, O_MTP},
-        MOE_OPTS_LONG, {0}};
+        {"layout", required_argument, 0, O_LAYOUT}, MOE_OPTS_LONG, {0}};
     const char *sub = "import";
     moe_opts_t o;
     moe_opts_init(&o);
@@ -1064,6 +1067,10 @@ static int cmd_import(int argc, char **argv)
             break;
         case O_DROP: job.io.drop_incomplete = 1; break;
         case O_MTP: job.io.mtp = 1; break;
+        case O_LAYOUT:
+            if ((job.io.layout = moe_import_layout_parse(optarg)) < 0)
+                return usage_error(sub, "unknown layout '%s' (TLK or LTK)", optarg);
+            break;
         case O_HID:
             if (u32_opt(sub, optarg, 0, UINT32_MAX, "hidden size", &job.hidden, &rc))
                 return rc;
@@ -1104,7 +1111,7 @@ static int cmd_import(int argc, char **argv)
 
 static const moe_cli_cmd_t subcommands[] = {
     {"gen", cmd_gen, "generate a seeded synthetic trace"},
-    {"import", cmd_import, "convert router logs (tokens, JSONL, CSV, npy, Megatron)"},
+    {"import", cmd_import, "convert router logs (tokens, JSONL, CSV, npy, Megatron, SGLang)"},
     {"view", cmd_view, "print a trace as text, or convert between formats"},
     {"stats", cmd_stats, "token, sequence and per-layer load statistics"},
     {"head", cmd_head, "the first N tokens"},

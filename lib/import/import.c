@@ -12,7 +12,8 @@
 #include "import_internal.h"
 #include "util_internal.h"
 
-static const char *const fmt_names[] = {"auto", "tokens", "jsonl", "csv", "npy", "megatron"};
+static const char *const fmt_names[] = {"auto", "tokens", "jsonl", "csv", "npy", "megatron",
+                                         "sglang"};
 #define N_FMTS (sizeof fmt_names / sizeof fmt_names[0])
 
 const char *moe_import_fmt_name(int fmt)
@@ -27,6 +28,15 @@ int moe_import_fmt_parse(const char *name)
     for (size_t i = 0; name && i < N_FMTS; i++)
         if (strcmp(name, fmt_names[i]) == 0)
             return (int)i;
+    return -1;
+}
+
+int moe_import_layout_parse(const char *name)
+{
+    if (name && strcmp(name, "TLK") == 0)
+        return MOE_IMPORT_TLK;
+    if (name && strcmp(name, "LTK") == 0)
+        return MOE_IMPORT_LTK;
     return -1;
 }
 
@@ -104,6 +114,13 @@ static int detect(const uint8_t *b, size_t n, int whole)
 {
     if (n >= 6 && memcmp(b, "\x93NUMPY", 6) == 0)
         return MOE_IMPORT_NPY;
+    /* torch.save writes ARCHIVE/data.pkl as the zip's first member. */
+    if (n >= 30 && memcmp(b, "PK\3\4", 4) == 0) {
+        size_t nl = (size_t)b[26] | (size_t)b[27] << 8;
+        return n >= 30 + nl && nl >= 9 && memcmp(b + 30 + nl - 9, "/data.pkl", 9) == 0
+                   ? MOE_IMPORT_SGLANG
+                   : MOE_IMPORT_AUTO;
+    }
     const char *s = (const char *)b, *end = s + n;
     while (s < end) {
         const char *nl = memchr(s, '\n', (size_t)(end - s));
@@ -159,9 +176,10 @@ static int open_input(moe_importer_t *im, int *fmt)
         st = imp_fail(im, MOE_ESYS, "cannot read '%s': %s", im->path, strerror(errno));
     else if (*fmt == MOE_IMPORT_AUTO)
         st = detect_format(im, (size_t)n, fmt);
-    if (st == 0 && *fmt == MOE_IMPORT_NPY && !(im->src = imp_src_new(fd, im->prefix, (size_t)n)))
+    int binary = *fmt == MOE_IMPORT_NPY || *fmt == MOE_IMPORT_SGLANG;
+    if (st == 0 && binary && !(im->src = imp_src_new(fd, im->prefix, (size_t)n)))
         st = imp_fail(im, MOE_ENOMEM, "out of memory");
-    if (st == 0 && *fmt != MOE_IMPORT_NPY &&
+    if (st == 0 && !binary &&
         !(im->lines = moe_lines_dopen(fd, im->prefix, (size_t)n, &st)))
         st = imp_fail(im, st < 0 ? st : MOE_ENOMEM, "cannot read '%s': %s", im->path,
                       moe_strerror(st < 0 ? st : MOE_ENOMEM));
@@ -178,6 +196,7 @@ static int open_format(moe_importer_t *im)
     case MOE_IMPORT_CSV: return imp_csv_open(im);
     case MOE_IMPORT_NPY: return imp_npy_open(im);
     case MOE_IMPORT_MEGATRON: return imp_megatron_open(im);
+    case MOE_IMPORT_SGLANG: return imp_sglang_open(im);
     default: return imp_fail(im, MOE_EINVAL, "unknown import format %d", im->fmt);
     }
 }
@@ -202,6 +221,9 @@ moe_importer_t *moe_import_open(const moe_import_opts_t *o, const char *path, ui
                  (o->meta || o->weights))
             st = imp_fail(im, MOE_EINVAL, "'%s': --meta and --weights apply to the tokens "
                           "format only (this input is %s)", path, fmt_names[im->fmt]);
+        else if (st == 0 && im->fmt != MOE_IMPORT_NPY && o->layout != MOE_IMPORT_TLK)
+            st = imp_fail(im, MOE_EINVAL, "'%s': --layout applies to the npy format only (this "
+                          "input is %s)", path, fmt_names[im->fmt]);
         else if (st == 0 &&
                  (st = imp_comment(im, "source: %s (format %s)", path, fmt_names[im->fmt])) == 0)
             st = open_format(im);

@@ -111,6 +111,36 @@ void imp_set_missing(moe_trace_rec_t *r, uint32_t layer, uint32_t topk, int weig
         memset(r->weights + (size_t)layer * topk, 0, topk * sizeof(float));
 }
 
+int imp_cell_ids(const int64_t *v, uint32_t K, uint32_t keff, uint32_t limit, uint16_t *ids,
+                 uint32_t *max_id, int64_t *bad)
+{
+    uint32_t n = 0, top = *max_id;
+    for (uint32_t k = 0; k < K; k++) {
+        if (v[k] == -1)
+            continue;
+        if (v[k] < 0 || (uint64_t)v[k] >= limit) {
+            *bad = v[k];
+            return v[k] < 0 ? -1 : -2;
+        }
+        if (n < keff)
+            ids[n] = (uint16_t)v[k];
+        n++;
+        top = (uint32_t)v[k] > top ? (uint32_t)v[k] : top;
+    }
+    if (n != keff)
+        return 1;
+    *max_id = top;
+    return 0;
+}
+
+int imp_fail_cell(moe_importer_t *im, const char *where, int code, int64_t bad)
+{
+    if (code == -2)
+        return imp_fail_id(im, where, (uint64_t)bad);
+    return imp_fail(im, MOE_ERANGE, "%s: expert id %lld is negative (only -1, padding, may be)",
+                    where, (long long)bad);
+}
+
 /* ------------------------------------------------------------------ names */
 
 uint32_t imp_seq_from_path(const char *path, uint32_t dflt)
@@ -429,7 +459,17 @@ static ptrdiff_t src_gz(imp_src_t *s, uint8_t *buf, size_t n)
         }
         int ret = inflate(&s->z, Z_NO_FLUSH);
         if (ret == Z_STREAM_END) {
-            /* Concatenated members (BGZF-style files) continue the same stream. */
+            /* Concatenated members (BGZF-style files) continue the same stream; a member
+             * that ends with the bytes read so far may also end the input, which only a
+             * further read tells (readers that ask past the end, as .pt's does, meet it). */
+            if (s->z.avail_in == 0 && !s->raw_eof) {
+                ptrdiff_t k = src_raw(s, s->in, sizeof s->in);
+                if (k < 0)
+                    return k;
+                s->raw_eof = k == 0;
+                s->z.next_in = s->in;
+                s->z.avail_in = (uInt)k;
+            }
             if (s->z.avail_in == 0 && s->raw_eof)
                 break;
             inflateReset(&s->z);
@@ -456,6 +496,40 @@ ptrdiff_t imp_src_read(imp_src_t *s, void *buf, size_t n)
     }
     s->bytes += (uint64_t)got;
     return got;
+}
+
+int imp_src_slurp(imp_src_t *s, size_t max, uint8_t **out, size_t *n)
+{
+    uint8_t *buf = NULL;
+    size_t cap = 0, len = 0;
+    for (;;) {
+        size_t want = cap - len;
+        if (want == 0 && len < max) {
+            size_t grow = len < (1u << 16) ? (1u << 16) : len; /* doubling from 64 KiB */
+            size_t next = max - len < grow ? max : len + grow;
+            uint8_t *b = realloc(buf, next);
+            if (!b) {
+                free(buf);
+                return MOE_ENOMEM;
+            }
+            buf = b;
+            cap = next;
+            want = cap - len;
+        }
+        if (want == 0)
+            break;
+        ptrdiff_t got = imp_src_read(s, buf + len, want);
+        if (got < 0) {
+            free(buf);
+            return (int)got;
+        }
+        len += (size_t)got;
+        if ((size_t)got < want)
+            break;
+    }
+    *out = buf;
+    *n = len;
+    return 0;
 }
 
 uint64_t imp_src_bytes(const imp_src_t *s)

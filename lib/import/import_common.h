@@ -65,6 +65,16 @@ int imp_keep(moe_importer_t *im, moe_trace_rec_t *r, uint32_t missing);
 /* Fill cell `layer` of r as missing (all ids MOE_EXPERT_NONE, weights 0). */
 void imp_set_missing(moe_trace_rec_t *r, uint32_t layer, uint32_t topk, int weights);
 
+/* One cell of K raw ids v[] into ids[0..keff): -1 entries are padding (SGLang pads its (layers,
+ * tokens, k) buffers with -1) and are stripped, the rest must be 0 <= id < limit. Returns 0 when
+ * the cell holds keff ids (*max_id raised), 1 when it holds fewer (a trace cell holds k ids or
+ * none, so it is missing: the caller marks it), or -1 for an id below -1 and -2 for an id past
+ * the limit, with the id in *bad (the caller words the error). */
+int imp_cell_ids(const int64_t *v, uint32_t K, uint32_t keff, uint32_t limit, uint16_t *ids,
+                 uint32_t *max_id, int64_t *bad);
+/* Fail for imp_cell_ids's -1 or -2 ("WHERE: ..."). */
+int imp_fail_cell(moe_importer_t *im, const char *where, int code, int64_t bad);
+
 /* Last run of digits in the base name of path ("raw/prompt_12_data.csv" -> 12), else dflt. */
 uint32_t imp_seq_from_path(const char *path, uint32_t dflt);
 
@@ -128,6 +138,10 @@ imp_src_t *imp_src_new(int fd, const uint8_t *prefix, size_t n);
 /* Read exactly n bytes unless the input ends: returns bytes read (< n only at the end), or a
  * negative status. */
 ptrdiff_t imp_src_read(imp_src_t *s, void *buf, size_t n);
+/* Read up to max bytes (to the end of the input) into a new buffer *out of *n bytes, grown as
+ * the bytes arrive, so a size a file states never allocates more than the file holds. Returns
+ * 0 or a negative status (*out freed). */
+int imp_src_slurp(imp_src_t *s, size_t max, uint8_t **out, size_t *n);
 /* Uncompressed bytes delivered so far. */
 uint64_t imp_src_bytes(const imp_src_t *s);
 void imp_src_free(imp_src_t *s);

@@ -12,5 +12,6 @@ int imp_jsonl_open(moe_importer_t *im);
 int imp_megatron_open(moe_importer_t *im);
 int imp_csv_open(moe_importer_t *im);
 int imp_npy_open(moe_importer_t *im);
+int imp_sglang_open(moe_importer_t *im);
 
 #endif

@@ -14,8 +14,15 @@
  * and a '\n', then the data in C order. Any integer dtype of 1..8 bytes is read in either byte
  * order. Rows are streamed one token at a time, so the array never sits in memory; a Fortran-
  * ordered array would need the whole array (or seeks that pipes do not allow) and is refused.
- * A 2-D array is top-1 (ExFlow's traces). A negative id marks a missing cell (any negative id in
- * a cell makes the whole cell missing). seq = seq_base, pos = row index.
+ * A 2-D array is top-1 (ExFlow's traces). seq = seq_base, pos = the token's index.
+ *
+ * The axes are (tokens, layers[, k]) by default (TLK); with --layout LTK they are SGLang's
+ * (layers, tokens[, k]) (its recorder's topk_ids_of_layer), where a token's ids are spread over
+ * the whole file: that array is read whole (into a buffer grown as the bytes arrive, never to
+ * the size the header states). Ids of -1 are padding and are stripped from their cell; a cell
+ * left with fewer ids than the trace's k is missing, and any other negative id is an error.
+ * TLK streams, so its k is the array's; LTK narrows k to the most ids any cell holds (SGLang's
+ * buffer has 8 columns whatever the model's top-k).
  */
 
 #define NPY_MAX_HEADER (1u << 20)
@@ -24,10 +31,13 @@ typedef struct npy_state {
     int is_signed, big;
     uint32_t size;   /* bytes per element */
     uint64_t rows;   /* T */
-    uint32_t L, K;
-    uint8_t *row;
+    uint32_t L, K;   /* layers and ids per cell in the array */
+    uint32_t keff;   /* ids per cell in the trace */
+    uint8_t *row;    /* TLK: one token's row; LTK: the whole array */
     size_t row_bytes;
-    uint64_t r;      /* rows read */
+    int ltk;
+    uint64_t r;      /* tokens read */
+    int64_t *cell;   /* one cell's K values */
 } npy_state_t;
 
 /* Read exactly n bytes of the header; a short read is a truncated file. */
@@ -85,33 +95,35 @@ static int parse_descr(moe_importer_t *im, npy_state_t *s, const char *hdr)
     return 0;
 }
 
-/* 'shape': (T, L) or (T, L, K). */
+/* 'shape': (T, L) or (T, L, K); (L, T[, K]) in the LTK layout. */
 static int parse_shape(moe_importer_t *im, npy_state_t *s, const char *hdr)
 {
     const char *p = dict_value(hdr, "shape");
+    const char *axes = s->ltk ? "(layers, tokens) or (layers, tokens, k)"
+                              : "(tokens, layers) or (tokens, layers, k)";
     uint64_t dim[4];
     int nd = 0;
     if (!p || *p != '(')
         return imp_fail(im, MOE_EFORMAT, ".npy header has no 'shape'");
     for (p = skip_ws(p + 1); *p != ')'; p = skip_ws(p)) {
         if (nd == 4 || parse_uint(&p, UINT64_MAX / 2, &dim[nd]) < 0)
-            return imp_fail(im, MOE_EFORMAT, ".npy shape must be (tokens, layers) or (tokens, "
-                            "layers, k)");
+            return imp_fail(im, MOE_EFORMAT, ".npy shape must be %s", axes);
         nd++;
         p = skip_ws(p + (*p == 'L')); /* Python 2 longs */
         if (*p == ',')
             p++;
     }
     if (nd != 2 && nd != 3)
-        return imp_fail(im, MOE_EFORMAT, ".npy array has %d dimensions: expected [tokens, "
-                        "layers] or [tokens, layers, k]", nd);
-    uint64_t k = nd == 3 ? dim[2] : 1;
-    if (dim[1] == 0 || dim[1] > MOE_TRACE_MAX_LAYERS || k == 0 || k > MOE_TRACE_MAX_TOPK)
+        return imp_fail(im, MOE_EFORMAT, ".npy array has %d dimensions: expected %s", nd,
+                        s->ltk ? "[layers, tokens] or [layers, tokens, k]"
+                               : "[tokens, layers] or [tokens, layers, k]");
+    uint64_t k = nd == 3 ? dim[2] : 1, layers = dim[s->ltk ? 0 : 1];
+    if (layers == 0 || layers > MOE_TRACE_MAX_LAYERS || k == 0 || k > MOE_TRACE_MAX_TOPK)
         return imp_fail(im, MOE_ERANGE, ".npy shape: %llu layers, k = %llu (1..%u layers, k "
-                        "1..%u supported)", (unsigned long long)dim[1], (unsigned long long)k,
+                        "1..%u supported)", (unsigned long long)layers, (unsigned long long)k,
                         MOE_TRACE_MAX_LAYERS, MOE_TRACE_MAX_TOPK);
-    s->rows = dim[0];
-    s->L = (uint32_t)dim[1];
+    s->rows = dim[s->ltk ? 1 : 0];
+    s->L = (uint32_t)layers;
     s->K = (uint32_t)k;
     return 0;
 }
@@ -152,7 +164,7 @@ static int read_header(moe_importer_t *im, npy_state_t *s)
     return st;
 }
 
-/* Element i of the row buffer as a signed 64-bit value (unsigned 64-bit ids past 2^63 only
+/* Element i of the buffer as a signed 64-bit value (unsigned 64-bit ids past 2^63 only
  * matter as "too large", which they stay after the clamp). */
 static int64_t element(const npy_state_t *s, size_t i)
 {
@@ -167,29 +179,33 @@ static int64_t element(const npy_state_t *s, size_t i)
     return (int64_t)v;
 }
 
-/* One row into the record's ids; *missing = cells with a negative id. */
-static int convert_row(moe_importer_t *im, npy_state_t *s, uint16_t *ids, uint32_t *missing)
+/* Index of element (token t, layer l, k 0) in the buffer. */
+static size_t cell_at(const npy_state_t *s, uint64_t t, uint32_t l)
+{
+    return s->ltk ? ((size_t)l * s->rows + t) * s->K : (size_t)l * s->K;
+}
+
+/* Token t's cells into the record's ids; *missing = cells left without k ids. */
+static int convert_token(moe_importer_t *im, npy_state_t *s, uint64_t t, uint16_t *ids,
+                         uint32_t *missing)
 {
     uint32_t lim = imp_id_limit(im), miss = 0;
     for (uint32_t l = 0; l < s->L; l++) {
-        int gone = 0;
-        for (uint32_t k = 0; k < s->K; k++) {
-            int64_t v = element(s, (size_t)l * s->K + k);
-            if (v < 0) {
-                gone = 1;
-            } else if ((uint64_t)v >= lim) {
-                char where[64];
-                snprintf(where, sizeof where, "row %llu, layer %u", (unsigned long long)s->r,
-                         l);
-                return imp_fail_id(im, where, (uint64_t)v);
-            } else {
-                ids[l * s->K + k] = (uint16_t)v;
-                im->rep.max_id = (uint32_t)v > im->rep.max_id ? (uint32_t)v : im->rep.max_id;
-            }
+        size_t at = cell_at(s, t, l);
+        for (uint32_t k = 0; k < s->K; k++)
+            s->cell[k] = element(s, at + k);
+        int64_t bad;
+        int c = imp_cell_ids(s->cell, s->K, s->keff, lim, ids + (size_t)l * s->keff,
+                             &im->rep.max_id, &bad);
+        if (c < 0) {
+            char where[64];
+            snprintf(where, sizeof where, "%s %llu, layer %u", s->ltk ? "token" : "row",
+                     (unsigned long long)t, l);
+            return imp_fail_cell(im, where, c, bad);
         }
-        if (gone) {
-            for (uint32_t k = 0; k < s->K; k++)
-                ids[l * s->K + k] = MOE_EXPERT_NONE;
+        if (c == 1) {
+            for (uint32_t k = 0; k < s->keff; k++)
+                ids[(size_t)l * s->keff + k] = MOE_EXPERT_NONE;
             miss++;
         }
     }
@@ -201,14 +217,16 @@ static int npy_next(moe_importer_t *im, moe_trace_rec_t *r)
 {
     npy_state_t *s = im->state;
     while (s->r < s->rows) {
-        ptrdiff_t got = imp_src_read(im->src, s->row, s->row_bytes);
-        if (got < 0)
-            return imp_fail_read(im, "data", (int)got);
-        if ((size_t)got < s->row_bytes)
-            return imp_fail(im, MOE_ETRUNC, "truncated .npy data: row %llu of %llu is cut off",
-                            (unsigned long long)s->r, (unsigned long long)s->rows);
+        if (!s->ltk) {
+            ptrdiff_t got = imp_src_read(im->src, s->row, s->row_bytes);
+            if (got < 0)
+                return imp_fail_read(im, "data", (int)got);
+            if ((size_t)got < s->row_bytes)
+                return imp_fail(im, MOE_ETRUNC, "truncated .npy data: row %llu of %llu is cut "
+                                "off", (unsigned long long)s->r, (unsigned long long)s->rows);
+        }
         uint32_t missing = 0;
-        int st = convert_row(im, s, r->ids, &missing);
+        int st = convert_token(im, s, s->r, r->ids, &missing);
         if (st < 0)
             return st;
         r->seq = im->seq_base;
@@ -220,12 +238,38 @@ static int npy_next(moe_importer_t *im, moe_trace_rec_t *r)
     return 0;
 }
 
+/* LTK: the whole array, and k narrowed to the most ids a cell holds. */
+static int read_ltk(moe_importer_t *im, npy_state_t *s)
+{
+    uint64_t cells = (uint64_t)s->L * s->rows, bytes;
+    if (cells > UINT64_MAX / s->K / s->size || (bytes = cells * s->K * s->size) > SIZE_MAX)
+        return imp_fail(im, MOE_ERANGE, ".npy array of %llu x %u x %u is too large",
+                        (unsigned long long)s->rows, s->L, s->K);
+    size_t got;
+    int st = imp_src_slurp(im->src, (size_t)bytes, &s->row, &got);
+    if (st < 0)
+        return imp_fail_read(im, "data", st);
+    if (got < bytes)
+        return imp_fail(im, MOE_ETRUNC, "truncated .npy data: %zu of %llu bytes", got,
+                        (unsigned long long)bytes);
+    uint32_t keff = 0;
+    for (uint64_t c = 0; c < cells && keff < s->K; c++) {
+        uint32_t n = 0;
+        for (uint32_t k = 0; k < s->K; k++)
+            n += element(s, (size_t)c * s->K + k) != -1;
+        keff = n > keff ? n : keff;
+    }
+    s->keff = keff ? keff : s->K;
+    return 0;
+}
+
 static void npy_free(moe_importer_t *im)
 {
     npy_state_t *s = im->state;
     if (!s)
         return;
     free(s->row);
+    free(s->cell);
     free(s);
     im->state = NULL;
 }
@@ -239,6 +283,7 @@ int imp_npy_open(moe_importer_t *im)
         return imp_fail(im, MOE_ENOMEM, "out of memory");
     im->state = s;
     im->ops = &npy_ops;
+    s->ltk = im->opts.layout == MOE_IMPORT_LTK;
     int st = read_header(im, s);
     if (st < 0)
         return st;
@@ -248,12 +293,20 @@ int imp_npy_open(moe_importer_t *im)
         return imp_fail(im, MOE_ERANGE, ".npy array has %llu rows: positions are 32-bit",
                         (unsigned long long)s->rows);
     s->row_bytes = (size_t)s->L * s->K * s->size;
-    if (!(s->row = malloc(s->row_bytes)))
+    s->keff = s->K;
+    if (!(s->cell = malloc(s->K * sizeof *s->cell)) ||
+        (!s->ltk && !(s->row = malloc(s->row_bytes))))
         return imp_fail(im, MOE_ENOMEM, "out of memory");
+    if (s->ltk && (st = read_ltk(im, s)) < 0)
+        return st;
     im->hdr.layers = s->L;
-    im->hdr.topk = s->K;
+    im->hdr.topk = s->keff;
     im->rep.sequences = 1;
-    return imp_comment(im, "npy: %llu tokens x %u layers x top-%u, %s%u-byte %s integers",
-                       (unsigned long long)s->rows, s->L, s->K, s->big ? "big-endian " : "",
-                       s->size, s->is_signed ? "signed" : "unsigned");
+    st = imp_comment(im, "npy: %llu tokens x %u layers x top-%u, %s%u-byte %s integers%s",
+                     (unsigned long long)s->rows, s->L, s->K, s->big ? "big-endian " : "",
+                     s->size, s->is_signed ? "signed" : "unsigned",
+                     s->ltk ? ", layout LTK (layers, tokens, k)" : "");
+    if (st == 0 && s->keff < s->K)
+        st = imp_comment(im, "npy: -1 padding: top-%u of %u columns", s->keff, s->K);
+    return st;
 }

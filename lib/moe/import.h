@@ -19,6 +19,13 @@ enum moe_import_fmt {
     MOE_IMPORT_CSV,      /* "Layer ID,Batch Number,Token,Activated Expert IDs" per (layer, token) */
     MOE_IMPORT_NPY,      /* ExFlow-style NumPy int array [tokens, layers] or [tokens, layers, k] */
     MOE_IMPORT_MEGATRON, /* Megatron-Core router-trace JSONL (step, layer, rank, topk, ...) */
+    MOE_IMPORT_SGLANG,   /* SGLang expert-distribution recorder dump (torch.save .pt, per_token) */
+};
+
+/* Axis order of a .npy array (moe-trace import --layout). */
+enum moe_import_layout {
+    MOE_IMPORT_TLK = 0, /* (tokens, layers[, k]): ExFlow's, streamed */
+    MOE_IMPORT_LTK,     /* (layers, tokens[, k]): SGLang's topk_ids_of_layer, read whole */
 };
 
 /* Options of an import. */
@@ -30,6 +37,7 @@ typedef struct moe_import_opts {
     int drop_incomplete;  /* drop tokens with missing (layer, token) cells instead of keeping */
     int mtp;              /* megatron: keep the multi-token-prediction records ("block": "mtp")
                            * as layers after the decoder's instead of skipping them */
+    int layout;           /* npy: enum moe_import_layout */
 } moe_import_opts_t;
 
 /* What an import found, for the report on stderr and for tests. */
@@ -51,6 +59,8 @@ typedef struct moe_importer moe_importer_t;
 /* Name of a format ("tokens", "jsonl", ...) or its value from a name; -1 if unknown. */
 const char *moe_import_fmt_name(int fmt);
 int moe_import_fmt_parse(const char *name);
+/* Layout from its name ("TLK", "LTK"); -1 if unknown. */
+int moe_import_layout_parse(const char *name);
 
 /* Open one input file ("-" = stdin) as a record source. The sequence id for inputs without one
  * (CSV: one file per prompt) is taken from a number in the file name if there is one, else

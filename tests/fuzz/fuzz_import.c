@@ -1,5 +1,6 @@
 /* tests/fuzz/fuzz_import.c -- libFuzzer target: one importer, chosen at build time with
- * -DFUZZ_FORMAT=MOE_IMPORT_<NAME> (MOE_IMPORT_AUTO exercises detection too). */
+ * -DFUZZ_FORMAT=MOE_IMPORT_<NAME> (MOE_IMPORT_AUTO exercises detection too), and for .npy the
+ * axis order with -DFUZZ_LAYOUT=MOE_IMPORT_LTK. */
 #include "config.h"
 
 #include <stdint.h>
@@ -21,6 +22,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         return 0;
     moe_import_opts_t o = {0};
     o.format = FUZZ_FORMAT;
+#ifdef FUZZ_LAYOUT
+    o.layout = FUZZ_LAYOUT;
+#endif
     int st;
     moe_importer_t *im = moe_import_open(&o, path, 1, &st, err, sizeof err);
     if (!im)

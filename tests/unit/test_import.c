@@ -159,13 +159,14 @@ static int has_line(const moe_trace_hdr_t *h, const char *line)
 
 static void test_names(void)
 {
-    static const char *const names[] = {"auto", "tokens", "jsonl", "csv", "npy", "megatron"};
-    for (int i = 0; i < 6; i++) {
+    static const char *const names[] = {"auto", "tokens", "jsonl", "csv", "npy", "megatron",
+                                         "sglang"};
+    for (int i = 0; i < 7; i++) {
         CHECK_STR(moe_import_fmt_name(i), names[i]);
         CHECK_EQ_INT(moe_import_fmt_parse(names[i]), i);
     }
     CHECK_EQ_INT(moe_import_fmt_parse("parquet"), -1);
-    CHECK(moe_import_fmt_name(6) == NULL);
+    CHECK(moe_import_fmt_name(7) == NULL);
     CHECK(moe_import_fmt_name(-1) == NULL);
 }
 
@@ -620,6 +621,71 @@ static void test_npy(void)
     res_release(&res);
 }
 
+/* Little-endian int32 bytes of n values. */
+static void le32s(const int32_t *v, size_t n, uint8_t *out)
+{
+    for (size_t i = 0; i < n; i++)
+        for (int b = 0; b < 4; b++)
+            out[4 * i + (size_t)b] = (uint8_t)((uint32_t)v[i] >> (8 * b));
+}
+
+/* -1 padding in both layouts, and SGLang's (layers, tokens, k) order. */
+static void test_npy_layout(void)
+{
+    moe_import_opts_t o = opts(MOE_IMPORT_AUTO);
+    result_t res;
+    uint8_t le[4 * 24];
+    /* TLK, 2 tokens x 2 layers x k 3: pads stripped anywhere in a cell; a cell left with
+     * fewer than 3 ids is missing */
+    static const int32_t tlk[] = {4, -1, 5, 6, 1, 2, 3, -1, -1, 7, 8, 9};
+    le32s(tlk, 12, le);
+    run(&res, &o, npy_file("tlk.npy", 1, "<i4", "(2, 2, 3)", "False", le, 48), 0);
+    CHECK_EQ_INT(res.status, 0);
+    CHECK_STR(res.text, "0 0 0 0 0 . 6,1,2\n1 0 1 0 0 . 7,8,9\n");
+    CHECK_EQ_INT(res.rep.missing_cells, 2);
+    res_release(&res);
+    /* any other negative id is an error */
+    static const int32_t neg[] = {4, 5, 6, 1, -2, 3};
+    le32s(neg, 6, le);
+    run(&res, &o, npy_file("neg.npy", 1, "<i4", "(1, 2, 3)", "False", le, 24), 0);
+    CHECK_EQ_INT(res.status, MOE_ERANGE);
+    CHECK_STR(res.err, "row 0, layer 1: expert id -2 is negative (only -1, padding, may be)");
+    res_release(&res);
+
+    /* LTK, 2 layers x 3 tokens x 4 columns, top-2 padded to 4 (k narrows to 2) */
+    static const int32_t ltk[] = {1, 2, -1, -1, 3, -1, 4, -1, -1, -1, -1, -1,
+                                  5, 6, -1, -1, 7, -1, -1, -1, -1, 0, 2, -1};
+    le32s(ltk, 24, le);
+    o.layout = MOE_IMPORT_LTK;
+    run(&res, &o, npy_file("ltk.npy", 1, "<i4", "(2, 3, 4)", "False", le, 96), 0);
+    CHECK_EQ_INT(res.status, 0);
+    CHECK_EQ_INT(res.h.layers, 2);
+    CHECK_EQ_INT(res.h.topk, 2);
+    CHECK_STR(res.text, "0 0 0 0 0 1,2 5,6\n1 0 1 0 0 3,4 .\n2 0 2 0 0 . 0,2\n");
+    CHECK_EQ_INT(res.rep.missing_cells, 2);
+    res_release(&res);
+    run(&res, &o, npy_file("ltk_cut.npy", 1, "<i4", "(2, 3, 4)", "False", le, 90), 0);
+    CHECK_EQ_INT(res.status, MOE_ETRUNC);
+    CHECK_STR(res.err, "truncated .npy data: 90 of 96 bytes");
+    res_release(&res);
+    run(&res, &o, npy_file("ltk1.npy", 1, "<i4", "(24,)", "False", le, 96), 0);
+    CHECK_STR(res.err, ".npy array has 1 dimensions: expected [layers, tokens] or [layers, "
+                       "tokens, k]");
+    res_release(&res);
+    /* a .npy shape that states far more than the file holds allocates no more than it */
+    run(&res, &o, npy_file("ltk_big.npy", 1, "<i4", "(4000, 1000000, 8)", "False", le, 96), 0);
+    CHECK_STR(res.err, "truncated .npy data: 96 of 128000000000 bytes");
+    res_release(&res);
+    /* --layout is for .npy only */
+    run(&res, &o, data_path("tiny.tokens"), 0);
+    CHECK_EQ_INT(res.status, MOE_EINVAL);
+    CHECK(strstr(res.err, "--layout applies to the npy format only") != NULL);
+    res_release(&res);
+    CHECK_EQ_INT(moe_import_layout_parse("LTK"), MOE_IMPORT_LTK);
+    CHECK_EQ_INT(moe_import_layout_parse("TLK"), MOE_IMPORT_TLK);
+    CHECK_EQ_INT(moe_import_layout_parse("ltk"), -1);
+}
+
 static void test_open_errors(void)
 {
     moe_import_opts_t o = opts(MOE_IMPORT_AUTO);
@@ -658,6 +724,7 @@ int main(void)
     test_megatron();
     test_csv();
     test_npy();
+    test_npy_layout();
     test_open_errors();
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
