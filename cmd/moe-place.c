@@ -97,7 +97,7 @@ static int parse_word(const char *sub, const char *arg, const char *what,
 static int take_opt(const char *sub, int c, const char *arg, cfg_t *g)
 {
     static const char *const sources[] = {"auto", "recorded", "sequence", "token"};
-    static const char *const formats[] = {"text", "exflow", "eplb"};
+    static const char *const formats[] = {"text", "exflow", "eplb", "sglang"};
     uint64_t v;
     char err[256];
     switch (c) {
@@ -141,7 +141,7 @@ static int take_opt(const char *sub, int c, const char *arg, cfg_t *g)
     case O_MATRIX: g->matrix = arg; return 0;
     case O_MATRIX_BYTES: g->matrix_bytes = arg; return 0;
     case O_JSON: g->json = 1; return 0;
-    case O_FORMAT: return parse_word(sub, arg, "format", formats, 3, &g->format);
+    case O_FORMAT: return parse_word(sub, arg, "format", formats, 4, &g->format);
     case O_EXPERTS:
         return moe_cli_u32(prog, sub, arg, 1, MOE_TRACE_MAX_EXPERTS, "expert count", &g->experts);
     case O_NO_LAYERS: g->no_layers = 1; return 0;
@@ -558,8 +558,9 @@ static void export_usage(FILE *fp)
     fputs("Usage: moe-place export --format=F [options] PLACEMENT\n"
           "Write a placement in another system's format.\n"
           "\n"
-          "      --format=F         text (moe-place(5)), exflow (CSV Expert,Node) or eplb\n"
-          "                         (JSON phy2log/log2phy/logcnt) [text]\n", fp);
+          "      --format=F         text (moe-place(5)), exflow (CSV Expert,Node), eplb\n"
+          "                         (JSON phy2log/log2phy/logcnt) or sglang (JSON\n"
+          "                         physical_to_logical_map) [text]\n", fp);
     output_usage(fp, 0);
 }
 
@@ -588,9 +589,11 @@ static void import_usage(FILE *fp)
     fputs("Usage: moe-place import --format=F [options] FILE\n"
           "Convert another system's placement into a moe-place(5) placement.\n"
           "\n"
-          "      --format=F         exflow (CSV Expert,Node) or eplb (JSON phy2log)\n"
-          "      --experts=E        exflow: experts per layer [8]\n"
-          "      --ranks=G          ranks [exflow: largest GPU id + 1; eplb: num_ranks]\n"
+          "      --format=F         exflow (CSV Expert,Node), eplb (JSON phy2log) or sglang\n"
+          "                         (JSON physical_to_logical_map)\n"
+          "      --experts=E        experts per layer [exflow: 8; eplb, sglang: from the file]\n"
+          "      --ranks=G          ranks [exflow: largest GPU id + 1; eplb: num_ranks;\n"
+          "                         sglang: required]\n"
           "      --gpus-per-node=N  ranks per node [all on one node]\n", fp);
     output_usage(fp, MOE_OPT_PG);
 }
@@ -603,8 +606,8 @@ static int run_import(int argc, char **argv)
     if (parse("import", argc, argv, &g, MOE_OPT_OUTPUT | MOE_OPT_FORMAT | MOE_OPT_PG, takes,
               import_usage, &rc))
         return rc;
-    if (g.format != MOE_PLACEMENT_EXFLOW && g.format != MOE_PLACEMENT_EPLB)
-        return usage_error("import", "--format=exflow or --format=eplb is required");
+    if (g.format <= MOE_PLACEMENT_TEXT)
+        return usage_error("import", "--format=exflow, eplb or sglang is required");
     if (argc - optind != 1)
         return usage_error("import", "expected one input");
     int st;
@@ -662,8 +665,8 @@ static void main_usage(FILE *fp)
           "Commands:\n"
           "  fit      fit a placement to a routing trace or affinity table\n"
           "  eval     transfers, bytes and load of a placement on a trace\n"
-          "  export   write a placement as ExFlow CSV or EPLB JSON\n"
-          "  import   read an ExFlow CSV or EPLB JSON placement\n"
+          "  export   write a placement as ExFlow CSV, EPLB or SGLang JSON\n"
+          "  import   read an ExFlow CSV, EPLB or SGLang JSON placement\n"
           "  check    validate placement files\n"
           "\n"
           "Run 'moe-place COMMAND --help' for a command's options.\n"
