@@ -622,36 +622,37 @@ static int run_import(int argc, char **argv)
 
 static void check_usage(FILE *fp)
 {
-    fputs("Usage: moe-place check PLACEMENT...\n"
+    fputs("Usage: moe-place check [--json] PLACEMENT...\n"
           "Check placements: every expert on a rank, no rank over its capacity.\n"
-          "Prints one line per placement.\n\n", fp);
+          "Prints one line per placement.\n\n"
+          "      --json             write a JSON list, one object per placement\n", fp);
     moe_opts_usage(fp, 0);
 }
 
 static int run_check(int argc, char **argv)
 {
-    static const int takes[] = {0};
+    static const int takes[] = {O_JSON, 0};
     cfg_t g;
     int rc = 0;
     if (parse("check", argc, argv, &g, 0, takes, check_usage, &rc))
         return rc;
     if (argc - optind < 1)
         return usage_error("check", "expected at least one placement");
+    fputs(g.json ? "[" : "", stdout);
     for (int i = optind; i < argc; i++) {
         int st;
         moe_placement_t *p = moe_placement_read(argv[i], &st, errbuf, sizeof errbuf);
-        if (!p) {
+        if (!p)
             rc = fail("%s", errbuf);
-            continue;
-        }
-        uint32_t copies = 0;
-        for (uint32_t l = 0; l < p->layers; l++)
-            copies += moe_placement_slots(p, l) - p->experts;
-        printf("%s: ok: %u layers x %u experts on %u ranks (%u per node), capacity %u, "
-               "%u replicas\n", argv[i], p->layers, p->experts, p->ranks, p->gpus_per_node,
-               p->capacity, copies);
+        char *line = p || g.json ? moe_placement_summary(p, argv[i], errbuf, g.json) : NULL;
+        if (line)
+            printf("%s%s%s", g.json && i > optind ? ",\n " : "", line, g.json ? "" : "\n");
+        else if (p || g.json)
+            rc = fail("out of memory");
+        free(line);
         moe_placement_free(p);
     }
+    fputs(g.json ? "]\n" : "", stdout);
     return rc;
 }
 

@@ -123,6 +123,60 @@ int moe_placement_write(const moe_placement_t *p, moe_placement_sink_fn fn, void
     return po_done(o);
 }
 
+/* ------------------------------------------------------------------ check's summary */
+
+typedef struct mem {
+    char *p;
+    size_t n, cap;
+} mem_t;
+
+static int mem_sink(void *ctx, const void *buf, size_t len)
+{
+    mem_t *m = ctx;
+    if (util_grow((void **)&m->p, &m->cap, m->n + len + 1, 1))
+        return MOE_ENOMEM;
+    memcpy(m->p + m->n, buf, len);
+    m->n += len;
+    m->p[m->n] = '\0';
+    return 0;
+}
+
+char *moe_placement_summary(const moe_placement_t *p, const char *name, const char *error,
+                            int json)
+{
+    mem_t m = {NULL, 0, 0};
+    pout_t *o = po_new(mem_sink, &m);
+    if (!o)
+        return NULL;
+    uint32_t copies = 0;
+    for (uint32_t l = 0; p && l < p->layers; l++)
+        copies += moe_placement_slots(p, l) - p->experts;
+    if (json) {
+        tb_str(o, "{\"file\": ");
+        tb_json_str(o, name);
+        if (p) {
+            tb_fmt(o, ", \"ok\": true, \"layers\": %u, \"experts\": %u, \"ranks\": %u, "
+                   "\"gpus_per_node\": %u, \"capacity\": %u, \"replicas\": %u}", p->layers,
+                   p->experts, p->ranks, p->gpus_per_node, p->capacity, copies);
+        } else {
+            tb_str(o, ", \"ok\": false, \"error\": ");
+            tb_json_str(o, error ? error : "");
+            tb_str(o, "}");
+        }
+    } else if (p) {
+        tb_fmt(o, "%s: ok: %u layers x %u experts on %u ranks (%u per node), capacity %u, "
+               "%u replicas", name, p->layers, p->experts, p->ranks, p->gpus_per_node,
+               p->capacity, copies);
+    } else {
+        tb_str(o, error ? error : "");
+    }
+    if (po_done(o) || (!m.p && mem_sink(&m, "", 0))) {
+        free(m.p);
+        return NULL;
+    }
+    return m.p;
+}
+
 /* ------------------------------------------------------------------ text form: reading */
 
 typedef struct prd {

@@ -88,6 +88,15 @@ int moe_placement_check(const moe_placement_t *p, char *errbuf, size_t errlen);
 /* Append one '@' text line (without '\n'). 0 or MOE_ENOMEM / MOE_EFORMAT (no leading '@'). */
 int moe_placement_add_line(moe_placement_t *p, const char *line);
 
+/* moe-place check's report on one placement file: "NAME: ok: L layers x E experts on G ranks
+ * (g per node), capacity C, R replicas" (R: copies beyond the first, all layers), or with `json`
+ * the same figures as a JSON object {"file": NAME, "ok": true, "layers": L, "experts": E,
+ * "ranks": G, "gpus_per_node": g, "capacity": C, "replicas": R}; with p NULL (the file did not
+ * read) the object is {"file": NAME, "ok": false, "error": ERROR} and the text form just
+ * ERROR. A malloc'd string without a final newline, or NULL when out of memory. */
+char *moe_placement_summary(const moe_placement_t *p, const char *name, const char *error,
+                            int json);
+
 /* Where text goes: returns 0 or a negative status. */
 typedef int (*moe_placement_sink_fn)(void *ctx, const void *buf, size_t len);
 
