@@ -778,7 +778,7 @@ static int sg_export(const moe_placement_t *p, pout_t *o, char *errbuf, size_t e
             if (fill[r] < p->capacity)
                 rc = util_errf(errbuf, errlen, MOE_EINVAL, "layer %u: rank %u holds %u experts "
                                "in %u slots; SGLang's map has no empty slot (give every rank "
-                               "exactly %u, e.g. fit with --replicas)", l, r, fill[r],
+                               "exactly %u: fit --method balanced --replicas)", l, r, fill[r],
                                p->capacity, p->capacity);
     }
     if (!rc)
