@@ -69,7 +69,8 @@ run mp export --format sglang "$D/full_6x4.moep"
 expect_eq "$rc" 0 "export"
 printf '{"physical_to_logical_map":[\n[0,1,2,3,4,5,1,4],\n[2,3,2,4,1,5,0,5]\n]}\n' >"$T/want"
 same_file "$T/out" "$T/want" "SGLang export of full_6x4.moep"
-json_ok "$T/out" 'list(d) == ["physical_to_logical_map"] and len(d["physical_to_logical_map"][1]) == 8'
+json_ok "$T/out" '(list(d) == ["physical_to_logical_map"] and
+    len(d["physical_to_logical_map"][1]) == 8)'
 end
 
 begin "import --format sglang reads the hand-written map value by value"
@@ -134,7 +135,9 @@ head -n 1 "$T/lc.json" | grep -qx '{"logical_count":\[\[' || fail "logical_count
 tail -n 1 "$T/lc.json" | grep -qx ']]}' || fail "logical_count tail"
 sed -n '2,$p' "$T/lc.json" | sed '$d' | tr -d '[]' | sed 's/,$//' | tr ',' ' ' >"$T/lc"
 same_file "$T/lc" "$T/loads" "logical_count values against stats --loads"
-json_ok "$T/lc.json" 'list(d) == ["logical_count"] and len(d["logical_count"]) == 1 and len(d["logical_count"][0]) == 3 and all(len(r) == 10 and sum(r) == 6000 for r in d["logical_count"][0])'
+json_ok "$T/lc.json" '(list(d) == ["logical_count"] and len(d["logical_count"]) == 1 and
+    len(d["logical_count"][0]) == 3 and
+    all(len(r) == 10 and sum(r) == 6000 for r in d["logical_count"][0]))'
 # what SGLang loads as logical_count is loads, not a placement
 run mp import --format sglang --ranks 4 "$T/lc.json"
 expect_eq "$rc" 1 "import of logical_count"
@@ -199,7 +202,9 @@ run moe stats --json --loads "$TR"
 expect_eq "$rc" 0 "stats --json"
 cp "$T/out" "$T/st.json"
 moe stats "$TR" >"$T/st.txt"
-json_ok "$T/st.json" 'd["tokens"] == 3000 and d["layers"] == 3 and d["experts"] == 10 and d["weights"] is False and len(d["per_layer"]) == 3 and all(sum(x["loads"]) == 6000 for x in d["per_layer"])'
+json_ok "$T/st.json" '(d["tokens"] == 3000 and d["layers"] == 3 and d["experts"] == 10 and
+    d["weights"] is False and len(d["per_layer"]) == 3 and
+    all(sum(x["loads"]) == 6000 for x in d["per_layer"]))'
 # the figures agree with the text report's
 tok=$(awk '$1 == "tokens" { print $2 }' "$T/st.txt")
 grep -q "^{\"tokens\": $tok, " "$T/st.json" || fail "tokens differ from the report's"
@@ -213,7 +218,8 @@ begin "moe-place check --json"
 run mp check --json "$D/full_6x4.moep" "$D/eplb_two_slots.moep"
 expect_eq "$rc" 0 "check --json"
 cp "$T/out" "$T/ck.json"
-json_ok "$T/ck.json" 'len(d) == 2 and d[0]["ok"] and d[0]["replicas"] == 4 and d[0]["capacity"] == 2 and d[1]["ranks"] == 2 and d[1]["replicas"] == 2'
+json_ok "$T/ck.json" '(len(d) == 2 and d[0]["ok"] and d[0]["replicas"] == 4 and
+    d[0]["capacity"] == 2 and d[1]["ranks"] == 2 and d[1]["replicas"] == 2)'
 printf 'not a placement\n' >"$T/bad.moep"
 run mp check --json "$D/full_6x4.moep" "$T/bad.moep"
 expect_eq "$rc" 1 "check --json of a bad file"
@@ -229,7 +235,9 @@ run mc fit --nccl-tests "$N" --class inter --json
 expect_eq "$rc" 0 "fit --json"
 cp "$T/out" "$T/fit.json"
 mc fit --nccl-tests "$N" --class inter | sed 1d >"$T/fit.topo" || fail "fit"
-json_ok "$T/fit.json" 'd["class"] == "inter" and d["points"] == len(d["curve"]) and d["curve"][-1]["efficiency"] == 1 and d["topology"] == open(sys.argv[1].replace("fit.json", "fit.topo")).read()'
+json_ok "$T/fit.json" '(d["class"] == "inter" and d["points"] == len(d["curve"]) and
+    d["curve"][-1]["efficiency"] == 1 and
+    d["topology"] == open(sys.argv[1].replace("fit.json", "fit.topo")).read())'
 end
 
 finish
