@@ -189,8 +189,7 @@ for o in "" "--json"; do
     figures "$T/e2" >"$T/e2f"
     same_file "$T/e1f" "$T/e2f" "eval $o of the import and of the hand-written placement"
 done
-# figures by hand: layer 0 has expert 0 on both ranks, so a top-2 token at home h picks
-# expert 0 on h; the accounting's total load per layer is the tokens x top-k
+# the JSON names the shape the import gave: 4 experts on 2 ranks, the trace's 1500 tokens
 mp eval --json "$T/two.moep" "$T/t4.moet" >"$T/e.json" || fail "eval --json"
 json_ok "$T/e.json" 'd["tokens"] == 1500 and d["ranks"] == 2 and d["experts"] == 4'
 end
