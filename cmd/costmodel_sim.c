@@ -236,7 +236,8 @@ int costmodel_simulate(int argc, char **argv)
 static const struct option fit_long[] = {
     {"nccl-tests", required_argument, 0, S_NCCL}, {"class", required_argument, 0, S_CLASS},
     {"topology", required_argument, 0, S_TOPOLOGY}, {"points", required_argument, 0, S_POINTS},
-    {"tolerance", required_argument, 0, S_TOL}, MOE_OPTS_LONG, {0, 0, 0, 0}};
+    {"tolerance", required_argument, 0, S_TOL}, {"json", no_argument, 0, S_JSON}, MOE_OPTS_LONG,
+    {0, 0, 0, 0}};
 
 static void fit_usage(FILE *fp)
 {
@@ -251,7 +252,8 @@ static void fit_usage(FILE *fp)
           "                         table's ranks, no speeds]\n"
           "      --points=N         most points of the curve, 2..64 [16]\n"
           "      --tolerance=X      stop adding points when no measured efficiency is off by\n"
-          "                         more than this fraction of itself [0.05]\n", fp);
+          "                         more than this fraction of itself [0.05]\n"
+          "      --json             write the fit and the topology as JSON\n", fp);
     moe_opts_usage(fp, MOE_OPT_OUTPUT);
 }
 
@@ -261,6 +263,7 @@ typedef struct fit_cfg {
     int cls;
     uint32_t points;
     double tol;
+    int json;
 } fit_cfg_t;
 
 static int fit_opt(int c, const char *arg, fit_cfg_t *g)
@@ -269,6 +272,7 @@ static int fit_opt(int c, const char *arg, fit_cfg_t *g)
     uint64_t v;
     switch (c) {
     case S_NCCL: g->nccl = arg; return 0;
+    case S_JSON: g->json = 1; return 0;
     case S_TOPOLOGY: g->topology = arg; return 0;
     case S_CLASS:
         g->cls = !strcmp(arg, "intra") ? MOE_LINK_INTRA : !strcmp(arg, "inter") ? MOE_LINK_INTER
@@ -336,7 +340,10 @@ int costmodel_fit(int argc, char **argv)
     moe_log(MOE_LOG_INFO, "%s curve: %u points, largest error %.4f", moe_link_name(g.cls),
             t.link[g.cls].npoints, worst);
     moe_textout_t *out = rc ? NULL : moe_cli_text_open(PROG, g.o.out, 't', -1);
-    if (out) {
+    if (out && g.json) {
+        rc = moe_cli_text_finish(PROG, out, g.o.out,
+                                 moe_nccl_fit_write_json(&t, g.cls, g.nccl, worst, out));
+    } else if (out) {
         int w = moe_textout_printf(out, "# fitted by moe-costmodel fit to '%s' (class %s, %u "
                                    "points, largest error %.4f)\n%s", g.nccl,
                                    moe_link_name(g.cls), t.link[g.cls].npoints, worst, text);

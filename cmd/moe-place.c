@@ -99,7 +99,7 @@ static int parse_word(const char *sub, const char *arg, const char *what,
 static int take_opt(const char *sub, int c, const char *arg, cfg_t *g)
 {
     static const char *const sources[] = {"auto", "recorded", "sequence", "token"};
-    static const char *const formats[] = {"text", "exflow", "eplb"};
+    static const char *const formats[] = {"text", "exflow", "eplb", "sglang"};
     uint64_t v;
     char err[256];
     switch (c) {
@@ -143,7 +143,7 @@ static int take_opt(const char *sub, int c, const char *arg, cfg_t *g)
     case O_MATRIX: g->matrix = arg; return 0;
     case O_MATRIX_BYTES: g->matrix_bytes = arg; return 0;
     case O_JSON: g->json = 1; return 0;
-    case O_FORMAT: return parse_word(sub, arg, "format", formats, 3, &g->format);
+    case O_FORMAT: return parse_word(sub, arg, "format", formats, 4, &g->format);
     case O_EXPERTS:
         return moe_cli_u32(prog, sub, arg, 1, MOE_TRACE_MAX_EXPERTS, "expert count", &g->experts);
     case O_NO_LAYERS: g->no_layers = 1; return 0;
@@ -566,8 +566,9 @@ static void export_usage(FILE *fp)
     fputs("Usage: moe-place export --format=F [options] PLACEMENT\n"
           "Write a placement in another system's format.\n"
           "\n"
-          "      --format=F         text (moe-place(5)), exflow (CSV Expert,Node) or eplb\n"
-          "                         (JSON phy2log/log2phy/logcnt) [text]\n", fp);
+          "      --format=F         text (moe-place(5)), exflow (CSV Expert,Node), eplb\n"
+          "                         (JSON phy2log/log2phy/logcnt) or sglang (JSON\n"
+          "                         physical_to_logical_map) [text]\n", fp);
     output_usage(fp, 0);
 }
 
@@ -596,9 +597,11 @@ static void import_usage(FILE *fp)
     fputs("Usage: moe-place import --format=F [options] FILE\n"
           "Convert another system's placement into a moe-place(5) placement.\n"
           "\n"
-          "      --format=F         exflow (CSV Expert,Node) or eplb (JSON phy2log)\n"
-          "      --experts=E        exflow: experts per layer [8]\n"
-          "      --ranks=G          ranks [exflow: largest GPU id + 1; eplb: num_ranks]\n"
+          "      --format=F         exflow (CSV Expert,Node), eplb (JSON phy2log) or sglang\n"
+          "                         (JSON physical_to_logical_map)\n"
+          "      --experts=E        experts per layer [exflow: 8; eplb, sglang: from the file]\n"
+          "      --ranks=G          ranks [exflow: largest GPU id + 1; eplb: num_ranks;\n"
+          "                         sglang: required]\n"
           "      --gpus-per-node=N  ranks per node [all on one node]\n", fp);
     output_usage(fp, MOE_OPT_PG);
 }
@@ -611,8 +614,8 @@ static int run_import(int argc, char **argv)
     if (parse("import", argc, argv, &g, MOE_OPT_OUTPUT | MOE_OPT_FORMAT | MOE_OPT_PG, takes,
               import_usage, &rc))
         return rc;
-    if (g.format != MOE_PLACEMENT_EXFLOW && g.format != MOE_PLACEMENT_EPLB)
-        return usage_error("import", "--format=exflow or --format=eplb is required");
+    if (g.format <= MOE_PLACEMENT_TEXT)
+        return usage_error("import", "--format=exflow, eplb or sglang is required");
     if (argc - optind != 1)
         return usage_error("import", "expected one input");
     int st;
@@ -627,36 +630,37 @@ static int run_import(int argc, char **argv)
 
 static void check_usage(FILE *fp)
 {
-    fputs("Usage: moe-place check PLACEMENT...\n"
+    fputs("Usage: moe-place check [--json] PLACEMENT...\n"
           "Check placements: every expert on a rank, no rank over its capacity.\n"
-          "Prints one line per placement.\n\n", fp);
+          "Prints one line per placement.\n\n"
+          "      --json             write a JSON list, one object per placement\n", fp);
     moe_opts_usage(fp, 0);
 }
 
 static int run_check(int argc, char **argv)
 {
-    static const int takes[] = {0};
+    static const int takes[] = {O_JSON, 0};
     cfg_t g;
     int rc = 0;
     if (parse("check", argc, argv, &g, 0, takes, check_usage, &rc))
         return rc;
     if (argc - optind < 1)
         return usage_error("check", "expected at least one placement");
+    fputs(g.json ? "[" : "", stdout);
     for (int i = optind; i < argc; i++) {
         int st;
         moe_placement_t *p = moe_placement_read(argv[i], &st, errbuf, sizeof errbuf);
-        if (!p) {
+        if (!p)
             rc = fail("%s", errbuf);
-            continue;
-        }
-        uint32_t copies = 0;
-        for (uint32_t l = 0; l < p->layers; l++)
-            copies += moe_placement_slots(p, l) - p->experts;
-        printf("%s: ok: %u layers x %u experts on %u ranks (%u per node), capacity %u, "
-               "%u replicas\n", argv[i], p->layers, p->experts, p->ranks, p->gpus_per_node,
-               p->capacity, copies);
+        char *line = p || g.json ? moe_placement_summary(p, argv[i], errbuf, g.json) : NULL;
+        if (line)
+            printf("%s%s%s", g.json && i > optind ? ",\n " : "", line, g.json ? "" : "\n");
+        else if (p || g.json)
+            rc = fail("out of memory");
+        free(line);
         moe_placement_free(p);
     }
+    fputs(g.json ? "]\n" : "", stdout);
     return rc;
 }
 
@@ -670,8 +674,8 @@ static void main_usage(FILE *fp)
           "Commands:\n"
           "  fit      fit a placement to a routing trace or affinity table\n"
           "  eval     transfers, bytes and load of a placement on a trace\n"
-          "  export   write a placement as ExFlow CSV or EPLB JSON\n"
-          "  import   read an ExFlow CSV or EPLB JSON placement\n"
+          "  export   write a placement as ExFlow CSV, EPLB or SGLang JSON\n"
+          "  import   read an ExFlow CSV, EPLB or SGLang JSON placement\n"
           "  check    validate placement files\n"
           "\n"
           "Run 'moe-place COMMAND --help' for a command's options.\n"

@@ -349,22 +349,35 @@ static void stats_usage(FILE *fp)
     fprintf(fp, "Usage: %s stats [options] [TRACE]\n"
                 "Summarise a routing trace: counts, per-layer expert load and skew, missing "
                 "cells.\n\n"
-                "      --loads            also print every expert's load, one line per layer\n",
+                "      --loads            also print every expert's load, one line per layer\n"
+                "      --json             write JSON instead of the report (--format=json)\n"
+                "      --format=F         text, json or sglang (SGLang's logical_count JSON:\n"
+                "                         every expert's load) [text]\n",
             prog);
     moe_opts_usage(fp, STATS_OPTS);
 }
 
 static int cmd_stats(int argc, char **argv)
 {
-    static const struct option lo[] = {{"loads", no_argument, 0, MOE_OPTC_TOOL}, MOE_OPTS_LONG,
-                                       {0}};
+    static const struct option lo[] = {{"loads", no_argument, 0, MOE_OPTC_TOOL},
+                                       {"json", no_argument, 0, MOE_OPTC_TOOL + 1},
+                                       {"format", required_argument, 0, MOE_OPTC_TOOL + 2},
+                                       MOE_OPTS_LONG, {0}};
+    static const char *const forms[] = {"text", "json", "sglang"}; /* enum moe_stats_form */
     moe_opts_t o;
     moe_opts_init(&o);
     o.allowed = STATS_OPTS;
-    int loads = 0, c, rc = 0;
+    int loads = 0, form = 0, c, rc = 0;
     while ((c = next_opt("stats", stats_usage, &o, argc, argv, MOE_OPTS_SHORT, lo, &rc)) != -1) {
         switch (c) {
         case MOE_OPTC_TOOL: loads = 1; break;
+        case MOE_OPTC_TOOL + 1: form = MOE_STATS_JSON; break;
+        case MOE_OPTC_TOOL + 2:
+            for (form = 2; form >= 0 && strcmp(optarg, forms[form]); form--)
+                ;
+            if (form < 0)
+                return usage_error("stats", "unknown format '%s' (text, json, sglang)", optarg);
+            break;
         case OPT_STOP: return rc;
         }
     }
@@ -388,7 +401,8 @@ static int cmd_stats(int argc, char **argv)
     if (rc == 0) {
         const char *out = o.out ? o.out : "-";
         moe_textout_t *t = moe_cli_text_open(prog, out, 't', -1);
-        rc = t ? moe_cli_text_finish(prog, t, out, moe_trace_stats_write(s, loads, t)) : 1;
+        rc = t ? moe_cli_text_finish(prog, t, out,
+                                             moe_trace_stats_write_as(s, form, loads, t)) : 1;
     }
     moe_trace_stats_free(s);
     moe_trace_map_close(m);

@@ -42,6 +42,25 @@ void tb_str(textbuf_t *o, const char *s)
     tb_mem(o, s, strlen(s));
 }
 
+void tb_json_str(textbuf_t *o, const char *s)
+{
+    tb_mem(o, "\"", 1);
+    for (const char *run = s;; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c >= 0x20 && c != '"' && c != '\\')
+            continue;
+        tb_mem(o, run, (size_t)(s - run));
+        if (!c)
+            break;
+        if (c == '"' || c == '\\')
+            tb_fmt(o, "\\%c", c);
+        else
+            tb_fmt(o, "\\u%04x", c);
+        run = s + 1;
+    }
+    tb_mem(o, "\"", 1);
+}
+
 int tb_fmt(textbuf_t *o, const char *fmt, ...)
 {
     char tmp[512];

@@ -22,6 +22,9 @@ void tb_flush(textbuf_t *o);
 void tb_mem(textbuf_t *o, const void *s, size_t n);
 /* Append a string. */
 void tb_str(textbuf_t *o, const char *s);
+/* Append s as a JSON string (RFC 8259): quoted, '"', '\\' and control characters escaped,
+ * other bytes as they are. */
+void tb_json_str(textbuf_t *o, const char *s);
 /* Append formatted text (any length); the buffer's error (0 while the sink takes everything),
  * so writers can chain `if (tb_fmt(...)) return o->err;`. */
 int tb_fmt(textbuf_t *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -1,4 +1,5 @@
-/* acct/placement_io.c -- placement files: moe-place(5) text, ExFlow's CSV and EPLB-style JSON. */
+/* acct/placement_io.c -- placement files: moe-place(5) text, ExFlow's CSV, EPLB-style JSON and
+ * SGLang's --init-expert-location JSON. */
 #include "config.h"
 
 #include <inttypes.h>
@@ -120,6 +121,60 @@ int moe_placement_write(const moe_placement_t *p, moe_placement_sink_fn fn, void
         for (uint32_t e = 0; e < p->experts; e++)
             write_cell(o, p, l, e);
     return po_done(o);
+}
+
+/* ------------------------------------------------------------------ check's summary */
+
+typedef struct mem {
+    char *p;
+    size_t n, cap;
+} mem_t;
+
+static int mem_sink(void *ctx, const void *buf, size_t len)
+{
+    mem_t *m = ctx;
+    if (util_grow((void **)&m->p, &m->cap, m->n + len + 1, 1))
+        return MOE_ENOMEM;
+    memcpy(m->p + m->n, buf, len);
+    m->n += len;
+    m->p[m->n] = '\0';
+    return 0;
+}
+
+char *moe_placement_summary(const moe_placement_t *p, const char *name, const char *error,
+                            int json)
+{
+    mem_t m = {NULL, 0, 0};
+    pout_t *o = po_new(mem_sink, &m);
+    if (!o)
+        return NULL;
+    uint32_t copies = 0;
+    for (uint32_t l = 0; p && l < p->layers; l++)
+        copies += moe_placement_slots(p, l) - p->experts;
+    if (json) {
+        tb_str(o, "{\"file\": ");
+        tb_json_str(o, name);
+        if (p) {
+            tb_fmt(o, ", \"ok\": true, \"layers\": %u, \"experts\": %u, \"ranks\": %u, "
+                   "\"gpus_per_node\": %u, \"capacity\": %u, \"replicas\": %u}", p->layers,
+                   p->experts, p->ranks, p->gpus_per_node, p->capacity, copies);
+        } else {
+            tb_str(o, ", \"ok\": false, \"error\": ");
+            tb_json_str(o, error ? error : "");
+            tb_str(o, "}");
+        }
+    } else if (p) {
+        tb_fmt(o, "%s: ok: %u layers x %u experts on %u ranks (%u per node), capacity %u, "
+               "%u replicas", name, p->layers, p->experts, p->ranks, p->gpus_per_node,
+               p->capacity, copies);
+    } else {
+        tb_str(o, error ? error : "");
+    }
+    if (po_done(o) || (!m.p && mem_sink(&m, "", 0))) {
+        free(m.p);
+        return NULL;
+    }
+    return m.p;
 }
 
 /* ------------------------------------------------------------------ text form: reading */
@@ -698,12 +753,56 @@ static int eplb_export(const moe_placement_t *p, pout_t *o)
     return rc;
 }
 
+/* ------------------------------------------------------------------ SGLang JSON: export */
+
+/*
+ * SGLang's --init-expert-location (python/sglang/srt/eplb/expert_location.py) loads a dict and
+ * passes its one key on as a keyword argument: physical_to_logical_map, layers x num_physical
+ * slots (num_physical = E + redundant experts, a multiple of the EP size), slot s on GPU
+ * s / (num_physical / ep_size), each slot a logical expert id -- it indexes a list with the id,
+ * so a -1 would silently land on the last expert -- or logical_count, loads for its own
+ * rebalancing. Every slot is a loaded expert weight, so a placement exports only when every
+ * rank holds exactly `capacity` experts in every layer; the slots are laid out as eplb_layer
+ * does, which is what the import reads back.
+ */
+static int sg_export(const moe_placement_t *p, pout_t *o, char *errbuf, size_t errlen)
+{
+    const size_t P = (size_t)p->ranks * p->capacity;
+    int32_t *phy = malloc(P * sizeof *phy);
+    uint32_t *slot = malloc((size_t)p->experts * p->maxrep * sizeof *slot);
+    uint32_t *fill = malloc(p->ranks * sizeof *fill);
+    int rc = phy && slot && fill ? 0 : MOE_ENOMEM;
+    for (uint32_t l = 0; l < p->layers && !rc; l++) {
+        eplb_layer(p, l, phy, slot, fill);
+        for (uint32_t r = 0; r < p->ranks && !rc; r++)
+            if (fill[r] < p->capacity)
+                rc = util_errf(errbuf, errlen, MOE_EINVAL, "layer %u: rank %u holds %u experts "
+                               "in %u slots; SGLang's map has no empty slot (give every rank "
+                               "exactly %u: fit --method balanced --replicas)", l, r, fill[r],
+                               p->capacity, p->capacity);
+    }
+    if (!rc)
+        tb_fmt(o, "{\"physical_to_logical_map\":[\n");
+    for (uint32_t l = 0; l < p->layers && !rc; l++) {
+        eplb_layer(p, l, phy, slot, fill);
+        po_ints(o, phy, P);
+        tb_fmt(o, "%s\n", l + 1 < p->layers ? "," : "");
+    }
+    if (!rc)
+        tb_fmt(o, "]}\n");
+    free(phy);
+    free(slot);
+    free(fill);
+    return rc;
+}
+
 int moe_placement_export(const moe_placement_t *p, int format, moe_placement_sink_fn fn,
                          void *ctx, char *errbuf, size_t errlen)
 {
     if (format == MOE_PLACEMENT_TEXT)
         return moe_placement_write(p, fn, ctx);
-    if (format != MOE_PLACEMENT_EXFLOW && format != MOE_PLACEMENT_EPLB)
+    if (format != MOE_PLACEMENT_EXFLOW && format != MOE_PLACEMENT_EPLB &&
+        format != MOE_PLACEMENT_SGLANG)
         return util_errf(errbuf, errlen, MOE_EINVAL, "unknown placement format %d", format);
     int rc = check_for_write(p, errbuf, errlen);
     if (rc)
@@ -711,7 +810,9 @@ int moe_placement_export(const moe_placement_t *p, int format, moe_placement_sin
     pout_t *o = po_new(fn, ctx);
     if (!o)
         return util_errf(errbuf, errlen, MOE_ENOMEM, "out of memory");
-    rc = format == MOE_PLACEMENT_EXFLOW ? xf_export(p, o, errbuf, errlen) : eplb_export(p, o);
+    rc = format == MOE_PLACEMENT_EXFLOW   ? xf_export(p, o, errbuf, errlen)
+         : format == MOE_PLACEMENT_SGLANG ? sg_export(p, o, errbuf, errlen)
+                                          : eplb_export(p, o);
     if (rc) {
         free(o);
         return rc == MOE_ENOMEM ? util_errf(errbuf, errlen, rc, "out of memory") : rc;
@@ -728,6 +829,7 @@ typedef struct eplb {
     const double *l2p;            /* [L][E][M] or NULL */
     const double *cnt;            /* [L][E] or NULL */
     uint32_t *copies;             /* [L * E] slots of each expert in phy2log */
+    uint64_t merged;              /* second slots of an expert on a rank that holds it */
 } eplb_t;
 
 /* The numbers of an array value, NULL if it has none. */
@@ -888,19 +990,22 @@ static int eplb_agree(perr_t *e, const jobj_t *o, eplb_t *x, uint32_t maxrep)
     return 0;
 }
 
-/* Slot s of layer l as a copy on rank s / C. */
-static int eplb_add(perr_t *e, moe_placement_t *p, const eplb_t *x, uint32_t l, uint32_t s)
+/* Slot s of layer l as a copy on rank s / C. A second slot of the expert on that rank
+ * (rebalance_experts makes them) adds no copy: the slot stays counted in the rank's capacity,
+ * and tokens for the expert on that rank are served there either way. */
+static int eplb_add(perr_t *e, moe_placement_t *p, eplb_t *x, uint32_t l, uint32_t s)
 {
     uint32_t id = (uint32_t)x->phy[(size_t)l * x->P + s];
     int rc = moe_placement_add(p, l, id, s / x->C);
-    if (rc == MOE_EINVAL)
-        return fail(e, MOE_EFORMAT, "layer %u: expert %u has two slots on rank %u", l, id,
-                    s / x->C);
+    if (rc == MOE_EINVAL) {
+        x->merged++;
+        return 0;
+    }
     return rc ? fail(e, rc, "%s", moe_strerror(rc)) : 0;
 }
 
 /* Copies in log2phy order when it is there (primary first), else in slot order. */
-static int eplb_fill(perr_t *e, moe_placement_t *p, const eplb_t *x)
+static int eplb_fill(perr_t *e, moe_placement_t *p, eplb_t *x)
 {
     int rc = 0;
     for (uint32_t l = 0; l < x->L && !rc; l++) {
@@ -918,8 +1023,19 @@ static int eplb_fill(perr_t *e, moe_placement_t *p, const eplb_t *x)
     return rc;
 }
 
+/* "@CO\tslots: N ..." when eplb_add merged slots, so that the text form says why a rank
+ * holds fewer experts than its capacity. */
+static int note_merged(moe_placement_t *p, uint64_t merged)
+{
+    char line[160];
+    snprintf(line, sizeof line, "@CO\tslots: %" PRIu64 " second slot%s of an expert on a rank "
+             "that holds it (one copy there, the slots counted in its capacity)", merged,
+             merged == 1 ? "" : "s");
+    return merged ? moe_placement_add_line(p, line) : 0;
+}
+
 static moe_placement_t *eplb_build(perr_t *e, const jobj_t *o, const jval_t *phy,
-                                   const uint32_t arg[3], int *rc)
+                                   const uint32_t arg[3], const char *fmt, int *rc)
 {
     eplb_t x;
     memset(&x, 0, sizeof x);
@@ -936,7 +1052,8 @@ static moe_placement_t *eplb_build(perr_t *e, const jobj_t *o, const jval_t *phy
         else if (!p)
             fail(e, *rc, "out of memory");
         else if ((*rc = eplb_fill(e, p, &x)) != 0 ||
-                 (*rc = add_source(p, "eplb", e->name)) != 0) {
+                 (*rc = add_source(p, fmt, e->name)) != 0 ||
+                 (*rc = note_merged(p, x.merged)) != 0) {
             if (*rc == MOE_ENOMEM)
                 fail(e, *rc, "out of memory");
             moe_placement_free(p);
@@ -1003,12 +1120,77 @@ static moe_placement_t *eplb_import(moe_lines_t *l, perr_t *e, const uint32_t ar
         if (!end || *jtok_ws(end) || o.oom)
             *rc = json_error(e, text, end ? jtok_ws(end) : p, &o);
         else
-            pl = eplb_build(e, &o, &bare, arg, rc); /* o has no keys */
+            pl = eplb_build(e, &o, &bare, arg, "eplb", rc); /* o has no keys */
     } else if (jtok_obj_parse(&o, text, &at) < 0 || o.oom) {
         *rc = json_error(e, text, at, &o);
     } else {
-        pl = eplb_build(e, &o, jtok_get(&o, "phy2log"), arg, rc);
+        pl = eplb_build(e, &o, jtok_get(&o, "phy2log"), arg, "eplb", rc);
     }
+    free(o.nums);
+    free(text);
+    return pl;
+}
+
+/* ------------------------------------------------------------------ SGLang JSON: import */
+
+/* The one key, its shape and its ids (see sg_export), then the EPLB reader's checks. */
+static moe_placement_t *sg_build(perr_t *e, const jobj_t *o, const uint32_t arg[3], int *rc)
+{
+    const jval_t *v = jtok_get(o, "physical_to_logical_map");
+    if (o->n == 1 && !v && jtok_get(o, "logical_count")) {
+        *rc = fail(e, MOE_EFORMAT, "holds 'logical_count' (expert loads for SGLang's own "
+                   "rebalancing), not a placement");
+        return NULL;
+    }
+    if (o->n != 1 || !v) {
+        int k = 0; /* name a key that is neither (raw text: enough for a message) */
+        while (k + 1 < o->n && (!strncmp(o->f[k].key, "physical_to_logical_map", o->f[k].klen) ||
+                                !strncmp(o->f[k].key, "logical_count", o->f[k].klen)))
+            k++;
+        *rc = fail(e, MOE_EFORMAT, "SGLang's expert location is an object with exactly one key, "
+                   "'physical_to_logical_map' or 'logical_count' (%d key%s here%s%.*s%s)", o->n,
+                   o->n == 1 ? "" : "s", o->n ? ": '" : "",
+                   o->n ? (int)(o->f[k].klen < 40 ? o->f[k].klen : 40) : 0,
+                   o->n ? o->f[k].key : "", o->n ? "'" : "");
+        return NULL;
+    }
+    if (v->kind != J_ARR || !v->rows || !v->cols) {
+        *rc = fail(e, MOE_EFORMAT, "'physical_to_logical_map' is not a list of layers of "
+                   "equally many slots");
+        return NULL;
+    }
+    const double *ids = numbers(o, v);
+    int64_t id;
+    for (size_t i = 0; i < v->n; i++)
+        if (as_int(ids[i], 0, MOE_TRACE_MAX_EXPERTS - 1, &id) < 0) {
+            *rc = fail(e, MOE_EFORMAT, "layer %zu slot %zu: '%g' is not an expert id (SGLang "
+                       "loads no empty slot)", i / v->cols, i % v->cols, ids[i]);
+            return NULL;
+        }
+    if (!arg[1]) {
+        *rc = fail(e, MOE_EINVAL, "the number of ranks is unknown (SGLang's map does not "
+                   "record its EP size; give it)");
+        return NULL;
+    }
+    return eplb_build(e, o, v, arg, "sglang", rc);
+}
+
+static moe_placement_t *sg_import(moe_lines_t *l, perr_t *e, const uint32_t arg[3], int *rc)
+{
+    char *text = slurp(l, e, rc);
+    if (!text)
+        return NULL;
+    jobj_t o;
+    memset(&o, 0, sizeof o);
+    const char *at = text;
+    moe_placement_t *pl = NULL;
+    if (*jtok_ws(text) != '{')
+        *rc = fail(e, MOE_EFORMAT, "not a SGLang expert location (a JSON object with "
+                   "'physical_to_logical_map')");
+    else if (jtok_obj_parse(&o, text, &at) < 0 || o.oom)
+        *rc = json_error(e, text, at, &o);
+    else
+        pl = sg_build(e, &o, arg, rc);
     free(o.nums);
     free(text);
     return pl;
@@ -1022,7 +1204,8 @@ moe_placement_t *moe_placement_import(const char *path, int format, uint32_t exp
     status = status ? status : &dummy;
     if (format == MOE_PLACEMENT_TEXT)
         return moe_placement_read(path, status, errbuf, errlen);
-    if (format != MOE_PLACEMENT_EXFLOW && format != MOE_PLACEMENT_EPLB) {
+    if (format != MOE_PLACEMENT_EXFLOW && format != MOE_PLACEMENT_EPLB &&
+        format != MOE_PLACEMENT_SGLANG) {
         *status = util_errf(errbuf, errlen, MOE_EINVAL, "unknown placement format %d", format);
         return NULL;
     }
@@ -1037,9 +1220,10 @@ moe_placement_t *moe_placement_import(const char *path, int format, uint32_t exp
         return NULL;
     perr_t e = {path, errbuf, errlen, 0};
     const uint32_t arg[3] = {experts, ranks, gpus_per_node};
-    moe_placement_t *p = format == MOE_PLACEMENT_EXFLOW
-                             ? xf_import(l, &e, experts, ranks, gpus_per_node, status)
-                             : eplb_import(l, &e, arg, status);
+    moe_placement_t *p =
+        format == MOE_PLACEMENT_EXFLOW   ? xf_import(l, &e, experts, ranks, gpus_per_node, status)
+        : format == MOE_PLACEMENT_SGLANG ? sg_import(l, &e, arg, status)
+                                         : eplb_import(l, &e, arg, status);
     moe_lines_close(l);
     return p;
 }

@@ -15,6 +15,7 @@
 #include "moe/moe.h"
 #include "moe/sim.h"
 #include "json_internal.h"
+#include "textbuf_internal.h"
 #include "util_internal.h"
 
 #define MAX_COLS 32
@@ -551,4 +552,32 @@ int moe_nccl_fit(moe_topo_t *t, int c, const moe_nccl_table_t *tab, uint32_t max
     moe_topo_update_cost(t);
     free(x), free(y), free(keep);
     return 0;
+}
+
+int moe_nccl_fit_write_json(const moe_topo_t *t, int c, const char *path, double maxerr,
+                            struct moe_textout *out)
+{
+    char *text = moe_topo_format(t);
+    textbuf_t *o = text ? malloc(sizeof *o) : NULL;
+    if (!o) {
+        free(text);
+        return MOE_ENOMEM;
+    }
+    const moe_link_t *k = &t->link[c];
+    tb_init(o, moe_textout_write, out);
+    tb_str(o, "{\"nccl_tests\": ");
+    tb_json_str(o, path);
+    tb_fmt(o, ", \"class\": \"%s\", \"bandwidth\": %.10g, \"latency\": %.10g, "
+           "\"points\": %u, \"largest_error\": %.10g,\n \"curve\": [", moe_link_name(c),
+           k->bw, k->latency, k->npoints, maxerr);
+    for (uint32_t i = 0; i < k->npoints; i++)
+        tb_fmt(o, "%s{\"bytes\": %.10g, \"efficiency\": %.10g}", i ? ", " : "", k->size[i],
+               k->eff[i]);
+    tb_str(o, "],\n \"topology\": ");
+    tb_json_str(o, text);
+    tb_str(o, "}\n");
+    free(text);
+    int rc = tb_end(o);
+    free(o);
+    return rc;
 }

@@ -88,6 +88,15 @@ int moe_placement_check(const moe_placement_t *p, char *errbuf, size_t errlen);
 /* Append one '@' text line (without '\n'). 0 or MOE_ENOMEM / MOE_EFORMAT (no leading '@'). */
 int moe_placement_add_line(moe_placement_t *p, const char *line);
 
+/* moe-place check's report on one placement file: "NAME: ok: L layers x E experts on G ranks
+ * (g per node), capacity C, R replicas" (R: copies beyond the first, all layers), or with `json`
+ * the same figures as a JSON object {"file": NAME, "ok": true, "layers": L, "experts": E,
+ * "ranks": G, "gpus_per_node": g, "capacity": C, "replicas": R}; with p NULL (the file did not
+ * read) the object is {"file": NAME, "ok": false, "error": ERROR} and the text form just
+ * ERROR. A malloc'd string without a final newline, or NULL when out of memory. */
+char *moe_placement_summary(const moe_placement_t *p, const char *name, const char *error,
+                            int json);
+
 /* Where text goes: returns 0 or a negative status. */
 typedef int (*moe_placement_sink_fn)(void *ctx, const void *buf, size_t len);
 
@@ -110,17 +119,27 @@ enum moe_placement_format {
     MOE_PLACEMENT_EPLB = 2,   /* EPLB-style JSON: per layer phy2log (physical slot -> logical
                                * expert, slots rank-major, `capacity` per rank), log2phy and
                                * logcnt */
+    MOE_PLACEMENT_SGLANG = 3, /* SGLang's --init-expert-location JSON: exactly one key,
+                               * physical_to_logical_map (layers x ranks * capacity slots,
+                               * rank-major, every slot a logical expert id) */
 };
 
-/* Export in a format (EXFLOW refuses replicas with MOE_EINVAL and a reason). */
+/* Export in a format (EXFLOW refuses replicas, SGLANG a placement with an empty slot -- a rank
+ * holding fewer than `capacity` experts in a layer -- with MOE_EINVAL and a reason). */
 int moe_placement_export(const moe_placement_t *p, int format, moe_placement_sink_fn fn,
                          void *ctx, char *errbuf, size_t errlen);
 /* Import a file of another format. ExFlow CSVs carry neither the layer count nor E: `experts`
  * (0: 8, ExFlow's Mixtral) gives E, the layers follow from the ids, the ranks from the largest
  * GPU id + 1 unless `ranks` is given; gpus_per_node 0 means all ranks on one node. The result is
  * checked. EPLB JSON takes its counts from the file, or from these arguments where the file
- * has none (num_ranks or `ranks` is required; where both are given they must agree). TEXT is
- * moe_placement_read. Returns NULL with *status and a one-line reason. */
+ * has none (num_ranks or `ranks` is required; where both are given they must agree). SGLANG
+ * JSON records neither E nor the ranks: `ranks` (the EP size) is required, `experts` (0: the
+ * largest id + 1) must have every expert in every layer; -1 slots, other keys and a
+ * `logical_count` file (loads, not a placement) are refused. EPLB and SGLANG may give an
+ * expert two slots on one rank (DeepSeek's rebalance_experts does): both slots stay counted in
+ * the rank's capacity (slots per rank), and the placement holds one copy there, which is what
+ * the accounting serves from. TEXT is moe_placement_read. Returns NULL with *status and a
+ * one-line reason. */
 moe_placement_t *moe_placement_import(const char *path, int format, uint32_t experts,
                                       uint32_t ranks, uint32_t gpus_per_node, int *status,
                                       char *errbuf, size_t errlen);

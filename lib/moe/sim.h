@@ -187,6 +187,14 @@ void moe_nccl_table_release(moe_nccl_table_t *t);
  * self). *maxerr gets the largest relative error left. */
 int moe_nccl_fit(moe_topo_t *t, int c, const moe_nccl_table_t *tab, uint32_t maxpoints,
                  double tol, double *maxerr, char *errbuf, size_t errlen);
+/* moe-costmodel fit --json: the fit of class c of t to the table read from `path`, as one
+ * JSON object {"nccl_tests": PATH, "class": "intra", "bandwidth": bytes/s, "latency": s,
+ * "points": N, "largest_error": maxerr, "curve": [{"bytes": size, "efficiency": eff}, ...],
+ * "topology": TEXT}, TEXT being moe_topo_format(t), the file the text form writes; numbers
+ * with ten significant digits, as moe-costmodel's other JSON. 0, the sink's first error or
+ * MOE_ENOMEM. */
+int moe_nccl_fit_write_json(const moe_topo_t *t, int c, const char *path, double maxerr,
+                            struct moe_textout *out);
 
 #ifdef __cplusplus
 }

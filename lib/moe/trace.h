@@ -156,6 +156,19 @@ int moe_trace_stats_scan(moe_trace_stats_t *s, struct moe_trace_map *m,
  * layer with its load's min, max, mean, max/mean, coefficient of variation and hottest expert,
  * and with `loads` every expert's load per layer. 0 or the sink's first error. */
 int moe_trace_stats_write(const moe_trace_stats_t *s, int loads, struct moe_textout *t);
+/* The forms moe_trace_stats_write_as writes. */
+enum moe_stats_form {
+    MOE_STATS_TEXT = 0,   /* moe_trace_stats_write's report */
+    MOE_STATS_JSON = 1,   /* the same figures as one JSON object (moe-trace(1), --json) */
+    MOE_STATS_SGLANG = 2, /* SGLang's {"logical_count": [steps][layers][experts]} for its
+                           * --init-expert-location: one step holding the whole trace's
+                           * tokens routed to each (layer, expert), top-k picks each counted,
+                           * missing cells not */
+};
+/* The report in one of those forms (`loads` adds the per-expert loads to TEXT and JSON). 0, the
+ * sink's first error, or MOE_EINVAL for an unknown form. */
+int moe_trace_stats_write_as(const moe_trace_stats_t *s, int form, int loads,
+                             struct moe_textout *t);
 /* Number of distinct sequence ids counted. */
 size_t moe_trace_stats_sequences(const moe_trace_stats_t *s);
 /* The distinct sequence ids, in no particular order, into ids (room for

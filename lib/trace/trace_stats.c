@@ -1,5 +1,5 @@
 /* lib/trace/trace_stats.c -- moe-trace stats: counts, distinct ids, per-layer expert load and
- * skew of a trace's records, and the report of them. */
+ * skew of a trace's records, and the report of them (text, JSON, SGLang's logical_count). */
 #include "config.h"
 
 #include <math.h>
@@ -270,6 +270,35 @@ static int load_line(struct moe_textout *t, const moe_trace_stats_t *s, uint32_t
     return moe_textout_write(t, "\n", 1);
 }
 
+/* One layer's load figures, as the report prints them. */
+typedef struct layer_fig {
+    uint64_t min, max;
+    double mean, cv;
+    uint32_t hot; /* the first expert with the largest load */
+} layer_fig_t;
+
+static layer_fig_t layer_fig(const moe_trace_stats_t *s, uint32_t l)
+{
+    const uint32_t E = s->experts;
+    const uint64_t *ld = s->load + (size_t)l * E;
+    layer_fig_t f = {UINT64_MAX, 0, 0, 0, 0};
+    uint64_t sum = 0;
+    for (uint32_t e = 0; e < E; e++) {
+        f.min = ld[e] < f.min ? ld[e] : f.min;
+        if (ld[e] > f.max) {
+            f.max = ld[e];
+            f.hot = e;
+        }
+        sum += ld[e];
+    }
+    double var = 0;
+    f.mean = (double)sum / E;
+    for (uint32_t e = 0; e < E; e++)
+        var += ((double)ld[e] - f.mean) * ((double)ld[e] - f.mean);
+    f.cv = f.mean > 0 ? sqrt(var / E) / f.mean : 0;
+    return f;
+}
+
 int moe_trace_stats_write(const moe_trace_stats_t *s, int loads, struct moe_textout *t)
 {
     const uint32_t L = s->layers, E = s->experts;
@@ -283,25 +312,11 @@ int moe_trace_stats_write(const moe_trace_stats_t *s, int loads, struct moe_text
       "# %5s %10s %9s %9s %9s %11s %8s %7s %7s\n",
       "layer", "tokens", "missing", "min", "max", "mean", "max/mean", "cv", "hottest");
     for (uint32_t l = 0; l < L; l++) {
-        const uint64_t *ld = s->load + (size_t)l * E;
-        uint64_t mn = UINT64_MAX, mx = 0, sum = 0;
-        uint32_t hot = 0;
-        for (uint32_t e = 0; e < E; e++) {
-            mn = ld[e] < mn ? ld[e] : mn;
-            if (ld[e] > mx) {
-                mx = ld[e];
-                hot = e;
-            }
-            sum += ld[e];
-        }
-        double mean = (double)sum / E, var = 0;
-        for (uint32_t e = 0; e < E; e++)
-            var += ((double)ld[e] - mean) * ((double)ld[e] - mean);
-        double cv = mean > 0 ? sqrt(var / E) / mean : 0;
+        layer_fig_t f = layer_fig(s, l);
         P("layer %5u %10llu %9llu %9llu %9llu %11.2f %8.3f %7.3f %7u\n", l,
           (unsigned long long)s->present[l], (unsigned long long)(s->tokens - s->present[l]),
-          (unsigned long long)mn, (unsigned long long)mx, mean, mean > 0 ? mx / mean : 0, cv,
-          hot);
+          (unsigned long long)f.min, (unsigned long long)f.max, f.mean,
+          f.mean > 0 ? f.max / f.mean : 0, f.cv, f.hot);
     }
     for (uint32_t l = 0; loads && l < L; l++) {
         int st = load_line(t, s, l);
@@ -309,6 +324,72 @@ int moe_trace_stats_write(const moe_trace_stats_t *s, int loads, struct moe_text
             return st;
     }
     return 0;
+}
+
+/* Layer l's loads as a JSON list. */
+static int json_loads(const moe_trace_stats_t *s, uint32_t l, struct moe_textout *t)
+{
+    const uint64_t *ld = s->load + (size_t)l * s->experts;
+    for (uint32_t e = 0; e < s->experts; e++)
+        P("%s%llu", e ? "," : "[", (unsigned long long)ld[e]);
+    P("]");
+    return 0;
+}
+
+/* The report's figures as one JSON object, keys named as the text report's (numbers with six
+ * significant digits, as moe-place eval --json writes them; every one is finite). */
+static int stats_json(const moe_trace_stats_t *s, int loads, struct moe_textout *t)
+{
+    P("{\"tokens\": %llu, \"sequences\": %zu, \"layers\": %u, \"experts\": %u, "
+      "\"topk\": %u, \"steps\": %zu, \"source_ranks\": %zu, \"weights\": %s, "
+      "\"hidden\": %u, \"elem_bytes\": %u, \"missing_cells\": %llu, "
+      "\"incomplete_tokens\": %llu,\n \"per_layer\": [", (unsigned long long)s->tokens,
+      s->seqs.n, s->layers, s->experts, s->topk, s->steps.n, s->ranks.n,
+      (s->flags & MOE_TRACE_WEIGHTS) ? "true" : "false", s->hidden, s->elem_bytes,
+      (unsigned long long)s->missing, (unsigned long long)s->incomplete);
+    for (uint32_t l = 0; l < s->layers; l++) {
+        layer_fig_t f = layer_fig(s, l);
+        P("%s\n  {\"layer\": %u, \"tokens\": %llu, \"missing\": %llu, \"min\": %llu, "
+          "\"max\": %llu, \"mean\": %.6g, \"max_mean\": %.6g, \"cv\": %.6g, "
+          "\"hottest\": %u", l ? "," : "", l, (unsigned long long)s->present[l],
+          (unsigned long long)(s->tokens - s->present[l]), (unsigned long long)f.min,
+          (unsigned long long)f.max, f.mean, f.mean > 0 ? f.max / f.mean : 0, f.cv, f.hot);
+        if (loads) {
+            P(", \"loads\": ");
+            int st = json_loads(s, l, t);
+            if (st)
+                return st;
+        }
+        P("}");
+    }
+    P("]}\n");
+    return 0;
+}
+
+/* SGLang's logical_count (see moe/trace.h): its stat-mode recorder dumps (steps, layers,
+ * experts) and its init_by_eplb sums over the steps, so one step carries the whole trace. */
+static int stats_sglang(const moe_trace_stats_t *s, struct moe_textout *t)
+{
+    P("{\"logical_count\":[[\n");
+    for (uint32_t l = 0; l < s->layers; l++) {
+        int st = json_loads(s, l, t);
+        if (st)
+            return st;
+        P("%s\n", l + 1 < s->layers ? "," : "");
+    }
+    P("]]}\n");
+    return 0;
+}
+
+int moe_trace_stats_write_as(const moe_trace_stats_t *s, int form, int loads,
+                             struct moe_textout *t)
+{
+    switch (form) {
+    case MOE_STATS_TEXT: return moe_trace_stats_write(s, loads, t);
+    case MOE_STATS_JSON: return stats_json(s, loads, t);
+    case MOE_STATS_SGLANG: return stats_sglang(s, t);
+    }
+    return MOE_EINVAL;
 }
 
 size_t moe_trace_stats_sequences(const moe_trace_stats_t *s)

@@ -1,5 +1,6 @@
 /* tests/fuzz/fuzz_placement.c -- libFuzzer target: one placement reader, chosen at build time
- * with -DFUZZ_FORMAT=MOE_PLACEMENT_<TEXT|EXFLOW|EPLB>, and the round trips of what it accepts. */
+ * with -DFUZZ_FORMAT=MOE_PLACEMENT_<TEXT|EXFLOW|EPLB|SGLANG>, and the round trips of what it
+ * accepts. */
 #include "config.h"
 
 #include <stdint.h>
@@ -51,14 +52,15 @@ static int out_path(const buf_t *b, char *path, size_t n)
 }
 
 /* Export in a format, import that, export again: the same bytes. ExFlow's CSV may refuse
- * replicas, and its import sets capacity to ceil(E / ranks), which a placement may exceed. */
+ * replicas, and its import sets capacity to ceil(E / ranks), which a placement may exceed;
+ * SGLang's JSON refuses empty slots. */
 static void round_trip(const moe_placement_t *p, int format)
 {
     buf_t a = {0}, b = {0};
     char err[256], path[64];
     int st;
     if (moe_placement_export(p, format, sink, &a, err, sizeof err) != 0) {
-        if (format != MOE_PLACEMENT_EXFLOW)
+        if (format != MOE_PLACEMENT_EXFLOW && format != MOE_PLACEMENT_SGLANG)
             abort();
     } else if (out_path(&a, path, sizeof path) == 0) {
         moe_placement_t *q = moe_placement_import(path, format, p->experts, p->ranks,
@@ -83,8 +85,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                                                sizeof err));
     if (fuzz_path(data, size, path, sizeof path) != 0)
         return 0;
-    /* eplb.py's bare phy2log needs the number of ranks from the caller */
-    uint32_t ranks = FUZZ_FORMAT == MOE_PLACEMENT_EPLB && size && data[0] == '[' ? 1 + size % 4 : 0;
+    /* eplb.py's bare phy2log and SGLang's map need the number of ranks from the caller */
+    uint32_t ranks = (FUZZ_FORMAT == MOE_PLACEMENT_EPLB && size && data[0] == '[') ||
+                             FUZZ_FORMAT == MOE_PLACEMENT_SGLANG
+                         ? 1 + size % 4
+                         : 0;
     moe_placement_t *p = moe_placement_import(path, FUZZ_FORMAT, 0, ranks, 0, &st, err,
                                               sizeof err);
     if (!p)
@@ -92,6 +97,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     round_trip(p, MOE_PLACEMENT_TEXT);
     round_trip(p, MOE_PLACEMENT_EXFLOW);
     round_trip(p, MOE_PLACEMENT_EPLB);
+    round_trip(p, MOE_PLACEMENT_SGLANG);
     moe_placement_free(p);
     return 0;
 }

@@ -34,11 +34,14 @@ cp "$d"/*.npy "$work/corpus/npy/" 2>/dev/null || true
 cp "$d"/*.npy "$work/corpus/npy_ltk/" 2>/dev/null || true
 cp "$d"/*.pt "$work/corpus/sglang/" 2>/dev/null || true
 cp "$d"/*.pt "$work/corpus/pt/" 2>/dev/null || true
-for f in placement_text placement_exflow placement_eplb topology; do seed "$f"; done
+for f in placement_text placement_exflow placement_eplb placement_sglang topology; do
+    seed "$f"
+done
 p=$src/tests/data/placement
 cp "$p"/*.moep "$p"/*.moep.gz "$work/corpus/placement_text/"
 cp "$p"/*.csv "$work/corpus/placement_exflow/"
-cp "$p"/*.json "$work/corpus/placement_eplb/"
+cp "$p"/*.json "$src"/tests/data/place/eplb*.json "$work/corpus/placement_eplb/"
+cp "$src"/tests/data/place/sglang*.json "$work/corpus/placement_sglang/"
 cp "$src"/share/topologies/*.topo "$work/corpus/topology/"
 seed nccl
 cp "$src"/tests/data/nccl/*.txt "$work/corpus/nccl/"
@@ -56,7 +59,8 @@ printf '# S B n seconds\nS1 4096 1 0.0021\nS1 4096 2 0.0018\nnone 8192 4 0.004\n
 status=0
 for t in trace import_tokens import_jsonl import_csv import_npy import_npy_ltk import_megatron \
     import_sglang pt \
-    affinity_table placement_text placement_exflow placement_eplb topology nccl costcfg \
+    affinity_table placement_text placement_exflow placement_eplb placement_sglang topology \
+    nccl costcfg \
     mpmoe_profile; do
     c=$work/corpus/${t#import_}
     log=$work/$t.log

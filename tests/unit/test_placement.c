@@ -690,7 +690,6 @@ static const bad_t bad_json[] = {
     {HEAD "[[0,2]],\"num_logical_experts\":2}", MOE_ERANGE,
      "expert id 2 out of range (2 experts)"},
     {HEAD "[[0,2]]}", MOE_EFORMAT, "layer 0: expert 1 has 0 slots (1 to 255 allowed)"},
-    {HEAD "[[0,0,1,1]]}", MOE_EFORMAT, "layer 0: expert 0 has two slots on rank 0"},
     {HEAD "[[0,1]],\"gpus_per_node\":3}", MOE_EINVAL, "2 ranks are not a multiple of 3 GPUs"},
     {HEAD "[[0,1]],\"logcnt\":[[1,2]]}", MOE_EFORMAT,
      "'logcnt' of layer 0 expert 1 is 2, 'phy2log' has 1 slots"},
@@ -733,6 +732,85 @@ static void test_eplb_errors(void)
     CHECK(st == MOE_EINVAL && strstr(err, "'num_logical_experts' is 3 in the file, 2 requested"));
 }
 
+/* rebalance_experts may give an expert two slots on one rank: one copy there, the capacity
+ * still counting both slots, and a comment saying so. */
+static void test_eplb_two_slots(void)
+{
+    int st;
+    char err[512];
+    const char *f = write_text("two.json", HEAD "[[0,0,1,1,2,0]]}");
+    moe_placement_t *p = import(f, MOE_PLACEMENT_EPLB, 0, 0, 0, &st, err, sizeof err);
+    CHECK(p != NULL);
+    if (!p)
+        return;
+    uint32_t n;
+    const uint16_t *rk = moe_placement_ranks(p, 0, 0, &n);
+    CHECK(p->capacity == 3 && n == 2 && rk[0] == 0 && rk[1] == 1);
+    rk = moe_placement_ranks(p, 0, 2, &n);
+    CHECK(n == 1 && rk[0] == 1);
+    CHECK(p->text && strstr(p->text, "@CO\tslots: 1 second slot of an expert on a rank"));
+    CHECK(moe_placement_check(p, err, sizeof err) == 0);
+    moe_placement_free(p);
+}
+
+/* SGLang's --init-expert-location: the export, its import, and what the import refuses. */
+static void test_sglang(void)
+{
+    int st;
+    char err[512];
+    const char *f = write_text("sg.json", "{\"physical_to_logical_map\": [[2, 0, 1, 2]]}");
+    moe_placement_t *p = import(f, MOE_PLACEMENT_SGLANG, 0, 2, 0, &st, err, sizeof err);
+    CHECK(p != NULL);
+    if (p) {
+        uint32_t n;
+        const uint16_t *rk = moe_placement_ranks(p, 0, 2, &n);
+        CHECK(p->experts == 3 && p->ranks == 2 && p->capacity == 2 && p->gpus_per_node == 2);
+        CHECK(n == 2 && rk[0] == 0 && rk[1] == 1);
+        CHECK(moe_placement_primary(p, 0, 0) == 0 && moe_placement_primary(p, 0, 1) == 1);
+        char *js = to_format(p, MOE_PLACEMENT_SGLANG, err, sizeof err);
+        CHECK_STR(js, "{\"physical_to_logical_map\":[\n[0,2,1,2]\n]}\n");
+        free(js);
+        moe_placement_free(p);
+    }
+    static const struct {
+        const char *text;
+        uint32_t experts, ranks;
+        const char *msg;
+    } bad[] = {
+        {"[[0,1]]", 0, 2, "not a SGLang expert location"},
+        {"{\"physical_to_logical_map\": [[0,1]], \"x\": 1}", 0, 2, "(2 keys here: 'x')"},
+        {"{}", 0, 2, "exactly one key, 'physical_to_logical_map' or 'logical_count' (0 keys here)"},
+        {"{\"phy2log\": [[0,1]]}", 0, 2, "(1 key here: 'phy2log')"},
+        {"{\"logical_count\": [[[3,1]]]}", 0, 2, "holds 'logical_count'"},
+        {"{\"physical_to_logical_map\": [[0,1],[0]]}", 0, 2, "not a list of layers of equally"},
+        {"{\"physical_to_logical_map\": [0,1]}", 0, 2, "not a list of layers of equally"},
+        {"{\"physical_to_logical_map\": [[0,-1]]}", 0, 2, "layer 0 slot 1: '-1' is not an exp"},
+        {"{\"physical_to_logical_map\": [[0,1,1]]}", 0, 2, "3 physical slots per layer do not "
+                                                          "split over 2 ranks"},
+        {"{\"physical_to_logical_map\": [[0,1]]}", 0, 0, "the number of ranks is unknown"},
+        {"{\"physical_to_logical_map\": [[0,2]]}", 0, 2, "layer 0: expert 1 has 0 slots"},
+        {"{\"physical_to_logical_map\": [[0,1]]}", 3, 2, "layer 0: expert 2 has 0 slots"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        f = write_text("bad.json", bad[i].text);
+        p = import(f, MOE_PLACEMENT_SGLANG, bad[i].experts, bad[i].ranks, 0, &st, err,
+                   sizeof err);
+        CHECK(p == NULL && st < 0 && strchr(err, '\n') == NULL);
+        if (!strstr(err, bad[i].msg))
+            fprintf(stderr, "sglang case %zu: '%s' lacks '%s'\n", i, err, bad[i].msg);
+        CHECK(strstr(err, bad[i].msg) != NULL);
+        moe_placement_free(p);
+    }
+    /* an empty slot cannot be exported */
+    p = sample();
+    if (p) {
+        char *js = to_format(p, MOE_PLACEMENT_SGLANG, err, sizeof err);
+        CHECK(js == NULL && strstr(err, "SGLang's map has no empty slot"));
+        free(js);
+        moe_placement_free(p);
+    }
+}
+
 int main(void)
 {
     const char *t = getenv("TMPDIR");
@@ -753,6 +831,8 @@ int main(void)
     test_eplb();
     test_eplb_plain();
     test_eplb_errors();
+    test_eplb_two_slots();
+    test_sglang();
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
     if (system(cmd) != 0)
