@@ -34,13 +34,7 @@ figures() {
 
 # expect_one_line SUBSTRING: stderr is one 'moe-place: ' line holding SUBSTRING, stdout empty.
 expect_one_line() {
-    tool_err
-    _n=$(wc -l <"$T/err.tool" | tr -d ' ')
-    [ "$_n" = 1 ] || fail "expected one line on stderr, got $_n: $(head -3 "$T/err.tool")"
-    case $(cat "$T/err.tool") in
-    "moe-place: "*"$1"*) ;;
-    *) fail "stderr is not 'moe-place: ...$1...': $(cat "$T/err.tool")" ;;
-    esac
+    expect_tool_err_line moe-place "$1"
     [ -s "$T/out" ] && fail "output on a failed run"
 }
 
@@ -225,7 +219,7 @@ expect_eq "$rc" 1 "check --json of a bad file"
 cp "$T/out" "$T/ck2.json"
 json_ok "$T/ck2.json" 'd[0]["ok"] is True and d[1]["ok"] is False and "@PL" in d[1]["error"]'
 tool_err
-[ "$(wc -l <"$T/err.tool" | tr -d ' ')" = 1 ] || fail "expected one line on stderr"
+[ "$(wc -l <"$errf" | tr -d ' ')" = 1 ] || fail "expected one line on stderr"
 end
 
 begin "moe-costmodel fit --json"
