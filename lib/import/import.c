@@ -12,7 +12,8 @@
 #include "import_internal.h"
 #include "util_internal.h"
 
-static const char *const fmt_names[] = {"auto", "tokens", "jsonl", "csv", "npy", "megatron"};
+static const char *const fmt_names[] = {"auto", "tokens", "jsonl", "csv", "npy", "megatron",
+                                         "safetensors", "raw", "base64"};
 #define N_FMTS (sizeof fmt_names / sizeof fmt_names[0])
 
 const char *moe_import_fmt_name(int fmt)
@@ -104,6 +105,10 @@ static int detect(const uint8_t *b, size_t n, int whole)
 {
     if (n >= 6 && memcmp(b, "\x93NUMPY", 6) == 0)
         return MOE_IMPORT_NPY;
+    /* safetensors: a little-endian header length below 2^32 (the format allows 10^8), then
+     * the JSON object. */
+    if (n >= 9 && b[8] == '{' && !b[4] && !b[5] && !b[6] && !b[7])
+        return MOE_IMPORT_SAFETENSORS;
     const char *s = (const char *)b, *end = s + n;
     while (s < end) {
         const char *nl = memchr(s, '\n', (size_t)(end - s));
@@ -144,7 +149,8 @@ static int detect_format(moe_importer_t *im, size_t n, int *fmt)
 }
 
 /* Open the path, read its first bytes, settle the format and hand the descriptor to the line
- * reader (text formats) or the byte source (.npy); both take the bytes already read first. */
+ * reader (text formats) or the byte source (.npy, safetensors, raw); both take the bytes
+ * already read first. */
 static int open_input(moe_importer_t *im, int *fmt)
 {
     int fd = moe_open_input(im->path), st = 0;
@@ -159,9 +165,11 @@ static int open_input(moe_importer_t *im, int *fmt)
         st = imp_fail(im, MOE_ESYS, "cannot read '%s': %s", im->path, strerror(errno));
     else if (*fmt == MOE_IMPORT_AUTO)
         st = detect_format(im, (size_t)n, fmt);
-    if (st == 0 && *fmt == MOE_IMPORT_NPY && !(im->src = imp_src_new(fd, im->prefix, (size_t)n)))
+    int binary =
+        *fmt == MOE_IMPORT_NPY || *fmt == MOE_IMPORT_SAFETENSORS || *fmt == MOE_IMPORT_RAW;
+    if (st == 0 && binary && !(im->src = imp_src_new(fd, im->prefix, (size_t)n)))
         st = imp_fail(im, MOE_ENOMEM, "out of memory");
-    if (st == 0 && *fmt != MOE_IMPORT_NPY &&
+    if (st == 0 && !binary &&
         !(im->lines = moe_lines_dopen(fd, im->prefix, (size_t)n, &st)))
         st = imp_fail(im, st < 0 ? st : MOE_ENOMEM, "cannot read '%s': %s", im->path,
                       moe_strerror(st < 0 ? st : MOE_ENOMEM));
@@ -178,6 +186,9 @@ static int open_format(moe_importer_t *im)
     case MOE_IMPORT_CSV: return imp_csv_open(im);
     case MOE_IMPORT_NPY: return imp_npy_open(im);
     case MOE_IMPORT_MEGATRON: return imp_megatron_open(im);
+    case MOE_IMPORT_SAFETENSORS: return imp_safetensors_open(im);
+    case MOE_IMPORT_RAW: return imp_raw_open(im);
+    case MOE_IMPORT_BASE64: return imp_base64_open(im);
     default: return imp_fail(im, MOE_EINVAL, "unknown import format %d", im->fmt);
     }
 }

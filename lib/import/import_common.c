@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <zlib.h>
@@ -372,6 +373,7 @@ struct imp_src {
     const uint8_t *pre;
     size_t pre_n, pre_off;
     int gz, raw_eof, z_live;
+    int member_end; /* the last inflate ended a gzip member: no more input is a clean end */
     z_stream z;
     uint8_t in[64 * 1024];
     uint64_t bytes;
@@ -433,10 +435,15 @@ static ptrdiff_t src_gz(imp_src_t *s, uint8_t *buf, size_t n)
             if (s->z.avail_in == 0 && s->raw_eof)
                 break;
             inflateReset(&s->z);
+            s->member_end = 1;
         } else if (ret == Z_BUF_ERROR && s->z.avail_in == 0 && s->raw_eof) {
+            if (s->member_end) /* read past the end, which arrived with a member's end */
+                break;
             return MOE_ETRUNC;
         } else if (ret != Z_OK && ret != Z_BUF_ERROR) {
             return MOE_ECORRUPT;
+        } else if (ret == Z_OK) {
+            s->member_end = 0;
         }
     }
     return (ptrdiff_t)(n - s->z.avail_out);
@@ -461,6 +468,15 @@ ptrdiff_t imp_src_read(imp_src_t *s, void *buf, size_t n)
 uint64_t imp_src_bytes(const imp_src_t *s)
 {
     return s->bytes;
+}
+
+int imp_src_file(const imp_src_t *s, uint64_t *size)
+{
+    struct stat sb;
+    if (s->gz || fstat(s->fd, &sb) != 0 || !S_ISREG(sb.st_mode))
+        return -1;
+    *size = (uint64_t)sb.st_size;
+    return s->fd;
 }
 
 void imp_src_free(imp_src_t *s)

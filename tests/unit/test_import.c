@@ -159,13 +159,14 @@ static int has_line(const moe_trace_hdr_t *h, const char *line)
 
 static void test_names(void)
 {
-    static const char *const names[] = {"auto", "tokens", "jsonl", "csv", "npy", "megatron"};
-    for (int i = 0; i < 6; i++) {
+    static const char *const names[] = {"auto", "tokens", "jsonl", "csv", "npy", "megatron",
+                                        "safetensors", "raw", "base64"};
+    for (int i = 0; i < 9; i++) {
         CHECK_STR(moe_import_fmt_name(i), names[i]);
         CHECK_EQ_INT(moe_import_fmt_parse(names[i]), i);
     }
     CHECK_EQ_INT(moe_import_fmt_parse("parquet"), -1);
-    CHECK(moe_import_fmt_name(6) == NULL);
+    CHECK(moe_import_fmt_name(9) == NULL);
     CHECK(moe_import_fmt_name(-1) == NULL);
 }
 
