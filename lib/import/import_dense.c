@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "import_dense.h"
+#include "util_internal.h"
 
 /* A token row may not be larger than this (a corrupt shape would ask for gigabytes). */
 #define DENSE_MAX_ROW (256u << 20)
@@ -407,5 +408,116 @@ void imp_dense_free(imp_dense_t *d)
     free(d->base);
     free(d->x);
     free(d->top);
+    free(d->own);
     memset(d, 0, sizeof *d);
+}
+
+int imp_dense_source(moe_importer_t *im, imp_dense_t *d, uint64_t start, uint64_t len)
+{
+    uint64_t size;
+    int fd = imp_src_file(im->src, &size);
+    if (fd >= 0) {
+        if (size < start || size - start < len)
+            return imp_fail(im, MOE_ETRUNC, "truncated input: %llu bytes, the array ends at "
+                            "byte %llu", (unsigned long long)size,
+                            (unsigned long long)(start + len));
+        d->mode = IMP_DENSE_PREAD;
+        d->fd = fd;
+        return 0;
+    }
+    if (d->planes == 1) {
+        d->mode = IMP_DENSE_STREAM;
+        return 0;
+    }
+    uint64_t pos = imp_src_bytes(im->src);
+    size_t cap = 0, have = 0;
+    while (pos < start + len) {
+        uint64_t left = start + len - pos;
+        size_t step = left < (1u << 20) ? (size_t)left : (1u << 20);
+        uint8_t *b;
+        if (pos < start) { /* bytes before the array: read over them */
+            step = start - pos < step ? (size_t)(start - pos) : step;
+            if (util_grow((void **)&d->own, &cap, step, 1) < 0)
+                return imp_fail(im, MOE_ENOMEM, "out of memory");
+            b = d->own;
+        } else {
+            if (util_grow((void **)&d->own, &cap, have + step, 1) < 0)
+                return imp_fail(im, MOE_ENOMEM, "out of memory");
+            b = d->own + have;
+        }
+        ptrdiff_t k = imp_src_read(im->src, b, step);
+        if (k < 0)
+            return imp_fail_read(im, "data", (int)k);
+        if ((size_t)k < step)
+            return imp_fail(im, MOE_ETRUNC, "truncated data: the input ends at byte %llu, the "
+                            "array at byte %llu", (unsigned long long)(pos + (uint64_t)k),
+                            (unsigned long long)(start + len));
+        if (pos >= start)
+            have += step;
+        pos += step;
+    }
+    d->mode = IMP_DENSE_MEM;
+    d->mem = d->own;
+    d->mem_off = start;
+    d->mem_len = len;
+    return 0;
+}
+
+/* ------------------------------------------------------------------ a whole-input array */
+
+typedef struct arr_state {
+    imp_dense_t d;
+} arr_state_t;
+
+static int arr_next(moe_importer_t *im, moe_trace_rec_t *r)
+{
+    arr_state_t *s = im->state;
+    return imp_dense_next(im, &s->d, r);
+}
+
+static void arr_free(moe_importer_t *im)
+{
+    arr_state_t *s = im->state;
+    if (!s)
+        return;
+    imp_dense_free(&s->d);
+    free(s);
+    im->state = NULL;
+}
+
+static const imp_ops_t arr_ops = {arr_next, arr_free};
+
+int imp_dense_open_array(moe_importer_t *im, int dtype, int nd, const uint64_t *dim)
+{
+    arr_state_t *s = calloc(1, sizeof *s);
+    if (!s)
+        return imp_fail(im, MOE_ENOMEM, "out of memory");
+    im->state = s;
+    im->ops = &arr_ops;
+    imp_dense_t *d = &s->d;
+    int ltk = nd == 3 && im->opts.layout == MOE_IMPORT_LTK;
+    uint64_t T = dim[ltk], L = nd == 3 ? dim[!ltk] : 1, W = dim[nd - 1];
+    if (nd != 2 && nd != 3)
+        return imp_fail(im, MOE_EFORMAT, "a %s array must be [tokens, experts] or [tokens, "
+                        "layers, experts]", imp_dtype_name(dtype));
+    if (T == 0)
+        return imp_fail(im, MOE_EEMPTY, "no tokens in input");
+    if (T > UINT32_MAX || L > MOE_TRACE_MAX_LAYERS * 16u || W > UINT32_MAX)
+        return imp_fail(im, MOE_ERANGE, "array shape out of range");
+    d->dtype = dtype;
+    d->tokens = T;
+    d->in_layers = (uint32_t)L;
+    d->width = (uint32_t)W;
+    d->planes = ltk ? (uint32_t)L : 1;
+    d->seq = im->seq_base;
+    uint64_t start = imp_src_bytes(im->src), row = W * imp_dtype_size(dtype);
+    if (!(d->base = malloc(d->planes * sizeof *d->base)))
+        return imp_fail(im, MOE_ENOMEM, "out of memory");
+    for (uint32_t p = 0; p < d->planes; p++)
+        d->base[p] = start + p * T * row;
+    int st = imp_dense_start(im, d);
+    if (st == 0)
+        st = imp_dense_source(im, d, start, T * L * row);
+    im->rep.sequences = 1;
+    return st;
 }

@@ -49,6 +49,7 @@ typedef struct imp_dense {
     int fd;             /* PREAD */
     const uint8_t *mem; /* MEM: the bytes at offsets mem_off .. mem_off + mem_len */
     uint64_t mem_off, mem_len;
+    uint8_t *own;       /* MEM: the buffer imp_dense_source read (freed here) */
     uint32_t seq;       /* seq of the records */
 
     /* set by imp_dense_start */
@@ -65,6 +66,17 @@ typedef struct imp_dense {
     double *x;          /* width logits of a cell */
     uint32_t *top;      /* the best topk of a cell */
 } imp_dense_t;
+
+/* Pick the source of data at input offsets [start, start + len) that im->src has not passed
+ * yet: positioned reads of a plain file, the stream forward when there is one plane, else the
+ * bytes read into memory (grown as they arrive, never sized by the file's claim alone).
+ * 0 or a negative status (a file or stream shorter than start + len: truncated). */
+int imp_dense_source(moe_importer_t *im, imp_dense_t *d, uint64_t start, uint64_t len);
+
+/* Open the rest of im->src as an array of element type dtype and shape dim[0..nd): [T, E]
+ * logits of one layer, or [T, L, W] ([L, T, W] with --layout LTK), and make it the input's
+ * reader (im->ops, im->state). For the .npy reader's float arrays. 0 or a negative status. */
+int imp_dense_open_array(moe_importer_t *im, int dtype, int nd, const uint64_t *dim);
 
 /* Check the shape against the options (--moe-layers, --topk, --experts), size the buffers and
  * set im->hdr (layers, top-k, weights) and an @CO line naming the kept layers. 0 or a negative

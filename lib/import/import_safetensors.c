@@ -54,7 +54,6 @@ typedef struct st_state {
     size_t n, cap;
     uint64_t data;    /* file offset of the byte buffer: 8 + N */
     uint64_t total;   /* byte buffer size */
-    uint8_t *mem;     /* the byte buffer, when it had to be read into memory */
     imp_dense_t d;
 } st_state_t;
 
@@ -440,38 +439,20 @@ static int st_view(moe_importer_t *im, st_state_t *s, const st_tensor_t **sel, s
                                   : "tokens x layers x k");
 }
 
-/* Where the data come from: positioned reads of a plain file (its size must be exactly what
- * the header describes), a forward stream for one token-major plane, else the whole buffer
- * read into memory (a pipe or gzip with a tensor per layer). */
+/* Where the data come from (imp_dense_source); a plain file must be exactly as long as its
+ * header says. */
 static int st_source(moe_importer_t *im, st_state_t *s)
 {
-    imp_dense_t *d = &s->d;
     uint64_t size;
-    int fd = imp_src_file(im->src, &size);
-    if (fd >= 0) {
-        if (size != s->data + s->total)
-            return imp_fail(im, size < s->data + s->total ? MOE_ETRUNC : MOE_EFORMAT,
-                            "safetensors file has %llu bytes, its header describes %llu",
-                            (unsigned long long)size, (unsigned long long)(s->data + s->total));
-        d->mode = IMP_DENSE_PREAD;
-        d->fd = fd;
-        return 0;
-    }
-    if (d->planes == 1) {
-        d->mode = IMP_DENSE_STREAM;
-        return 0;
-    }
-    int st = st_read_grow(im, &s->mem, s->total, 0, "data");
+    if (imp_src_file(im->src, &size) >= 0 && size != s->data + s->total)
+        return imp_fail(im, size < s->data + s->total ? MOE_ETRUNC : MOE_EFORMAT,
+                        "safetensors file has %llu bytes, its header describes %llu",
+                        (unsigned long long)size, (unsigned long long)(s->data + s->total));
+    int st = imp_dense_source(im, &s->d, s->data, s->total);
     uint8_t extra;
-    if (st == 0 && imp_src_read(im->src, &extra, 1) != 0)
+    if (st == 0 && s->d.mode == IMP_DENSE_MEM && imp_src_read(im->src, &extra, 1) != 0)
         return imp_fail(im, MOE_EFORMAT, "safetensors file has bytes after its data");
-    if (st < 0)
-        return st;
-    d->mode = IMP_DENSE_MEM;
-    d->mem = s->mem;
-    d->mem_off = s->data; /* offsets are from the file's start */
-    d->mem_len = s->total;
-    return 0;
+    return st;
 }
 
 static int st_next(moe_importer_t *im, moe_trace_rec_t *r)
@@ -507,7 +488,6 @@ static void st_free(moe_importer_t *im)
     imp_dense_free(&s->d);
     free(s->t);
     free(s->hdr);
-    free(s->mem);
     free(s);
     im->state = NULL;
 }

@@ -148,6 +148,21 @@ records hf
 expect_eq "$(check_logits "$T/hf.rec" 2 1 0)" "" "f16 ids and weights"
 end
 
+begin "logits: .npy float32 [layers, tokens, experts] (file, pipe) and float16 [tokens, experts]"
+run moe import --topk 2 --layout LTK --no-PG -O t -o "$T/nl.txt" "$D/logits_ltk.npy"
+expect_eq "$rc" 0 "status"
+records nl
+expect_eq "$(check_logits "$T/nl.rec" 2 1 0,1,2)" "" "ids and weights"
+run sh -c "cat '$D/logits_ltk.npy' | '$MOE_BIN/moe-trace' import --topk 2 --layout LTK --no-PG \
+    -O t -o '$T/np.txt' -"
+expect_eq "$rc" 0 "status (pipe)"
+records np
+same_file "$T/nl.rec" "$T/np.rec" "records (pipe)"
+run moe import --topk 2 --no-renorm --no-PG -O t -o "$T/n2.txt" "$D/logits_f2.npy"
+records n2
+expect_eq "$(check_logits "$T/n2.rec" 2 0 0)" "" "f16 ids and weights"
+end
+
 begin "logits and ids: --topk only with floats, floats only with --topk"
 expect_exit 1 moe import --topk 2 -o "$OUT" "$D/st_ids.safetensors"
 expect_err_line "--topk applies to float router logits"

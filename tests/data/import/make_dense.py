@@ -98,3 +98,16 @@ safetensors('st_bad_trailing.safetensors', good, tail=b'\0\0\0\0')
 safetensors('st_bad_dup.safetensors', [], raw_header=
     '{"x":{"dtype":"I32","shape":[1,1,1],"data_offsets":[0,4]},'
     '"x":{"dtype":"I32","shape":[1,1,1],"data_offsets":[4,8]}}', tail=pack('i', [1, 2]))
+
+# NumPy .npy (format.py's version 1.0: magic, header length u16 LE, dict padded with spaces
+# to a multiple of 64 bytes ending in '\n'): the logits as np.stack(router_logits), float32
+# [L=3, T=3, E=5] in layer order 1, 2, 10, and layer 1 as float16 [T=3, E=5].
+def npy(path, descr, shape, blob):
+    d = "{'descr': '%s', 'fortran_order': False, 'shape': (%s), }" % (
+        descr, ', '.join(str(n) for n in shape) + (',' if len(shape) == 1 else ''))
+    d += ' ' * (-(10 + len(d) + 1) % 64) + '\n'
+    with open(path, 'wb') as f:
+        f.write(b'\x93NUMPY\x01\x00' + struct.pack('<H', len(d)) + d.encode() + blob)
+npy('logits_ltk.npy', '<f4', (3, 3, 5),
+    pack('f', [x for l in (1, 2, 10) for row in logits[l] for x in row]))
+npy('logits_f2.npy', '<f2', (3, 5), pack('e', sum(logits[1], [])))
