@@ -1,5 +1,6 @@
 /* import/import_internal.h -- the router-log readers' openers, called by the dispatcher
- * (import.c). Layering: import.c -> import_<format>.c (-> import_dense.c) -> import_common.c -> parse.c, util.c. */
+ * (import.c). Layering: import.c -> import_<format>.c (-> import_dense.c) -> import_common.c
+ * -> parse.c, util.c. */
 #ifndef MOE_IMPORT_INTERNAL_H
 #define MOE_IMPORT_INTERNAL_H
 
