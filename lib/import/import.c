@@ -178,6 +178,24 @@ static int open_input(moe_importer_t *im, int *fmt)
     return st;
 }
 
+/* The dense-array options name formats they apply to; elsewhere they would be ignored. */
+static int dense_opts_check(moe_importer_t *im)
+{
+    const moe_import_opts_t *o = &im->opts;
+    int f = im->fmt, st = f == MOE_IMPORT_SAFETENSORS, rb = f == MOE_IMPORT_RAW ||
+                                                             f == MOE_IMPORT_BASE64;
+    const char *bad = o->tensor && !st                                 ? "--tensor"
+                      : (o->shape || o->dtype) && !rb                   ? "--shape and --dtype"
+                      : o->moe_layers && !st && !rb && f != MOE_IMPORT_NPY ? "--moe-layers"
+                      : o->topk && !st && !rb && f != MOE_IMPORT_NPY    ? "--topk"
+                      : o->layout && !st && f != MOE_IMPORT_NPY         ? "--layout"
+                                                                        : NULL;
+    if (!bad)
+        return 0;
+    return imp_fail(im, MOE_EINVAL, "'%s': %s do%s not apply to the %s format", im->path, bad,
+                    strchr(bad, ' ') ? "" : "es", fmt_names[f]);
+}
+
 static int open_format(moe_importer_t *im)
 {
     switch (im->fmt) {
@@ -213,6 +231,8 @@ moe_importer_t *moe_import_open(const moe_import_opts_t *o, const char *path, ui
                  (o->meta || o->weights))
             st = imp_fail(im, MOE_EINVAL, "'%s': --meta and --weights apply to the tokens "
                           "format only (this input is %s)", path, fmt_names[im->fmt]);
+        else if (st == 0 && (st = dense_opts_check(im)) < 0)
+            ;
         else if (st == 0 &&
                  (st = imp_comment(im, "source: %s (format %s)", path, fmt_names[im->fmt])) == 0)
             st = open_format(im);

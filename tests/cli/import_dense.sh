@@ -273,5 +273,11 @@ bad_import "raw data shorter than --shape" "truncated data: token 3 of 4" \
     "$D/vllm_routed.raw" --format raw --shape 4,2,2 --dtype int16
 bad_import "raw without --dtype" "needs --shape [T,]L,K and --dtype" "$D/vllm_routed.raw" \
     --format raw --shape 2,2
+bad_import "--tensor with another format" "--tensor does not apply to the tokens format" \
+    "$D/tiny.tokens" --tensor x
+bad_import "--shape with safetensors" "--shape and --dtype do not apply to the safetensors" \
+    "$D/st_ids.safetensors" --shape 1,2 --dtype int8
+bad_import "--topk with text" "--topk does not apply to the tokens format" "$D/tiny.tokens" \
+    --topk 2
 
 finish
