@@ -31,7 +31,7 @@ cp "$d"/*.jsonl "$work/corpus/jsonl/" 2>/dev/null || true
 cp "$d"/megatron*.jsonl "$work/corpus/megatron/" 2>/dev/null || true
 cp "$d"/*.csv "$work/corpus/csv/" 2>/dev/null || true
 cp "$d"/*.npy "$work/corpus/npy/" 2>/dev/null || true
-cp "$d"/*.safetensors "$work/corpus/safetensors/" 2>/dev/null || true
+cp "$d"/*.safetensors "$d"/logits_*.npy "$work/corpus/safetensors/" 2>/dev/null || true
 cp "$d"/*.raw "$work/corpus/raw/" 2>/dev/null || true
 cp "$d"/*.b64 "$work/corpus/base64/" 2>/dev/null || true
 for f in placement_text placement_exflow placement_eplb topology; do seed "$f"; done
