@@ -919,17 +919,27 @@ static void import_usage(FILE *fp)
 {
     fprintf(fp, "Usage: %s import [options] INPUT...\n"
                 "Convert router logs of other systems into a routing trace.\n\n"
-                "      --format=F         auto, tokens, jsonl, csv, npy, megatron or sglang\n"
-                "                         [auto]\n"
+                "      --format=F         auto, tokens, jsonl, csv, npy, megatron, sglang,\n"
+                "                         safetensors, raw or base64 [auto; raw, base64 never\n"
+                "                         detected]\n"
                 "      --meta=FILE        tokens format: 'sequence phase position' per row\n"
                 "      --weights=FILE     tokens format: gate weights, same shape as the ids\n"
                 "      --experts=E        experts per layer [inferred: largest id + 1]\n"
                 "      --drop-incomplete  drop tokens with missing (layer, token) cells\n"
                 "                         [keep them, marked missing]\n"
-                "      --layout=A         npy: axis order TLK (tokens, layers, k) or LTK\n"
-                "                         (SGLang's layers, tokens, k) [TLK]\n"
+                "      --layout=A         npy, safetensors: axis order TLK (tokens, layers, k)\n"
+                "                         or LTK (SGLang's layers, tokens, k) [TLK]\n"
                 "      --mtp              megatron: keep the multi-token-prediction records as\n"
                 "                         layers after the decoder's [skip them]\n"
+                "      --tensor=NAME      safetensors: the tensor to read; 'PREFIX*': one per\n"
+                "                         layer, ordered by their names' last number [the only]\n"
+                "      --shape=[T,]L,K    raw, base64: the array's shape [T from the size]\n"
+                "      --dtype=TYPE       raw, base64: int8..int64, uint8..uint64, float16,\n"
+                "                         bfloat16, float32, float64\n"
+                "      --moe-layers=LIST  keep these input layers (MoE ones: '1-3,5') [all]\n"
+                "      --topk=K           float router logits: take each token's top K experts,\n"
+                "                         gate weights from the softmax\n"
+                "      --no-renorm        softmax over all experts [renormalised over the K]\n"
                 "      --hidden=H         hidden size recorded in the header [0: unknown]\n"
                 "      --elem-bytes=B     bytes per element recorded in the header [0]\n", prog);
     moe_opts_usage(fp, MOE_OPT_ALL);
@@ -1052,13 +1062,17 @@ static int import_spooled(import_job_t *job, const moe_opts_t *o)
 
 static int cmd_import(int argc, char **argv)
 {
-    enum { O_FMT = MOE_OPTC_TOOL, O_META, O_W, O_E, O_DROP, O_HID, O_EB, O_MTP, O_LAYOUT };
+    enum { O_FMT = MOE_OPTC_TOOL, O_META, O_W, O_E, O_DROP, O_HID, O_EB, O_MTP, O_TENSOR,
+           O_SHAPE, O_DTYPE, O_LAYOUT, O_MOEL, O_TOPK, O_NORENORM };
     static const struct option lo[] = {
         {"format", required_argument, 0, O_FMT}, {"meta", required_argument, 0, O_META},
         {"weights", required_argument, 0, O_W}, {"experts", required_argument, 0, O_E},
         {"drop-incomplete", no_argument, 0, O_DROP}, {"hidden", required_argument, 0, O_HID},
         {"elem-bytes", required_argument, 0, O_EB}, {"mtp", no_argument, 0, O_MTP},
-        {"layout", required_argument, 0, O_LAYOUT}, MOE_OPTS_LONG, {0}};
+        {"tensor", required_argument, 0, O_TENSOR}, {"shape", required_argument, 0, O_SHAPE},
+        {"dtype", required_argument, 0, O_DTYPE}, {"layout", required_argument, 0, O_LAYOUT},
+        {"moe-layers", required_argument, 0, O_MOEL}, {"topk", required_argument, 0, O_TOPK},
+        {"no-renorm", no_argument, 0, O_NORENORM}, MOE_OPTS_LONG, {0}};
     const char *sub = "import";
     moe_opts_t o;
     moe_opts_init(&o);
@@ -1081,9 +1095,18 @@ static int cmd_import(int argc, char **argv)
             break;
         case O_DROP: job.io.drop_incomplete = 1; break;
         case O_MTP: job.io.mtp = 1; break;
+        case O_TENSOR: job.io.tensor = optarg; break;
+        case O_SHAPE: job.io.shape = optarg; break;
+        case O_DTYPE: job.io.dtype = optarg; break;
+        case O_MOEL: job.io.moe_layers = optarg; break;
+        case O_NORENORM: job.io.no_renorm = 1; break;
         case O_LAYOUT:
             if ((job.io.layout = moe_import_layout_parse(optarg)) < 0)
                 return usage_error(sub, "unknown layout '%s' (TLK or LTK)", optarg);
+            break;
+        case O_TOPK:
+            if (u32_opt(sub, optarg, 1, MOE_TRACE_MAX_TOPK, "top-k", &job.io.topk, &rc))
+                return rc;
             break;
         case O_HID:
             if (u32_opt(sub, optarg, 0, UINT32_MAX, "hidden size", &job.hidden, &rc))
@@ -1125,7 +1148,7 @@ static int cmd_import(int argc, char **argv)
 
 static const moe_cli_cmd_t subcommands[] = {
     {"gen", cmd_gen, "generate a seeded synthetic trace"},
-    {"import", cmd_import, "convert router logs (tokens, JSONL, CSV, npy, Megatron, SGLang)"},
+    {"import", cmd_import, "convert other systems' router logs (SGLang, Megatron, npy, ...)"},
     {"view", cmd_view, "print a trace as text, or convert between formats"},
     {"stats", cmd_stats, "token, sequence and per-layer load statistics"},
     {"head", cmd_head, "the first N tokens"},

@@ -13,7 +13,7 @@
 #include "util_internal.h"
 
 static const char *const fmt_names[] = {"auto", "tokens", "jsonl", "csv", "npy", "megatron",
-                                         "sglang"};
+                                         "sglang", "safetensors", "raw", "base64"};
 #define N_FMTS (sizeof fmt_names / sizeof fmt_names[0])
 
 const char *moe_import_fmt_name(int fmt)
@@ -121,6 +121,10 @@ static int detect(const uint8_t *b, size_t n, int whole)
                    ? MOE_IMPORT_SGLANG
                    : MOE_IMPORT_AUTO;
     }
+    /* safetensors: a little-endian header length below 2^32 (the format allows 10^8), then
+     * the JSON object. */
+    if (n >= 9 && b[8] == '{' && !b[4] && !b[5] && !b[6] && !b[7])
+        return MOE_IMPORT_SAFETENSORS;
     const char *s = (const char *)b, *end = s + n;
     while (s < end) {
         const char *nl = memchr(s, '\n', (size_t)(end - s));
@@ -161,7 +165,8 @@ static int detect_format(moe_importer_t *im, size_t n, int *fmt)
 }
 
 /* Open the path, read its first bytes, settle the format and hand the descriptor to the line
- * reader (text formats) or the byte source (.npy); both take the bytes already read first. */
+ * reader (text formats) or the byte source (.npy, safetensors, raw); both take the bytes
+ * already read first. */
 static int open_input(moe_importer_t *im, int *fmt)
 {
     int fd = moe_open_input(im->path), st = 0;
@@ -176,7 +181,8 @@ static int open_input(moe_importer_t *im, int *fmt)
         st = imp_fail(im, MOE_ESYS, "cannot read '%s': %s", im->path, strerror(errno));
     else if (*fmt == MOE_IMPORT_AUTO)
         st = detect_format(im, (size_t)n, fmt);
-    int binary = *fmt == MOE_IMPORT_NPY || *fmt == MOE_IMPORT_SGLANG;
+    int binary = *fmt == MOE_IMPORT_NPY || *fmt == MOE_IMPORT_SGLANG ||
+                 *fmt == MOE_IMPORT_SAFETENSORS || *fmt == MOE_IMPORT_RAW;
     if (st == 0 && binary && !(im->src = imp_src_new(fd, im->prefix, (size_t)n)))
         st = imp_fail(im, MOE_ENOMEM, "out of memory");
     if (st == 0 && !binary &&
@@ -188,6 +194,25 @@ static int open_input(moe_importer_t *im, int *fmt)
     return st;
 }
 
+/* The dense-array options name formats they apply to; elsewhere they would be ignored. */
+static int dense_opts_check(moe_importer_t *im)
+{
+    const moe_import_opts_t *o = &im->opts;
+    int f = im->fmt, st = f == MOE_IMPORT_SAFETENSORS, rb = f == MOE_IMPORT_RAW ||
+                                                             f == MOE_IMPORT_BASE64;
+    const char *bad = o->tensor && !st                                 ? "--tensor"
+                      : (o->shape || o->dtype) && !rb                   ? "--shape and --dtype"
+                      : o->moe_layers && !st && !rb && !(f == MOE_IMPORT_NPY && o->topk)
+                          ? "--moe-layers"
+                      : o->topk && !st && !rb && f != MOE_IMPORT_NPY    ? "--topk"
+                      : o->layout && !st && f != MOE_IMPORT_NPY         ? "--layout"
+                                                                        : NULL;
+    if (!bad)
+        return 0;
+    return imp_fail(im, MOE_EINVAL, "'%s': %s do%s not apply to the %s format", im->path, bad,
+                    strchr(bad, ' ') ? "" : "es", fmt_names[f]);
+}
+
 static int open_format(moe_importer_t *im)
 {
     switch (im->fmt) {
@@ -197,6 +222,9 @@ static int open_format(moe_importer_t *im)
     case MOE_IMPORT_NPY: return imp_npy_open(im);
     case MOE_IMPORT_MEGATRON: return imp_megatron_open(im);
     case MOE_IMPORT_SGLANG: return imp_sglang_open(im);
+    case MOE_IMPORT_SAFETENSORS: return imp_safetensors_open(im);
+    case MOE_IMPORT_RAW: return imp_raw_open(im);
+    case MOE_IMPORT_BASE64: return imp_base64_open(im);
     default: return imp_fail(im, MOE_EINVAL, "unknown import format %d", im->fmt);
     }
 }
@@ -221,9 +249,8 @@ moe_importer_t *moe_import_open(const moe_import_opts_t *o, const char *path, ui
                  (o->meta || o->weights))
             st = imp_fail(im, MOE_EINVAL, "'%s': --meta and --weights apply to the tokens "
                           "format only (this input is %s)", path, fmt_names[im->fmt]);
-        else if (st == 0 && im->fmt != MOE_IMPORT_NPY && o->layout != MOE_IMPORT_TLK)
-            st = imp_fail(im, MOE_EINVAL, "'%s': --layout applies to the npy format only (this "
-                          "input is %s)", path, fmt_names[im->fmt]);
+        else if (st == 0 && (st = dense_opts_check(im)) < 0)
+            ;
         else if (st == 0 &&
                  (st = imp_comment(im, "source: %s (format %s)", path, fmt_names[im->fmt])) == 0)
             st = open_format(im);

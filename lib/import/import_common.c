@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <zlib.h>
@@ -535,6 +536,15 @@ int imp_src_slurp(imp_src_t *s, size_t max, uint8_t **out, size_t *n)
 uint64_t imp_src_bytes(const imp_src_t *s)
 {
     return s->bytes;
+}
+
+int imp_src_file(const imp_src_t *s, uint64_t *size)
+{
+    struct stat sb;
+    if (s->gz || fstat(s->fd, &sb) != 0 || !S_ISREG(sb.st_mode))
+        return -1;
+    *size = (uint64_t)sb.st_size;
+    return s->fd;
 }
 
 void imp_src_free(imp_src_t *s)

@@ -144,6 +144,9 @@ ptrdiff_t imp_src_read(imp_src_t *s, void *buf, size_t n);
 int imp_src_slurp(imp_src_t *s, size_t max, uint8_t **out, size_t *n);
 /* Uncompressed bytes delivered so far. */
 uint64_t imp_src_bytes(const imp_src_t *s);
+/* The descriptor when the input is a regular uncompressed file, for positioned reads, with
+ * its size in *size; -1 otherwise (a pipe, gzip). */
+int imp_src_file(const imp_src_t *s, uint64_t *size);
 void imp_src_free(imp_src_t *s);
 
 #endif

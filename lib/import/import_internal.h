@@ -1,5 +1,6 @@
 /* import/import_internal.h -- the router-log readers' openers, called by the dispatcher
- * (import.c). Layering: import.c -> import_<format>.c -> import_common.c -> parse.c, util.c. */
+ * (import.c). Layering: import.c -> import_<format>.c (-> import_dense.c) -> import_common.c
+ * -> parse.c, util.c. */
 #ifndef MOE_IMPORT_INTERNAL_H
 #define MOE_IMPORT_INTERNAL_H
 
@@ -13,5 +14,8 @@ int imp_megatron_open(moe_importer_t *im);
 int imp_csv_open(moe_importer_t *im);
 int imp_npy_open(moe_importer_t *im);
 int imp_sglang_open(moe_importer_t *im);
+int imp_safetensors_open(moe_importer_t *im);
+int imp_raw_open(moe_importer_t *im);
+int imp_base64_open(moe_importer_t *im);
 
 #endif

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "import_dense.h"
 #include "import_internal.h"
 #include "parse_internal.h"
 
@@ -33,6 +34,9 @@ typedef struct npy_state {
     uint64_t rows;   /* T */
     uint32_t L, K;   /* layers and ids per cell in the array */
     uint32_t keff;   /* ids per cell in the trace */
+    int logits;      /* a float array: router logits, read by import_dense.c */
+    int nd;
+    uint64_t dim[4];
     uint8_t *row;    /* TLK: one token's row; LTK: the whole array */
     size_t row_bytes;
     int ltk;
@@ -84,8 +88,12 @@ static int parse_descr(moe_importer_t *im, npy_state_t *s, const char *hdr)
     size_t len = strcspn(d, "'\"");
     char order = d[0], kind = len >= 2 ? d[1] : 0;
     unsigned size = len == 3 ? (unsigned)(d[2] - '0') : 0;
-    int ok = len == 3 && (order == '<' || order == '>' || order == '|' || order == '=') &&
-             (kind == 'i' || kind == 'u') && (size == 1 || size == 2 || size == 4 || size == 8);
+    /* With --topk, floats are router logits, little endian: '<f2', '<f4', '<f8'. */
+    s->logits = im->opts.topk && len == 3 && (order == '<' || order == '=') && kind == 'f' &&
+                (size == 2 || size == 4 || size == 8);
+    int ok = s->logits ||
+             (len == 3 && (order == '<' || order == '>' || order == '|' || order == '=') &&
+              (kind == 'i' || kind == 'u') && (size == 1 || size == 2 || size == 4 || size == 8));
     if (!ok)
         return imp_fail(im, MOE_EFORMAT, ".npy dtype '%.*s' is not an integer type (expert ids "
                         "must be integers of 1, 2, 4 or 8 bytes)", (int)(len < 20 ? len : 20), d);
@@ -117,6 +125,10 @@ static int parse_shape(moe_importer_t *im, npy_state_t *s, const char *hdr)
         return imp_fail(im, MOE_EFORMAT, ".npy array has %d dimensions: expected %s", nd,
                         s->ltk ? "[layers, tokens] or [layers, tokens, k]"
                                : "[tokens, layers] or [tokens, layers, k]");
+    s->nd = nd;
+    memcpy(s->dim, dim, sizeof dim);
+    if (s->logits)
+        return 0; /* shape checked by import_dense.c */
     uint64_t k = nd == 3 ? dim[2] : 1, layers = dim[s->ltk ? 0 : 1];
     if (layers == 0 || layers > MOE_TRACE_MAX_LAYERS || k == 0 || k > MOE_TRACE_MAX_TOPK)
         return imp_fail(im, MOE_ERANGE, ".npy shape: %llu layers, k = %llu (1..%u layers, k "
@@ -287,6 +299,13 @@ int imp_npy_open(moe_importer_t *im)
     int st = read_header(im, s);
     if (st < 0)
         return st;
+    if (s->logits) { /* the dense-array reader takes over */
+        int dtype = s->size == 2 ? IMP_F16 : s->size == 4 ? IMP_F32 : IMP_F64, nd = s->nd;
+        uint64_t dim[4];
+        memcpy(dim, s->dim, sizeof dim);
+        npy_free(im);
+        return imp_dense_open_array(im, dtype, nd, dim);
+    }
     if (s->rows == 0)
         return imp_fail(im, MOE_EEMPTY, "no tokens in input");
     if (s->rows > UINT32_MAX)

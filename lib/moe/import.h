@@ -20,12 +20,16 @@ enum moe_import_fmt {
     MOE_IMPORT_NPY,      /* ExFlow-style NumPy int array [tokens, layers] or [tokens, layers, k] */
     MOE_IMPORT_MEGATRON, /* Megatron-Core router-trace JSONL (step, layer, rank, topk, ...) */
     MOE_IMPORT_SGLANG,   /* SGLang expert-distribution recorder dump (torch.save .pt, per_token) */
+    MOE_IMPORT_SAFETENSORS, /* safetensors file: ids [tokens, layers(, k)] or logits */
+    MOE_IMPORT_RAW,      /* headerless little-endian array [tokens, layers, k] (--shape) */
+    MOE_IMPORT_BASE64,   /* one base64 blob of such an array per line (a request each): SGLang's
+                          * and vLLM's "return routed experts" */
 };
 
-/* Axis order of a .npy array (moe-trace import --layout). */
+/* Axis order of a 3-D array (moe-trace import --layout; .npy and safetensors). */
 enum moe_import_layout {
-    MOE_IMPORT_TLK = 0, /* (tokens, layers[, k]): ExFlow's, streamed */
-    MOE_IMPORT_LTK,     /* (layers, tokens[, k]): SGLang's topk_ids_of_layer, read whole */
+    MOE_IMPORT_TLK = 0, /* (tokens, layers[, k]): ExFlow's */
+    MOE_IMPORT_LTK,     /* (layers, tokens[, k]): SGLang's topk_ids_of_layer */
 };
 
 /* Options of an import. */
@@ -37,7 +41,19 @@ typedef struct moe_import_opts {
     int drop_incomplete;  /* drop tokens with missing (layer, token) cells instead of keeping */
     int mtp;              /* megatron: keep the multi-token-prediction records ("block": "mtp")
                            * as layers after the decoder's instead of skipping them */
-    int layout;           /* npy: enum moe_import_layout */
+    /* Dense arrays (safetensors, raw, base64); strings are checked when the input opens. */
+    const char *tensor;     /* safetensors: the tensor to read, or "PREFIX*": the tensors whose
+                             * names start with PREFIX, one [tokens, k|E] per layer, ordered by
+                             * the number ending each name; NULL: the only tensor */
+    const char *shape;      /* raw, base64: "[T,]L,K" (T inferred when absent) */
+    const char *dtype;      /* raw, base64: int8..int64, uint8..uint64, float16, bfloat16,
+                             * float32, float64 */
+    const char *moe_layers; /* keep these input layers ("1-3,5": model-layer ids), drop the
+                             * others (dense layers); NULL keeps all */
+    uint32_t topk;          /* float router logits: experts taken per token (0: ids input) */
+    int no_renorm;          /* logits: gate weights are the softmax over all E, not
+                             * renormalised over the top k (Mixtral's default) */
+    int layout;             /* enum moe_import_layout */
 } moe_import_opts_t;
 
 /* What an import found, for the report on stderr and for tests. */

@@ -131,7 +131,7 @@ bad_import "physical slot past the map" "physical slot 9 out of range (6 slots" 
     "$D/sglang_bad_slot.pt"
 bad_import "--experts below the ids" "expert id 3 out of range" "$D/sglang_per_token.pt" \
     --experts 3
-bad_import "--layout LTK on a .pt" "--layout applies to the npy format only" \
+bad_import "--layout LTK on a .pt" "--layout does not apply to the sglang format" \
     "$D/sglang_per_token.pt" --layout LTK
 bad_import "zip that is no torch.save file" "cannot detect" "$T/notpt.zip"
 

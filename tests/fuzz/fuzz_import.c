@@ -25,6 +25,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 #ifdef FUZZ_LAYOUT
     o.layout = FUZZ_LAYOUT;
 #endif
+    if (o.format == MOE_IMPORT_RAW || o.format == MOE_IMPORT_BASE64) {
+        o.shape = "2,2"; /* these formats need a shape and type: int16 [T, 2 layers, top-2] */
+        o.dtype = "int16";
+    }
     int st;
     moe_importer_t *im = moe_import_open(&o, path, 1, &st, err, sizeof err);
     if (!im)

@@ -160,13 +160,13 @@ static int has_line(const moe_trace_hdr_t *h, const char *line)
 static void test_names(void)
 {
     static const char *const names[] = {"auto", "tokens", "jsonl", "csv", "npy", "megatron",
-                                         "sglang"};
-    for (int i = 0; i < 7; i++) {
+                                         "sglang", "safetensors", "raw", "base64"};
+    for (int i = 0; i < 10; i++) {
         CHECK_STR(moe_import_fmt_name(i), names[i]);
         CHECK_EQ_INT(moe_import_fmt_parse(names[i]), i);
     }
     CHECK_EQ_INT(moe_import_fmt_parse("parquet"), -1);
-    CHECK(moe_import_fmt_name(7) == NULL);
+    CHECK(moe_import_fmt_name(10) == NULL);
     CHECK(moe_import_fmt_name(-1) == NULL);
 }
 
@@ -676,10 +676,10 @@ static void test_npy_layout(void)
     run(&res, &o, npy_file("ltk_big.npy", 1, "<i4", "(4000, 1000000, 8)", "False", le, 96), 0);
     CHECK_STR(res.err, "truncated .npy data: 96 of 128000000000 bytes");
     res_release(&res);
-    /* --layout is for .npy only */
+    /* --layout is for .npy and safetensors only */
     run(&res, &o, data_path("tiny.tokens"), 0);
     CHECK_EQ_INT(res.status, MOE_EINVAL);
-    CHECK(strstr(res.err, "--layout applies to the npy format only") != NULL);
+    CHECK(strstr(res.err, "--layout does not apply to the tokens format") != NULL);
     res_release(&res);
     CHECK_EQ_INT(moe_import_layout_parse("LTK"), MOE_IMPORT_LTK);
     CHECK_EQ_INT(moe_import_layout_parse("TLK"), MOE_IMPORT_TLK);
