@@ -353,9 +353,9 @@ static int run_fit(int argc, char **argv)
     if (parse("fit", argc, argv, &g, MOE_OPT_OUTPUT | MOE_OPT_FORMAT | MOE_OPT_THREADS |
               MOE_OPT_PG | MOE_OPT_PROGRESS, takes, fit_usage, &rc))
         return rc;
-    if (g.loads && (argc - optind || g.po.method > MOE_PLACE_BALANCED))
+    if (g.loads && (argc - optind || g.po.method > MOE_PLACE_BALANCED || g.topk))
         return usage_error("fit", "--loads is the input, for the methods contiguous, "
-                           "round-robin, random or balanced");
+                           "round-robin, random or balanced (no --topk)");
     if ((g.physmap || g.experts) && !g.loads)
         return usage_error("fit", "--physical-map and --experts apply to --loads");
     if (!g.loads && argc - optind != 1)

@@ -364,7 +364,10 @@ int moe_import_loads(const char *path, const char *map, uint32_t experts, moe_lo
         st = imp_loads_read(im, mm, experts, out);
     moe_importer_t *bad = mm && (mst < 0 || mm->err[0]) ? mm : im;
     if (st < 0 || mst < 0)
-        util_errf(errbuf, errlen, st < 0 ? st : mst, "'%s': %s", bad ? bad->path : path,
+        util_errf(errbuf, errlen, st < 0 ? st : mst, "%s%s%s%s",
+                  bad && strstr(bad->err, bad->path) ? "" : "'", /* open errors name it */
+                  bad && strstr(bad->err, bad->path) ? "" : bad ? bad->path : path,
+                  bad && strstr(bad->err, bad->path) ? "" : "': ",
                   bad && bad->err[0] ? bad->err : moe_strerror(st < 0 ? st : mst));
     moe_import_close(im);
     moe_import_close(mm);

@@ -561,6 +561,8 @@ int imp_safetensors_tensor(moe_importer_t *im, const char *name, imp_tensor_t *o
     st_state_t s = {0};
     uint8_t *raw = NULL;
     int st = st_header(im, &s);
+    if (st == MOE_EEMPTY && imp_src_bytes(im->src) == 0)
+        st = imp_fail(im, MOE_EEMPTY, "empty file"); /* not "no tokens": these are no tokens */
     const st_tensor_t *t = NULL;
     size_t wl = strlen(name);
     for (size_t i = 0; st == 0 && i < s.n; i++)
