@@ -96,8 +96,10 @@ end
 begin "a physical map with redundant slots sums each expert's slots"
 # 2 layers x 6 slots, I32: phy2log [[0,0,1,0,2,3],[3,1,1,2,3,0]] (eplb_two_slots.json) gives
 # layer 0: e0 = 10+20+40, e1 = 30, e2 = 50, e3 = 60; layer 1: e0 = 6, e1 = 2+3, e2 = 4, e3 = 1+5
+l0='\012\0\0\0\024\0\0\0\036\0\0\0\050\0\0\0\062\0\0\0\074\0\0\0'  # 10 20 30 40 50 60
+l1='\001\0\0\0\002\0\0\0\003\0\0\0\004\0\0\0\005\0\0\0\006\0\0\0'  # 1 2 3 4 5 6
 st_file "$T/r.st" '{"expert_load_window":{"dtype":"I32","shape":[1,2,6],"data_offsets":[0,48]}}' \
-    '\012\0\0\0\024\0\0\0\036\0\0\0\050\0\0\0\062\0\0\0\074\0\0\0\001\0\0\0\002\0\0\0\003\0\0\0\004\0\0\0\005\0\0\0\006\0\0\0'
+    "$l0$l1"
 printf '{"logical_count":[[70,30,50,60],[6,5,4,6]]}\n' >"$T/sum.json"
 expect_exit 0 mp fit --ranks 2 --method balanced --loads "$T/sum.json"
 records "$T/out" >"$T/want"
@@ -121,7 +123,8 @@ expect_tool_err_line moe-place "physical map"
 head -c 40 "$T/r.st" >"$T/trunc.st"
 expect_exit 1 mp fit --ranks 2 --method balanced --loads "$T/trunc.st"
 expect_tool_err_line moe-place "trunc.st"
-st_file "$T/x.st" '{"other":{"dtype":"I32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"I32","shape":[0],"data_offsets":[8,8]}}' '\0\0\0\0\0\0\0\0'
+st_file "$T/x.st" '{"other":{"dtype":"I32","shape":[2],"data_offsets":[0,8]},'\
+'"b":{"dtype":"I32","shape":[0],"data_offsets":[8,8]}}' '\0\0\0\0\0\0\0\0'
 expect_exit 1 mp fit --ranks 2 --method balanced --loads "$T/x.st"
 expect_tool_err_line moe-place "no tensor 'expert_load_window'"
 st_file "$T/neg.st" '{"expert_load_window":{"dtype":"I32","shape":[1,2],"data_offsets":[0,8]}}' \
