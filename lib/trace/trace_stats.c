@@ -424,6 +424,7 @@ int moe_trace_load_window(moe_trace_t *in, uint64_t window,
     moe_trace_rec_t r = {0};
     uint64_t *c = NULL, W = 0, tok = 0;
     size_t cap = 0;
+    moe_trace_hdr_init(&h);
     int st = moe_trace_read_header(in, &h);
     if (st < 0)
         return util_errf(errbuf, errlen, st, "%s", moe_trace_errmsg(in));
