@@ -70,7 +70,9 @@ int imp_loads_read(moe_importer_t *im, moe_importer_t *map, uint32_t experts, mo
     if (st == 0 && t.nd != 2 && t.nd != 3)
         st = imp_fail(im, MOE_EFORMAT, "loads must be [windows, layers, slots] or [layers, "
                       "slots], not %u-D", t.nd);
-    uint64_t W = t.nd == 3 ? t.dim[0] : 1, L = t.dim[t.nd - 2], P = t.dim[t.nd - 1];
+    int ok = st == 0; /* t.dim holds a shape of 2 or 3 dimensions */
+    uint64_t W = t.nd == 3 ? t.dim[0] : 1, L = ok ? t.dim[t.nd - 2] : 0,
+             P = ok ? t.dim[t.nd - 1] : 0;
     if (st == 0 && (W == 0 || L == 0 || P == 0 || L > MOE_TRACE_MAX_LAYERS ||
                     P > 255u * MOE_TRACE_MAX_EXPERTS))
         st = imp_fail(im, MOE_EFORMAT, "loads of shape [%llu, %llu, %llu] out of range",
