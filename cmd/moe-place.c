@@ -13,6 +13,7 @@
 #include "moe/acct.h"
 #include "moe/affinity.h"
 #include "moe/cli.h"
+#include "moe/import.h"
 #include "moe/io.h"
 #include "moe/moe.h"
 #include "moe/place.h"
@@ -33,7 +34,7 @@ enum {
     O_RANKS = MOE_OPTC_TOOL, O_GPN, O_TOPOLOGY, O_METHOD, O_SCHEME, O_MAX_IMB, O_REPLICAS,
     O_EP_SIZE, O_TIME_LIMIT, O_SEED, O_STARTS, O_TOPK, O_INTER_COST, O_SOURCE, O_HIDDEN,
     O_ELEM_BYTES, O_MATRIX, O_MATRIX_BYTES, O_JSON, O_FORMAT, O_EXPERTS, O_NO_LAYERS,
-    O_REPLICA_RULE,
+    O_REPLICA_RULE, O_LOADS, O_PHYSMAP,
 };
 
 static const struct option long_opts[] = {
@@ -52,14 +53,16 @@ static const struct option long_opts[] = {
     {"matrix-bytes", required_argument, 0, O_MATRIX_BYTES}, {"json", no_argument, 0, O_JSON},
     {"format", required_argument, 0, O_FORMAT}, {"experts", required_argument, 0, O_EXPERTS},
     {"no-layers", no_argument, 0, O_NO_LAYERS},
-    {"replica-rule", required_argument, 0, O_REPLICA_RULE}, MOE_OPTS_LONG, {0}};
+    {"replica-rule", required_argument, 0, O_REPLICA_RULE},
+    {"loads", required_argument, 0, O_LOADS},
+    {"physical-map", required_argument, 0, O_PHYSMAP}, MOE_OPTS_LONG, {0}};
 
 /* Everything any subcommand takes; each parser rejects what does not apply to it. */
 typedef struct cfg {
     moe_opts_t o;
     moe_place_opts_t po;
     uint32_t ranks, gpn, topk, hidden, elem_bytes, experts;
-    const char *topology, *matrix, *matrix_bytes;
+    const char *topology, *matrix, *matrix_bytes, *loads, *physmap;
     double inter_cost;      /* < 0: the topology's */
     int source, json, format, scheme_set, no_layers;
 } cfg_t;
@@ -147,6 +150,8 @@ static int take_opt(const char *sub, int c, const char *arg, cfg_t *g)
     case O_EXPERTS:
         return moe_cli_u32(prog, sub, arg, 1, MOE_TRACE_MAX_EXPERTS, "expert count", &g->experts);
     case O_NO_LAYERS: g->no_layers = 1; return 0;
+    case O_LOADS: g->loads = arg; return 0;
+    case O_PHYSMAP: g->physmap = arg; return 0;
     case O_REPLICA_RULE: return moe_cli_replica_rule(prog, sub, arg, &g->po.replica_rule);
     }
     return usage_error(sub, "unexpected option");
@@ -255,8 +260,14 @@ static int make_topo(const char *sub, const cfg_t *g, uint32_t ranks, moe_topo_t
 static void fit_usage(FILE *fp)
 {
     fputs("Usage: moe-place fit --ranks=G [options] TRACE|TABLE\n"
+          "   or: moe-place fit --ranks=G --loads=FILE --method=M [options]\n"
           "Fit a placement of experts to ranks from a routing trace or an affinity table.\n"
           "\n"
+          "      --loads=FILE       fit expert loads instead: a vLLM EPLB load window\n"
+          "                         (safetensors) or SGLang logical_count JSON; methods\n"
+          "                         contiguous, round-robin, random or balanced\n"
+          "      --physical-map=FILE  the loads' slots' experts: SGLang or EPLB JSON map\n"
+          "      --experts=E        experts per layer of the loads [the slots]\n"
           "      --ranks=G          ranks (GPUs) to place on [from --topology]\n"
           "      --gpus-per-node=N  ranks per node [G: one node]\n"
           "      --topology=FILE    topology file (moe-topology(5)) or preset name, instead of\n"
@@ -284,6 +295,15 @@ static void fit_usage(FILE *fp)
 static moe_affinity_t *load_stats(const char *path, const cfg_t *g, int top1, int *is_trace)
 {
     int st, table = 0;
+    moe_loads_t ld;
+    if (g->loads) {
+        *is_trace = 0;
+        moe_affinity_t *a = moe_import_loads(path, g->physmap, g->experts, &ld, errbuf,
+                                             sizeof errbuf) < 0 ? NULL
+            : moe_affinity_from_loads(ld.layers, ld.experts, ld.load, &st, errbuf, sizeof errbuf);
+        moe_loads_free(&ld);
+        return a ? a : (fail("%s", errbuf), NULL);
+    }
     moe_affinity_opts_t ao;
     moe_affinity_opts_default(&ao);
     ao.top1 = top1;
@@ -327,17 +347,22 @@ static int run_fit(int argc, char **argv)
 {
     static const int takes[] = {O_RANKS, O_GPN, O_TOPOLOGY, O_METHOD, O_SCHEME, O_MAX_IMB,
         O_REPLICAS, O_EP_SIZE, O_TIME_LIMIT, O_SEED, O_STARTS, O_TOPK, O_INTER_COST,
-        O_REPLICA_RULE, 0};
+        O_REPLICA_RULE, O_LOADS, O_PHYSMAP, O_EXPERTS, 0};
     cfg_t g;
     int rc = 0;
     if (parse("fit", argc, argv, &g, MOE_OPT_OUTPUT | MOE_OPT_FORMAT | MOE_OPT_THREADS |
               MOE_OPT_PG | MOE_OPT_PROGRESS, takes, fit_usage, &rc))
         return rc;
-    if (argc - optind != 1)
+    if (g.loads && (argc - optind || g.po.method > MOE_PLACE_BALANCED || g.topk))
+        return usage_error("fit", "--loads is the input, for the methods contiguous, "
+                           "round-robin, random or balanced (no --topk)");
+    if ((g.physmap || g.experts) && !g.loads)
+        return usage_error("fit", "--physical-map and --experts apply to --loads");
+    if (!g.loads && argc - optind != 1)
         return usage_error("fit", argc - optind ? "too many arguments" : "expected one input");
     if (g.topk > 1)
         return usage_error("fit", "--topk fits top-1 paths (1) or whole sets (leave it out)");
-    const char *in = argv[optind];
+    const char *in = g.loads ? g.loads : argv[optind];
     moe_topo_t topo;
     if ((rc = make_topo("fit", &g, 0, &topo)) != 0)
         return rc;

@@ -342,7 +342,7 @@ static int cmd_view(int argc, char **argv)
 /* ------------------------------------------------------------------ stats */
 
 /* stats writes a text report: no trace-format or @PG options. */
-#define STATS_OPTS (MOE_OPT_OUTPUT | MOE_OPT_THREADS | MOE_OPT_PROGRESS)
+#define STATS_OPTS (MOE_OPT_OUTPUT | MOE_OPT_THREADS | MOE_OPT_PROGRESS | MOE_OPT_FORCE)
 
 static void stats_usage(FILE *fp)
 {
@@ -351,10 +351,34 @@ static void stats_usage(FILE *fp)
                 "cells.\n\n"
                 "      --loads            also print every expert's load, one line per layer\n"
                 "      --json             write JSON instead of the report (--format=json)\n"
-                "      --format=F         text, json or sglang (SGLang's logical_count JSON:\n"
-                "                         every expert's load) [text]\n",
+                "      --format=F         text, json, sglang (SGLang's logical_count JSON:\n"
+                "                         every expert's load) or vllm (vLLM's EPLB\n"
+                "                         expert_load_window, safetensors) [text]\n"
+                "      --window=N         vllm: a window per N tokens [0: one of all]\n",
             prog);
     moe_opts_usage(fp, STATS_OPTS);
+}
+
+/* --format=vllm: the load window, binary (refused on a terminal without -f). */
+static int stats_vllm(const char *path, const moe_opts_t *o, uint64_t window)
+{
+    const char *out = o->out ? o->out : "-";
+    if (!strcmp(out, "-") && isatty(STDOUT_FILENO) && !o->force)
+        return fail("refusing to write binary data to a terminal (use -o FILE or -f)");
+    int st;
+    moe_trace_t *in = moe_trace_open(path, "r", o->threads, &st, errbuf, sizeof errbuf);
+    if (!in)
+        return fail("%s", errbuf);
+    moe_textout_t *t = moe_cli_text_open(prog, out, 'u', -1);
+    int rc = 1;
+    errbuf[0] = '\0';
+    st = t ? moe_trace_load_window(in, window, moe_textout_write, t, errbuf, sizeof errbuf) : 0;
+    if (t && st < 0 && errbuf[0]) /* the trace's failure: no output */
+        rc = fail("%s", errbuf), moe_textout_close(t, 0);
+    else if (t)
+        rc = moe_cli_text_finish(prog, t, out, st < 0);
+    moe_trace_close(in, NULL, 0);
+    return rc;
 }
 
 static int cmd_stats(int argc, char **argv)
@@ -362,29 +386,40 @@ static int cmd_stats(int argc, char **argv)
     static const struct option lo[] = {{"loads", no_argument, 0, MOE_OPTC_TOOL},
                                        {"json", no_argument, 0, MOE_OPTC_TOOL + 1},
                                        {"format", required_argument, 0, MOE_OPTC_TOOL + 2},
+                                       {"window", required_argument, 0, MOE_OPTC_TOOL + 3},
                                        MOE_OPTS_LONG, {0}};
-    static const char *const forms[] = {"text", "json", "sglang"}; /* enum moe_stats_form */
+    static const char *const forms[] = {"text", "json", "sglang", "vllm"}; /* + vllm: 3 */
     moe_opts_t o;
     moe_opts_init(&o);
     o.allowed = STATS_OPTS;
     int loads = 0, form = 0, c, rc = 0;
+    uint64_t window = 0;
     while ((c = next_opt("stats", stats_usage, &o, argc, argv, MOE_OPTS_SHORT, lo, &rc)) != -1) {
         switch (c) {
         case MOE_OPTC_TOOL: loads = 1; break;
         case MOE_OPTC_TOOL + 1: form = MOE_STATS_JSON; break;
         case MOE_OPTC_TOOL + 2:
-            for (form = 2; form >= 0 && strcmp(optarg, forms[form]); form--)
+            for (form = 3; form >= 0 && strcmp(optarg, forms[form]); form--)
                 ;
             if (form < 0)
-                return usage_error("stats", "unknown format '%s' (text, json, sglang)", optarg);
+                return usage_error("stats", "unknown format '%s' (text, json, sglang, vllm)",
+                                   optarg);
+            break;
+        case MOE_OPTC_TOOL + 3:
+            if (moe_parse_u64(optarg, 0, UINT64_MAX, &window, "window", errbuf, sizeof errbuf))
+                return usage_error("stats", "%s", errbuf);
             break;
         case OPT_STOP: return rc;
         }
     }
     if (argc - optind > 1)
         return usage_error("stats", "too many arguments");
+    if ((window || o.force) && form != 3)
+        return usage_error("stats", "--window and -f apply to --format=vllm");
     moe_opts_apply_log(&o);
     const char *path = optind < argc ? argv[optind] : "-";
+    if (form == 3)
+        return stats_vllm(path, &o, window);
     int st;
     moe_trace_map_t *m = moe_trace_map_open(path, o.threads, &st, errbuf, sizeof errbuf);
     if (!m)

@@ -107,6 +107,31 @@ moe_affinity_t *moe_affinity_new(const moe_trace_hdr_t *h, const moe_affinity_op
     return aff_alloc(h, &oo, status, errbuf, errlen);
 }
 
+moe_affinity_t *moe_affinity_from_loads(uint32_t layers, uint32_t experts, const uint64_t *load,
+                                        int *status, char *errbuf, size_t errlen)
+{
+    moe_trace_hdr_t h;
+    moe_trace_hdr_init(&h);
+    h.layers = layers;
+    h.experts = experts;
+    h.topk = 1;
+    moe_affinity_opts_t o;
+    moe_affinity_opts_default(&o);
+    o.coact = 0;
+    o.shuffle = 0;
+    moe_affinity_t *a = aff_alloc(&h, &o, status, errbuf, errlen);
+    if (!a)
+        return NULL;
+    /* tokens: the largest layer's total, so that a fit sees a non-empty input */
+    for (uint32_t l = 0; l < layers; l++) {
+        uint64_t sum = 0;
+        for (uint32_t e = 0; e < experts; e++)
+            sum += a->real.setload[(size_t)l * experts + e] = load[(size_t)l * experts + e];
+        a->real.tokens = sum > a->real.tokens ? sum : a->real.tokens;
+    }
+    return a;
+}
+
 int moe_affinity_set_source(moe_affinity_t *a, const char *name)
 {
     char *s = strdup(name);

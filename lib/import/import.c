@@ -172,7 +172,7 @@ static int open_input(moe_importer_t *im, int *fmt)
     int fd = moe_open_input(im->path), st = 0;
     if (fd < 0)
         return imp_fail(im, MOE_ESYS, "cannot open '%s': %s", im->path, strerror(errno));
-    ptrdiff_t n = (im->prefix = malloc(IMP_PEEK_BYTES)) != NULL
+    ptrdiff_t n = (im->prefix = calloc(1, IMP_PEEK_BYTES)) != NULL
                       ? moe_read_full(fd, im->prefix, IMP_PEEK_BYTES)
                       : 0;
     if (!im->prefix)
@@ -343,4 +343,39 @@ void moe_import_close(moe_importer_t *im)
     free(im->text);
     free(im->path);
     free(im);
+}
+
+/* A bare importer over path, its bytes as a binary source (the loads and the map). */
+static moe_importer_t *open_bytes(const char *path, int *st)
+{
+    moe_importer_t *im = calloc(1, sizeof *im);
+    int fmt = MOE_IMPORT_SAFETENSORS; /* any binary format: open_input makes im->src */
+    *st = im && (im->path = strdup(path)) ? open_input(im, &fmt) : MOE_ENOMEM;
+    return im;
+}
+
+int moe_import_loads(const char *path, const char *map, uint32_t experts, moe_loads_t *out,
+                     char *errbuf, size_t errlen)
+{
+    int st, mst = 0;
+    memset(out, 0, sizeof *out);
+    moe_importer_t *im = open_bytes(path, &st), *mm = map ? open_bytes(map, &mst) : NULL;
+    if (st == 0 && mst == 0)
+        st = imp_loads_read(im, mm, experts, out);
+    moe_importer_t *bad = mm && (mst < 0 || mm->err[0]) ? mm : im;
+    if (st < 0 || mst < 0)
+        util_errf(errbuf, errlen, st < 0 ? st : mst, "%s%s%s%s",
+                  bad && strstr(bad->err, bad->path) ? "" : "'", /* open errors name it */
+                  bad && strstr(bad->err, bad->path) ? "" : bad ? bad->path : path,
+                  bad && strstr(bad->err, bad->path) ? "" : "': ",
+                  bad && bad->err[0] ? bad->err : moe_strerror(st < 0 ? st : mst));
+    moe_import_close(im);
+    moe_import_close(mm);
+    return st < 0 ? st : mst;
+}
+
+void moe_loads_free(moe_loads_t *l)
+{
+    free(l->load);
+    l->load = NULL;
 }

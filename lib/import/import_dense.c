@@ -102,6 +102,11 @@ static double float_elem(int dtype, const uint8_t *b)
     }
 }
 
+double imp_dtype_value(int dtype, const uint8_t *b)
+{
+    return imp_dtype_float(dtype) ? float_elem(dtype, b) : (double)int_elem(dtype, b);
+}
+
 /* ------------------------------------------------------------------ start */
 
 /* The kept input layers: all, or those --moe-layers lists (each must exist). */

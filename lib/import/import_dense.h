@@ -23,6 +23,20 @@ const char *imp_dtype_name(int dtype);
 uint32_t imp_dtype_size(int dtype);
 /* Whether the type is a floating-point one (router logits). */
 int imp_dtype_float(int dtype);
+/* One little-endian element at b as a double (integers past 2^53 rounded). */
+double imp_dtype_value(int dtype, const uint8_t *b);
+
+/* A whole tensor of numbers (imp_safetensors_tensor). */
+typedef struct imp_tensor {
+    uint32_t nd;
+    uint64_t dim[8];
+    uint64_t n; /* elements */
+    double *v;  /* n values, C order; free() */
+} imp_tensor_t;
+
+/* Read the safetensors tensor `name` (or the file's only tensor) from the rest of im->src,
+ * with the header checked as for an import. 0 or a negative status with im->err set. */
+int imp_safetensors_tensor(moe_importer_t *im, const char *name, imp_tensor_t *out);
 
 /* Where the bytes come from. */
 enum imp_dense_mode {

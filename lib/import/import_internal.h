@@ -15,6 +15,8 @@ int imp_csv_open(moe_importer_t *im);
 int imp_npy_open(moe_importer_t *im);
 int imp_sglang_open(moe_importer_t *im);
 int imp_safetensors_open(moe_importer_t *im);
+/* Loads (import_loads.c) from im, slots mapped by the physical map in map (NULL: none). */
+int imp_loads_read(moe_importer_t *im, moe_importer_t *map, uint32_t experts, moe_loads_t *out);
 int imp_raw_open(moe_importer_t *im);
 int imp_base64_open(moe_importer_t *im);
 

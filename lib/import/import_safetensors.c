@@ -494,13 +494,9 @@ static void st_free(moe_importer_t *im)
 
 static const imp_ops_t st_ops = {st_next, st_free};
 
-int imp_safetensors_open(moe_importer_t *im)
+/* The 8-byte length and the header, read and checked (s->t, s->data, s->total). */
+static int st_header(moe_importer_t *im, st_state_t *s)
 {
-    st_state_t *s = calloc(1, sizeof *s);
-    if (!s)
-        return imp_fail(im, MOE_ENOMEM, "out of memory");
-    im->state = s;
-    im->ops = &st_ops;
     uint8_t len8[8];
     ptrdiff_t got = imp_src_read(im->src, len8, 8);
     if (got == 0)
@@ -529,7 +525,18 @@ int imp_safetensors_open(moe_importer_t *im)
     s->hdr[n] = '\0';
     s->hlen = n;
     s->data = 8 + n;
-    if ((st = st_parse(im, s)) < 0)
+    return st_parse(im, s);
+}
+
+int imp_safetensors_open(moe_importer_t *im)
+{
+    st_state_t *s = calloc(1, sizeof *s);
+    if (!s)
+        return imp_fail(im, MOE_ENOMEM, "out of memory");
+    im->state = s;
+    im->ops = &st_ops;
+    int st = st_header(im, s);
+    if (st < 0)
         return st;
     const st_tensor_t **sel = NULL;
     size_t nsel = 0;
@@ -542,5 +549,63 @@ int imp_safetensors_open(moe_importer_t *im)
         st = imp_dense_start(im, &s->d);
     if (st == 0)
         im->rep.sequences = 1;
+    return st;
+}
+
+/* Elements read whole by imp_safetensors_tensor: 2^28 doubles, 2 GiB. */
+#define ST_MAX_WHOLE (1ull << 28)
+
+int imp_safetensors_tensor(moe_importer_t *im, const char *name, imp_tensor_t *out)
+{
+    memset(out, 0, sizeof *out);
+    st_state_t s = {0};
+    uint8_t *raw = NULL;
+    int st = st_header(im, &s);
+    if (st == MOE_EEMPTY && imp_src_bytes(im->src) == 0)
+        st = imp_fail(im, MOE_EEMPTY, "empty file"); /* not "no tokens": these are no tokens */
+    const st_tensor_t *t = NULL;
+    size_t wl = strlen(name);
+    for (size_t i = 0; st == 0 && i < s.n; i++)
+        if (s.t[i].nlen == wl && memcmp(s.t[i].name, name, wl) == 0)
+            t = &s.t[i];
+    if (st == 0 && !t && s.n == 1)
+        t = &s.t[0]; /* the only tensor, whatever its name */
+    if (st == 0 && !t) {
+        char names[200];
+        name_list(&s, names, sizeof names);
+        st = imp_fail(im, MOE_EINVAL, "no tensor '%s' in the safetensors file (it holds %s)",
+                      name, names);
+    }
+    int dtype = st == 0 ? imp_dtype_parse(st_types[t->type].name,
+                                          strlen(st_types[t->type].name)) : -1;
+    if (st == 0 && dtype < 0)
+        st = st_bad(im, t->name, t->nlen, "dtype is not an integer or float type");
+    uint64_t elems = 1;
+    for (uint32_t i = 0; st == 0 && i < t->nd; i++)
+        elems *= t->dim[i];
+    if (st == 0 && elems > ST_MAX_WHOLE)
+        st = st_bad(im, t->name, t->nlen, "too many elements (at most 2^28)");
+    /* Skip to the tensor's bytes, then read them (the stream only goes forward). */
+    for (uint64_t skip = st == 0 ? t->begin : 0; st == 0 && skip > 0;) {
+        uint8_t buf[4096];
+        size_t k = skip < sizeof buf ? (size_t)skip : sizeof buf;
+        st = st_need(im, buf, k, "data");
+        skip -= k;
+    }
+    if (st == 0)
+        st = st_read_grow(im, &raw, t->end - t->begin, 0, "data");
+    if (st == 0 && !(out->v = malloc((elems ? elems : 1) * sizeof *out->v)))
+        st = imp_fail(im, MOE_ENOMEM, "out of memory");
+    if (st == 0) {
+        uint32_t size = imp_dtype_size(dtype);
+        out->nd = t->nd;
+        memcpy(out->dim, t->dim, sizeof out->dim);
+        out->n = elems;
+        for (uint64_t i = 0; i < elems; i++)
+            out->v[i] = imp_dtype_value(dtype, raw + i * size);
+    }
+    free(raw);
+    free(s.t);
+    free(s.hdr);
     return st;
 }

@@ -99,6 +99,11 @@ moe_affinity_t *moe_affinity_count(const char *path, const moe_affinity_opts_t *
                                    void (*progress)(void *ctx, uint64_t done, uint64_t total),
                                    void *ctx, int *status, char *errbuf, size_t errlen);
 /* Name the input (recorded in tables); the string is copied. 0 or MOE_ENOMEM. */
+/* An object holding only per-layer expert loads (load: [layers][experts] counts; no
+ * transitions, no co-activation), for the fits that need only loads (contiguous, round-robin,
+ * random, balanced). Its token count is the largest layer total. NULL on failure. */
+moe_affinity_t *moe_affinity_from_loads(uint32_t layers, uint32_t experts, const uint64_t *load,
+                                        int *status, char *errbuf, size_t errlen);
 int moe_affinity_set_source(moe_affinity_t *a, const char *name);
 /* Name of the kernel that counts (e.g. "avx512"). */
 const char *moe_affinity_kernel_name(const moe_affinity_t *a);

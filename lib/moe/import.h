@@ -97,6 +97,25 @@ const char *moe_import_errmsg(const moe_importer_t *im);
 /* Close; NULL is a no-op. */
 void moe_import_close(moe_importer_t *im);
 
+/* Per-layer expert loads of another system: vLLM's EPLB load window (the safetensors tensor
+ * "expert_load_window", or the file's only tensor: [windows, layers, physical slots] or
+ * [layers, slots] token counts) or SGLang's logical_count JSON ([steps, layers, experts] or
+ * [layers, experts]: moe-trace stats --format sglang), windows and steps summed. */
+typedef struct moe_loads {
+    uint32_t layers, experts;
+    uint64_t windows;   /* windows (steps) summed */
+    uint64_t *load;     /* [layers][experts] */
+} moe_loads_t;
+
+/* Read loads from path. Slots map to logical experts through map, a JSON file holding
+ * SGLang's "physical_to_logical_map" or EPLB's "phy2log" ([layers][slots]); without one each
+ * slot is its own expert, and experts (when not 0) must equal the slots per layer. experts = 0
+ * takes the count from the map's largest id + 1 or the slots. 0 or a negative status with a
+ * one-line reason in errbuf. */
+int moe_import_loads(const char *path, const char *map, uint32_t experts, moe_loads_t *out,
+                     char *errbuf, size_t errlen);
+void moe_loads_free(moe_loads_t *l);
+
 #ifdef __cplusplus
 }
 #endif

@@ -176,6 +176,15 @@ size_t moe_trace_stats_sequences(const moe_trace_stats_t *s);
 size_t moe_trace_stats_seq_ids(const moe_trace_stats_t *s, uint32_t *ids);
 /* Free s; NULL is a no-op. */
 void moe_trace_stats_free(moe_trace_stats_t *s);
+/* vLLM's EPLB load window of the trace in (opened for reading, header not read yet): the
+ * tokens routed to each (layer, expert) per window of `window` tokens in trace order (0: one
+ * window of all tokens; top-k picks each counted, missing cells not), written to fn as a
+ * safetensors file holding one I64 tensor "expert_load_window" [windows, layers, experts]
+ * (no redundant experts: slot e is expert e). 0, or a negative status with a one-line reason
+ * in errbuf; a failure of fn returns its status and leaves errbuf as it was. */
+int moe_trace_load_window(moe_trace_t *in, uint64_t window,
+                          int (*fn)(void *ctx, const void *buf, size_t len), void *ctx,
+                          char *errbuf, size_t errlen);
 
 /* ------------------------------------------------------------------ exact-size samples */
 

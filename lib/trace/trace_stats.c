@@ -1,5 +1,6 @@
 /* lib/trace/trace_stats.c -- moe-trace stats: counts, distinct ids, per-layer expert load and
- * skew of a trace's records, and the report of them (text, JSON, SGLang's logical_count). */
+ * skew of a trace's records, and the report of them (text, JSON, SGLang's logical_count, vLLM's
+ * EPLB load window). */
 #include "config.h"
 
 #include <math.h>
@@ -404,4 +405,71 @@ size_t moe_trace_stats_seq_ids(const moe_trace_stats_t *s, uint32_t *ids)
         if (s->seqs.slot[i] != SET_EMPTY)
             ids[m++] = (uint32_t)s->seqs.slot[i];
     return m;
+}
+
+/* ------------------------------------------------------------------ vLLM's load window */
+
+/* Little-endian bytes of v. */
+static void le64(uint8_t *b, uint64_t v)
+{
+    for (int i = 0; i < 8; i++)
+        b[i] = (uint8_t)(v >> (8 * i));
+}
+
+int moe_trace_load_window(moe_trace_t *in, uint64_t window,
+                          int (*fn)(void *ctx, const void *buf, size_t len), void *ctx,
+                          char *errbuf, size_t errlen)
+{
+    moe_trace_hdr_t h;
+    moe_trace_rec_t r = {0};
+    uint64_t *c = NULL, W = 0, tok = 0;
+    size_t cap = 0;
+    moe_trace_hdr_init(&h);
+    int st = moe_trace_read_header(in, &h);
+    if (st < 0)
+        return util_errf(errbuf, errlen, st, "%s", moe_trace_errmsg(in));
+    const size_t LE = (size_t)h.layers * h.experts;
+    while ((st = moe_trace_read(in, &r)) == 1) {
+        if (W == 0 || (window && tok == W * window)) { /* a new window starts */
+            if (util_grow((void **)&c, &cap, (W + 1) * LE, sizeof *c) < 0) {
+                st = MOE_ENOMEM;
+                break;
+            }
+            memset(c + W * LE, 0, LE * sizeof *c);
+            W++;
+        }
+        uint64_t *w = c + (W - 1) * LE;
+        for (uint32_t l = 0; l < h.layers; l++) /* as stats_count: missing cells not counted */
+            for (uint32_t k = 0; k < h.topk && r.ids[l * h.topk] != MOE_EXPERT_NONE; k++)
+                w[(size_t)l * h.experts + r.ids[l * h.topk + k]]++;
+        tok++;
+    }
+    if (st == 0 && W == 0)
+        st = util_errf(errbuf, errlen, MOE_EEMPTY, "no tokens in the trace");
+    else if (st < 0)
+        util_errf(errbuf, errlen, st, "%s", st == MOE_ENOMEM ? "out of memory"
+                                                             : moe_trace_errmsg(in));
+    if (st == 0) {
+        /* safetensors (huggingface/safetensors, "Format"): 8-byte header length, the JSON
+         * header padded with spaces to a multiple of 8, then the tensor's bytes. */
+        char json[160];
+        uint8_t b[8];
+        int n = snprintf(json, sizeof json, "{\"expert_load_window\":{\"dtype\":\"I64\","
+                         "\"shape\":[%llu,%u,%u],\"data_offsets\":[0,%llu]}}",
+                         (unsigned long long)W, h.layers, h.experts,
+                         (unsigned long long)(W * LE * 8));
+        while (n % 8)
+            json[n++] = ' ';
+        le64(b, (uint64_t)n);
+        st = fn(ctx, b, 8);
+        st = st ? st : fn(ctx, json, (size_t)n);
+        for (size_t i = 0; st == 0 && i < W * LE; i++) {
+            le64(b, c[i]);
+            st = fn(ctx, b, 8);
+        }
+    }
+    free(c);
+    moe_trace_rec_release(&r);
+    moe_trace_hdr_release(&h);
+    return st;
 }

@@ -1,7 +1,9 @@
 /* tests/fuzz/fuzz_safetensors.c -- libFuzzer target: the safetensors reader (header checks,
  * tensor choice, dense engine) under option sets picked by the input's last byte: ids, a tensor
  * per layer of logits with --topk, --layout LTK, --moe-layers; with the top bit, the format is
- * detected, so .npy float logits reach the dense engine too. */
+ * detected, so .npy float logits reach the dense engine too. The same bytes then go to the
+ * expert-loads reader (moe-place fit --loads: safetensors, or logical_count JSON when they
+ * start with '{'), with --experts 4 or the file itself as physical map by the same byte. */
 #include "config.h"
 
 #include <stdint.h>
@@ -31,6 +33,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         o.tensor = NULL;
     }
     int st;
+    moe_loads_t ld;
+    if (moe_import_loads(path, pick & 64 ? path : NULL, pick & 4 ? 4 : 0, &ld, err,
+                         sizeof err) == 0)
+        moe_loads_free(&ld);
     moe_importer_t *im = moe_import_open(&o, path, 0, &st, err, sizeof err);
     if (!im)
         return 0;

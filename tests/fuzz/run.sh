@@ -35,6 +35,10 @@ cp "$d"/*.npy "$work/corpus/npy_ltk/" 2>/dev/null || true
 cp "$d"/*.pt "$work/corpus/sglang/" 2>/dev/null || true
 cp "$d"/*.pt "$work/corpus/pt/" 2>/dev/null || true
 cp "$d"/*.safetensors "$d"/logits_*.npy "$work/corpus/safetensors/" 2>/dev/null || true
+"$mt" stats --format vllm --window 7 -o "$work/corpus/safetensors/window.st" \
+    "$work/corpus/trace/b.moet"
+"$mt" stats --format sglang -o "$work/corpus/safetensors/logical_count.json" \
+    "$work/corpus/trace/b.moet"
 cp "$d"/*.raw "$work/corpus/raw/" 2>/dev/null || true
 cp "$d"/*.b64 "$work/corpus/base64/" 2>/dev/null || true
 for f in placement_text placement_exflow placement_eplb placement_sglang topology; do
