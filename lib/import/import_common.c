@@ -445,32 +445,35 @@ static ptrdiff_t src_raw(imp_src_t *s, uint8_t *buf, size_t n)
     return k < 0 ? MOE_ESYS : k;
 }
 
+/* More compressed input when inflate has used what it had: 0 or a negative status. */
+static int src_refill(imp_src_t *s)
+{
+    if (s->z.avail_in > 0 || s->raw_eof)
+        return 0;
+    ptrdiff_t k = src_raw(s, s->in, sizeof s->in);
+    if (k < 0)
+        return (int)k;
+    s->raw_eof = k == 0;
+    s->z.next_in = s->in;
+    s->z.avail_in = (uInt)k;
+    return 0;
+}
+
 static ptrdiff_t src_gz(imp_src_t *s, uint8_t *buf, size_t n)
 {
     s->z.next_out = buf;
     s->z.avail_out = (uInt)n;
     while (s->z.avail_out > 0) {
-        if (s->z.avail_in == 0 && !s->raw_eof) {
-            ptrdiff_t k = src_raw(s, s->in, sizeof s->in);
-            if (k < 0)
-                return k;
-            s->raw_eof = k == 0;
-            s->z.next_in = s->in;
-            s->z.avail_in = (uInt)k;
-        }
+        int st = src_refill(s);
+        if (st < 0)
+            return st;
         int ret = inflate(&s->z, Z_NO_FLUSH);
         if (ret == Z_STREAM_END) {
             /* Concatenated members (BGZF-style files) continue the same stream; a member
              * that ends with the bytes read so far may also end the input, which only a
              * further read tells (readers that ask past the end, as .pt's does, meet it). */
-            if (s->z.avail_in == 0 && !s->raw_eof) {
-                ptrdiff_t k = src_raw(s, s->in, sizeof s->in);
-                if (k < 0)
-                    return k;
-                s->raw_eof = k == 0;
-                s->z.next_in = s->in;
-                s->z.avail_in = (uInt)k;
-            }
+            if ((st = src_refill(s)) < 0)
+                return st;
             if (s->z.avail_in == 0 && s->raw_eof)
                 break;
             inflateReset(&s->z);
