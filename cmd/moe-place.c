@@ -34,7 +34,7 @@ enum {
     O_RANKS = MOE_OPTC_TOOL, O_GPN, O_TOPOLOGY, O_METHOD, O_SCHEME, O_MAX_IMB, O_REPLICAS,
     O_EP_SIZE, O_TIME_LIMIT, O_SEED, O_STARTS, O_TOPK, O_INTER_COST, O_SOURCE, O_HIDDEN,
     O_ELEM_BYTES, O_MATRIX, O_MATRIX_BYTES, O_JSON, O_FORMAT, O_EXPERTS, O_NO_LAYERS,
-    O_REPLICA_RULE, O_LOADS, O_PHYSMAP,
+    O_REPLICA_RULE, O_LOADS, O_PHYSMAP, O_CV, O_MEMORY, O_TUNE,
 };
 
 static const struct option long_opts[] = {
@@ -55,12 +55,15 @@ static const struct option long_opts[] = {
     {"no-layers", no_argument, 0, O_NO_LAYERS},
     {"replica-rule", required_argument, 0, O_REPLICA_RULE},
     {"loads", required_argument, 0, O_LOADS},
-    {"physical-map", required_argument, 0, O_PHYSMAP}, MOE_OPTS_LONG, {0}};
+    {"physical-map", required_argument, 0, O_PHYSMAP}, {"cv", required_argument, 0, O_CV},
+    {"memory", required_argument, 0, O_MEMORY}, {"tune", no_argument, 0, O_TUNE},
+    MOE_OPTS_LONG, {0}};
 
 /* Everything any subcommand takes; each parser rejects what does not apply to it. */
 typedef struct cfg {
     moe_opts_t o;
     moe_place_opts_t po;
+    moe_place_cv_opts_t cv;
     uint32_t ranks, gpn, topk, hidden, elem_bytes, experts;
     const char *topology, *matrix, *matrix_bytes, *loads, *physmap;
     double inter_cost;      /* < 0: the topology's */
@@ -153,6 +156,12 @@ static int take_opt(const char *sub, int c, const char *arg, cfg_t *g)
     case O_LOADS: g->loads = arg; return 0;
     case O_PHYSMAP: g->physmap = arg; return 0;
     case O_REPLICA_RULE: return moe_cli_replica_rule(prog, sub, arg, &g->po.replica_rule);
+    case O_CV:
+        if (moe_cli_u32(prog, sub, arg, 0, 16, "fold count", &g->cv.folds))
+            return 2;
+        return g->cv.folds == 1 ? usage_error(sub, "--cv takes 0 (none) or 2 to 16 folds") : 0;
+    case O_MEMORY: return parse_dbl(sub, arg, 1, 1024, "memory", &g->cv.memory);
+    case O_TUNE: g->cv.tune = 1; return 0;
     }
     return usage_error(sub, "unexpected option");
 }
@@ -166,6 +175,7 @@ static int parse(const char *sub, int argc, char **argv, cfg_t *g, unsigned grou
     moe_opts_init(&g->o);
     g->o.allowed = groups;
     moe_place_opts_default(&g->po);
+    g->cv.folds = 4;
     g->inter_cost = -1;
     g->format = -1;
     int c;
@@ -282,6 +292,12 @@ static void fit_usage(FILE *fp)
           MOE_CLI_REPLICA_RULE_HELP
           "      --ep-size=P        ranks of an expert-parallel group: every expert on each\n"
           "                         group of P ranks (P divides G) [G: one group]\n"
+          "      --memory=X         expert slots per rank as X times E/G, spent on groups\n"
+          "                         and replicas (instead of the two above) [1]\n"
+          "      --cv=K             estimate held-out transfers and load by K-fold\n"
+          "                         cross-validation over sequences, 0 = none [4]\n"
+          "      --tune             choose the load-bound margin (and the use of --memory)\n"
+          "                         by cross-validation\n"
           "      --inter-cost=W     weight of an inter-node transfer against an intra-node\n"
           "                         one [topology bandwidth ratio, else 4]\n"
           "      --starts=N         affinity: multi-start runs [8]\n"
@@ -347,7 +363,7 @@ static int run_fit(int argc, char **argv)
 {
     static const int takes[] = {O_RANKS, O_GPN, O_TOPOLOGY, O_METHOD, O_SCHEME, O_MAX_IMB,
         O_REPLICAS, O_EP_SIZE, O_TIME_LIMIT, O_SEED, O_STARTS, O_TOPK, O_INTER_COST,
-        O_REPLICA_RULE, O_LOADS, O_PHYSMAP, O_EXPERTS, 0};
+        O_REPLICA_RULE, O_LOADS, O_PHYSMAP, O_EXPERTS, O_CV, O_MEMORY, O_TUNE, 0};
     cfg_t g;
     int rc = 0;
     if (parse("fit", argc, argv, &g, MOE_OPT_OUTPUT | MOE_OPT_FORMAT | MOE_OPT_THREADS |
@@ -362,6 +378,11 @@ static int run_fit(int argc, char **argv)
         return usage_error("fit", argc - optind ? "too many arguments" : "expected one input");
     if (g.topk > 1)
         return usage_error("fit", "--topk fits top-1 paths (1) or whole sets (leave it out)");
+    if (g.cv.memory > 0 && (g.po.replicas || g.po.ep_size))
+        return usage_error("fit", "--memory chooses the replicas and groups: no --replicas, "
+                           "--ep-size");
+    if (g.cv.tune && !g.cv.folds)
+        return usage_error("fit", "--tune chooses by cross-validation: not with --cv 0");
     const char *in = g.loads ? g.loads : argv[optind];
     moe_topo_t topo;
     if ((rc = make_topo("fit", &g, 0, &topo)) != 0)
@@ -398,26 +419,35 @@ static int fit_input(const char *in, cfg_t *gp, const moe_topo_t *topo_in)
         rc = fail("'%s': no tokens to fit", in);
     else if (info.layers > 1 && info.hops < 1)
         rc = fail("'%s': the table has no layer transitions", in);
-    if (!rc && is_trace &&
-        (g.po.method == MOE_PLACE_AFFINITY || g.po.method == MOE_PLACE_EXFLOW)) {
+    int learns = g.po.method >= MOE_PLACE_BALANCED, scored = g.po.method > MOE_PLACE_BALANCED;
+    if (!rc && is_trace && (scored || (learns && g.cv.folds))) {
         s = moe_place_tokens_load(in, g.po.seed, g.o.threads, &topo, top1, g.po.scheme, &st,
                                   errbuf, sizeof errbuf);
         rc = s ? 0 : fail("%s", errbuf);
         moe_place_tokens_rule(s, g.po.replica_rule);
-        g.po.sample = moe_place_tokens_view(s);
-        g.po.score = moe_place_tokens_score;
+        g.po.sample = scored ? moe_place_tokens_view(s) : NULL;
+        g.po.score = scored ? moe_place_tokens_score : NULL;
         g.po.score_ctx = s;
     }
     moe_place_result_t res;
+    moe_place_cv_result_t cvr;
     g.po.threads = g.o.threads;
-    moe_placement_t *p = rc ? NULL : moe_place_fit(a, &topo, &g.po, &res, &st, errbuf,
-                                                   sizeof errbuf);
+    g.cv.budget = g.po.time_limit;
+    moe_placement_t *p = rc ? NULL : moe_place_fit_cv(in, a, learns ? s : NULL, &topo, &g.po,
+                                                      &g.cv, &res, &cvr, &st, errbuf,
+                                                      sizeof errbuf);
     if (!rc && !p)
         rc = fail("'%s': %s", in, errbuf);
     if (p) {
         moe_log(MOE_LOG_INFO, "%s: objective %.4f %s, bound %.4f, %s, %.2f s",
                 moe_place_method_name(g.po.method), res.objective, res.units, res.bound,
                 res.status, res.seconds);
+        if (cvr.folds)
+            moe_log(MOE_LOG_INFO, "%s transfers per token and layer: in-sample %.4f (load "
+                    "%.3f), held-out %.4f (load %.3f, %u of %u folds), vanilla contiguous "
+                    "%.4f; %.2f s", moe_scheme_name(g.po.scheme), cvr.in_xfer[g.po.scheme],
+                    cvr.in_load[g.po.scheme], cvr.out_xfer[g.po.scheme],
+                    cvr.out_load[g.po.scheme], cvr.done, cvr.folds, cvr.ref_xfer, cvr.seconds);
         rc = write_placement(p, &g, MOE_PLACEMENT_TEXT);
     }
     moe_placement_free(p);

@@ -13,13 +13,7 @@
 #include "moe/moe.h"
 #include "textbuf_internal.h"
 
-/* Headline figures of one scheme. */
-typedef struct summary {
-    double per_tl, dispatch, combine, intra, inter, local, stay_rank, stay_node, hops, max_load;
-    double bytes;  /* per token, NaN if the vector size is unknown */
-} summary_t;
-
-static void summarise(const moe_acct_t *a, int s, double vec, summary_t *o)
+void moe_acct_summarise(const moe_acct_t *a, int s, double vec, moe_acct_summary_t *o)
 {
     moe_acct_layer_t t;
     moe_acct_total(a, s, &t);
@@ -41,7 +35,7 @@ static void summarise(const moe_acct_t *a, int s, double vec, summary_t *o)
     o->max_load = 0;
     for (; moe_acct_layer(a, s, L); L++)
         o->max_load = fmax(o->max_load, moe_acct_imbalance(a, s, L));
-    *o = (summary_t){(d + c) / cells, d / cells, c / cells, ia / cells, ie / cells,
+    *o = (moe_acct_summary_t){(d + c) / cells, d / cells, c / cells, ia / cells, ie / cells,
                      (double)t.local / cells, (double)t.stay_rank / cells,
                      (double)t.stay_node / cells, tok ? (d - first) / tok : 0, o->max_load,
                      vec > 0 && tok ? (d + c) * vec / tok : NAN};
@@ -74,8 +68,8 @@ static int write_table(textbuf_t *out, const moe_acct_t *a, const char *ppath,
                                   "intra\tinter\tlocal\tstay_rank\tstay_node\thops_per_token\t"
                                   "max_load\tbytes_per_token\n");
     for (int s = 0; s < MOE_SCHEMES && !rc; s++) {
-        summary_t m;
-        summarise(a, s, vec, &m);
+        moe_acct_summary_t m;
+        moe_acct_summarise(a, s, vec, &m);
         char bytes[32] = "NA";
         if (isfinite(m.bytes))
             snprintf(bytes, sizeof bytes, "%.1f", m.bytes);
@@ -127,8 +121,8 @@ static int write_json(textbuf_t *out, const moe_acct_t *a, const moe_placement_t
                                 ? "\"replica_rule\": \"even\", " : "",
                             jnum(b[0], 32, vec > 0 ? vec : NAN));
     for (int s = 0; s < MOE_SCHEMES && !rc; s++) {
-        summary_t m;
-        summarise(a, s, vec, &m);
+        moe_acct_summary_t m;
+        moe_acct_summarise(a, s, vec, &m);
         rc = tb_fmt(out, "%s\n  \"%s\": {\"per_token_layer\": %s, \"dispatch\": %s, "
                             "\"combine\": %s, \"intra\": %s, \"inter\": %s, \"local\": %s, "
                             "\"stay_rank\": %s, \"stay_node\": %s, \"hops_per_token\": %s, "

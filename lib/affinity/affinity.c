@@ -97,6 +97,13 @@ moe_affinity_t *moe_affinity_new(const moe_trace_hdr_t *h, const moe_affinity_op
     }
     if (oo.window == 0)
         oo.window = 8192;
+    if (oo.keep && (oo.shuffle || oo.step_window || oo.bands)) {
+        if (status)
+            *status = MOE_EINVAL;
+        util_errf(errbuf, errlen, MOE_EINVAL, "a token filter counts without the shuffle, "
+                  "by-step or convergence modes");
+        return NULL;
+    }
     if (!aff_kernel(oo.kernel)) {
         if (status)
             *status = MOE_EINVAL;
@@ -813,6 +820,25 @@ static aff_worker_t *worker(aff_scan_t *sc, int wk)
     return w;
 }
 
+/* Move the masks of the records o->keep accepts to the front of each layer's row of full[]
+ * and set[] (stride b->n, as batch_masks wrote them); returns how many there are. */
+static size_t keep_rows(const aff_shape_t *s, const moe_affinity_opts_t *o,
+                        const moe_trace_batch_t *b, uint64_t *full, uint64_t *set)
+{
+    size_t n = 0;
+    for (size_t r = 0; r < b->n; r++) {
+        if (!o->keep(o->keep_ctx, b->token[r], b->seq[r]))
+            continue;
+        for (uint32_t j = 0; n != r && j < s->L; j++) {
+            full[j * b->n + n] = full[j * b->n + r];
+            if (set != full)
+                set[j * b->n + n] = set[j * b->n + r];
+        }
+        n++;
+    }
+    return n;
+}
+
 /* Map callback: count a batch (any order, any worker). */
 static int scan_batch(void *arg, int wk, moe_trace_batch_t *b)
 {
@@ -836,6 +862,8 @@ static int scan_batch(void *arg, int wk, moe_trace_batch_t *b)
     }
     if (!s->mask) {
         for (size_t r = 0; r < b->n; r++) {
+            if (o->keep && !o->keep(o->keep_ctx, b->token[r], b->seq[r]))
+                continue;
             record_lists(s, w, b, r);
             aff_loc_t *lc = token_local(sc, w, b, r);
             if (!lc)
@@ -873,7 +901,8 @@ static int scan_batch(void *arg, int wk, moe_trace_batch_t *b)
     uint64_t *full = w->full, *set = s->top1 ? w->set : full;
     batch_masks(s, b, full, set);
     if (!o->bands && !o->step_window) {
-        count_masks(sc, w, &w->real, full, set, b->n, b->n);
+        size_t n = o->keep ? keep_rows(s, o, b, full, set) : b->n;
+        count_masks(sc, w, &w->real, full, set, b->n, n);
         return 0;
     }
     for (size_t r = 0; r < b->n; r++) {
@@ -1196,7 +1225,8 @@ int moe_affinity_scan(moe_affinity_t *a, moe_trace_map_t *m,
     if (sc.nw > 1)
         pthread_mutex_init(&sc.mu, NULL);
     a->scan = &sc;
-    unsigned fields = (a->o.bands ? MOE_MAP_SEQ : 0) | (a->o.step_window ? MOE_MAP_STEP : 0);
+    unsigned fields = (a->o.bands ? MOE_MAP_SEQ : 0) | (a->o.step_window ? MOE_MAP_STEP : 0) |
+                      (a->o.keep ? MOE_MAP_TOKEN | MOE_MAP_SEQ : 0);
     moe_trace_map_ops_t ops = {scan_batch, NULL, NULL, scan_progress, 0, a->s.mask,
                                fields ? fields : MOE_MAP_NO_FIELDS};
     if (sc.windows || a->o.bands)

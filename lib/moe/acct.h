@@ -184,6 +184,17 @@ typedef struct moe_acct_rank {
 const moe_acct_rank_t *moe_acct_ranks(const moe_acct_t *a, int scheme, uint32_t layer);
 /* Transfers per present (token, layer) cell: dispatch + combine, all classes. */
 double moe_acct_per_token_layer(const moe_acct_t *a, int scheme);
+/* The headline figures of one scheme (moe-place eval's SCHEME line), per present (token,
+ * layer) cell unless said: transfers (per_tl = dispatch + combine = intra + inter), cells
+ * needing no transfer (local), homes kept on their rank and node (stay_*), hops per token
+ * (dispatch transfers after the first layer over tokens: ExFlow's figure for top-1), the worst
+ * layer's max/mean rank load, and bytes per token (NaN when vec, the bytes of one transfer,
+ * is not > 0). */
+typedef struct moe_acct_summary {
+    double per_tl, dispatch, combine, intra, inter, local, stay_rank, stay_node, hops, max_load;
+    double bytes;
+} moe_acct_summary_t;
+void moe_acct_summarise(const moe_acct_t *a, int scheme, double vec, moe_acct_summary_t *out);
 /* Name of a scheme ("vanilla", "coherent") and the reverse (-1 if unknown). */
 const char *moe_scheme_name(int scheme);
 int moe_scheme_parse(const char *s);

@@ -59,6 +59,12 @@ typedef struct moe_affinity_opts {
     uint32_t bands;       /* > 0: convergence mode: sequences are sampled by a seeded hash into
                            * nested halves; counts per band 0..bands (no shuffle) */
     int kernel;           /* enum moe_affinity_kernel */
+    /* Count only the tokens keep(keep_ctx, token id, sequence id) accepts; NULL counts all.
+     * Called on the scan's worker threads, so it must be thread-safe and depend on its
+     * arguments only (moe-place fit's cross-validation folds). Not with the shuffle, by-step
+     * or convergence modes. */
+    int (*keep)(void *ctx, uint64_t token, uint32_t seq);
+    void *keep_ctx;
 } moe_affinity_opts_t;
 
 /*

@@ -5,6 +5,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "moe/acct.h"
 #include "moe/affinity.h"
 #include "moe/placement.h"
 #include "moe/topo.h"
@@ -146,6 +147,99 @@ double moe_place_tokens_score(void *ctx, const moe_placement_t *p);
 void moe_place_tokens_rule(moe_place_tokens_t *s, int rule);
 /* Free; NULL is a no-op. */
 void moe_place_tokens_free(moe_place_tokens_t *s);
+/* Tokens of the whole trace and runs of one sequence id in file order (its sequences, when
+ * each is stored contiguously), as counted while sampling. */
+void moe_place_tokens_counts(const moe_place_tokens_t *s, uint64_t *tokens, uint64_t *runs);
+/* The sample's tokens that keep(ctx, token id, sequence id) accepts, as a sample of their own
+ * (same fit view, scorer settings and rule); at most `max` of them (evenly thinned; 0: all).
+ * NULL with *status and a reason on failure. */
+moe_place_tokens_t *moe_place_tokens_subset(const moe_place_tokens_t *s,
+                                            int (*keep)(void *ctx, uint64_t token,
+                                                        uint32_t seq),
+                                            void *ctx, uint32_t max, int *status,
+                                            char *errbuf, size_t errlen);
+
+/*
+ * Cross-validation: how a fit does on data it was not fitted on. The trace's tokens are split
+ * into k folds of whole sequences (a seeded hash of the sequence id), or, when the trace holds
+ * fewer than 2k sequences (one long generation), of blocks of consecutive token ids, so that
+ * neighbouring tokens stay together. For each fold the same fit (method and options; the
+ * affinity method with one start) is made without the fold's tokens -- statistics counted
+ * without them, the candidates' sample without them -- and the fold's tokens are accounted
+ * (moe/acct.h) under that placement: the held-out figures. The fitted placement itself on
+ * all the tokens gives the in-sample ones. Memory: one fold's statistics and sample at a time.
+ */
+typedef struct moe_place_cv moe_place_cv_t;
+
+typedef struct moe_place_cv_result {
+    uint32_t folds, done;   /* folds asked, and fitted and evaluated (fewer when the time
+                             * budget ran out; 0: no held-out figures) */
+    uint64_t block;         /* 0: folds of whole sequences; else of `block` token ids */
+    uint64_t units;         /* sequences (or blocks) split */
+    uint64_t tokens;        /* tokens accounted */
+    /* per scheme (enum moe_scheme): in = the fitted placement on all tokens, out = each fold
+     * under the placement fitted without it, pooled */
+    double in_xfer[MOE_SCHEMES], out_xfer[MOE_SCHEMES];   /* transfers per token per layer */
+    double in_cost[MOE_SCHEMES], out_cost[MOE_SCHEMES];   /* link-weighted (the topology's
+                                                           * costs): what fits minimise */
+    double in_hops[MOE_SCHEMES], out_hops[MOE_SCHEMES];   /* hops per token (top-1 paths) */
+    double in_load[MOE_SCHEMES];                          /* worst layer's max/mean load */
+    double out_load[MOE_SCHEMES], out_load_max[MOE_SCHEMES]; /* the same per fold: mean and
+                                                              * max over folds */
+    double ref_xfer;        /* vanilla expert parallelism with the contiguous layout, same
+                             * tokens: the usual baseline */
+    double seconds;         /* wall time of the fold fits and the accounting */
+    uint32_t tuned;         /* settings cross-validated to choose the fit's (0: none) */
+} moe_place_cv_result_t;
+
+/* Prepare k-fold cross-validation (2 <= k <= 16) of fits to trace `path` whose token sample
+ * (moe_place_tokens_load, for the topology and sets the fits use) is `sample`; `seed` draws
+ * the folds, `threads` extra threads read. NULL with *status and a one-line reason. */
+moe_place_cv_t *moe_place_cv_new(const char *path, const moe_place_tokens_t *sample,
+                                 uint32_t folds, uint64_t seed, int threads, int *status,
+                                 char *errbuf, size_t errlen);
+/* The fold of a token (< k). */
+uint32_t moe_place_cv_fold(const moe_place_cv_t *cv, uint64_t token, uint32_t seq);
+/* Cross-validate the fit `o` on `topo`: the fold fits one by one while the next one, taking
+ * as long as the last fit (`est` seconds for the first), ends within `budget` seconds from
+ * now, then one pass over the trace accounting each fold under its fit, and `fitted` (NULL:
+ * no in-sample figures) and the contiguous layout on every token. Returns 0 with *out, or a
+ * negative status and a one-line reason. */
+int moe_place_cv_run(moe_place_cv_t *cv, const moe_topo_t *topo, const moe_place_opts_t *o,
+                     const moe_placement_t *fitted, double est, double budget,
+                     moe_place_cv_result_t *out, char *errbuf, size_t errlen);
+/* The placement header line recording a cross-validation of `scheme`'s figures:
+ * "@CV\tfolds:K\tunit:sequence|tokens:B..."; 0, or MOE_ENOMEM. */
+int moe_place_cv_line(const moe_place_cv_result_t *r, int scheme, int top1, char *buf,
+                      size_t len);
+void moe_place_cv_free(moe_place_cv_t *cv);
+
+/* What moe_place_fit_cv adds to a fit. */
+typedef struct moe_place_cv_opts {
+    uint32_t folds;  /* cross-validation folds, 0 for none [4] */
+    double memory;   /* > 0: expert slots per rank as a multiple of E / G (rounded down to
+                      * whole slots), spent on expert-parallel groups and replicas (replacing
+                      * opts' replicas and ep_size): the most groups of P ranks that each hold
+                      * every expert, the slots left as replicas; with tune, every group size
+                      * whose groups hold all experts is tried [0] */
+    int tune;        /* choose the setting by cross-validation: the fit's load bound (the
+                      * target max_imbalance, and margins of 1/2 and 1/4 of it) and the ways
+                      * to spend the memory; the one with the least held-out link-weighted
+                      * cost whose held-out load (mean over folds) keeps the target, else the
+                      * least held-out load. Ignores the time budget [0] */
+    double budget;   /* seconds for the fit and its cross-validation: folds are fitted while
+                      * the next one is expected to end within it */
+} moe_place_cv_opts_t;
+
+/* moe_place_fit of trace `path`'s statistics `a` and token sample `s` (NULL: no
+ * cross-validation), with cross-validation, memory and tuning as `c` says. The placement gets
+ * an @CV line with the in-sample and held-out figures of o->scheme; *o becomes the setting
+ * fitted, *cvr the figures. NULL with *status and a one-line reason. */
+moe_placement_t *moe_place_fit_cv(const char *path, const moe_affinity_t *a,
+                                  const moe_place_tokens_t *s, const moe_topo_t *topo,
+                                  moe_place_opts_t *o, const moe_place_cv_opts_t *c,
+                                  moe_place_result_t *res, moe_place_cv_result_t *cvr,
+                                  int *status, char *errbuf, size_t errlen);
 
 #ifdef __cplusplus
 }

@@ -22,6 +22,8 @@
 struct moe_place_tokens {
     moe_trace_hdr_t h;
     uint32_t n, cap, LK;
+    uint64_t seen, runs;     /* tokens of the trace, runs of one sequence id in file order */
+    uint32_t seq_last;
     uint16_t *ids;
     float *w;
     uint64_t *token;
@@ -105,6 +107,8 @@ static int sample_load(sample_t *s, const char *path, uint64_t seed, int threads
     uint64_t seen = 0;
     while (!rc && (rc = moe_trace_read(t, &r)) == 1) {
         rc = 0;
+        s->runs += !seen || r.seq != s->seq_last;
+        s->seq_last = r.seq;
         uint64_t at = seen < s->cap ? seen : moe_rng_below(&rng, seen + 1);
         seen++;
         if (at >= s->cap)
@@ -117,6 +121,7 @@ static int sample_load(sample_t *s, const char *path, uint64_t seed, int threads
         s->rank[at] = r.rank;
     }
     s->n = seen < s->cap ? (uint32_t)seen : s->cap;
+    s->seen = seen;
     moe_trace_rec_release(&r);
     if (rc < 0)
         util_errf(errbuf, errlen, rc, "%s", rc == MOE_ENOMEM ? "out of memory"
@@ -184,6 +189,66 @@ moe_place_tokens_t *moe_place_tokens_load(const char *path, uint64_t seed, int t
 const moe_place_sample_t *moe_place_tokens_view(const moe_place_tokens_t *s)
 {
     return s ? &s->view : NULL;
+}
+
+void moe_place_tokens_counts(const moe_place_tokens_t *s, uint64_t *tokens, uint64_t *runs)
+{
+    *tokens = s->seen;
+    *runs = s->runs;
+}
+
+moe_place_tokens_t *moe_place_tokens_subset(const moe_place_tokens_t *s,
+                                            int (*keep)(void *ctx, uint64_t token,
+                                                        uint32_t seq),
+                                            void *ctx, uint32_t max, int *status,
+                                            char *errbuf, size_t errlen)
+{
+    sample_t *d = calloc(1, sizeof *d);
+    uint32_t n = 0, cap = s->n ? s->n : 1;
+    int rc = d ? moe_trace_hdr_copy(&d->h, &s->h) : MOE_ENOMEM;
+    if (d) {
+        d->ids = malloc((size_t)cap * s->LK * sizeof *d->ids);
+        d->w = s->w ? malloc((size_t)cap * s->LK * sizeof *d->w) : NULL;
+        d->token = malloc(cap * sizeof *d->token);
+        d->seq = malloc(cap * sizeof *d->seq);
+        d->rank = malloc(cap * sizeof *d->rank);
+        if (!rc && !(d->ids && (d->w || !s->w) && d->token && d->seq && d->rank))
+            rc = MOE_ENOMEM;
+    }
+    uint32_t kept = 0;
+    for (uint32_t i = 0; i < s->n; i++)
+        kept += keep(ctx, s->token[i], s->seq[i]) != 0;
+    /* every step-th kept token, so that at most max stay (the sample is in random order) */
+    uint32_t step = max && kept > max ? (kept + max - 1) / max : 1;
+    for (uint32_t i = 0, seen = 0; !rc && i < s->n; i++) {
+        if (!keep(ctx, s->token[i], s->seq[i]) || seen++ % step)
+            continue;
+        memcpy(d->ids + (size_t)n * s->LK, s->ids + (size_t)i * s->LK, s->LK * sizeof *d->ids);
+        if (s->w)
+            memcpy(d->w + (size_t)n * s->LK, s->w + (size_t)i * s->LK, s->LK * sizeof *d->w);
+        d->token[n] = s->token[i];
+        d->seq[n] = s->seq[i];
+        d->rank[n] = s->rank[i];
+        n++;
+    }
+    if (!rc) {
+        d->n = d->cap = n;
+        d->LK = s->LK;
+        d->seen = n;
+        d->topo = s->topo;
+        d->topk = s->topk;
+        d->scheme = s->scheme;
+        d->rule = s->rule;
+        rc = sample_prepare(d, moe_topo_ranks(&s->topo), s->topk == 1, errbuf, errlen);
+    } else {
+        util_errf(errbuf, errlen, rc, "out of memory");
+    }
+    if (rc) {
+        *status = rc;
+        moe_place_tokens_free(d);
+        return NULL;
+    }
+    return d;
 }
 
 void moe_place_tokens_free(moe_place_tokens_t *s)

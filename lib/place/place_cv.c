@@ -1,0 +1,510 @@
+/* lib/place/place_cv.c -- k-fold cross-validation of placement fits: each fold fitted without
+ * its tokens, then one accounting pass scoring every fold under its own fit. */
+#include "config.h"
+
+#include <inttypes.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "moe/acct.h"
+#include "moe/affinity.h"
+#include "moe/moe.h"
+#include "moe/place.h"
+#include "moe/placement.h"
+#include "moe/rng.h"
+#include "moe/trace.h"
+#include "util_internal.h"
+
+#define CV_MAX_FOLDS 16u
+/* Blocks of consecutive token ids per fold when a trace holds too few sequences to fold: a
+ * few, so that no fold is one contiguous stretch of the generation, yet each block long
+ * enough that a held-out token's neighbours are mostly held out with it. */
+#define CV_BLOCKS_PER_FOLD 4u
+/* Tokens a fold fit scores its candidates on (the fit's own sample holds up to 8192): half, to
+ * keep cross-validation within a few fits' time. */
+#define CV_SAMPLE 4096u
+
+struct moe_place_cv {
+    char *path;
+    const moe_place_tokens_t *sample;
+    uint32_t k;
+    uint64_t seed, block, units, tokens;
+    int threads;
+};
+
+/* A filter of the tokens outside one fold (the fold fit's data). */
+typedef struct keep {
+    const moe_place_cv_t *cv;
+    uint32_t fold;
+} keep_t;
+
+uint32_t moe_place_cv_fold(const moe_place_cv_t *cv, uint64_t token, uint32_t seq)
+{
+    if (cv->block) /* dealt in turn: few blocks, and every fold gets its share */
+        return (uint32_t)((token / cv->block + cv->seed) % cv->k);
+    return (uint32_t)(moe_hash64(cv->seed ^ UINT64_C(0x63726f737376616c), seq) % cv->k);
+}
+
+static int keep_other(void *ctx, uint64_t token, uint32_t seq)
+{
+    const keep_t *kp = ctx;
+    return moe_place_cv_fold(kp->cv, token, seq) != kp->fold;
+}
+
+moe_place_cv_t *moe_place_cv_new(const char *path, const moe_place_tokens_t *sample,
+                                 uint32_t folds, uint64_t seed, int threads, int *status,
+                                 char *errbuf, size_t errlen)
+{
+    if (folds < 2 || folds > CV_MAX_FOLDS || !sample) {
+        *status = util_errf(errbuf, errlen, MOE_EINVAL, "cross-validation needs 2 to %u folds",
+                            CV_MAX_FOLDS);
+        return NULL;
+    }
+    moe_place_cv_t *cv = calloc(1, sizeof *cv);
+    if (!cv || !(cv->path = strdup(path))) {
+        free(cv);
+        *status = util_errf(errbuf, errlen, MOE_ENOMEM, "out of memory");
+        return NULL;
+    }
+    uint64_t runs;
+    moe_place_tokens_counts(sample, &cv->tokens, &runs);
+    cv->sample = sample;
+    cv->k = folds;
+    cv->seed = seed;
+    cv->threads = threads;
+    if (runs < 2 * (uint64_t)folds) {
+        uint64_t blocks = (uint64_t)folds * CV_BLOCKS_PER_FOLD;
+        cv->block = cv->tokens > blocks ? (cv->tokens + blocks - 1) / blocks : 1;
+        cv->units = cv->tokens ? (cv->tokens + cv->block - 1) / cv->block : 0;
+    } else {
+        cv->units = runs;
+    }
+    return cv;
+}
+
+void moe_place_cv_free(moe_place_cv_t *cv)
+{
+    if (!cv)
+        return;
+    free(cv->path);
+    free(cv);
+}
+
+/* Fit fold f's placement from the tokens outside it: *out, or NULL when nothing is left to
+ * fit (a fold holding every token). */
+static int fold_fit(const moe_place_cv_t *cv, const moe_topo_t *topo, const moe_place_opts_t *o,
+                    uint32_t f, moe_placement_t **out, char *errbuf, size_t errlen)
+{
+    keep_t kp = {cv, f};
+    const moe_place_sample_t *view = moe_place_tokens_view(cv->sample);
+    int top1 = view->sets == 1, st = 0;
+    moe_affinity_opts_t ao;
+    moe_affinity_opts_default(&ao);
+    ao.top1 = top1;
+    ao.coact = !top1;
+    ao.shuffle = 0;
+    ao.keep = keep_other;
+    ao.keep_ctx = &kp;
+    *out = NULL;
+    moe_affinity_t *a = moe_affinity_count(cv->path, &ao, cv->threads, NULL, NULL, &st, errbuf,
+                                           errlen);
+    if (!a)
+        return st;
+    moe_affinity_info_t in;
+    moe_affinity_info(a, &in);
+    moe_place_tokens_t *s = NULL;
+    moe_place_opts_t fo = *o;
+    fo.progress = NULL;
+    fo.starts = 1;
+    if (in.tokens && o->sample) {
+        s = moe_place_tokens_subset(cv->sample, keep_other, &kp, CV_SAMPLE, &st, errbuf, errlen);
+        fo.sample = moe_place_tokens_view(s);
+        fo.score = moe_place_tokens_score;
+        fo.score_ctx = s;
+    }
+    if (in.tokens && (s || !o->sample)) {
+        moe_place_result_t res;
+        *out = moe_place_fit(a, topo, &fo, &res, &st, errbuf, errlen);
+    }
+    moe_place_tokens_free(s);
+    moe_affinity_free(a);
+    return *out || !in.tokens ? 0 : st;
+}
+
+/* The contiguous layout of p's shape: expert e on rank e * G / E. */
+static moe_placement_t *contiguous(const moe_placement_t *p, int *status)
+{
+    uint32_t E = p->experts, G = p->ranks;
+    moe_placement_t *c = moe_placement_new(p->layers, E, G, p->gpus_per_node, (E + G - 1) / G, 1,
+                                           status);
+    for (uint32_t l = 0; c && l < p->layers; l++)
+        for (uint32_t e = 0; e < E; e++)
+            moe_placement_add(c, l, e, (uint32_t)((uint64_t)e * G / E));
+    return c;
+}
+
+/* Link-weighted transfers per cell of a scheme. */
+static double link_cost(const moe_acct_t *a, int scheme, const moe_topo_t *topo)
+{
+    moe_acct_layer_t t;
+    moe_acct_total(a, scheme, &t);
+    double c = 0;
+    for (int ph = 0; ph < MOE_PHASES; ph++)
+        for (int k = 0; k < MOE_LINK_CLASSES; k++)
+            c += (double)t.xfer[ph][k] * topo->cost[k];
+    return t.cells ? c / (double)t.cells : 0;
+}
+
+/* The accumulators of one pass: [0..k) the folds (NULL without a fit), k the fitted
+ * placement, k + 1 the contiguous layout, k + 2 the folds pooled. */
+typedef struct pass {
+    moe_acct_t *a[CV_MAX_FOLDS + 3];
+    moe_placement_t *ref;
+} pass_t;
+
+static void pass_free(pass_t *ps)
+{
+    for (size_t i = 0; i < sizeof ps->a / sizeof *ps->a; i++)
+        moe_acct_free(ps->a[i]);
+    moe_placement_free(ps->ref);
+}
+
+/* Fill r's figures from the pass's accumulators. */
+static int pass_results(const moe_place_cv_t *cv, pass_t *ps, const moe_topo_t *topo,
+                        moe_place_cv_result_t *r)
+{
+    uint32_t k = cv->k;
+    moe_acct_summary_t m;
+    for (int s = 0; s < MOE_SCHEMES; s++) {
+        if (ps->a[k]) {
+            moe_acct_summarise(ps->a[k], s, 0, &m);
+            r->in_xfer[s] = m.per_tl;
+            r->in_hops[s] = m.hops;
+            r->in_load[s] = m.max_load;
+            r->in_cost[s] = link_cost(ps->a[k], s, topo);
+        }
+        double sum = 0;
+        uint32_t n = 0;
+        for (uint32_t f = 0; f < k; f++) {
+            if (!ps->a[f] || !moe_acct_tokens(ps->a[f]))
+                continue;
+            moe_acct_summarise(ps->a[f], s, 0, &m);
+            sum += m.max_load;
+            r->out_load_max[s] = fmax(r->out_load_max[s], m.max_load);
+            n++;
+        }
+        r->out_load[s] = n ? sum / n : NAN;
+        if (!n)
+            r->out_load_max[s] = NAN;
+    }
+    for (uint32_t f = 0; f < k; f++) /* transfers pooled over the folds */
+        if (ps->a[f] && moe_acct_merge(ps->a[k + 2], ps->a[f]))
+            return MOE_ENOMEM;
+    for (int s = 0; s < MOE_SCHEMES; s++) {
+        moe_acct_summarise(ps->a[k + 2], s, 0, &m);
+        r->out_xfer[s] = m.per_tl;
+        r->out_hops[s] = m.hops;
+        r->out_cost[s] = link_cost(ps->a[k + 2], s, topo);
+    }
+    moe_acct_summarise(ps->a[k + 1], MOE_SCHEME_VANILLA, 0, &m);
+    r->ref_xfer = m.per_tl;
+    return 0;
+}
+
+/* One pass over the trace: each token into its fold's accumulator (when that fold has a fit),
+ * the fitted placement's and the contiguous layout's. */
+static int account(const moe_place_cv_t *cv, const moe_topo_t *topo, const moe_place_opts_t *o,
+                   moe_placement_t *const *fits, const moe_placement_t *fitted,
+                   moe_place_cv_result_t *r, char *errbuf, size_t errlen)
+{
+    int st = 0;
+    pass_t ps;
+    memset(&ps, 0, sizeof ps);
+    moe_trace_t *t = moe_trace_open(cv->path, "r", cv->threads, &st, errbuf, errlen);
+    moe_trace_hdr_t h;
+    moe_trace_hdr_init(&h);
+    if (t && moe_trace_read_header(t, &h))
+        st = util_errf(errbuf, errlen, MOE_EFORMAT, "%s", moe_trace_errmsg(t));
+    moe_acct_opts_t ao;
+    moe_acct_opts_default(&ao);
+    ao.topk = moe_place_tokens_view(cv->sample)->sets == 1 ? 1 : 0;
+    ao.replica_rule = o->replica_rule;
+    const moe_placement_t *any = fitted;
+    for (uint32_t f = 0; f < cv->k; f++)
+        any = any ? any : fits[f];
+    if (!st && !(ps.ref = contiguous(any, &st)))
+        util_errf(errbuf, errlen, st, "out of memory");
+    uint32_t k = cv->k;
+    for (uint32_t i = 0; !st && i < k + 3; i++) {
+        const moe_placement_t *p = i < k ? fits[i] : i == k ? fitted : i == k + 1 ? ps.ref : any;
+        if (p && !(ps.a[i] = moe_acct_new(p, topo, &h, &ao, &st, errbuf, errlen)))
+            break;
+    }
+    moe_trace_rec_t rec = {0};
+    int rc = st;
+    while (!rc && (rc = moe_trace_read(t, &rec)) == 1) {
+        uint32_t f = moe_place_cv_fold(cv, rec.token, rec.seq);
+        moe_acct_t *use[3] = {ps.a[f], ps.a[k], ps.a[k + 1]};
+        rc = 0;
+        for (int i = 0; i < 3 && !rc; i++)
+            if (use[i])
+                rc = moe_acct_token(use[i], rec.ids, rec.weights, rec.token, rec.seq, rec.rank);
+        if (rc)
+            util_errf(errbuf, errlen, rc, "'%s': token %" PRIu64 ": recorded rank %u is not "
+                      "below %u", cv->path, rec.token, rec.rank, any->ranks);
+        r->tokens++;
+    }
+    if (rc < 0 && !st && rc != MOE_ERANGE)
+        util_errf(errbuf, errlen, rc, "%s", moe_trace_errmsg(t));
+    moe_trace_rec_release(&rec);
+    if (rc == 0)
+        rc = pass_results(cv, &ps, topo, r);
+    if (rc == MOE_ENOMEM)
+        util_errf(errbuf, errlen, rc, "out of memory");
+    pass_free(&ps);
+    moe_trace_hdr_release(&h);
+    moe_trace_close(t, NULL, 0);
+    return rc;
+}
+
+/* The fold fits, shared by workers: each takes the next fold. */
+typedef struct folds_job {
+    const moe_place_cv_t *cv;
+    const moe_topo_t *topo;
+    moe_place_opts_t o;
+    moe_placement_t **fits;
+    int rc[CV_MAX_FOLDS];
+    char err[CV_MAX_FOLDS][256];
+    uint32_t next;
+} folds_job_t;
+
+static void *folds_worker(void *arg)
+{
+    folds_job_t *jb = arg;
+    for (;;) {
+        uint32_t f = __atomic_fetch_add(&jb->next, 1, __ATOMIC_RELAXED);
+        if (f >= jb->cv->k)
+            return NULL;
+        double t = util_now();
+        jb->rc[f] = fold_fit(jb->cv, jb->topo, &jb->o, f, &jb->fits[f], jb->err[f],
+                             sizeof jb->err[f]);
+        moe_log(MOE_LOG_INFO, "cross-validation: fold %u of %u fitted in %.2f s", f + 1,
+                jb->cv->k, util_now() - t);
+    }
+}
+
+/* Fit every fold: the folds shared by 1 + threads workers, each fit on one thread (so that
+ * the placements are those of a serial run), or one after the other on all threads. */
+static int fit_folds(const moe_place_cv_t *cv, const moe_topo_t *topo,
+                     const moe_place_opts_t *o, moe_placement_t **fits, char *errbuf,
+                     size_t errlen)
+{
+    folds_job_t *jb = calloc(1, sizeof *jb);
+    if (!jb)
+        return util_errf(errbuf, errlen, MOE_ENOMEM, "out of memory");
+    moe_place_cv_t one = *cv;
+    *jb = (folds_job_t){.cv = &one, .topo = topo, .o = *o, .fits = fits};
+    int workers = o->threads > 0 ? o->threads + 1 : 1;
+    workers = workers > (int)cv->k ? (int)cv->k : workers;
+    pthread_t th[CV_MAX_FOLDS];
+    int up[CV_MAX_FOLDS] = {0};
+    if (workers > 1) {
+        one.threads = 0;
+        jb->o.threads = 0;
+        for (int t = 1; t < workers; t++)
+            up[t] = pthread_create(&th[t], NULL, folds_worker, jb) == 0;
+    }
+    folds_worker(jb);
+    for (int t = 1; t < workers; t++)
+        if (up[t])
+            pthread_join(th[t], NULL);
+    int rc = 0;
+    for (uint32_t f = 0; f < cv->k && !rc; f++)
+        if ((rc = jb->rc[f]) != 0)
+            snprintf(errbuf, errlen, "%s", jb->err[f]);
+    free(jb);
+    return rc;
+}
+
+int moe_place_cv_run(moe_place_cv_t *cv, const moe_topo_t *topo, const moe_place_opts_t *o,
+                     const moe_placement_t *fitted, double est, double budget,
+                     moe_place_cv_result_t *out, char *errbuf, size_t errlen)
+{
+    double t0 = util_now();
+    memset(out, 0, sizeof *out);
+    out->folds = cv->k;
+    out->block = cv->block;
+    out->units = cv->units;
+    moe_placement_t *fits[CV_MAX_FOLDS] = {0};
+    int rc = 0;
+    /* all folds or none, so that a fit's figures do not depend on how far the time went */
+    uint32_t w = o->threads > 0 ? (uint32_t)o->threads + 1 : 1;
+    if (est * ((cv->k + w - 1) / w) <= budget) {
+        rc = fit_folds(cv, topo, o, fits, errbuf, errlen);
+        for (uint32_t f = 0; f < cv->k; f++)
+            out->done += fits[f] != NULL;
+    } else {
+        moe_log(MOE_LOG_WARN, "cross-validation skipped: %u fold fits would take about %.0f s, "
+                "beyond the time limit (raise --time-limit, or --cv 0)", cv->k,
+                est * ((cv->k + w - 1) / w));
+    }
+    if (!rc && (out->done || fitted))
+        rc = account(cv, topo, o, fits, fitted, out, errbuf, errlen);
+    for (uint32_t f = 0; f < cv->k; f++)
+        moe_placement_free(fits[f]);
+    out->seconds = util_now() - t0;
+    return rc;
+}
+
+int moe_place_cv_line(const moe_place_cv_result_t *r, int scheme, int top1, char *buf,
+                      size_t len)
+{
+    int n = snprintf(buf, len, "@CV\tfolds:%u\tdone:%u\tunit:%s", r->folds, r->done,
+                     r->block ? "tokens" : "sequence");
+    if (r->block)
+        n += snprintf(buf + n, len - (size_t)n, "\tblock:%" PRIu64, r->block);
+    n += snprintf(buf + n, len - (size_t)n, "\tunits:%" PRIu64 "\tscheme:%s\tin_xfer:%.4f"
+                  "\tin_load:%.4f", r->units, moe_scheme_name(scheme), r->in_xfer[scheme],
+                  r->in_load[scheme]);
+    if (r->done)
+        n += snprintf(buf + n, len - (size_t)n, "\theld_xfer:%.4f\theld_load:%.4f"
+                      "\theld_load_max:%.4f", r->out_xfer[scheme], r->out_load[scheme],
+                      r->out_load_max[scheme]);
+    if (top1)
+        n += snprintf(buf + n, len - (size_t)n, "\tin_hops:%.4f", r->in_hops[scheme]);
+    if (top1 && r->done)
+        n += snprintf(buf + n, len - (size_t)n, "\theld_hops:%.4f", r->out_hops[scheme]);
+    n += snprintf(buf + n, len - (size_t)n, "\tvanilla_contiguous:%.4f", r->ref_xfer);
+    if (r->tuned)
+        n += snprintf(buf + n, len - (size_t)n, "\ttuned:%u", r->tuned);
+    return n < 0 || (size_t)n >= len ? MOE_ENOMEM : 0;
+}
+
+/* ------------------------------------------------------------------ fit with cross-validation */
+
+#define MAX_SETTINGS 32u
+
+/* The ways to spend `memory` (slots per rank as a multiple of E/G) with the method: every
+ * expert-parallel group size P (G first, then smaller) whose groups hold all experts in the
+ * slots, the rest as replicas where the method places them. */
+static uint32_t memory_settings(const moe_place_opts_t *o, double memory, uint32_t E,
+                                const moe_topo_t *topo, moe_place_opts_t *out, uint32_t max)
+{
+    uint32_t G = moe_topo_ranks(topo), g = topo->gpus_per_node, n = 0;
+    uint32_t c = (uint32_t)floor(memory * E / G + 1e-9);
+    int reps = o->method == MOE_PLACE_BALANCED || o->method == MOE_PLACE_AFFINITY;
+    for (uint32_t P = G; P >= 1 && n < max; P--) {
+        if (G % P || (P < g ? g % P : P % g) || (uint64_t)c * P < E)
+            continue;
+        uint32_t r = c * P - E;
+        if ((r && (!reps || P < 2 || r > 254u * E)) || (r + 1 < P ? r + 1 : P) * (G / P) > 255)
+            continue;
+        out[n] = *o;
+        out[n].ep_size = P == G ? 0 : P;
+        out[n].replicas = r;
+        n++;
+    }
+    return n;
+}
+
+/* Better cross-validated setting: the lower held-out link-weighted cost among those whose
+ * held-out load keeps the bound, else the lower held-out load. */
+static int better(const moe_place_cv_result_t *a, const moe_place_cv_result_t *b, int s,
+                  double bound)
+{
+    int fa = !(bound > 0) || a->out_load[s] <= bound, fb = !(bound > 0) || b->out_load[s] <= bound;
+    if (fa != fb)
+        return fa;
+    return fa ? a->out_cost[s] < b->out_cost[s] : a->out_load[s] < b->out_load[s];
+}
+
+moe_placement_t *moe_place_fit_cv(const char *path, const moe_affinity_t *a,
+                                  const moe_place_tokens_t *s, const moe_topo_t *topo,
+                                  moe_place_opts_t *o, const moe_place_cv_opts_t *c,
+                                  moe_place_result_t *res, moe_place_cv_result_t *cvr,
+                                  int *status, char *errbuf, size_t errlen)
+{
+    double t0 = util_now();
+    moe_affinity_info_t in;
+    moe_affinity_info(a, &in);
+    moe_place_opts_t set[MAX_SETTINGS];
+    uint32_t n = 1;
+    set[0] = *o;
+    memset(cvr, 0, sizeof *cvr);
+    if (c->memory > 0 &&
+        !(n = memory_settings(o, c->memory, in.experts, topo, set, MAX_SETTINGS))) {
+        *status = util_errf(errbuf, errlen, MOE_EINVAL, "--memory %g: %u slots per rank hold "
+                            "no layout of %u experts on %u ranks with the %s method", c->memory,
+                            (uint32_t)floor(c->memory * in.experts / moe_topo_ranks(topo) + 1e-9),
+                            in.experts, moe_topo_ranks(topo), moe_place_method_name(o->method));
+        return NULL;
+    }
+    if (!c->tune) { /* without tuning: the most groups (measured best on DeepSeek-V2-Lite) */
+        set[0] = set[n - 1];
+        n = 1;
+    }
+    moe_place_cv_t *cv = c->folds >= 2 && s ? moe_place_cv_new(path, s, c->folds, o->seed,
+                                                             o->threads, status, errbuf, errlen)
+                                            : NULL;
+    if (c->folds >= 2 && s && !cv)
+        return NULL;
+    int rc = 0;
+    uint32_t best = 0, tried = 0;
+    moe_place_cv_result_t r, br = {0};
+    if (c->tune && cv) {
+        /* the fit's bound is a margin under the held-out target: try tighter ones too */
+        static const double margin[] = {1.0, 0.5, 0.25};
+        double target = o->max_imbalance;
+        uint32_t m = target > 1 ? 3 : 1, base = n;
+        for (uint32_t i = 0; i < base; i++)
+            for (uint32_t k = 1; k < m && n < MAX_SETTINGS; k++) {
+                set[n] = set[i];
+                set[n++].max_imbalance = 1 + (target - 1) * margin[k];
+            }
+        for (uint32_t i = 0; i < n && !rc; i++) {
+            rc = moe_place_cv_run(cv, topo, &set[i], NULL, 0, INFINITY, &r, errbuf, errlen);
+            moe_log(MOE_LOG_INFO, "tune: bound %.3f, %u replicas, ep-size %u: held-out %.4f "
+                    "(link-weighted), load %.3f", set[i].max_imbalance, set[i].replicas,
+                    set[i].ep_size, r.out_cost[o->scheme], r.out_load[o->scheme]);
+            if (!rc && r.done && (!tried++ || better(&r, &br, o->scheme, target))) {
+                best = i;
+                br = r;
+            }
+        }
+    }
+    moe_placement_t *p = NULL;
+    if (!rc) {
+        p = moe_place_fit(a, topo, &set[best], res, &rc, errbuf, errlen);
+    }
+    if (p && cv) {
+        double est = c->tune ? 0 : res->seconds, budget = c->tune ? 0 : c->budget - (util_now() - t0);
+        rc = moe_place_cv_run(cv, topo, &set[best], p, est, budget, &r, errbuf, errlen);
+        if (!rc && tried) { /* the chosen setting's folds: already fitted */
+            memcpy(r.out_xfer, br.out_xfer, sizeof r.out_xfer);
+            memcpy(r.out_cost, br.out_cost, sizeof r.out_cost);
+            memcpy(r.out_hops, br.out_hops, sizeof r.out_hops);
+            memcpy(r.out_load, br.out_load, sizeof r.out_load);
+            memcpy(r.out_load_max, br.out_load_max, sizeof r.out_load_max);
+            r.done = br.done;
+        }
+        r.tuned = tried;
+        char line[512];
+        *cvr = r;
+        if (!rc && (rc = moe_place_cv_line(&r, o->scheme, in.top1, line, sizeof line)) == 0)
+            rc = moe_placement_add_line(p, line);
+        if (rc == MOE_ENOMEM)
+            util_errf(errbuf, errlen, rc, "out of memory");
+    }
+    moe_place_cv_free(cv);
+    if (rc) {
+        moe_placement_free(p);
+        *status = rc;
+        return NULL;
+    }
+    *o = set[best];
+    *status = 0;
+    return p;
+}
