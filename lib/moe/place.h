@@ -200,18 +200,19 @@ moe_place_cv_t *moe_place_cv_new(const char *path, const moe_place_tokens_t *sam
                                  char *errbuf, size_t errlen);
 /* The fold of a token (< k). */
 uint32_t moe_place_cv_fold(const moe_place_cv_t *cv, uint64_t token, uint32_t seq);
-/* Cross-validate the fit `o` on `topo`: the fold fits one by one while the next one, taking
- * as long as the last fit (`est` seconds for the first), ends within `budget` seconds from
- * now, then one pass over the trace accounting each fold under its fit, and `fitted` (NULL:
- * no in-sample figures) and the contiguous layout on every token. Returns 0 with *out, or a
- * negative status and a one-line reason. */
+/* Cross-validate the fit `o` on `topo`: the k fold fits, on 1 + o->threads threads (one fit
+ * each, so the placements do not depend on the count), when all of them are expected to end
+ * within `budget` seconds, each taking `est` (else none, with an INFO log), then one pass over
+ * the trace accounting each fold's tokens under its fit, and `fitted` (NULL: no in-sample
+ * figures) and the contiguous layout on every token. Returns 0 with *out, or a negative status
+ * and a one-line reason. */
 int moe_place_cv_run(moe_place_cv_t *cv, const moe_topo_t *topo, const moe_place_opts_t *o,
                      const moe_placement_t *fitted, double est, double budget,
                      moe_place_cv_result_t *out, char *errbuf, size_t errlen);
-/* The placement header line recording a cross-validation of `scheme`'s figures:
- * "@CV\tfolds:K\tunit:sequence|tokens:B..."; 0, or MOE_ENOMEM. */
-int moe_place_cv_line(const moe_place_cv_result_t *r, int scheme, int top1, char *buf,
-                      size_t len);
+/* The @FT fields recording a cross-validation of `scheme`'s figures (moe-place(5)):
+ * "\tcv_folds:K\tcv_done:D\tcv_unit:..."; 0, or MOE_ENOMEM when len is too short. */
+int moe_place_cv_fields(const moe_place_cv_result_t *r, int scheme, int top1, char *buf,
+                        size_t len);
 void moe_place_cv_free(moe_place_cv_t *cv);
 
 /* What moe_place_fit_cv adds to a fit. */
@@ -232,9 +233,9 @@ typedef struct moe_place_cv_opts {
 } moe_place_cv_opts_t;
 
 /* moe_place_fit of trace `path`'s statistics `a` and token sample `s` (NULL: no
- * cross-validation), with cross-validation, memory and tuning as `c` says. The placement gets
- * an @CV line with the in-sample and held-out figures of o->scheme; *o becomes the setting
- * fitted, *cvr the figures. NULL with *status and a one-line reason. */
+ * cross-validation), with cross-validation, memory and tuning as `c` says. The placement's @FT
+ * line gets the in-sample and held-out figures of o->scheme; *o becomes the setting fitted,
+ * *cvr the figures. NULL with *status and a one-line reason. */
 moe_placement_t *moe_place_fit_cv(const char *path, const moe_affinity_t *a,
                                   const moe_place_tokens_t *s, const moe_topo_t *topo,
                                   moe_place_opts_t *o, const moe_place_cv_opts_t *c,

@@ -347,7 +347,7 @@ int moe_place_cv_run(moe_place_cv_t *cv, const moe_topo_t *topo, const moe_place
         for (uint32_t f = 0; f < cv->k; f++)
             out->done += fits[f] != NULL;
     } else {
-        moe_log(MOE_LOG_WARN, "cross-validation skipped: %u fold fits would take about %.0f s, "
+        moe_log(MOE_LOG_INFO, "cross-validation skipped: %u fold fits would take about %.0f s, "
                 "beyond the time limit (raise --time-limit, or --cv 0)", cv->k,
                 est * ((cv->k + w - 1) / w));
     }
@@ -359,16 +359,15 @@ int moe_place_cv_run(moe_place_cv_t *cv, const moe_topo_t *topo, const moe_place
     return rc;
 }
 
-int moe_place_cv_line(const moe_place_cv_result_t *r, int scheme, int top1, char *buf,
-                      size_t len)
+int moe_place_cv_fields(const moe_place_cv_result_t *r, int scheme, int top1, char *buf,
+                        size_t len)
 {
-    int n = snprintf(buf, len, "@CV\tfolds:%u\tdone:%u\tunit:%s", r->folds, r->done,
+    int n = snprintf(buf, len, "\tcv_folds:%u\tcv_done:%u\tcv_unit:%s", r->folds, r->done,
                      r->block ? "tokens" : "sequence");
     if (r->block)
-        n += snprintf(buf + n, len - (size_t)n, "\tblock:%" PRIu64, r->block);
-    n += snprintf(buf + n, len - (size_t)n, "\tunits:%" PRIu64 "\tscheme:%s\tin_xfer:%.4f"
-                  "\tin_load:%.4f", r->units, moe_scheme_name(scheme), r->in_xfer[scheme],
-                  r->in_load[scheme]);
+        n += snprintf(buf + n, len - (size_t)n, "\tcv_block:%" PRIu64, r->block);
+    n += snprintf(buf + n, len - (size_t)n, "\tcv_units:%" PRIu64 "\tin_xfer:%.4f\tin_load:%.4f",
+                  r->units, r->in_xfer[scheme], r->in_load[scheme]);
     if (r->done)
         n += snprintf(buf + n, len - (size_t)n, "\theld_xfer:%.4f\theld_load:%.4f"
                       "\theld_load_max:%.4f", r->out_xfer[scheme], r->out_load[scheme],
@@ -381,6 +380,25 @@ int moe_place_cv_line(const moe_place_cv_result_t *r, int scheme, int top1, char
     if (r->tuned)
         n += snprintf(buf + n, len - (size_t)n, "\ttuned:%u", r->tuned);
     return n < 0 || (size_t)n >= len ? MOE_ENOMEM : 0;
+}
+
+/* Append `fields` to the fit's @FT line, the last header line moe_place_fit wrote. */
+static int append_ft(moe_placement_t *p, const char *fields)
+{
+    size_t n = p->text ? strlen(p->text) : 0, k = strlen(fields);
+    size_t at = n >= 2 ? n - 1 : 0;
+    while (at > 0 && p->text[at - 1] != '\n')
+        at--;
+    if (n < 2 || strncmp(p->text + at, "@FT\t", 4) != 0)
+        return MOE_EINVAL;
+    char *t = realloc(p->text, n + k + 1);
+    if (!t)
+        return MOE_ENOMEM;
+    memcpy(t + n - 1, fields, k); /* over the line's '\n' */
+    t[n - 1 + k] = '\n';
+    t[n + k] = 0;
+    p->text = t;
+    return 0;
 }
 
 /* ------------------------------------------------------------------ fit with cross-validation */
@@ -491,10 +509,10 @@ moe_placement_t *moe_place_fit_cv(const char *path, const moe_affinity_t *a,
             r.done = br.done;
         }
         r.tuned = tried;
-        char line[512];
+        char fields[512];
         *cvr = r;
-        if (!rc && (rc = moe_place_cv_line(&r, o->scheme, in.top1, line, sizeof line)) == 0)
-            rc = moe_placement_add_line(p, line);
+        if (!rc && (rc = moe_place_cv_fields(&r, o->scheme, in.top1, fields, sizeof fields)) == 0)
+            rc = append_ft(p, fields);
         if (rc == MOE_ENOMEM)
             util_errf(errbuf, errlen, rc, "out of memory");
     }

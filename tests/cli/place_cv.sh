@@ -1,5 +1,5 @@
 #!/bin/sh
-# tests/cli/place_cv.sh -- moe-place fit's cross-validation, --memory and --tune: the @CV
+# tests/cli/place_cv.sh -- moe-place fit's cross-validation, --memory and --tune: the @FT
 # line's in-sample figures are moe-place eval's on the fit data; held-out figures come from
 # fits that did not see the fold (a trace whose sequences each route their own way is fitted
 # far better in-sample than held out); one long sequence is folded in blocks of tokens;
@@ -9,10 +9,13 @@
 
 mp() { moe_tool moe-place "$@"; }
 
-# cv FILE FIELD: a field of the @CV line of a placement ('' when absent)
-cv() { sed -n "s/^@CV.*	$2:\([^	]*\).*/\1/p" "$1"; }
-# ft FILE FIELD: a field of the @FT line
+# ft FILE FIELD: a field of the @FT line of a placement ('' when absent)
 ft() { sed -n "s/^@FT.*	$2:\([^	]*\).*/\1/p" "$1"; }
+# cv FILE FIELD: a cross-validation field of the @FT line (folds, done, unit, block, units
+# are cv_FIELD there)
+cv() {
+    case $2 in folds | done | unit | block | units) ft "$1" "cv_$2" ;; *) ft "$1" "$2" ;; esac
+}
 # col REPORT SCHEME COLUMN: a column of eval's SCHEME line (3 per_token_layer, 12 max_load)
 col() { awk -v s="$2" -v c="$3" '$1 == "SCHEME" && $2 == s { print $c }' "$1"; }
 # close A B: A and B agree to 4 decimals
@@ -46,13 +49,13 @@ G1=$T/g1.moet
 moe gen -L 4 -E 16 -k 2 -n 3000 -s 30 -r 4 -S 3 --no-PG -o "$G1" ||
     { echo "cannot make the test trace"; exit 1; }
 
-begin "the @CV line: in-sample figures are eval's on the fit data"
+begin "cross-validation: in-sample figures are eval's on the fit data"
 expect_exit 0 mp fit --no-PG --ranks 4 -o "$T/a.moep" "$G1"
 expect_no_stderr
 [ "$(cv "$T/a.moep" folds)" = 4 ] && [ "$(cv "$T/a.moep" done)" = 4 ] ||
-    fail "no 4-fold @CV line: $(grep '^@CV' "$T/a.moep")"
+    fail "no 4-fold cross-validation: $(grep '^@FT' "$T/a.moep")"
 [ "$(cv "$T/a.moep" unit)" = sequence ] && [ "$(cv "$T/a.moep" units)" = 30 ] ||
-    fail "30 sequences folded: $(grep '^@CV' "$T/a.moep")"
+    fail "30 sequences folded: $(grep '^@FT' "$T/a.moep")"
 mp eval --no-layers -o "$T/e" "$T/a.moep" "$G1" || fail "eval"
 close "$(cv "$T/a.moep" in_xfer)" "$(col "$T/e" coherent 3)" ||
     fail "in-sample transfers $(cv "$T/a.moep" in_xfer) vs eval $(col "$T/e" coherent 3)"
@@ -62,11 +65,11 @@ mp fit --no-PG --ranks 4 --method contiguous -o "$T/c.moep" "$G1" &&
     mp eval --no-layers -o "$T/ec" "$T/c.moep" "$G1" || fail "contiguous fit or eval"
 close "$(cv "$T/a.moep" vanilla_contiguous)" "$(col "$T/ec" vanilla 3)" ||
     fail "baseline $(cv "$T/a.moep" vanilla_contiguous) vs eval $(col "$T/ec" vanilla 3)"
-grep -q '^@CV' "$T/c.moep" && fail "a fixed layout learns nothing: no @CV line"
+grep -q 'cv_folds' "$T/c.moep" && fail "a fixed layout learns nothing: no cross-validation"
 mp fit --no-PG --ranks 4 --cv 0 -o "$T/n.moep" "$G1" || fail "--cv 0"
-grep -q '^@CV' "$T/n.moep" && fail "--cv 0 wrote an @CV line"
+grep -q 'cv_folds' "$T/n.moep" && fail "--cv 0 cross-validated"
 mp fit --no-PG --ranks 4 --method balanced --cv 3 -o "$T/b.moep" "$G1" || fail "balanced"
-[ "$(cv "$T/b.moep" done)" = 3 ] || fail "balanced --cv 3: $(grep '^@CV' "$T/b.moep")"
+[ "$(cv "$T/b.moep" done)" = 3 ] || fail "balanced --cv 3: $(grep '^@FT' "$T/b.moep")"
 end
 
 begin "held-out figures come from fits that did not see the fold"
@@ -87,7 +90,7 @@ mp fit --no-PG --ranks 4 --topk 1 -o "$T/o.moep" "$T/one.moet" || fail "fit"
 # 384 tokens, 4 folds x 4 blocks: blocks of 24 tokens
 [ "$(cv "$T/o.moep" unit)" = tokens ] && [ "$(cv "$T/o.moep" block)" = 24 ] &&
     [ "$(cv "$T/o.moep" units)" = 16 ] && [ "$(cv "$T/o.moep" done)" = 4 ] ||
-    fail "blocks: $(grep '^@CV' "$T/o.moep")"
+    fail "blocks: $(grep '^@FT' "$T/o.moep")"
 end
 
 begin "--memory: slots per rank, groups and replicas"
@@ -122,7 +125,7 @@ mp fit --no-PG --ranks 4 --tune --memory 2 -@ 0 -o "$T/t0.moep" "$G1" &&
     mp fit --no-PG --ranks 4 --tune --memory 2 -@ 1 -o "$T/t1.moep" "$G1" || fail "fit --tune"
 same_file "$T/t0.moep" "$T/t1.moep" "--tune -@ 0 vs -@ 1"
 # two ways to spend 8 slots (one group with 16 replicas, or two groups) x 3 load bounds
-[ "$(cv "$T/t0.moep" tuned)" = 6 ] || fail "settings tried: $(grep '^@CV' "$T/t0.moep")"
+[ "$(cv "$T/t0.moep" tuned)" = 6 ] || fail "settings tried: $(grep '^@FT' "$T/t0.moep")"
 case $(ft "$T/t0.moep" max_imbalance) in 1.1 | 1.05 | 1.025) ;;
 *) fail "bound $(ft "$T/t0.moep" max_imbalance) is not one tried" ;;
 esac
