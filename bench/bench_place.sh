@@ -83,7 +83,7 @@ held() {
         "${c:--}" "${cl:--}" "$t"
 }
 for cfg in 8:1:0.60:1.15 8:1.5:0.45:1.15 16:1:0.66:1.20 8:2:-:-; do
-    IFS=: read -r G mem rt lt <<EOF_CFG
+    IFS=: read -r G mem mrt mlt <<EOF_CFG
 $cfg
 EOF_CFG
     "$mp" fit --ranks "$G" --method contiguous --no-PG -o "$tmp/c.moep" "$tmp/fit.mft"
@@ -93,8 +93,8 @@ EOF_CFG
     base_in=$(col "$tmp/ci.txt" vanilla per_token_layer)
     held "$G" "$mem" contiguous none - - --method contiguous
     held "$G" "$mem" "balanced (EPLB)" none - - --method balanced --memory "$mem"
-    held "$G" "$mem" affinity 1.10 "$rt" "$lt" --memory "$mem"
-    held "$G" "$mem" "affinity --tune" tuned "$rt" "$lt" --memory "$mem" --tune
+    held "$G" "$mem" affinity 1.10 "$mrt" "$mlt" --memory "$mem"
+    held "$G" "$mem" "affinity --tune" tuned "$mrt" "$mlt" --memory "$mem" --tune
 done
 
 echo "# 2. Mixtral-8x7B top-1 paths, fitted and evaluated on the same 134 tokens"
