@@ -321,6 +321,9 @@ static int write_header(replay_t *r)
         snprintf(bytes, sizeof bytes, "%.0f bytes (2 x hidden %u x ffn %u x %u bytes)",
                  r->copy_bytes, H, o->ffn, B);
     if (o->json) {
+        char cb[32] = "null";
+        if (r->copy_bytes > 0)
+            snprintf(cb, sizeof cb, "%.0f", r->copy_bytes);
         tb_str(r->tb, "{\"trace\": ");
         tb_json_str(r->tb, tname);
         return tb_fmt(r->tb, ", \"layers\": %u, \"experts\": %u, \"topk\": %u, \"ranks\": %u, "
@@ -328,8 +331,7 @@ static int write_header(replay_t *r)
                              "\"every\": %" PRIu64 ", \"threshold\": %s, \"copy_bytes\": %s, "
                              "\"intervals\": [", h->layers, h->experts, h->topk, r->G,
                       moe_place_method_name(o->fit.method), moe_scheme_name(o->fit.scheme),
-                      r->W, r->every, o->threshold > 0 ? thr : "null",
-                      r->copy_bytes > 0 ? bytes : "null");
+                      r->W, r->every, o->threshold > 0 ? thr : "null", cb);
     }
     tb_fmt(r->tb, "# moe-place replay\n# trace: %s: %u layers x %u experts, top-%u (%u used)\n"
                   "# ranks: %u (%u node%s x %u), method %s, scheme %s (the load's)\n",
