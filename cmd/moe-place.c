@@ -780,6 +780,7 @@ static void main_usage(FILE *fp)
           "  export   write a placement as ExFlow CSV, EPLB or SGLang JSON\n"
           "  import   read an ExFlow CSV, EPLB or SGLang JSON placement\n"
           "  check    validate placement files\n"
+          "  replay   re-fit along a trace: dynamic against static placement\n"
           "\n"
           "Run 'moe-place COMMAND --help' for a command's options.\n"
           "      --help             display this help and exit\n"
