@@ -407,6 +407,7 @@ static int replay_walk(replay_t *r)
         if (++i - start == r->every) {
             interval_end(r);
             write_interval(r);
+            tb_flush(r->tb); /* a line per interval as it ends: a long replay shows its way */
             open = 0;
             start = i;
             k++;
@@ -453,7 +454,7 @@ int moe_place_replay(const char *path, const moe_topo_t *topo, const moe_placeme
         tb_init(r.tb, fn, ctx);
         rc = replay_start(&r, initial);
         rc = rc ? rc : replay_walk(&r);
-        int end = rc ? 0 : tb_end(r.tb); /* after a failure, what is buffered is dropped */
+        int end = rc ? 0 : tb_end(r.tb); /* after a failure, the buffered rest is dropped */
         rc = rc ? rc : end;
     }
     if (rc && r.tb && r.tb->err == rc)
