@@ -448,10 +448,11 @@ int moe_place_replay(const char *path, const moe_topo_t *topo, const moe_placeme
     r.ring = calloc((size_t)r.W + 1, sizeof *r.ring);
     r.since = calloc((size_t)r.h.layers * r.G + 1, sizeof *r.since);
     r.tb = malloc(sizeof *r.tb);
+    if (r.tb)
+        tb_init(r.tb, fn, ctx);
     if (!rc && (!r.ring || !r.since || !r.tb))
         rc = util_errf(errbuf, errlen, MOE_ENOMEM, "out of memory");
     if (!rc) {
-        tb_init(r.tb, fn, ctx);
         rc = replay_start(&r, initial);
         rc = rc ? rc : replay_walk(&r);
         int end = rc ? 0 : tb_end(r.tb); /* after a failure, the buffered rest is dropped */
