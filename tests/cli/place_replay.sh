@@ -41,7 +41,7 @@ moved=$((4 * copy))
     for i in 1 2 3 4; do echo "0 0"; done
     for i in 1 2 3; do echo "1 1"; done
     echo "2 2"; echo "2 2"; echo "3 3"
-    for half in 1 2; do
+    for _ in 1 2; do
         for i in 1 2 3 4; do echo "1 1"; done
         for i in 1 2 3; do echo "0 0"; done
         echo "2 2"; echo "2 2"; echo "3 3"
