@@ -137,3 +137,34 @@ for c in "v3.mft:--ranks 64 --gpus-per-node 8:60" "mix.mft:--ranks 8:1" "mix.mft
     printf '%-34s %9s %9s %10s %s\n' "$f $args" "$fit" "$(secs "$t0" "$t1")" \
         "$(awk '{ printf "%.0f", $1 / 1024 }' "$tmp/rss")" "$t"
 done
+
+echo
+echo "# 6. Dynamic re-placement: DeepSeek-V2-Lite, the whole trace (prompts 1..1000) in prompt order,"
+echo "#    8 ranks (moe-place replay). The trace is walked in intervals of 'every' tokens; the dynamic"
+echo "#    placement is re-fitted before each interval on the last 'window' tokens (with 'thr': only"
+echo "#    when the worst layer's max/mean load since its last fit exceeds thr); the static one is"
+echo "#    the first fit (on the first window tokens), never re-fitted; both see the same tokens."
+echo "#    xfer: coherent transfers per token per layer; load: the worst layer's max/mean rank load"
+echo "#    per interval, token-weighted mean; moved: expert weights migrated by the re-fits, GB, at"
+echo "#    2 x H x F x 2 bytes per copy with DeepSeek-V2-Lite's H = 2048, F = 1408 (its"
+echo "#    moe_intermediate_size), bf16 (a gated expert's third matrix would add half again)."
+echo "#    balanced (EPLB's packing) fits instantly; affinity fits its token sample in seconds, hence"
+echo "#    window 2048 and --starts 1 for it."
+printf '%-9s %6s %6s %5s %6s %8s %8s %8s %8s %9s %6s\n' method window every thr refits \
+    xfer_dyn xfer_st load_dyn load_st moved_GB secs
+for c in "balanced 8192 4096 -" "balanced 8192 8192 -" "balanced 8192 16384 -" \
+    "balanced 8192 8192 1.12" "affinity 2048 16384 -" "affinity 2048 32768 -" \
+    "affinity 2048 16384 1.2"; do
+    # shellcheck disable=SC2086
+    set -- $c
+    thr=
+    [ "$4" = - ] || thr="--threshold $4"
+    t0=$(date +%s%N)
+    # shellcheck disable=SC2086
+    "$mp" replay --ranks 8 -@ 1 --method "$1" --window "$2" --every "$3" $thr --starts 1 \
+        --hidden 2048 --ffn 1408 --elem-bytes 2 -o "$tmp/rp.txt" "$tmp/ds.mft"
+    t1=$(date +%s%N)
+    awk -F '\t' -v m="$1" -v w="$2" -v e="$3" -v t="$4" -v s="$(secs "$t0" "$t1")" '
+        $1 == "SUMMARY" { printf "%-9s %6s %6s %5s %6s %8s %8s %8s %8s %9.1f %6s\n", m, w, e, t,
+            $4, $5, $6, $9, $10, $12 / 1e9, s }' "$tmp/rp.txt"
+done

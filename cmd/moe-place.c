@@ -34,7 +34,8 @@ enum {
     O_RANKS = MOE_OPTC_TOOL, O_GPN, O_TOPOLOGY, O_METHOD, O_SCHEME, O_MAX_IMB, O_REPLICAS,
     O_EP_SIZE, O_TIME_LIMIT, O_SEED, O_STARTS, O_TOPK, O_INTER_COST, O_SOURCE, O_HIDDEN,
     O_ELEM_BYTES, O_MATRIX, O_MATRIX_BYTES, O_JSON, O_FORMAT, O_EXPERTS, O_NO_LAYERS,
-    O_REPLICA_RULE, O_LOADS, O_PHYSMAP, O_CV, O_MEMORY, O_TUNE,
+    O_REPLICA_RULE, O_LOADS, O_PHYSMAP, O_CV, O_MEMORY, O_TUNE, O_WINDOW, O_EVERY, O_THRESHOLD,
+    O_INITIAL, O_FFN,
 };
 
 static const struct option long_opts[] = {
@@ -57,6 +58,9 @@ static const struct option long_opts[] = {
     {"loads", required_argument, 0, O_LOADS},
     {"physical-map", required_argument, 0, O_PHYSMAP}, {"cv", required_argument, 0, O_CV},
     {"memory", required_argument, 0, O_MEMORY}, {"tune", no_argument, 0, O_TUNE},
+    {"window", required_argument, 0, O_WINDOW}, {"every", required_argument, 0, O_EVERY},
+    {"threshold", required_argument, 0, O_THRESHOLD},
+    {"initial", required_argument, 0, O_INITIAL}, {"ffn", required_argument, 0, O_FFN},
     MOE_OPTS_LONG, {0}};
 
 /* Everything any subcommand takes; each parser rejects what does not apply to it. */
@@ -68,6 +72,8 @@ typedef struct cfg {
     const char *topology, *matrix, *matrix_bytes, *loads, *physmap;
     double inter_cost;      /* < 0: the topology's */
     int source, json, format, scheme_set, no_layers;
+    moe_place_replay_opts_t ro; /* replay's own: window, every, threshold, ffn (0: defaults) */
+    const char *initial;
 } cfg_t;
 
 static const char *opt_name(int c)
@@ -154,6 +160,14 @@ static int take_opt(const char *sub, int c, const char *arg, cfg_t *g)
         return moe_cli_u32(prog, sub, arg, 1, MOE_TRACE_MAX_EXPERTS, "expert count", &g->experts);
     case O_NO_LAYERS: g->no_layers = 1; return 0;
     case O_LOADS: g->loads = arg; return 0;
+    case O_WINDOW: return moe_cli_u32(prog, sub, arg, 1, 1u << 24, "window", &g->ro.window);
+    case O_EVERY:
+        if (moe_parse_u64(arg, 1, UINT64_MAX, &g->ro.every, "interval", err, sizeof err))
+            return usage_error(sub, "%s", err);
+        return 0;
+    case O_THRESHOLD: return parse_dbl(sub, arg, 1, 1e6, "threshold", &g->ro.threshold);
+    case O_INITIAL: g->initial = arg; return 0;
+    case O_FFN: return moe_cli_u32(prog, sub, arg, 1, UINT32_MAX, "ffn size", &g->ro.ffn);
     case O_PHYSMAP: g->physmap = arg; return 0;
     case O_REPLICA_RULE: return moe_cli_replica_rule(prog, sub, arg, &g->po.replica_rule);
     case O_CV:
@@ -719,6 +733,70 @@ static int run_check(int argc, char **argv)
     return rc;
 }
 
+/* ------------------------------------------------------------------ replay */
+
+static void replay_usage(FILE *fp)
+{
+    fputs("Usage: moe-place replay --ranks=G [options] TRACE\n"
+          "Walk a trace in arrival order under a placement re-fitted on a sliding window,\n"
+          "against the static first one: transfers, load and expert copies moved.\n"
+          "\n"
+          "      --window=W         tokens each fit sees: the last W before it [8192]\n"
+          "      --every=N          tokens per interval, a re-fit before each [W]\n"
+          "      --threshold=X      re-fit only when the worst layer's max/mean rank load\n"
+          "                         since the last fit exceeds X [every interval]\n"
+          "      --initial=FILE     the first placement [fitted on the first W tokens]\n"
+          "      --hidden=H         hidden size of an expert (a copy moves 2 x H x F x B\n"
+          "                         bytes) [the trace's]\n"
+          "      --ffn=F            expert FFN (inner) size [unknown: copies only]\n"
+          "      --elem-bytes=B     bytes per weight element [the trace's]\n"
+          "      --json             write JSON instead of the table\n"
+          "  -@, --threads=N        additional threads [0]\n"
+          "Each fit as 'moe-place fit' (see its --help): --ranks, --gpus-per-node,\n"
+          "  --topology, --inter-cost, --method, --scheme, --topk, --max-imbalance,\n"
+          "  --replicas, --replica-rule, --ep-size, --starts, --time-limit, --seed\n", fp);
+    output_usage(fp, 0);
+}
+
+static int run_replay(int argc, char **argv)
+{
+    static const int takes[] = {O_RANKS, O_GPN, O_TOPOLOGY, O_INTER_COST, O_METHOD, O_SCHEME,
+        O_TOPK, O_MAX_IMB, O_REPLICAS, O_REPLICA_RULE, O_EP_SIZE, O_STARTS, O_TIME_LIMIT,
+        O_SEED, O_WINDOW, O_EVERY, O_THRESHOLD, O_INITIAL, O_HIDDEN, O_FFN, O_ELEM_BYTES,
+        O_JSON, 0};
+    cfg_t g;
+    int rc = 0, st;
+    if (parse("replay", argc, argv, &g, MOE_OPT_OUTPUT | MOE_OPT_FORMAT | MOE_OPT_THREADS,
+              takes, replay_usage, &rc))
+        return rc;
+    if (argc - optind != 1 || g.topk > 1)
+        return usage_error("replay", g.topk > 1 ? "--topk fits top-1 paths (1) or whole sets"
+                                                : "expected one trace");
+    const moe_cli_file_t files[] = {{"--output", g.o.out, 1}, {"--initial", g.initial, 0},
+                                    {"the trace", argv[optind], 0}};
+    moe_placement_t *p = NULL;
+    if ((rc = moe_cli_distinct(prog, "replay", files, 3)) ||
+        (g.initial && !(p = moe_placement_read(g.initial, &st, errbuf, sizeof errbuf))))
+        return rc ? rc : fail("%s", errbuf);
+    g.gpn = g.gpn || g.topology || !p ? g.gpn : p->gpus_per_node;
+    moe_topo_t topo;
+    moe_textout_t *out = NULL;
+    if (!(rc = make_topo("replay", &g, p ? p->ranks : 0, &topo)) &&
+        !(out = moe_cli_text_open(prog, g.o.out, g.o.fmt, g.o.level)))
+        rc = 1;
+    if (out) {
+        g.ro.fit = g.po;
+        g.ro.topk = g.topk, g.ro.hidden = g.hidden, g.ro.elem_bytes = g.elem_bytes;
+        g.ro.threads = g.o.threads, g.ro.json = g.json, g.ro.initial_name = g.initial;
+        int w = moe_place_replay(argv[optind], &topo, p, &g.ro, moe_textout_write, out, errbuf,
+                                 sizeof errbuf);
+        rc = w && errbuf[0] ? (fail("%s", errbuf), moe_cli_text_close(prog, out, g.o.out, 0))
+                            : moe_cli_text_finish(prog, out, g.o.out, w);
+    }
+    moe_placement_free(p);
+    return rc;
+}
+
 /* ------------------------------------------------------------------ main */
 
 static void main_usage(FILE *fp)
@@ -732,6 +810,7 @@ static void main_usage(FILE *fp)
           "  export   write a placement as ExFlow CSV, EPLB or SGLang JSON\n"
           "  import   read an ExFlow CSV, EPLB or SGLang JSON placement\n"
           "  check    validate placement files\n"
+          "  replay   re-fit along a trace: dynamic against static placement\n"
           "\n"
           "Run 'moe-place COMMAND --help' for a command's options.\n"
           "      --help             display this help and exit\n"
@@ -743,7 +822,8 @@ int main(int argc, char **argv)
     static const moe_cli_cmd_t cmds[] = {{"fit", run_fit, NULL}, {"eval", run_eval, NULL},
                                          {"export", run_export, NULL},
                                          {"import", run_import, NULL},
-                                         {"check", run_check, NULL}};
+                                         {"check", run_check, NULL},
+                                         {"replay", run_replay, NULL}};
     g_argc = argc;
     g_argv = argv;
     moe_cli_start(prog, argv);

@@ -242,6 +242,58 @@ moe_placement_t *moe_place_fit_cv(const char *path, const moe_affinity_t *a,
                                   moe_place_result_t *res, moe_place_cv_result_t *cvr,
                                   int *status, char *errbuf, size_t errlen);
 
+/* ------------------------------------------------------------------ replay (moe-place replay) */
+
+/*
+ * Dynamic re-placement, as SGLang's and vLLM's EPLB rebalance a running server: does it pay on
+ * a trace? moe_place_replay walks the trace in file (arrival) order in intervals of `every`
+ * tokens. The first placement is fitted on the first `window` tokens (or given); at the start
+ * of every later interval the placement is re-fitted with moe_place_fit on the last `window`
+ * tokens before it (with `threshold`, only when the worst layer's max/mean rank load of the
+ * placement in force, over the tokens since it was fitted, exceeds it: SGLang skips a
+ * rebalance likewise when its utilisation is high enough). Every token is accounted
+ * (moe/acct.h) under the placement in force when it arrives and under the static one (the
+ * first, never re-fitted), so both are measured on the same tokens. A re-fit's migration is
+ * the copies the new placement holds on a rank the old one did not, per (layer, expert, rank),
+ * at 2 x H x F x B bytes each (one expert's two H x F weight matrices). Memory is bounded by
+ * the window, never by the trace's length: the window is held in memory and spooled to a
+ * scratch trace for each re-fit, whose statistics and token sample are read back as
+ * `moe-place fit` reads its input.
+ */
+typedef struct moe_place_replay_opts {
+    moe_place_opts_t fit;  /* every fit's method and options (moe_place_fit; its sample, score
+                            * and threads are set by the replay) */
+    uint32_t window;       /* tokens a fit sees: the last `window` before it; 0: 8192 */
+    uint64_t every;        /* tokens per interval; 0: the window */
+    double threshold;      /* > 0: re-fit only when the load (above) exceeds it [0: always] */
+    uint32_t topk;         /* 1: fit and account top-1 paths (as fit --topk) [0: all K] */
+    uint32_t hidden, ffn, elem_bytes; /* an expert copy's H, F, B; H and B 0: the trace's;
+                                       * F 0: unknown (copies only, bytes unknown) */
+    int threads;           /* additional threads [0] */
+    int json;              /* a JSON document instead of the tab-separated table */
+    const char *tmpdir;    /* where the window is spooled; NULL: $TMPDIR, else /tmp */
+    const char *trace_name, *initial_name; /* for the report's header (NULL: the path / "-") */
+} moe_place_replay_opts_t;
+
+/* Zeros and moe_place_opts_default: the defaults marked above. */
+void moe_place_replay_opts_default(moe_place_replay_opts_t *o);
+
+/* Replay trace `path` ("-": standard input, read once) on `topo`'s ranks, starting from
+ * `initial` (NULL: fitted on the first window; else its shape must be the trace's and its ranks
+ * topo's), and write the report into fn(ctx, buf, len) (moe_textout_write's shape) as it goes:
+ * '#' header lines, one INTERVAL line per interval (index, first token, tokens, whether a fit
+ * took effect at its start: initial, yes or no; coherent and vanilla transfers per token per
+ * layer, dynamic then static; the worst layer's max/mean rank load of the fitted scheme,
+ * dynamic then static; copies moved and their bytes, NA when unknown), then a SUMMARY line
+ * (tokens, intervals, re-fits; transfers over all tokens; the load's token-weighted mean over
+ * intervals; copies and bytes in all), or with o->json the same as one JSON object. Returns 0;
+ * or a negative status with a one-line reason in errbuf (a fit's failure names the token it
+ * was at); or, when fn fails, fn's status with errbuf empty. */
+int moe_place_replay(const char *path, const moe_topo_t *topo, const moe_placement_t *initial,
+                     const moe_place_replay_opts_t *o,
+                     int (*fn)(void *ctx, const void *buf, size_t len), void *ctx,
+                     char *errbuf, size_t errlen);
+
 #ifdef __cplusplus
 }
 #endif
