@@ -325,20 +325,35 @@ static int stage_warm(plc_stage_t *s, uint32_t *const *starts, uint32_t nstarts,
     return 0;
 }
 
-/* Solve a stage within `limit` seconds: start layout (the search's or one of `starts`),
- * b-matching bound, then lp_solve unless the bound already proves the start optimal. */
+/* The stage solved into s->place by place_chain.c's dynamic program when it is small enough
+ * (*done = 1; with one place there is nothing to choose). Returns 0 or MOE_ENOMEM. */
+static int stage_exact(plc_stage_t *s, int *done)
+{
+    double h;
+    int rc = s->places > 1 ? plc_stage_exact(s, s->place, &h) : 1;
+    *done = rc == 0;
+    return rc < 0 ? rc : 0;
+}
+
+/* Solve a stage within `limit` seconds: exactly by dynamic programming where the stage is
+ * small, else from a start layout (the search's), b-matching bound, then lp_solve unless the
+ * bound already proves the start optimal. Either way one of `starts` with no more hops takes
+ * the place of the layout found (the dynamic program's optimum included). */
 static int stage_solve(plc_stage_t *s, double limit, uint32_t *const *starts, uint32_t nstarts,
                        xf_out_t *out, char *errbuf, size_t errlen)
 {
     xf_clock_t clk = {util_now() + limit, 0};
     memset(out, 0, sizeof *out);
     char why[160] = "out of memory";
-    int rc = plc_stage_start(s, clk.deadline);
+    int exact = 0;
+    int rc = stage_exact(s, &exact);
+    if (!rc && !exact)
+        rc = plc_stage_start(s, clk.deadline);
     out->hops = plc_stage_hops(s, s->place);
     if (!rc)
         rc = stage_warm(s, starts, nstarts, out);
-    out->bound = 0;
-    if (!rc && s->places > 1 && out->hops > 0)
+    out->bound = exact ? out->hops : 0;
+    if (!rc && !exact && s->places > 1 && out->hops > 0)
         rc = stage_bmatch(s, &out->bound, why, sizeof why);
     size_t cols = (s->off[s->layers] + s->eoff[s->layers - 1]) * s->places;
     if (!rc && out->bound < out->hops - 0.5) {
