@@ -45,9 +45,10 @@ for topo in "--ranks 4" "--ranks 4 --gpus-per-node 2" "--ranks 8"; do
     expect_eq "$(ft "$T/x.moep" status)" optimal "status ($topo)"
     expect_eq "$(ft "$T/x.moep" bound)" "$(ft "$T/x.moep" objective)" "bound ($topo)"
 done
-mp fit --ranks 4 --method exflow --time-limit 5 --no-PG -o "$T/x.moep" "$T/m.moet" &&
-    mp fit --ranks 4 --method exflow --time-limit 5 -@ 1 --no-PG -o "$T/y.moep" "$T/m.moet" ||
+if ! mp fit --ranks 4 --method exflow --time-limit 5 --no-PG -o "$T/x.moep" "$T/m.moet" ||
+    ! mp fit --ranks 4 --method exflow --time-limit 5 -@ 1 --no-PG -o "$T/y.moep" "$T/m.moet"; then
     fail "fit 4"
+fi
 cmp -s "$T/x.moep" "$T/y.moep" || fail "a rerun with -@ 1 differs"
 end
 
@@ -56,17 +57,21 @@ end
 begin "exflow has no more hops than the affinity fit of the same statistics"
 # shapes: layers experts seed ranks gpus-per-node; the second and the last go to lp_solve
 for c in "32 8 6 4 4" "8 16 3 4 4" "8 12 2 4 4" "8 16 3 8 4" "8 16 1 8 2"; do
+    # shellcheck disable=SC2086
     set -- $c
     moe gen -L "$1" -E "$2" -k 1 -n 300 -s 4 -S "$3" --no-PG -o "$T/g.moet" || fail "gen $c"
     topo="--ranks $4 --gpus-per-node $5"
     # shellcheck disable=SC2086
-    mp fit $topo --method exflow --time-limit 1 --no-PG -o "$T/x.moep" "$T/g.moet" &&
-        mp fit $topo --no-PG -o "$T/a.moep" "$T/g.moet" &&
-        mp fit $topo --max-imbalance 0 --no-PG -o "$T/u.moep" "$T/g.moet" ||
+    if ! mp fit $topo --method exflow --time-limit 1 --no-PG -o "$T/x.moep" "$T/g.moet" ||
+        ! mp fit $topo --no-PG -o "$T/a.moep" "$T/g.moet" ||
+        ! mp fit $topo --max-imbalance 0 --no-PG -o "$T/u.moep" "$T/g.moet"; then
         fail "fit ($c)"
+    fi
+    # shellcheck disable=SC2046
     set -- $(hops "$T/x.moep" "$T/g.moet")
     xh=$1 xi=$2
     for aff in a u; do
+        # shellcheck disable=SC2046
         set -- $(hops "$T/$aff.moep" "$T/g.moet")
         # inter-node hops first (ExFlow's stage 1), then all of them when those are equal
         le "$xi" "$2" || fail "exflow inter-node hops $xi > affinity ($aff) $2 ($c)"
