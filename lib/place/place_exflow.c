@@ -51,7 +51,11 @@
  * never more than the affinity placement's, nor the total when they are equal (on one node:
  * the hops never more), wherever its layouts keep eq. 9's even split. The starts matter:
  * lp_solve proves optimality for a few layers of 8 experts, but on Mixtral's 32 layers its
- * root relaxation alone takes seconds and a start's layout is what comes back.
+ * root relaxation alone takes seconds and its bound stays 15% below the optimum after 60 s.
+ *
+ * Small stages. Where each layer has few partitions of its items into places (Mixtral's 8
+ * experts on 4 GPUs: 105), place_chain.c's dynamic program solves the stage exactly in a
+ * fraction of a second, and lp_solve is not needed; the warm starts still win ties.
  *
  * Everything is deterministic: no randomness, fixed orders, fixed lp_solve settings.
  */
