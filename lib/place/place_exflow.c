@@ -47,9 +47,10 @@
  * (place_search.c) and, stage by stage, the affinity method's placements (place_affinity.c;
  * at the fit's load bound and unbounded, as exflow has none): in stage 1 their node layouts,
  * in each node's stage 2 their GPU layouts when their node layout is the one stage 1 kept. A
- * tie goes to the affinity layout, so stage 2 can start from it: the inter-node hops are then
- * never more than the affinity placement's, nor the total when they are equal (on one node:
- * the hops never more), wherever its layouts keep eq. 9's even split. The starts matter:
+ * tie goes to the affinity layout (of the two, to the one with fewer hops in all), so stage 2
+ * can start from it: the inter-node hops are then never more than the affinity placement's,
+ * nor the total when they are equal (on one node: the hops never more), wherever its layouts
+ * keep eq. 9's even split. The starts matter:
  * lp_solve proves optimality for a few layers of 8 experts, but on Mixtral's 32 layers its
  * root relaxation alone takes seconds and its bound stays 15% below the optimum after 60 s.
  *
@@ -309,7 +310,8 @@ static int stage_lp(plc_stage_t *s, xf_clock_t *clk, xf_out_t *out)
 }
 
 /* Take the best of the search's layout (in s->place) and the starts that keep the stage's
- * limits (NULL: none for this stage), a tie going to a start. Returns 0 or MOE_ENOMEM. */
+ * limits (NULL: none for this stage), a tie going to a start, and between starts to the
+ * later. Returns 0 or MOE_ENOMEM. */
 static int stage_warm(plc_stage_t *s, uint32_t *const *starts, uint32_t nstarts, xf_out_t *out)
 {
     uint32_t *cnt = malloc(s->places * sizeof *cnt);
@@ -319,7 +321,7 @@ static int stage_warm(plc_stage_t *s, uint32_t *const *starts, uint32_t nstarts,
         if (!starts[w] || !layout_fits(s, starts[w], cnt))
             continue;
         double h = plc_stage_hops(s, starts[w]);
-        if (h <= out->hops) {
+        if (h <= out->hops + 0.5) {
             memcpy(s->place, starts[w], s->off[s->layers] * sizeof *s->place);
             out->hops = h;
             out->warm = 1;
@@ -589,6 +591,14 @@ static int exflow_warm(const moe_affinity_t *a, const moe_topo_t *topo,
         if (st)
             moe_log(MOE_LOG_DEBUG, "exflow: no affinity start (max imbalance %g): %s", imb[t],
                     why);
+    }
+    /* A later start wins a tie: the one with fewer hops in all goes last, so that when both
+     * have the fewest inter-node hops stage 2 starts from the better one. */
+    if (w->n == 2 && total_hops(a, shape->layers, shape->experts, w->rank[0]) <
+                         total_hops(a, shape->layers, shape->experts, w->rank[1])) {
+        uint32_t *t = w->rank[0];
+        w->rank[0] = w->rank[1];
+        w->rank[1] = t;
     }
     return 0;
 }
