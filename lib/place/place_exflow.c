@@ -50,9 +50,9 @@
  * tie goes to the affinity layout (of the two, to the one with fewer hops in all), so stage 2
  * can start from it: the inter-node hops are then never more than the affinity placement's,
  * nor the total when they are equal (on one node: the hops never more), wherever its layouts
- * keep eq. 9's even split. The starts matter:
- * lp_solve proves optimality for a few layers of 8 experts, but on Mixtral's 32 layers its
- * root relaxation alone takes seconds and its bound stays 15% below the optimum after 60 s.
+ * keep eq. 9's even split. The starts matter: lp_solve proves optimality for a few layers of
+ * 8 experts, but on Mixtral's 32 layers its root relaxation alone takes seconds and its bound
+ * stays 15% below the optimum after 60 s.
  *
  * Small stages. Where each layer has few partitions of its items into places (Mixtral's 8
  * experts on 4 GPUs: 105), place_chain.c's dynamic program solves the stage exactly in a
