@@ -7,8 +7,10 @@
 #     8 ranks at 1 and 1.5, 16 ranks at 1, and 8 ranks at 2), each affinity row beside the
 #     same-memory baselines (contiguous, balanced = EPLB with the same slots), with the fit's
 #     own cross-validation estimate and the in-sample figures; targets of issue 19 goal 3.
-#  2. Mixtral top-1 paths, 4 and 8 GPUs: hops per token of the affinity placement fitted and
-#     evaluated on the same tokens against ExFlow's published placements (target: <=).
+#  2. Mixtral top-1 paths, 4 and 8 GPUs: hops per token of ExFlow's published placements, the
+#     affinity fit bounded (1.10) and unbounded, and the exflow ILP, in-sample and held out
+#     (halves and phases of the one sequence), each side said load-bounded or not; target:
+#     held-out no more hops than ExFlow's published placements.
 #  4. Fit time: a DeepSeek-V3-shaped trace (58 layers, 256 experts, top-8, 200,000 tokens) on
 #     64 ranks (8 nodes x 8) (target <= 60 s, memory bounded) and a Mixtral-sized one (<= 1 s),
 #     each beside the time `moe-trace stats` takes to read the same file.
@@ -97,18 +99,75 @@ EOF_CFG
     held "$G" "$mem" "affinity --tune" tuned "$mrt" "$mlt" --memory "$mem" --tune
 done
 
-echo "# 2. Mixtral-8x7B top-1 paths, fitted and evaluated on the same 134 tokens"
+echo "# 2. Mixtral-8x7B top-1 paths (HumanEval/0, 134 tokens): coherent hops per token"
+echo "#    in-sample: fitted and evaluated on all 134 tokens"
+echo "#    held-out halves: fitted on tokens 1..67, evaluated on 68..134, and the other way, mean"
+echo "#    held-out phases: fitted on the 59 prefill tokens, evaluated on the 75 decode ones, and"
+echo "#      the other way, mean (the trace is one sequence: moe-trace split cannot cut it)"
+echo "#    ExFlow's published placements were fitted on ExFlow's own data: held-out for them in"
+echo "#      every column (their halves and phases columns evaluate on the same test parts)"
+echo "#    bounded: the fit keeps each layer's max/mean rank load <= 1.10 (affinity's default);"
+echo "#      ExFlow (published and our ILP) and affinity at --max-imbalance 0 do not"
+echo "#    load: held-out max/mean rank load (halves, mean); status: the ILP fitted on all tokens"
+echo "#    target: held-out halves <= ExFlow's published"
 "$mt" import --no-PG -q --weights "$mx/tokens.weights.txt.gz" --meta "$mx/tokens.meta.txt.gz" \
     -o "$tmp/mx.mft" "$mx/tokens.txt.gz"
-printf '%-5s %-28s %-28s %s\n' gpus "exflow published hops/token" "affinity hops/token" target
+"$mt" view "$tmp/mx.mft" >"$tmp/mx.txt"
+# the parts as text traces: records by position, phases from the meta file's rows
+gzip -dc "$mx/tokens.meta.txt.gz" | awk '!/^#/ { print $2 }' >"$tmp/phase.txt"
+# part NAME CONDITION: the records (position n from 0, phase p) meeting an awk condition
+part() {
+    awk -F '\t' "NR == FNR { ph[n0++] = \$0; next } /^@/ { print; next }
+        { n = m++; p = ph[n] } $2 { print }" "$tmp/phase.txt" "$tmp/mx.txt" >"$tmp/$1.txt"
+}
+part h1 'n < 67'
+part h2 'n >= 67'
+part pre 'p == "prefill"'
+part dec 'p == "decode"'
+if [ "$(grep -vc '^@' "$tmp/pre.txt")" != 59 ] || [ "$(grep -vc '^@' "$tmp/dec.txt")" != 75 ]; then
+    echo "bench: the Mixtral phases are not 59 prefill and 75 decode tokens" >&2
+    exit 1
+fi
+# ev PLACEMENT PART COLUMN: a coherent column of the evaluation on a part
+ev() {
+    "$mp" eval --topk 1 --no-layers "$1" "$2" >"$tmp/ev.txt"
+    col "$tmp/ev.txt" coherent "$3"
+}
+mean() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", (a + b) / 2 }'; }
+# whole PLACEMENT: hops per token in-sample (on all tokens), as the means are printed
+whole() {
+    v=$(ev "$1" "$tmp/mx.mft" hops_per_token)
+    mean "$v" "$v"
+}
+# held PLACEMENT-OF-PART1 PART2 PLACEMENT-OF-PART2 PART1 COLUMN: mean of the two evaluations
+held() { mean "$(ev "$1" "$2" "$5")" "$(ev "$3" "$4" "$5")"; }
+mrow() { printf '%-4s %-17s %-9s %9s %9s %9s %6s %-6s %s\n' "$@"; }
+mrow gpus placement bounded in-sample halves phases load target status
 for G in 4 8; do
     "$mp" import --format exflow --no-PG -o "$tmp/ex.moep" "$ex"/solution_intra${G}_*.csv
-    "$mp" eval --topk 1 --no-layers "$tmp/ex.moep" "$tmp/mx.mft" >"$tmp/ex.txt"
-    "$mp" fit --ranks "$G" --topk 1 --no-PG -o "$tmp/af.moep" "$tmp/mx.mft"
-    "$mp" eval --topk 1 --no-layers "$tmp/af.moep" "$tmp/mx.mft" >"$tmp/af.txt"
-    e=$(col "$tmp/ex.txt" coherent hops_per_token)
-    a=$(col "$tmp/af.txt" coherent hops_per_token)
-    printf '%-5s %-28s %-28s %s\n' "$G" "$e" "$a" "$(check "$a" "<=" "$e")"
+    pe=$(held "$tmp/ex.moep" "$tmp/h2.txt" "$tmp/ex.moep" "$tmp/h1.txt" hops_per_token)
+    mrow "$G" "exflow published" no "$(whole "$tmp/ex.moep")" "$pe" \
+        "$(held "$tmp/ex.moep" "$tmp/dec.txt" "$tmp/ex.moep" "$tmp/pre.txt" hops_per_token)" \
+        "$(held "$tmp/ex.moep" "$tmp/h2.txt" "$tmp/ex.moep" "$tmp/h1.txt" max_load)" - -
+    for m in "affinity imb=1.10:yes:--max-imbalance 1.10" "affinity imb=0:no:--max-imbalance 0" \
+        "exflow ILP:no:--method exflow"; do
+        name=${m%%:*}
+        rest=${m#*:}
+        bounded=${rest%%:*}
+        for t in mx h1 h2 pre dec; do
+            [ $t = mx ] && f=$tmp/mx.mft || f=$tmp/$t.txt
+            # shellcheck disable=SC2086
+            "$mp" fit --ranks "$G" --topk 1 --no-PG ${rest#*:} -o "$tmp/f$t.moep" "$f"
+        done
+        hh=$(held "$tmp/fh1.moep" "$tmp/h2.txt" "$tmp/fh2.moep" "$tmp/h1.txt" hops_per_token)
+        st=-
+        [ "$name" != "exflow ILP" ] ||
+            st=$(sed -n 's/^@FT.*	status:\([^	]*\).*/\1/p' "$tmp/fmx.moep")
+        ph=$(held "$tmp/fpre.moep" "$tmp/dec.txt" "$tmp/fdec.moep" "$tmp/pre.txt" hops_per_token)
+        mrow "$G" "$name" "$bounded" "$(whole "$tmp/fmx.moep")" "$hh" "$ph" \
+            "$(held "$tmp/fh1.moep" "$tmp/h2.txt" "$tmp/fh2.moep" "$tmp/h1.txt" max_load)" \
+            "$(check "$hh" "<=" "$pe")" "$st"
+    done
 done
 
 echo

@@ -40,12 +40,23 @@
  * r of layer 0 sits on place p > 0 only if an earlier item sits on place p - 1 (so on a place
  * <= r); those rows and fixings keep branch and bound from visiting every relabelling.
  *
- * Start. lp_solve 5.5 takes no starting solution, so the layout of a local search
- * (place_search.c) is computed first and its value given as the objective bound: branch and
- * bound then prunes every node that cannot beat it by a token, a time-out without a better
- * solution keeps it, and "infeasible" proves it optimal. The search matters: lp_solve proves
- * optimality for a few layers of 8 experts, but on Mixtral's 32 layers its root relaxation
- * alone takes seconds and the search's layout is what comes back.
+ * Start. lp_solve 5.5 takes no starting solution, so the best of a few layouts is computed
+ * first and its value given as the objective bound: branch and bound then prunes every node
+ * that cannot beat it by a token, a time-out without a better solution keeps it, and
+ * "infeasible" proves it optimal. The candidates are the layout of a local search
+ * (place_search.c) and, stage by stage, the affinity method's placements (place_affinity.c;
+ * at the fit's load bound and unbounded, as exflow has none): in stage 1 their node layouts,
+ * in each node's stage 2 their GPU layouts when their node layout is the one stage 1 kept. A
+ * tie goes to the affinity layout (of the two, to the one with fewer hops in all), so stage 2
+ * can start from it: the inter-node hops are then never more than the affinity placement's,
+ * nor the total when they are equal (on one node: the hops never more), wherever its layouts
+ * keep eq. 9's even split. The starts matter: lp_solve proves optimality for a few layers of
+ * 8 experts, but on Mixtral's 32 layers its root relaxation alone takes seconds and its bound
+ * stays 15% below the optimum after 60 s.
+ *
+ * Small stages. Where each layer has few partitions of its items into places (Mixtral's 8
+ * experts on 4 GPUs: 105), place_chain.c's dynamic program solves the stage exactly in a
+ * fraction of a second, and lp_solve is not needed; the warm starts still win ties.
  *
  * Everything is deterministic: no randomness, fixed orders, fixed lp_solve settings.
  */
@@ -58,7 +69,14 @@ typedef struct xf_out {
     int timed_out;     /* the time limit stopped lp_solve */
     int start_kept;    /* lp_solve found nothing better than the start, without proof */
     int too_big;       /* the model was not given to lp_solve */
+    int warm;          /* the start was an affinity layout, not the search's */
 } xf_out_t;
+
+/* The affinity method's placements tried as starts: rank[w][layer * E + expert]. */
+typedef struct xf_warm {
+    uint32_t n;
+    uint32_t *rank[2];
+} xf_warm_t;
 
 /* Largest model handed to lp_solve (columns; rows are about twice as many). DeepSeek-V2-Lite
  * on 8 GPUs (26 layers of 64 experts) has 830 000 and takes 480 MB; beyond, memory grows past
@@ -204,6 +222,22 @@ static double stage_wmax(const plc_stage_t *s)
     return w;
 }
 
+/* Does `place` keep the stage's limits (eq. 9: at most lim[j] items of layer j per place,
+ * exactly lim[j] where exact)? cnt has room for the places. Returns 1 or 0. */
+static int layout_fits(const plc_stage_t *s, const uint32_t *place, uint32_t *cnt)
+{
+    for (uint32_t j = 0; j < s->layers; j++) {
+        memset(cnt, 0, s->places * sizeof *cnt);
+        for (uint32_t k = s->off[j]; k < s->off[j + 1]; k++)
+            if (place[k] >= s->places || ++cnt[place[k]] > s->lim[j])
+                return 0;
+        for (uint32_t p = 0; p < s->places && s->exact[j]; p++)
+            if (cnt[p] != s->lim[j])
+                return 0;
+    }
+    return 1;
+}
+
 /* The layout in lp_solve's solution, if it is one: every item on exactly one place, places
  * within their limits. Returns 0 or -1. */
 static int read_layout(const plc_stage_t *s, lprec *lp, uint32_t *place, uint32_t *cnt)
@@ -211,23 +245,17 @@ static int read_layout(const plc_stage_t *s, lprec *lp, uint32_t *place, uint32_
     REAL *v;
     if (!get_ptr_variables(lp, &v))
         return -1;
-    for (uint32_t j = 0; j < s->layers; j++) {
-        memset(cnt, 0, s->places * sizeof *cnt);
-        for (uint32_t k = s->off[j]; k < s->off[j + 1]; k++) {
-            uint32_t on = 0;
-            for (uint32_t p = 0; p < s->places; p++)
-                if (v[plc_col_x(s, k, p) - 1] > 0.5) {
-                    place[k] = p;
-                    on++;
-                }
-            if (on != 1 || ++cnt[place[k]] > s->lim[j])
-                return -1;
-        }
-        for (uint32_t p = 0; p < s->places && s->exact[j]; p++)
-            if (cnt[p] != s->lim[j])
-                return -1;
+    for (uint32_t k = 0; k < s->off[s->layers]; k++) {
+        uint32_t on = 0;
+        for (uint32_t p = 0; p < s->places; p++)
+            if (v[plc_col_x(s, k, p) - 1] > 0.5) {
+                place[k] = p;
+                on++;
+            }
+        if (on != 1)
+            return -1;
     }
-    return 0;
+    return layout_fits(s, place, cnt) ? 0 : -1;
 }
 
 /* Solve the model of s from its start layout (out->hops, out->bound set) within the clock. */
@@ -281,17 +309,57 @@ static int stage_lp(plc_stage_t *s, xf_clock_t *clk, xf_out_t *out)
     return ret == NOMEMORY ? MOE_ENOMEM : 0;
 }
 
-/* Solve a stage within `limit` seconds: start layout, b-matching bound, then lp_solve unless
- * the bound already proves the start optimal. */
-static int stage_solve(plc_stage_t *s, double limit, xf_out_t *out, char *errbuf, size_t errlen)
+/* Take the best of the search's layout (in s->place) and the starts that keep the stage's
+ * limits (NULL: none for this stage), a tie going to a start, and between starts to the
+ * later. Returns 0 or MOE_ENOMEM. */
+static int stage_warm(plc_stage_t *s, uint32_t *const *starts, uint32_t nstarts, xf_out_t *out)
+{
+    uint32_t *cnt = malloc(s->places * sizeof *cnt);
+    if (!cnt)
+        return MOE_ENOMEM;
+    for (uint32_t w = 0; w < nstarts; w++) {
+        if (!starts[w] || !layout_fits(s, starts[w], cnt))
+            continue;
+        double h = plc_stage_hops(s, starts[w]);
+        if (h <= out->hops + 0.5) {
+            memcpy(s->place, starts[w], s->off[s->layers] * sizeof *s->place);
+            out->hops = h;
+            out->warm = 1;
+        }
+    }
+    free(cnt);
+    return 0;
+}
+
+/* The stage solved into s->place by place_chain.c's dynamic program when it is small enough
+ * (*done = 1; with one place there is nothing to choose). Returns 0 or MOE_ENOMEM. */
+static int stage_exact(plc_stage_t *s, int *done)
+{
+    double h;
+    int rc = s->places > 1 ? plc_stage_exact(s, s->place, &h) : 1;
+    *done = rc == 0;
+    return rc < 0 ? rc : 0;
+}
+
+/* Solve a stage within `limit` seconds: exactly by dynamic programming where the stage is
+ * small, else from a start layout (the search's), b-matching bound, then lp_solve unless the
+ * bound already proves the start optimal. Either way one of `starts` with no more hops takes
+ * the place of the layout found (the dynamic program's optimum included). */
+static int stage_solve(plc_stage_t *s, double limit, uint32_t *const *starts, uint32_t nstarts,
+                       xf_out_t *out, char *errbuf, size_t errlen)
 {
     xf_clock_t clk = {util_now() + limit, 0};
     memset(out, 0, sizeof *out);
     char why[160] = "out of memory";
-    int rc = plc_stage_start(s, clk.deadline);
+    int exact = 0;
+    int rc = stage_exact(s, &exact);
+    if (!rc && !exact)
+        rc = plc_stage_start(s, clk.deadline);
     out->hops = plc_stage_hops(s, s->place);
-    out->bound = 0;
-    if (!rc && s->places > 1 && out->hops > 0)
+    if (!rc)
+        rc = stage_warm(s, starts, nstarts, out);
+    out->bound = exact ? out->hops : 0;
+    if (!rc && !exact && s->places > 1 && out->hops > 0)
         rc = stage_bmatch(s, &out->bound, why, sizeof why);
     size_t cols = (s->off[s->layers] + s->eoff[s->layers - 1]) * s->places;
     if (!rc && out->bound < out->hops - 0.5) {
@@ -318,17 +386,32 @@ static int stage_solve(plc_stage_t *s, double limit, xf_out_t *out, char *errbuf
 
 /* ------------------------------------------------------------------ the two stages */
 
+static void starts_free(uint32_t **st, uint32_t n)
+{
+    for (uint32_t w = 0; w < n; w++)
+        free(st[w]);
+}
+
 /* Stage 1: experts to nodes (node_of[layer * E + expert]). */
 static int exflow_nodes(const moe_affinity_t *a, const moe_topo_t *topo, uint32_t cap,
-                        double limit, uint32_t *node_of, xf_out_t *out, char *errbuf,
-                        size_t errlen)
+                        const xf_warm_t *warm, double limit, uint32_t *node_of, xf_out_t *out,
+                        char *errbuf, size_t errlen)
 {
     plc_stage_t s;
+    uint32_t *st[2] = {NULL, NULL};
     int rc = stage_build(&s, a, NULL, 0, topo->nodes, cap * topo->gpus_per_node);
+    /* Every expert is an item, in cell order: the starts are the warm layouts' nodes. */
+    for (uint32_t w = 0; !rc && w < warm->n; w++) {
+        if (!(st[w] = malloc(((size_t)s.off[s.layers] + 1) * sizeof *st[w])))
+            rc = MOE_ENOMEM;
+        for (uint32_t k = 0; !rc && k < s.off[s.layers]; k++)
+            st[w][k] = warm->rank[w][k] / topo->gpus_per_node;
+    }
     if (rc)
         util_errf(errbuf, errlen, rc, "out of memory");
     else
-        rc = stage_solve(&s, limit, out, errbuf, errlen);
+        rc = stage_solve(&s, limit, st, warm->n, out, errbuf, errlen);
+    starts_free(st, warm->n);
     /* Every expert is an item, in cell order. */
     for (uint32_t k = 0; !rc && k < s.off[s.layers]; k++)
         node_of[k] = s.place[k];
@@ -338,17 +421,33 @@ static int exflow_nodes(const moe_affinity_t *a, const moe_topo_t *topo, uint32_
 
 /* Stage 2 for one node: its experts to its GPUs (rank[layer * E + expert]). */
 static int exflow_gpus(const moe_affinity_t *a, const moe_topo_t *topo, uint32_t cap,
-                       const uint32_t *node_of, uint32_t node, double limit, uint32_t *rank,
-                       xf_out_t *out, char *errbuf, size_t errlen)
+                       const xf_warm_t *warm, const uint32_t *node_of, uint32_t node,
+                       double limit, uint32_t *rank, xf_out_t *out, char *errbuf, size_t errlen)
 {
     moe_affinity_info_t in;
     moe_affinity_info(a, &in);
     plc_stage_t s;
-    int rc = stage_build(&s, a, node_of, node, topo->gpus_per_node, cap);
+    uint32_t *st[2] = {NULL, NULL}, gpn = topo->gpus_per_node;
+    int rc = stage_build(&s, a, node_of, node, gpn, cap);
+    /* A warm layout starts this node's stage only if it puts the same experts on the node. */
+    for (uint32_t w = 0; !rc && w < warm->n; w++) {
+        if (!(st[w] = malloc(((size_t)s.off[s.layers] + 1) * sizeof *st[w])))
+            rc = MOE_ENOMEM;
+        for (uint32_t j = 0; !rc && st[w] && j < s.layers; j++)
+            for (uint32_t k = s.off[j]; st[w] && k < s.off[j + 1]; k++) {
+                uint32_t r = warm->rank[w][(size_t)j * in.experts + s.expert[k]];
+                st[w][k] = r % gpn;
+                if (r / gpn != node) {
+                    free(st[w]);
+                    st[w] = NULL;
+                }
+            }
+    }
     if (rc)
         util_errf(errbuf, errlen, rc, "out of memory");
     else
-        rc = stage_solve(&s, limit, out, errbuf, errlen);
+        rc = stage_solve(&s, limit, st, warm->n, out, errbuf, errlen);
+    starts_free(st, warm->n);
     for (uint32_t j = 0; j < s.layers && !rc; j++)
         for (uint32_t k = s.off[j]; k < s.off[j + 1]; k++)
             rank[(size_t)j * in.experts + s.expert[k]] = node * topo->gpus_per_node + s.place[k];
@@ -389,9 +488,12 @@ static void exflow_status(char *buf, size_t len, const xf_out_t *s1, const xf_ou
     if (staged && !s1->optimal && n > 0 && (size_t)n < len)
         n += snprintf(buf + n, len - n, ", stage 1 gap %.1f%%", gap_pct(s1->hops, s1->bound));
     if ((s1->too_big || s2->too_big) && n > 0 && (size_t)n < len)
-        snprintf(buf + n, len - n, ", too large for lp_solve");
+        n += snprintf(buf + n, len - n, ", too large for lp_solve");
     else if ((s1->start_kept || s2->start_kept) && n > 0 && (size_t)n < len)
-        snprintf(buf + n, len - n, ", start layout kept");
+        n += snprintf(buf + n, len - n, ", start layout kept");
+    /* which start: the local search's, or the affinity method's (in some stage) */
+    if (n > 0 && (size_t)n < len)
+        snprintf(buf + n, len - n, ", %s start", s1->warm || s2->warm ? "affinity" : "search");
 }
 
 static int exflow_check(const moe_affinity_t *a, const moe_topo_t *topo,
@@ -415,15 +517,16 @@ static int exflow_check(const moe_affinity_t *a, const moe_topo_t *topo,
 
 /* Both stages: rank[cell] of every expert, s1 and s2 (summed over nodes) as solved. */
 static int exflow_run(const moe_affinity_t *a, const moe_topo_t *topo,
-                      const moe_place_opts_t *o, uint32_t cap, uint32_t *node_of,
-                      uint32_t *rank, xf_out_t *s1, xf_out_t *s2, char *errbuf, size_t errlen)
+                      const moe_place_opts_t *o, uint32_t cap, const xf_warm_t *warm,
+                      uint32_t *node_of, uint32_t *rank, xf_out_t *s1, xf_out_t *s2,
+                      char *errbuf, size_t errlen)
 {
     uint32_t nodes = topo->nodes, done = 0, total = nodes + (nodes > 1);
     *s1 = (xf_out_t){.optimal = 1};
     *s2 = (xf_out_t){.optimal = 1};
     int rc = 0;
     if (nodes > 1) {
-        rc = exflow_nodes(a, topo, cap, o->time_limit, node_of, s1, errbuf, errlen);
+        rc = exflow_nodes(a, topo, cap, warm, o->time_limit, node_of, s1, errbuf, errlen);
         if (o->progress)
             o->progress(o->progress_ctx, ++done, total);
     }
@@ -433,7 +536,7 @@ static int exflow_run(const moe_affinity_t *a, const moe_topo_t *topo,
     for (uint32_t n = 0; n < nodes && !rc; n++) {
         xf_out_t g;
         double left = (deadline - util_now()) / (nodes - n);
-        rc = exflow_gpus(a, topo, cap, node_of, n, left > 1e-3 ? left : 1e-3, rank, &g,
+        rc = exflow_gpus(a, topo, cap, warm, node_of, n, left > 1e-3 ? left : 1e-3, rank, &g,
                          errbuf, errlen);
         s2->hops += g.hops;
         s2->bound += g.bound;
@@ -441,10 +544,63 @@ static int exflow_run(const moe_affinity_t *a, const moe_topo_t *topo,
         s2->timed_out |= g.timed_out;
         s2->start_kept |= g.start_kept;
         s2->too_big |= g.too_big;
+        s2->warm |= g.warm;
         if (o->progress)
             o->progress(o->progress_ctx, ++done, total);
     }
     return rc;
+}
+
+/*
+ * The warm starts: the affinity method's placements (primary copies) with the fit's options,
+ * at its load bound and, when that is bounded, unbounded too (exflow itself has no load
+ * bound, so the unbounded one is usually the better start, while the bounded one is what an
+ * affinity fit with the same options returns). A method that fails for want of memory fails
+ * the fit; other failures only leave that start out.
+ */
+static int exflow_warm(const moe_affinity_t *a, const moe_topo_t *topo,
+                       const moe_place_opts_t *o, const moe_placement_t *shape, xf_warm_t *w,
+                       char *errbuf, size_t errlen)
+{
+    double imb[2] = {o->max_imbalance, 0};
+    uint32_t tries = o->max_imbalance > 0 ? 2 : 1;
+    size_t cells = (size_t)shape->layers * shape->experts;
+    memset(w, 0, sizeof *w);
+    for (uint32_t t = 0; t < tries; t++) {
+        moe_place_opts_t ao = *o;
+        ao.method = MOE_PLACE_AFFINITY;
+        ao.max_imbalance = imb[t];
+        ao.replicas = 0;
+        ao.progress = NULL;
+        moe_place_result_t ar;
+        int st;
+        char why[160];
+        moe_placement_t *p = moe_placement_new(shape->layers, shape->experts, shape->ranks,
+                                               shape->gpus_per_node, shape->capacity, 1, &st);
+        if (p)
+            st = moe_place_affinity(a, topo, &ao, p, &ar, why, sizeof why);
+        if (!st && !(w->rank[w->n] = malloc(cells * sizeof *w->rank[w->n])))
+            st = MOE_ENOMEM;
+        for (size_t c = 0; !st && c < cells; c++)
+            w->rank[w->n][c] = moe_placement_primary(p, (uint32_t)(c / shape->experts),
+                                                     (uint32_t)(c % shape->experts));
+        w->n += !st;
+        moe_placement_free(p);
+        if (st == MOE_ENOMEM)
+            return util_errf(errbuf, errlen, st, "out of memory");
+        if (st)
+            moe_log(MOE_LOG_DEBUG, "exflow: no affinity start (max imbalance %g): %s", imb[t],
+                    why);
+    }
+    /* A later start wins a tie: the one with fewer hops in all goes last, so that when both
+     * have the fewest inter-node hops stage 2 starts from the better one. */
+    if (w->n == 2 && total_hops(a, shape->layers, shape->experts, w->rank[0]) <
+                         total_hops(a, shape->layers, shape->experts, w->rank[1])) {
+        uint32_t *t = w->rank[0];
+        w->rank[0] = w->rank[1];
+        w->rank[1] = t;
+    }
+    return 0;
 }
 
 /*
@@ -466,10 +622,16 @@ int moe_place_exflow(const moe_affinity_t *a, const moe_topo_t *topo, const moe_
     size_t cells = (size_t)in.layers * in.experts;
     uint32_t *node_of = calloc(cells, sizeof *node_of), *rank = calloc(cells, sizeof *rank);
     xf_out_t s1 = {0}, s2 = {0};
+    xf_warm_t warm = {0};
     if (!node_of || !rank)
         rc = util_errf(errbuf, errlen, MOE_ENOMEM, "out of memory");
     else
-        rc = exflow_run(a, topo, o, out->capacity, node_of, rank, &s1, &s2, errbuf, errlen);
+        rc = exflow_warm(a, topo, o, out, &warm, errbuf, errlen);
+    if (!rc)
+        rc = exflow_run(a, topo, o, out->capacity, &warm, node_of, rank, &s1, &s2, errbuf,
+                        errlen);
+    for (uint32_t w = 0; w < warm.n; w++)
+        free(warm.rank[w]);
     moe_placement_clear(out);
     for (size_t c = 0; c < cells && !rc; c++)
         if ((rc = moe_placement_add(out, (uint32_t)(c / in.experts), (uint32_t)(c % in.experts),

@@ -67,5 +67,10 @@ uint32_t plc_stage_maxn(const plc_stage_t *s);
  * speed when the limit is short); further ones, from other starting layers, run while
  * util_now() is before `deadline`. 0 or MOE_ENOMEM. */
 int plc_stage_start(plc_stage_t *s, double deadline);
+/* The fewest hops of the stage and a layout reaching them (place[items]), by dynamic
+ * programming over each layer's partitions of its items (place_chain.c), when they are few
+ * enough for that to take well under a second; bounded by work, not time. Returns 0, 1 when
+ * the stage is too large for it (place untouched), or MOE_ENOMEM. */
+int plc_stage_exact(const plc_stage_t *s, uint32_t *place, double *hops);
 
 #endif
