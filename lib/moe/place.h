@@ -186,6 +186,7 @@ typedef struct moe_place_cv_result {
     double in_load[MOE_SCHEMES];                          /* worst layer's max/mean load */
     double out_load[MOE_SCHEMES], out_load_max[MOE_SCHEMES]; /* the same per fold: mean and
                                                               * max over folds */
+    double out_load_se[MOE_SCHEMES]; /* standard error of that mean (NaN under 2 folds) */
     double ref_xfer;        /* vanilla expert parallelism with the contiguous layout, same
                              * tokens: the usual baseline */
     double seconds;         /* wall time of the fold fits and the accounting */
@@ -224,9 +225,10 @@ typedef struct moe_place_cv_opts {
                       * every expert, the slots left as replicas; with tune, every group size
                       * whose groups hold all experts is tried [0] */
     int tune;        /* choose the setting by cross-validation: the fit's load bound (the
-                      * target max_imbalance, and margins of 1/2 and 1/4 of it) and the ways
-                      * to spend the memory; the one with the least held-out link-weighted
-                      * cost whose held-out load (mean over folds) keeps the target, else the
+                      * target max_imbalance, margins of 1/2 and 1/4 of it, and none) and the
+                      * ways to spend the memory; the one with the least held-out
+                      * link-weighted cost whose held-out load (mean over folds) keeps the
+                      * target, else the least cost of those within one standard error of the
                       * least held-out load. Ignores the time budget [0] */
     double budget;   /* seconds for the fit and its cross-validation: folds are fitted while
                       * the next one is expected to end within it */

@@ -186,17 +186,19 @@ static int pass_results(const moe_place_cv_t *cv, pass_t *ps, const moe_topo_t *
             r->in_load[s] = m.max_load;
             r->in_cost[s] = link_cost(ps->a[k], s, topo);
         }
-        double sum = 0;
+        double sum = 0, sq = 0;
         uint32_t n = 0;
         for (uint32_t f = 0; f < k; f++) {
             if (!ps->a[f] || !moe_acct_tokens(ps->a[f]))
                 continue;
             moe_acct_summarise(ps->a[f], s, 0, &m);
             sum += m.max_load;
+            sq += m.max_load * m.max_load;
             r->out_load_max[s] = fmax(r->out_load_max[s], m.max_load);
             n++;
         }
         r->out_load[s] = n ? sum / n : NAN;
+        r->out_load_se[s] = n > 1 ? sqrt(fmax(sq - sum * sum / n, 0) / (n - 1) / n) : NAN;
         if (!n)
             r->out_load_max[s] = NAN;
     }
@@ -428,15 +430,31 @@ static uint32_t memory_settings(const moe_place_opts_t *o, double memory, uint32
     return n;
 }
 
-/* Better cross-validated setting: the lower held-out link-weighted cost among those whose
- * held-out load keeps the bound, else the lower held-out load. */
-static int better(const moe_place_cv_result_t *a, const moe_place_cv_result_t *b, int s,
-                  double bound)
+/* The setting tuning keeps, of n cross-validated ones (r[i].done > 0 for those that count):
+ * the least held-out link-weighted cost among those whose held-out load keeps the target;
+ * if none does, among those whose load is within one standard error (over the folds) of the
+ * least load -- loads the folds cannot tell apart -- the least cost (the "one standard
+ * error" rule of cross-validation). UINT32_MAX when none counts. */
+static uint32_t choose(const moe_place_cv_result_t *r, uint32_t n, int s, double target)
 {
-    int fa = !(bound > 0) || a->out_load[s] <= bound, fb = !(bound > 0) || b->out_load[s] <= bound;
-    if (fa != fb)
-        return fa;
-    return fa ? a->out_cost[s] < b->out_cost[s] : a->out_load[s] < b->out_load[s];
+    uint32_t best = UINT32_MAX, least = UINT32_MAX;
+    for (uint32_t i = 0; i < n; i++) {
+        if (!r[i].done)
+            continue;
+        if (least == UINT32_MAX || r[i].out_load[s] < r[least].out_load[s])
+            least = i;
+        if (target > 0 && r[i].out_load[s] <= target &&
+            (best == UINT32_MAX || r[i].out_cost[s] < r[best].out_cost[s]))
+            best = i;
+    }
+    if (best != UINT32_MAX || least == UINT32_MAX)
+        return best;
+    double se = r[least].out_load_se[s], within = r[least].out_load[s] + (se > 0 ? se : 0);
+    for (uint32_t i = 0; i < n; i++)
+        if (r[i].done && r[i].out_load[s] <= within &&
+            (best == UINT32_MAX || r[i].out_cost[s] < r[best].out_cost[s]))
+            best = i;
+    return best;
 }
 
 moe_placement_t *moe_place_fit_cv(const char *path, const moe_affinity_t *a,
@@ -471,27 +489,31 @@ moe_placement_t *moe_place_fit_cv(const char *path, const moe_affinity_t *a,
         return NULL;
     int rc = 0;
     uint32_t best = 0, tried = 0;
-    moe_place_cv_result_t r, br = {0};
+    moe_place_cv_result_t r, *tr = NULL;
     if (c->tune && cv) {
-        /* the fit's bound is a margin under the held-out target: try tighter ones too */
-        static const double margin[] = {1.0, 0.5, 0.25};
+        /* the fit's bound is a margin under the held-out target: tighter ones, and none */
+        static const double margin[] = {1.0, 0.5, 0.25, -1};
         double target = o->max_imbalance;
-        uint32_t m = target > 1 ? 3 : 1, base = n;
+        uint32_t m = target > 1 ? 4 : 1, base = n;
         for (uint32_t i = 0; i < base; i++)
             for (uint32_t k = 1; k < m && n < MAX_SETTINGS; k++) {
                 set[n] = set[i];
-                set[n++].max_imbalance = 1 + (target - 1) * margin[k];
+                set[n++].max_imbalance = margin[k] < 0 ? 0 : 1 + (target - 1) * margin[k];
             }
+        if (!(tr = calloc(n, sizeof *tr)))
+            rc = util_errf(errbuf, errlen, MOE_ENOMEM, "out of memory");
         for (uint32_t i = 0; i < n && !rc; i++) {
-            rc = moe_place_cv_run(cv, topo, &set[i], NULL, 0, INFINITY, &r, errbuf, errlen);
+            rc = moe_place_cv_run(cv, topo, &set[i], NULL, 0, INFINITY, &tr[i], errbuf, errlen);
             moe_log(MOE_LOG_INFO, "tune: bound %.3f, %u replicas, ep-size %u: held-out %.4f "
-                    "(link-weighted), load %.3f", set[i].max_imbalance, set[i].replicas,
-                    set[i].ep_size, r.out_cost[o->scheme], r.out_load[o->scheme]);
-            if (!rc && r.done && (!tried++ || better(&r, &br, o->scheme, target))) {
-                best = i;
-                br = r;
-            }
+                    "(link-weighted), load %.3f +- %.3f", set[i].max_imbalance, set[i].replicas,
+                    set[i].ep_size, tr[i].out_cost[o->scheme], tr[i].out_load[o->scheme],
+                    tr[i].out_load_se[o->scheme]);
         }
+        tried = rc ? 0 : n;
+        best = rc ? 0 : choose(tr, n, o->scheme, target);
+        if (!rc && best == UINT32_MAX)
+            rc = util_errf(errbuf, errlen, MOE_EINVAL, "--tune: no setting could be "
+                           "cross-validated (too few tokens in the folds)");
     }
     moe_placement_t *p = NULL;
     if (!rc) {
@@ -501,12 +523,14 @@ moe_placement_t *moe_place_fit_cv(const char *path, const moe_affinity_t *a,
         double est = c->tune ? 0 : res->seconds, budget = c->tune ? 0 : c->budget - (util_now() - t0);
         rc = moe_place_cv_run(cv, topo, &set[best], p, est, budget, &r, errbuf, errlen);
         if (!rc && tried) { /* the chosen setting's folds: already fitted */
-            memcpy(r.out_xfer, br.out_xfer, sizeof r.out_xfer);
-            memcpy(r.out_cost, br.out_cost, sizeof r.out_cost);
-            memcpy(r.out_hops, br.out_hops, sizeof r.out_hops);
-            memcpy(r.out_load, br.out_load, sizeof r.out_load);
-            memcpy(r.out_load_max, br.out_load_max, sizeof r.out_load_max);
-            r.done = br.done;
+            const moe_place_cv_result_t *b = &tr[best];
+            memcpy(r.out_xfer, b->out_xfer, sizeof r.out_xfer);
+            memcpy(r.out_cost, b->out_cost, sizeof r.out_cost);
+            memcpy(r.out_hops, b->out_hops, sizeof r.out_hops);
+            memcpy(r.out_load, b->out_load, sizeof r.out_load);
+            memcpy(r.out_load_max, b->out_load_max, sizeof r.out_load_max);
+            memcpy(r.out_load_se, b->out_load_se, sizeof r.out_load_se);
+            r.done = b->done;
         }
         r.tuned = tried;
         char fields[512];
@@ -517,6 +541,7 @@ moe_placement_t *moe_place_fit_cv(const char *path, const moe_affinity_t *a,
             util_errf(errbuf, errlen, rc, "out of memory");
     }
     moe_place_cv_free(cv);
+    free(tr);
     if (rc) {
         moe_placement_free(p);
         *status = rc;
