@@ -795,18 +795,12 @@ static int cmd_split(int argc, char **argv)
         rc = 1;
         goto out;
     }
-    moe_trace_t *ot = output_open(&o, train, &in.h, 'b');
-    moe_trace_t *os = ot ? output_open(&o, test, &in.h, 'b') : NULL;
-    int ok = ot && os;
-    moe_trace_rec_t r = {0};
-    while (ok && (rc = input_next(&in, &r)) == 1) {
-        int to_train = ids.n ? moe_ranges_has(&ids, r.seq) : moe_hash_keep(seed, r.seq, ratio);
-        ok = output_write(to_train ? ot : os, &r) == 0;
-    }
-    ok = ok && rc >= 0;
-    moe_trace_rec_release(&r);
-    rc = output_close(ot, ok);
-    rc |= output_close(os, ok && rc == 0);
+    output_t ot = {&o, train, 'b', NULL}, os = {&o, test, 'b', NULL};
+    moe_trace_sink_t to_train = output_sink(&ot), to_test = output_sink(&os);
+    int ok = op_failed(moe_trace_split(in.t, &in.h, &ids, seed, ratio, &to_train, &to_test,
+                                       errbuf, sizeof errbuf)) == 0;
+    rc = output_close(ot.t, ok);
+    rc |= output_close(os.t, ok && rc == 0);
     input_close(&in);
 out:
     moe_ranges_free(&ids);

@@ -161,6 +161,15 @@ int moe_trace_copy(moe_trace_t *in, const moe_trace_hdr_t *h, moe_trace_keep_fn 
                    void (*progress)(void *arg, uint64_t done, uint64_t total), void *arg,
                    char *errbuf, size_t errlen);
 
+struct moe_ranges;
+/* moe-trace split: the records of in (header h read) into two outputs, both begun with h (train
+ * first). A record goes to train when its sequence is in ids (moe/moe.h), or, when ids is NULL
+ * or empty, when moe_hash_keep(seed, sequence, ratio) keeps it (moe/rng.h); else to test. 0, a
+ * negative status with the input's one-line reason in errbuf, or a sink's status. */
+int moe_trace_split(moe_trace_t *in, const moe_trace_hdr_t *h, const struct moe_ranges *ids,
+                    uint64_t seed, double ratio, const moe_trace_sink_t *train,
+                    const moe_trace_sink_t *test, char *errbuf, size_t errlen);
+
 /* ------------------------------------------------------------------ stats (moe-trace stats) */
 
 /* Counts of a trace's records: tokens, distinct sequences, steps and source ranks (memory grows
