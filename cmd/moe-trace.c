@@ -83,10 +83,11 @@ static moe_trace_t *output_open(const moe_opts_t *o, const char *path, const moe
         return NULL;
     }
     char mode[4] = {'w', fmt, o->level >= 0 ? (char)('0' + o->level) : '\0', '\0'};
+    char err[512]; /* not errbuf: this runs inside library operations (output_sink) */
     int st;
-    moe_trace_t *t = moe_trace_open(path, mode, o->threads, &st, errbuf, sizeof errbuf);
+    moe_trace_t *t = moe_trace_open(path, mode, o->threads, &st, err, sizeof err);
     if (!t) {
-        fail("%s", errbuf);
+        fail("%s", err);
         return NULL;
     }
     moe_trace_hdr_t hh;
@@ -132,6 +133,45 @@ static int output_close(moe_trace_t *t, int ok)
         return fail("%s", errbuf);
     }
     return 0;
+}
+
+/* A command's trace output as the sink of a library operation: opened by output_open with the
+ * header the operation begins it with, written by output_write, ended by output_close. */
+typedef struct output {
+    const moe_opts_t *o;
+    const char *path;
+    char deffmt;
+    moe_trace_t *t;
+} output_t;
+
+static int output_begin(void *ctx, const moe_trace_hdr_t *h)
+{
+    output_t *out = ctx;
+    out->t = output_open(out->o, out->path, h, out->deffmt);
+    return out->t ? 0 : MOE_ESYS;
+}
+
+static int output_put(void *ctx, const moe_trace_rec_t *r)
+{
+    output_t *out = ctx;
+    return output_write(out->t, r) ? MOE_ESYS : 0;
+}
+
+/* The sink of out. The sink prints its own failures and the operation then leaves errbuf as it
+ * was: cleared here, so op_failed knows. */
+static moe_trace_sink_t output_sink(output_t *out)
+{
+    errbuf[0] = '\0';
+    return (moe_trace_sink_t){output_begin, output_put, out};
+}
+
+/* Print the failure of a library operation that wrote to an output_sink, unless the sink
+ * printed it (errbuf still empty). Returns st. */
+static int op_failed(int st)
+{
+    if (st < 0 && errbuf[0])
+        fail("%s", errbuf);
+    return st;
 }
 
 #define OPT_STOP MOE_OPT_STOP
@@ -269,31 +309,30 @@ static int view_text_only(input_t *in, const moe_opts_t *o, int header, int reco
     return textout_close(&out, o->out, ok && rc >= 0);
 }
 
-/* Copy records from in to out through an optional per-record filter (0 = drop). */
-typedef int (*rec_filter_fn)(void *ctx, const moe_trace_hdr_t *h, moe_trace_rec_t *r);
-
-static int copy_records(input_t *in, moe_trace_t *out, const moe_opts_t *o, rec_filter_fn keep,
-                        void *ctx, uint64_t limit)
+/* Copy in's records to out (begun) through keep (NULL: all), at most limit of them, with the
+ * progress meter. 0, or negative after printing the error. */
+static int copy_records(input_t *in, const moe_trace_sink_t *out, const moe_opts_t *o,
+                        moe_trace_keep_fn keep, void *ctx, uint64_t limit)
 {
-    moe_trace_rec_t r = {0};
     moe_progress_t *pg = progress_for(o, "records", in->t);
-    int rc;
-    uint64_t n = 0;
-    while (n < limit && (rc = input_next(in, &r)) == 1) {
-        if (keep && !keep(ctx, &in->h, &r))
-            continue;
-        if (output_write(out, &r) != 0) {
-            rc = -1;
-            break;
-        }
-        n++;
-        progress_tick(pg, in->t, moe_trace_count(in->t));
-    }
-    if (n == limit)
-        rc = 0;
+    errbuf[0] = '\0';
+    int st = moe_trace_copy(in->t, &in->h, keep, ctx, limit, out, pg ? moe_progress_cb : NULL,
+                            pg, errbuf, sizeof errbuf);
     moe_progress_free(pg);
-    moe_trace_rec_release(&r);
-    return rc < 0 ? -1 : 0;
+    return op_failed(st);
+}
+
+/* Run a one-input, one-output subcommand: open (the format deffmt without -O), copy through
+ * `keep`, close. */
+static int filter_run(const moe_opts_t *o, char deffmt, const moe_trace_hdr_t *outh,
+                      moe_trace_keep_fn keep, void *ctx, uint64_t limit, input_t *in)
+{
+    output_t out = {o, o->out, deffmt, NULL};
+    moe_trace_sink_t sink = output_sink(&out);
+    int st = output_begin(&out, outh ? outh : &in->h);
+    if (st == 0)
+        st = copy_records(in, &sink, o, keep, ctx, limit);
+    return output_close(out.t, st == 0);
 }
 
 static int cmd_view(int argc, char **argv)
@@ -332,8 +371,7 @@ static int cmd_view(int argc, char **argv)
         }
         rc = view_text_only(&in, &o, !no_header, !header_only);
     } else {
-        moe_trace_t *out = output_open(&o, o.out, &in.h, 't');
-        rc = output_close(out, out && copy_records(&in, out, &o, NULL, NULL, UINT64_MAX) == 0);
+        rc = filter_run(&o, 't', NULL, NULL, NULL, UINT64_MAX, &in);
     }
     input_close(&in);
     return rc;
@@ -454,16 +492,6 @@ static void head_usage(FILE *fp)
     moe_opts_usage(fp, MOE_OPT_ALL);
 }
 
-/* Run a one-input, one-output subcommand: open, copy through `keep`, close. */
-static int filter_run(const moe_opts_t *o, const char *path, const moe_trace_hdr_t *outh,
-                      rec_filter_fn keep, void *ctx, uint64_t limit, input_t *in)
-{
-    moe_trace_t *out = output_open(o, o->out, outh ? outh : &in->h, 'b');
-    int rc = output_close(out, out && copy_records(in, out, o, keep, ctx, limit) == 0);
-    (void)path;
-    return rc;
-}
-
 static int cmd_head(int argc, char **argv)
 {
     static const struct option lo[] = {{"tokens", required_argument, 0, 'n'}, MOE_OPTS_LONG,
@@ -485,7 +513,7 @@ static int cmd_head(int argc, char **argv)
     input_t in;
     if ((rc = open_single_input("head", &o, argc, argv, &in)))
         return rc;
-    rc = filter_run(&o, in.path, NULL, NULL, NULL, n, &in);
+    rc = filter_run(&o, 'b', NULL, NULL, NULL, n, &in);
     input_close(&in);
     return rc;
 }
@@ -548,7 +576,7 @@ static int cmd_slice(int argc, char **argv)
         moe_trace_hdr_t oh = in.h; /* shallow: same text */
         oh.layers = b - a + 1;
         slice_ctx_t ctx = {a, b - a + 1, in.h.topk};
-        rc = filter_run(&o, in.path, &oh, slice_keep, &ctx, UINT64_MAX, &in);
+        rc = filter_run(&o, 'b', &oh, slice_keep, &ctx, UINT64_MAX, &in);
     }
     input_close(&in);
     return rc;
@@ -579,8 +607,10 @@ static int cmd_cat(int argc, char **argv)
     input_t first;
     if (input_open(&first, argv[optind], o.threads))
         return 1;
-    moe_trace_t *out = output_open(&o, o.out, &first.h, 'b');
-    int ok = out && copy_records(&first, out, &o, NULL, NULL, UINT64_MAX) == 0;
+    output_t out = {&o, o.out, 'b', NULL};
+    moe_trace_sink_t sink = output_sink(&out);
+    int ok = output_begin(&out, &first.h) == 0 &&
+             copy_records(&first, &sink, &o, NULL, NULL, UINT64_MAX) == 0;
     for (int i = optind + 1; ok && i < argc; i++) {
         input_t in;
         if (input_open(&in, argv[i], o.threads)) {
@@ -595,23 +625,16 @@ static int cmd_cat(int argc, char **argv)
                  (first.h.flags & MOE_TRACE_WEIGHTS) ? ", weights" : "");
             ok = 0;
         } else {
-            ok = copy_records(&in, out, &o, NULL, NULL, UINT64_MAX) == 0;
+            ok = copy_records(&in, &sink, &o, NULL, NULL, UINT64_MAX) == 0;
         }
         input_close(&in);
     }
-    rc = output_close(out, ok);
+    rc = output_close(out.t, ok);
     input_close(&first);
     return rc;
 }
 
 /* ------------------------------------------------------------------ sample, split */
-
-/* Seeded, stateless choice of a key (token or sequence id): the same key gets the same answer
- * in every run and in every file, so samples of related traces line up. */
-static int hash_keep(uint64_t seed, uint64_t key, double fraction)
-{
-    return (double)(moe_hash64(seed, key) >> 11) * 0x1p-53 < fraction;
-}
 
 typedef struct sample_ctx {
     uint64_t seed;
@@ -623,7 +646,7 @@ static int sample_keep(void *ctx, const moe_trace_hdr_t *h, moe_trace_rec_t *r)
 {
     const sample_ctx_t *s = ctx;
     (void)h;
-    return hash_keep(s->seed, s->by_seq ? r->seq : r->token, s->fraction);
+    return moe_hash_keep(s->seed, s->by_seq ? r->seq : r->token, s->fraction);
 }
 
 static void sample_usage(FILE *fp)
@@ -638,57 +661,18 @@ static void sample_usage(FILE *fp)
     moe_opts_usage(fp, MOE_OPT_ALL);
 }
 
-/* Reservoir sample of exactly n tokens, written in input order. */
-static int sample_count_tokens(input_t *in, const moe_opts_t *o, uint64_t n, uint64_t seed)
+/* sample -n: exactly n tokens, or n sequences (two passes over a file). */
+static int sample_count(input_t *in, const moe_opts_t *o, uint64_t n, uint64_t seed, int by_seq)
 {
-    moe_trace_reservoir_t *res = moe_trace_reservoir_new(n, seed);
-    moe_trace_rec_t r = {0};
-    int rc = res ? 1 : (fail("out of memory"), -1);
-    while (rc == 1 && (rc = input_next(in, &r)) == 1)
-        if (moe_trace_reservoir_add(res, &r)) {
-            rc = -1;
-            fail("out of memory (sample of %llu tokens)",
-                 (unsigned long long)moe_trace_reservoir_seen(res) + 1);
-        }
-    moe_trace_rec_release(&r);
-    const moe_trace_rec_t *kept = NULL;
-    size_t nk = rc < 0 ? 0 : moe_trace_reservoir_sorted(res, &kept);
-    moe_trace_t *out = rc < 0 ? NULL : output_open(o, o->out, &in->h, 'b');
-    int ok = out != NULL;
-    for (size_t i = 0; ok && i < nk; i++)
-        ok = output_write(out, &kept[i]) == 0;
-    moe_trace_reservoir_free(res);
-    return output_close(out, ok);
-}
-
-/* Exactly n sequences: the n with the smallest seeded hash (two passes over a file). */
-static int sample_count_seqs(input_t *in, const moe_opts_t *o, uint64_t n, uint64_t seed)
-{
-    if (strcmp(in->path, "-") == 0)
+    if (by_seq && strcmp(in->path, "-") == 0)
         return fail("sample -n with --by-sequence needs a file, not standard input");
-    moe_trace_stats_t *seqs = moe_trace_stats_new(&in->h);
-    moe_trace_rec_t r = {0};
-    int rc = seqs ? 1 : (fail("out of memory"), -1);
-    while (rc == 1 && (rc = input_next(in, &r)) == 1)
-        if (moe_trace_stats_add(seqs, &r))
-            rc = (fail("out of memory"), -1);
-    uint64_t cut = 0;
-    if (rc >= 0 && moe_trace_stats_seq_cut(seqs, n, seed, &cut))
-        rc = (fail("out of memory"), -1);
-    moe_trace_stats_free(seqs);
-    if (rc < 0)
-        return 1;
-    input_t again;
-    if (input_open(&again, in->path, o->threads))
-        return 1;
-    moe_trace_t *out = output_open(o, o->out, &again.h, 'b');
-    int ok = out != NULL;
-    while (ok && (rc = input_next(&again, &r)) == 1)
-        if (n > 0 && moe_hash64(seed, r.seq) <= cut)
-            ok = output_write(out, &r) == 0;
-    moe_trace_rec_release(&r);
-    input_close(&again);
-    return output_close(out, ok && rc >= 0);
+    output_t out = {o, o->out, 'b', NULL};
+    moe_trace_sink_t sink = output_sink(&out);
+    int st = by_seq ? moe_trace_sample_seqs(in->t, &in->h, in->path, o->threads, n, seed, &sink,
+                                            errbuf, sizeof errbuf)
+                    : moe_trace_sample_tokens(in->t, &in->h, n, seed, &sink, errbuf,
+                                              sizeof errbuf);
+    return output_close(out.t, op_failed(st) == 0);
 }
 
 static int cmd_sample(int argc, char **argv)
@@ -727,11 +711,9 @@ static int cmd_sample(int argc, char **argv)
     if ((rc = open_single_input("sample", &o, argc, argv, &in)))
         return rc;
     if (ctx.fraction >= 0)
-        rc = filter_run(&o, in.path, NULL, sample_keep, &ctx, UINT64_MAX, &in);
-    else if (ctx.by_seq)
-        rc = sample_count_seqs(&in, &o, count, ctx.seed);
+        rc = filter_run(&o, 'b', NULL, sample_keep, &ctx, UINT64_MAX, &in);
     else
-        rc = sample_count_tokens(&in, &o, count, ctx.seed);
+        rc = sample_count(&in, &o, count, ctx.seed, ctx.by_seq);
     input_close(&in);
     return rc;
 }
@@ -813,18 +795,12 @@ static int cmd_split(int argc, char **argv)
         rc = 1;
         goto out;
     }
-    moe_trace_t *ot = output_open(&o, train, &in.h, 'b');
-    moe_trace_t *os = ot ? output_open(&o, test, &in.h, 'b') : NULL;
-    int ok = ot && os;
-    moe_trace_rec_t r = {0};
-    while (ok && (rc = input_next(&in, &r)) == 1) {
-        int to_train = ids.n ? moe_ranges_has(&ids, r.seq) : hash_keep(seed, r.seq, ratio);
-        ok = output_write(to_train ? ot : os, &r) == 0;
-    }
-    ok = ok && rc >= 0;
-    moe_trace_rec_release(&r);
-    rc = output_close(ot, ok);
-    rc |= output_close(os, ok && rc == 0);
+    output_t ot = {&o, train, 'b', NULL}, os = {&o, test, 'b', NULL};
+    moe_trace_sink_t to_train = output_sink(&ot), to_test = output_sink(&os);
+    int ok = op_failed(moe_trace_split(in.t, &in.h, &ids, seed, ratio, &to_train, &to_test,
+                                       errbuf, sizeof errbuf)) == 0;
+    rc = output_close(ot.t, ok);
+    rc |= output_close(os.t, ok && rc == 0);
     input_close(&in);
 out:
     moe_ranges_free(&ids);
@@ -980,121 +956,6 @@ static void import_usage(FILE *fp)
     moe_opts_usage(fp, MOE_OPT_ALL);
 }
 
-typedef struct import_job {
-    moe_import_opts_t io;
-    uint32_t hidden, elem_bytes;
-    char **inputs;
-    int ninputs;
-    moe_import_report_t total;
-    uint64_t written;       /* tokens written so far (the next token id) */
-    uint32_t max_rank;      /* largest source rank seen */
-} import_job_t;
-
-/* Print an importer's message, naming the input unless the message names a file already. */
-static int import_fail(const char *input, const char *msg)
-{
-    return msg[0] == '\'' || strstr(msg, input) ? fail("%s", msg) : fail("'%s': %s", input, msg);
-}
-
-/* Read every input into `out` (whose header is written from the first input's shape with
- * `experts`). Returns 0 or 1 after printing the error. */
-static int import_pass(import_job_t *job, const moe_opts_t *o, const char *path, char fmt,
-                       uint32_t experts)
-{
-    moe_trace_t *out = NULL;
-    moe_trace_hdr_t first, h;
-    moe_trace_hdr_init(&first);
-    moe_trace_rec_t r = {0};
-    int ok = 1, st;
-    memset(&job->total, 0, sizeof job->total);
-    job->written = 0;
-    job->max_rank = 0;
-    moe_opts_t oo = *o;
-    oo.fmt = fmt;
-    oo.level = fmt == 'u' ? 0 : o->level;
-    moe_progress_t *pg = moe_progress_new("import", (uint64_t)job->ninputs, o->progress);
-    for (int i = 0; ok && i < job->ninputs; i++) {
-        const char *in = job->inputs[i];
-        moe_importer_t *im = moe_import_open(&job->io, in, (uint32_t)i, &st, errbuf,
-                                             sizeof errbuf);
-        moe_trace_hdr_init(&h);
-        if (!im || moe_import_header(im, &h) < 0) {
-            ok = !import_fail(in, im ? moe_import_errmsg(im) : errbuf);
-        } else if (i == 0) {
-            h.experts = experts;
-            h.hidden = job->hidden;
-            h.elem_bytes = job->elem_bytes;
-            ok = moe_trace_hdr_copy(&first, &h) == 0 &&
-                 (out = output_open(&oo, path, &first, fmt)) != NULL;
-        } else if (h.layers != first.layers || h.topk != first.topk ||
-                   (h.flags & MOE_TRACE_WEIGHTS) != (first.flags & MOE_TRACE_WEIGHTS)) {
-            ok = !fail("'%s': %u layers, top-%u%s, but '%s' has %u layers, top-%u%s", in,
-                       h.layers, h.topk, (h.flags & MOE_TRACE_WEIGHTS) ? " with weights" : "",
-                       job->inputs[0], first.layers, first.topk,
-                       (first.flags & MOE_TRACE_WEIGHTS) ? " with weights" : "");
-        }
-        int rc = 0;
-        while (ok && (rc = moe_import_next(im, &r)) == 1) {
-            /* Token ids number the output's tokens: unique across several inputs. */
-            r.token = job->written++;
-            job->max_rank = r.rank > job->max_rank ? r.rank : job->max_rank;
-            for (size_t k = 0; k < (size_t)first.layers * first.topk; k++)
-                if (r.ids[k] != MOE_EXPERT_NONE && r.ids[k] >= experts) {
-                    ok = !fail("'%s': expert id %u out of range (%u experts)", in, r.ids[k],
-                               experts);
-                    break;
-                }
-            ok = ok && output_write(out, &r) == 0;
-        }
-        if (ok && rc < 0)
-            ok = !import_fail(in, moe_import_errmsg(im));
-        if (im)
-            moe_import_report_add(im, &job->total);
-        moe_import_close(im);
-        moe_trace_hdr_release(&h);
-        moe_progress_update(pg, (uint64_t)i + 1);
-    }
-    moe_progress_free(pg);
-    if (ok && job->total.tokens == 0)
-        ok = !fail("no tokens in input");
-    moe_trace_rec_release(&r);
-    moe_trace_hdr_release(&first);
-    return output_close(out, ok);
-}
-
-/* Without --experts, E is only known at the end: spool to a stored-block trace with 16-bit
- * ids, then copy it with the inferred E. */
-static int import_spooled(import_job_t *job, const moe_opts_t *o)
-{
-    const char *tmpdir = getenv("TMPDIR");
-    char spool[4096];
-    snprintf(spool, sizeof spool, "%s/moe-import-XXXXXX", tmpdir && *tmpdir ? tmpdir : "/tmp");
-    if (moe_scratch_create(spool) != 0)
-        return fail("cannot create a temporary file in '%s': %s",
-                    tmpdir && *tmpdir ? tmpdir : "/tmp", strerror(errno));
-    moe_opts_t so = *o;
-    so.no_pg = 1;
-    so.threads = 0;
-    int rc = import_pass(job, &so, spool, 'u', MOE_TRACE_MAX_EXPERTS);
-    if (rc == 0) {
-        input_t in;
-        rc = input_open(&in, spool, 0);
-        if (rc == 0) {
-            in.h.experts = job->total.max_id + 1;
-            in.h.ranks = job->max_rank + 1;
-            if (in.h.topk > in.h.experts)
-                in.h.experts = in.h.topk;
-            /* The spool was written without @PG; add ours now. */
-            moe_trace_t *out = output_open(o, o->out, &in.h, 'b');
-            rc = output_close(out, out && copy_records(&in, out, o, NULL, NULL,
-                                                       UINT64_MAX) == 0);
-            input_close(&in);
-        }
-    }
-    moe_scratch_remove(spool);
-    return rc;
-}
-
 static int cmd_import(int argc, char **argv)
 {
     enum { O_FMT = MOE_OPTC_TOOL, O_META, O_W, O_E, O_DROP, O_HID, O_EB, O_MTP, O_TENSOR,
@@ -1111,7 +972,7 @@ static int cmd_import(int argc, char **argv)
     const char *sub = "import";
     moe_opts_t o;
     moe_opts_init(&o);
-    import_job_t job;
+    moe_import_job_t job;
     memset(&job, 0, sizeof job);
     int c, rc = 0;
     while ((c = next_opt(sub, import_usage, &o, argc, argv, MOE_OPTS_SHORT, lo, &rc)) != -1) {
@@ -1161,9 +1022,21 @@ static int cmd_import(int argc, char **argv)
     moe_opts_apply_log(&o);
     job.inputs = argv + optind;
     job.ninputs = argc - optind;
-    rc = job.io.experts ? import_pass(&job, &o, o.out, 'b', job.io.experts)
-                        : import_spooled(&job, &o);
-    const moe_import_report_t *t = &job.total;
+    moe_progress_t *pg = moe_progress_new("import", (uint64_t)job.ninputs, o.progress);
+    job.progress = pg ? moe_progress_cb : NULL;
+    job.progress_arg = pg;
+    /* Records read with --experts go straight to -o, and that output has always been binary
+     * whatever -O says; the spooled import's copy follows -O. */
+    moe_opts_t oo = o;
+    if (job.io.experts)
+        oo.fmt = 'b';
+    output_t out = {&oo, o.out, 'b', NULL};
+    moe_trace_sink_t sink = output_sink(&out);
+    moe_import_report_t total = {0};
+    int st = moe_import_run(&job, &sink, &total, errbuf, sizeof errbuf);
+    moe_progress_free(pg);
+    rc = output_close(out.t, op_failed(st) == 0);
+    const moe_import_report_t *t = &total;
     if (rc == 0 && (t->incomplete || o.verbosity > 0) && o.verbosity >= 0)
         fprintf(stderr, "%s: import: %llu tokens (%llu incomplete, %llu missing cells, "
                         "%llu dropped)\n", prog, (unsigned long long)t->tokens,

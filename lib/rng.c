@@ -89,6 +89,12 @@ uint64_t moe_hash64(uint64_t seed, uint64_t x)
     return mix64(mix64(key ^ (x * GOLDEN)) ^ key);
 }
 
+int moe_hash_keep(uint64_t seed, uint64_t key, double fraction)
+{
+    /* The top 53 bits of the hash as a uniform double in [0, 1). */
+    return (double)(moe_hash64(seed, key) >> 11) * 0x1p-53 < fraction;
+}
+
 /* ------------------------------------------------------------------ alias tables */
 
 static int alias_weights_ok(const double *w, uint32_t n, double *sum)

@@ -97,6 +97,28 @@ const char *moe_import_errmsg(const moe_importer_t *im);
 /* Close; NULL is a no-op. */
 void moe_import_close(moe_importer_t *im);
 
+/* An import of several inputs into one trace (moe-trace import). */
+typedef struct moe_import_job {
+    moe_import_opts_t io;         /* the readers' options; io.experts 0: E inferred (below) */
+    uint32_t hidden, elem_bytes;  /* recorded in the output's header */
+    char *const *inputs;          /* the input files ("-" = stdin), read in this order */
+    int ninputs;
+    /* Called after each input with (inputs done, ninputs); optional. */
+    void (*progress)(void *arg, uint64_t done, uint64_t total);
+    void *progress_arg;
+} moe_import_job_t;
+
+/* Read every input of job into one trace written to out (moe/trace.h). Its header is the first
+ * input's (shape and '@CO' lines) with E = io.experts, hidden and elem_bytes; every other input
+ * must have the same layers, top-k and weights, and ids below E; token ids number the output's
+ * tokens from 0, unique across the inputs. Without io.experts, E is known only at the end: the
+ * records are spooled to a scratch trace in $TMPDIR (or /tmp) first, then written to out with E
+ * = the largest id + 1 (at least the top-k) and the ranks = the largest rank + 1. *total gets
+ * the counts of all inputs (moe_import_report_add). 0, a negative status with a one-line reason
+ * naming the input in errbuf ("no tokens in input" when none had any), or the sink's status. */
+int moe_import_run(const moe_import_job_t *job, const moe_trace_sink_t *out,
+                   moe_import_report_t *total, char *errbuf, size_t errlen);
+
 /* Per-layer expert loads of another system: vLLM's EPLB load window (the safetensors tensor
  * "expert_load_window", or the file's only tensor: [windows, layers, physical slots] or
  * [layers, slots] token counts) or SGLang's logical_count JSON ([steps, layers, experts] or

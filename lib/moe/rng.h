@@ -25,6 +25,10 @@ uint64_t moe_rng_below(moe_rng_t *r, uint64_t n);
 double moe_rng_normal(moe_rng_t *r);
 /* A fixed 64-bit hash of (seed, x): stateless seeded decisions (sampling, splitting). */
 uint64_t moe_hash64(uint64_t seed, uint64_t x);
+/* The seeded, stateless choice of a key (token or sequence id) with probability `fraction`
+ * (moe-trace sample -p, split --ratio): the same key gets the same answer in every run and in
+ * every file, so samples of related traces line up. */
+int moe_hash_keep(uint64_t seed, uint64_t key, double fraction);
 
 /* Walker/Vose alias table for O(1) draws from a fixed discrete distribution. */
 typedef struct moe_alias {

@@ -134,6 +134,42 @@ int moe_trace_hdr_print(FILE *fp, const moe_trace_hdr_t *h);
 /* Write the text form of one record (one line) to fp; 0 or MOE_ESYS. */
 int moe_trace_rec_print(FILE *fp, const moe_trace_hdr_t *h, const moe_trace_rec_t *r);
 
+/* ------------------------------------------------------------------ operations over records */
+
+/* Where a trace operation (copy, sample, import) writes its result: `begin` takes the output's
+ * header once, before any record, and `put` each record in order. Each returns 0 or a negative
+ * status; a failure stops the operation, which returns that status and leaves errbuf as it was
+ * (the sink reports its own failures). */
+typedef struct moe_trace_sink {
+    int (*begin)(void *ctx, const moe_trace_hdr_t *h);
+    int (*put)(void *ctx, const moe_trace_rec_t *r);
+    void *ctx;
+} moe_trace_sink_t;
+
+/* A record filter of moe_trace_copy: nonzero keeps r, which it may rewrite in place (in the
+ * shape of the output's header). */
+typedef int (*moe_trace_keep_fn)(void *ctx, const moe_trace_hdr_t *h, moe_trace_rec_t *r);
+
+/* Copy the records of `in` (header h read) to out->put until the end of `in` or until `limit`
+ * were written, those `keep` keeps (NULL: all). out->begin is not called: the caller begins the
+ * output, so that several inputs can go to one. `progress` (optional) is called every 4096
+ * records written with the input bytes consumed and the file's size (records read and 0 when
+ * the size is unknown). 0, a negative status with the input's one-line reason in errbuf, or
+ * the sink's status. */
+int moe_trace_copy(moe_trace_t *in, const moe_trace_hdr_t *h, moe_trace_keep_fn keep,
+                   void *keep_ctx, uint64_t limit, const moe_trace_sink_t *out,
+                   void (*progress)(void *arg, uint64_t done, uint64_t total), void *arg,
+                   char *errbuf, size_t errlen);
+
+struct moe_ranges;
+/* moe-trace split: the records of in (header h read) into two outputs, both begun with h (train
+ * first). A record goes to train when its sequence is in ids (moe/moe.h), or, when ids is NULL
+ * or empty, when moe_hash_keep(seed, sequence, ratio) keeps it (moe/rng.h); else to test. 0, a
+ * negative status with the input's one-line reason in errbuf, or a sink's status. */
+int moe_trace_split(moe_trace_t *in, const moe_trace_hdr_t *h, const struct moe_ranges *ids,
+                    uint64_t seed, double ratio, const moe_trace_sink_t *train,
+                    const moe_trace_sink_t *test, char *errbuf, size_t errlen);
+
 /* ------------------------------------------------------------------ stats (moe-trace stats) */
 
 /* Counts of a trace's records: tokens, distinct sequences, steps and source ranks (memory grows
@@ -208,6 +244,21 @@ void moe_trace_reservoir_free(moe_trace_reservoir_t *s);
 /* The cut that keeps exactly min(n, sequences) of the sequences counted in s: sequence q is kept
  * when n > 0 and moe_hash64(seed, q) <= *cut (moe/rng.h). 0 or MOE_ENOMEM. */
 int moe_trace_stats_seq_cut(const moe_trace_stats_t *s, uint64_t n, uint64_t seed, uint64_t *cut);
+
+/* moe-trace sample -n N: a uniform seeded sample of exactly min(n, records) records of `in`
+ * (header h read), the reservoir above, written to out (header h) in input order once all of
+ * `in` is read. 0, a negative status with a one-line reason in errbuf, or the sink's status. */
+int moe_trace_sample_tokens(moe_trace_t *in, const moe_trace_hdr_t *h, uint64_t n,
+                            uint64_t seed, const moe_trace_sink_t *out, char *errbuf,
+                            size_t errlen);
+/* moe-trace sample -n N --by-sequence: exactly min(n, sequences) whole sequences, those with
+ * the smallest seeded hash (moe_trace_stats_seq_cut). Two passes: `in` (header h read) is
+ * counted, then the file `path` it was opened from (not standard input) is opened again with
+ * `threads` and its kept records written to out with its header. 0, a negative status with a
+ * one-line reason in errbuf, or the sink's status. */
+int moe_trace_sample_seqs(moe_trace_t *in, const moe_trace_hdr_t *h, const char *path,
+                          int threads, uint64_t n, uint64_t seed, const moe_trace_sink_t *out,
+                          char *errbuf, size_t errlen);
 
 #ifdef __cplusplus
 }

@@ -126,3 +126,86 @@ int moe_trace_stats_seq_cut(const moe_trace_stats_t *s, uint64_t n, uint64_t see
     free(h);
     return 0;
 }
+
+/* ------------------------------------------------------------------ the passes of sample -n */
+
+int moe_trace_sample_tokens(moe_trace_t *in, const moe_trace_hdr_t *h, uint64_t n,
+                            uint64_t seed, const moe_trace_sink_t *out, char *errbuf,
+                            size_t errlen)
+{
+    moe_trace_reservoir_t *res = moe_trace_reservoir_new(n, seed);
+    if (!res)
+        return util_errf(errbuf, errlen, MOE_ENOMEM, "out of memory");
+    moe_trace_rec_t r = {0};
+    int rc;
+    while ((rc = moe_trace_read(in, &r)) == 1 && moe_trace_reservoir_add(res, &r) == 0)
+        ;
+    if (rc < 0)
+        rc = util_errf(errbuf, errlen, rc, "%s", moe_trace_errmsg(in));
+    else if (rc == 1) /* the reservoir could not take the record */
+        rc = util_errf(errbuf, errlen, MOE_ENOMEM, "out of memory (sample of %llu tokens)",
+                       (unsigned long long)moe_trace_reservoir_seen(res) + 1);
+    moe_trace_rec_release(&r);
+    if (rc == 0) {
+        /* The output begins only once the input was read whole: a bad input leaves none. */
+        const moe_trace_rec_t *kept = NULL;
+        size_t nk = moe_trace_reservoir_sorted(res, &kept);
+        rc = out->begin(out->ctx, h);
+        for (size_t i = 0; rc == 0 && i < nk; i++)
+            rc = out->put(out->ctx, &kept[i]);
+    }
+    moe_trace_reservoir_free(res);
+    return rc;
+}
+
+/* The first pass of moe_trace_sample_seqs: the hash cut keeping n of in's sequences. */
+static int seq_cut_of(moe_trace_t *in, const moe_trace_hdr_t *h, uint64_t n, uint64_t seed,
+                      uint64_t *cut, char *errbuf, size_t errlen)
+{
+    moe_trace_stats_t *seqs = moe_trace_stats_new(h);
+    if (!seqs)
+        return util_errf(errbuf, errlen, MOE_ENOMEM, "out of memory");
+    moe_trace_rec_t r = {0};
+    int rc;
+    while ((rc = moe_trace_read(in, &r)) == 1 && moe_trace_stats_add(seqs, &r) == 0)
+        ;
+    if (rc < 0)
+        rc = util_errf(errbuf, errlen, rc, "%s", moe_trace_errmsg(in));
+    else if (rc == 1 || moe_trace_stats_seq_cut(seqs, n, seed, cut) != 0)
+        rc = util_errf(errbuf, errlen, MOE_ENOMEM, "out of memory");
+    moe_trace_rec_release(&r);
+    moe_trace_stats_free(seqs);
+    return rc;
+}
+
+int moe_trace_sample_seqs(moe_trace_t *in, const moe_trace_hdr_t *h, const char *path,
+                          int threads, uint64_t n, uint64_t seed, const moe_trace_sink_t *out,
+                          char *errbuf, size_t errlen)
+{
+    uint64_t cut = 0;
+    int rc = seq_cut_of(in, h, n, seed, &cut, errbuf, errlen);
+    if (rc != 0)
+        return rc;
+    moe_trace_t *again = moe_trace_open(path, "r", threads, &rc, errbuf, errlen);
+    if (!again)
+        return rc;
+    moe_trace_hdr_t h2;
+    moe_trace_hdr_init(&h2);
+    moe_trace_rec_t r = {0};
+    if ((rc = moe_trace_read_header(again, &h2)) < 0)
+        rc = util_errf(errbuf, errlen, rc, "%s", moe_trace_errmsg(again));
+    else if ((rc = out->begin(out->ctx, &h2)) == 0) {
+        int st = 0;
+        while (st == 0 && (rc = moe_trace_read(again, &r)) == 1)
+            if (n > 0 && moe_hash64(seed, r.seq) <= cut)
+                st = out->put(out->ctx, &r);
+        if (st != 0)
+            rc = st;
+        else if (rc < 0)
+            rc = util_errf(errbuf, errlen, rc, "%s", moe_trace_errmsg(again));
+    }
+    moe_trace_rec_release(&r);
+    moe_trace_hdr_release(&h2);
+    moe_trace_close(again, NULL, 0);
+    return rc;
+}
