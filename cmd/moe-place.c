@@ -171,6 +171,7 @@ static int take_opt(const char *sub, int c, const char *arg, cfg_t *g)
     case O_PHYSMAP: g->physmap = arg; return 0;
     case O_REPLICA_RULE: return moe_cli_replica_rule(prog, sub, arg, &g->po.replica_rule);
     case O_CV:
+        g->cv.forced = 1;
         if (moe_cli_u32(prog, sub, arg, 0, 16, "fold count", &g->cv.folds))
             return 2;
         return g->cv.folds == 1 ? usage_error(sub, "--cv takes 0 (none) or 2 to 16 folds") : 0;
@@ -446,7 +447,6 @@ static int fit_input(const char *in, cfg_t *gp, const moe_topo_t *topo_in)
     moe_place_result_t res;
     moe_place_cv_result_t cvr;
     g.po.threads = g.o.threads;
-    g.cv.budget = g.po.time_limit;
     moe_placement_t *p = rc ? NULL : moe_place_fit_cv(in, a, learns ? s : NULL, &topo, &g.po,
                                                       &g.cv, &res, &cvr, &st, errbuf,
                                                       sizeof errbuf);

@@ -172,8 +172,8 @@ moe_place_tokens_t *moe_place_tokens_subset(const moe_place_tokens_t *s,
 typedef struct moe_place_cv moe_place_cv_t;
 
 typedef struct moe_place_cv_result {
-    uint32_t folds, done;   /* folds asked, and fitted and evaluated (fewer when the time
-                             * budget ran out; 0: no held-out figures) */
+    uint32_t folds, done;   /* folds asked, and fitted and evaluated (0: no held-out
+                             * figures) */
     uint64_t block;         /* 0: folds of whole sequences; else of `block` token ids */
     uint64_t units;         /* sequences (or blocks) split */
     uint64_t tokens;        /* tokens accounted */
@@ -201,20 +201,24 @@ moe_place_cv_t *moe_place_cv_new(const char *path, const moe_place_tokens_t *sam
                                  char *errbuf, size_t errlen);
 /* The fold of a token (< k). */
 uint32_t moe_place_cv_fold(const moe_place_cv_t *cv, uint64_t token, uint32_t seq);
-/* Cross-validate the fit `o` on `topo`: the k fold fits, on 1 + o->threads threads (one fit
- * each, so the placements do not depend on the count), when all of them are expected to end
- * within `budget` seconds, each taking `est` (else none, with an INFO log), then one pass over
+/* Cross-validate the fit `o` on `topo`: with `folds`, the k fold fits, on 1 + o->threads
+ * threads (one fit each, so the placements do not depend on the count); then one pass over
  * the trace accounting each fold's tokens under its fit, and `fitted` (NULL: no in-sample
  * figures) and the contiguous layout on every token. Returns 0 with *out, or a negative status
  * and a one-line reason. */
 int moe_place_cv_run(moe_place_cv_t *cv, const moe_topo_t *topo, const moe_place_opts_t *o,
-                     const moe_placement_t *fitted, double est, double budget,
-                     moe_place_cv_result_t *out, char *errbuf, size_t errlen);
+                     const moe_placement_t *fitted, int folds, moe_place_cv_result_t *out,
+                     char *errbuf, size_t errlen);
 /* The @FT fields recording a cross-validation of `scheme`'s figures (moe-place(5)):
  * "\tcv_folds:K\tcv_done:D\tcv_unit:..."; 0, or MOE_ENOMEM when len is too short. */
 int moe_place_cv_fields(const moe_place_cv_result_t *r, int scheme, int top1, char *buf,
                         size_t len);
 void moe_place_cv_free(moe_place_cv_t *cv);
+
+/* The largest layers x experts^2 cross-validated by default: DeepSeek-V2-Lite (26 x 64^2,
+ * 106,496) and Mixtral (32 x 8^2) are, with fold fits of seconds; DeepSeek-V3 (58 x 256^2,
+ * 3.8 million), whose fits take half a minute each, is not. */
+#define MOE_PLACE_CV_AUTO_CELLS (UINT64_C(1) << 20)
 
 /* What moe_place_fit_cv adds to a fit. */
 typedef struct moe_place_cv_opts {
@@ -229,9 +233,11 @@ typedef struct moe_place_cv_opts {
                       * ways to spend the memory; the one with the least held-out
                       * link-weighted cost whose held-out load (mean over folds) keeps the
                       * target, else the least cost of those within one standard error of the
-                      * least held-out load. Ignores the time budget [0] */
-    double budget;   /* seconds for the fit and its cross-validation: folds are fitted while
-                      * the next one is expected to end within it */
+                      * least held-out load [0] */
+    int forced;      /* fit the folds whatever the model's size; else only when layers x
+                      * experts^2 <= MOE_PLACE_CV_AUTO_CELLS (fold fits of seconds), and
+                      * above it the in-sample figures alone, so that whether a fit
+                      * cross-validates never depends on time or threads [0] */
 } moe_place_cv_opts_t;
 
 /* moe_place_fit of trace `path`'s statistics `a` and token sample `s` (NULL: no

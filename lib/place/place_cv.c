@@ -386,8 +386,8 @@ static int fit_folds(const moe_place_cv_t *cv, const moe_topo_t *topo,
 }
 
 int moe_place_cv_run(moe_place_cv_t *cv, const moe_topo_t *topo, const moe_place_opts_t *o,
-                     const moe_placement_t *fitted, double est, double budget,
-                     moe_place_cv_result_t *out, char *errbuf, size_t errlen)
+                     const moe_placement_t *fitted, int folds, moe_place_cv_result_t *out,
+                     char *errbuf, size_t errlen)
 {
     double t0 = util_now();
     memset(out, 0, sizeof *out);
@@ -395,18 +395,9 @@ int moe_place_cv_run(moe_place_cv_t *cv, const moe_topo_t *topo, const moe_place
     out->block = cv->block;
     out->units = cv->units;
     moe_placement_t *fits[CV_MAX_FOLDS] = {0};
-    int rc = 0;
-    /* all folds or none, so that a fit's figures do not depend on how far the time went */
-    uint32_t w = o->threads > 0 ? (uint32_t)o->threads + 1 : 1;
-    if (est * ((cv->k + w - 1) / w) <= budget) {
-        rc = fit_folds(cv, topo, o, fits, errbuf, errlen);
-        for (uint32_t f = 0; f < cv->k; f++)
-            out->done += fits[f] != NULL;
-    } else {
-        moe_log(MOE_LOG_INFO, "cross-validation skipped: %u fold fits would take about %.0f s, "
-                "beyond the time limit (raise --time-limit, or --cv 0)", cv->k,
-                est * ((cv->k + w - 1) / w));
-    }
+    int rc = folds ? fit_folds(cv, topo, o, fits, errbuf, errlen) : 0;
+    for (uint32_t f = 0; f < cv->k; f++)
+        out->done += fits[f] != NULL;
     if (!rc && (out->done || fitted))
         rc = account(cv, topo, o, fits, fitted, out, errbuf, errlen);
     for (uint32_t f = 0; f < cv->k; f++)
@@ -517,7 +508,6 @@ moe_placement_t *moe_place_fit_cv(const char *path, const moe_affinity_t *a,
                                   moe_place_result_t *res, moe_place_cv_result_t *cvr,
                                   int *status, char *errbuf, size_t errlen)
 {
-    double t0 = util_now();
     moe_affinity_info_t in;
     moe_affinity_info(a, &in);
     moe_place_opts_t set[MAX_SETTINGS];
@@ -557,7 +547,7 @@ moe_placement_t *moe_place_fit_cv(const char *path, const moe_affinity_t *a,
         if (!(tr = calloc(n, sizeof *tr)))
             rc = util_errf(errbuf, errlen, MOE_ENOMEM, "out of memory");
         for (uint32_t i = 0; i < n && !rc; i++) {
-            rc = moe_place_cv_run(cv, topo, &set[i], NULL, 0, INFINITY, &tr[i], errbuf, errlen);
+            rc = moe_place_cv_run(cv, topo, &set[i], NULL, 1, &tr[i], errbuf, errlen);
             moe_log(MOE_LOG_INFO, "tune: bound %.3f, %u replicas, ep-size %u: held-out %.4f "
                     "(link-weighted), load %.3f +- %.3f", set[i].max_imbalance, set[i].replicas,
                     set[i].ep_size, tr[i].out_cost[o->scheme], tr[i].out_load[o->scheme],
@@ -574,8 +564,13 @@ moe_placement_t *moe_place_fit_cv(const char *path, const moe_affinity_t *a,
         p = moe_place_fit(a, topo, &set[best], res, &rc, errbuf, errlen);
     }
     if (p && cv) {
-        double est = c->tune ? 0 : res->seconds, budget = c->tune ? 0 : c->budget - (util_now() - t0);
-        rc = moe_place_cv_run(cv, topo, &set[best], p, est, budget, &r, errbuf, errlen);
+        /* by default only models whose fold fits take seconds (tuning has fitted them) */
+        uint64_t cells = (uint64_t)in.layers * in.experts * in.experts;
+        int folds = !c->tune && (c->forced || cells <= MOE_PLACE_CV_AUTO_CELLS);
+        if (!c->tune && !folds)
+            moe_log(MOE_LOG_INFO, "cross-validation skipped: %u layers x %u experts is past "
+                    "the default's size (give --cv to run it)", in.layers, in.experts);
+        rc = moe_place_cv_run(cv, topo, &set[best], p, folds, &r, errbuf, errlen);
         if (!rc && tried) { /* the chosen setting's folds: already fitted */
             const moe_place_cv_result_t *b = &tr[best];
             memcpy(r.out_xfer, b->out_xfer, sizeof r.out_xfer);
