@@ -336,10 +336,7 @@ static moe_affinity_t *load_stats(const char *path, const cfg_t *g, int top1, in
         return a ? a : (fail("%s", errbuf), NULL);
     }
     moe_affinity_opts_t ao;
-    moe_affinity_opts_default(&ao);
-    ao.top1 = top1;
-    ao.coact = !top1;
-    ao.shuffle = 0;
+    moe_place_stats_opts(&ao, top1);
     moe_progress_t *pg = moe_progress_new("statistics", 0, g->o.progress);
     moe_affinity_t *a = moe_affinity_read_any(path, &ao, g->o.threads, pg ? moe_progress_cb : NULL,
                                               pg, &table, &st, errbuf, sizeof errbuf);
@@ -440,9 +437,7 @@ static int fit_input(const char *in, cfg_t *gp, const moe_topo_t *topo_in)
                                   errbuf, sizeof errbuf);
         rc = s ? 0 : fail("%s", errbuf);
         moe_place_tokens_rule(s, g.po.replica_rule);
-        g.po.sample = scored ? moe_place_tokens_view(s) : NULL;
-        g.po.score = scored ? moe_place_tokens_score : NULL;
-        g.po.score_ctx = s;
+        moe_place_tokens_attach(scored ? s : NULL, &g.po);
     }
     moe_place_result_t res;
     moe_place_cv_result_t cvr;

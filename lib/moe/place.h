@@ -147,6 +147,12 @@ double moe_place_tokens_score(void *ctx, const moe_placement_t *p);
 void moe_place_tokens_rule(moe_place_tokens_t *s, int rule);
 /* Free; NULL is a no-op. */
 void moe_place_tokens_free(moe_place_tokens_t *s);
+/* Let fit `o` rank its candidates on sample s: o->sample, o->score (moe_place_tokens_score) and
+ * o->score_ctx; a NULL s clears them. */
+void moe_place_tokens_attach(moe_place_tokens_t *s, moe_place_opts_t *o);
+/* The options of the statistics a fit reads (moe_affinity_count, moe_affinity_read_any):
+ * top-1 paths, or whole sets with their co-activation; no shuffled baseline. */
+void moe_place_stats_opts(moe_affinity_opts_t *ao, int top1);
 /* Tokens of the whole trace and runs of one sequence id in file order (its sequences, when
  * each is stored contiguously), as counted while sampling. */
 void moe_place_tokens_counts(const moe_place_tokens_t *s, uint64_t *tokens, uint64_t *runs);
@@ -188,7 +194,7 @@ typedef struct moe_place_cv_result {
                                                               * max over folds */
     double out_load_se[MOE_SCHEMES]; /* standard error of that mean (NaN under 2 folds) */
     double ref_xfer;        /* vanilla expert parallelism with the contiguous layout, same
-                             * tokens: the usual baseline */
+                             * tokens: the usual baseline (0 without a fitted placement) */
     double seconds;         /* wall time of the fold fits and the accounting */
     uint32_t tuned;         /* settings cross-validated to choose the fit's (0: none) */
 } moe_place_cv_result_t;
@@ -209,10 +215,6 @@ uint32_t moe_place_cv_fold(const moe_place_cv_t *cv, uint64_t token, uint32_t se
 int moe_place_cv_run(moe_place_cv_t *cv, const moe_topo_t *topo, const moe_place_opts_t *o,
                      const moe_placement_t *fitted, int folds, moe_place_cv_result_t *out,
                      char *errbuf, size_t errlen);
-/* The @FT fields recording a cross-validation of `scheme`'s figures (moe-place(5)):
- * "\tcv_folds:K\tcv_done:D\tcv_unit:..."; 0, or MOE_ENOMEM when len is too short. */
-int moe_place_cv_fields(const moe_place_cv_result_t *r, int scheme, int top1, char *buf,
-                        size_t len);
 void moe_place_cv_free(moe_place_cv_t *cv);
 
 /* The largest layers x experts^2 cross-validated by default: DeepSeek-V2-Lite (26 x 64^2,

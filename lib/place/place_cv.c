@@ -106,10 +106,7 @@ static int fold_fit(const moe_place_cv_t *cv, const moe_topo_t *topo, const moe_
     const moe_place_sample_t *view = moe_place_tokens_view(cv->sample);
     int top1 = view->sets == 1, st = 0;
     moe_affinity_opts_t ao;
-    moe_affinity_opts_default(&ao);
-    ao.top1 = top1;
-    ao.coact = !top1;
-    ao.shuffle = 0;
+    moe_place_stats_opts(&ao, top1);
     ao.keep = keep_other;
     ao.keep_ctx = &kp;
     *out = NULL;
@@ -128,9 +125,7 @@ static int fold_fit(const moe_place_cv_t *cv, const moe_topo_t *topo, const moe_
         s = moe_place_tokens_subset(cv->sample, keep_other, &kp,
                                     max > CV_SAMPLE_MIN ? max : CV_SAMPLE_MIN, &st, errbuf,
                                     errlen);
-        fo.sample = moe_place_tokens_view(s);
-        fo.score = moe_place_tokens_score;
-        fo.score_ctx = s;
+        moe_place_tokens_attach(s, &fo);
     }
     if (in.tokens && (s || !o->sample)) {
         moe_place_result_t res;
@@ -218,8 +213,10 @@ static int pass_results(const moe_place_cv_t *cv, pass_t *ps, const moe_topo_t *
         r->out_hops[s] = m.hops;
         r->out_cost[s] = link_cost(ps->a[k + 2], s, topo);
     }
-    moe_acct_summarise(ps->a[k + 1], MOE_SCHEME_VANILLA, 0, &m);
-    r->ref_xfer = m.per_tl;
+    if (ps->a[k + 1]) {
+        moe_acct_summarise(ps->a[k + 1], MOE_SCHEME_VANILLA, 0, &m);
+        r->ref_xfer = m.per_tl;
+    }
     return 0;
 }
 
@@ -277,7 +274,8 @@ static int account(const moe_place_cv_t *cv, const moe_topo_t *topo, const moe_p
         sc.G = any->ranks;
         sc.acc = calloc((size_t)nw * (k + 2), sizeof *sc.acc);
         sc.tokens = calloc((size_t)nw, sizeof *sc.tokens);
-        if (!sc.acc || !sc.tokens || !(ps.ref = contiguous(any, &st)))
+        /* the baseline belongs with a fitted placement's figures (tuning's folds have none) */
+        if (!sc.acc || !sc.tokens || (fitted && !(ps.ref = contiguous(any, &st))))
             st = util_errf(errbuf, errlen, MOE_ENOMEM, "out of memory");
     }
     moe_acct_opts_t ao;
@@ -406,8 +404,10 @@ int moe_place_cv_run(moe_place_cv_t *cv, const moe_topo_t *topo, const moe_place
     return rc;
 }
 
-int moe_place_cv_fields(const moe_place_cv_result_t *r, int scheme, int top1, char *buf,
-                        size_t len)
+/* The @FT fields recording a cross-validation of `scheme`'s figures (moe-place(5)):
+ * "\tcv_folds:K\tcv_done:D\tcv_unit:..."; 0, or MOE_ENOMEM when len is too short. */
+static int cv_fields(const moe_place_cv_result_t *r, int scheme, int top1, char *buf,
+                     size_t len)
 {
     int n = snprintf(buf, len, "\tcv_folds:%u\tcv_done:%u\tcv_unit:%s", r->folds, r->done,
                      r->block ? "tokens" : "sequence");
@@ -584,7 +584,7 @@ moe_placement_t *moe_place_fit_cv(const char *path, const moe_affinity_t *a,
         r.tuned = tried;
         char fields[512];
         *cvr = r;
-        if (!rc && (rc = moe_place_cv_fields(&r, o->scheme, in.top1, fields, sizeof fields)) == 0)
+        if (!rc && (rc = cv_fields(&r, o->scheme, in.top1, fields, sizeof fields)) == 0)
             rc = append_ft(p, fields);
         if (rc == MOE_ENOMEM)
             util_errf(errbuf, errlen, rc, "out of memory");

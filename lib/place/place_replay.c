@@ -108,10 +108,7 @@ static moe_placement_t *fit_file(replay_t *r, const char *path, int *status)
 {
     const moe_place_replay_opts_t *o = r->o;
     moe_affinity_opts_t ao;
-    moe_affinity_opts_default(&ao);
-    ao.top1 = r->top1;
-    ao.coact = !r->top1;
-    ao.shuffle = 0;
+    moe_place_stats_opts(&ao, r->top1);
     moe_affinity_t *a = moe_affinity_count(path, &ao, o->threads, NULL, NULL, status, r->errbuf,
                                            r->errlen);
     moe_place_opts_t fo = o->fit;
@@ -120,9 +117,7 @@ static moe_placement_t *fit_file(replay_t *r, const char *path, int *status)
         s = moe_place_tokens_load(path, fo.seed, o->threads, &r->topo, r->top1, fo.scheme,
                                   status, r->errbuf, r->errlen);
         moe_place_tokens_rule(s, fo.replica_rule);
-        fo.sample = moe_place_tokens_view(s);
-        fo.score = moe_place_tokens_score;
-        fo.score_ctx = s;
+        moe_place_tokens_attach(s, &fo);
     }
     fo.threads = o->threads;
     moe_place_result_t res;

@@ -251,6 +251,21 @@ moe_place_tokens_t *moe_place_tokens_subset(const moe_place_tokens_t *s,
     return d;
 }
 
+void moe_place_tokens_attach(moe_place_tokens_t *s, moe_place_opts_t *o)
+{
+    o->sample = moe_place_tokens_view(s);
+    o->score = s ? moe_place_tokens_score : NULL;
+    o->score_ctx = s;
+}
+
+void moe_place_stats_opts(moe_affinity_opts_t *ao, int top1)
+{
+    moe_affinity_opts_default(ao);
+    ao->top1 = top1;
+    ao->coact = !top1;
+    ao->shuffle = 0;
+}
+
 void moe_place_tokens_free(moe_place_tokens_t *s)
 {
     if (!s)
