@@ -86,15 +86,6 @@ static const char *opt_name(int c)
 
 /* ------------------------------------------------------------------ option parsing */
 
-static int parse_dbl(const char *sub, const char *arg, double min, double max, const char *what,
-                     double *out)
-{
-    char err[256];
-    if (moe_parse_double(arg, min, max, out, what, err, sizeof err))
-        return usage_error(sub, "%s", err);
-    return 0;
-}
-
 /* A word from a list; its index or a usage error. */
 static int parse_word(const char *sub, const char *arg, const char *what,
                       const char *const *words, int n, int *out)
@@ -112,8 +103,6 @@ static int take_opt(const char *sub, int c, const char *arg, cfg_t *g)
 {
     static const char *const sources[] = {"auto", "recorded", "sequence", "token"};
     static const char *const formats[] = {"text", "exflow", "eplb", "sglang"};
-    uint64_t v;
-    char err[256];
     switch (c) {
     case O_RANKS:
         return moe_cli_u32(prog, sub, arg, 1, MOE_PLACEMENT_MAX_RANKS, "rank count", &g->ranks);
@@ -131,7 +120,7 @@ static int take_opt(const char *sub, int c, const char *arg, cfg_t *g)
             return usage_error(sub, "unknown scheme '%s' (vanilla, coherent)", arg);
         return 0;
     case O_MAX_IMB:
-        if (parse_dbl(sub, arg, 0, 1e6, "load imbalance", &g->po.max_imbalance))
+        if (moe_cli_double(prog, sub, arg, 0, 1e6, "load imbalance", &g->po.max_imbalance))
             return 2;
         if (g->po.max_imbalance > 0 && g->po.max_imbalance < 1)
             return usage_error(sub, "--max-imbalance must be 0 (off) or at least 1");
@@ -140,15 +129,13 @@ static int take_opt(const char *sub, int c, const char *arg, cfg_t *g)
         return moe_cli_u32(prog, sub, arg, 0, MOE_MAX_RANKS, "replica count", &g->po.replicas);
     case O_EP_SIZE:
         return moe_cli_u32(prog, sub, arg, 1, MOE_MAX_RANKS, "group size", &g->po.ep_size);
-    case O_TIME_LIMIT: return parse_dbl(sub, arg, 0.001, 1e7, "time limit", &g->po.time_limit);
-    case O_SEED:
-        if (moe_parse_u64(arg, 0, UINT64_MAX, &v, "seed", err, sizeof err))
-            return usage_error(sub, "%s", err);
-        g->po.seed = v;
-        return 0;
+    case O_TIME_LIMIT:
+        return moe_cli_double(prog, sub, arg, 0.001, 1e7, "time limit", &g->po.time_limit);
+    case O_SEED: return moe_cli_u64(prog, sub, arg, 0, UINT64_MAX, "seed", &g->po.seed);
     case O_STARTS: return moe_cli_u32(prog, sub, arg, 1, 4096, "start count", &g->po.starts);
     case O_TOPK: return moe_cli_u32(prog, sub, arg, 1, MOE_TRACE_MAX_TOPK, "top-k", &g->topk);
-    case O_INTER_COST: return parse_dbl(sub, arg, 1, 1e6, "inter-node cost", &g->inter_cost);
+    case O_INTER_COST:
+        return moe_cli_double(prog, sub, arg, 1, 1e6, "inter-node cost", &g->inter_cost);
     case O_SOURCE: return parse_word(sub, arg, "source", sources, 4, &g->source);
     case O_HIDDEN: return moe_cli_u32(prog, sub, arg, 1, UINT32_MAX, "hidden size", &g->hidden);
     case O_ELEM_BYTES: return moe_cli_u32(prog, sub, arg, 1, 64, "element size", &g->elem_bytes);
@@ -161,11 +148,8 @@ static int take_opt(const char *sub, int c, const char *arg, cfg_t *g)
     case O_NO_LAYERS: g->no_layers = 1; return 0;
     case O_LOADS: g->loads = arg; return 0;
     case O_WINDOW: return moe_cli_u32(prog, sub, arg, 1, 1u << 24, "window", &g->ro.window);
-    case O_EVERY:
-        if (moe_parse_u64(arg, 1, UINT64_MAX, &g->ro.every, "interval", err, sizeof err))
-            return usage_error(sub, "%s", err);
-        return 0;
-    case O_THRESHOLD: return parse_dbl(sub, arg, 1, 1e6, "threshold", &g->ro.threshold);
+    case O_EVERY: return moe_cli_u64(prog, sub, arg, 1, UINT64_MAX, "interval", &g->ro.every);
+    case O_THRESHOLD: return moe_cli_double(prog, sub, arg, 1, 1e6, "threshold", &g->ro.threshold);
     case O_INITIAL: g->initial = arg; return 0;
     case O_FFN: return moe_cli_u32(prog, sub, arg, 1, UINT32_MAX, "ffn size", &g->ro.ffn);
     case O_PHYSMAP: g->physmap = arg; return 0;
@@ -175,7 +159,7 @@ static int take_opt(const char *sub, int c, const char *arg, cfg_t *g)
         if (moe_cli_u32(prog, sub, arg, 0, 16, "fold count", &g->cv.folds))
             return 2;
         return g->cv.folds == 1 ? usage_error(sub, "--cv takes 0 (none) or 2 to 16 folds") : 0;
-    case O_MEMORY: return parse_dbl(sub, arg, 1, 1024, "memory", &g->cv.memory);
+    case O_MEMORY: return moe_cli_double(prog, sub, arg, 1, 1024, "memory", &g->cv.memory);
     case O_TUNE: g->cv.tune = 1; return 0;
     }
     return usage_error(sub, "unexpected option");

@@ -159,8 +159,6 @@ typedef struct args {
 static int take(args_t *a, int c, const char *arg)
 {
     moe_run_cfg_t *g = &a->c;
-    uint64_t v;
-    char err[256];
     switch (c) {
     case O_MODE:
         if ((g->mode = moe_run_mode_parse(arg)) < 0)
@@ -175,10 +173,7 @@ static int take(args_t *a, int c, const char *arg)
     case O_HIDDEN: return moe_cli_u32(prog, NULL, arg, 1, 1u << 20, "hidden size", &g->H);
     case O_FFN: return moe_cli_u32(prog, NULL, arg, 1, 1u << 20, "FFN size", &g->F);
     case O_TPR:
-        if (moe_parse_u64(arg, 1, UINT32_MAX, &v, "tokens per rank", err, sizeof err))
-            return moe_usage_error(prog, NULL, "%s", err);
-        g->tokens_per_rank = v;
-        return 0;
+        return moe_cli_u64(prog, NULL, arg, 1, UINT32_MAX, "tokens per rank", &g->tokens_per_rank);
     case O_DTYPE:
         if ((g->dtype = moe_dtype_parse(arg)) < 0)
             return moe_usage_error(prog, NULL, "unknown dtype '%s' (fp32, bf16, fp16)", arg);
@@ -191,11 +186,7 @@ static int take(args_t *a, int c, const char *arg)
         return moe_cli_u32(prog, NULL, arg, 1, 1000000, "iteration count", (uint32_t *)&g->iters);
     case O_WARMUP:
         return moe_cli_u32(prog, NULL, arg, 0, 1000000, "warm-up count", (uint32_t *)&g->warmup);
-    case O_SEED:
-        if (moe_parse_u64(arg, 0, UINT64_MAX, &v, "seed", err, sizeof err))
-            return moe_usage_error(prog, NULL, "%s", err);
-        g->seed = v;
-        return 0;
+    case O_SEED: return moe_cli_u64(prog, NULL, arg, 0, UINT64_MAX, "seed", &g->seed);
     case O_CHECK: g->check = 1; return 0;
     case O_JSON: a->json = arg; return 0;
     case O_CHUNKS:

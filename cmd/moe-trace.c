@@ -194,30 +194,6 @@ static int open_single_input(const char *sub, const moe_opts_t *o, int argc, cha
     return input_open(in, optind < argc ? argv[optind] : "-", o->threads);
 }
 
-static int u32_opt(const char *sub, const char *arg, uint64_t min, uint64_t max, const char *what,
-                   uint32_t *out, int *rc)
-{
-    char err[256];
-    uint64_t v;
-    if (moe_parse_u64(arg, min, max, &v, what, err, sizeof err)) {
-        *rc = usage_error(sub, "%s", err);
-        return -1;
-    }
-    *out = (uint32_t)v;
-    return 0;
-}
-
-static int dbl_opt(const char *sub, const char *arg, double min, double max, const char *what,
-                   double *out, int *rc)
-{
-    char err[256];
-    if (moe_parse_double(arg, min, max, out, what, err, sizeof err)) {
-        *rc = usage_error(sub, "%s", err);
-        return -1;
-    }
-    return 0;
-}
-
 /* Progress for a loop over an input trace. */
 static void progress_tick(moe_progress_t *pg, const moe_trace_t *t, uint64_t n)
 {
@@ -444,8 +420,8 @@ static int cmd_stats(int argc, char **argv)
                                    optarg);
             break;
         case MOE_OPTC_TOOL + 3:
-            if (moe_parse_u64(optarg, 0, UINT64_MAX, &window, "window", errbuf, sizeof errbuf))
-                return usage_error("stats", "%s", errbuf);
+            if ((rc = moe_cli_u64(prog, "stats", optarg, 0, UINT64_MAX, "window", &window)))
+                return rc;
             break;
         case OPT_STOP: return rc;
         }
@@ -500,12 +476,11 @@ static int cmd_head(int argc, char **argv)
     moe_opts_init(&o);
     uint64_t n = 10;
     int c, rc = 0;
-    char err[256];
     while ((c = next_opt("head", head_usage, &o, argc, argv, "n:" MOE_OPTS_SHORT, lo, &rc)) != -1) {
         switch (c) {
         case 'n':
-            if (moe_parse_u64(optarg, 0, UINT64_MAX, &n, "token count", err, sizeof err))
-                return usage_error("head", "%s", err);
+            if ((rc = moe_cli_u64(prog, "head", optarg, 0, UINT64_MAX, "token count", &n)))
+                return rc;
             break;
         case OPT_STOP: return rc;
         }
@@ -686,24 +661,22 @@ static int cmd_sample(int argc, char **argv)
     sample_ctx_t ctx = {1, -1, 0};
     uint64_t count = UINT64_MAX;
     int c, rc = 0;
-    char err[256];
     while ((c = next_opt("sample", sample_usage, &o, argc, argv, "p:n:S:" MOE_OPTS_SHORT, lo, &rc)) != -1) {
         switch (c) {
         case 'p':
-            if (dbl_opt("sample", optarg, 0, 1, "fraction", &ctx.fraction, &rc))
-                return rc;
+            rc = moe_cli_double(prog, "sample", optarg, 0, 1, "fraction", &ctx.fraction);
             break;
         case 'n':
-            if (moe_parse_u64(optarg, 0, UINT64_MAX - 1, &count, "count", err, sizeof err))
-                return usage_error("sample", "%s", err);
+            rc = moe_cli_u64(prog, "sample", optarg, 0, UINT64_MAX - 1, "count", &count);
             break;
         case 'S':
-            if (moe_parse_u64(optarg, 0, UINT64_MAX, &ctx.seed, "seed", err, sizeof err))
-                return usage_error("sample", "%s", err);
+            rc = moe_cli_u64(prog, "sample", optarg, 0, UINT64_MAX, "seed", &ctx.seed);
             break;
         case MOE_OPTC_TOOL: ctx.by_seq = 1; break;
         case OPT_STOP: return rc;
         }
+        if (rc)
+            return rc;
     }
     if ((ctx.fraction < 0) == (count == UINT64_MAX))
         return usage_error("sample", "give exactly one of --fraction and --count");
@@ -750,11 +723,10 @@ static int cmd_split(int argc, char **argv)
     moe_ranges_t ids = {0};
     const char *train = NULL, *test = NULL;
     int c, rc = 0;
-    char err[256];
     while ((c = next_opt("split", split_usage, &o, argc, argv, "S:" MOE_OPTS_SHORT, lo, &rc)) != -1) {
         switch (c) {
         case O_RATIO:
-            if (dbl_opt("split", optarg, 0, 1, "ratio", &ratio, &rc))
+            if ((rc = moe_cli_double(prog, "split", optarg, 0, 1, "ratio", &ratio)))
                 goto out;
             break;
         case O_IDS:
@@ -767,10 +739,8 @@ static int cmd_split(int argc, char **argv)
         case O_TRAIN: train = optarg; break;
         case O_TEST: test = optarg; break;
         case 'S':
-            if (moe_parse_u64(optarg, 0, UINT64_MAX, &seed, "seed", err, sizeof err)) {
-                rc = usage_error("split", "%s", err);
+            if ((rc = moe_cli_u64(prog, "split", optarg, 0, UINT64_MAX, "seed", &seed)))
                 goto out;
-            }
             break;
         case OPT_STOP: goto out;
         }
@@ -852,38 +822,29 @@ static int gen_parse(int argc, char **argv, moe_gen_params_t *p, moe_opts_t *o, 
         {"hidden", required_argument, 0, O_HID}, {"elem-bytes", required_argument, 0, O_EB},
         {"seed", required_argument, 0, 'S'}, MOE_OPTS_LONG, {0}};
     const char *sub = "gen";
-    char err[256];
     int c;
     while ((c = next_opt(sub, gen_usage, o, argc, argv, "L:E:k:n:s:r:wS:" MOE_OPTS_SHORT, lo, rc)) != -1) {
-        int bad = 0;
         switch (c) {
-        case 'L': bad = u32_opt(sub, optarg, 1, MOE_TRACE_MAX_LAYERS, "layer count", &p->layers, rc); break;
-        case 'E': bad = u32_opt(sub, optarg, 1, MOE_TRACE_MAX_EXPERTS, "expert count", &p->experts, rc); break;
-        case 'k': bad = u32_opt(sub, optarg, 1, MOE_TRACE_MAX_TOPK, "top-k", &p->topk, rc); break;
-        case 'n':
-            if (moe_parse_u64(optarg, 1, UINT64_MAX / 2, &p->tokens, "token count", err,
-                              sizeof err))
-                return *rc = usage_error(sub, "%s", err), -1;
-            break;
-        case 's': bad = u32_opt(sub, optarg, 1, UINT32_MAX, "sequence count", &p->sequences, rc); break;
-        case 'r': bad = u32_opt(sub, optarg, 1, 1u << 20, "rank count", &p->ranks, rc); break;
-        case O_STEPS: bad = u32_opt(sub, optarg, 1, UINT32_MAX, "step count", &p->steps, rc); break;
-        case O_ZIPF: bad = dbl_opt(sub, optarg, 0, 10, "zipf exponent", &p->zipf, rc); break;
-        case O_AFF: bad = dbl_opt(sub, optarg, 0, 1, "affinity", &p->affinity, rc); break;
-        case O_FAN: bad = u32_opt(sub, optarg, 1, MOE_TRACE_MAX_EXPERTS, "fanout", &p->fanout, rc); break;
-        case O_COACT: bad = dbl_opt(sub, optarg, 0, 1, "coact", &p->coact, rc); break;
-        case O_HOTR: bad = u32_opt(sub, optarg, 0, 1u << 20, "hot rank count", &p->hot_ranks, rc); break;
-        case O_HOTF: bad = dbl_opt(sub, optarg, 1e-6, 1e6, "hot factor", &p->hot_factor, rc); break;
-        case O_HID: bad = u32_opt(sub, optarg, 0, UINT32_MAX, "hidden size", &p->hidden, rc); break;
-        case O_EB: bad = u32_opt(sub, optarg, 0, 64, "element bytes", &p->elem_bytes, rc); break;
+        case 'L': *rc = moe_cli_u32(prog, sub, optarg, 1, MOE_TRACE_MAX_LAYERS, "layer count", &p->layers); break;
+        case 'E': *rc = moe_cli_u32(prog, sub, optarg, 1, MOE_TRACE_MAX_EXPERTS, "expert count", &p->experts); break;
+        case 'k': *rc = moe_cli_u32(prog, sub, optarg, 1, MOE_TRACE_MAX_TOPK, "top-k", &p->topk); break;
+        case 'n': *rc = moe_cli_u64(prog, sub, optarg, 1, UINT64_MAX / 2, "token count", &p->tokens); break;
+        case 's': *rc = moe_cli_u32(prog, sub, optarg, 1, UINT32_MAX, "sequence count", &p->sequences); break;
+        case 'r': *rc = moe_cli_u32(prog, sub, optarg, 1, 1u << 20, "rank count", &p->ranks); break;
+        case O_STEPS: *rc = moe_cli_u32(prog, sub, optarg, 1, UINT32_MAX, "step count", &p->steps); break;
+        case O_ZIPF: *rc = moe_cli_double(prog, sub, optarg, 0, 10, "zipf exponent", &p->zipf); break;
+        case O_AFF: *rc = moe_cli_double(prog, sub, optarg, 0, 1, "affinity", &p->affinity); break;
+        case O_FAN: *rc = moe_cli_u32(prog, sub, optarg, 1, MOE_TRACE_MAX_EXPERTS, "fanout", &p->fanout); break;
+        case O_COACT: *rc = moe_cli_double(prog, sub, optarg, 0, 1, "coact", &p->coact); break;
+        case O_HOTR: *rc = moe_cli_u32(prog, sub, optarg, 0, 1u << 20, "hot rank count", &p->hot_ranks); break;
+        case O_HOTF: *rc = moe_cli_double(prog, sub, optarg, 1e-6, 1e6, "hot factor", &p->hot_factor); break;
+        case O_HID: *rc = moe_cli_u32(prog, sub, optarg, 0, UINT32_MAX, "hidden size", &p->hidden); break;
+        case O_EB: *rc = moe_cli_u32(prog, sub, optarg, 0, 64, "element bytes", &p->elem_bytes); break;
         case 'w': p->weights = 1; break;
-        case 'S':
-            if (moe_parse_u64(optarg, 0, UINT64_MAX, &p->seed, "seed", err, sizeof err))
-                return *rc = usage_error(sub, "%s", err), -1;
-            break;
+        case 'S': *rc = moe_cli_u64(prog, sub, optarg, 0, UINT64_MAX, "seed", &p->seed); break;
         case OPT_STOP: return *rc ? -1 : 1;
         }
-        if (bad)
+        if (*rc)
             return -1;
     }
     if (optind < argc)
@@ -985,9 +946,8 @@ static int cmd_import(int argc, char **argv)
         case O_META: job.io.meta = optarg; break;
         case O_W: job.io.weights = optarg; break;
         case O_E:
-            if (u32_opt(sub, optarg, 1, MOE_TRACE_MAX_EXPERTS, "expert count",
-                        &job.io.experts, &rc))
-                return rc;
+            rc = moe_cli_u32(prog, sub, optarg, 1, MOE_TRACE_MAX_EXPERTS, "expert count",
+                             &job.io.experts);
             break;
         case O_DROP: job.io.drop_incomplete = 1; break;
         case O_MTP: job.io.mtp = 1; break;
@@ -1001,19 +961,18 @@ static int cmd_import(int argc, char **argv)
                 return usage_error(sub, "unknown layout '%s' (TLK or LTK)", optarg);
             break;
         case O_TOPK:
-            if (u32_opt(sub, optarg, 1, MOE_TRACE_MAX_TOPK, "top-k", &job.io.topk, &rc))
-                return rc;
+            rc = moe_cli_u32(prog, sub, optarg, 1, MOE_TRACE_MAX_TOPK, "top-k", &job.io.topk);
             break;
         case O_HID:
-            if (u32_opt(sub, optarg, 0, UINT32_MAX, "hidden size", &job.hidden, &rc))
-                return rc;
+            rc = moe_cli_u32(prog, sub, optarg, 0, UINT32_MAX, "hidden size", &job.hidden);
             break;
         case O_EB:
-            if (u32_opt(sub, optarg, 0, 64, "element bytes", &job.elem_bytes, &rc))
-                return rc;
+            rc = moe_cli_u32(prog, sub, optarg, 0, 64, "element bytes", &job.elem_bytes);
             break;
         case OPT_STOP: return rc;
         }
+        if (rc)
+            return rc;
     }
     if (optind >= argc)
         return usage_error(sub, "no input files");

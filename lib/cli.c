@@ -147,6 +147,24 @@ int moe_cli_u32(const char *prog, const char *sub, const char *arg, uint64_t min
     return 0;
 }
 
+int moe_cli_u64(const char *prog, const char *sub, const char *arg, uint64_t min, uint64_t max,
+                const char *what, uint64_t *out)
+{
+    char err[256];
+    if (moe_parse_u64(arg, min, max, out, what, err, sizeof err))
+        return moe_usage_error(prog, sub, "%s", err);
+    return 0;
+}
+
+int moe_cli_double(const char *prog, const char *sub, const char *arg, double min, double max,
+                   const char *what, double *out)
+{
+    char err[256];
+    if (moe_parse_double(arg, min, max, out, what, err, sizeof err))
+        return moe_usage_error(prog, sub, "%s", err);
+    return 0;
+}
+
 int moe_cli_replica_rule(const char *prog, const char *sub, const char *arg, int *out)
 {
     int r = moe_replica_rule_parse(arg);

@@ -96,6 +96,13 @@ void moe_print_version(FILE *fp, const char *prog);
 int moe_cli_u32(const char *prog, const char *sub, const char *arg, uint64_t min, uint64_t max,
                 const char *what, uint32_t *out);
 
+/* The same for a 64-bit value in [min, max] (a count, a seed) and for a real number in [min, max]
+ * (moe_parse_double's syntax): 0, or 2 after the usage error. */
+int moe_cli_u64(const char *prog, const char *sub, const char *arg, uint64_t min, uint64_t max,
+                const char *what, uint64_t *out);
+int moe_cli_double(const char *prog, const char *sub, const char *arg, double min, double max,
+                   const char *what, double *out);
+
 /* --replica-rule=R, which copy of a replicated expert serves a token (moe/acct.h's enum
  * moe_replica_rule), in moe-place eval and fit, moe-costmodel simulate and moe-run: its help
  * lines, the same in every tool, and its parser: 0 with *out set, or 2 (the exit status)
