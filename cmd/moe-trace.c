@@ -984,12 +984,7 @@ static int cmd_import(int argc, char **argv)
     moe_progress_t *pg = moe_progress_new("import", (uint64_t)job.ninputs, o.progress);
     job.progress = pg ? moe_progress_cb : NULL;
     job.progress_arg = pg;
-    /* Records read with --experts go straight to -o, and that output has always been binary
-     * whatever -O says; the spooled import's copy follows -O. */
-    moe_opts_t oo = o;
-    if (job.io.experts)
-        oo.fmt = 'b';
-    output_t out = {&oo, o.out, 'b', NULL};
+    output_t out = {&o, o.out, 'b', NULL}; /* -O, else binary; with or without --experts */
     moe_trace_sink_t sink = output_sink(&out);
     moe_import_report_t total = {0};
     int st = moe_import_run(&job, &sink, &total, errbuf, sizeof errbuf);

@@ -55,4 +55,14 @@ expect_eq "$rc" 0 "status"
 expect_eq "$(moe view --no-header "$OUT" | cut -f 1 | tr '\n' ' ')" "0 1 2 3 " "token ids"
 end
 
+# With --experts the records go straight to the output; it follows -O like the spooled import
+# (it was always binary before).
+begin "import: --experts follows -O"
+run moe import --format tokens --no-PG --experts 16 -O t -o "$T/direct.txt" "$T/good.tokens"
+expect_eq "$rc" 0 "status"
+run moe import --format tokens --no-PG -O t -o "$T/spooled.txt" "$T/good.tokens"
+expect_eq "$(head -c 3 "$T/direct.txt")" "@MT" "text output"
+expect_eq "$(grep -v '^@' "$T/direct.txt")" "$(grep -v '^@' "$T/spooled.txt")" "same records"
+end
+
 finish
