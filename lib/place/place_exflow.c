@@ -516,23 +516,28 @@ static int exflow_check(const moe_affinity_t *a, const moe_topo_t *topo,
 }
 
 /* Both stages: rank[cell] of every expert, s1 and s2 (summed over nodes) as solved. */
+/* Run the stages. The warm starts took `spent` seconds; they count against the first stage's
+ * time limit (stage 1, or on one node stage 2), so that no stage runs longer than --time-limit
+ * from its start with the time of its starts included. */
 static int exflow_run(const moe_affinity_t *a, const moe_topo_t *topo,
                       const moe_place_opts_t *o, uint32_t cap, const xf_warm_t *warm,
-                      uint32_t *node_of, uint32_t *rank, xf_out_t *s1, xf_out_t *s2,
-                      char *errbuf, size_t errlen)
+                      double spent, uint32_t *node_of, uint32_t *rank, xf_out_t *s1,
+                      xf_out_t *s2, char *errbuf, size_t errlen)
 {
     uint32_t nodes = topo->nodes, done = 0, total = nodes + (nodes > 1);
+    double first = o->time_limit - spent;
+    first = first > 1e-3 ? first : 1e-3;
     *s1 = (xf_out_t){.optimal = 1};
     *s2 = (xf_out_t){.optimal = 1};
     int rc = 0;
     if (nodes > 1) {
-        rc = exflow_nodes(a, topo, cap, warm, o->time_limit, node_of, s1, errbuf, errlen);
+        rc = exflow_nodes(a, topo, cap, warm, first, node_of, s1, errbuf, errlen);
         if (o->progress)
             o->progress(o->progress_ctx, ++done, total);
     }
     /* Stage 2 shares its time limit among the nodes, each getting an equal part of what
      * is left. */
-    double deadline = util_now() + o->time_limit;
+    double deadline = util_now() + (nodes > 1 ? o->time_limit : first);
     for (uint32_t n = 0; n < nodes && !rc; n++) {
         xf_out_t g;
         double left = (deadline - util_now()) / (nodes - n);
@@ -628,8 +633,8 @@ int moe_place_exflow(const moe_affinity_t *a, const moe_topo_t *topo, const moe_
     else
         rc = exflow_warm(a, topo, o, out, &warm, errbuf, errlen);
     if (!rc)
-        rc = exflow_run(a, topo, o, out->capacity, &warm, node_of, rank, &s1, &s2, errbuf,
-                        errlen);
+        rc = exflow_run(a, topo, o, out->capacity, &warm, util_now() - t0, node_of, rank, &s1,
+                        &s2, errbuf, errlen);
     for (uint32_t w = 0; w < warm.n; w++)
         free(warm.rank[w]);
     moe_placement_clear(out);
