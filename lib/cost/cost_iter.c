@@ -257,17 +257,17 @@ int moe_iter_inputs(const moe_costcfg_t *g, moe_iter_in_t *in, char *err, size_t
     in->path = moe_janus_path_of(g, topo);
     in->threshold = isnan(g->threshold) ? 1 : g->threshold;
     in->chunks = g->chunks ? g->chunks : 4;
-    if (in->blocks > in->layers || in->blocks != floor(in->blocks) || in->layers < 1 ||
-        in->layers != floor(in->layers))
-        return usage("--blocks (%g) must be a whole number of at most --layers (%g)",
-                     in->blocks, in->layers);
+    if (in->layers < 1 || in->layers != floor(in->layers))
+        return usage("--layers (%g) must be a whole number of at least 1", in->layers);
+    if (in->blocks > in->layers)
+        return usage("--blocks (%g) exceeds --layers (%g)", in->blocks, in->layers);
     if (in->heads > 0 && fmod(in->hidden, in->heads) != 0)
         return usage("--heads (%g) does not divide --hidden (%g)", in->heads, in->hidden);
     if (g->nepw > 1 && g->nepw != in->blocks)
         return usage("--experts-per-worker has %u values for %g MoE blocks", g->nepw,
                      in->blocks);
     if (in->blocks > MAX_BLOCKS)
-        return usage("more than %u MoE blocks", MAX_BLOCKS);
+        return usage("more than %u MoE blocks (--blocks, all layers by default)", MAX_BLOCKS);
     for (uint32_t i = 0; i < (uint32_t)in->blocks; i++)
         in->epw[i] = g->nepw ? g->epw[g->nepw == 1 ? 0 : i]
                  : isnan(g->experts) ? 1 : g->experts / ((double)in->m * in->n);
