@@ -19,7 +19,7 @@
 #define MAX_BLOCKS MOE_ITER_MAX_BLOCKS
 
 static const char *const scheme_names[MOE_ITER_SCHEMES] = {
-    "expert-centric", "pipelined", "data-centric", "dc-prefetch", "janus"};
+    "expert-centric", "pipelined", "data-centric", "dc-prefetch", "janus", "exflow"};
 
 const char *moe_iter_scheme_name(int s)
 {
@@ -130,6 +130,8 @@ static int pass(const moe_iter_in_t *in, int scheme, int bwd, double *t, double 
             return MOE_EINVAL;
         int dc = scheme == MOE_ITER_DC || scheme == MOE_ITER_DC_PRE ||
                  (scheme == MOE_ITER_JANUS && c.dc);
+        if (scheme == MOE_ITER_EXFLOW)
+            c.a2a = in->a2a_coherent;
         if (!dc && scheme == MOE_ITER_PIPE) {
             *t += pipelined(mult * (c.comp - c.expert), mult * c.expert, c.a2a, in->chunks);
         } else if (!dc) {
@@ -152,7 +154,7 @@ static int pass(const moe_iter_in_t *in, int scheme, int bwd, double *t, double 
 int moe_iter_eval(const moe_iter_in_t *in, int scheme, moe_iter_out_t *out)
 {
     if (!valid(in) || scheme < 0 || scheme >= MOE_ITER_SCHEMES ||
-        in->blocks > MAX_BLOCKS)
+        in->blocks > MAX_BLOCKS || (scheme == MOE_ITER_EXFLOW && !in->coherent))
         return MOE_EINVAL;
     double rate = in->flops * in->eff, tok = in->batch * in->seq;
     double dense = tok * layer_flops(in, 0) / rate, fwd_flops = 0;
@@ -169,6 +171,8 @@ int moe_iter_eval(const moe_iter_in_t *in, int scheme, moe_iter_out_t *out)
             return MOE_EINVAL;
         t = fmax(t, link);
     }
+    if (scheme == MOE_ITER_EXFLOW) /* the new tokens go to every GPU once per iteration */
+        t += in->gather;
     double mult = in->training ? 3 : 1;
     out->model_flops = mult * fwd_flops;
     out->time = t;
@@ -206,15 +210,21 @@ static int sim_a2a(const moe_costcfg_t *g, const moe_topo_t *topo, moe_iter_in_t
         o.hidden = (uint32_t)in->hidden;
         o.ffn = (uint32_t)(in->ffn > 0 ? in->ffn : 4 * in->hidden);
         o.elem_bytes = (uint32_t)ceil(in->elem_bytes);
-        o.schemes = 1u << MOE_SIM_VANILLA;
+        o.schemes = 1u << MOE_SIM_VANILLA | 1u << MOE_SIM_COHERENT;
         o.acct.topk = g->topk;
         s = moe_sim_run(p, topo, m, &o, &st, err, errlen);
     }
     if (s) {
-        moe_sim_layer_t tot;
+        moe_sim_layer_t tot, coh, gather;
         moe_sim_total(s, MOE_SIM_VANILLA, &tot);
+        moe_sim_total(s, MOE_SIM_COHERENT, &coh);
+        moe_sim_iteration(s, MOE_SIM_COHERENT, &gather);
         double layers = p->layers, tokens = (double)moe_acct_tokens(moe_sim_acct(s));
-        in->a2a = tot.comm / layers * in->batch * in->seq * in->m * in->n / tokens;
+        double scale = in->batch * in->seq * in->m * in->n / tokens;
+        in->a2a = tot.comm / layers * scale;
+        in->a2a_coherent = (coh.comm - gather.comm) / layers * scale;
+        in->gather = gather.comm * scale;
+        in->coherent = in->a2a_coherent >= 0 && in->gather >= 0;
         if (!(in->a2a > 0))
             st = util_errf(err, errlen, MOE_ERANGE, "simulate priced no all-to-all time on "
                            "'%s' (the topology's bandwidths?)", g->trace);
@@ -300,7 +310,8 @@ static const char *jnum(char *buf, double v)
 int moe_iter_write(moe_textout_t *t, int json, const moe_iter_in_t *in)
 {
     moe_iter_out_t o[MOE_ITER_SCHEMES];
-    for (int s = 0; s < MOE_ITER_SCHEMES; s++)
+    int ns = in->coherent ? MOE_ITER_SCHEMES : MOE_ITER_EXFLOW;
+    for (int s = 0; s < ns; s++)
         if (moe_iter_eval(in, s, &o[s]))
             return MOE_EINVAL;
     const char *mode = in->training ? "training" : "inference";
@@ -317,7 +328,7 @@ int moe_iter_write(moe_textout_t *t, int json, const moe_iter_in_t *in)
           "sequences per GPU, %u x %u GPUs\n%-15s %11s %11s %11s %6s %13s %6s %8s\n", mode,
           in->layers, in->blocks, in->hidden, F, in->topk, in->seq, in->batch, in->n, in->m,
           "scheme", "time_ms", "compute_ms", "comm_ms", "comm%", "tokens/s", "MFU", "speedup");
-    for (int s = 0; s < MOE_ITER_SCHEMES; s++) {
+    for (int s = 0; s < ns; s++) {
         double sp = o[MOE_ITER_EC].time / o[s].time;
         if (json)
             P("%s\n  {\"name\": \"%s\", \"time\": %s, \"compute\": %s, \"comm\": %s, "

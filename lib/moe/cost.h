@@ -360,8 +360,11 @@ typedef struct moe_iter_in {
     moe_janus_path_t path;     /* the links (Janus) */
     double threshold;          /* R above which Janus pulls experts */
     uint32_t chunks;           /* micro-batches of the pipelined scheme */
-    double a2a;                /* > 0: seconds of one MoE block's forward all-to-alls measured
+    double a2a;                /* > 0: seconds of one MoE block's forward all-to-alls priced
                                 * by `simulate` on a trace (replaces skew x Comm_EC/(m bw)) */
+    int coherent;              /* 1: simulate priced ExFlow's coherent scheme too: ... */
+    double a2a_coherent;       /* ... its all-to-all per block and pass, and ... */
+    double gather;             /* ... its all-gather once per iteration */
 } moe_iter_in_t;
 
 /* The schemes of an iteration's MoE blocks. */
@@ -374,7 +377,9 @@ enum moe_iter_scheme {
     MOE_ITER_DC_PRE = 3, /* data-centric with Janus's prefetch (pulls start at the iteration's
                           * start, in block order) and PCIe-switch-aware scheduling */
     MOE_ITER_JANUS = 4,  /* Janus unified: DC_PRE where R > threshold, else EC */
-    MOE_ITER_SCHEMES = 5,
+    MOE_ITER_EXFLOW = 5, /* ExFlow's context coherence, as EC with simulate's coherent prices
+                          * and the all-gather once at the end (needs in->coherent) */
+    MOE_ITER_SCHEMES = 6,
 };
 
 typedef struct moe_iter_out {
@@ -407,11 +412,12 @@ int moe_iter_inputs(const struct moe_costcfg *g, moe_iter_in_t *in, char *err, s
 /* Janus's links from the keys and topology: inter and host bandwidth, gpus-per-switch [2],
  * skew [1]. */
 moe_janus_path_t moe_janus_path_of(const struct moe_costcfg *g, const moe_topo_t *topo);
-/* Name of a scheme: "expert-centric", "pipelined", "data-centric", "dc-prefetch", "janus". */
+/* Name of a scheme: "expert-centric", "pipelined", "data-centric", "dc-prefetch", "janus",
+ * "exflow". */
 const char *moe_iter_scheme_name(int s);
-/* moe-costmodel iteration's report: the shape, then one row per scheme with its time, compute,
- * exposed communication, its share, tokens/s, MFU and the speedup over expert-centric. Returns
- * as the other writers. */
+/* moe-costmodel iteration's report: the shape, then one row per scheme (exflow only when
+ * in->coherent) with its time, compute, exposed communication, its share, tokens/s, MFU and
+ * the speedup over expert-centric. Returns as the other writers. */
 int moe_iter_write(moe_textout_t *t, int json, const moe_iter_in_t *in);
 
 /* ------------------------------------------------------------------ reports */

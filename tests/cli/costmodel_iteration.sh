@@ -111,6 +111,18 @@ expect_exit 0 cm iteration --topology="$T/c.topo" --layers=4 --hidden=64 --seq=3
 got=$(grep '"name": "expert-centric"' "$T/out" | sed 's/.*"comm": \([^,]*\),.*/\1/')
 awk -v s="$sim" -v g="$got" 'BEGIN { d = g - 2 * s; exit !(s > 0 && d < 1e-9 && d > -1e-9) }' ||
     fail "expert-centric comm $got is not twice simulate's $sim"
+# ExFlow's row, inference: simulate's coherent communication, its all-gather included
+expect_exit 0 cm simulate --json --scheme coherent --no-layers --topology "$T/c.topo" \
+    "$T/t.moet" "$T/a.moep"
+sim=$(sed -n 's/.*"coherent": {[^}]*"comm": \([0-9.e+-]*\),.*/\1/p' "$T/out")
+expect_exit 0 cm iteration --topology="$T/c.topo" --layers=4 --hidden=64 --seq=375 --batch=1 \
+    --topk=2 --experts=16 --trace="$T/t.moet" --placement="$T/a.moep" --json --inference
+got=$(grep '"name": "exflow"' "$T/out" | sed 's/.*"comm": \([^,]*\),.*/\1/')
+awk -v s="$sim" -v g="$got" 'BEGIN { d = g - s; exit !(s > 0 && d < 1e-9 && d > -1e-9) }' ||
+    fail "exflow comm $got is not simulate's coherent $sim"
+# shellcheck disable=SC2086
+expect_exit 0 cm iteration $TOY
+if grep -q '^exflow' "$T/out"; then fail "an exflow row without a trace"; fi
 end
 
 begin "iteration: bad input and usage"

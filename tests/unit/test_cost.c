@@ -264,6 +264,10 @@ static void iteration_toy(void)
     in.a2a = 0.5e-3; /* simulate's price of a block's all-to-alls replaces the formula */
     CHECK(moe_iter_eval(&in, MOE_ITER_JANUS, &o) == 0);
     CHECK_NEAR(o.time, 15.664e-3, 1e-12);
+    CHECK(moe_iter_eval(&in, MOE_ITER_EXFLOW, &o) == MOE_EINVAL); /* not priced */
+    in.coherent = 1, in.a2a_coherent = 0.25e-3, in.gather = 0.1e-3;
+    CHECK(moe_iter_eval(&in, MOE_ITER_EXFLOW, &o) == 0);
+    CHECK_NEAR(o.time, 15.264e-3, 1e-12);    /* 14.664 + 2 x 0.25 + 0.1 */
     in.training = 0, in.a2a = 0, in.layers = 4; /* the block is layer 2: prefetch hides 0.8 ms */
     in.path.bw_inter = 1e8;
     CHECK(moe_iter_eval(&in, MOE_ITER_DC, &o) == 0);
