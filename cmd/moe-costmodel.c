@@ -405,6 +405,8 @@ static void janus_usage(FILE *fp)
           "      --threshold=R      choose data-centric where R exceeds this [1]\n"
           "      --topology=FILE    moe-topology(5) file or preset, for times\n"
           "      --bw-inter=BW      inter-node bandwidth per GPU, for times\n"
+          "      --bw-host=BW --gpus-per-switch=N --skew=X  PCIe uplink to host memory, GPUs\n"
+          "                         sharing it [2], E.C. busiest machine over the mean [1]\n"
           "      --prefetch=SEC     compute time before each block that hides the expert\n"
           "                         pulls [0]\n", fp);
     usage_end(fp);
@@ -414,7 +416,8 @@ static int run_janus(int argc, char **argv)
 {
     static const int takes[] = {MOE_CK_BATCH, MOE_CK_SEQ, MOE_CK_TOPK, MOE_CK_HIDDEN, MOE_CK_FFN,
         MOE_CK_EXPERTS, MOE_CK_EPW, MOE_CK_BLOCKS, MOE_CK_GPN, MOE_CK_NODES, MOE_CK_ELEM_BYTES,
-        MOE_CK_THRESHOLD, MOE_CK_TOPOLOGY, MOE_CK_BW_INTER, MOE_CK_PREFETCH, MOE_CK_JSON, 0};
+        MOE_CK_THRESHOLD, MOE_CK_TOPOLOGY, MOE_CK_BW_INTER, MOE_CK_PREFETCH, MOE_CK_JSON,
+        MOE_CK_BW_HOST, MOE_CK_PER_SWITCH, MOE_CK_SKEW, 0};
     static cfg_t g; /* its file values are freed at exit */
     int rc = 0;
     if (parse("janus", argc, argv, &g, takes, janus_usage, &rc))
@@ -429,6 +432,7 @@ static int run_janus(int argc, char **argv)
             return 1;
     } else if (moe_topo_uniform(&topo, g.nodes ? g.nodes : 1, g.gpn ? g.gpn : 8) == 0) {
         topo.link[MOE_LINK_INTER].bw = g.bw[MOE_LINK_INTER];
+        topo.link[MOE_LINK_HOST].bw = g.bw[MOE_LINK_HOST];
     }
     if (!g.topology && !g.nodes)
         return usage_error("janus", "--nodes (or --topology) is required");
@@ -454,10 +458,10 @@ static int run_janus(int argc, char **argv)
         if (st)
             return fail("invalid Janus inputs (sizes and counts must be positive)");
     }
+    moe_janus_path_t path = moe_janus_path_of(&g, &topo);
     moe_textout_t *t = out_open();
     return t ? out_close(t, moe_janus_write(t, g.json, &in, E, blocks, or_default(g.threshold, 1),
-                                            or_default(g.prefetch, 0),
-                                            topo.link[MOE_LINK_INTER].bw)) : 1;
+                                            or_default(g.prefetch, 0), &path)) : 1;
 }
 
 /* ------------------------------------------------------------------ mpmoe */
@@ -542,6 +546,31 @@ static int run_mpmoe(int argc, char **argv)
     return rc;
 }
 
+/* moe-costmodel iteration: its inputs and report are lib/cost/cost_iter.c's. */
+static void iter_usage(FILE *fp)
+{
+    fputs("Usage: moe-costmodel iteration [options]\n"
+          "A training iteration (or --inference pass) per MoE scheme; see moe-costmodel(1).\n\n"
+          "      --layers=L --hidden=H --seq=S --batch=B --blocks=N --heads=A --ffn=F --topk=K\n"
+          "      --experts=X --experts-per-worker=E,... --elem-bytes=B --compute-eff=E --chunks=N\n"
+          "      --topology=FILE --nodes=N --gpus-per-node=M --flops=F --bw-inter=BW --bw-host=BW\n"
+          "      --gpus-per-switch=N --skew=X --threshold=R --trace=FILE --placement=FILE\n", fp);
+    usage_end(fp);
+}
+
+static int run_iteration(int argc, char **argv)
+{
+    static cfg_t g; /* its file values are freed at exit */
+    moe_iter_in_t in;
+    int rc = 0;
+    if (parse("iteration", argc, argv, &g, moe_iter_keys, iter_usage, &rc))
+        return rc;
+    if ((rc = moe_iter_inputs(&g, &in, errbuf, sizeof errbuf)) != 0)
+        return rc == MOE_EINVAL ? usage_error("iteration", "%s", errbuf) : fail("%s", errbuf);
+    moe_textout_t *t = out_open();
+    return t ? out_close(t, moe_iter_write(t, g.json, &in)) : 1;
+}
+
 /* ------------------------------------------------------------------ main */
 
 /* The subcommands; cmd/costmodel_sim.c adds `simulate` and `fit` here. */
@@ -550,6 +579,7 @@ static const moe_cli_cmd_t commands[] = {
     {"monta", run_monta, "MoNTA: AllToAll strategies, chunk search, memory; 'monta plan'"},
     {"mpmoe", run_mpmoe, "MPMoE: memory (eq. 1-6), reuse S1-S4, pipeline phases, best (n, S)"},
     {"janus", run_janus, "Janus: R = BSk/(4nHE), E.C./D.C. traffic, paradigm per block"},
+    {"iteration", run_iteration, "a whole iteration of a model's shape per MoE scheme"},
     {"simulate", costmodel_simulate, "trace-driven bytes and time of every dispatch scheme"},
     {"fit", costmodel_fit, "efficiency curve of a link class from nccl-tests tables"},
 };

@@ -101,6 +101,12 @@ static const ckey_t keys[MOE_CK_COUNT] = {
     [MOE_CK_THRESHOLD] = {"threshold", K_QTY, F(threshold), 0, RATE, "threshold"},
     [MOE_CK_PREFETCH] = {"prefetch", K_QTY, F(prefetch), 0, 1e9, "prefetch window"},
     [MOE_CK_SOURCE] = {"source", K_SOURCE, F(source), 0, 0, NULL},
+    /* Janus's paths and `iteration` */
+    [MOE_CK_SKEW] = {"skew", K_QTY, F(skew), 1, 1e6, "skew"},
+    [MOE_CK_PER_SWITCH] = {"gpus-per-switch", K_U32, F(per_switch), 1, 64, "GPUs per switch"},
+    [MOE_CK_COMPUTE_EFF] = {"compute-eff", K_FRAC, F(compute_eff), 1e-6, 1,
+                            "compute efficiency"},
+    [MOE_CK_INFERENCE] = {"inference", K_FLAG, F(inference), 0, 0, NULL},
 };
 
 const char *moe_costcfg_key_name(int key, int *has_arg)

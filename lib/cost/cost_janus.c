@@ -33,3 +33,25 @@ double moe_janus_time(double bytes, uint32_t m, double bw, double prefetch_windo
     double t = bytes / (m * bw) - (prefetch_window > 0 ? prefetch_window : 0);
     return t > 0 ? t : 0;
 }
+
+int moe_janus_times(const moe_janus_in_t *in, const moe_janus_out_t *o,
+                    const moe_janus_path_t *p, double *ec, double *dc)
+{
+    if (!(p->bw_inter > 0) || !(p->skew >= 1) || !(p->bw_host >= 0) || !in->m)
+        return MOE_EINVAL;
+    double agg = in->m * p->bw_inter; /* the machine's NICs together */
+    *ec = p->skew * o->comm_ec / agg;
+    double rdma = o->comm_dc / agg;
+    if (!(p->bw_host > 0) || in->n < 2) {
+        *dc = rdma;
+        return 0;
+    }
+    /* every GPU copies every external expert out of host memory; the GPUs behind one switch
+     * share its uplink. The Cache Manager hands an expert on once it holds all of it, so the
+     * two stages overlap across experts but not within one: the slower stage's total plus
+     * one expert of the faster */
+    double pcie = (p->per_switch ? p->per_switch : 1) * o->comm_dc / p->bw_host;
+    double experts = in->E * in->m * (in->n - 1.0);
+    *dc = fmax(rdma, pcie) + fmin(rdma, pcie) / experts;
+    return 0;
+}

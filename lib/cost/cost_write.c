@@ -265,8 +265,10 @@ static int janus_block_row(moe_textout_t *t, int json, uint32_t i, double E,
 }
 
 int moe_janus_write(moe_textout_t *t, int json, const moe_janus_in_t *base, const double *E,
-                    uint32_t blocks, double threshold, double prefetch, double bw)
+                    uint32_t blocks, double threshold, double prefetch,
+                    const moe_janus_path_t *path)
 {
+    double bw = path ? path->bw_inter : 0;
     const double GiB = 1073741824.0;
     janus_tot_t tot = {0};
     if (json) {
@@ -293,8 +295,11 @@ int moe_janus_write(moe_textout_t *t, int json, const moe_janus_in_t *base, cons
         moe_janus_out_t o;
         if (moe_janus_eval(&in, threshold, &o))
             return MOE_EINVAL;
-        double tec = bw > 0 ? moe_janus_time(o.comm_ec, in.m, bw, 0) : NAN;
-        double tdc = bw > 0 ? moe_janus_time(o.comm_dc, in.m, bw, prefetch) : NAN;
+        double tec = NAN, tdc = NAN;
+        if (bw > 0 && moe_janus_times(&in, &o, path, &tec, &tdc))
+            return MOE_EINVAL;
+        if (bw > 0) /* the pull can start during the compute before the block */
+            tdc = tdc > prefetch ? tdc - prefetch : 0;
         tot.ec += o.comm_ec;
         tot.dc += o.comm_dc;
         tot.nocache += o.comm_dc_nocache;
@@ -318,6 +323,11 @@ int moe_janus_write(moe_textout_t *t, int json, const moe_janus_in_t *base, cons
     if (bw > 0)
         P("time over %u x %.4g GB/s: E.C. %.4f ms, D.C. %.4f ms, per-block choice %.4f ms\n",
           base->m, bw / 1e9, tot.t_ec * 1e3, tot.t_dc * 1e3, tot.t_chosen * 1e3);
+    if (bw > 0 && path->bw_host > 0)
+        P("D.C. pulls through host memory: PCIe %.4g GB/s per switch, %u GPUs per switch; "
+          "E.C. skew %g\n", path->bw_host / 1e9, path->per_switch, path->skew);
+    else if (bw > 0)
+        P("D.C. pulls over the network only (no host bandwidth); E.C. skew %g\n", path->skew);
     return 0;
 }
 

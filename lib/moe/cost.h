@@ -313,6 +313,113 @@ int moe_janus_eval(const moe_janus_in_t *in, double threshold, moe_janus_out_t *
  * the part overlapped by a prefetch window removed for the data-centric paradigm. */
 double moe_janus_time(double bytes, uint32_t m, double bw, double prefetch_window);
 
+/* The links a block's traffic takes on Janus's cluster (section 5.2, Fig. 6 and 8). A
+ * data-centric pull of an external expert goes RDMA -> the machine's host memory (the Cache
+ * Manager) -> PCIe to every GPU that needs it; the GPUs behind one PCIe switch share its uplink
+ * to the CPU. An expert-centric all-to-all waits for its busiest machine. */
+typedef struct moe_janus_path {
+    double bw_inter;     /* inter-node bandwidth per GPU (the machine's NICs give m times it) */
+    double bw_host;      /* host -> GPU PCIe bandwidth of one switch uplink (0: path left out) */
+    uint32_t per_switch; /* GPUs sharing an uplink, each copying every external expert (the
+                          * paper's A100 machines: 2); 1 models Fig. 8's PCIe-switch-aware
+                          * scheduling, where each expert crosses the uplink once and reaches
+                          * the peer over NVLink */
+    double skew;         /* expert-centric: the busiest machine's inter-node bytes over the
+                          * mean (>= 1; 1 is the paper's balanced lower bound) */
+} moe_janus_path_t;
+
+/* Seconds of one block's forward traffic o (of in) over path p: *ec the two all-to-alls,
+ * skew x Comm_EC / (m bw_inter); *dc the pull of the E m (n-1) external experts, pipelined
+ * expert by expert through its two stages: rdma = Comm_DC / (m bw_inter) and pcie =
+ * per_switch x Comm_DC / bw_host (every GPU needs every external expert), so
+ * max(rdma, pcie) + min(rdma, pcie) / (E m (n-1)); without bw_host, rdma alone. The backward
+ * pass moves the same bytes back (gradients, or the all-to-alls again). Returns 0 or
+ * MOE_EINVAL (bw_inter not > 0, skew < 1). */
+int moe_janus_times(const moe_janus_in_t *in, const moe_janus_out_t *o,
+                    const moe_janus_path_t *p, double *ec, double *dc);
+
+/* ------------------------------------------------------------------ whole iterations */
+
+/* Most MoE blocks of an iteration. */
+#define MOE_ITER_MAX_BLOCKS 256
+
+/* One iteration of a transformer given by its shape, on n machines of m GPUs, data and expert
+ * parallel as Janus trains (every GPU holds `batch` sequences and E of each MoE block's
+ * experts). Per token and layer the forward pass costs 8 h^2 FLOPs of attention projections,
+ * 4 s h of attention scores, and 4 h F of FFN -- k times in an MoE block, plus 2 h X of gate;
+ * training costs three times the forward FLOPs. Compute runs at flops x eff. */
+typedef struct moe_iter_in {
+    double layers, blocks;     /* transformer layers; MoE blocks among them */
+    double hidden, heads, ffn; /* h; a (FLOPs do not depend on it); F (0: 4h), dense and expert */
+    double topk, seq, batch;   /* k; s; sequences per GPU */
+    double epw[MOE_ITER_MAX_BLOCKS]; /* experts per GPU of each MoE block */
+    double elem_bytes;         /* of tokens and expert weights */
+    int training;              /* 1: forward and backward; 0: inference (forward) */
+    double flops, eff;         /* peak FLOP/s per GPU; the fraction the layers achieve */
+    uint32_t m, n;             /* GPUs per machine, machines */
+    moe_janus_path_t path;     /* the links (Janus) */
+    double threshold;          /* R above which Janus pulls experts */
+    uint32_t chunks;           /* micro-batches of the pipelined scheme */
+    double a2a;                /* > 0: seconds of one MoE block's forward all-to-alls priced
+                                * by `simulate` on a trace (replaces skew x Comm_EC/(m bw)) */
+    int coherent;              /* 1: simulate priced ExFlow's coherent scheme too: ... */
+    double a2a_coherent;       /* ... its all-to-all per block and pass, and ... */
+    double gather;             /* ... its all-gather once per iteration */
+} moe_iter_in_t;
+
+/* The schemes of an iteration's MoE blocks. */
+enum moe_iter_scheme {
+    MOE_ITER_EC = 0,     /* expert-centric (Tutel, DeepSpeed-MoE): two all-to-alls per block
+                          * and pass, none overlapped */
+    MOE_ITER_PIPE = 1,   /* the same cut into `chunks` micro-batches whose dispatch, experts
+                          * and combine overlap (MPMoE Fig. 8, MoNTA's O2 idea) */
+    MOE_ITER_DC = 2,     /* data-centric, plain: each block pulls its experts when reached */
+    MOE_ITER_DC_PRE = 3, /* data-centric with Janus's prefetch (pulls start at the iteration's
+                          * start, in block order) and PCIe-switch-aware scheduling */
+    MOE_ITER_JANUS = 4,  /* Janus unified: DC_PRE where R > threshold, else EC */
+    MOE_ITER_EXFLOW = 5, /* ExFlow's context coherence, as EC with simulate's coherent prices
+                          * and the all-gather once at the end (needs in->coherent) */
+    MOE_ITER_SCHEMES = 6,
+};
+
+typedef struct moe_iter_out {
+    double time;         /* seconds of the iteration */
+    double compute;      /* of it, compute */
+    double comm;         /* of it, communication not hidden behind compute */
+    double comm_share;   /* comm / time */
+    double tokens_per_s; /* tokens of all GPUs per second */
+    double mfu;          /* model FLOPs / (time x peak), per GPU */
+    double model_flops;  /* FLOPs of one GPU's iteration */
+} moe_iter_out_t;
+
+/* Evaluate a scheme. The MoE blocks close every layers/blocks layers, one layer early when they
+ * are fewer than the layers (Janus's MoE-BERT: blocks 2, 5, 8, 11 of 12). Returns 0, or
+ * MOE_EINVAL (a size not positive, blocks above layers, a bandwidth or the compute rate
+ * unknown, eff outside (0, 1]). */
+int moe_iter_eval(const moe_iter_in_t *in, int scheme, moe_iter_out_t *out);
+struct moe_costcfg;
+/* The keys (moe/costcfg.h) moe-costmodel iteration takes, 0-terminated. */
+extern const int moe_iter_keys[];
+/* moe-costmodel iteration's inputs from its keys (moe/costcfg.h): the topology (key topology,
+ * else one node, with the overrides; moe_costcfg_topo); required layers, hidden, seq and
+ * batch; blocks [layers, or the experts-per-worker values], ffn [4h], topk [1], experts [1 per
+ * GPU], elem-bytes [2], compute-eff [1], threshold [1], chunks [4], gpus-per-switch [2], skew
+ * [1]; with trace and placement, `simulate`'s vanilla all-to-all time on the topology
+ * (in->a2a). Returns 0; MOE_EINVAL for missing or inconsistent keys (err says which: a usage
+ * error); another negative status for a topology or trace that cannot be read, an unknown
+ * speed or a failed simulation, with err. */
+int moe_iter_inputs(const struct moe_costcfg *g, moe_iter_in_t *in, char *err, size_t errlen);
+/* Janus's links from the keys and topology: inter and host bandwidth, gpus-per-switch [2],
+ * skew [1]. */
+moe_janus_path_t moe_janus_path_of(const struct moe_costcfg *g, const moe_topo_t *topo);
+/* Name of a scheme: "expert-centric", "pipelined", "data-centric", "dc-prefetch", "janus",
+ * "exflow". */
+const char *moe_iter_scheme_name(int s);
+/* moe-costmodel iteration's report: the shape, then one row per scheme (exflow only when
+ * in->coherent) with its time, compute, exposed communication, its share, tokens/s, MFU and
+ * the speedup over expert-centric. Returns as the other writers. */
+int moe_iter_write(moe_textout_t *t, int json, const moe_iter_in_t *in);
+
 /* ------------------------------------------------------------------ reports */
 
 /* moe-costmodel's reports. Each writes its table, or with `json` its JSON document (numbers
@@ -347,10 +454,12 @@ int moe_monta_write(moe_textout_t *t, int json, const moe_monta_in_t *in,
 int moe_monta_plan_write(moe_textout_t *t, int json, const moe_monta_plan_in_t *in,
                          const moe_monta_plan_t *o);
 /* Janus per block (E[i] experts per worker of `blocks` blocks, the rest as base): traffic, R,
- * the paradigm chosen above `threshold`, and with bw > 0 the times, the data-centric ones
- * less the prefetch window; then the totals. */
+ * the paradigm chosen above `threshold`, and with path->bw_inter > 0 the times
+ * (moe_janus_times), the data-centric ones less the prefetch window; then the totals. path
+ * NULL: no times. */
 int moe_janus_write(moe_textout_t *t, int json, const moe_janus_in_t *base, const double *E,
-                    uint32_t blocks, double threshold, double prefetch, double bw);
+                    uint32_t blocks, double threshold, double prefetch,
+                    const moe_janus_path_t *path);
 struct moe_mpmoe_profile;
 /* MPMoE's memory for n = nlo..nhi, every configuration (only strategy `reuse` when >= 0), the
  * best one within mem_limit (<= 0: none), and with prof (moe/costcfg.h) Alg. 1's search per

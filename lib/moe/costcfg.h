@@ -30,7 +30,10 @@ enum moe_costcfg_key {
     MOE_CK_SEQ_PER_NODE, MOE_CK_SWITCH_PORTS, MOE_CK_TOKENS, MOE_CK_FFN, MOE_CK_EXPERTS,
     MOE_CK_PARTITIONS, MOE_CK_REUSE, MOE_CK_MIN_PART, MOE_CK_MAX_PART, MOE_CK_MEM_LIMIT,
     MOE_CK_ALPHA, MOE_CK_PROFILE, MOE_CK_EPW, MOE_CK_BLOCKS, MOE_CK_THRESHOLD, MOE_CK_PREFETCH,
-    MOE_CK_SOURCE, MOE_CK_COUNT
+    MOE_CK_SOURCE,
+    /* Janus's paths and `iteration` (helper C, issue 20) */
+    MOE_CK_SKEW, MOE_CK_PER_SWITCH, MOE_CK_COMPUTE_EFF, MOE_CK_INFERENCE,
+    MOE_CK_COUNT
 };
 
 /* An efficiency value: a fixed value (n = 1, size 0) or a curve SIZE:EFF,... (0 points: not
@@ -55,6 +58,10 @@ typedef struct moe_costcfg {
     double alpha[MOE_MP_STREAMS][4];
     double epw[MOE_COSTCFG_MAX_LIST];
     moe_costcfg_eff_t r[3];
+    /* Janus's paths and `iteration` */
+    double skew, compute_eff;
+    uint32_t per_switch;
+    int inference;
     /* private: config nesting and the copies of file values */
     int depth;
     char **kept;

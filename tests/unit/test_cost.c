@@ -215,6 +215,72 @@ static void monta_plan(void)
 
 /* ------------------------------------------------------------------ Janus */
 
+/* The host path and the skew (issue 20): MoE-GPT of Table 1 on the paper's 32 GPUs, fp32.
+ * Comm_EC = 2 x 8 x 768 x 65536 x 3/4 x 4 = 2415919104 bytes, Comm_DC = 8 x 768^2 x 8 x 3 x 4
+ * = 452984832; over 8 GPUs x 12.7375 GB/s (101.9 Gb/s): 23.7087 ms and rdma 4.4455 ms; pcie
+ * = 2 x 452984832 / 32e9 = 28.3116 ms; pipelined over the 24 external experts: 28.3116 +
+ * 4.4455 / 24 = 28.4968 ms. */
+static void janus_host_path(void)
+{
+    moe_janus_in_t in = {256, 64, 4, 768, 0, 1, 8, 4, 4};
+    moe_janus_out_t o;
+    CHECK(moe_janus_eval(&in, 1, &o) == 0);
+    moe_janus_path_t p = {12.7375e9, 32e9, 2, 1};
+    double ec, dc;
+    CHECK(moe_janus_times(&in, &o, &p, &ec, &dc) == 0);
+    CHECK_NEAR(ec, 2415919104.0 / (8 * 12.7375e9), 1e-12);
+    CHECK_NEAR(dc, 2 * 452984832.0 / 32e9 + 452984832.0 / (8 * 12.7375e9) / 24, 1e-12);
+    p.per_switch = 1, p.skew = 1.5; /* Fig. 8: rdma 4.4455 + pcie 14.1558 / 24 */
+    CHECK(moe_janus_times(&in, &o, &p, &ec, &dc) == 0);
+    CHECK_NEAR(ec, 1.5 * 2415919104.0 / (8 * 12.7375e9), 1e-12);
+    CHECK_NEAR(dc, 452984832.0 / 32e9 + 452984832.0 / (8 * 12.7375e9) / 24, 1e-12);
+    p.bw_host = 0; /* the network alone: the time of before */
+    CHECK(moe_janus_times(&in, &o, &p, &ec, &dc) == 0);
+    CHECK_NEAR(dc, moe_janus_time(o.comm_dc, 8, 12.7375e9, 0), 1e-15);
+    p.skew = 0.5;
+    CHECK(moe_janus_times(&in, &o, &p, &ec, &dc) == MOE_EINVAL);
+}
+
+/* A whole iteration of a toy model (the arithmetic of tests/cli/costmodel_iteration.sh): h 100,
+ * F 400, s 10, 1 sequence, top-1, 2 x 2 GPUs, 1 GFLOP/s, 1 MB/s, 1-byte elements, two layers
+ * with the MoE block first: dense 2.44 ms, MoE 2.448 ms, all-to-alls 1 ms, pull 80 ms. */
+static void iteration_toy(void)
+{
+    moe_iter_in_t in = {0};
+    in.layers = 2, in.blocks = 1, in.hidden = 100, in.ffn = 400, in.topk = 1, in.seq = 10;
+    in.batch = 1, in.epw[0] = 1, in.elem_bytes = 1, in.training = 1, in.flops = 1e9;
+    in.eff = 1, in.m = 2, in.n = 2, in.threshold = 1, in.chunks = 4;
+    in.path = (moe_janus_path_t){1e6, 0, 2, 1};
+    moe_iter_out_t o;
+    CHECK(moe_iter_eval(&in, MOE_ITER_EC, &o) == 0);
+    CHECK_NEAR(o.time, 16.664e-3, 1e-12);    /* 2.448 + 1 + 2.44 + 4.88 + 4.896 + 1 ms */
+    CHECK_NEAR(o.compute, 14.664e-3, 1e-12); /* 3 x (2.448 + 2.44) */
+    CHECK_NEAR(o.model_flops, 3 * 10 * (244000.0 + 244800), 1e-3);
+    CHECK_NEAR(o.tokens_per_s, 40 / 16.664e-3, 1e-6);
+    CHECK(moe_iter_eval(&in, MOE_ITER_PIPE, &o) == 0);
+    CHECK_NEAR(o.time, 15.164e-3, 1e-12);    /* blocks 2.698 + 5.146, dense 2.44 + 4.88 */
+    CHECK(moe_iter_eval(&in, MOE_ITER_DC, &o) == 0);
+    CHECK_NEAR(o.time, 174.664e-3, 1e-12);   /* 80 + 4.888 + 9.776 + 80 of gradients */
+    in.a2a = 0.5e-3; /* simulate's price of a block's all-to-alls replaces the formula */
+    CHECK(moe_iter_eval(&in, MOE_ITER_JANUS, &o) == 0);
+    CHECK_NEAR(o.time, 15.664e-3, 1e-12);
+    CHECK(moe_iter_eval(&in, MOE_ITER_EXFLOW, &o) == MOE_EINVAL); /* not priced */
+    in.coherent = 1, in.a2a_coherent = 0.25e-3, in.gather = 0.1e-3;
+    CHECK(moe_iter_eval(&in, MOE_ITER_EXFLOW, &o) == 0);
+    CHECK_NEAR(o.time, 15.264e-3, 1e-12);    /* 14.664 + 2 x 0.25 + 0.1 */
+    in.training = 0, in.a2a = 0, in.layers = 4; /* the block is layer 2: prefetch hides 0.8 ms */
+    in.path.bw_inter = 1e8;
+    CHECK(moe_iter_eval(&in, MOE_ITER_DC, &o) == 0);
+    CHECK_NEAR(o.time, 10.568e-3, 1e-12);
+    CHECK(moe_iter_eval(&in, MOE_ITER_DC_PRE, &o) == 0);
+    CHECK_NEAR(o.time, 9.768e-3, 1e-12);
+    CHECK_NEAR(o.comm, 0, 1e-15);
+    in.blocks = 5;
+    CHECK(moe_iter_eval(&in, MOE_ITER_EC, &o) == MOE_EINVAL);
+    in.blocks = 1, in.eff = 0;
+    CHECK(moe_iter_eval(&in, MOE_ITER_EC, &o) == MOE_EINVAL);
+}
+
 static void janus_table1(void)
 {
     printf("Janus Table 1 (fp32, forward pass, per machine, GiB = 2^30 bytes):\n");
@@ -416,6 +482,8 @@ int main(void)
     monta_memory();
     monta_plan();
     janus_table1();
+    janus_host_path();
+    iteration_toy();
     mpmoe_example();
     mpmoe_phases();
     mpmoe_search();
