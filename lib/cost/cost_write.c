@@ -208,6 +208,13 @@ int moe_monta_write(moe_textout_t *t, int json, const moe_monta_in_t *in,
                     const moe_monta_result_t *r, const moe_monta_layer_t *L,
                     const moe_monta_mem_in_t *mi, const moe_monta_mem_t *mem)
 {
+    /* a search that kept its smallest chunk may have a better N beyond I_minimal, where the
+     * efficiency curves say nothing: say so */
+    for (int s = MOE_MONTA_O2; s <= MOE_MONTA_O3; s++)
+        if (r->at_min[s])
+            moe_log(MOE_LOG_WARN, "%s: the chunk search ended on the smallest chunk (N = %u, "
+                    "I_minimal %.6g bytes); a lower --min-chunk may find a faster N",
+                    moe_monta_strategy_name(s), r->chunks[s], in->i_minimal);
     return json ? monta_json(t, in, r, L, mi, mem) : monta_table(t, in, r, L, mi, mem);
 }
 
