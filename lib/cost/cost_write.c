@@ -102,7 +102,7 @@ static int monta_rows(moe_textout_t *t, const moe_monta_in_t *in, const moe_mont
           r->time[s] * 1e3);
         return 0;
     }
-    if (r->chunks[s] == 0 || moe_monta_chunk(in, r->chunks[s], &c))
+    if (r->chunks[s] == 0 || moe_monta_chunk_at(in, s, r->chunks[s], &c))
         return 0;
     if (s == MOE_MONTA_O1)
         snprintf(name, sizeof name, "O1");
@@ -175,7 +175,7 @@ static int monta_json(moe_textout_t *t, const moe_monta_in_t *in, const moe_mont
     for (int s = 0; s < MOE_MONTA_STRATEGIES; s++) {
         moe_monta_chunk_t c = {0};
         if (r->chunks[s] && s != MOE_MONTA_BASE)
-            moe_monta_chunk(in, r->chunks[s], &c);
+            moe_monta_chunk_at(in, s, r->chunks[s], &c);
         P("%s\n  {\"name\": \"%s\", \"chunks\": %u, \"time\": %s, \"ratio\": %s", s ? "," : "",
           moe_monta_strategy_name(s), r->chunks[s], J(r->time[s]).s,
           J(r->time[s] / r->time[MOE_MONTA_BASE]).s);
