@@ -46,7 +46,8 @@ mt() { "$mc" monta --topology="$topo/monta-a800.topo" --nodes=2 --hidden=8192 --
     --json "$@"; }
 # ratio JSON NAME: a strategy's time over the baseline's in a monta --json report
 ratio() {
-    printf '%s\n' "$1" | tr -d '\n' | sed "s/.*\"name\": \"$2\"[^}]*\"ratio\": \([^,}]*\).*/\1/"
+    printf '%s\n' "$1" | tr -d '\n' |
+        sed "s/.*\"name\": \"$2\"[^}]*\"ratio\": \([^,}]*\).*/\1/" | awk '{ printf "%.4f", $1 }'
 }
 # strategy number (1, 2, 3) MoNTA's Alg. 3 selects for a sequence of S tokens
 pick() { j=$(mt --seq="$1" --chunks=4) && val "$j" selected | tr -d '"O'; }
@@ -54,10 +55,14 @@ T8="--volume=256M --tp=8 --ep=2 --bw-inter=25G --bw-intra=200G --bw-hbm=1.6T --j
 # shellcheck disable=SC2086
 {
 j=$("$mc" monta $T8 --r1=0.741 --r2=0.741 --r3=0.8 --chunks=4096 --min-chunk=1)
+row MoNTA "eq. 12" "AA_j/AG_j at r1 = r2 (4/7)" 0.5714 \
+    "$(awk -v a="$(val "$j" aa)" -v g="$(val "$j" ag)" 'BEGIN { printf "%.4f", a / g }')"
 row MoNTA "eq. 13" "O3/baseline bound, r1 = r2 = 0.741" 0.21 "$(ratio "$j" O3)"
 j=$("$mc" monta $T8 --r1=0.632 --r2=0.776 --r3=0.8 --chunks=4)
 row MoNTA "eq. 14" "O1/baseline at 8K, r1 0.632, r2 0.776" 0.31 "$(ratio "$j" O1)"
 j=$("$mc" monta $T8 --r1=0.427 --r2=0.726 --r3=0.8 --chunks=4)
+row MoNTA "eq. 15" "AA_j/AG_j at 8K, 4 chunks" 0.979 \
+    "$(awk -v a="$(val "$j" aa)" -v g="$(val "$j" ag)" 'BEGIN { printf "%.4f", a / g }')"
 row MoNTA "eq. 15" "O2/baseline at 8K, 4 chunks" 0.176 "$(ratio "$j" O2)"
 row MoNTA "eq. 16" "O3/baseline at 8K, 4 chunks" 0.164 "$(ratio "$j" O3)"
 }
@@ -94,7 +99,7 @@ row MPMoE "Fig. 14" "best n, GPT-XL, B 4K, 8 GPUs" 2 "$(pmoe_n $gx --tokens=4096
 row MPMoE "Fig. 14" "best n, GPT-XL, B 16K, 8 GPUs" 4 "$(pmoe_n $gx --tokens=16384 --nodes=1)"
 row MPMoE "Fig. 14" "best n, GPT-XL, B 32K, 8 GPUs" 8 "$(pmoe_n $gx --tokens=32768 --nodes=1)"
 row MPMoE "Fig. 15" "S1/S2 best at 8 GPUs (yes = 1)" 1 "$(offload $gx --tokens=16384 --nodes=1)"
-row MPMoE "Fig. 15" "S1/S2 not best at 64 GPUs (no = 0)" 1 \
+row MPMoE "Fig. 15" "S1/S2 not best at 64 GPUs (true = 1)" 1 \
     "$(echo "1 - $(offload $gx --tokens=16384 --nodes=8)" | bc)"
 }
 # Fig. 16 on Valor (4 nodes x 4 V100, NVLink 2, 56 Gb/s per node): the compute phase of n = 1
