@@ -63,7 +63,8 @@ double moe_link_efficiency(const moe_link_t *l, double size)
      * so u stays positive below the first point */
     double u0 = l->size[0] / l->eff[0], u1 = l->size[1] / l->eff[1];
     double u = u0 - (l->size[0] - size) * (u1 - u0) / (l->size[1] - l->size[0]);
-    return size / u;
+    double e = size / u;
+    return e > 0 && e <= 1 ? e : curve_eff(l, size); /* extreme points: no extrapolation */
 }
 
 double moe_topo_time(const moe_topo_t *t, int c, double bytes)
