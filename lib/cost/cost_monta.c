@@ -16,27 +16,24 @@ static double res_eff(const moe_monta_res_t *r, double bytes)
     return moe_link_efficiency(r, bytes);
 }
 
-static int res_ok(const moe_monta_res_t *r)
+/* Efficiencies in (0, 1]: all a curve needs (O3's own curves take O2's bandwidth and
+ * latency). */
+static int curve_ok(const moe_monta_res_t *r)
 {
-    if (!(r->bw > 0) || !(r->latency >= 0))
-        return 0;
     for (uint32_t i = 0; i < r->npoints; i++)
         if (!(r->eff[i] > 0 && r->eff[i] <= 1))
             return 0;
     return 1;
 }
 
+static int res_ok(const moe_monta_res_t *r)
+{
+    return r->bw > 0 && r->latency >= 0 && curve_ok(r);
+}
+
 double moe_monta_volume(const moe_monta_in_t *in)
 {
     return in->volume > 0 ? in->volume : in->b * in->s * in->h * in->bpe;
-}
-
-/* A curve of O3 is checked with its O2 twin's bandwidth (the one it is used with). */
-static int curve_ok(const moe_monta_res_t *r)
-{
-    moe_monta_res_t one = *r;
-    one.bw = 1, one.latency = 0;
-    return res_ok(&one);
 }
 
 static int in_ok(const moe_monta_in_t *in)
