@@ -229,7 +229,9 @@ static void monta_usage(FILE *fp)
           "      --bw-hbm=BW        B3, device memory bandwidth for the D2D copy\n"
           "      --r1=EFF           AllToAll efficiency: a value or SIZE:EFF,... [topology]\n"
           "      --r2=EFF           AllGather efficiency [topology]\n"
-          "      --r3=EFF           D2D copy efficiency [1]\n"
+          "      --r3=EFF           D2D copy efficiency [topology's hbm curve, else 1]\n"
+          "      --r2-o3=EFF --r3-o3=EFF  O3's AllGather and copy efficiencies [r2, r3]\n"
+          "      --latency-inter=T --latency-intra=T --latency-hbm=T  per-operation latency\n"
           "      --min-chunk=BYTES  I_minimal: smallest chunk the search tries [1Mi]\n"
           "      --chunks=N         evaluate O2 and O3 at N chunks instead of searching\n"
           "      --max-chunks=N     most chunks the search tries [s]\n"
@@ -244,8 +246,8 @@ static void monta_usage(FILE *fp)
           "      --layers=L         transformer layers l\n"
           "      --heads=A          attention heads a\n"
           "      --pp=P             pipeline-parallel degree [1]\n"
-          "      --zero=Z           ZeRO stage 0-3 [0]\n"
-          "      --activation=R     Table 4 row: none, tp, sp, selective, full [sp]\n"
+          "      --zero=Z --dp=D    ZeRO stage 0-3 [0] over D data-parallel copies [1]\n"
+          "      --activation=R     Table 4 row: none, tp, sp, selective, full, flash [sp]\n"
           "      --config=FILE      read KEY = VALUE lines (long option names) first\n"
           "      --json             write JSON instead of a table\n"
           "Options of 'monta plan':\n", fp);
@@ -282,7 +284,8 @@ static int monta_inputs(const cfg_t *g, const moe_topo_t *topo, moe_monta_in_t *
     in->e = g->ep ? g->ep : topo->nodes;
     monta_res(&in->aa, &topo->link[MOE_LINK_INTER], topo->link[MOE_LINK_INTER].bw, &g->r[0]);
     monta_res(&in->ag, &topo->link[MOE_LINK_INTRA], topo->link[MOE_LINK_INTRA].bw, &g->r[1]);
-    monta_res(&in->d2d, NULL, topo->hbm_bw, &g->r[2]);
+    monta_res(&in->d2d, &topo->hbm, topo->hbm_bw, &g->r[2]);
+    in->ag_o3 = topo->intra_o3, in->d2d_o3 = topo->hbm_o3;
     in->i_minimal = or_default(g->min_chunk, 1048576);
     in->max_chunks = g->max_chunks;
     const char *miss = !(in->aa.bw > 0) ? "inter-node (B1, --bw-inter)"
@@ -352,7 +355,8 @@ static int run_monta(int argc, char **argv)
         MOE_CK_BW_INTER, MOE_CK_BW_INTRA, MOE_CK_BW_HBM, MOE_CK_R1, MOE_CK_R2, MOE_CK_R3,
         MOE_CK_MIN_CHUNK, MOE_CK_CHUNKS, MOE_CK_MAX_CHUNKS, MOE_CK_PLOT, MOE_CK_FLOPS, MOE_CK_FFN,
         MOE_CK_TOPK, MOE_CK_PARAMS_DENSE, MOE_CK_PARAMS_MOE, MOE_CK_LAYERS, MOE_CK_HEADS, MOE_CK_PP,
-        MOE_CK_ZERO, MOE_CK_ACTIVATION, MOE_CK_JSON, 0};
+        MOE_CK_ZERO, MOE_CK_ACTIVATION, MOE_CK_JSON, MOE_CK_R2_O3, MOE_CK_R3_O3, MOE_CK_LAT_INTRA,
+        MOE_CK_LAT_INTER, MOE_CK_LAT_HBM, MOE_CK_DP, 0};
     static cfg_t g; /* its file values are freed at exit */
     int rc = 0;
     if (parse("monta", argc, argv, &g, takes, monta_usage, &rc))
@@ -371,7 +375,7 @@ static int run_monta(int argc, char **argv)
     moe_monta_mem_in_t mi;
     moe_monta_mem_t mem = {0};
     int have_mem = monta_mem_inputs(&g, &in, &mi);
-    if (have_mem && moe_monta_memory(&mi, &mem))
+    if (have_mem && moe_monta_memory_dp(&mi, g.dp ? g.dp : 1, &mem))
         return fail("invalid memory model inputs");
     moe_monta_layer_t L;
     moe_monta_layer(&in, &r, or_default(g.ffn, 0), g.topk ? g.topk : 1, topo.flops, &L);
@@ -491,6 +495,8 @@ static void mpmoe_usage(FILE *fp)
           "      --bw-inter=BW      inter-node bandwidth per GPU\n"
           "      --bw-host=BW       GPU-host (PCIe) bandwidth\n"
           "      --flops=F          compute rate of the expert GEMMs per GPU\n"
+          "      --compute-eff=EFF --launch-overhead=T --latency-intra=T --latency-inter=T\n"
+          "                         GEMM efficiency by FLOPs, cost per operation [topology]\n"
           "      --alpha=Y,X=V      slowdown factor alpha(Y, X) of stream Y (comm, comp,\n"
           "                         mem) beside X (comm, comp, mem, all); repeatable [1]\n"
           "      --profile=FILE     measured times 'S B n seconds' per line: run Alg. 1\n", fp);
@@ -503,7 +509,7 @@ static int run_mpmoe(int argc, char **argv)
         MOE_CK_ELEM_BYTES, MOE_CK_PARTITIONS, MOE_CK_REUSE, MOE_CK_MIN_PART, MOE_CK_MAX_PART,
         MOE_CK_MEM_LIMIT, MOE_CK_TOPOLOGY, MOE_CK_NODES, MOE_CK_GPN, MOE_CK_BW_INTRA,
         MOE_CK_BW_INTER, MOE_CK_BW_HOST, MOE_CK_FLOPS, MOE_CK_ALPHA, MOE_CK_PROFILE, MOE_CK_JSON,
-        0};
+        MOE_CK_COMPUTE_EFF, MOE_CK_LAUNCH, MOE_CK_LAT_INTRA, MOE_CK_LAT_INTER, 0};
     static cfg_t g; /* its file values are freed at exit */
     int rc = 0;
     if (parse("mpmoe", argc, argv, &g, takes, mpmoe_usage, &rc))

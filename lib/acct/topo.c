@@ -34,9 +34,9 @@ void moe_topo_update_cost(moe_topo_t *t)
     t->cost[MOE_LINK_HOST] = 1;
 }
 
-double moe_topo_efficiency(const moe_topo_t *t, int c, double bytes)
+/* A curve interpolated linearly between its points, clamped at both ends. */
+static double curve_eff(const moe_link_t *l, double bytes)
 {
-    const moe_link_t *l = &t->link[c];
     if (!l->npoints)
         return 1.0;
     if (bytes <= l->size[0])
@@ -47,6 +47,24 @@ double moe_topo_efficiency(const moe_topo_t *t, int c, double bytes)
             return l->eff[i - 1] + f * (l->eff[i] - l->eff[i - 1]);
         }
     return l->eff[l->npoints - 1];
+}
+
+double moe_topo_efficiency(const moe_topo_t *t, int c, double bytes)
+{
+    return curve_eff(&t->link[c], bytes);
+}
+
+double moe_link_efficiency(const moe_link_t *l, double size)
+{
+    if (l->npoints < 2 || !(size > 0) || size >= l->size[0] || !(l->eff[1] > l->eff[0]))
+        return curve_eff(l, size);
+    /* u = size / eff, the time in units of the full bandwidth, taken linear in the size
+     * through the first two points (a fixed cost plus a rate); u(0) > 0 since eff[1] > eff[0],
+     * so u stays positive below the first point */
+    double u0 = l->size[0] / l->eff[0], u1 = l->size[1] / l->eff[1];
+    double u = u0 - (l->size[0] - size) * (u1 - u0) / (l->size[1] - l->size[0]);
+    double e = size / u;
+    return e > 0 && e <= 1 ? e : curve_eff(l, size); /* extreme points: no extrapolation */
 }
 
 double moe_topo_time(const moe_topo_t *t, int c, double bytes)

@@ -22,6 +22,8 @@
  *   cores X
  *   link CLASS [bandwidth X [UNIT]] [latency X [UNIT]]
  *   efficiency CLASS SIZE:EFF ...
+ *   efficiency hbm|compute|intra-o3|hbm-o3 SIZE:EFF ...  (the cost models' curves)
+ *   hbm-latency X [UNIT] | launch-overhead X [UNIT]
  *
  * Numbers are plain decimals (bytes/s, seconds, FLOP/s) or carry one of the unit words below,
  * which only shift the decimal exponent (and divide by 8 for bits), so "450 GB/s" reads as
@@ -48,9 +50,22 @@ static const unit_t units[] = {
 
 static const char *const qname[] = {"bytes/s", "seconds", "FLOP/s", "processors"};
 
-enum keyword { K_TOPOLOGY, K_NODES, K_GPN, K_LINK, K_EFF, K_HBM, K_FLOPS, K_CORES, K_N };
+enum keyword {
+    K_TOPOLOGY, K_NODES, K_GPN, K_LINK, K_EFF, K_HBM, K_FLOPS, K_CORES, K_HBM_LAT, K_LAUNCH, K_N
+};
 static const char *const keywords[K_N] = {"topology",      "nodes", "gpus-per-node", "link",
-                                          "efficiency",    "hbm-bandwidth", "flops", "cores"};
+                                          "efficiency",    "hbm-bandwidth", "flops", "cores",
+                                          "hbm-latency",   "launch-overhead"};
+
+/* The cost models' curves an `efficiency` line may name besides the link classes. */
+static const char *const model_curves[] = {"hbm", "compute", "intra-o3", "hbm-o3"};
+#define MODEL_CURVES 4
+
+static moe_link_t *model_curve(moe_topo_t *t, int i)
+{
+    moe_link_t *const c[MODEL_CURVES] = {&t->hbm, &t->compute, &t->intra_o3, &t->hbm_o3};
+    return c[i];
+}
 
 typedef struct trd {
     moe_topo_t t;
@@ -244,18 +259,36 @@ static int eff_point(trd_t *r, moe_link_t *l, char *s)
     return 0;
 }
 
+/* The curve of an `efficiency` line naming a cost model's curve (bits 8.. of r->links), NULL
+ * when it names a link class; *rc < 0 on a second line. */
+static moe_link_t *model_curve_of(trd_t *r, char **tok, size_t n, int *rc)
+{
+    for (int i = 0; n >= 2 && i < MODEL_CURVES; i++)
+        if (!strcmp(tok[1], model_curves[i])) {
+            if (r->links & 256u << i)
+                *rc = tfail(r, MOE_EFORMAT, "second '%s %s' line", tok[0], tok[1]);
+            r->links |= 256u << i;
+            return model_curve(&r->t, i);
+        }
+    return NULL;
+}
+
 /* efficiency CLASS SIZE:EFF ... */
 static int eff_line(trd_t *r, char **tok, size_t n)
 {
-    int c = link_class(r, tok, n, 16u), rc = 0;
-    if (c < 0)
-        return c;
+    int rc = 0;
+    moe_link_t *l = model_curve_of(r, tok, n, &rc);
+    int c = l || rc ? 0 : link_class(r, tok, n, 16u);
+    if (rc || c < 0)
+        return rc ? rc : c;
+    if (!l)
+        l = &r->t.link[c];
     if (n < 3)
         return tfail(r, MOE_EFORMAT, "'efficiency %s' has no SIZE:EFFICIENCY points", tok[1]);
     if (n - 2 > MOE_TOPO_MAX_CURVE)
         return tfail(r, MOE_ERANGE, "more than %u efficiency points", MOE_TOPO_MAX_CURVE);
     for (size_t i = 2; i < n && !rc; i++)
-        rc = eff_point(r, &r->t.link[c], tok[i]);
+        rc = eff_point(r, l, tok[i]);
     return rc;
 }
 
@@ -277,6 +310,8 @@ static int statement(trd_t *r, char **tok, size_t n)
     case K_EFF: return eff_line(r, tok, n);
     case K_HBM: return scalar(r, tok, n, Q_BW, &r->t.hbm_bw);
     case K_CORES: return scalar(r, tok, n, Q_COUNT, &r->t.cores);
+    case K_HBM_LAT: return scalar(r, tok, n, Q_TIME, &r->t.hbm.latency);
+    case K_LAUNCH: return scalar(r, tok, n, Q_TIME, &r->t.launch);
     default: return scalar(r, tok, n, Q_FLOPS, &r->t.flops);
     }
 }
@@ -400,15 +435,8 @@ static void put_double(FILE *f, double v)
     fputs(buf, f);
 }
 
-static void put_link(FILE *f, const moe_link_t *l, const char *name)
+static void put_curve(FILE *f, const moe_link_t *l, const char *name)
 {
-    if (l->bw != 0 || l->latency != 0) {
-        fprintf(f, "link %s bandwidth ", name);
-        put_double(f, l->bw);
-        fputs(" latency ", f);
-        put_double(f, l->latency);
-        fputc('\n', f);
-    }
     if (l->npoints) {
         fprintf(f, "efficiency %s", name);
         for (uint32_t i = 0; i < l->npoints && i < MOE_TOPO_MAX_CURVE; i++) {
@@ -419,6 +447,27 @@ static void put_link(FILE *f, const moe_link_t *l, const char *name)
         }
         fputc('\n', f);
     }
+}
+
+static void put_scalar(FILE *f, const char *keyword, double v)
+{
+    if (v != 0) {
+        fprintf(f, "%s ", keyword);
+        put_double(f, v);
+        fputc('\n', f);
+    }
+}
+
+static void put_link(FILE *f, const moe_link_t *l, const char *name)
+{
+    if (l->bw != 0 || l->latency != 0) {
+        fprintf(f, "link %s bandwidth ", name);
+        put_double(f, l->bw);
+        fputs(" latency ", f);
+        put_double(f, l->latency);
+        fputc('\n', f);
+    }
+    put_curve(f, l, name);
 }
 
 char *moe_topo_format(const moe_topo_t *t)
@@ -453,6 +502,11 @@ char *moe_topo_format(const moe_topo_t *t)
         put_double(f, t->cores);
         fputc('\n', f);
     }
+    /* the cost models' curves, after everything older readers know */
+    for (int i = 0; i < MODEL_CURVES; i++)
+        put_curve(f, model_curve((moe_topo_t *)t, i), model_curves[i]);
+    put_scalar(f, "hbm-latency", t->hbm.latency);
+    put_scalar(f, "launch-overhead", t->launch);
     if (fclose(f) != 0) {
         free(buf);
         return NULL;

@@ -23,7 +23,7 @@
 /* How a key's value reads. */
 enum kind {
     K_CONFIG, K_FLAG, K_STR, K_U32, K_QTY, K_FRAC, K_EFF, K_ALPHA, K_LIST, K_ZERO, K_ACT,
-    K_REUSE, K_SOURCE
+    K_REUSE, K_SOURCE, K_TIME
 };
 
 typedef struct key {
@@ -104,9 +104,16 @@ static const ckey_t keys[MOE_CK_COUNT] = {
     /* Janus's paths and `iteration` */
     [MOE_CK_SKEW] = {"skew", K_QTY, F(skew), 1, 1e6, "skew"},
     [MOE_CK_PER_SWITCH] = {"gpus-per-switch", K_U32, F(per_switch), 1, 64, "GPUs per switch"},
-    [MOE_CK_COMPUTE_EFF] = {"compute-eff", K_FRAC, F(compute_eff), 1e-6, 1,
-                            "compute efficiency"},
     [MOE_CK_INFERENCE] = {"inference", K_FLAG, F(inference), 0, 0, NULL},
+    /* MoNTA and MPMoE (issue 20) */
+    [MOE_CK_R2_O3] = {"r2-o3", K_EFF, F(r_o3[0]), 0, 0, "efficiency r2 of O3"},
+    [MOE_CK_R3_O3] = {"r3-o3", K_EFF, F(r_o3[1]), 0, 0, "efficiency r3 of O3"},
+    [MOE_CK_LAT_INTRA] = {"latency-intra", K_TIME, F(lat[0]), 0, 1e3, "latency"},
+    [MOE_CK_LAT_INTER] = {"latency-inter", K_TIME, F(lat[1]), 0, 1e3, "latency"},
+    [MOE_CK_LAT_HBM] = {"latency-hbm", K_TIME, F(lat[2]), 0, 1e3, "latency"},
+    [MOE_CK_DP] = {"dp", K_U32, F(dp), 1, 1u << 24, "data-parallel degree"},
+    [MOE_CK_LAUNCH] = {"launch-overhead", K_TIME, F(launch), 0, 1e3, "launch overhead"},
+    [MOE_CK_COMPUTE_EFF] = {"compute-eff", K_EFF, F(compute_eff), 0, 0, "compute efficiency"},
 };
 
 const char *moe_costcfg_key_name(int key, int *has_arg)
@@ -130,7 +137,7 @@ void moe_costcfg_init(moe_costcfg_t *g)
 {
     memset(g, 0, sizeof *g);
     for (int k = 1; k < MOE_CK_COUNT; k++)
-        if (keys[k].kind == K_QTY || keys[k].kind == K_FRAC)
+        if (keys[k].kind == K_QTY || keys[k].kind == K_FRAC || keys[k].kind == K_TIME)
             *(double *)((char *)g + keys[k].off) = NAN;
     g->act = g->reuse = g->zero = -1;
     for (int y = 0; y < MOE_MP_STREAMS; y++)
@@ -172,6 +179,26 @@ static int parse_qty(const char *s, double *out)
     else if (!strcmp(end, "B") || !strcmp(end, "B/s") || !strcmp(end, "/s"))
         end += strlen(end);
     if (*end || !isfinite(v))
+        return -1;
+    *out = v;
+    return 0;
+}
+
+/* Seconds with an optional unit s, ms, us or ns (5us, 0.02ms, 3e-6). */
+static int parse_time(const char *s, double *out)
+{
+    static const char *const unit[] = {"s", "ms", "us", "ns"};
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (end == s || errno || !isfinite(v) || v < 0)
+        return -1;
+    for (int i = 0; *end && i < 4; i++)
+        if (!strcmp(end, unit[i])) {
+            v /= pow(1000.0, i);
+            end += strlen(end);
+        }
+    if (*end)
         return -1;
     *out = v;
     return 0;
@@ -294,6 +321,13 @@ int moe_costcfg_set(moe_costcfg_t *g, int key, const char *val, const int *takes
         if (*(double *)field > k->max) {
             *(double *)field = NAN;
             return bad("%s '%s' out of range (at most %g)", k->what, val, k->max);
+        }
+        return 0;
+    case K_TIME:
+        if (parse_time(val, field) || *(double *)field > k->max) {
+            *(double *)field = NAN;
+            return bad("invalid %s '%s' (seconds, or a number with s, ms, us or ns, at most "
+                       "%g s)", k->what, val, k->max);
         }
         return 0;
     case K_FRAC:
@@ -432,6 +466,30 @@ int moe_costcfg_parse(moe_costcfg_t *g, const char *text, size_t len, const char
 
 /* ------------------------------------------------------------------ topology */
 
+/* A curve given as a key over a topology's curve. */
+static void put_curve(moe_link_t *l, const moe_costcfg_eff_t *e)
+{
+    if (!e->n)
+        return;
+    l->npoints = e->n;
+    memcpy(l->size, e->size, sizeof l->size);
+    memcpy(l->eff, e->eff, sizeof l->eff);
+}
+
+/* The MoNTA and MPMoE keys over the topology: latencies, launch overhead, curves. */
+static void cfg_model_topo(const moe_costcfg_t *g, moe_topo_t *t)
+{
+    moe_link_t *lat[3] = {&t->link[MOE_LINK_INTRA], &t->link[MOE_LINK_INTER], &t->hbm};
+    for (int i = 0; i < 3; i++)
+        if (!isnan(g->lat[i]))
+            lat[i]->latency = g->lat[i];
+    if (!isnan(g->launch))
+        t->launch = g->launch;
+    put_curve(&t->compute, &g->compute_eff);
+    put_curve(&t->intra_o3, &g->r_o3[0]);
+    put_curve(&t->hbm_o3, &g->r_o3[1]);
+}
+
 int moe_costcfg_topo(const moe_costcfg_t *g, moe_topo_t *t, char *err, size_t errlen)
 {
     int rc;
@@ -455,6 +513,7 @@ int moe_costcfg_topo(const moe_costcfg_t *g, moe_topo_t *t, char *err, size_t er
         t->hbm_bw = g->hbm;
     if (g->flops > 0)
         t->flops = g->flops;
+    cfg_model_topo(g, t);
     moe_topo_update_cost(t);
     return 0;
 }

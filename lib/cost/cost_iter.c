@@ -262,7 +262,11 @@ int moe_iter_inputs(const moe_costcfg_t *g, moe_iter_in_t *in, char *err, size_t
     in->topk = g->topk ? g->topk : 1;
     in->elem_bytes = isnan(g->elem_bytes) ? 2 : g->elem_bytes;
     in->training = !g->inference;
-    in->flops = topo->flops, in->eff = isnan(g->compute_eff) ? 1 : g->compute_eff;
+    /* --compute-eff (or the topology's compute curve): one number, or a curve read at the
+     * FLOPs of one GEMM, the FFN's first (2 B S h F) */
+    in->flops = topo->flops;
+    in->eff = moe_link_efficiency(&topo->compute, 2 * g->batch * g->seq * g->hidden *
+                                                      (in->ffn > 0 ? in->ffn : 4 * g->hidden));
     in->m = topo->gpus_per_node, in->n = topo->nodes;
     in->path = moe_janus_path_of(g, topo);
     in->threshold = isnan(g->threshold) ? 1 : g->threshold;

@@ -8,30 +8,27 @@
 #include "moe/cost.h"
 #include "moe/moe.h"
 
-/* Efficiency of a resource at a volume: its curve interpolated linearly, clamped at the ends
- * (the rule of moe-topology(5)); 1 without a curve. */
+/* Efficiency of a resource at a volume: its curve as moe_link_efficiency() reads it
+ * (extrapolated below the first point toward the latency-bound regime, clamped above the
+ * last); 1 without a curve. */
 static double res_eff(const moe_monta_res_t *r, double bytes)
 {
-    if (!r->npoints)
-        return 1.0;
-    if (bytes <= r->size[0])
-        return r->eff[0];
-    for (uint32_t i = 1; i < r->npoints; i++)
-        if (bytes <= r->size[i]) {
-            double f = (bytes - r->size[i - 1]) / (r->size[i] - r->size[i - 1]);
-            return r->eff[i - 1] + f * (r->eff[i] - r->eff[i - 1]);
-        }
-    return r->eff[r->npoints - 1];
+    return moe_link_efficiency(r, bytes);
 }
 
-static int res_ok(const moe_monta_res_t *r)
+/* Efficiencies in (0, 1]: all a curve needs (O3's own curves take O2's bandwidth and
+ * latency). */
+static int curve_ok(const moe_monta_res_t *r)
 {
-    if (!(r->bw > 0) || !(r->latency >= 0))
-        return 0;
     for (uint32_t i = 0; i < r->npoints; i++)
         if (!(r->eff[i] > 0 && r->eff[i] <= 1))
             return 0;
     return 1;
+}
+
+static int res_ok(const moe_monta_res_t *r)
+{
+    return r->bw > 0 && r->latency >= 0 && curve_ok(r);
 }
 
 double moe_monta_volume(const moe_monta_in_t *in)
@@ -42,21 +39,30 @@ double moe_monta_volume(const moe_monta_in_t *in)
 static int in_ok(const moe_monta_in_t *in)
 {
     return in->t >= 1 && in->e >= 1 && moe_monta_volume(in) > 0 && res_ok(&in->aa) &&
-           res_ok(&in->ag) && res_ok(&in->d2d);
+           res_ok(&in->ag) && res_ok(&in->d2d) && curve_ok(&in->ag_o3) && curve_ok(&in->d2d_o3);
 }
 
 int moe_monta_chunk(const moe_monta_in_t *in, uint32_t n, moe_monta_chunk_t *c)
 {
+    return moe_monta_chunk_at(in, MOE_MONTA_O2, n, c);
+}
+
+int moe_monta_chunk_at(const moe_monta_in_t *in, int strategy, uint32_t n,
+                       moe_monta_chunk_t *c)
+{
     if (!n || !in_ok(in))
         return MOE_EINVAL;
+    int o3 = strategy == MOE_MONTA_O3;
+    const moe_monta_res_t *ag = o3 && in->ag_o3.npoints ? &in->ag_o3 : &in->ag;
+    const moe_monta_res_t *d2d = o3 && in->d2d_o3.npoints ? &in->d2d_o3 : &in->d2d;
     double I = moe_monta_volume(in), t = in->t, e = in->e;
     memset(c, 0, sizeof *c);
     c->n = n;
     c->v_aa = I / (n * t);
     c->v_ag = I / n;
     c->r1 = res_eff(&in->aa, c->v_aa);
-    c->r2 = res_eff(&in->ag, c->v_ag);
-    c->r3 = res_eff(&in->d2d, c->v_ag);
+    c->r2 = res_eff(ag, c->v_ag);
+    c->r3 = res_eff(d2d, c->v_ag);
     /* eq. 8-10; a resource's fixed latency counts once per operation */
     c->aa = c->v_aa * (e - 1) / e / (in->aa.bw * c->r1) + (e > 1 ? in->aa.latency : 0);
     c->ag = c->v_ag * (t - 1) / t / (in->ag.bw * c->r2) + (t > 1 ? in->ag.latency : 0);
@@ -93,7 +99,8 @@ double moe_monta_time(const moe_monta_in_t *in, int strategy, uint32_t n)
         (void)t;
         return c.aa + c.ag;
     }
-    if ((strategy != MOE_MONTA_O2 && strategy != MOE_MONTA_O3) || moe_monta_chunk(in, n, &c))
+    if ((strategy != MOE_MONTA_O2 && strategy != MOE_MONTA_O3) ||
+        moe_monta_chunk_at(in, strategy, n, &c))
         return NAN;
     return pipe_time(&c, strategy);
 }
@@ -106,16 +113,21 @@ static uint32_t max_chunks(const moe_monta_in_t *in)
     return s > 1048576 ? 1048576u : (uint32_t)s;
 }
 
-int moe_monta_search(const moe_monta_in_t *in, int strategy, uint32_t *n, double *t)
+/* The search of Alg. 1-2; *at_min is set when the N kept is the last one tried before a chunk
+ * fell below I_minimal. */
+static int search(const moe_monta_in_t *in, int strategy, uint32_t *n, double *t, int *at_min)
 {
     if (!in_ok(in) || !(in->i_minimal > 0) ||
         (strategy != MOE_MONTA_O2 && strategy != MOE_MONTA_O3))
         return MOE_EINVAL;
     double I = moe_monta_volume(in), tmin = INFINITY;
     uint32_t best = 0, cap = max_chunks(in);
+    *at_min = 0;
     for (uint32_t N = 1; N <= cap; N++) {
-        if (I / ((double)N * in->t) < in->i_minimal || I / N < in->i_minimal)
+        if (I / ((double)N * in->t) < in->i_minimal || I / N < in->i_minimal) {
+            *at_min = best && best == N - 1;
             break;
+        }
         double T = moe_monta_time(in, strategy, N);
         if (T < tmin) { /* the intent of lines 18-20: remember the least time and its N */
             tmin = T;
@@ -127,10 +139,17 @@ int moe_monta_search(const moe_monta_in_t *in, int strategy, uint32_t *n, double
     return 0;
 }
 
+int moe_monta_search(const moe_monta_in_t *in, int strategy, uint32_t *n, double *t)
+{
+    int at_min;
+    return search(in, strategy, n, t, &at_min);
+}
+
 double moe_monta_limit(const moe_monta_in_t *in, int strategy, uint32_t n)
 {
     moe_monta_chunk_t c;
-    if ((strategy != MOE_MONTA_O2 && strategy != MOE_MONTA_O3) || moe_monta_chunk(in, n, &c))
+    if ((strategy != MOE_MONTA_O2 && strategy != MOE_MONTA_O3) ||
+        moe_monta_chunk_at(in, strategy, n, &c))
         return NAN;
     /* As N grows the single AA_j, AG_j, D2D_j terms vanish and N times the busier stream's
      * per-chunk time is left; volumes per chunk scale with 1/N, so N * AA_j is constant. */
@@ -153,7 +172,7 @@ int moe_monta_eval(const moe_monta_in_t *in, uint32_t chunks, moe_monta_result_t
         if (chunks) {
             r->chunks[s] = chunks;
             r->time[s] = moe_monta_time(in, s, chunks);
-        } else if (moe_monta_search(in, s, &r->chunks[s], &r->time[s])) {
+        } else if (search(in, s, &r->chunks[s], &r->time[s], &r->at_min[s])) {
             return MOE_EINVAL;
         }
     }
@@ -184,9 +203,9 @@ int moe_monta_strategy_parse(const char *s)
 /* ------------------------------------------------------------------ memory */
 
 /* Table 3: bytes of the non-MoE and MoE weights per GPU; 16 bytes a parameter without ZeRO
- * (fp16 weight and gradient, fp32 master weight, momentum and variance). The ZeRO rows are
- * the paper's as printed. */
-static void weights(const moe_monta_mem_in_t *in, double *psi1, double *psi2)
+ * (fp16 weight and gradient, fp32 master weight, momentum and variance). With dp = 0 the ZeRO
+ * rows are the paper's as printed; otherwise as reconstructed (moe-costmodel(1)). */
+static void weights(const moe_monta_mem_in_t *in, uint32_t dp, double *psi1, double *psi2)
 {
     double pt = (double)in->p * in->t, ptc = pt * in->c;
     static const double k1[4] = {0, 4.0 / 3, 2.0 / 3, 1.0 / 3};
@@ -196,8 +215,17 @@ static void weights(const moe_monta_mem_in_t *in, double *psi1, double *psi2)
         *psi2 = 16 * in->P2 / ptc;
         return;
     }
-    *psi1 = (k1[in->zero] + 1 / pt) * in->P1;
-    *psi2 = (k2[in->zero] + 1 / ptc) * in->P2;
+    if (!dp) {
+        *psi1 = (k1[in->zero] + 1 / pt) * in->P1;
+        *psi2 = (k2[in->zero] + 1 / ptc) * in->P2;
+        return;
+    }
+    /* bytes a parameter keeps whole and the bytes ZeRO splits over the data-parallel copies:
+     * stage 1 the 12 optimizer bytes, stage 2 also the 2 gradient bytes, stage 3 all 16 */
+    static const double kept[4] = {16, 4, 2, 0};
+    double d = dp, de = fmax(1.0, d / in->c), z = kept[in->zero];
+    *psi1 = (z + (16 - z) / d) * in->P1 / pt;
+    *psi2 = (z + (16 - z) / de) * in->P2 / ptc;
 }
 
 /* Table 4, rows as reconstructed in moe-costmodel(1): the printed table's "59a/h" is eq. 2's
@@ -211,23 +239,32 @@ static double activations(const moe_monta_mem_in_t *in)
     case MOE_ACT_TP: return bshl * (5 + 5 * k / c + (8 + 16 * k) / t + attn / t);
     case MOE_ACT_SP: return bshl * ((13 + 21 * k) / t + attn / t);
     case MOE_ACT_SELECTIVE: return bshl * (13 + 21 * k) / t;
+    /* FlashAttention keeps no s x s scores (the 5as/h term) but a 4-byte log-sum-exp per head
+     * and token, split over t with the heads */
+    case MOE_ACT_FLASH: return bshl * ((13 + 21 * k) / t + 4 * in->a / (in->h * t));
     default: return 2 * bshl / t;
     }
 }
 
 int moe_monta_memory(const moe_monta_mem_in_t *in, moe_monta_mem_t *out)
 {
+    return moe_monta_memory_dp(in, 0, out);
+}
+
+int moe_monta_memory_dp(const moe_monta_mem_in_t *in, uint32_t dp, moe_monta_mem_t *out)
+{
     if (!in->p || !in->t || !in->c || in->zero < 0 || in->zero > 3 || in->act < 0 ||
         in->act >= MOE_ACT_ROWS || !(in->P1 >= 0) || !(in->P2 >= 0) || !(in->h > 0) ||
         !(in->b >= 0 && in->s >= 0 && in->l >= 0 && in->k >= 0 && in->a >= 0))
         return MOE_EINVAL;
-    weights(in, &out->psi1, &out->psi2);
+    weights(in, dp, &out->psi1, &out->psi2);
     out->act = activations(in);
     out->total = out->psi1 + out->psi2 + out->act;
     return 0;
 }
 
-static const char *const act_names[MOE_ACT_ROWS] = {"none", "tp", "sp", "selective", "full"};
+static const char *const act_names[MOE_ACT_ROWS] = {"none", "tp", "sp", "selective", "full",
+                                                    "flash"};
 
 const char *moe_monta_act_name(int act)
 {

@@ -37,17 +37,36 @@ int moe_mpmoe_memory(const moe_mpmoe_in_t *in, uint32_t n, moe_mpmoe_mem_t *out)
 
 /* ------------------------------------------------------------------ operation times */
 
+/* Seconds of one operation moving `bytes` over link l: its latency plus the bytes at the
+ * efficiency moe_link_efficiency() reads (extrapolated below the curve's first point, so
+ * that small micro-batches pay the latency-bound rate the curve implies); NaN when the
+ * bandwidth is unknown. */
+static double link_time(const moe_link_t *l, double bytes)
+{
+    if (!(l->bw > 0))
+        return NAN;
+    return l->latency + bytes / (l->bw * moe_link_efficiency(l, bytes));
+}
+
 /* An all-to-all of `bytes` per rank over the topology: each rank keeps 1/G, sends the rest to
- * its node's and other nodes' ranks over the two classes at once; the slower class decides. */
+ * its node's and other nodes' ranks over the two classes at once; the slower class decides.
+ * A curve is read at the bytes one rank sends on its class (moe-topology(5)). */
 static double a2a_time(const moe_topo_t *t, double bytes)
 {
     uint32_t G = moe_topo_ranks(t), g = t->gpus_per_node;
     double intra = bytes * (g - 1) / G, inter = bytes * (double)(G - g) / G, ti = 0, te = 0;
     if (intra > 0)
-        ti = moe_topo_time(t, MOE_LINK_INTRA, intra);
+        ti = link_time(&t->link[MOE_LINK_INTRA], intra);
     if (inter > 0)
-        te = moe_topo_time(t, MOE_LINK_INTER, inter);
+        te = link_time(&t->link[MOE_LINK_INTER], inter);
     return ti > te ? ti : te; /* NaN when a needed bandwidth is unknown */
+}
+
+/* Seconds of one expert GEMM of `flop` FLOPs at the rate fl and the topology's compute
+ * efficiency curve (read against the GEMM's FLOPs; 1 without one). */
+static double gemm_time(const moe_topo_t *t, double flop, double fl)
+{
+    return flop / (fl * moe_link_efficiency(&t->compute, flop));
 }
 
 static double flops_of(const moe_mpmoe_in_t *in)
@@ -75,20 +94,23 @@ static int op_times(const moe_mpmoe_in_t *in, uint32_t n, int reuse, moe_mpmoe_p
     double b = in->B / n, fl = flops_of(in), eb = in->elem_bytes;
     if (!(fl > 0))
         return MOE_EINVAL;
-    double a2a = a2a_time(in->topo, b * in->M * eb);
-    double gemm = 2 * b * in->M * in->H / fl; /* one of the expert's two GEMMs */
+    /* every operation of a micro-batch also pays the launch overhead: what makes a finer
+     * partition slower once the pieces are small (MPMoE Fig. 13 and 16) */
+    double lo = in->topo->launch;
+    double a2a = a2a_time(in->topo, b * in->M * eb) + lo;
+    double gemm = gemm_time(in->topo, 2 * b * in->M * in->H, fl); /* one of the two GEMMs */
     double off = offload_elems(in, b, reuse) * eb;
-    double tm = off > 0 ? moe_topo_time(in->topo, MOE_LINK_HOST, off) : 0;
+    double tm = off > 0 ? link_time(&in->topo->link[MOE_LINK_HOST], off) + lo : 0;
     if (isnan(a2a) || isnan(tm))
         return MOE_EINVAL;
     f->ts = f->tr = a2a;
-    f->tc = 2 * gemm;
+    f->tc = 2 * gemm + lo;
     f->tm = tm;
     /* backward: gradients travel the combine's way first; both GEMMs need two products each;
      * the restore of T_DI by communication rides on the dispatch stream, that of T_M by
      * re-computation on the compute stream */
     bw->ts = bw->tr = a2a;
-    bw->tc = 4 * gemm;
+    bw->tc = 4 * gemm + lo;
     bw->tm = tm;
     if (reuse == MOE_REUSE_S2 || reuse == MOE_REUSE_S4)
         bw->ts += a2a;

@@ -102,7 +102,7 @@ static int monta_rows(moe_textout_t *t, const moe_monta_in_t *in, const moe_mont
           r->time[s] * 1e3);
         return 0;
     }
-    if (r->chunks[s] == 0 || moe_monta_chunk(in, r->chunks[s], &c))
+    if (r->chunks[s] == 0 || moe_monta_chunk_at(in, s, r->chunks[s], &c))
         return 0;
     if (s == MOE_MONTA_O1)
         snprintf(name, sizeof name, "O1");
@@ -175,7 +175,7 @@ static int monta_json(moe_textout_t *t, const moe_monta_in_t *in, const moe_mont
     for (int s = 0; s < MOE_MONTA_STRATEGIES; s++) {
         moe_monta_chunk_t c = {0};
         if (r->chunks[s] && s != MOE_MONTA_BASE)
-            moe_monta_chunk(in, r->chunks[s], &c);
+            moe_monta_chunk_at(in, s, r->chunks[s], &c);
         P("%s\n  {\"name\": \"%s\", \"chunks\": %u, \"time\": %s, \"ratio\": %s", s ? "," : "",
           moe_monta_strategy_name(s), r->chunks[s], J(r->time[s]).s,
           J(r->time[s] / r->time[MOE_MONTA_BASE]).s);
@@ -208,6 +208,13 @@ int moe_monta_write(moe_textout_t *t, int json, const moe_monta_in_t *in,
                     const moe_monta_result_t *r, const moe_monta_layer_t *L,
                     const moe_monta_mem_in_t *mi, const moe_monta_mem_t *mem)
 {
+    /* a search that kept its smallest chunk may have a better N beyond I_minimal, where the
+     * efficiency curves say nothing: say so */
+    for (int s = MOE_MONTA_O2; s <= MOE_MONTA_O3; s++)
+        if (r->at_min[s])
+            moe_log(MOE_LOG_WARN, "%s: the chunk search ended on the smallest chunk (N = %u, "
+                    "I_minimal %.6g bytes); a lower --min-chunk may find a faster N",
+                    moe_monta_strategy_name(s), r->chunks[s], in->i_minimal);
     return json ? monta_json(t, in, r, L, mi, mem) : monta_table(t, in, r, L, mi, mem);
 }
 

@@ -76,6 +76,10 @@ typedef struct moe_monta_in {
     moe_monta_res_t aa, ag, d2d;
     double i_minimal;       /* bytes, > 0 */
     uint32_t max_chunks;    /* cap of the chunk search (0: s, the sequence length) */
+    /* O3's own AllGather and device-copy efficiency curves (bandwidths and latencies stay
+     * ag's and d2d's): the paper's O3 runs both load/store kernels at once, so "r2 and r3
+     * differ from those of the O2 strategy"; npoints 0: O2's curves */
+    moe_monta_res_t ag_o3, d2d_o3;
 } moe_monta_in_t;
 
 /* Strategies of MoNTA's Table 6. */
@@ -97,8 +101,13 @@ typedef struct moe_monta_chunk {
 
 /* I (eq. 3 unless given). */
 double moe_monta_volume(const moe_monta_in_t *in);
-/* Eq. 8-10 for N chunks. Returns 0 or MOE_EINVAL (N = 0, t or e 0, a bandwidth unknown). */
+/* Eq. 8-10 for N chunks. Efficiencies are read with moe_link_efficiency(): below a curve's
+ * first point the time is extrapolated toward the latency-bound regime. Returns 0 or
+ * MOE_EINVAL (N = 0, t or e 0, a bandwidth unknown). */
 int moe_monta_chunk(const moe_monta_in_t *in, uint32_t n, moe_monta_chunk_t *c);
+/* The same for a strategy: O3 reads r2 and r3 on its own curves (ag_o3, d2d_o3) where given. */
+int moe_monta_chunk_at(const moe_monta_in_t *in, int strategy, uint32_t n,
+                       moe_monta_chunk_t *c);
 /* Time of one AllToAll under a strategy: BASE the original AllToAll of I over the inter-node
  * resource, I (e-1)/e / (B1 r1(I)); O1 eq. 11; O2 and O3 with n chunks as lines 13-17 of
  * Alg. 1 and Alg. 2. NaN on invalid input. */
@@ -120,6 +129,9 @@ typedef struct moe_monta_result {
     double time[MOE_MONTA_STRATEGIES]; /* per strategy (O2/O3 at their chunk counts) */
     uint32_t chunks[MOE_MONTA_STRATEGIES]; /* 1 for BASE/O1, the searched or given N */
     int best;                          /* Alg. 3: the least of O1, O2, O3 */
+    /* 1 where the search kept the largest N it tried before a chunk fell below I_minimal:
+     * the least time may lie beyond, at chunks smaller than the curves describe */
+    int at_min[MOE_MONTA_STRATEGIES];
 } moe_monta_result_t;
 
 /* Evaluate all strategies: O2 and O3 at `chunks` chunks, or searched (Alg. 1-2) when 0, then
@@ -161,17 +173,26 @@ enum moe_monta_act {
     MOE_ACT_SP = 2,        /* PP+TP+EP+SP */
     MOE_ACT_SELECTIVE = 3, /* ... + selective activation recomputation */
     MOE_ACT_FULL = 4,      /* ... + full activation recomputation */
-    MOE_ACT_ROWS = 5,
+    MOE_ACT_FLASH = 5,     /* PP+TP+EP+SP with FlashAttention (moeflow's row): no s x s
+                            * scores, a 4-byte log-sum-exp per head and token instead */
+    MOE_ACT_ROWS = 6,
 };
 
 typedef struct moe_monta_mem {
     double psi1, psi2, act, total; /* bytes per GPU: eq. 1 total = psi1 + psi2 + act */
 } moe_monta_mem_t;
 
-/* Evaluate eq. 1 with Table 3 and Table 4. Returns 0 or MOE_EINVAL. */
+/* Evaluate eq. 1 with Table 3 (its ZeRO rows as printed) and Table 4. Returns 0 or
+ * MOE_EINVAL. */
 int moe_monta_memory(const moe_monta_mem_in_t *in, moe_monta_mem_t *out);
-/* Name of a Table 4 row ("none", "tp", "sp", "selective", "full") and the reverse (-1 when
- * unknown). */
+/* The same with Table 3's ZeRO rows as reconstructed in moe-costmodel(1), over dp
+ * data-parallel copies of the non-MoE weights (the experts' copies are dp / c, at least 1):
+ * ZeRO 1 splits the 12 optimizer bytes of a parameter over the copies, ZeRO 2 also its 2
+ * gradient bytes, ZeRO 3 all 16. dp 0 is moe_monta_memory() (the printed rows, which have no
+ * data-parallel degree). */
+int moe_monta_memory_dp(const moe_monta_mem_in_t *in, uint32_t dp, moe_monta_mem_t *out);
+/* Name of a Table 4 row ("none", "tp", "sp", "selective", "full", "flash") and the reverse
+ * (-1 when unknown). */
 const char *moe_monta_act_name(int act);
 int moe_monta_act_parse(const char *s);
 

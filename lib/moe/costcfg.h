@@ -31,8 +31,12 @@ enum moe_costcfg_key {
     MOE_CK_PARTITIONS, MOE_CK_REUSE, MOE_CK_MIN_PART, MOE_CK_MAX_PART, MOE_CK_MEM_LIMIT,
     MOE_CK_ALPHA, MOE_CK_PROFILE, MOE_CK_EPW, MOE_CK_BLOCKS, MOE_CK_THRESHOLD, MOE_CK_PREFETCH,
     MOE_CK_SOURCE,
-    /* Janus's paths and `iteration` (helper C, issue 20) */
-    MOE_CK_SKEW, MOE_CK_PER_SWITCH, MOE_CK_COMPUTE_EFF, MOE_CK_INFERENCE,
+    /* Janus's paths and `iteration` (issue 20) */
+    MOE_CK_SKEW, MOE_CK_PER_SWITCH, MOE_CK_INFERENCE,
+    /* MoNTA and MPMoE (issue 20): O3's own efficiencies, per-operation latencies, ZeRO's
+     * data-parallel degree, the launch overhead and the compute efficiency curve */
+    MOE_CK_R2_O3, MOE_CK_R3_O3, MOE_CK_LAT_INTRA, MOE_CK_LAT_INTER, MOE_CK_LAT_HBM, MOE_CK_DP,
+    MOE_CK_LAUNCH, MOE_CK_COMPUTE_EFF,
     MOE_CK_COUNT
 };
 
@@ -59,9 +63,14 @@ typedef struct moe_costcfg {
     double epw[MOE_COSTCFG_MAX_LIST];
     moe_costcfg_eff_t r[3];
     /* Janus's paths and `iteration` */
-    double skew, compute_eff;
+    double skew;
     uint32_t per_switch;
     int inference;
+    /* MoNTA and MPMoE: r2-o3, r3-o3; compute-eff; latency-intra, -inter, -hbm (seconds);
+     * launch-overhead; dp (0: not given) */
+    moe_costcfg_eff_t r_o3[2], compute_eff;
+    double lat[3], launch;
+    uint32_t dp;
     /* private: config nesting and the copies of file values */
     int depth;
     char **kept;
@@ -98,8 +107,9 @@ int moe_costcfg_parse(moe_costcfg_t *g, const char *text, size_t len, const char
                       const int *takes, const char *sub, char *err, size_t errlen);
 
 /* The topology the keys describe: `topology` (a file or a preset, moe_topo_load), else one
- * node of `gpus-per-node` GPUs (1), with nodes, gpus-per-node, bw-*, flops applied over it.
- * 0 or a negative status with err. */
+ * node of `gpus-per-node` GPUs (1), with nodes, gpus-per-node, bw-*, flops, latency-*,
+ * launch-overhead and the curves compute-eff, r2-o3, r3-o3 applied over it. 0 or a negative
+ * status with err. */
 int moe_costcfg_topo(const moe_costcfg_t *g, moe_topo_t *t, char *err, size_t errlen);
 
 /* ------------------------------------------------------------------ MPMoE profiles */

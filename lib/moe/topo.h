@@ -51,6 +51,15 @@ typedef struct moe_topo {
     double cost[MOE_LINK_CLASSES]; /* weight of one transfer of each class in placement
                                     * objectives: self 0, intra 1, inter bw_intra/bw_inter when
                                     * both are known, else 4 */
+    /* Curves of the cost models beyond the link classes (moe-topology(5), "Model curves"):
+     * npoints 0 (and latency 0) when not given. */
+    moe_link_t hbm;        /* device-memory copy: latency, efficiency against bytes copied
+                            * (bw unused: hbm_bw) */
+    moe_link_t compute;    /* GEMM efficiency against the FLOPs of one GEMM (bw unused) */
+    moe_link_t intra_o3;   /* intra-node AllGather beside a device copy (MoNTA O3) */
+    moe_link_t hbm_o3;     /* device copy beside an intra-node AllGather (MoNTA O3) */
+    double launch;         /* seconds of fixed cost per launched operation (MPMoE: per
+                            * micro-batch and stream operation) */
 } moe_topo_t;
 
 /* Read the topology `arg`: a moe-topology(5) file ("-" = standard input), or, where no such
@@ -91,6 +100,12 @@ static inline int moe_topo_class(const moe_topo_t *t, uint32_t a, uint32_t b)
 }
 /* Efficiency of a message of `bytes` on link class c (1 without a curve). */
 double moe_topo_efficiency(const moe_topo_t *t, int c, double bytes);
+/* Efficiency of a curve at `size` as the cost models read it: linear between points, clamped
+ * above the last; below the first point the time (size / efficiency) is extrapolated linearly
+ * through the first two points, toward the latency-bound regime, so that efficiency falls to
+ * 0 with the size. A curve of one point, or whose first two points do not rise, is clamped
+ * below as well. 1 without points. */
+double moe_link_efficiency(const moe_link_t *l, double size);
 /* Seconds to move one message of `bytes` over class c: latency + bytes / (bw * efficiency);
  * 0 for MOE_LINK_SELF, NaN when the bandwidth is unknown. */
 double moe_topo_time(const moe_topo_t *t, int c, double bytes);

@@ -85,7 +85,7 @@ has_line '"time_ec": 0\.001, "time_dc": 0\.2\}'
 # the paper's MoE-GPT on its cluster: rdma 4.447 ms, pcie 2 x 0.4219 GiB / 32 GB/s = 28.31 ms,
 # over 24 external experts: 28.31 + 4.447/24 = 28.50 ms
 expect_exit 0 cm janus --batch=256 --seq=64 --topk=4 --hidden=768 --experts=32 \
-    --topology=janus-a100
+    --topology=janus-a100 --nodes=4
 has_line '^ +0 +1 +5\.333 .* data-centric +23\.7087 +28\.4968$'
 end
 

@@ -29,6 +29,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         for (double bytes = 0.5; bytes < 1e12; bytes *= 37)
             if (moe_topo_efficiency(&t, c, bytes) > 1 || moe_topo_time(&t, c, bytes) < 0)
                 abort();
+    /* the cost models' reading, extrapolated below a curve's first point, stays in (0, 1] */
+    const moe_link_t *curves[] = {&t.link[MOE_LINK_INTER], &t.compute, &t.hbm, &t.intra_o3};
+    for (int i = 0; i < 4; i++)
+        for (double bytes = 0.5; bytes < 1e12; bytes *= 37) {
+            double e = moe_link_efficiency(curves[i], bytes);
+            if (!(e > 0 && e <= 1))
+                abort();
+        }
     free(a);
     free(b);
     return 0;

@@ -4,9 +4,11 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "moe/cost.h"
+#include "moe/costcfg.h"
 #include "moe/moe.h"
 #include "unit.h"
 
@@ -474,6 +476,198 @@ static void exflow_table1(void)
     CHECK(moe_exflow_eval(&in, &o) == MOE_EINVAL);
 }
 
+/* ------------------------------------------------------------------ issue 20: MoNTA, MPMoE */
+
+/* A curve's time extended linearly below its first point. By hand for 1000:0.5, 3000:0.75:
+ * u = size / eff is 2000 and 4000, slope 1, so u(500) = 1500 and eff(500) = 500/1500 = 1/3;
+ * between the points eff(2000) = 0.625 as before; above the last, 0.75. */
+static void link_extrapolation(void)
+{
+    moe_link_t l;
+    memset(&l, 0, sizeof l);
+    l.npoints = 2;
+    l.size[0] = 1000, l.eff[0] = 0.5;
+    l.size[1] = 3000, l.eff[1] = 0.75;
+    CHECK_NEAR(moe_link_efficiency(&l, 500), 1.0 / 3, 1e-12);
+    CHECK_NEAR(moe_link_efficiency(&l, 100), 100.0 / 1100, 1e-12); /* u(100) = 1100 */
+    CHECK_NEAR(moe_link_efficiency(&l, 2000), 0.625, 1e-12);
+    CHECK_NEAR(moe_link_efficiency(&l, 1e6), 0.75, 1e-12);
+    CHECK_NEAR(moe_link_efficiency(&l, 0), 0.5, 1e-12); /* no size, no time: clamped */
+    l.eff[1] = 0.4; /* falling between the first two points: clamped below */
+    CHECK_NEAR(moe_link_efficiency(&l, 500), 0.5, 1e-12);
+    l.npoints = 1; /* one point: a fixed efficiency */
+    CHECK_NEAR(moe_link_efficiency(&l, 10), 0.5, 1e-12);
+    l.npoints = 0;
+    CHECK_NEAR(moe_link_efficiency(&l, 10), 1, 0);
+}
+
+/* O3's own AllGather efficiency, by hand with monta_setup's resources at N = 4:
+ * AA_j = 8e6 * 1/2 / 25e9 = 0.16 ms, AG_j = 64e6 * 7/8 / 200e9 = 0.28 ms, D2D_j = 64e6 /
+ * (1.6e12 * 0.8) = 0.05 ms; O2 = 0.16 + 4 (0.28 + 0.05) = 1.48 ms, O3 = 0.16 + 4 * 0.28 + 0.05
+ * = 1.33 ms; with r2 = 0.5 for O3 only, AG_j = 0.56 ms and O3 = 0.16 + 2.24 + 0.05 = 2.45 ms;
+ * O1 = 32e6 / 2 / 25e9 + 256e6 * 7/8 / 200e9 = 0.64 + 1.12 = 1.76 ms, so Alg. 3 picks O2. */
+static void monta_o3_curves(void)
+{
+    moe_monta_in_t in;
+    monta_setup(&in);
+    CHECK_NEAR(moe_monta_time(&in, MOE_MONTA_O2, 4), 1.48e-3, 1e-12);
+    CHECK_NEAR(moe_monta_time(&in, MOE_MONTA_O3, 4), 1.33e-3, 1e-12);
+    res_fixed(&in.ag_o3, 0, 0.5);
+    CHECK_NEAR(moe_monta_time(&in, MOE_MONTA_O2, 4), 1.48e-3, 1e-12);
+    CHECK_NEAR(moe_monta_time(&in, MOE_MONTA_O3, 4), 2.45e-3, 1e-12);
+    moe_monta_result_t r;
+    CHECK(moe_monta_eval(&in, 4, &r) == 0);
+    CHECK_NEAR(r.time[MOE_MONTA_O1], 1.76e-3, 1e-12);
+    CHECK_EQ_INT(r.best, MOE_MONTA_O2);
+    moe_monta_chunk_t c;
+    CHECK(moe_monta_chunk_at(&in, MOE_MONTA_O3, 4, &c) == 0);
+    CHECK_NEAR(c.r2, 0.5, 0);
+    /* a D2D latency of 10 us counts once per copy: O3 + 10 us (one copy shows), O2 + 40 us */
+    in.d2d.latency = 10e-6;
+    CHECK_NEAR(moe_monta_time(&in, MOE_MONTA_O3, 4), 2.46e-3, 1e-12);
+    CHECK_NEAR(moe_monta_time(&in, MOE_MONTA_O2, 4), 1.52e-3, 1e-12);
+    in.ag_o3.eff[0] = 1.5;
+    CHECK(moe_monta_eval(&in, 4, &r) == MOE_EINVAL);
+}
+
+/* The search's end: with fixed efficiencies and no latency more chunks always win, so it
+ * keeps the last N before chunks fall below I_minimal: 256e6 / (32 * 8) = 1e6 is the last,
+ * O2 at 32 chunks = 20 us + 32 * (35 + 6.25) us = 1.34 ms. With Table 8's curves extrapolated
+ * below 8 MB the search stops earlier, at a chunk count the curve prefers. */
+static void monta_search_end(void)
+{
+    moe_monta_in_t in;
+    monta_setup(&in);
+    moe_monta_result_t r;
+    CHECK(moe_monta_eval(&in, 0, &r) == 0);
+    CHECK_EQ_INT(r.chunks[MOE_MONTA_O2], 32);
+    CHECK_EQ_INT(r.at_min[MOE_MONTA_O2], 1);
+    CHECK_NEAR(r.time[MOE_MONTA_O2], 1.34e-3, 1e-12);
+    in.aa.npoints = 3;
+    in.aa.size[0] = 8e6, in.aa.eff[0] = 0.427;
+    in.aa.size[1] = 32e6, in.aa.eff[1] = 0.633;
+    in.aa.size[2] = 256e6, in.aa.eff[2] = 0.741;
+    CHECK(moe_monta_eval(&in, 0, &r) == 0);
+    printf("MoNTA search with Table 8's AllToAll curve extrapolated: O2 N = %u, O3 N = %u\n",
+           r.chunks[MOE_MONTA_O2], r.chunks[MOE_MONTA_O3]);
+    CHECK(r.chunks[MOE_MONTA_O2] < 32 && r.chunks[MOE_MONTA_O3] < 32);
+    CHECK_EQ_INT(r.at_min[MOE_MONTA_O2], 0);
+    CHECK_EQ_INT(r.at_min[MOE_MONTA_O3], 0);
+}
+
+/* Table 3 reconstructed, by hand (P1 1e9, P2 2e9, p = t = 1):
+ *  ZeRO 1, d 4, c 1: (4 + 12/4) P1 = 7e9, (4 + 12/4) P2 = 14e9
+ *  ZeRO 2, d 4, c 2 (experts d/c = 2 copies): (2 + 14/4) P1 = 5.5e9, (2 + 14/2) P2 / 2 = 9e9
+ *  ZeRO 3, d 2, c 2 (one expert copy): 16/2 P1 = 8e9, 16 P2 / 2 = 16e9
+ *  any stage at d = 1 is stage 0: 16 P1 = 16e9 */
+static void monta_zero_dp(void)
+{
+    moe_monta_mem_in_t m = {1e9, 2e9, 1, 4096, 8192, 64, 80, 2, 1, 1, 1, 1, MOE_ACT_NONE};
+    moe_monta_mem_t o;
+    CHECK(moe_monta_memory_dp(&m, 4, &o) == 0);
+    CHECK_NEAR(o.psi1, 7e9, 1e-12);
+    CHECK_NEAR(o.psi2, 14e9, 1e-12);
+    m.zero = 2, m.c = 2;
+    CHECK(moe_monta_memory_dp(&m, 4, &o) == 0);
+    CHECK_NEAR(o.psi1, 5.5e9, 1e-12);
+    CHECK_NEAR(o.psi2, 9e9, 1e-12);
+    m.zero = 3;
+    CHECK(moe_monta_memory_dp(&m, 2, &o) == 0);
+    CHECK_NEAR(o.psi1, 8e9, 1e-12);
+    CHECK_NEAR(o.psi2, 16e9, 1e-12);
+    CHECK(moe_monta_memory_dp(&m, 1, &o) == 0);
+    CHECK_NEAR(o.psi1, 16e9, 1e-12);
+    /* dp 0 is Table 3 as printed */
+    moe_monta_mem_t printed;
+    CHECK(moe_monta_memory_dp(&m, 0, &o) == 0 && moe_monta_memory(&m, &printed) == 0);
+    CHECK_NEAR(o.psi2, printed.psi2, 0);
+    /* the flash row: bshl ((13 + 21 * 2) / 8 + 4 * 64 / (8192 * 8)) at t = 8 */
+    m.t = 8, m.act = MOE_ACT_FLASH;
+    CHECK(moe_monta_memory_dp(&m, 1, &o) == 0);
+    double bshl = 4096.0 * 8192 * 80;
+    CHECK_NEAR(o.act, bshl * (55.0 / 8 + 256.0 / 65536), 1e-12);
+    CHECK_EQ_INT(moe_monta_act_parse("flash"), MOE_ACT_FLASH);
+}
+
+/* MPMoE's launch overhead and compute curve, by hand on mpmoe_phases' topology (1 node of 2
+ * GPUs at 1 GB/s, 1 TFLOP/s; per micro-batch of n = 4: dispatch 0.5 ms, GEMMs 8 ms):
+ *  launch 1 ms: t_S = 1.5, t_C = 9 ms; paradigm 1 with alpha(comm, comp) 0.5: P0 1.5, P1
+ *  max(3, 9), P2 max(6, 9) twice, P3 max(3, 9), P4 1.5: 39 ms
+ *  compute curve 2e9:0.5, 4e9:0.75 (u 4e9, 5.333e9): a GEMM of 2 * 1000 * 1000 * 2000 = 4e9
+ *  FLOPs runs at 0.75, t_C = 2 * 4e9 / 0.75e12 = 10.667 ms; at n = 8, 2e9 FLOPs at 0.5:
+ *  t_C = 2 * 2e9 / 0.5e12 = 8 ms, where the peak gives 4 ms */
+static void mpmoe_overheads(void)
+{
+    moe_topo_t t;
+    CHECK(moe_topo_uniform(&t, 1, 2) == 0);
+    t.link[MOE_LINK_INTRA].bw = 1e9;
+    t.link[MOE_LINK_HOST].bw = 0.5e9;
+    t.flops = 1e12;
+    t.launch = 1e-3;
+    moe_mpmoe_in_t in = {4000, 1000, 2000, 2, 1, &t, 0, {{0}}};
+    for (int y = 0; y < MOE_MP_STREAMS; y++)
+        for (int x = 0; x < 4; x++)
+            in.alpha[y][x] = 1;
+    in.alpha[MOE_MP_COMM][MOE_MP_COMP] = 0.5;
+    moe_mpmoe_cfg_t c;
+    CHECK(moe_mpmoe_eval(&in, 4, MOE_REUSE_S4, &c) == 0);
+    CHECK_NEAR(c.fwd.ts, 1.5e-3, 1e-12);
+    CHECK_NEAR(c.fwd.tc, 9e-3, 1e-12);
+    CHECK_NEAR(c.fwd.total, 39e-3, 1e-12);
+    t.launch = 0;
+    t.compute.npoints = 2;
+    t.compute.size[0] = 2e9, t.compute.eff[0] = 0.5;
+    t.compute.size[1] = 4e9, t.compute.eff[1] = 0.75;
+    CHECK(moe_mpmoe_eval(&in, 4, MOE_REUSE_NONE, &c) == 0);
+    CHECK_NEAR(c.fwd.tc, 2 * 4e9 / 0.75e12, 1e-12);
+    CHECK(moe_mpmoe_eval(&in, 8, MOE_REUSE_NONE, &c) == 0);
+    CHECK_NEAR(c.fwd.tc, 8e-3, 1e-12);
+}
+
+/* The topology's model curves and fixed costs: read, written, read back the same; the keys
+ * apply over a topology (5us is 5e-6 s). */
+static void model_topology(void)
+{
+    static const char text[] = "nodes 2\ngpus-per-node 8\nlink intra bandwidth 200 GB/s\n"
+                               "efficiency hbm 64000000:0.8\n"
+                               "efficiency compute 1e9:0.4 1e12:0.8\n"
+                               "efficiency intra-o3 1e6:0.3 1e8:0.7\n"
+                               "efficiency hbm-o3 1e6:0.5\n"
+                               "hbm-latency 2 us\nlaunch-overhead 10 us\n";
+    char err[256];
+    moe_topo_t t, back;
+    CHECK(moe_topo_parse(&t, text, sizeof text - 1, "m.topo", err, sizeof err) == 0);
+    CHECK_EQ_INT(t.compute.npoints, 2);
+    CHECK_NEAR(t.compute.eff[1], 0.8, 0);
+    CHECK_NEAR(t.hbm.latency, 2e-6, 1e-15);
+    CHECK_NEAR(t.launch, 10e-6, 1e-15);
+    CHECK_EQ_INT(t.intra_o3.npoints, 2);
+    char *f = moe_topo_format(&t);
+    CHECK(f != NULL);
+    CHECK(f && moe_topo_parse(&back, f, strlen(f), "back", err, sizeof err) == 0);
+    CHECK(f && !memcmp(&back.compute, &t.compute, sizeof t.compute) &&
+          !memcmp(&back.hbm_o3, &t.hbm_o3, sizeof t.hbm_o3) && back.launch == t.launch &&
+          back.hbm.latency == t.hbm.latency);
+    free(f);
+    static const char twice[] = "nodes 1\ngpus-per-node 1\nefficiency hbm 1:0.5\n"
+                                "efficiency hbm 2:0.5\n";
+    CHECK(moe_topo_parse(&t, twice, sizeof twice - 1, "x", err, sizeof err) == MOE_EFORMAT);
+    CHECK(strstr(err, "second 'efficiency hbm' line") != NULL);
+    moe_costcfg_t g;
+    moe_costcfg_init(&g);
+    CHECK(moe_costcfg_set(&g, MOE_CK_LAT_INTER, "5us", NULL, "monta", err, sizeof err) == 0);
+    CHECK(moe_costcfg_set(&g, MOE_CK_LAUNCH, "0.02ms", NULL, "mpmoe", err, sizeof err) == 0);
+    CHECK(moe_costcfg_set(&g, MOE_CK_R2_O3, "1M:0.3,100M:0.7", NULL, "monta", err,
+                          sizeof err) == 0);
+    CHECK(moe_costcfg_set(&g, MOE_CK_LAT_HBM, "5 parsecs", NULL, "monta", err, sizeof err) ==
+          MOE_EINVAL);
+    CHECK(moe_costcfg_topo(&g, &t, err, sizeof err) == 0);
+    CHECK_NEAR(t.link[MOE_LINK_INTER].latency, 5e-6, 1e-15);
+    CHECK_NEAR(t.launch, 2e-5, 1e-15);
+    CHECK_EQ_INT(t.intra_o3.npoints, 2);
+    moe_costcfg_release(&g);
+}
+
 int main(void)
 {
     monta_table8();
@@ -488,5 +682,11 @@ int main(void)
     mpmoe_phases();
     mpmoe_search();
     exflow_table1();
+    link_extrapolation();
+    monta_o3_curves();
+    monta_search_end();
+    monta_zero_dp();
+    mpmoe_overheads();
+    model_topology();
     return unit_done("test_cost");
 }
