@@ -214,8 +214,9 @@ CUDA_HOME=$(dirname "$(dirname "$(readlink -f "$nvcc")")")
 # NCCL: the CUDA prefix, the system, or the pip wheel beside torch (nvidia-nccl-cu13, which has
 # no libnccl.so link); one folder of links to what is found, for configure's --with-nccl.
 find_nccl() {
-    for _d in "$CUDA_HOME" /usr "$(python3 -c 'import nvidia.nccl as n; print(n.__path__[0])' \
-        2>/dev/null)"; do
+    _py=$(env -u LD_LIBRARY_PATH python3 -c 'import nvidia.nccl as n; print(n.__path__[0])' \
+        2>/dev/null)
+    for _d in "$CUDA_HOME" /usr "$_py"; do
         [ -n "$_d" ] && [ -f "$_d/include/nccl.h" ] || continue
         for _l in "$_d"/lib64/libnccl.so* "$_d"/lib/libnccl.so* "$_d/lib/$M"/libnccl.so*; do
             [ -e "$_l" ] || continue
