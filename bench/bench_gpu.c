@@ -255,9 +255,12 @@ int main(int argc, char **argv)
     if (rc)
         return rc;
     int ndev = 0, err = moe_gpu_device_count(&ndev);
-    if (err || !ndev) {
-        fprintf(stderr, "bench_gpu: no CUDA device (%s); nothing to measure\n",
-                err ? moe_gpu_strerror(err) : "none found");
+    if (err) { /* a GPU that is there but unusable is a failure, not a skip */
+        fprintf(stderr, "bench_gpu: CUDA device unusable: %s\n", moe_gpu_strerror(err));
+        return 1;
+    }
+    if (!ndev) {
+        fprintf(stderr, "bench_gpu: no CUDA device (none found); nothing to measure\n");
         return 77;
     }
     char name[256];

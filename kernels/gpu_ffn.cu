@@ -15,13 +15,18 @@ extern "C" const char *moe_gpu_strerror(int err)
 extern "C" int moe_gpu_device_count(int *n)
 {
     cudaError_t e = cudaGetDeviceCount(n);
-    if (e == cudaErrorNoDevice || e == cudaErrorInsufficientDriver) {
-        (void)cudaGetLastError(); /* clear the sticky-free error so later calls start clean */
-        *n = 0;
+    if (e == cudaSuccess)
         return 0;
-    }
-    if (e != cudaSuccess)
-        *n = 0;
+    *n = 0;
+    (void)cudaGetLastError(); /* clear the non-sticky error so later calls start clean */
+    if (e == cudaErrorNoDevice)
+        return 0;
+    /* With no NVIDIA driver at all the runtime also says "insufficient driver"; the driver
+     * version tells the two apart (0: no driver installed, so no GPU). A real driver that is
+     * too old, a stub libcuda or a device in a bad state is an error, never a quiet skip. */
+    int drv = 0;
+    if (e == cudaErrorInsufficientDriver && cudaDriverGetVersion(&drv) == cudaSuccess && !drv)
+        return 0;
     return (int)e;
 }
 

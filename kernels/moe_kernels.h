@@ -30,8 +30,9 @@ extern "C" {
 
 /* Short description of a launcher's error code ("out of memory", "CUBLAS_STATUS_..."). */
 const char *moe_gpu_strerror(int err);
-/* Number of CUDA devices into *n (0 when there is no driver or no device: that is not an
- * error here, so callers can skip cleanly). Returns 0 or an error code. */
+/* Number of CUDA devices into *n. No device, or no NVIDIA driver installed at all, is 0 devices
+ * and returns 0, so callers can skip cleanly; a GPU that is there but unusable (a driver older
+ * than the runtime, a stub libcuda, a device error) returns its error code with *n = 0. */
 int moe_gpu_device_count(int *n);
 /* The name of device dev (cudaGetDeviceProperties) into buf, at most len bytes with the NUL. */
 int moe_gpu_device_name(int dev, char *buf, size_t len);

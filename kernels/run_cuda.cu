@@ -494,9 +494,13 @@ static const moe_run_backend_ops_t cuda_ops = {
 static int cuda_setup(moe_run_backend_t *b, cuda_be_t *c, char *errbuf, size_t errlen)
 {
     int ndev = 0, err = moe_gpu_device_count(&ndev);
-    if (err || !ndev) {
-        snprintf(errbuf, errlen, "no CUDA device on rank %d (%s)", b->rank,
-                 err ? moe_gpu_strerror(err) : "none visible");
+    if (err) { /* there but unusable: an old driver, a stub libcuda, a device error */
+        snprintf(errbuf, errlen, "CUDA device unusable on rank %d: %s", b->rank,
+                 moe_gpu_strerror(err));
+        return -1;
+    }
+    if (!ndev) {
+        snprintf(errbuf, errlen, "no CUDA device on rank %d (none visible)", b->rank);
         return -1;
     }
     c->dev = moe_run_comm_local_rank(b->comm) % ndev;

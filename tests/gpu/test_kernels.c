@@ -1,7 +1,7 @@
 /* tests/gpu/test_kernels.c -- every CUDA kernel of moe-run (kernels/moe_kernels.h) against its C
  * reference in lib/run/kern.c on random data, within the moe-run tolerances (max |diff| /
  * max(1, |ref|) <= 1e-4 for fp32, 2e-2 for bf16/fp16; conversions and permutes bit-exact).
- * Exits 77 (skip) when there is no CUDA device. */
+ * Exits 77 (skip) when there is no CUDA device, 1 when a GPU is there but unusable. */
 #include "config.h"
 
 #include <cuda_runtime.h>
@@ -410,12 +410,7 @@ static void test_gemm(void)
 
 int main(void)
 {
-    int ndev = 0, err = moe_gpu_device_count(&ndev);
-    if (err || ndev == 0) {
-        printf("test_kernels: no CUDA device (%s), skipped\n",
-               err ? moe_gpu_strerror(err) : "none found");
-        return 77;
-    }
+    gpu_test_need_device("test_kernels");
     char name[256];
     GPU_OK(moe_gpu_device_name(0, name, sizeof name));
     printf("test_kernels: device 0: %s\n", name);

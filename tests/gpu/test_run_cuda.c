@@ -1,7 +1,7 @@
 /* tests/gpu/test_run_cuda.c -- moe-run's CUDA + NCCL backend against the CPU backend, operation
  * by operation, on one rank (the collectives then send to self), for fp32 and bf16. Also checks
  * that re-uploading expert weights into the same buffer invalidates the backend's converted
- * copy. Exits 77 (skip) when there is no CUDA device. */
+ * copy. Exits 77 (skip) without a CUDA device, 1 when a GPU is there but unusable. */
 #include "config.h"
 
 #include <math.h>
@@ -159,12 +159,7 @@ static void test_comm(moe_run_backend_t *b)
 
 int main(int argc, char **argv)
 {
-    int ndev = 0, err = moe_gpu_device_count(&ndev);
-    if (err || !ndev) {
-        printf("test_run_cuda: no CUDA device (%s), skipped\n",
-               err ? moe_gpu_strerror(err) : "none found");
-        return 77;
-    }
+    gpu_test_need_device("test_run_cuda");
     moe_rng_seed(&rng, 11);
     moe_run_comm_t *comm = run_comm_init(&argc, &argv);
     CHECK(comm != NULL);
