@@ -30,7 +30,10 @@ enum moe_costcfg_key {
     MOE_CK_SEQ_PER_NODE, MOE_CK_SWITCH_PORTS, MOE_CK_TOKENS, MOE_CK_FFN, MOE_CK_EXPERTS,
     MOE_CK_PARTITIONS, MOE_CK_REUSE, MOE_CK_MIN_PART, MOE_CK_MAX_PART, MOE_CK_MEM_LIMIT,
     MOE_CK_ALPHA, MOE_CK_PROFILE, MOE_CK_EPW, MOE_CK_BLOCKS, MOE_CK_THRESHOLD, MOE_CK_PREFETCH,
-    MOE_CK_SOURCE, MOE_CK_COUNT
+    MOE_CK_SOURCE,
+    /* ExFlow's pricing (issue 20, part A): the all-gathered item, the inter-node parts */
+    MOE_CK_GATHER_BYTES, MOE_CK_P_INTER, MOE_CK_P_STAR_INTER,
+    MOE_CK_COUNT
 };
 
 /* An efficiency value: a fixed value (n = 1, size 0) or a curve SIZE:EFF,... (0 points: not
@@ -52,6 +55,7 @@ typedef struct moe_costcfg {
     double tpr, layers, p, p_topo, p_star, hidden, elem_bytes, batch, seq, volume, min_chunk;
     double heads, params_dense, params_moe, seq_per_node, tokens, ffn, experts, mem_limit;
     double threshold, prefetch;
+    double gather_bytes, p_inter, p_star_inter; /* ExFlow: -1 for "hidden"; NaN: not given */
     double alpha[MOE_MP_STREAMS][4];
     double epw[MOE_COSTCFG_MAX_LIST];
     moe_costcfg_eff_t r[3];
@@ -94,6 +98,17 @@ int moe_costcfg_parse(moe_costcfg_t *g, const char *text, size_t len, const char
  * node of `gpus-per-node` GPUs (1), with nodes, gpus-per-node, bw-*, flops applied over it.
  * 0 or a negative status with err. */
 int moe_costcfg_topo(const moe_costcfg_t *g, moe_topo_t *t, char *err, size_t errlen);
+
+/* ExFlow's inputs beyond p, p* and the sizes, into pr: the all-gathered item
+ * (--gather-bytes), the inter-node parts (--p-inter, --p-star-inter; else measured by ms when
+ * it has them, else the uniform split) and, when --topology, --nodes or --gpus-per-node is
+ * given, the topology (into *topo, which pr->topo then points to; in->G defaults to its
+ * ranks). 0, or MOE_EINVAL with err (a usage error: a topology of other than G ranks, an
+ * inter-node part with a trace), MOE_ESHAPE (the placement's nodes differ), or the
+ * topology's own error status. */
+int moe_costcfg_exflow(const moe_costcfg_t *g, const moe_exflow_meas_t *ms, moe_topo_t *topo,
+                       moe_exflow_in_t *in, moe_exflow_pricing_t *pr, char *err,
+                       size_t errlen);
 
 /* ------------------------------------------------------------------ MPMoE profiles */
 
