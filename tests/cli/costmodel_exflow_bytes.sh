@@ -141,4 +141,20 @@ expect_exit 2 cm simulate --topology "$T/t.topo" --gather-bytes=-1 "$T/g.moet" "
 expect_tool_usage moe-costmodel simulate "invalid gather size '-1' (bytes or hidden)"
 end
 
+begin "exflow: the inter-node parts measured on a trace are moe-place eval's"
+# eval's per-(token, layer) inter-node transfers: vanilla's dispatch and combine are equal, so
+# p_inter = (vanilla inter / 2) / k; coherent's dispatch plus combine: p*_inter = inter / k
+run moe_tool moe-place eval --json "$T/p.moep" "$T/g.moet"
+vi=$(grep '"vanilla"' "$T/out" | sed 's/.*"inter": \([0-9.]*\),.*/\1/')
+ci=$(grep '"coherent"' "$T/out" | sed 's/.*"inter": \([0-9.]*\),.*/\1/')
+expect_exit 0 cm exflow --trace="$T/g.moet" --placement="$T/p.moep" --nodes=2 \
+    --gpus-per-node=2 --bw-intra=100G --bw-inter=10G --json
+near p_inter "$(awk -v v="$vi" 'BEGIN { print v / 2 / 2 }')"
+near p_star_inter "$(awk -v v="$ci" 'BEGIN { print v / 2 }')"
+expect_exit 2 cm exflow --trace="$T/g.moet" --placement="$T/p.moep" --p-inter=0.1
+expect_tool_usage moe-costmodel exflow "--p-inter and --p-star-inter go with --p and --p-star"
+expect_exit 1 cm exflow --trace="$T/g.moet" --placement="$T/p.moep" --nodes=1 --gpus-per-node=4
+expect_tool_err_line moe-costmodel "the placement has 2 GPUs per node, the topology 4"
+end
+
 finish
