@@ -70,6 +70,23 @@ for p in contiguous affinity; do
         "$out/$p.moep" | grep '^#SCHEME\|^SCHEME\|^# best'
 done
 
+say "7b. the same at ExFlow's own shape: GPT-350M MoE-64 (24 layers, top-1, hidden 1024, fp16)"
+printf 'on 2 nodes x 4 A100 (the paper'"'"'s Wilkes3 nodes), all-gather of token ids vs hidden vectors\n'
+run moe-trace gen --layers 24 --experts 64 --topk 1 --tokens 20000 --sequences 200 --ranks 8 \
+    --affinity 0.6 --hidden 1024 --elem-bytes 2 --seed 42 -o "$out/gpt.moet"
+run moe-trace split --ratio 0.5 --seed 7 --train "$out/gpt-train.moet" \
+    --test "$out/gpt-test.moet" "$out/gpt.moet"
+run moe-place fit -@ 1 --ranks 8 --gpus-per-node 4 -o "$out/gpt-affinity.moep" \
+    "$out/gpt-train.moet"
+sed -e 's/^nodes 1$/nodes 2/' "$top/share/topologies/exflow-a100.topo" >"$out/a100-2x4.topo"
+for gb in 4 hidden; do
+    run moe-costmodel simulate -@ 1 --topology "$out/a100-2x4.topo" --ffn 4096 \
+        --gather-bytes "$gb" --no-layers --best "$out/gpt-test.moet" "$out/gpt-affinity.moep" |
+        grep '^SCHEME\|^ITER\|^# best' | cut -f1-5
+done
+run moe-costmodel exflow --topology "$out/a100-2x4.topo" --trace "$out/gpt-test.moet" \
+    --placement "$out/gpt-affinity.moep"
+
 say "8. moe-run: the same held-out tokens through real MoE layers on 8 MPI ranks (CPU)"
 if command -v mpirun >/dev/null 2>&1 && moe-run --version | grep -q '(MPI)'; then
     [ "$(id -u)" != 0 ] || export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1

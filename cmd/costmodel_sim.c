@@ -32,7 +32,7 @@ static int sim_topology(const char *arg, moe_topo_t *t)
 enum {
     S_TOPOLOGY = MOE_OPTC_TOOL + 0x80, S_HIDDEN, S_FFN, S_DTYPE, S_CHUNKS, S_SCHEME, S_BEST,
     S_JSON, S_PLOT, S_TOPK, S_SOURCE, S_NO_LAYERS, S_LOADS, S_NCCL, S_CLASS, S_POINTS, S_TOL,
-    S_CREDITS, S_RANKS, S_REPLICA_RULE,
+    S_CREDITS, S_RANKS, S_REPLICA_RULE, S_GATHER,
 };
 
 static const struct option sim_long[] = {
@@ -44,6 +44,7 @@ static const struct option sim_long[] = {
     {"source", required_argument, 0, S_SOURCE}, {"no-layers", no_argument, 0, S_NO_LAYERS},
     {"loads", no_argument, 0, S_LOADS}, {"credits", required_argument, 0, S_CREDITS},
     {"ranks", no_argument, 0, S_RANKS}, {"replica-rule", required_argument, 0, S_REPLICA_RULE},
+    {"gather-bytes", required_argument, 0, S_GATHER},
     MOE_OPTS_LONG, {0, 0, 0, 0}};
 
 typedef struct sim_cfg {
@@ -66,6 +67,7 @@ static void sim_usage(FILE *fp)
           "                         weight [the trace's element bytes, else bf16]\n"
           "      --chunks=N         chunks of the pipelined scheme [4]\n"
           "      --credits=C        data-centric: experts arriving at a rank per round [4]\n"
+          "      --gather-bytes=B   coherent: bytes of an all-gathered token, or 'hidden' [4]\n"
           "      --scheme=LIST      all, or comma-separated vanilla, coherent, pipelined,\n"
           "                         hierarchical, datacentric [all]\n"
           "      --best             rank the schemes and explain the choice\n"
@@ -126,6 +128,7 @@ static int sim_opt(int c, const char *arg, sim_cfg_t *g)
             return moe_usage_error(PROG, "simulate", "unknown dtype '%s' (fp32, bf16, fp16)", arg);
         g->so.elem_bytes = strcmp(arg, "fp32") ? 2 : 4;
         return 0;
+    case S_GATHER: return moe_cli_gather_bytes(PROG, "simulate", arg, &g->so.gather_bytes);
     case S_SCHEME:
         if (parse_schemes(arg, &g->so.schemes))
             return moe_usage_error(PROG, "simulate", "unknown scheme in '%s'", arg);

@@ -142,7 +142,11 @@ static void exflow_usage(FILE *fp)
           "      --source=S         source ranks of the tokens: auto, recorded, sequence or\n"
           "                         token [auto]\n"
           "      --hidden=H         hidden size, to convert transfers to bytes [trace's]\n"
-          "      --elem-bytes=B     bytes per element [trace's]\n", fp);
+          "      --elem-bytes=B     bytes per element [trace's]\n"
+          "      --gather-bytes=B   bytes of an all-gathered token, or 'hidden' [4: an id]\n"
+          "      --p-inter=X, --p-star-inter=X  inter-node parts of p, p* [uniform]\n"
+          "      --topology=T       link classes, for times (--nodes, --bw-intra, --bw-inter)\n",
+          fp);
     usage_end(fp);
 }
 
@@ -150,8 +154,10 @@ static int run_exflow(int argc, char **argv)
 {
     static const int takes[] = {MOE_CK_RANKS, MOE_CK_TPR, MOE_CK_LAYERS, MOE_CK_TOPK, MOE_CK_P,
         MOE_CK_P_TOPO, MOE_CK_P_STAR, MOE_CK_TRACE, MOE_CK_PLACEMENT, MOE_CK_SOURCE, MOE_CK_HIDDEN,
-        MOE_CK_ELEM_BYTES, MOE_CK_JSON, 0};
+        MOE_CK_ELEM_BYTES, MOE_CK_JSON, MOE_CK_GATHER_BYTES, MOE_CK_P_INTER, MOE_CK_P_STAR_INTER,
+        MOE_CK_TOPOLOGY, MOE_CK_NODES, MOE_CK_GPN, MOE_CK_BW_INTRA, MOE_CK_BW_INTER, 0};
     static cfg_t g; /* its file values are freed at exit */
+    static moe_topo_t topo;
     int rc = 0;
     if (parse("exflow", argc, argv, &g, takes, exflow_usage, &rc))
         return rc;
@@ -169,6 +175,9 @@ static int run_exflow(int argc, char **argv)
         return usage_error("exflow", "--p and --p-star (or --trace and --placement) are "
                                      "required");
     in.G = g.ranks ? g.ranks : ms.G;
+    moe_exflow_pricing_t pr;
+    if ((rc = moe_costcfg_exflow(&g, &ms, &topo, &in, &pr, errbuf, sizeof errbuf)) != 0)
+        return rc == MOE_EINVAL ? usage_error("exflow", "%s", errbuf) : fail("%s", errbuf);
     in.L = or_default(g.layers, ms.L);
     in.topk = g.topk ? g.topk : ms.K ? ms.K : 1;
     in.N = or_default(g.tpr, ms.have && in.G > 0 ? ms.tokens / in.G : NAN);
@@ -177,7 +186,7 @@ static int run_exflow(int argc, char **argv)
                                      "without a trace");
     in.vec_bytes = or_default(g.hidden, ms.hidden) * or_default(g.elem_bytes, ms.elem_bytes);
     moe_exflow_out_t o;
-    if (moe_exflow_eval(&in, &o))
+    if (moe_exflow_price(&in, &pr, &o))
         return fail("invalid ExFlow inputs");
     moe_textout_t *t = out_open();
     return t ? out_close(t, moe_exflow_write(t, g.json, &in, &o, &ms)) : 1;

@@ -16,6 +16,7 @@
 
 #include "moe/acct.h"
 #include "moe/cli.h"
+#include "moe/cost.h"
 #include "moe/io.h"
 #include "moe/moe.h"
 #include "moe/plot.h"
@@ -172,6 +173,13 @@ int moe_cli_replica_rule(const char *prog, const char *sub, const char *arg, int
         return moe_usage_error(prog, sub, "unknown replica rule '%s' (nearest, even)", arg);
     *out = r;
     return 0;
+}
+
+int moe_cli_gather_bytes(const char *prog, const char *sub, const char *arg, double *out)
+{
+    char err[256];
+    return moe_exflow_gather_parse(arg, out, err, sizeof err)
+               ? moe_usage_error(prog, sub, "%s", err) : 0;
 }
 
 int moe_usage_error(const char *prog, const char *sub, const char *fmt, ...)

@@ -23,7 +23,7 @@
 /* How a key's value reads. */
 enum kind {
     K_CONFIG, K_FLAG, K_STR, K_U32, K_QTY, K_FRAC, K_EFF, K_ALPHA, K_LIST, K_ZERO, K_ACT,
-    K_REUSE, K_SOURCE, K_TIME
+    K_REUSE, K_SOURCE, K_TIME, K_GATHER
 };
 
 typedef struct key {
@@ -114,6 +114,11 @@ static const ckey_t keys[MOE_CK_COUNT] = {
     [MOE_CK_DP] = {"dp", K_U32, F(dp), 1, 1u << 24, "data-parallel degree"},
     [MOE_CK_LAUNCH] = {"launch-overhead", K_TIME, F(launch), 0, 1e3, "launch overhead"},
     [MOE_CK_COMPUTE_EFF] = {"compute-eff", K_EFF, F(compute_eff), 0, 0, "compute efficiency"},
+    /* ExFlow's pricing (issue 20) */
+    [MOE_CK_GATHER_BYTES] = {"gather-bytes", K_GATHER, F(gather_bytes), 0, 0, NULL},
+    [MOE_CK_P_INTER] = {"p-inter", K_FRAC, F(p_inter), 0, 1, "fraction p_inter"},
+    [MOE_CK_P_STAR_INTER] = {"p-star-inter", K_FRAC, F(p_star_inter), 0, 2,
+                             "fraction p*_inter"},
 };
 
 const char *moe_costcfg_key_name(int key, int *has_arg)
@@ -137,7 +142,8 @@ void moe_costcfg_init(moe_costcfg_t *g)
 {
     memset(g, 0, sizeof *g);
     for (int k = 1; k < MOE_CK_COUNT; k++)
-        if (keys[k].kind == K_QTY || keys[k].kind == K_FRAC || keys[k].kind == K_TIME)
+        if (keys[k].kind == K_QTY || keys[k].kind == K_FRAC || keys[k].kind == K_TIME ||
+            keys[k].kind == K_GATHER)
             *(double *)((char *)g + keys[k].off) = NAN;
     g->act = g->reuse = g->zero = -1;
     for (int y = 0; y < MOE_MP_STREAMS; y++)
@@ -342,6 +348,7 @@ int moe_costcfg_set(moe_costcfg_t *g, int key, const char *val, const int *takes
     case K_REUSE:
         return set_word(field, moe_mpmoe_reuse_parse(val), "unknown reuse strategy\0none, S1, "
                         "S2, S3, S4", val, err, errlen);
+    case K_GATHER: return moe_exflow_gather_parse(val, field, err, errlen);
     default:
         return set_word(field, source_parse(val), "unknown source\0auto, recorded, sequence, "
                         "token", val, err, errlen);
@@ -515,5 +522,38 @@ int moe_costcfg_topo(const moe_costcfg_t *g, moe_topo_t *t, char *err, size_t er
         t->flops = g->flops;
     cfg_model_topo(g, t);
     moe_topo_update_cost(t);
+    return 0;
+}
+
+/* A part given on the command line, else the measured one, else unknown (-1: uniform). */
+static double part_of(double given, const moe_exflow_meas_t *ms, double measured)
+{
+    return !isnan(given) ? given : ms->have ? measured : -1;
+}
+
+int moe_costcfg_exflow(const moe_costcfg_t *g, const moe_exflow_meas_t *ms, moe_topo_t *topo,
+                       moe_exflow_in_t *in, moe_exflow_pricing_t *pr, char *err,
+                       size_t errlen)
+{
+    pr->gather_bytes = isnan(g->gather_bytes) ? 0 : g->gather_bytes;
+    if (ms->have && (!isnan(g->p_inter) || !isnan(g->p_star_inter)))
+        return bad("--p-inter and --p-star-inter go with --p and --p-star, not with a trace");
+    pr->p_inter = part_of(g->p_inter, ms, ms->p_inter);
+    pr->p_star_inter = part_of(g->p_star_inter, ms, ms->p_star_inter);
+    pr->topo = NULL;
+    if (!g->topology && !g->nodes && !g->gpn)
+        return 0;
+    int rc = moe_costcfg_topo(g, topo, err, errlen);
+    if (rc)
+        return rc;
+    double R = moe_topo_ranks(topo);
+    if (!(in->G >= 1))
+        in->G = R;
+    if (in->G != R)
+        return bad("%g ranks, the topology has %g (nodes x gpus-per-node)", in->G, R);
+    if (ms->have && ms->gpus_per_node != topo->gpus_per_node)
+        return util_errf(err, errlen, MOE_ESHAPE, "the placement has %u GPUs per node, the "
+                         "topology %u", ms->gpus_per_node, topo->gpus_per_node);
+    pr->topo = topo;
     return 0;
 }

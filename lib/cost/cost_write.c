@@ -46,21 +46,32 @@ static int exflow_table(moe_textout_t *t, const moe_exflow_in_t *in, const moe_e
     struct {
         const char *name, *formula;
         double v;
-    } rows[] = {{"DeepSpeed-MoE", "2kGNLp", o->deepspeed},
-                {"topology-aware gating", "2kGNLp_topo", o->topo_gating},
-                {"ExFlow (coherent)", "GN(kLp*+G)", o->exflow},
-                {"  all-to-all part", "GNkLp*", o->exflow_a2a},
-                {"  all-gather part", "GNG", o->allgather}};
+        double b;
+    } rows[] = {{"DeepSpeed-MoE", "2kGNLp", o->deepspeed, o->b_deepspeed},
+                {"topology-aware gating", "2kGNLp_topo", o->topo_gating,
+                 o->topo_gating * in->vec_bytes},
+                {"ExFlow (coherent)", "GN(kLp*+G)", o->exflow, o->b_exflow},
+                {"  all-to-all part", "GNkLp*", o->exflow_a2a, o->b_a2a},
+                {"  all-gather part", "GNG", o->allgather, o->b_allgather}};
     for (size_t i = 0; i < sizeof rows / sizeof *rows; i++) {
         if (isnan(rows[i].v))
             continue;
         P("%-24s %-16s %16.6g", rows[i].name, rows[i].formula, rows[i].v);
         if (in->vec_bytes > 0)
-            P(" %16.6g\n", rows[i].v * in->vec_bytes);
+            P(" %16.6g\n", rows[i].b);
         else
             P(" %16s\n", "-");
     }
     P("reduction DeepSpeed-MoE / ExFlow: %.4g\n", o->reduction);
+    if (in->vec_bytes > 0)
+        P("all-to-all traffic saved: %.4g%%; all-gather priced at %g bytes an item%s\n",
+          100 * o->a2a_reduction, o->gather_bytes,
+          o->gather_bytes == in->vec_bytes ? " (a hidden vector)" : "");
+    if (!isnan(o->p_inter))
+        P("time on %g nodes (p_inter %.6g, p*_inter %.6g): DeepSpeed-MoE %.6g ms, ExFlow %.6g "
+          "ms (all-to-alls %.6g + all-gather %.6g); speedup %.4g\n",
+          o->nodes, o->p_inter, o->p_star_inter, 1e3 * o->t_deepspeed,
+          1e3 * o->t_exflow, 1e3 * o->t_a2a, 1e3 * o->t_allgather, o->speedup);
     if (ms->have)
         P("measured (shared accounting): %g tokens, %g cells; vanilla %g transfers, coherent "
           "%g + all-gather %g\n", ms->tokens, ms->cells, ms->vanilla, ms->coherent,
@@ -79,6 +90,17 @@ static int exflow_json(moe_textout_t *t, const moe_exflow_in_t *in, const moe_ex
       J(o->deepspeed).s, J(o->topo_gating).s, J(o->exflow).s);
     P("\"exflow_alltoall\": %s, \"allgather\": %s}, \"reduction\": %s", J(o->exflow_a2a).s,
       J(o->allgather).s, J(o->reduction).s);
+    P(",\n \"alltoall_reduction\": %s, \"gather_bytes\": %s", J(o->a2a_reduction).s,
+      J(o->gather_bytes).s);
+    if (in->vec_bytes > 0)
+        P(",\n \"bytes\": {\"deepspeed\": %s, \"exflow\": %s, \"exflow_alltoall\": %s, "
+          "\"allgather\": %s}", J(o->b_deepspeed).s, J(o->b_exflow).s, J(o->b_a2a).s,
+          J(o->b_allgather).s);
+    if (!isnan(o->p_inter))
+        P(",\n \"p_inter\": %s, \"p_star_inter\": %s, \"time\": {\"deepspeed\": %s, "
+          "\"exflow\": %s, \"exflow_alltoall\": %s, \"allgather\": %s}, \"speedup\": %s",
+          J(o->p_inter).s, J(o->p_star_inter).s, J(o->t_deepspeed).s, J(o->t_exflow).s,
+          J(o->t_a2a).s, J(o->t_allgather).s, J(o->speedup).s);
     if (ms->have)
         P(",\n \"measured\": {\"tokens\": %s, \"cells\": %s, \"vanilla\": %s, \"coherent\": %s}",
           J(ms->tokens).s, J(ms->cells).s, J(ms->vanilla).s, J(ms->coherent).s);

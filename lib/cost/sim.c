@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "moe/cost.h"
 #include "moe/moe.h"
 #include "moe/sim.h"
 #include "sim_internal.h"
@@ -309,6 +310,8 @@ static void sim_setup(moe_sim_t *s, const moe_placement_t *p, const moe_topo_t *
     double F = o->ffn ? o->ffn : 4 * H;
     double eb = o->elem_bytes ? o->elem_bytes : h->elem_bytes ? h->elem_bytes : 2;
     s->vec = H * eb;
+    s->gather = o->gather_bytes > 0 ? o->gather_bytes
+                : o->gather_bytes < 0 ? s->vec : MOE_EXFLOW_TOKEN_ID;
     s->H = H;
     s->xbytes = 2 * H * F * eb;
     s->fpt = 4 * H * F;

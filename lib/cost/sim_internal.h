@@ -15,6 +15,7 @@ struct moe_sim {
     uint32_t K, k;               /* top-k of the trace, of the accounting */
     moe_acct_opts_t aopts;
     double vec, xbytes, fpt;     /* bytes per transfer, per expert; FLOP per expert-token */
+    double gather;               /* bytes of an item of coherent's all-gather */
     double H;                    /* hidden size */
     double meta;                 /* metadata bytes of a dispatched row: 4 (3 + 3 K) */
     uint32_t chunks, credits;

@@ -339,12 +339,13 @@ static void datacentric(const moe_sim_t *s, uint32_t j, uint64_t *held, uint64_t
 
 /* Per-iteration terms. Coherent: an allreduce of the token counts and an all-to-all in which
  * every rank sends its tokens to every other rank (ExFlow Table I's G.N.G term; each rank
- * taken to hold N/G tokens at the end). Data-centric: the all-gather of every layer's needs
- * (E bytes a layer from each rank). */
+ * taken to hold N/G tokens at the end), an item of s->gather bytes a token: the paper's
+ * newly generated token ids by default, hidden vectors as moe-run gathers them on request.
+ * Data-centric: the all-gather of every layer's needs (E bytes a layer from each rank). */
 static void iteration(moe_sim_t *s)
 {
     moe_sim_layer_t *o = &s->iter[MOE_SIM_COHERENT];
-    double T = (double)moe_acct_tokens(s->acct) * s->vec, G = s->G;
+    double T = (double)moe_acct_tokens(s->acct) * s->gather, G = s->G;
     memset(o, 0, sizeof *o);
     if (s->G > 1) {
         for (int c = MOE_LINK_INTRA; c <= MOE_LINK_INTER; c++) {

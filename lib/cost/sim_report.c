@@ -82,6 +82,11 @@ double moe_sim_vector_bytes(const moe_sim_t *s)
     return s->vec;
 }
 
+double moe_sim_gather_bytes(const moe_sim_t *s)
+{
+    return s->gather;
+}
+
 double moe_sim_expert_bytes(const moe_sim_t *s)
 {
     return s->xbytes;

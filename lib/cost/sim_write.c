@@ -81,9 +81,10 @@ static int table_head(textbuf_t *out, const moe_sim_t *s, const char *tpath,
                                 p->layers, p->experts, p->ranks, t->nodes,
                                 t->nodes == 1 ? "" : "s", t->gpus_per_node);
     rc = rc ? rc : tb_fmt(out, "# topology: %s\n# transfer: %.0f bytes; expert: "
-                                      "%.0f bytes; pipelined chunks: %u\n", t->name,
-                                      moe_sim_vector_bytes(s), moe_sim_expert_bytes(s),
-                                      moe_sim_chunks(s));
+                                      "%.0f bytes; pipelined chunks: %u; all-gathered item: "
+                                      "%.0f bytes\n", t->name, moe_sim_vector_bytes(s),
+                                      moe_sim_expert_bytes(s), moe_sim_chunks(s),
+                                      moe_sim_gather_bytes(s));
     return rc ? rc : tb_fmt(out, "#SCHEME\tscheme\ttime_ms\tcomm_ms\tcompute_ms\t"
                                         "intra_bytes\tinter_bytes\tslow_intra_bytes\t"
                                         "slow_inter_bytes\tmax_load\timbalance\tintra_ms\t"
@@ -306,12 +307,13 @@ static int write_json(textbuf_t *out, const moe_sim_t *s, const moe_sim_write_op
 {
     int rc = tb_fmt(out, "{\"tokens\": %" PRIu64 ", \"layers\": %u, \"experts\": %u, "
                                 "\"ranks\": %u, \"nodes\": %u, %s\"transfer_bytes\": %.0f, "
-                                "\"expert_bytes\": %.0f, \"chunks\": %u, \"schemes\": {",
+                                "\"expert_bytes\": %.0f, \"chunks\": %u, \"gather_bytes\": "
+                                "%.0f, \"schemes\": {",
                                 moe_acct_tokens(moe_sim_acct(s)), p->layers, p->experts, p->ranks,
                                 t->nodes, moe_acct_replica_rule(moe_sim_acct(s)) ==
                                 MOE_REPLICA_EVEN ? "\"replica_rule\": \"even\", " : "",
                                 moe_sim_vector_bytes(s), moe_sim_expert_bytes(s),
-                                moe_sim_chunks(s));
+                                moe_sim_chunks(s), moe_sim_gather_bytes(s));
     int first = 1;
     for (int k = 0; k < MOE_SIM_SCHEMES && !rc; k++)
         if (moe_sim_has(s, k)) {

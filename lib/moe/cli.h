@@ -111,6 +111,8 @@ int moe_cli_double(const char *prog, const char *sub, const char *arg, double mi
     "      --replica-rule=R   copy of a replicated expert a token uses: nearest (on or\n"      \
     "                         near its home) or even (spread as vLLM's EPLB) [nearest]\n"
 int moe_cli_replica_rule(const char *prog, const char *sub, const char *arg, int *out);
+/* --gather-bytes=B|hidden (moe_exflow_gather_parse): 0, or 2 after moe_usage_error. */
+int moe_cli_gather_bytes(const char *prog, const char *sub, const char *arg, double *out);
 
 /* Print "prog: message" on stderr after flushing stdout; returns 1, the exit status of a
  * runtime failure, so tools write `return moe_fail(prog, "cannot ...", ...)`. */

@@ -37,6 +37,20 @@ typedef struct moe_exflow_in {
     double vec_bytes; /* bytes of one token's hidden vector, to convert to bytes (0: none) */
 } moe_exflow_in_t;
 
+/* Bytes of an all-gathered item by default: a 4-byte token id. */
+#define MOE_EXFLOW_TOKEN_ID 4.0
+
+/* The pricing beyond Table I's counts (moe_exflow_price). */
+typedef struct moe_exflow_pricing {
+    double gather_bytes; /* bytes of one all-gathered item: 0 for MOE_EXFLOW_TOKEN_ID (the
+                          * paper's text gathers the newly generated tokens), < 0 for a hidden
+                          * vector (vec_bytes) */
+    double p_inter, p_star_inter; /* the inter-node parts of p and p* (< 0: the uniform split
+                                   * p (G - g) / (G - 1), g GPUs per node of topo) */
+    const moe_topo_t *topo; /* link classes, to convert to seconds (NULL: no times); its ranks
+                             * must be G */
+} moe_exflow_pricing_t;
+
 /* Forward-pass communication of one iteration, in token transfers (and bytes). */
 typedef struct moe_exflow_out {
     double deepspeed;   /* 2 k G N L p */
@@ -45,11 +59,31 @@ typedef struct moe_exflow_out {
     double exflow_a2a;  /* G N k L p*, its all-to-all part */
     double allgather;   /* G N G, the all-gather of the new tokens */
     double reduction;   /* deepspeed / exflow */
+    double a2a_reduction; /* 1 - exflow_a2a / deepspeed: the all-to-all traffic saved */
+    double gather_bytes;  /* the all-gathered item's bytes used (resolved from the input) */
+    /* Bytes (NaN without vec_bytes): the all-to-all transfers times vec_bytes, the all-gather's
+     * G N G items times gather_bytes. */
+    double b_deepspeed, b_exflow, b_a2a, b_allgather;
+    /* Seconds on topo (NaN without one, or where it lacks a class's bandwidth): each
+     * all-to-all moves k N p vec_bytes per rank (p* for ExFlow), split into an intra- and an
+     * inter-node part that run at once, so it takes the longer of moe_topo_time of each;
+     * DeepSpeed-MoE runs 2L of them, ExFlow L plus the all-gather, in which a rank receives
+     * N items from each of its g - 1 node peers and G - g other ranks. */
+    double p_inter, p_star_inter; /* the inter-node parts used */
+    double t_deepspeed, t_exflow, t_a2a, t_allgather;
+    double speedup;       /* t_deepspeed / t_exflow */
+    double nodes;         /* of topo (NaN without one) */
 } moe_exflow_out_t;
 
-/* Evaluate Table I. Returns 0 or MOE_EINVAL (negative sizes, p or p_topo outside [0, 1], p*
- * outside [0, 2], topk 0). */
+/* Evaluate Table I, with bytes when in->vec_bytes > 0 (the all-gather at a token id a
+ * item). Returns 0 or MOE_EINVAL (negative sizes, p or p_topo outside [0, 1], p* outside
+ * [0, 2], topk 0). */
 int moe_exflow_eval(const moe_exflow_in_t *in, moe_exflow_out_t *out);
+/* The same with the all-gathered item, the inter-node parts and the topology of pr (NULL:
+ * moe_exflow_eval's defaults): also MOE_EINVAL for an inter-node part above its whole or a
+ * topology of other than G ranks. */
+int moe_exflow_price(const moe_exflow_in_t *in, const moe_exflow_pricing_t *pr,
+                     moe_exflow_out_t *out);
 
 /* p and p* measured by the shared accounting (moe/acct.h) of a placement on a trace: p is the
  * vanilla scheme's dispatch transfers per (token, layer, expert) of the top-k paths, p* the
@@ -57,6 +91,11 @@ int moe_exflow_eval(const moe_exflow_in_t *in, moe_exflow_out_t *out);
  * these values and G N L = cells gives the accounting's own totals (plus the all-gather).
  * Returns 0 or MOE_EEMPTY when the accumulator saw no cell. */
 int moe_exflow_measure(const moe_acct_t *a, uint32_t topk, double *p, double *p_star);
+
+/* Parse an all-gathered item's size (--gather-bytes): "hidden" (a hidden vector: -1) or a
+ * byte count 1..2^30 with an optional K/M/Ki/Mi suffix. 0, or MOE_EINVAL with a reason in err
+ * ("invalid gather size 'x' (bytes or hidden)"). */
+int moe_exflow_gather_parse(const char *s, double *bytes, char *err, size_t errlen);
 
 /* ------------------------------------------------------------------ MoNTA */
 
@@ -455,6 +494,8 @@ typedef struct moe_exflow_meas {
     double tokens, vanilla, coherent, cells;
     uint32_t G, L, K;
     double hidden, elem_bytes;
+    double p_inter, p_star_inter; /* inter-node parts of p, p* (nodes of the placement) */
+    uint32_t gpus_per_node;       /* the placement's, which those parts count by */
 } moe_exflow_meas_t;
 
 /* Open placement ppath and trace tpath (moe_acct_inputs), account them (top-k topk, 0: the
@@ -463,7 +504,8 @@ typedef struct moe_exflow_meas {
 int moe_exflow_measure_files(const char *ppath, const char *tpath, uint32_t topk, int source,
                              moe_exflow_in_t *in, moe_exflow_meas_t *ms, char *err,
                              size_t errlen);
-/* ExFlow's Table I volumes of in (evaluated into o), with the measurement ms when it has one. */
+/* ExFlow's Table I volumes of in (evaluated into o), with the measurement ms when it has one,
+ * bytes and times when o has them. */
 int moe_exflow_write(moe_textout_t *t, int json, const moe_exflow_in_t *in,
                      const moe_exflow_out_t *o, const moe_exflow_meas_t *ms);
 /* MoNTA's Table 8 rows of every strategy, the chosen one, the layer L (when L->have) and the

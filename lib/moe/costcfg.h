@@ -37,6 +37,8 @@ enum moe_costcfg_key {
      * data-parallel degree, the launch overhead and the compute efficiency curve */
     MOE_CK_R2_O3, MOE_CK_R3_O3, MOE_CK_LAT_INTRA, MOE_CK_LAT_INTER, MOE_CK_LAT_HBM, MOE_CK_DP,
     MOE_CK_LAUNCH, MOE_CK_COMPUTE_EFF,
+    /* ExFlow's pricing (issue 20): the all-gathered item, the inter-node parts */
+    MOE_CK_GATHER_BYTES, MOE_CK_P_INTER, MOE_CK_P_STAR_INTER,
     MOE_CK_COUNT
 };
 
@@ -59,6 +61,7 @@ typedef struct moe_costcfg {
     double tpr, layers, p, p_topo, p_star, hidden, elem_bytes, batch, seq, volume, min_chunk;
     double heads, params_dense, params_moe, seq_per_node, tokens, ffn, experts, mem_limit;
     double threshold, prefetch;
+    double gather_bytes, p_inter, p_star_inter; /* ExFlow: -1 for "hidden"; NaN: not given */
     double alpha[MOE_MP_STREAMS][4];
     double epw[MOE_COSTCFG_MAX_LIST];
     moe_costcfg_eff_t r[3];
@@ -111,6 +114,17 @@ int moe_costcfg_parse(moe_costcfg_t *g, const char *text, size_t len, const char
  * launch-overhead and the curves compute-eff, r2-o3, r3-o3 applied over it. 0 or a negative
  * status with err. */
 int moe_costcfg_topo(const moe_costcfg_t *g, moe_topo_t *t, char *err, size_t errlen);
+
+/* ExFlow's inputs beyond p, p* and the sizes, into pr: the all-gathered item
+ * (--gather-bytes), the inter-node parts (--p-inter, --p-star-inter; else measured by ms when
+ * it has them, else the uniform split) and, when --topology, --nodes or --gpus-per-node is
+ * given, the topology (into *topo, which pr->topo then points to; in->G defaults to its
+ * ranks). 0, or MOE_EINVAL with err (a usage error: a topology of other than G ranks, an
+ * inter-node part with a trace), MOE_ESHAPE (the placement's nodes differ), or the
+ * topology's own error status. */
+int moe_costcfg_exflow(const moe_costcfg_t *g, const moe_exflow_meas_t *ms, moe_topo_t *topo,
+                       moe_exflow_in_t *in, moe_exflow_pricing_t *pr, char *err,
+                       size_t errlen);
 
 /* ------------------------------------------------------------------ MPMoE profiles */
 

@@ -58,6 +58,9 @@ typedef struct moe_sim_opts {
     unsigned schemes;    /* bit (1 << scheme) per scheme to simulate [0: all] */
     moe_acct_opts_t acct; /* top-k, source ranks and replica rule, as moe-place eval's
                            * (matrix ignored) */
+    double gather_bytes; /* bytes of one item of coherent's per-iteration all-gather [0: a
+                          * token id, MOE_EXFLOW_TOKEN_ID; < 0: a hidden vector, as moe-run
+                          * gathers the tokens' states] (moe_exflow_gather_parse) */
 } moe_sim_opts_t;
 
 /* Defaults as marked above. */
@@ -109,6 +112,8 @@ int moe_sim_rank_xfer(const moe_sim_t *s, int scheme, uint32_t r, moe_acct_rank_
 /* Bytes of one transfer (H x element bytes) and of one expert's weights (2 H F x element
  * bytes). */
 double moe_sim_vector_bytes(const moe_sim_t *s);
+/* Bytes of one item of coherent's all-gather. */
+double moe_sim_gather_bytes(const moe_sim_t *s);
 double moe_sim_expert_bytes(const moe_sim_t *s);
 /* Chunks of the pipelined scheme. */
 uint32_t moe_sim_chunks(const moe_sim_t *s);
