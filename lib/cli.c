@@ -137,17 +137,6 @@ int moe_fail(const char *prog, const char *fmt, ...)
     return 1;
 }
 
-int moe_cli_u32(const char *prog, const char *sub, const char *arg, uint64_t min, uint64_t max,
-                const char *what, uint32_t *out)
-{
-    char err[256];
-    uint64_t v;
-    if (moe_parse_u64(arg, min, max <= UINT32_MAX ? max : UINT32_MAX, &v, what, err, sizeof err))
-        return moe_usage_error(prog, sub, "%s", err);
-    *out = (uint32_t)v;
-    return 0;
-}
-
 int moe_cli_u64(const char *prog, const char *sub, const char *arg, uint64_t min, uint64_t max,
                 const char *what, uint64_t *out)
 {
@@ -155,6 +144,16 @@ int moe_cli_u64(const char *prog, const char *sub, const char *arg, uint64_t min
     if (moe_parse_u64(arg, min, max, out, what, err, sizeof err))
         return moe_usage_error(prog, sub, "%s", err);
     return 0;
+}
+
+int moe_cli_u32(const char *prog, const char *sub, const char *arg, uint64_t min, uint64_t max,
+                const char *what, uint32_t *out)
+{
+    uint64_t v;
+    int rc = moe_cli_u64(prog, sub, arg, min, max <= UINT32_MAX ? max : UINT32_MAX, what, &v);
+    if (!rc)
+        *out = (uint32_t)v;
+    return rc;
 }
 
 int moe_cli_double(const char *prog, const char *sub, const char *arg, double min, double max,

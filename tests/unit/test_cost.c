@@ -380,19 +380,28 @@ static void mpmoe_example(void)
     CHECK(moe_mpmoe_memory(&in, 0, &m) == MOE_EINVAL);
 }
 
-/* Phases by hand for paradigm 1: 1 node of 2 GPUs at 1 GB/s each way, 1 TFLOP/s. */
+/* The MPMoE phase tests' model: 1 node of 2 GPUs at 1 GB/s each way (host 0.5 GB/s),
+ * 1 TFLOP/s; 4000 tokens, hidden 1000, FFN 2000, 2 experts; communication at half speed
+ * beside compute, every other slowdown 1. */
+static void mpmoe_toy(moe_topo_t *t, moe_mpmoe_in_t *in)
+{
+    CHECK(moe_topo_uniform(t, 1, 2) == 0);
+    t->link[MOE_LINK_INTRA].bw = 1e9;
+    t->link[MOE_LINK_HOST].bw = 0.5e9;
+    t->flops = 1e12;
+    *in = (moe_mpmoe_in_t){4000, 1000, 2000, 2, 1, t, 0, {{0}}};
+    for (int y = 0; y < MOE_MP_STREAMS; y++)
+        for (int x = 0; x < 4; x++)
+            in->alpha[y][x] = 1;
+    in->alpha[MOE_MP_COMM][MOE_MP_COMP] = 0.5;
+}
+
+/* Phases by hand for paradigm 1 on mpmoe_toy's model. */
 static void mpmoe_phases(void)
 {
     moe_topo_t t;
-    CHECK(moe_topo_uniform(&t, 1, 2) == 0);
-    t.link[MOE_LINK_INTRA].bw = 1e9;
-    t.link[MOE_LINK_HOST].bw = 0.5e9;
-    t.flops = 1e12;
-    moe_mpmoe_in_t in = {4000, 1000, 2000, 2, 1, &t, 0, {{0}}};
-    for (int y = 0; y < MOE_MP_STREAMS; y++)
-        for (int x = 0; x < 4; x++)
-            in.alpha[y][x] = 1;
-    in.alpha[MOE_MP_COMM][MOE_MP_COMP] = 0.5;
+    moe_mpmoe_in_t in;
+    mpmoe_toy(&t, &in);
     moe_mpmoe_cfg_t c;
     CHECK(moe_mpmoe_eval(&in, 4, MOE_REUSE_S4, &c) == 0);
     /* per micro-batch: 1000 tokens x 1000 elements, half to the other GPU: 0.5 MB at 1 GB/s =
@@ -589,7 +598,7 @@ static void monta_zero_dp(void)
     CHECK_EQ_INT(moe_monta_act_parse("flash"), MOE_ACT_FLASH);
 }
 
-/* MPMoE's launch overhead and compute curve, by hand on mpmoe_phases' topology (1 node of 2
+/* MPMoE's launch overhead and compute curve, by hand on mpmoe_toy's model (1 node of 2
  * GPUs at 1 GB/s, 1 TFLOP/s; per micro-batch of n = 4: dispatch 0.5 ms, GEMMs 8 ms):
  *  launch 1 ms: t_S = 1.5, t_C = 9 ms; paradigm 1 with alpha(comm, comp) 0.5: P0 1.5, P1
  *  max(3, 9), P2 max(6, 9) twice, P3 max(3, 9), P4 1.5: 39 ms
@@ -599,16 +608,9 @@ static void monta_zero_dp(void)
 static void mpmoe_overheads(void)
 {
     moe_topo_t t;
-    CHECK(moe_topo_uniform(&t, 1, 2) == 0);
-    t.link[MOE_LINK_INTRA].bw = 1e9;
-    t.link[MOE_LINK_HOST].bw = 0.5e9;
-    t.flops = 1e12;
+    moe_mpmoe_in_t in;
+    mpmoe_toy(&t, &in);
     t.launch = 1e-3;
-    moe_mpmoe_in_t in = {4000, 1000, 2000, 2, 1, &t, 0, {{0}}};
-    for (int y = 0; y < MOE_MP_STREAMS; y++)
-        for (int x = 0; x < 4; x++)
-            in.alpha[y][x] = 1;
-    in.alpha[MOE_MP_COMM][MOE_MP_COMP] = 0.5;
     moe_mpmoe_cfg_t c;
     CHECK(moe_mpmoe_eval(&in, 4, MOE_REUSE_S4, &c) == 0);
     CHECK_NEAR(c.fwd.ts, 1.5e-3, 1e-12);
