@@ -7,8 +7,7 @@
 # the options and the JSON keys did not exist.
 
 . "$(dirname "$0")/lib.sh"
-
-cm() { moe_tool moe-costmodel "$@"; }
+. "$top_srcdir/tests/cli/costmodel_lib.sh"
 
 # near KEY WANT: the first "KEY": value of $T/out is WANT within 1e-9 relative.
 near() {

@@ -4,21 +4,7 @@
 # janus; simulate's all-to-all time taken from a trace; bad input and bad usage.
 
 . "$(dirname "$0")/lib.sh"
-
-if [ ! -x "$MOE_BIN/moe-costmodel" ]; then
-    echo "MOE_BIN must hold moe-costmodel (got '$MOE_BIN')" >&2
-    exit 99
-fi
-
-cm() { moe_tool moe-costmodel "$@"; }
-mt() { moe_tool moe-trace "$@"; }
-mp() { moe_tool moe-place "$@"; }
-MOEFLOW_TOPOLOGIES=$top_srcdir/share/topologies
-export MOEFLOW_TOPOLOGIES
-
-has_line() {
-    grep -Eq -- "$1" "$T/out" || fail "no line matching '$1' in the output"
-}
+. "$top_srcdir/tests/cli/costmodel_lib.sh"
 
 # A toy model: h 100, F 400, s 10, one sequence per GPU, top-1, 2 machines x 2 GPUs, 1 GFLOP/s,
 # 1 MB/s per GPU, 1-byte elements. Per token, a dense layer costs 8h^2 + 4sh + 4hF = 80000 +
@@ -90,17 +76,7 @@ has_line '^ +0 +1 +5\.333 .* data-centric +23\.7087 +28\.4968$'
 end
 
 begin "iteration: the all-to-alls priced by simulate on a trace"
-cat >"$T/c.topo" <<'TOPO'
-topology test-2x4
-nodes 2
-gpus-per-node 4
-link intra bandwidth 100 GB/s latency 2 us
-link inter bandwidth 10 GB/s latency 5 us
-flops 100 TFLOP/s
-TOPO
-mt gen --no-PG -L 4 -E 16 -k 2 -n 3000 -s 60 -r 8 -w --hidden 64 --elem-bytes 2 -S 7 \
-    -o "$T/t.moet" && mp fit --no-PG --ranks 8 --gpus-per-node 4 -o "$T/a.moep" "$T/t.moet" ||
-    fail "cannot make the test inputs"
+toy_sim_inputs || fail "cannot make the test inputs"
 expect_exit 0 cm simulate --json --scheme vanilla --no-layers --topology "$T/c.topo" \
     "$T/t.moet" "$T/a.moep"
 sim=$(sed -n 's/.*"vanilla": {[^}]*"comm": \([0-9.e+-]*\),.*/\1/p' "$T/out")

@@ -5,17 +5,7 @@
 # from a topology file; every expected figure computed by hand in the comments.
 
 . "$(dirname "$0")/lib.sh"
-
-if [ ! -x "$MOE_BIN/moe-costmodel" ]; then
-    echo "MOE_BIN must hold moe-costmodel (got '$MOE_BIN')" >&2
-    exit 99
-fi
-
-cm() { moe_tool moe-costmodel "$@"; }
-
-has_line() {
-    grep -Eq -- "$1" "$T/out" || fail "no line matching '$1' in the output"
-}
+. "$top_srcdir/tests/cli/costmodel_lib.sh"
 
 # I = 256 MB, t 8, e 2, B1 25 GB/s, B2 200 GB/s, B3 1.6 TB/s at 0.8, efficiencies 1:
 # baseline 256e6 / 2 / 25e9 = 5.12 ms; at 4 chunks AA_j 0.16 ms, AG_j 0.28 ms, D2D_j 0.05 ms,

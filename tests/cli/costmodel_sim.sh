@@ -6,24 +6,10 @@
 # and fit on the synthetic nccl-tests tables of tests/data/nccl.
 
 . "$(dirname "$0")/lib.sh"
-
-cm() { moe_tool moe-costmodel "$@"; }
-mp() { moe_tool moe-place "$@"; }
-MOEFLOW_TOPOLOGIES=$top_srcdir/share/topologies
-export MOEFLOW_TOPOLOGIES
+. "$top_srcdir/tests/cli/costmodel_lib.sh"
 NCCL=$top_srcdir/tests/data/nccl
 
-cat >"$T/c.topo" <<'TOPO'
-topology test-2x4
-nodes 2
-gpus-per-node 4
-link intra bandwidth 100 GB/s latency 2 us
-link inter bandwidth 10 GB/s latency 5 us
-flops 100 TFLOP/s
-TOPO
-moe gen --no-PG -L 4 -E 16 -k 2 -n 3000 -s 60 -r 8 -w --hidden 64 --elem-bytes 2 -S 7 \
-    -o "$T/t.moet" &&
-    mp fit --no-PG --ranks 8 --gpus-per-node 4 -o "$T/a.moep" "$T/t.moet" &&
+toy_sim_inputs &&
     mp fit --no-PG --ranks 8 --gpus-per-node 4 --method balanced --replicas 3 \
         -o "$T/r.moep" "$T/t.moet" ||
     { echo "cannot make the test inputs"; exit 1; }

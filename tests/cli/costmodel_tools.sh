@@ -4,22 +4,7 @@
 # accounting as moe-place eval.
 
 . "$(dirname "$0")/lib.sh"
-
-if [ ! -x "$MOE_BIN/moe-costmodel" ]; then
-    echo "MOE_BIN must hold moe-costmodel (got '$MOE_BIN')" >&2
-    exit 99
-fi
-
-cm() { moe_tool moe-costmodel "$@"; }
-mp() { moe_tool moe-place "$@"; }
-
-MOEFLOW_TOPOLOGIES=$top_srcdir/share/topologies
-export MOEFLOW_TOPOLOGIES
-
-# has_line PATTERN: a line of $T/out matches the extended regular expression.
-has_line() {
-    grep -Eq -- "$1" "$T/out" || fail "no line matching '$1' in the output"
-}
+. "$top_srcdir/tests/cli/costmodel_lib.sh"
 
 T8="--volume=256M --tp=8 --ep=2 --bw-inter=25G --bw-intra=200G --bw-hbm=1.6T
     --r1=8M:0.427,32M:0.633,256M:0.741 --r2=64M:0.726,256M:0.776 --r3=0.8"
