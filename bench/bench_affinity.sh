@@ -5,6 +5,8 @@
 # Usage: sh bench/bench_affinity.sh [BIN_DIR]   (needs ../shared/traces beside the checkout)
 set -eu
 here=$(cd "$(dirname "$0")/.." && pwd)
+. "$here/bench/bench_time.sh"
+bench_use_bash "$0" "$@"
 bin=${1:-$here/cmd}
 shared=${MOE_SHARED:-$here/../shared}
 src=$shared/traces/deepseek-v2-lite-chat
@@ -31,13 +33,10 @@ best_pair() {
     tb=""
     i=0
     while [ "$i" -lt "$reps" ]; do
-        t0=$(date +%s%N)
-        sh -c "$1" >/dev/null
-        t1=$(date +%s%N)
-        sh -c "$2" >/dev/null
-        t2=$(date +%s%N)
-        da=$((t1 - t0))
-        db=$((t2 - t1))
+        time_cmd "$1"
+        da=$ns
+        time_cmd "$2"
+        db=$ns
         if [ -z "$ta" ] || [ "$da" -lt "$ta" ]; then ta=$da; fi
         if [ -z "$tb" ] || [ "$db" -lt "$tb" ]; then tb=$db; fi
         i=$((i + 1))
@@ -65,6 +64,7 @@ rs=$(ratio "$as" "$s1")
 rn=$(ratio "$an" "$s1")
 echo "# moeflow bench_affinity: DeepSeek-V2-Lite trace, $tokens tokens, best of $reps"
 echo "# machine: $(nproc) cores, $(uname -m); $("$ma" --version | tail -n 1)"
+echo "# timing: $(bench_clock)"
 printf '%-46s %10s %10s %8s %8s\n' "# measure" "value" "baseline" "ratio" "target"
 printf '%-46s %9ss %9ss %8s %8s %s\n' "moe-affinity -@1 vs moe-trace stats -@1" "$a1" "$s1" \
     "$r1" "<=1.30" "$(check "$r1" '<=' 1.3)"

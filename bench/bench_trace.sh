@@ -4,6 +4,8 @@
 # Usage: sh bench/bench_trace.sh [BIN_DIR]   (needs ../shared/traces beside the checkout)
 set -eu
 here=$(cd "$(dirname "$0")/.." && pwd)
+. "$here/bench/bench_time.sh"
+bench_use_bash "$0" "$@"
 bin=${1:-$here/cmd}
 shared=${MOE_SHARED:-$here/../shared}
 src=$shared/traces/deepseek-v2-lite-chat
@@ -20,11 +22,9 @@ best() {
     while [ "$r" -lt "$reps" ]; do
         i=0
         for c in "$@"; do
-            t0=$(date +%s%N)
-            sh -c "$c" >/dev/null
-            t1=$(date +%s%N)
+            time_cmd "$c"
             i=$((i + 1))
-            awk -v i="$i" -v d=$((t1 - t0)) 'NR == i { if ($1 == "" || d < $1) $1 = d } { print }' \
+            awk -v i="$i" -v d="$ns" 'NR == i { if ($1 == "" || d < $1) $1 = d } { print }' \
                 "$tmp/best" >"$tmp/best.new" && mv "$tmp/best.new" "$tmp/best"
         done
         r=$((r + 1))
@@ -59,6 +59,7 @@ r_thr=$(ratio "$t_s0" "$t_s1")
 r_size=$(ratio "$sz_bin" "$sz_txt")
 echo "# moeflow bench_trace: DeepSeek-V2-Lite canonical trace, $tokens tokens, best of $reps"
 echo "# machine: $(nproc) cores, $(uname -m); $("$mt" --version | tail -n 1)"
+echo "# timing: $(bench_clock)"
 printf '%-44s %12s %12s %10s %8s\n' "# measure" "value" "baseline" "ratio" "target"
 printf '%-44s %11ss %11ss %10s %8s %s\n' "stats -@0 vs zcat to /dev/null" "$t_s0" "$t_zcat" \
     "$r_stats" "<=1.30" "$(check "$r_stats" '<=' 1.3)"
