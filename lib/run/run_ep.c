@@ -477,6 +477,12 @@ void run_gate(run_t *r, uint32_t l, const float *x, size_t n, const uint32_t *ro
     RUN_CK(r, o->gate(r->b, x, n, r->H, r->wg[l], r->E, r->K, di, dw));
     RUN_CK(r, o->download(r->b, ids, di, n * K * sizeof *ids));
     RUN_CK(r, o->download(r->b, w, dw, n * K * sizeof *w));
+    for (size_t i = 0; r->chk_route && i < n; i++) /* --check follows this routing */
+        for (size_t k = 0; k < K; k++) {
+            double *c = r->chk_route + ((size_t)rows[i] * K + k) * 2;
+            c[0] = ids[i * K + k] + 1.0;
+            c[1] = w[i * K + k];
+        }
 }
 
 void run_ep_layer(run_t *r, uint32_t l)

@@ -90,6 +90,9 @@ struct moe_run {
     float *out;                      /* [ntok][H] on rank 0: the rows after the last layer */
     double *layer_err;               /* [L] on rank 0: max relative difference per layer */
     struct run_ref *ref;             /* rank 0: the serial reference's state */
+    double *chk_route;               /* --check with a computed gate: [ntok][K][2] expert + 1
+                                        and weight of the layer's routing, each token's entry
+                                        set on the rank that routed it (0 elsewhere) */
     double check_err;                /* the check's result for the report (-1: no check) */
     int check_ok;
     /* the verification hook: run_check sets it, a mode that runs all layers at once

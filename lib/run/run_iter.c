@@ -134,10 +134,19 @@ void run_iterations(run_t *r)
 
 /* ------------------------------------------------------------------ reference */
 
-/* The serial vanilla reference on rank 0, advanced one layer at a time in step with the
- * distributed verification iteration: the whole token stream, reference kernels, fp32. */
+/*
+ * The serial vanilla reference on rank 0, one layer at a time in step with the distributed
+ * verification iteration: the whole token stream, reference kernels, fp32. Each layer starts
+ * from the distributed run's own state (its output of the layer before; the seeded tokens at
+ * layer 0) and, with a computed gate, follows the distributed run's own routing, so that
+ * rounding differences neither add up over the layers nor swap near-tied experts between the
+ * two. The gate is checked on its own: each chosen expert's logit is within the tolerance of
+ * the top K (a near-tie may go either way), and its weight is the softmax of the chosen
+ * logits.
+ */
 struct run_ref {
     float *x, *m, *wg, *w, *y, *acc, *gw, *work;
+    double *lg; /* the gate's logits of one token, then room for the K largest */
     int32_t *gi;
 };
 
@@ -154,6 +163,7 @@ static void ref_free(struct run_ref *f)
     free(f->gw);
     free(f->work);
     free(f->gi);
+    free(f->lg);
     free(f);
 }
 
@@ -172,7 +182,9 @@ static struct run_ref *ref_new(const run_t *r)
     f->gw = malloc(K * sizeof *f->gw);
     f->work = malloc(moe_kern_ffn_work_size(r->F) * sizeof *f->work);
     f->gi = malloc(K * sizeof *f->gi);
-    if (!f->x || !f->m || !f->wg || !f->w || !f->y || !f->acc || !f->gw || !f->work || !f->gi) {
+    f->lg = malloc((E + K) * sizeof *f->lg);
+    if (!f->x || !f->m || !f->wg || !f->w || !f->y || !f->acc || !f->gw || !f->work || !f->gi ||
+        !f->lg) {
         ref_free(f);
         return NULL;
     }
@@ -180,8 +192,45 @@ static struct run_ref *ref_new(const run_t *r)
     return f;
 }
 
-/* One token through layer l of the reference; 0 or a negative status. */
-static int ref_token(const run_t *r, struct run_ref *f, uint32_t l, size_t t)
+/* Check the distributed run's choice for token xt (mixed) against the gate's logits: the
+ * relative amount by which a chosen expert falls short of the K-th largest logit, or its
+ * weight misses the softmax of the chosen logits; 0 when the choice is a top K. */
+static double ref_gate_err(const run_t *r, struct run_ref *f, const float *xt)
+{
+    size_t H = r->H, E = r->E, K = r->K;
+    double scale = 1, sum = 0, err = 0, *top = f->lg + E; /* the K largest, descending */
+    for (size_t e = 0; e < E; e++) {
+        double v = 0;
+        for (size_t h = 0; h < H; h++)
+            v += (double)xt[h] * f->wg[h * E + e];
+        f->lg[e] = v;
+        scale = fmax(scale, fabs(v));
+        size_t j = e < K ? e : K - 1; /* insert v unless it is below a full list's last */
+        if (e >= K && !(v > top[K - 1]))
+            continue;
+        for (; j > 0 && v > top[j - 1]; j--)
+            top[j] = top[j - 1];
+        top[j] = v;
+    }
+    double kth = top[K - 1];
+    for (size_t k = 0; k < K; k++) {
+        if (f->gi[k] < 0 || (size_t)f->gi[k] >= E)
+            return INFINITY;
+        err = fmax(err, (kth - f->lg[f->gi[k]]) / scale);
+    }
+    double hi = f->lg[f->gi[0]];
+    for (size_t k = 1; k < K; k++)
+        hi = fmax(hi, f->lg[f->gi[k]]);
+    for (size_t k = 0; k < K; k++)
+        sum += exp(f->lg[f->gi[k]] - hi);
+    for (size_t k = 0; k < K; k++)
+        err = fmax(err, fabs(exp(f->lg[f->gi[k]] - hi) / sum - f->gw[k]));
+    return isnan(err) ? INFINITY : err;
+}
+
+/* One token through layer l of the reference; 0 or a negative status. A computed gate's check
+ * goes to *gate_err (the largest so far). */
+static int ref_token(const run_t *r, struct run_ref *f, uint32_t l, size_t t, double *gate_err)
 {
     size_t H = r->H, F = r->F, K = r->K, LK = (size_t)r->L * K;
     float *xt = f->x + t * H;
@@ -193,9 +242,12 @@ static int ref_token(const run_t *r, struct run_ref *f, uint32_t l, size_t t)
             f->gw[k] = r->wts[t * LK + l * K + k];
         }
     } else {
-        int rc = moe_kern_gate(xt, 1, r->H, f->wg, r->E, r->K, f->gi, f->gw);
-        if (rc)
-            return rc;
+        for (size_t k = 0; k < K; k++) { /* the distributed run's routing */
+            const double *c = r->chk_route + (t * K + k) * 2;
+            f->gi[k] = (int32_t)c[0] - 1;
+            f->gw[k] = (float)c[1];
+        }
+        *gate_err = fmax(*gate_err, ref_gate_err(r, f, xt));
     }
     if (f->gi[0] < 0)
         return 0;
@@ -213,10 +265,12 @@ static int ref_token(const run_t *r, struct run_ref *f, uint32_t l, size_t t)
     return 0;
 }
 
-/* Advance the reference through layer l and compare it with r->out: the largest over tokens
- * of max_h |out - ref| / max(1, max_h |ref|). */
+/* Run the reference through layer l and compare it with r->out: the largest over tokens of
+ * max_h |out - ref| / max(1, max_h |ref|), and of the gate's check. Then the reference takes
+ * r->out as the next layer's input. */
 static double ref_layer(run_t *r, struct run_ref *f, uint32_t l)
 {
+    double gate_err = 0;
     size_t H = r->H, F = r->F;
     moe_kern_init_mixer(r->cfg.seed, l, r->E, r->H, f->m);
     moe_kern_init_gate(r->cfg.seed, l, r->E, r->H, f->wg);
@@ -224,7 +278,7 @@ static double ref_layer(run_t *r, struct run_ref *f, uint32_t l)
         moe_kern_init_expert(r->cfg.seed, l, e, r->E, r->H, r->F, f->w + e * 2 * H * F,
                              f->w + e * 2 * H * F + H * F);
     for (size_t t = 0; t < r->ntok; t++) {
-        int rc = ref_token(r, f, l, t);
+        int rc = ref_token(r, f, l, t, &gate_err);
         if (rc)
             run_die(r, "reference", rc);
     }
@@ -241,21 +295,29 @@ static double ref_layer(run_t *r, struct run_ref *f, uint32_t l)
         }
         err = fmax(err, d / m);
     }
-    return err;
+    memcpy(f->x, r->out, r->ntok * H * sizeof *f->x);
+    return fmax(err, gate_err);
 }
 
 /* End of layer l of the verification iteration: compare it with the reference. */
 static void layer_done(run_t *r, uint32_t l)
 {
     gather_outputs(r);
+    size_t n = r->ntok * r->K * 2;
+    if (r->chk_route) /* each token's routing, from the rank that routed it, to rank 0 */
+        RUN_CK(r, run_comm_allreduce(r->comm, r->chk_route, (int)n, MOE_RUN_SUM));
     if (r->me == 0)
         r->layer_err[l] = ref_layer(r, r->ref, l);
+    if (r->chk_route)
+        memset(r->chk_route, 0, n * sizeof *r->chk_route);
 }
 
 double run_check(run_t *r)
 {
     r->layer_err = calloc(r->L, sizeof *r->layer_err);
-    if (!r->layer_err || (r->me == 0 && !(r->ref = ref_new(r))))
+    if (!r->replay)
+        r->chk_route = calloc(r->ntok * r->K * 2 + 1, sizeof *r->chk_route);
+    if (!r->layer_err || (r->me == 0 && !(r->ref = ref_new(r))) || (!r->replay && !r->chk_route))
         run_die(r, "--check", MOE_ENOMEM);
     r->timing = 0;
     r->layer_done = layer_done;
@@ -274,6 +336,8 @@ double run_check(run_t *r)
             err = r->layer_err[l];
     ref_free(r->ref);
     r->ref = NULL;
+    free(r->chk_route);
+    r->chk_route = NULL;
     return err;
 }
 
