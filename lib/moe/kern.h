@@ -104,6 +104,62 @@ void moe_kern_init_token(uint64_t seed, uint64_t t, uint32_t H, float *x);
 /* n consecutive token rows, token ids t0 .. t0+n-1, into x (n x H). */
 void moe_kern_init_tokens(uint64_t seed, uint64_t t0, size_t n, uint32_t H, float *x);
 
+/* ------------------------------------------------------------------ backward (training) */
+
+/* The reference backward of each step, for training (moe-run --train) and the GPU kernels'
+ * tests. Gradients are "+=" into weight gradients (the caller zeroes them) and as documented
+ * for row gradients. */
+
+/* Backward of step 1: x are the n rows before the mixer, dy the gradient of the rows after it;
+ * dx = dy * (1 + 0.25 m (1 - t^2)) with t = tanh(m x) is written to dx (which may be dy);
+ * dm[h] += sum over rows of dy * 0.25 x (1 - t^2) (dm may be NULL). */
+void moe_kern_mixer_backward(const float *x, size_t n, uint32_t H, const float *m,
+                             const float *dy, float *dx, float *dm);
+
+/* Backward of step 2 through the softmax over the chosen logits, for the routing moe_kern_gate
+ * returned (ids, w) and dw, the gradient of the K weights of each row: dlogit_k =
+ * w_k (dw_k - sum_j w_j dw_j); dx[h] += sum_k dlogit_k Wg[h E + ids_k] and dWg[h E + ids_k]
+ * += x[h] dlogit_k (either may be NULL). The choice itself has no gradient. Rows whose
+ * ids[0] < 0 (a missing cell) are skipped. */
+void moe_kern_gate_backward(const float *x, size_t n, uint32_t H, const float *Wg, uint32_t E,
+                            uint32_t K, const int32_t *ids, const float *w, const float *dw,
+                            float *dx, float *dWg);
+
+/* Floats of scratch moe_kern_ffn_backward needs for inner size F. */
+size_t moe_kern_ffn_backward_work_size(uint32_t F);
+/* Backward of step 3 on n rows of one expert, dy the gradient of y: recomputes a = x W1, then
+ * dW2 += silu(a)^T dy, da = (dy W2^T) silu'(a), dW1 += x^T da, dx += da W1^T (each pointer
+ * may be NULL). work: moe_kern_ffn_backward_work_size(F) floats, or NULL to allocate. Returns
+ * 0 or MOE_ENOMEM. */
+int moe_kern_ffn_backward(const float *x, size_t n, uint32_t H, uint32_t F, const float *W1,
+                          const float *W2, const float *dy, float *dx, float *dW1, float *dW2,
+                          float *work);
+
+/* The serial reference model with a computed gate: L layers of mixer, gate and E experts, the
+ * seeded weights of moe_kern_init_* (or zeros, as a gradient). */
+typedef struct moe_kern_model {
+    uint32_t L, E, K, H, F;
+    float *m;  /* [L][H] mixers */
+    float *Wg; /* [L][H][E] gates */
+    float *W;  /* [L][E] experts: W1 (H x F) then W2 (F x H); moe_kern_model_w1 */
+} moe_kern_model_t;
+
+/* Allocate md and seed it as moe-run does (seed 0: all zeros, for gradients). Returns 0,
+ * MOE_EINVAL (a zero size or K > E) or MOE_ENOMEM. */
+int moe_kern_model_init(moe_kern_model_t *md, uint64_t seed, uint32_t L, uint32_t E, uint32_t K,
+                        uint32_t H, uint32_t F);
+void moe_kern_model_free(moe_kern_model_t *md);
+/* W1 of expert e in layer l (its W2 follows at + H * F). */
+float *moe_kern_model_w1(const moe_kern_model_t *md, uint32_t l, uint32_t e);
+
+/* n rows x0 (n x H) through every layer (mixer, gate, experts, the weighted combine added to
+ * the rows), then the loss against target (n x H): *loss = sum (y - target)^2 / (2 n H), summed
+ * in double. With grad (of md's shape; zeroed here): every weight's gradient, and with dx0
+ * (n x H) the inputs' gradient. Returns 0, MOE_EINVAL or MOE_ENOMEM. */
+int moe_kern_model_loss_grad(const moe_kern_model_t *md, const float *x0, size_t n,
+                             const float *target, double *loss, moe_kern_model_t *grad,
+                             float *dx0);
+
 #ifdef __cplusplus
 }
 #endif

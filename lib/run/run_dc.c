@@ -157,7 +157,8 @@ static void schedule_layer(dc_t *d, uint32_t l, const uint8_t *need)
     free(arrive);
     free(done);
     d->rounds[l] = t;
-    qsort(a, n, sizeof *a, item_cmp);
+    if (n > 1) /* a single rank fetches nothing: a is NULL */
+        qsort(a, n, sizeof *a, item_cmp);
 }
 
 /* Gate and needs of layer l; with `all`, every layer's needs (replayed gate) at once. */

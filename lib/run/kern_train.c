@@ -1,0 +1,268 @@
+/* run/kern_train.c -- reference backward kernels of moe-run's layer (moe/kern.h) and the serial
+ * reference model that training is checked against: forward, mean-squared-error loss and every
+ * gradient, in the reference kernels' own arithmetic (fp32 rows, sums in a fixed order). */
+#include "config.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "moe/kern.h"
+#include "moe/moe.h"
+
+/* ------------------------------------------------------------------ layer steps, backward */
+
+void moe_kern_mixer_backward(const float *x, size_t n, uint32_t H, const float *m,
+                             const float *dy, float *dx, float *dm)
+{
+    for (size_t i = 0; i < n; i++) {
+        const float *xr = x + i * H, *g = dy + i * H;
+        float *d = dx + i * H;
+        for (uint32_t h = 0; h < H; h++) {
+            float t = tanhf(m[h] * xr[h]), s = 0.25f * (1.0f - t * t), gh = g[h];
+            if (dm)
+                dm[h] += gh * s * xr[h];
+            d[h] = gh * (1.0f + s * m[h]);
+        }
+    }
+}
+
+void moe_kern_gate_backward(const float *x, size_t n, uint32_t H, const float *Wg, uint32_t E,
+                            uint32_t K, const int32_t *ids, const float *w, const float *dw,
+                            float *dx, float *dWg)
+{
+    for (size_t i = 0; i < n; i++) {
+        const int32_t *id = ids + i * K;
+        const float *wi = w + i * K, *gi = dw + i * K;
+        if (id[0] < 0)
+            continue;
+        float dot = 0;
+        for (uint32_t k = 0; k < K; k++)
+            dot += wi[k] * gi[k];
+        for (uint32_t k = 0; k < K; k++) {
+            float dl = wi[k] * (gi[k] - dot); /* softmax over the chosen logits */
+            const size_t e = (size_t)id[k];
+            for (uint32_t h = 0; h < H; h++) {
+                if (dx)
+                    dx[i * H + h] += dl * Wg[(size_t)h * E + e];
+                if (dWg)
+                    dWg[(size_t)h * E + e] += x[i * H + h] * dl;
+            }
+        }
+    }
+}
+
+size_t moe_kern_ffn_backward_work_size(uint32_t F)
+{
+    return 2 * (size_t)F;
+}
+
+int moe_kern_ffn_backward(const float *x, size_t n, uint32_t H, uint32_t F, const float *W1,
+                          const float *W2, const float *dy, float *dx, float *dW1, float *dW2,
+                          float *work)
+{
+    float *own = NULL;
+    if (n == 0)
+        return 0;
+    if (!work && !(work = own = malloc(moe_kern_ffn_backward_work_size(F) * sizeof *work)))
+        return MOE_ENOMEM;
+    float *a = work, *da = work + F;
+    for (size_t i = 0; i < n; i++) {
+        const float *xr = x + i * H, *g = dy + i * H;
+        memset(a, 0, F * sizeof *a); /* a = x W1, h ascending as in the forward */
+        for (uint32_t h = 0; h < H; h++)
+            for (uint32_t f = 0; f < F; f++)
+                a[f] += xr[h] * W1[(size_t)h * F + f];
+        for (uint32_t f = 0; f < F; f++) {
+            float s = 1.0f / (1.0f + expf(-a[f])), act = a[f] * s, d = 0;
+            for (uint32_t h = 0; h < H; h++) {
+                d += g[h] * W2[(size_t)f * H + h];
+                if (dW2)
+                    dW2[(size_t)f * H + h] += act * g[h];
+            }
+            da[f] = d * s * (1.0f + a[f] * (1.0f - s)); /* silu'(z) = s (1 + z (1 - s)) */
+        }
+        for (uint32_t h = 0; h < H; h++) {
+            float d = 0;
+            for (uint32_t f = 0; f < F; f++) {
+                d += da[f] * W1[(size_t)h * F + f];
+                if (dW1)
+                    dW1[(size_t)h * F + f] += xr[h] * da[f];
+            }
+            if (dx)
+                dx[i * H + h] += d;
+        }
+    }
+    free(own);
+    return 0;
+}
+
+/* ------------------------------------------------------------------ the serial model */
+
+int moe_kern_model_init(moe_kern_model_t *md, uint64_t seed, uint32_t L, uint32_t E, uint32_t K,
+                        uint32_t H, uint32_t F)
+{
+    memset(md, 0, sizeof *md);
+    if (L == 0 || K == 0 || K > E || H == 0 || F == 0)
+        return MOE_EINVAL;
+    *md = (moe_kern_model_t){L, E, K, H, F, NULL, NULL, NULL};
+    md->m = calloc((size_t)L * H, sizeof *md->m);
+    md->Wg = calloc((size_t)L * H * E, sizeof *md->Wg);
+    md->W = calloc((size_t)L * E * 2 * H * F, sizeof *md->W);
+    if (!md->m || !md->Wg || !md->W) {
+        moe_kern_model_free(md);
+        return MOE_ENOMEM;
+    }
+    if (seed == 0) /* zeros: a gradient accumulator */
+        return 0;
+    for (uint32_t l = 0; l < L; l++) {
+        moe_kern_init_mixer(seed, l, E, H, md->m + (size_t)l * H);
+        moe_kern_init_gate(seed, l, E, H, md->Wg + (size_t)l * H * E);
+        for (uint32_t e = 0; e < E; e++) {
+            float *w1 = moe_kern_model_w1(md, l, e);
+            moe_kern_init_expert(seed, l, e, E, H, F, w1, w1 + (size_t)H * F);
+        }
+    }
+    return 0;
+}
+
+void moe_kern_model_free(moe_kern_model_t *md)
+{
+    if (!md)
+        return;
+    free(md->m);
+    free(md->Wg);
+    free(md->W);
+    md->m = md->Wg = md->W = NULL;
+}
+
+float *moe_kern_model_w1(const moe_kern_model_t *md, uint32_t l, uint32_t e)
+{
+    return md->W + ((size_t)l * md->E + e) * 2 * md->H * md->F;
+}
+
+/* What the backward needs of one layer's forward. */
+typedef struct saved {
+    float *xin;  /* [n][H] rows entering the layer (before the mixer) */
+    float *xm;   /* [n][H] after the mixer */
+    float *y;    /* [n][K][H] each choice's expert output */
+    int32_t *ids;
+    float *w;    /* [n][K] */
+} saved_t;
+
+static void saved_free(saved_t *s, uint32_t L)
+{
+    for (uint32_t l = 0; s && l < L; l++) {
+        free(s[l].xin);
+        free(s[l].xm);
+        free(s[l].y);
+        free(s[l].ids);
+        free(s[l].w);
+    }
+    free(s);
+}
+
+/* The forward of layer l on rows x (n x H, in place), keeping what the backward needs. */
+static int layer_forward(const moe_kern_model_t *md, uint32_t l, float *x, size_t n, saved_t *s,
+                         float *work)
+{
+    const size_t H = md->H, K = md->K, F = md->F;
+    if (!(s->xin = malloc(n * H * sizeof *s->xin)) || !(s->xm = malloc(n * H * sizeof *s->xm)) ||
+        !(s->y = malloc(n * K * H * sizeof *s->y)) ||
+        !(s->ids = malloc(n * K * sizeof *s->ids)) || !(s->w = malloc(n * K * sizeof *s->w)))
+        return MOE_ENOMEM;
+    memcpy(s->xin, x, n * H * sizeof *x);
+    moe_kern_mixer(x, n, md->H, md->m + l * H);
+    memcpy(s->xm, x, n * H * sizeof *x);
+    int rc = moe_kern_gate(x, n, md->H, md->Wg + l * H * md->E, md->E, md->K, s->ids, s->w);
+    for (size_t i = 0; i < n && rc == 0; i++) {
+        for (size_t k = 0; k < K && rc == 0; k++) {
+            const float *w1 = moe_kern_model_w1(md, l, (uint32_t)s->ids[i * K + k]);
+            rc = moe_kern_ffn(s->xm + i * H, 1, md->H, md->F, w1, w1 + H * F,
+                              s->y + (i * K + k) * H, work);
+        }
+        for (size_t k = 0; k < K && rc == 0; k++) /* the combine, in the order of the choices */
+            for (size_t h = 0; h < H; h++)
+                x[i * H + h] += s->w[i * K + k] * s->y[(i * K + k) * H + h];
+    }
+    return rc;
+}
+
+/* The backward of layer l: dx (n x H) holds the gradient of its output and becomes that of its
+ * input; the weights' gradients are added to g. */
+static int layer_backward(const moe_kern_model_t *md, uint32_t l, const saved_t *s, size_t n,
+                          float *dx, moe_kern_model_t *g, float *dxm, float *dw, float *dy,
+                          float *work)
+{
+    const size_t H = md->H, K = md->K, F = md->F, E = md->E;
+    memcpy(dxm, dx, n * H * sizeof *dx); /* the residual path */
+    for (size_t i = 0; i < n; i++) {
+        const float *gi = dx + i * H;
+        for (size_t k = 0; k < K; k++) {
+            const float *yk = s->y + (i * K + k) * H;
+            float d = 0, wk = s->w[i * K + k];
+            for (size_t h = 0; h < H; h++) {
+                d += gi[h] * yk[h];
+                dy[h] = wk * gi[h];
+            }
+            dw[i * K + k] = d;
+            uint32_t e = (uint32_t)s->ids[i * K + k];
+            const float *w1 = moe_kern_model_w1(md, l, e);
+            float *g1 = moe_kern_model_w1(g, l, e);
+            int rc = moe_kern_ffn_backward(s->xm + i * H, 1, md->H, md->F, w1, w1 + H * F, dy,
+                                           dxm + i * H, g1, g1 + H * F, work);
+            if (rc)
+                return rc;
+        }
+    }
+    moe_kern_gate_backward(s->xm, n, md->H, md->Wg + l * H * E, md->E, md->K, s->ids, s->w, dw,
+                           dxm, g->Wg + l * H * E);
+    moe_kern_mixer_backward(s->xin, n, md->H, md->m + l * H, dxm, dx, g->m + l * H);
+    return 0;
+}
+
+int moe_kern_model_loss_grad(const moe_kern_model_t *md, const float *x0, size_t n,
+                             const float *target, double *loss, moe_kern_model_t *grad,
+                             float *dx0)
+{
+    const size_t H = md->H, L = md->L;
+    if (n == 0 || !loss)
+        return MOE_EINVAL;
+    if (grad && (grad->L != md->L || grad->E != md->E || grad->H != md->H || grad->F != md->F))
+        return MOE_EINVAL;
+    saved_t *s = calloc(L, sizeof *s);
+    float *x = malloc(n * H * sizeof *x), *dxm = malloc(n * H * sizeof *dxm);
+    float *dw = malloc(n * md->K * sizeof *dw), *dy = malloc(H * sizeof *dy);
+    float *work = malloc((moe_kern_ffn_work_size(md->F) + moe_kern_ffn_backward_work_size(md->F)) *
+                         sizeof *work);
+    int rc = s && x && dxm && dw && dy && work ? 0 : MOE_ENOMEM;
+    if (rc == 0)
+        memcpy(x, x0, n * H * sizeof *x);
+    for (uint32_t l = 0; l < L && rc == 0; l++)
+        rc = layer_forward(md, l, x, n, &s[l], work);
+    double sum = 0;
+    const double scale = 1.0 / ((double)n * H);
+    for (size_t i = 0; i < n * H && rc == 0; i++) {
+        double d = (double)x[i] - target[i];
+        sum += 0.5 * d * d;
+        x[i] = (float)(d * scale); /* from here on x holds the gradient */
+    }
+    *loss = sum * scale;
+    if (grad && rc == 0) {
+        memset(grad->m, 0, L * H * sizeof *grad->m);
+        memset(grad->Wg, 0, L * H * md->E * sizeof *grad->Wg);
+        memset(grad->W, 0, L * md->E * 2 * H * md->F * sizeof *grad->W);
+        float *bw = work + moe_kern_ffn_work_size(md->F);
+        for (uint32_t l = (uint32_t)L; l-- > 0 && rc == 0;)
+            rc = layer_backward(md, l, &s[l], n, x, grad, dxm, dw, dy, bw);
+        if (rc == 0 && dx0)
+            memcpy(dx0, x, n * H * sizeof *x);
+    }
+    saved_free(s, (uint32_t)L);
+    free(x);
+    free(dxm);
+    free(dw);
+    free(dy);
+    free(work);
+    return rc;
+}

@@ -1,0 +1,104 @@
+/* tests/unit/test_kern_train.c -- the reference backward of moe-run's layer (moe/kern.h):
+ * every gradient of a tiny seeded model (2 layers, 4 experts, top 2, H 6, F 5, 7 tokens) --
+ * mixers, gates, both expert matrices and the inputs -- against central finite differences of
+ * the loss, and the kernels' documented edge cases. */
+#include "config.h"
+
+#include <math.h>
+#include <stdint.h>
+
+#include "moe/kern.h"
+#include "moe/moe.h"
+#include "unit.h"
+
+enum { L = 2, E = 4, K = 2, H = 6, F = 5, N = 7 };
+
+static double loss_of(const moe_kern_model_t *md, const float *x, const float *t)
+{
+    double v = NAN;
+    CHECK_EQ_INT(moe_kern_model_loss_grad(md, x, N, t, &v, NULL, NULL), 0);
+    return v;
+}
+
+/* Central differences of the loss in each of n floats at p against the analytical gradient g:
+ * returns the largest |fd - g| over the scale max(|g|) (the gradients' own scale). */
+static double fd_err(const moe_kern_model_t *md, float *x, const float *t, float *p,
+                     const float *g, size_t n, const char *what)
+{
+    double gmax = 0, worst = 0;
+    for (size_t i = 0; i < n; i++)
+        gmax = fmax(gmax, fabs(g[i]));
+    for (size_t i = 0; i < n; i++) {
+        const float keep = p[i], eps = 1e-2f * fmaxf(1.0f, fabsf(keep));
+        p[i] = keep + eps;
+        double up = loss_of(md, x, t);
+        p[i] = keep - eps;
+        double dn = loss_of(md, x, t);
+        p[i] = keep;
+        double fd = (up - dn) / (2.0 * ((double)(keep + eps) - keep));
+        worst = fmax(worst, fabs(fd - g[i]) / gmax);
+    }
+    printf("  %-8s %4zu values, largest gradient %.3g, largest |fd - analytic| %.3g of it\n",
+           what, n, gmax, worst);
+    return worst;
+}
+
+static void test_finite_differences(void)
+{
+    moe_kern_model_t md, g;
+    CHECK_EQ_INT(moe_kern_model_init(&md, 3, L, E, K, H, F), 0);
+    CHECK_EQ_INT(moe_kern_model_init(&g, 0, L, E, K, H, F), 0);
+    float x[N * H], t[N * H], dx[N * H];
+    moe_kern_init_tokens(11, 0, N, H, x);
+    moe_kern_init_tokens(12, 0, N, H, t);
+    double loss = 0;
+    CHECK_EQ_INT(moe_kern_model_loss_grad(&md, x, N, t, &loss, &g, dx), 0);
+    CHECK(loss > 0 && isfinite(loss));
+    CHECK(fabs(loss - loss_of(&md, x, t)) == 0); /* the gradient pass does not move the loss */
+    /* float forward, eps 1e-2: the differences agree to about 1e-4 of the largest gradient */
+    const double tol = 2e-3;
+    CHECK(fd_err(&md, x, t, md.m, g.m, (size_t)L * H, "mixers") < tol);
+    CHECK(fd_err(&md, x, t, md.Wg, g.Wg, (size_t)L * H * E, "gates") < tol);
+    CHECK(fd_err(&md, x, t, md.W, g.W, (size_t)L * E * 2 * H * F, "experts") < tol);
+    CHECK(fd_err(&md, x, t, x, dx, (size_t)N * H, "inputs") < tol);
+    /* a wrong gradient is seen: the expert gradients scaled by 1.1 */
+    for (size_t i = 0; i < (size_t)L * E * 2 * H * F; i++)
+        g.W[i] *= 1.1f;
+    CHECK(fd_err(&md, x, t, md.W, g.W, (size_t)L * E * 2 * H * F, "(x 1.1)") > 0.05);
+    moe_kern_model_free(&md);
+    moe_kern_model_free(&g);
+}
+
+static void test_edges(void)
+{
+    moe_kern_model_t md;
+    CHECK_EQ_INT(moe_kern_model_init(&md, 1, 1, 2, 3, 4, 4), MOE_EINVAL); /* K > E */
+    CHECK_EQ_INT(moe_kern_model_init(&md, 1, 0, 2, 1, 4, 4), MOE_EINVAL);
+    moe_kern_model_free(&md);
+    /* a missing cell (ids[0] < 0) gets no gate gradient */
+    float x[4] = {1, 2, 3, 4}, Wg[8] = {1, 1, 1, 1, 1, 1, 1, 1}, w[2] = {0.5f, 0.5f};
+    float dw[2] = {1, -1}, dx[4] = {0}, dWg[8] = {0};
+    int32_t ids[2] = {-1, -1};
+    moe_kern_gate_backward(x, 1, 4, Wg, 2, 2, ids, w, dw, dx, dWg);
+    for (int i = 0; i < 8; i++)
+        CHECK(dWg[i] == 0 && (i >= 4 || dx[i] == 0));
+    /* equal weights and a gradient that raises one and lowers the other: +-0.5 on the logits */
+    ids[0] = 0, ids[1] = 1;
+    moe_kern_gate_backward(x, 1, 4, Wg, 2, 2, ids, w, dw, dx, dWg);
+    CHECK(fabsf(dWg[0] - 0.5f) < 1e-6f && fabsf(dWg[1] + 0.5f) < 1e-6f); /* x[0] * +-0.5 */
+    CHECK(fabsf(dx[0]) < 1e-6f); /* Wg's columns are equal: the two cancel */
+    /* the mixer's backward may write over its input gradient */
+    float m[4] = {0.5f, -1, 2, 0}, g[4] = {1, 1, 1, 1}, d2[4];
+    moe_kern_mixer_backward(x, 1, 4, m, g, d2, NULL);
+    moe_kern_mixer_backward(x, 1, 4, m, g, g, NULL);
+    for (int i = 0; i < 4; i++)
+        CHECK(g[i] == d2[i]);
+    CHECK(d2[3] == 1.0f); /* m = 0: the identity */
+}
+
+int main(void)
+{
+    test_finite_differences();
+    test_edges();
+    return unit_done("test_kern_train");
+}
