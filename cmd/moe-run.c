@@ -21,6 +21,7 @@ enum {
     O_MODE = MOE_OPTC_TOOL, O_LAYERS, O_EXPERTS, O_TOPK, O_HIDDEN, O_FFN, O_TPR, O_DTYPE,
     O_TRACE, O_PLACEMENT, O_TOPOLOGY, O_GPN, O_ITERS, O_WARMUP, O_SEED, O_CHECK, O_JSON,
     O_CHUNKS, O_CREDITS, O_NO_PREFETCH, O_CALIBRATE, O_VERSION, O_BACKEND, O_REPLICA_RULE,
+    O_TRAIN, O_LR,
 };
 
 /* The CPU backend computes in fp32 whatever the wire type. */
@@ -66,7 +67,8 @@ static const struct option long_opts[] = {
     {"no-prefetch", no_argument, 0, O_NO_PREFETCH},
     {"calibrate", no_argument, 0, O_CALIBRATE}, {"version", no_argument, 0, O_VERSION},
     {"backend", required_argument, 0, O_BACKEND},
-    {"replica-rule", required_argument, 0, O_REPLICA_RULE}, MOE_OPTS_LONG, {0}};
+    {"replica-rule", required_argument, 0, O_REPLICA_RULE}, {"train", no_argument, 0, O_TRAIN},
+    {"lr", required_argument, 0, O_LR}, MOE_OPTS_LONG, {0}};
 
 /* Only rank 0 talks; before MPI is up the launcher's environment says which rank this is. */
 static int env_rank(void)
@@ -116,6 +118,10 @@ static void usage(FILE *fp)
           "      --warmup=W         untimed iterations first [1]\n"
           "      --check            compare with the serial vanilla reference, exit 1 on\n"
           "                         mismatch (1e-4 for fp32, 2e-2 for bf16 and fp16)\n"
+          "Training (vanilla mode, cpu backend, experts without replicas):\n"
+          "      --train            each iteration a training step: forward, squared-error\n"
+          "                         loss against seeded targets, backward, SGD\n"
+          "      --lr=R             SGD learning rate [0.1]\n"
           "      --json=FILE        also write the report as JSON\n"
           "      --calibrate        sweep all-to-all, all-gather and copy sizes, time the\n"
           "                         expert FFN, write a topology file (-o)\n"
@@ -188,6 +194,8 @@ static int take(args_t *a, int c, const char *arg)
         return moe_cli_u32(prog, NULL, arg, 0, 1000000, "warm-up count", (uint32_t *)&g->warmup);
     case O_SEED: return moe_cli_u64(prog, NULL, arg, 0, UINT64_MAX, "seed", &g->seed);
     case O_CHECK: g->check = 1; return 0;
+    case O_TRAIN: g->train = 1; return 0;
+    case O_LR: return moe_cli_double(prog, NULL, arg, 0, 1e6, "learning rate", &g->lr);
     case O_JSON: a->json = arg; return 0;
     case O_CHUNKS:
         g->chunks_set = 1;
@@ -239,8 +247,14 @@ static int parse(int argc, char **argv, args_t *a)
         return moe_usage_error(prog, NULL, "unexpected argument '%s'", argv[optind]);
     if (g->chunks_set && g->mode != MOE_RUN_PIPELINED && g->mode != MOE_RUN_HIERARCHICAL)
         return moe_usage_error(prog, NULL, "--chunks applies to pipelined and hierarchical mode");
-    if (a->calibrate && (a->json || g->check))
-        return moe_usage_error(prog, NULL, "--calibrate takes neither --json nor --check");
+    if (a->calibrate && (a->json || g->check || g->train))
+        return moe_usage_error(prog, NULL,
+                               "--calibrate takes neither --json, --check nor --train");
+    if (g->train && g->mode != MOE_RUN_VANILLA)
+        return moe_usage_error(prog, NULL, "--train: only vanilla mode trains so far, not %s",
+                               moe_run_mode_name(g->mode));
+    if (g->train && strcmp(a->be->name, "cpu"))
+        return moe_usage_error(prog, NULL, "--train: only the cpu backend trains so far");
     if (!a->calibrate && strcmp(a->o.out, "-"))
         return moe_usage_error(prog, NULL, "-o names the output of --calibrate");
     moe_opts_apply_log(&a->o);

@@ -101,6 +101,9 @@ void moe_kern_init_mixer(uint64_t seed, uint32_t l, uint32_t E, uint32_t H, floa
 /* Input row of token id t (its index in the global token stream): x[h] = moe_rng_normal of a
  * generator seeded moe_hash64(seed ^ 0x9e3779b97f4a7c15, t). */
 void moe_kern_init_token(uint64_t seed, uint64_t t, uint32_t H, float *x);
+/* Training's target row of token t (the loss is the mean squared error against it):
+ * moe_kern_init_token's row with the seed XORed with 0x2545f4914f6cdd1d. */
+void moe_kern_init_target(uint64_t seed, uint64_t t, uint32_t H, float *x);
 /* n consecutive token rows, token ids t0 .. t0+n-1, into x (n x H). */
 void moe_kern_init_tokens(uint64_t seed, uint64_t t0, size_t n, uint32_t H, float *x);
 
@@ -159,6 +162,12 @@ float *moe_kern_model_w1(const moe_kern_model_t *md, uint32_t l, uint32_t e);
 int moe_kern_model_loss_grad(const moe_kern_model_t *md, const float *x0, size_t n,
                              const float *target, double *loss, moe_kern_model_t *grad,
                              float *dx0);
+/* The same with the routing given, as a replayed trace gives it: ids and w [n][L][K] (token
+ * major), expert ids < 0 for a missing cell (the token skips that layer's experts); the gate is
+ * then unused and its gradient zero. */
+int moe_kern_model_loss_grad_routed(const moe_kern_model_t *md, const float *x0, size_t n,
+                                    const float *target, const int32_t *ids, const float *w,
+                                    double *loss, moe_kern_model_t *grad, float *dx0);
 
 #ifdef __cplusplus
 }

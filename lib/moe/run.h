@@ -53,6 +53,10 @@ typedef struct moe_run_cfg {
     int prefetch;             /* datacentric: pull the next layer's experts early [1] */
     int replica_rule;         /* copy of a replicated expert a token uses, moe/acct.h's enum
                                * moe_replica_rule [nearest] */
+    int train;                /* each iteration a training step: forward, mean-squared-error
+                               * loss against seeded targets, backward, SGD (vanilla mode, CPU
+                               * backend, experts without replicas, for now) */
+    double lr;                /* SGD learning rate [0.1] */
 } moe_run_cfg_t;
 void moe_run_cfg_default(moe_run_cfg_t *c);
 

@@ -382,6 +382,11 @@ void moe_kern_init_token(uint64_t seed, uint64_t t, uint32_t H, float *x)
     fill_normal(&r, x, H, 1.0);
 }
 
+void moe_kern_init_target(uint64_t seed, uint64_t t, uint32_t H, float *x)
+{
+    moe_kern_init_token(seed ^ 0x2545f4914f6cdd1dULL, t, H, x);
+}
+
 void moe_kern_init_tokens(uint64_t seed, uint64_t t0, size_t n, uint32_t H, float *x)
 {
     for (size_t i = 0; i < n; i++)

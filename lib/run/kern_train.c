@@ -162,9 +162,10 @@ static void saved_free(saved_t *s, uint32_t L)
     free(s);
 }
 
-/* The forward of layer l on rows x (n x H, in place), keeping what the backward needs. */
+/* The forward of layer l on rows x (n x H, in place), keeping what the backward needs; with
+ * rids/rw ([n][L][K]) the routing is given instead of computed. */
 static int layer_forward(const moe_kern_model_t *md, uint32_t l, float *x, size_t n, saved_t *s,
-                         float *work)
+                         const int32_t *rids, const float *rw, float *work)
 {
     const size_t H = md->H, K = md->K, F = md->F;
     if (!(s->xin = malloc(n * H * sizeof *s->xin)) || !(s->xm = malloc(n * H * sizeof *s->xm)) ||
@@ -174,8 +175,20 @@ static int layer_forward(const moe_kern_model_t *md, uint32_t l, float *x, size_
     memcpy(s->xin, x, n * H * sizeof *x);
     moe_kern_mixer(x, n, md->H, md->m + l * H);
     memcpy(s->xm, x, n * H * sizeof *x);
-    int rc = moe_kern_gate(x, n, md->H, md->Wg + l * H * md->E, md->E, md->K, s->ids, s->w);
+    int rc = 0;
+    if (rids) {
+        const size_t LK = (size_t)md->L * K;
+        for (size_t i = 0; i < n; i++)
+            for (size_t k = 0; k < K; k++) {
+                s->ids[i * K + k] = rids[i * LK + l * K + k];
+                s->w[i * K + k] = rw[i * LK + l * K + k];
+            }
+    } else {
+        rc = moe_kern_gate(x, n, md->H, md->Wg + l * H * md->E, md->E, md->K, s->ids, s->w);
+    }
     for (size_t i = 0; i < n && rc == 0; i++) {
+        if (s->ids[i * K] < 0) /* a missing cell: the token skips the experts */
+            continue;
         for (size_t k = 0; k < K && rc == 0; k++) {
             const float *w1 = moe_kern_model_w1(md, l, (uint32_t)s->ids[i * K + k]);
             rc = moe_kern_ffn(s->xm + i * H, 1, md->H, md->F, w1, w1 + H * F,
@@ -192,12 +205,14 @@ static int layer_forward(const moe_kern_model_t *md, uint32_t l, float *x, size_
  * input; the weights' gradients are added to g. */
 static int layer_backward(const moe_kern_model_t *md, uint32_t l, const saved_t *s, size_t n,
                           float *dx, moe_kern_model_t *g, float *dxm, float *dw, float *dy,
-                          float *work)
+                          int gate, float *work)
 {
     const size_t H = md->H, K = md->K, F = md->F, E = md->E;
     memcpy(dxm, dx, n * H * sizeof *dx); /* the residual path */
     for (size_t i = 0; i < n; i++) {
         const float *gi = dx + i * H;
+        if (s->ids[i * K] < 0)
+            continue;
         for (size_t k = 0; k < K; k++) {
             const float *yk = s->y + (i * K + k) * H;
             float d = 0, wk = s->w[i * K + k];
@@ -215,8 +230,9 @@ static int layer_backward(const moe_kern_model_t *md, uint32_t l, const saved_t 
                 return rc;
         }
     }
-    moe_kern_gate_backward(s->xm, n, md->H, md->Wg + l * H * E, md->E, md->K, s->ids, s->w, dw,
-                           dxm, g->Wg + l * H * E);
+    if (gate)
+        moe_kern_gate_backward(s->xm, n, md->H, md->Wg + l * H * E, md->E, md->K, s->ids, s->w,
+                               dw, dxm, g->Wg + l * H * E);
     moe_kern_mixer_backward(s->xin, n, md->H, md->m + l * H, dxm, dx, g->m + l * H);
     return 0;
 }
@@ -224,6 +240,13 @@ static int layer_backward(const moe_kern_model_t *md, uint32_t l, const saved_t 
 int moe_kern_model_loss_grad(const moe_kern_model_t *md, const float *x0, size_t n,
                              const float *target, double *loss, moe_kern_model_t *grad,
                              float *dx0)
+{
+    return moe_kern_model_loss_grad_routed(md, x0, n, target, NULL, NULL, loss, grad, dx0);
+}
+
+int moe_kern_model_loss_grad_routed(const moe_kern_model_t *md, const float *x0, size_t n,
+                                    const float *target, const int32_t *ids, const float *w,
+                                    double *loss, moe_kern_model_t *grad, float *dx0)
 {
     const size_t H = md->H, L = md->L;
     if (n == 0 || !loss)
@@ -239,7 +262,7 @@ int moe_kern_model_loss_grad(const moe_kern_model_t *md, const float *x0, size_t
     if (rc == 0)
         memcpy(x, x0, n * H * sizeof *x);
     for (uint32_t l = 0; l < L && rc == 0; l++)
-        rc = layer_forward(md, l, x, n, &s[l], work);
+        rc = layer_forward(md, l, x, n, &s[l], ids, w, work);
     double sum = 0;
     const double scale = 1.0 / ((double)n * H);
     for (size_t i = 0; i < n * H && rc == 0; i++) {
@@ -254,7 +277,7 @@ int moe_kern_model_loss_grad(const moe_kern_model_t *md, const float *x0, size_t
         memset(grad->W, 0, L * md->E * 2 * H * md->F * sizeof *grad->W);
         float *bw = work + moe_kern_ffn_work_size(md->F);
         for (uint32_t l = (uint32_t)L; l-- > 0 && rc == 0;)
-            rc = layer_backward(md, l, &s[l], n, x, grad, dxm, dw, dy, bw);
+            rc = layer_backward(md, l, &s[l], n, x, grad, dxm, dw, dy, ids == NULL, bw);
         if (rc == 0 && dx0)
             memcpy(dx0, x, n * H * sizeof *x);
     }

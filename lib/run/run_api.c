@@ -10,6 +10,7 @@
 #include "moe/moe.h"
 #include "run_iter_internal.h"
 #include "run_report_internal.h"
+#include "run_train_internal.h"
 
 int moe_run_comm_max(moe_run_comm_t *c, int v)
 {
@@ -62,7 +63,10 @@ int moe_run_setup(moe_run_t *r, char *errbuf, size_t errlen)
 int moe_run_iterations(moe_run_t *r)
 {
     ARM(r);
-    run_iterations(r);
+    if (r->cfg.train)
+        run_train_iterations(r);
+    else
+        run_iterations(r);
     return 0;
 }
 
@@ -76,7 +80,7 @@ static double tolerance(const moe_run_t *r)
 static void check(moe_run_t *r)
 {
     double tol = tolerance(r);
-    r->check_err = run_check(r);
+    r->check_err = r->cfg.train ? run_train_check(r) : run_check(r);
     double bad = r->me == 0 && !(r->check_err <= tol);
     RUN_CK(r, run_comm_allreduce(r->comm, &bad, 1, MOE_RUN_MAX));
     r->check_ok = bad == 0;

@@ -24,6 +24,7 @@ void moe_run_cfg_default(moe_run_cfg_t *c)
     c->warmup = 1;
     c->seed = 1;
     c->credits = 4;
+    c->lr = 0.1;
     c->prefetch = 1;
 }
 
@@ -55,6 +56,7 @@ enum agree_kind {
     AG_FILE,    /* const char *: compared on presence only (ranks may name their own copies) */
     AG_CHUNKS,  /* uint32_t chunks with chunks_set */
     AG_RULE,    /* int, enum moe_replica_rule */
+    AG_DBL,     /* double, compared as its shortest exact text */
 };
 
 /* The one table of what must agree: a rank holding another value would run another loop
@@ -85,6 +87,8 @@ static const struct agree_field {
     {"--credits", AG_U32, offsetof(moe_run_cfg_t, credits)},
     {"--no-prefetch", AG_NOFLAG, offsetof(moe_run_cfg_t, prefetch)},
     {"--replica-rule", AG_RULE, offsetof(moe_run_cfg_t, replica_rule)},
+    {"--train", AG_FLAG, offsetof(moe_run_cfg_t, train)},
+    {"--lr", AG_DBL, offsetof(moe_run_cfg_t, lr)},
 };
 #define NFIELDS (sizeof fields / sizeof *fields)
 
@@ -134,6 +138,12 @@ static void field_slot(const moe_run_cfg_t *c, const struct agree_field *f, agre
         memcpy(&i, p, sizeof i);
         snprintf(s->text, sizeof s->text, "%s", moe_replica_rule_name(i));
         break;
+    case AG_DBL: {
+        double d;
+        memcpy(&d, p, sizeof d);
+        snprintf(s->text, sizeof s->text, "%.17g", d);
+        break;
+    }
     case AG_FILE:
         memcpy(&str, p, sizeof str);
         if (str && strlen(str) + 3 <= sizeof s->text)

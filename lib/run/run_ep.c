@@ -20,7 +20,6 @@
  * server. Every hop uses its own set of scratch slots (two sets: stage 2 of hierarchical mode,
  * or the odd chunks of pipelined mode).
  */
-enum { M_TOK = 0, M_RET = 1, M_N = 2, M_HEAD = 3 };
 enum { DS_SENDX, DS_SENDW, DS_RECVW, DS_RX, DS_P, DS_XS, DS_YS, DS_IDX, DS_W, DS_CSW, DS_CRW,
        DS_CRX, DS_CIDX, DS_SLOTS };
 enum { HS_ENT, HS_SROW, HS_SMETA, HS_RMETA, HS_PAIR, HS_CMETA, HS_CRMETA, HS_TMP, HS_SLOTS };
@@ -56,12 +55,6 @@ static void *Hh(run_t *r, int set, int i, size_t bytes)
 {
     return run_hbuf(r, set * HS_SLOTS + i, bytes);
 }
-
-/* An entry to send: destination, source row, and the meta record. */
-typedef struct ent {
-    uint32_t dest, row;
-    size_t meta;                 /* offset of its meta record in the unsorted meta array */
-} ent_t;
 
 /* Given the send counts and displacements (rows) of cnt[0..2G), exchange them: fills the
  * receive counts and displacements cnt[2G..4G) and returns the rows to receive. */
@@ -334,7 +327,7 @@ static void hop_combine(hop_t *h)
 /* ------------------------------------------------------------------ layer */
 
 /* The hop entries of local rows [i0, i1) at layer l, from their routes. */
-static size_t plan(run_t *r, uint32_t l, size_t i0, size_t i1, const int32_t *ids,
+size_t run_ep_plan(run_t *r, uint32_t l, size_t i0, size_t i1, const int32_t *ids,
                    const float *w, uint32_t *newhome, ent_t **pents, uint32_t **pmeta)
 {
     size_t K = r->K, S = M_HEAD + 3 * K, ne = 0, nw = 0;
@@ -491,11 +484,17 @@ void run_ep_layer(run_t *r, uint32_t l)
     size_t K = r->K, n = r->nloc;
     double t0 = run_now(r);
     float *x = r->x.p;
+    if (r->tr_xin) /* training keeps the layer's input rows */
+        RUN_CK(r, o->download(r->b, r->tr_xin + (size_t)l * n * r->H, x, n * r->H * sizeof *x));
     RUN_CK(r, o->mixer(r->b, x, n, r->H, r->mix[l]));
     int32_t *ids = run_hbuf(r, HX + 9, (n * K + 1) * sizeof *ids);
     float *w = run_hbuf(r, HX + 10, (n * K + 1) * sizeof *w);
     uint32_t *newhome = run_hbuf(r, HX + 11, (n + 1) * sizeof *newhome);
     run_gate(r, l, x, n, r->loc, ids, w);
+    if (r->tr_ids) { /* and its routing */
+        memcpy(r->tr_ids + (size_t)l * n * K, ids, n * K * sizeof *ids);
+        memcpy(r->tr_w + (size_t)l * n * K, w, n * K * sizeof *w);
+    }
     uint32_t chunks = r->chunks_used ? r->chunks_used : 1;
     hop_t hp[2];
     size_t S = M_HEAD + 3 * K;
@@ -508,7 +507,7 @@ void run_ep_layer(run_t *r, uint32_t l)
             *h = (hop_t){.r = r, .set = (int)(c % 2), .stage = 1, .l = l, .S = S};
             h->cnt = run_hbuf(r, HX + 12 + (int)(c % 2),
                               8 * (size_t)r->G * sizeof(size_t));
-            size_t ne = plan(r, l, i0, i1, ids, w, newhome, &ents, &um);
+            size_t ne = run_ep_plan(r, l, i0, i1, ids, w, newhome, &ents, &um);
             hop_post(h, r->x.p, ents, ne, um);
             if (c == 0)
                 run_tick(r, l, RUN_DISPATCH, t0);

@@ -51,6 +51,8 @@ typedef struct run_buf {
 
 typedef struct moe_run run_t;
 
+#define RUN_HSLOTS 72 /* host scratch slots (run_hbuf) */
+
 struct moe_run {
     run_cfg_t cfg;
     moe_run_comm_t *comm;
@@ -78,8 +80,8 @@ struct moe_run {
     run_buf_t x, xn;                 /* local rows (fp32), the next layer's */
     /* scratch (device and host) */
     run_buf_t d[48];
-    void *h[48];
-    size_t hcap[48];
+    void *h[RUN_HSLOTS];             /* host scratch: 0..47 the modes', 48.. training's */
+    size_t hcap[RUN_HSLOTS];
     /* statistics of the timed iterations */
     run_layer_stat_t *st;            /* [L] */
     uint64_t ag_bytes[MOE_LINK_CLASSES]; /* coherent: the per-iteration all-gather */
@@ -93,6 +95,11 @@ struct moe_run {
     double *chk_route;               /* --check with a computed gate: [ntok][K][2] expert + 1
                                         and weight of the layer's routing, each token's entry
                                         set on the rank that routed it (0 elsewhere) */
+    /* --train (run_train.c): what the forward keeps for the backward, host memory */
+    float *tr_xin;                   /* [L][nloc][H] each layer's input rows */
+    int32_t *tr_ids;                 /* [L][nloc][K] each layer's routing */
+    float *tr_w;
+    double *losses;                  /* [warmup + iters] the loss of each training step */
     double check_err;                /* the check's result for the report (-1: no check) */
     int check_ok;
     /* the verification hook: run_check sets it, a mode that runs all layers at once

@@ -11,8 +11,7 @@
 #include "run_iter_internal.h"
 #include "run_modes_internal.h"
 
-/* Load the input rows of the tokens sourced here. */
-static void load_inputs(run_t *r)
+void run_load_inputs(run_t *r)
 {
     size_t H = r->H;
     r->nloc = 0;
@@ -113,7 +112,7 @@ void run_iterations(run_t *r)
         r->chunks_used = r->cfg.chunks ? r->cfg.chunks : run_auto_chunks(r);
     for (int it = 0; it < total; it++) {
         r->timing = it >= r->cfg.warmup;
-        load_inputs(r);
+        run_load_inputs(r);
         RUN_CK(r, r->b->ops->barrier(r->b));
         double t0 = run_now(r);
         if (r->cfg.mode == MOE_RUN_DATACENTRIC)
@@ -321,7 +320,7 @@ double run_check(run_t *r)
         run_die(r, "--check", MOE_ENOMEM);
     r->timing = 0;
     r->layer_done = layer_done;
-    load_inputs(r);
+    run_load_inputs(r);
     if (r->cfg.mode == MOE_RUN_DATACENTRIC)
         run_dc_iter(r);
     else

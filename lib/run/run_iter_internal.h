@@ -8,6 +8,8 @@
 
 #include "run_internal.h"
 
+/* Load the input rows of the tokens sourced here (an iteration's start). */
+void run_load_inputs(run_t *r);
 /* A whole run: warm-up and timed iterations, statistics reduced, output gathered on rank 0. */
 void run_iterations(run_t *r);
 /* The chunk count pipelined mode uses (cost estimate for auto). */

@@ -208,9 +208,16 @@ int run_report(run_t *r, FILE *fp, double check_err, int check_ok)
     if (s.acct_equal >= 0)
         fprintf(fp, "# bytes vs the shared accounting (%s): %s on every rank\n",
                 moe_scheme_name(acct_scheme(r)), s.acct_equal ? "equal" : "DIFFERENT");
+    if (r->cfg.train && r->losses) {
+        fprintf(fp, "# training, SGD lr %g: loss per iteration (warm-up first):", r->cfg.lr);
+        for (int i = 0; i < r->cfg.warmup + r->cfg.iters; i++)
+            fprintf(fp, " %.6g", r->losses[i]);
+        fprintf(fp, "\n");
+    }
     if (check_err >= 0 || !check_ok)
-        fprintf(fp, "# check against the serial vanilla reference: max relative difference "
-                    "%.3g: %s\n", check_err, check_ok ? "ok" : "FAILED");
+        fprintf(fp, "# check against the serial %s reference: max relative difference "
+                    "%.3g: %s\n", r->cfg.train ? "training (loss and gradients)" : "vanilla",
+                check_err, check_ok ? "ok" : "FAILED");
     sums_free(&s);
     return 0;
 }
@@ -271,6 +278,14 @@ static int json_body(const run_t *r, const sums_t *s, moe_textout_t *t, double c
       s->ag[1], s->ag[2], s->ag[1] + s->ag[2]);
     P("  \"iteration_ms\": %.6f, \"tokens_per_s\": %.3f,\n", 1e3 * sec,
       sec > 0 ? r->ntok / sec : 0);
+    if (r->cfg.train && r->losses) {
+        P("  \"train\": {\"lr\": %.17g, \"losses\": [", r->cfg.lr);
+        for (int i = 0; i < r->cfg.warmup + r->cfg.iters; i++)
+            P("%s%.9g", i ? ", " : "", r->losses[i]);
+        P("]},\n");
+    } else {
+        P("  \"train\": null,\n");
+    }
     if (check_err >= 0 || !check_ok)
         P("  \"check\": {\"max_rel_diff\": %.6g, \"ok\": %s}\n}\n", check_err,
           check_ok ? "true" : "false");

@@ -190,6 +190,14 @@ static int check_shape(run_t *r, char *errbuf, size_t errlen)
     if (r->G % r->gpn)
         return say(errbuf, errlen, "%d ranks are not a whole number of nodes of %u", r->G,
                    r->gpn);
+    for (uint32_t l = 0; p && c->train && l < r->L; l++)
+        for (uint32_t e = 0; e < r->E; e++) {
+            uint32_t n;
+            moe_placement_ranks(p, l, e, &n);
+            if (n > 1)
+                return say(errbuf, errlen, "--train: '%s' replicates expert %u of layer %u; "
+                           "replicated experts do not train yet", c->placement, e, l);
+        }
     return 0;
 }
 
@@ -401,8 +409,12 @@ void run_release(run_t *r)
         o->free(r->b, r->x.p);
         o->free(r->b, r->xn.p);
     }
-    for (int i = 0; i < 48; i++)
+    for (int i = 0; i < RUN_HSLOTS; i++)
         free(r->h[i]);
+    free(r->tr_xin);
+    free(r->tr_ids);
+    free(r->tr_w);
+    free(r->losses);
     free(r->mix);
     free(r->wg);
     free(r->w1);

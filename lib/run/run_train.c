@@ -1,0 +1,415 @@
+/* run/run_train.c -- moe-run --train: each iteration a training step (forward, mean squared
+ * error against seeded targets, backward through the experts, the gate and the mixer, SGD),
+ * and its --check against the serial reference model (moe/kern.h). Vanilla mode on the CPU
+ * backend for now, experts without replicas. */
+#include "config.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "moe/kern.h"
+#include "moe/moe.h"
+#include "run_iter_internal.h"
+#include "run_modes_internal.h"
+#include "run_train_internal.h"
+
+/*
+ * The backward of an expert-parallel layer re-sends, along the forward's own routes
+ * (run_ep_plan), each token's mixed row with the gradient of the layer's output; the rank that
+ * serves an expert recomputes its output, takes the gradient of the routing weight (the
+ * output's dot product with the gradient) and runs the expert's backward, accumulating the
+ * expert's weight gradients, and returns the row's input gradient with those weight gradients.
+ * That is MPMoE's re-communication: nothing of the forward is kept on the serving rank, the
+ * home keeps each layer's input rows and routing. The home then adds the residual path, runs
+ * the gate's and the mixer's backward, and the mixer and gate gradients, whose weights every
+ * rank holds, are summed over the ranks.
+ */
+
+/* Slots of host scratch this file uses (run_hbuf): 48 and up (the modes use 0..47). An
+ * exchange of rows uses its slot and the next. */
+enum { TS_XM = 48, TS_HOME, TS_CNT, TS_SROW, TS_SMETA, TS_RMETA, TS_SEND, TS_RECV, TS_RECV2,
+       TS_RPLY, TS_RPLY2, TS_BACK, TS_DXM, TS_DW, TS_WORK, TS_REPLY, TS_ROW, TS_POS, TS_RED,
+       TS_OUT, TS_TGT, TS_END };
+_Static_assert(TS_END <= RUN_HSLOTS, "run_internal.h: RUN_HSLOTS too small for training");
+
+/* Gradients of the weights: mixers and gates (every rank's, summed), experts held here. */
+typedef struct grads {
+    float *mix, *wg; /* [L][H], [L][H][E] */
+    float **w1;      /* [L*E]: W1 then W2 gradients of a held expert, NULL elsewhere */
+} grads_t;
+
+static void grads_free(run_t *r, grads_t *g)
+{
+    for (size_t i = 0; g->w1 && i < (size_t)r->L * r->E; i++)
+        free(g->w1[i]);
+    free(g->w1);
+    free(g->mix);
+    free(g->wg);
+}
+
+static void grads_alloc(run_t *r, grads_t *g)
+{
+    size_t HF = (size_t)r->H * r->F;
+    g->mix = calloc((size_t)r->L * r->H, sizeof *g->mix);
+    g->wg = calloc((size_t)r->L * r->H * r->E, sizeof *g->wg);
+    g->w1 = calloc((size_t)r->L * r->E, sizeof *g->w1);
+    int ok = g->mix && g->wg && g->w1;
+    for (size_t i = 0; ok && i < (size_t)r->L * r->E; i++)
+        if (r->w1[i] && !(g->w1[i] = calloc(2 * HF, sizeof *g->w1[i])))
+            ok = 0;
+    if (!ok) {
+        grads_free(r, g);
+        run_die(r, "--train", MOE_ENOMEM);
+    }
+}
+
+static void grads_zero(run_t *r, grads_t *g)
+{
+    size_t HF = (size_t)r->H * r->F;
+    memset(g->mix, 0, (size_t)r->L * r->H * sizeof *g->mix);
+    memset(g->wg, 0, (size_t)r->L * r->H * r->E * sizeof *g->wg);
+    for (size_t i = 0; i < (size_t)r->L * r->E; i++)
+        if (g->w1[i])
+            memset(g->w1[i], 0, 2 * HF * sizeof *g->w1[i]);
+}
+
+/* Rows of `width` floats to other ranks: sc[p] rows to rank p from send (in rank order), packed
+ * in the wire type; the rows received land in recv (unpacked), rc[p] from rank p; returns their
+ * number. sc and rc are G entries; send/recv grow as scratch slots. */
+static size_t exchange_rows(run_t *r, const float *send, const size_t *sc, size_t width,
+                            float **recv, size_t *rc, int slot)
+{
+    int G = r->G;
+    size_t *c = run_hbuf(r, TS_CNT, 8 * (size_t)G * sizeof *c), n = 0, ns = 0;
+    for (int p = 0; p < G; p++) {
+        c[p] = sizeof(size_t);
+        c[G + p] = (size_t)p * sizeof(size_t);
+    }
+    RUN_CK(r, run_comm_alltoallv(r->comm, sc, c, c + G, rc, c, c + G));
+    size_t row = width * r->esz;
+    for (int p = 0; p < G; p++) {
+        c[2 * G + p] = sc[p] * row;
+        c[3 * G + p] = ns * row;
+        c[4 * G + p] = rc[p] * row;
+        c[5 * G + p] = n * row;
+        ns += sc[p];
+        n += rc[p];
+    }
+    uint8_t *sw = run_hbuf(r, slot, (ns + n + 1) * row), *rw = sw + ns * row;
+    RUN_CK(r, moe_kern_pack(send, ns * width, r->cfg.dtype, sw));
+    RUN_CK(r, run_comm_alltoallv(r->comm, sw, c + 2 * G, c + 3 * G, rw, c + 4 * G, c + 5 * G));
+    *recv = run_hbuf(r, slot + 1, (n + 1) * width * sizeof **recv);
+    RUN_CK(r, moe_kern_unpack(rw, n * width, r->cfg.dtype, *recv));
+    return n;
+}
+
+/* The serving side: for received row j ([x | dout]) and each of its entries served here, the
+ * expert's backward; the reply row is [dx | dweight of each entry]. */
+static void serve_backward(run_t *r, uint32_t l, grads_t *g, const float *rows,
+                           const uint32_t *rmeta, size_t nr, float *reply)
+{
+    const size_t H = r->H, F = r->F, K = r->K, S = M_HEAD + 3 * K, HF = H * F;
+    float *work = run_hbuf(r, TS_WORK, (H + moe_kern_ffn_work_size(r->F) +
+                                        moe_kern_ffn_backward_work_size(r->F) + H) *
+                                           sizeof *work);
+    float *y = work, *fw = y + H, *bw = fw + moe_kern_ffn_work_size(r->F), *dy = bw + 2 * F;
+    for (size_t j = 0; j < nr; j++) {
+        const float *x = rows + j * 2 * H, *go = x + H;
+        const uint32_t *m = rmeta + j * S;
+        float *out = reply + j * (H + K);
+        memset(out, 0, (H + K) * sizeof *out);
+        for (uint32_t q = 0; q < m[M_N]; q++) {
+            const uint32_t *en = m + M_HEAD + 3 * q;
+            if (en[2] != (uint32_t)r->me)
+                continue;
+            size_t e = (size_t)l * r->E + en[0];
+            float wk, d = 0;
+            memcpy(&wk, &en[1], sizeof wk);
+            if (!r->w1[e])
+                run_die(r, "routing (expert not held by its server)", MOE_EINVAL);
+            RUN_CK(r, moe_kern_ffn(x, 1, r->H, r->F, r->w1[e], r->w2[e], y, fw));
+            for (size_t h = 0; h < H; h++) {
+                d += go[h] * y[h];
+                dy[h] = wk * go[h];
+            }
+            out[H + q] = d;
+            RUN_CK(r, moe_kern_ffn_backward(x, 1, r->H, r->F, r->w1[e], r->w2[e], dy, out,
+                                            g->w1[e], g->w1[e] + HF, bw));
+        }
+    }
+}
+
+/* The backward of layer l: dout (nloc x H, host) holds the gradient of the layer's output rows
+ * and becomes that of its input rows; weight gradients are added to g. */
+static void layer_backward(run_t *r, uint32_t l, float *dout, grads_t *g)
+{
+    const size_t n = r->nloc, H = r->H, K = r->K, S = M_HEAD + 3 * K;
+    const int G = r->G;
+    const float *xin = r->tr_xin + (size_t)l * n * H;
+    const int32_t *ids = r->tr_ids + (size_t)l * n * K;
+    const float *w = r->tr_w + (size_t)l * n * K;
+    float *xm = run_hbuf(r, TS_XM, (n + 1) * H * sizeof *xm);
+    memcpy(xm, xin, n * H * sizeof *xm);
+    moe_kern_mixer(xm, n, r->H, r->mix[l]);
+    uint32_t *home = run_hbuf(r, TS_HOME, (n + 1) * sizeof *home);
+    ent_t *ents;
+    uint32_t *um;
+    size_t ne = run_ep_plan(r, l, 0, n, ids, w, home, &ents, &um);
+    /* rows [xm | dout] in rank order, with their meta records */
+    size_t *sc = run_hbuf(r, TS_ROW, 2 * (size_t)G * sizeof *sc), *rc = sc + G;
+    memset(sc, 0, (size_t)G * sizeof *sc);
+    for (size_t i = 0; i < ne; i++)
+        sc[ents[i].dest]++;
+    uint32_t *srow = run_hbuf(r, TS_SROW, (ne + 1) * sizeof *srow);
+    uint32_t *smeta = run_hbuf(r, TS_SMETA, (ne + 1) * S * sizeof *smeta);
+    float *send = run_hbuf(r, TS_SEND, (ne + 1) * 2 * H * sizeof *send);
+    size_t *pos = run_hbuf(r, TS_POS, ((size_t)G + 1) * sizeof *pos);
+    for (int p = 0, acc = 0; p < G; p++) {
+        pos[p] = (size_t)acc;
+        acc += (int)sc[p];
+    }
+    for (size_t i = 0; i < ne; i++) {
+        size_t at = pos[ents[i].dest]++, row = ents[i].row;
+        srow[at] = (uint32_t)row;
+        memcpy(smeta + at * S, um + ents[i].meta, S * sizeof *um);
+        memcpy(send + at * 2 * H, xm + row * H, H * sizeof *send);
+        memcpy(send + at * 2 * H + H, dout + row * H, H * sizeof *send);
+    }
+    /* the meta records travel as 4-byte words: counts in bytes */
+    size_t *mc = run_hbuf(r, TS_BACK, 4 * (size_t)G * sizeof *mc), nr = 0, ns = 0;
+    float *rows;
+    nr = exchange_rows(r, send, sc, 2 * H, &rows, rc, TS_RECV);
+    for (int p = 0; p < G; p++) {
+        mc[p] = sc[p] * S * 4;
+        mc[G + p] = ns * S * 4;
+        mc[2 * G + p] = rc[p] * S * 4;
+        ns += sc[p];
+    }
+    for (int p = 0, acc = 0; p < G; p++) {
+        mc[3 * G + p] = (size_t)acc * S * 4;
+        acc += (int)rc[p];
+    }
+    uint32_t *rmeta = run_hbuf(r, TS_RMETA, (nr + 1) * S * sizeof *rmeta);
+    RUN_CK(r, run_comm_alltoallv(r->comm, smeta, mc, mc + G, rmeta, mc + 2 * G, mc + 3 * G));
+    /* serve, and send each reply back where its row came from */
+    float *reply = run_hbuf(r, TS_REPLY, (nr + 1) * (H + K) * sizeof *reply), *back;
+    serve_backward(r, l, g, rows, rmeta, nr, reply);
+    size_t nb = exchange_rows(r, reply, rc, H + K, &back, sc, TS_RPLY);
+    if (nb != ne)
+        run_die(r, "backward (replies do not match the rows sent)", MOE_EINVAL);
+    /* the home: residual + the experts' input gradients, the routing weights' gradients */
+    float *dxm = run_hbuf(r, TS_DXM, (n + 1) * H * sizeof *dxm);
+    float *dw = run_hbuf(r, TS_DW, (n + 1) * K * sizeof *dw);
+    memcpy(dxm, dout, n * H * sizeof *dxm);
+    memset(dw, 0, n * K * sizeof *dw);
+    for (size_t q = 0; q < ne; q++) {
+        size_t i = srow[q];
+        const float *b = back + q * (H + K);
+        const uint32_t *m = smeta + q * S;
+        for (size_t h = 0; h < H; h++)
+            dxm[i * H + h] += b[h];
+        for (uint32_t t = 0; t < m[M_N]; t++)
+            for (size_t k = 0; k < K; k++)
+                if (ids[i * K + k] == (int32_t)m[M_HEAD + 3 * t])
+                    dw[i * K + k] += b[H + t];
+    }
+    if (!r->replay)
+        moe_kern_gate_backward(xm, n, r->H, r->wg[l], r->E, r->K, ids, w, dw, dxm,
+                               g->wg + (size_t)l * H * r->E);
+    moe_kern_mixer_backward(xin, n, r->H, r->mix[l], dxm, dout, g->mix + (size_t)l * H);
+}
+
+/* Sum the mixer and gate gradients over the ranks (every rank holds those weights). */
+static void reduce_shared(run_t *r, grads_t *g)
+{
+    size_t nm = (size_t)r->L * r->H, n = nm + nm * r->E;
+    double *v = run_hbuf(r, TS_RED, (n + 1) * sizeof *v);
+    for (size_t i = 0; i < nm; i++)
+        v[i] = g->mix[i];
+    for (size_t i = 0; i < nm * r->E; i++)
+        v[nm + i] = g->wg[i];
+    RUN_CK(r, run_comm_allreduce(r->comm, v, (int)n, MOE_RUN_SUM));
+    for (size_t i = 0; i < nm; i++)
+        g->mix[i] = (float)v[i];
+    for (size_t i = 0; i < nm * r->E; i++)
+        g->wg[i] = (float)v[nm + i];
+}
+
+/* One step: forward keeping the inputs and routes, the loss, the backward. Returns the loss
+ * (the same on every rank); g holds the gradients. */
+static double step(run_t *r, grads_t *g)
+{
+    run_load_inputs(r);
+    const size_t n = r->nloc, H = r->H, K = r->K, L = r->L;
+    free(r->tr_xin);
+    free(r->tr_ids);
+    free(r->tr_w);
+    r->tr_xin = malloc((L * n + 1) * H * sizeof *r->tr_xin);
+    r->tr_ids = malloc((L * n + 1) * K * sizeof *r->tr_ids);
+    r->tr_w = malloc((L * n + 1) * K * sizeof *r->tr_w);
+    if (!r->tr_xin || !r->tr_ids || !r->tr_w)
+        run_die(r, "--train", MOE_ENOMEM);
+    for (uint32_t l = 0; l < r->L; l++)
+        run_ep_layer(r, l);
+    float *dout = run_hbuf(r, TS_OUT, (n + 1) * H * sizeof *dout);
+    float *t = run_hbuf(r, TS_TGT, (H + 1) * sizeof *t);
+    RUN_CK(r, r->b->ops->download(r->b, dout, r->x.p, n * H * sizeof *dout));
+    const double scale = 1.0 / ((double)r->ntok * H);
+    double sum = 0;
+    for (size_t i = 0; i < n; i++) {
+        moe_kern_init_target(r->cfg.seed, r->loc[i], r->H, t);
+        for (size_t h = 0; h < H; h++) {
+            double d = (double)dout[i * H + h] - t[h];
+            sum += 0.5 * d * d;
+            dout[i * H + h] = (float)(d * scale);
+        }
+    }
+    RUN_CK(r, run_comm_allreduce(r->comm, &sum, 1, MOE_RUN_SUM));
+    grads_zero(r, g);
+    for (uint32_t l = r->L; l-- > 0;)
+        layer_backward(r, l, dout, g);
+    reduce_shared(r, g);
+    return sum * scale;
+}
+
+/* SGD on the weights this rank holds (the CPU backend's buffers are host memory). */
+static void sgd(run_t *r, const grads_t *g)
+{
+    const float lr = (float)r->cfg.lr;
+    size_t H = r->H, E = r->E, HF = H * r->F;
+    for (uint32_t l = 0; l < r->L; l++) {
+        for (size_t h = 0; h < H; h++)
+            r->mix[l][h] -= lr * g->mix[l * H + h];
+        for (size_t i = 0; i < H * E; i++)
+            r->wg[l][i] -= lr * g->wg[l * H * E + i];
+        for (size_t e = 0; e < E; e++) {
+            size_t k = l * E + e;
+            if (!r->w1[k])
+                continue;
+            for (size_t i = 0; i < HF; i++) {
+                r->w1[k][i] -= lr * g->w1[k][i];
+                r->w2[k][i] -= lr * g->w1[k][HF + i];
+            }
+        }
+    }
+}
+
+void run_train_iterations(run_t *r)
+{
+    int total = r->cfg.warmup + r->cfg.iters;
+    grads_t g = {0};
+    grads_alloc(r, &g);
+    free(r->losses);
+    if (!(r->losses = calloc((size_t)total + 1, sizeof *r->losses)))
+        run_die(r, "--train", MOE_ENOMEM);
+    for (int it = 0; it < total; it++) {
+        r->timing = it >= r->cfg.warmup;
+        RUN_CK(r, r->b->ops->barrier(r->b));
+        double t0 = run_now(r);
+        r->losses[it] = step(r, &g);
+        sgd(r, &g);
+        RUN_CK(r, r->b->ops->barrier(r->b));
+        if (r->timing)
+            r->t_iter += run_now(r) - t0;
+    }
+    grads_free(r, &g);
+    double t = r->t_iter;
+    RUN_CK(r, run_comm_allreduce(r->comm, &t, 1, MOE_RUN_MAX));
+    r->t_iter = t;
+}
+
+/* Largest |a - b| over n values, over the largest |b| (at least tiny). */
+static double rel_diff(const float *a, const float *b, size_t n)
+{
+    double d = 0, m = 1e-30;
+    for (size_t i = 0; i < n; i++) {
+        double e = fabs((double)a[i] - b[i]);
+        d = e > d || isnan(e) ? (isnan(e) ? INFINITY : e) : d;
+        m = fmax(m, fabs((double)b[i]));
+    }
+    return d / m;
+}
+
+double run_train_check(run_t *r)
+{
+    /* the seeded weights again, then one step without the update */
+    size_t HF = (size_t)r->H * r->F, HE = (size_t)r->H * r->E, L = r->L, E = r->E;
+    for (uint32_t l = 0; l < r->L; l++) {
+        moe_kern_init_mixer(r->cfg.seed, l, r->E, r->H, r->mix[l]);
+        moe_kern_init_gate(r->cfg.seed, l, r->E, r->H, r->wg[l]);
+        for (uint32_t e = 0; e < r->E; e++)
+            if (r->w1[l * E + e])
+                moe_kern_init_expert(r->cfg.seed, l, e, r->E, r->H, r->F, r->w1[l * E + e],
+                                     r->w2[l * E + e]);
+    }
+    grads_t g = {0};
+    grads_alloc(r, &g);
+    r->timing = 0;
+    double loss = step(r, &g);
+    /* the experts' gradients to rank 0 (each expert is held by one rank) */
+    size_t ne = L * E * 2 * HF;
+    double *v = calloc(ne + 1, sizeof *v);
+    if (!v) {
+        grads_free(r, &g);
+        run_die(r, "--check", MOE_ENOMEM);
+    }
+    for (size_t k = 0; k < L * E; k++)
+        for (size_t i = 0; g.w1[k] && i < 2 * HF; i++)
+            v[k * 2 * HF + i] = g.w1[k][i];
+    RUN_CK(r, run_comm_allreduce(r->comm, v, (int)ne, MOE_RUN_SUM));
+    double err = 0;
+    if (r->me == 0) {
+        moe_kern_model_t md, ref;
+        float *x0 = malloc((r->ntok + 1) * r->H * sizeof *x0);
+        float *tg = malloc((r->ntok + 1) * r->H * sizeof *tg);
+        float *ew = malloc((ne + 1) * sizeof *ew);
+        int32_t *ri = NULL;
+        float *rw = NULL;
+        size_t LK = L * r->K;
+        int rc = x0 && tg && ew ? 0 : MOE_ENOMEM;
+        if (!rc && r->replay) {
+            ri = malloc((r->ntok * LK + 1) * sizeof *ri);
+            rw = malloc((r->ntok * LK + 1) * sizeof *rw);
+            rc = ri && rw ? 0 : MOE_ENOMEM;
+            for (size_t i = 0; !rc && i < r->ntok * LK; i++) {
+                ri[i] = r->ids[i] == MOE_EXPERT_NONE ? -1 : r->ids[i];
+                rw[i] = r->wts[i];
+            }
+        }
+        rc = rc ? rc : moe_kern_model_init(&md, r->cfg.seed, r->L, r->E, r->K, r->H, r->F);
+        rc = rc ? rc : moe_kern_model_init(&ref, 0, r->L, r->E, r->K, r->H, r->F);
+        double rloss = 0;
+        if (!rc) {
+            for (size_t t = 0; t < r->ntok; t++) {
+                moe_kern_init_token(r->cfg.seed, t, r->H, x0 + t * r->H);
+                moe_kern_init_target(r->cfg.seed, t, r->H, tg + t * r->H);
+            }
+            rc = moe_kern_model_loss_grad_routed(&md, x0, r->ntok, tg, ri, rw, &rloss, &ref,
+                                                 NULL);
+        }
+        if (rc) {
+            moe_kern_model_free(&md);
+            moe_kern_model_free(&ref);
+            free(x0), free(tg), free(ew), free(ri), free(rw), free(v);
+            grads_free(r, &g);
+            run_die(r, "--check reference", rc);
+        }
+        for (size_t i = 0; i < ne; i++)
+            ew[i] = (float)v[i];
+        double le = fabs(loss - rloss) / fmax(1e-30, fabs(rloss));
+        double em = rel_diff(g.mix, ref.m, L * r->H);
+        double eg = r->replay ? 0 : rel_diff(g.wg, ref.Wg, L * HE);
+        double ee = rel_diff(ew, ref.W, ne);
+        err = fmax(fmax(le, em), fmax(eg, ee));
+        moe_log(MOE_LOG_INFO, "--check: loss %.9g (reference %.9g); largest relative "
+                "gradient differences: mixers %.3g, gates %.3g, experts %.3g", loss, rloss,
+                em, eg, ee);
+        moe_kern_model_free(&md);
+        moe_kern_model_free(&ref);
+        free(x0), free(tg), free(ew), free(ri), free(rw);
+    }
+    free(v);
+    grads_free(r, &g);
+    return err;
+}

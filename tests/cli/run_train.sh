@@ -1,0 +1,70 @@
+#!/bin/sh
+# tests/cli/run_train.sh -- moe-run --train: training steps on 8 ranks replaying DeepSeek-V2-Lite
+# routing with a moe-place placement, and on 4 ranks with a computed gate, in fp32 and bf16:
+# --check compares the first step's loss and every gradient with the serial reference model,
+# the loss falls, the same seed gives the same losses; what does not train yet is refused.
+. "${top_srcdir:-.}/tests/cli/lib.sh"
+. "$top_srcdir/tests/cli/run_lib.sh"
+run_data 256
+
+# falls FILE: the JSON's losses fall from the first to the last
+falls() {
+    tr -d '\n' <"$1" | sed -n 's/.*"losses": \[\([^]]*\)\].*/\1/p' | tr ',' '\n' |
+        awk 'NR == 1 { a = $1 } { b = $1 } END { exit !(NR >= 2 && b < a) }'
+}
+
+for dt in fp32 bf16; do
+    begin "replayed, 8 ranks, $dt: --train --check passes and the loss falls"
+    expect_exit 0 mpi_noleak 8 --train --trace "$T/ds.mft" --placement "$T/p8.moep" \
+        --hidden 32 --ffn 24 --iters 3 --warmup 0 --check --dtype $dt --json "$T/r.json"
+    grep -q 'check against the serial training (loss and gradients) reference: .*: ok$' \
+        "$T/out" || fail "no passing check line"
+    grep -q '"ok": true' "$T/r.json" || fail "JSON lacks a passing check"
+    falls "$T/r.json" || fail "the loss does not fall"
+    end
+done
+
+for dt in fp32 bf16; do
+    begin "computed gate, 4 ranks on 2 nodes, $dt: --train --check passes and the loss falls"
+    expect_exit 0 mpi 4 --train --gpus-per-node 2 --layers 3 --experts 8 --topk 2 \
+        --hidden 16 --ffn 12 --iters 4 --warmup 0 --lr 0.2 --check --dtype $dt \
+        --json "$T/g$dt.json"
+    grep -q 'reference: .*: ok$' "$T/out" || fail "no passing check line"
+    falls "$T/g$dt.json" || fail "the loss does not fall"
+    end
+done
+
+begin "the same seed gives the same losses; one rank agrees with four (fp32)"
+expect_exit 0 mpi 4 --train --gpus-per-node 2 --layers 3 --experts 8 --topk 2 --hidden 16 \
+    --ffn 12 --iters 4 --warmup 0 --lr 0.2 --dtype fp32 --json "$T/again.json"
+losses() { tr -d '\n' <"$1" | sed -n 's/.*"losses": \[\([^]]*\)\].*/\1/p'; }
+expect_eq "$(losses "$T/again.json")" "$(losses "$T/gfp32.json")" "losses of a rerun"
+expect_exit 0 "$MOE_BIN/moe-run" --train --layers 3 --experts 8 --topk 2 --hidden 16 --ffn 12 \
+    --tokens-per-rank 256 --iters 4 --warmup 0 --lr 0.2 --json "$T/one.json"
+awk -v a="$(losses "$T/one.json")" -v b="$(losses "$T/gfp32.json")" 'BEGIN {
+    n = split(a, x, ", "); m = split(b, y, ", "); if (n != 4 || m != 4) exit 1
+    for (i = 1; i <= n; i++) { d = x[i] - y[i]; if (d < 0) d = -d; if (d > 1e-5 * y[i]) exit 1 }
+}' || fail "one rank: $(losses "$T/one.json"); four: $(losses "$T/gfp32.json")"
+grep -q '"train": null' "$T/r.json" && fail "a training run's JSON says train null"
+expect_exit 0 "$MOE_BIN/moe-run" --layers 2 --experts 4 --tokens-per-rank 8 --iters 1 \
+    --json "$T/plain.json"
+grep -q '"train": null' "$T/plain.json" || fail "JSON without --train: train should be null"
+end
+
+begin "what does not train yet is refused"
+R=$MOE_BIN/moe-run
+expect_exit 2 "$R" --train --mode coherent
+expect_tool_usage moe-run "" "only vanilla mode trains so far, not coherent"
+expect_exit 2 "$R" --train --calibrate
+expect_tool_usage moe-run "" "--calibrate takes neither --json, --check nor --train"
+expect_exit 2 "$R" --train --lr -1
+expect_tool_usage moe-run "" "learning rate"
+"$MOE_BIN/moe-place" fit --no-PG --ranks 8 --gpus-per-node 4 --method balanced --replicas 8 \
+    -o "$T/rep.moep" "$T/ds.mft" || fail "fit with replicas"
+expect_exit 1 mpi_noleak 8 --train --trace "$T/ds.mft" --placement "$T/rep.moep" --iters 1 \
+    --warmup 0
+grep -q "^moe-run: --train: .* replicates expert .*; replicated experts do not train yet" \
+    "$T/err" || fail "no reason for refusing replicas"
+end
+
+finish
