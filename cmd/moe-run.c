@@ -21,7 +21,7 @@ enum {
     O_MODE = MOE_OPTC_TOOL, O_LAYERS, O_EXPERTS, O_TOPK, O_HIDDEN, O_FFN, O_TPR, O_DTYPE,
     O_TRACE, O_PLACEMENT, O_TOPOLOGY, O_GPN, O_ITERS, O_WARMUP, O_SEED, O_CHECK, O_JSON,
     O_CHUNKS, O_CREDITS, O_NO_PREFETCH, O_CALIBRATE, O_VERSION, O_BACKEND, O_REPLICA_RULE,
-    O_TRAIN, O_LR,
+    O_TRAIN, O_LR, O_OPTIMIZER,
 };
 
 /* The CPU backend computes in fp32 whatever the wire type. */
@@ -68,7 +68,8 @@ static const struct option long_opts[] = {
     {"calibrate", no_argument, 0, O_CALIBRATE}, {"version", no_argument, 0, O_VERSION},
     {"backend", required_argument, 0, O_BACKEND},
     {"replica-rule", required_argument, 0, O_REPLICA_RULE}, {"train", no_argument, 0, O_TRAIN},
-    {"lr", required_argument, 0, O_LR}, MOE_OPTS_LONG, {0}};
+    {"lr", required_argument, 0, O_LR}, {"optimizer", required_argument, 0, O_OPTIMIZER},
+    MOE_OPTS_LONG, {0}};
 
 /* Only rank 0 talks; before MPI is up the launcher's environment says which rank this is. */
 static int env_rank(void)
@@ -120,8 +121,9 @@ static void usage(FILE *fp)
           "                         mismatch (1e-4 for fp32, 2e-2 for bf16 and fp16)\n"
           "Training (vanilla mode, cpu backend, experts without replicas):\n"
           "      --train            each iteration a training step: forward, squared-error\n"
-          "                         loss against seeded targets, backward, SGD\n"
-          "      --lr=R             SGD learning rate [0.1]\n"
+          "                         loss against seeded targets, backward, optimizer step\n"
+          "      --optimizer=O      sgd or adam [sgd]\n"
+          "      --lr=R             learning rate [0.1 for sgd, 0.001 for adam]\n"
           "      --json=FILE        also write the report as JSON\n"
           "      --calibrate        sweep all-to-all, all-gather and copy sizes, time the\n"
           "                         expert FFN, write a topology file (-o)\n"
@@ -195,7 +197,11 @@ static int take(args_t *a, int c, const char *arg)
     case O_SEED: return moe_cli_u64(prog, NULL, arg, 0, UINT64_MAX, "seed", &g->seed);
     case O_CHECK: g->check = 1; return 0;
     case O_TRAIN: g->train = 1; return 0;
-    case O_LR: return moe_cli_double(prog, NULL, arg, 0, 1e6, "learning rate", &g->lr);
+    case O_LR: return moe_cli_double(prog, NULL, arg, 1e-12, 1e6, "learning rate", &g->lr);
+    case O_OPTIMIZER:
+        if ((g->optimizer = moe_run_optimizer_parse(arg)) < 0)
+            return moe_usage_error(prog, NULL, "unknown optimizer '%s' (sgd, adam)", arg);
+        return 0;
     case O_JSON: a->json = arg; return 0;
     case O_CHUNKS:
         g->chunks_set = 1;

@@ -54,11 +54,20 @@ typedef struct moe_run_cfg {
     int replica_rule;         /* copy of a replicated expert a token uses, moe/acct.h's enum
                                * moe_replica_rule [nearest] */
     int train;                /* each iteration a training step: forward, mean-squared-error
-                               * loss against seeded targets, backward, SGD (vanilla mode, CPU
-                               * backend, experts without replicas, for now) */
-    double lr;                /* SGD learning rate [0.1] */
+                               * loss against seeded targets, backward, an optimizer step
+                               * (vanilla mode, CPU backend, experts without replicas, for now) */
+    int optimizer;            /* enum moe_run_optimizer [SGD] */
+    double lr;                /* learning rate; 0: the optimizer's default (SGD 0.1, Adam
+                               * 0.001) */
 } moe_run_cfg_t;
 void moe_run_cfg_default(moe_run_cfg_t *c);
+
+/* Training's optimizers: plain SGD, and Adam (beta1 0.9, beta2 0.999, eps 1e-8, with bias
+ * correction). */
+enum moe_run_optimizer { MOE_RUN_SGD = 0, MOE_RUN_ADAM = 1 };
+/* "sgd" / "adam", and back (-1 for another name). */
+const char *moe_run_optimizer_name(int opt);
+int moe_run_optimizer_parse(const char *s);
 
 /* The host communicator: MPI_Init (MPI_COMM_WORLD, errors returned and checked) or one rank
  * without MPI. NULL when MPI cannot start. */

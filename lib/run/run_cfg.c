@@ -24,7 +24,7 @@ void moe_run_cfg_default(moe_run_cfg_t *c)
     c->warmup = 1;
     c->seed = 1;
     c->credits = 4;
-    c->lr = 0.1;
+    c->optimizer = MOE_RUN_SGD;
     c->prefetch = 1;
 }
 
@@ -44,6 +44,21 @@ int moe_run_mode_parse(const char *s)
     return -1;
 }
 
+static const char *const optimizer_names[] = {"sgd", "adam"};
+
+const char *moe_run_optimizer_name(int opt)
+{
+    return opt >= 0 && opt <= MOE_RUN_ADAM ? optimizer_names[opt] : "?";
+}
+
+int moe_run_optimizer_parse(const char *s)
+{
+    for (int i = 0; i <= MOE_RUN_ADAM; i++)
+        if (!strcmp(s, optimizer_names[i]))
+            return i;
+    return -1;
+}
+
 /* How a field of moe_run_cfg_t reads as text. */
 enum agree_kind {
     AG_U32,     /* uint32_t, 0 = the default */
@@ -57,6 +72,7 @@ enum agree_kind {
     AG_CHUNKS,  /* uint32_t chunks with chunks_set */
     AG_RULE,    /* int, enum moe_replica_rule */
     AG_DBL,     /* double, compared as its shortest exact text */
+    AG_OPT,     /* int, enum moe_run_optimizer */
 };
 
 /* The one table of what must agree: a rank holding another value would run another loop
@@ -88,6 +104,7 @@ static const struct agree_field {
     {"--no-prefetch", AG_NOFLAG, offsetof(moe_run_cfg_t, prefetch)},
     {"--replica-rule", AG_RULE, offsetof(moe_run_cfg_t, replica_rule)},
     {"--train", AG_FLAG, offsetof(moe_run_cfg_t, train)},
+    {"--optimizer", AG_OPT, offsetof(moe_run_cfg_t, optimizer)},
     {"--lr", AG_DBL, offsetof(moe_run_cfg_t, lr)},
 };
 #define NFIELDS (sizeof fields / sizeof *fields)
@@ -137,6 +154,10 @@ static void field_slot(const moe_run_cfg_t *c, const struct agree_field *f, agre
     case AG_RULE:
         memcpy(&i, p, sizeof i);
         snprintf(s->text, sizeof s->text, "%s", moe_replica_rule_name(i));
+        break;
+    case AG_OPT:
+        memcpy(&i, p, sizeof i);
+        snprintf(s->text, sizeof s->text, "%s", moe_run_optimizer_name(i));
         break;
     case AG_DBL: {
         double d;

@@ -209,7 +209,8 @@ int run_report(run_t *r, FILE *fp, double check_err, int check_ok)
         fprintf(fp, "# bytes vs the shared accounting (%s): %s on every rank\n",
                 moe_scheme_name(acct_scheme(r)), s.acct_equal ? "equal" : "DIFFERENT");
     if (r->cfg.train && r->losses) {
-        fprintf(fp, "# training, SGD lr %g: loss per iteration (warm-up first):", r->cfg.lr);
+        fprintf(fp, "# training, %s lr %g: loss per iteration (warm-up first):",
+                r->cfg.optimizer == MOE_RUN_ADAM ? "Adam" : "SGD", r->cfg.lr);
         for (int i = 0; i < r->cfg.warmup + r->cfg.iters; i++)
             fprintf(fp, " %.6g", r->losses[i]);
         fprintf(fp, "\n");
@@ -279,7 +280,8 @@ static int json_body(const run_t *r, const sums_t *s, moe_textout_t *t, double c
     P("  \"iteration_ms\": %.6f, \"tokens_per_s\": %.3f,\n", 1e3 * sec,
       sec > 0 ? r->ntok / sec : 0);
     if (r->cfg.train && r->losses) {
-        P("  \"train\": {\"lr\": %.17g, \"losses\": [", r->cfg.lr);
+        P("  \"train\": {\"optimizer\": \"%s\", \"lr\": %.17g, \"losses\": [",
+          moe_run_optimizer_name(r->cfg.optimizer), r->cfg.lr);
         for (int i = 0; i < r->cfg.warmup + r->cfg.iters; i++)
             P("%s%.9g", i ? ", " : "", r->losses[i]);
         P("]},\n");

@@ -1,8 +1,9 @@
 #!/bin/sh
 # tests/cli/run_train.sh -- moe-run --train: training steps on 8 ranks replaying DeepSeek-V2-Lite
 # routing with a moe-place placement, and on 4 ranks with a computed gate, in fp32 and bf16:
-# --check compares the first step's loss and every gradient with the serial reference model,
-# the loss falls, the same seed gives the same losses; what does not train yet is refused.
+# --check compares the first step's loss and every gradient, and the loss of every step, with
+# the serial reference model trained alike (SGD and Adam); the loss falls, the same seed gives
+# the same losses; a rank killed in training ends the job; what does not train yet is refused.
 . "${top_srcdir:-.}/tests/cli/lib.sh"
 . "$top_srcdir/tests/cli/run_lib.sh"
 run_data 256
@@ -34,6 +35,15 @@ for dt in fp32 bf16; do
     end
 done
 
+begin "Adam, computed gate, 4 ranks, bf16: the loss curve matches the reference's and falls"
+expect_exit 0 mpi 4 --train --optimizer adam --gpus-per-node 2 --layers 3 --experts 8 \
+    --topk 2 --hidden 16 --ffn 12 --iters 5 --warmup 1 --check --dtype bf16 --json "$T/a.json"
+grep -q '# training, Adam lr 0.001: loss per iteration' "$T/out" || fail "no Adam loss line"
+grep -q '"optimizer": "adam"' "$T/a.json" || fail "JSON lacks the optimizer"
+grep -q 'reference: .*: ok$' "$T/out" || fail "no passing check line"
+falls "$T/a.json" || fail "the loss does not fall"
+end
+
 begin "the same seed gives the same losses; one rank agrees with four (fp32)"
 expect_exit 0 mpi 4 --train --gpus-per-node 2 --layers 3 --experts 8 --topk 2 --hidden 16 \
     --ffn 12 --iters 4 --warmup 0 --lr 0.2 --dtype fp32 --json "$T/again.json"
@@ -59,12 +69,27 @@ expect_exit 2 "$R" --train --calibrate
 expect_tool_usage moe-run "" "--calibrate takes neither --json, --check nor --train"
 expect_exit 2 "$R" --train --lr -1
 expect_tool_usage moe-run "" "learning rate"
+expect_exit 2 "$R" --train --optimizer lamb
+expect_tool_usage moe-run "" "unknown optimizer 'lamb' (sgd, adam)"
 "$MOE_BIN/moe-place" fit --no-PG --ranks 8 --gpus-per-node 4 --method balanced --replicas 8 \
     -o "$T/rep.moep" "$T/ds.mft" || fail "fit with replicas"
 expect_exit 1 mpi_noleak 8 --train --trace "$T/ds.mft" --placement "$T/rep.moep" --iters 1 \
     --warmup 0
 grep -q "^moe-run: --train: .* replicates expert .*; replicated experts do not train yet" \
     "$T/err" || fail "no reason for refusing replicas"
+end
+
+begin "a rank killed while the job trains: every rank ends in seconds"
+# most of a step is its backward (each expert recomputed, then its backward)
+L="--train --hidden 64 --ffn 64 --layers 2 --tokens-per-rank 64 --iters 1000000"
+t0=$(date +%s)
+# shellcheck disable=SC2086
+run env $NOLEAK_ENV timeout -k 5 60 "$MPIRUN" --oversubscribe -np 3 "$MOE_BIN/moe-run" $L \
+    : -np 1 timeout -s KILL 2 "$MOE_BIN/moe-run" $L
+secs=$(($(date +%s) - t0))
+[ "$rc" != 0 ] || fail "exit status 0"
+[ "$rc" != 124 ] || fail "hung until the test's timeout"
+[ "$secs" -le 30 ] || fail "took $secs s (bound 30 s)"
 end
 
 finish
