@@ -100,6 +100,9 @@ struct moe_run {
     int32_t *tr_ids;                 /* [L][nloc][K] each layer's routing */
     float *tr_w;
     double *losses;                  /* [warmup + iters] the loss of each training step */
+    double act_peak;                 /* bytes of activations and exchange buffers the training
+                                        held at once: this rank's, then the largest rank's */
+    double rss_peak;                 /* --train: the largest rank's peak RSS, bytes */
     double check_err;                /* the check's result for the report (-1: no check) */
     int check_ok;
     /* the verification hook: run_check sets it, a mode that runs all layers at once

@@ -8,6 +8,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 
 #include "moe/kern.h"
 #include "moe/moe.h"
@@ -141,22 +142,21 @@ static void serve_backward(run_t *r, uint32_t l, grads_t *g, const float *rows,
     }
 }
 
-/* The backward of layer l: dout (nloc x H, host) holds the gradient of the layer's output rows
- * and becomes that of its input rows; weight gradients are added to g. */
-static void layer_backward(run_t *r, uint32_t l, float *dout, grads_t *g)
+/* The experts' part of the backward for local rows [i0, i1) of layer l (xm the mixed rows, dout
+ * the gradient of the layer's output): each row with its gradient to the ranks that serve its
+ * experts, their replies added into dxm (input gradients) and dw (routing weights' gradients).
+ * Returns the bytes of the buffers it held (for the activation peak). */
+static size_t experts_backward(run_t *r, uint32_t l, size_t i0, size_t i1, const float *xm,
+                               const float *dout, grads_t *g, float *dxm, float *dw)
 {
     const size_t n = r->nloc, H = r->H, K = r->K, S = M_HEAD + 3 * K;
     const int G = r->G;
-    const float *xin = r->tr_xin + (size_t)l * n * H;
     const int32_t *ids = r->tr_ids + (size_t)l * n * K;
     const float *w = r->tr_w + (size_t)l * n * K;
-    float *xm = run_hbuf(r, TS_XM, (n + 1) * H * sizeof *xm);
-    memcpy(xm, xin, n * H * sizeof *xm);
-    moe_kern_mixer(xm, n, r->H, r->mix[l]);
     uint32_t *home = run_hbuf(r, TS_HOME, (n + 1) * sizeof *home);
     ent_t *ents;
     uint32_t *um;
-    size_t ne = run_ep_plan(r, l, 0, n, ids, w, home, &ents, &um);
+    size_t ne = run_ep_plan(r, l, i0, i1, ids, w, home, &ents, &um);
     /* rows [xm | dout] in rank order, with their meta records */
     size_t *sc = run_hbuf(r, TS_ROW, 2 * (size_t)G * sizeof *sc), *rc = sc + G;
     memset(sc, 0, (size_t)G * sizeof *sc);
@@ -199,11 +199,6 @@ static void layer_backward(run_t *r, uint32_t l, float *dout, grads_t *g)
     size_t nb = exchange_rows(r, reply, rc, H + K, &back, sc, TS_RPLY);
     if (nb != ne)
         run_die(r, "backward (replies do not match the rows sent)", MOE_EINVAL);
-    /* the home: residual + the experts' input gradients, the routing weights' gradients */
-    float *dxm = run_hbuf(r, TS_DXM, (n + 1) * H * sizeof *dxm);
-    float *dw = run_hbuf(r, TS_DW, (n + 1) * K * sizeof *dw);
-    memcpy(dxm, dout, n * H * sizeof *dxm);
-    memset(dw, 0, n * K * sizeof *dw);
     for (size_t q = 0; q < ne; q++) {
         size_t i = srow[q];
         const float *b = back + q * (H + K);
@@ -215,10 +210,40 @@ static void layer_backward(run_t *r, uint32_t l, float *dout, grads_t *g)
                 if (ids[i * K + k] == (int32_t)m[M_HEAD + 3 * t])
                     dw[i * K + k] += b[H + t];
     }
+    /* rows out and in (fp32 and wire copies), metadata, replies out and back */
+    return (ne + nr) * (2 * H * (4 + r->esz) + S * 4) + (nr + ne) * (H + K) * (4 + r->esz);
+}
+
+/* The backward of layer l: dout (nloc x H, host) holds the gradient of the layer's output rows
+ * and becomes that of its input rows; weight gradients are added to g. Pipelined mode takes
+ * the experts' part in the forward's chunks, one after the other. Returns the largest bytes of
+ * the buffers it held at once. */
+static size_t layer_backward(run_t *r, uint32_t l, float *dout, grads_t *g)
+{
+    const size_t n = r->nloc, H = r->H, K = r->K;
+    const float *xin = r->tr_xin + (size_t)l * n * H;
+    const int32_t *ids = r->tr_ids + (size_t)l * n * K;
+    const float *w = r->tr_w + (size_t)l * n * K;
+    float *xm = run_hbuf(r, TS_XM, (n + 1) * H * sizeof *xm);
+    memcpy(xm, xin, n * H * sizeof *xm);
+    moe_kern_mixer(xm, n, r->H, r->mix[l]);
+    /* the home: residual + the experts' input gradients, the routing weights' gradients */
+    float *dxm = run_hbuf(r, TS_DXM, (n + 1) * H * sizeof *dxm);
+    float *dw = run_hbuf(r, TS_DW, (n + 1) * K * sizeof *dw);
+    memcpy(dxm, dout, n * H * sizeof *dxm);
+    memset(dw, 0, n * K * sizeof *dw);
+    uint32_t chunks = r->chunks_used ? r->chunks_used : 1;
+    size_t peak = 0;
+    for (uint32_t c = 0; c < chunks; c++) {
+        size_t b = experts_backward(r, l, n * c / chunks, n * (c + 1) / chunks, xm, dout, g, dxm,
+                                    dw);
+        peak = b > peak ? b : peak;
+    }
     if (!r->replay)
         moe_kern_gate_backward(xm, n, r->H, r->wg[l], r->E, r->K, ids, w, dw, dxm,
                                g->wg + (size_t)l * H * r->E);
     moe_kern_mixer_backward(xin, n, r->H, r->mix[l], dxm, dout, g->mix + (size_t)l * H);
+    return peak + n * H * 4 * 2 + n * K * 4; /* with xm, dxm and dw */
 }
 
 /* Sum the mixer and gate gradients over the ranks (every rank holds those weights). */
@@ -268,8 +293,15 @@ static double step(run_t *r, grads_t *g)
     }
     RUN_CK(r, run_comm_allreduce(r->comm, &sum, 1, MOE_RUN_SUM));
     grads_zero(r, g);
-    for (uint32_t l = r->L; l-- > 0;)
-        layer_backward(r, l, dout, g);
+    /* what the forward kept for the backward, the output's gradient, and the largest layer */
+    size_t kept = L * n * (H * sizeof *r->tr_xin + K * (sizeof *r->tr_ids + sizeof *r->tr_w));
+    size_t most = 0;
+    for (uint32_t l = r->L; l-- > 0;) {
+        size_t b = layer_backward(r, l, dout, g);
+        most = b > most ? b : most;
+    }
+    double peak = (double)(kept + n * H * sizeof *dout + most);
+    r->act_peak = peak > r->act_peak ? peak : r->act_peak;
     reduce_shared(r, g);
     return sum * scale;
 }
@@ -325,6 +357,8 @@ static void optimizer_step(run_t *r, const grads_t *g, opt_t *o)
 void run_train_iterations(run_t *r)
 {
     int total = r->cfg.warmup + r->cfg.iters;
+    if (r->cfg.mode == MOE_RUN_PIPELINED)
+        r->chunks_used = r->cfg.chunks ? r->cfg.chunks : run_auto_chunks(r);
     if (r->cfg.lr <= 0)
         r->cfg.lr = r->cfg.optimizer == MOE_RUN_ADAM ? 1e-3 : 0.1;
     grads_t g = {0};
@@ -352,9 +386,13 @@ void run_train_iterations(run_t *r)
         grads_free(r, &o.m);
         grads_free(r, &o.v);
     }
-    double t = r->t_iter;
-    RUN_CK(r, run_comm_allreduce(r->comm, &t, 1, MOE_RUN_MAX));
-    r->t_iter = t;
+    struct rusage ru;
+    double v[3] = {r->t_iter, r->act_peak,
+                   getrusage(RUSAGE_SELF, &ru) == 0 ? (double)ru.ru_maxrss * 1024 : 0};
+    RUN_CK(r, run_comm_allreduce(r->comm, v, 3, MOE_RUN_MAX));
+    r->t_iter = v[0];
+    r->act_peak = v[1];
+    r->rss_peak = v[2];
 }
 
 /* Largest |a - b| over n values, over the largest |b| (at least tiny). */
