@@ -484,17 +484,13 @@ void run_ep_layer(run_t *r, uint32_t l)
     size_t K = r->K, n = r->nloc;
     double t0 = run_now(r);
     float *x = r->x.p;
-    if (r->tr_xin) /* training keeps the layer's input rows */
-        RUN_CK(r, o->download(r->b, r->tr_xin + (size_t)l * n * r->H, x, n * r->H * sizeof *x));
+    run_save_input(r, l, x); /* training keeps the layer's input rows, */
     RUN_CK(r, o->mixer(r->b, x, n, r->H, r->mix[l]));
     int32_t *ids = run_hbuf(r, HX + 9, (n * K + 1) * sizeof *ids);
     float *w = run_hbuf(r, HX + 10, (n * K + 1) * sizeof *w);
     uint32_t *newhome = run_hbuf(r, HX + 11, (n + 1) * sizeof *newhome);
     run_gate(r, l, x, n, r->loc, ids, w);
-    if (r->tr_ids) { /* and its routing */
-        memcpy(r->tr_ids + (size_t)l * n * K, ids, n * K * sizeof *ids);
-        memcpy(r->tr_w + (size_t)l * n * K, w, n * K * sizeof *w);
-    }
+    run_save_route(r, l, ids, w); /* and their routing */
     uint32_t chunks = r->chunks_used ? r->chunks_used : 1;
     hop_t hp[2];
     size_t S = M_HEAD + 3 * K;

@@ -51,6 +51,15 @@ typedef struct run_buf {
 
 typedef struct moe_run run_t;
 
+/* --train: what the forward keeps of one layer for the backward (host memory). */
+typedef struct run_saved {
+    size_t n, cap;      /* local rows at the layer's start; rows the arrays hold */
+    uint32_t *loc;      /* [n] their tokens */
+    float *xin;         /* [n][H] the rows entering the layer */
+    int32_t *ids;       /* [n][K] their routing */
+    float *w;
+} run_saved_t;
+
 #define RUN_HSLOTS 72 /* host scratch slots (run_hbuf) */
 
 struct moe_run {
@@ -96,9 +105,7 @@ struct moe_run {
                                         and weight of the layer's routing, each token's entry
                                         set on the rank that routed it (0 elsewhere) */
     /* --train (run_train.c): what the forward keeps for the backward, host memory */
-    float *tr_xin;                   /* [L][nloc][H] each layer's input rows */
-    int32_t *tr_ids;                 /* [L][nloc][K] each layer's routing */
-    float *tr_w;
+    run_saved_t *tr;                 /* [L], NULL outside training */
     double *losses;                  /* [warmup + iters] the loss of each training step */
     double act_peak;                 /* bytes of activations and exchange buffers the training
                                         held at once: this rank's, then the largest rank's */
@@ -123,6 +130,10 @@ int run_setup(run_t *r, char *errbuf, size_t errlen);
 /* Agreement step: every rank passes its status (0 ok); returns the lowest failing rank or -1. */
 int run_agree(run_t *r, int failed);
 void run_release(run_t *r);
+/* --train: keep layer l's local rows x (n = nloc, on the backend) and their tokens in
+ * r->tr[l] (a no-op outside training); then, once the gate ran, their routing. */
+void run_save_input(run_t *r, uint32_t l, const float *x);
+void run_save_route(run_t *r, uint32_t l, const int32_t *ids, const float *w);
 /* Grow device buffer to bytes; returns its pointer or NULL. */
 void *run_dbuf(run_t *r, run_buf_t *bf, size_t bytes);
 /* Host scratch slot i grown to bytes (a fatal error on ENOMEM). */

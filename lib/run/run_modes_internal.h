@@ -10,8 +10,8 @@
 
 #include "run_internal.h"
 
-/* Expert-parallel layer l on the local rows (vanilla, coherent, pipelined, hierarchical). With
- * r->tr_xin and r->tr_ids set (training), it keeps the layer's input rows and routing there. */
+/* Expert-parallel layer l on the local rows (vanilla, coherent, pipelined, hierarchical). In
+ * training (r->tr set) it keeps the layer's input rows and routing there. */
 void run_ep_layer(run_t *r, uint32_t l);
 
 /* An entry to send: destination rank, source row, and the meta record. */

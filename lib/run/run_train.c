@@ -151,8 +151,8 @@ static size_t experts_backward(run_t *r, uint32_t l, size_t i0, size_t i1, const
 {
     const size_t n = r->nloc, H = r->H, K = r->K, S = M_HEAD + 3 * K;
     const int G = r->G;
-    const int32_t *ids = r->tr_ids + (size_t)l * n * K;
-    const float *w = r->tr_w + (size_t)l * n * K;
+    const int32_t *ids = r->tr[l].ids;
+    const float *w = r->tr[l].w;
     uint32_t *home = run_hbuf(r, TS_HOME, (n + 1) * sizeof *home);
     ent_t *ents;
     uint32_t *um;
@@ -215,15 +215,20 @@ static size_t experts_backward(run_t *r, uint32_t l, size_t i0, size_t i1, const
 }
 
 /* The backward of layer l: dout (nloc x H, host) holds the gradient of the layer's output rows
- * and becomes that of its input rows; weight gradients are added to g. Pipelined mode takes
+ * at the layer's start (r->tr[l]'s rows) and becomes that of its input rows; weight gradients
+ * are added to g. Pipelined mode takes
  * the experts' part in the forward's chunks, one after the other. Returns the largest bytes of
  * the buffers it held at once. */
 static size_t layer_backward(run_t *r, uint32_t l, float *dout, grads_t *g)
 {
-    const size_t n = r->nloc, H = r->H, K = r->K;
-    const float *xin = r->tr_xin + (size_t)l * n * H;
-    const int32_t *ids = r->tr_ids + (size_t)l * n * K;
-    const float *w = r->tr_w + (size_t)l * n * K;
+    const run_saved_t *sv = &r->tr[l];
+    const size_t n = sv->n, H = r->H, K = r->K;
+    const float *xin = sv->xin;
+    const int32_t *ids = sv->ids;
+    const float *w = sv->w;
+    /* the routes are planned from the layer's own local rows */
+    r->nloc = n;
+    memcpy(r->loc, sv->loc, n * sizeof *r->loc);
     float *xm = run_hbuf(r, TS_XM, (n + 1) * H * sizeof *xm);
     memcpy(xm, xin, n * H * sizeof *xm);
     moe_kern_mixer(xm, n, r->H, r->mix[l]);
@@ -262,22 +267,68 @@ static void reduce_shared(run_t *r, grads_t *g)
         g->wg[i] = (float)v[nm + i];
 }
 
+/* Coherent mode moved each token to a new home at every layer: the gradient of layer l's
+ * output rows, held where the tokens went (the current local rows, dout), goes back to the
+ * ranks that held them at the layer's start, in the order of r->tr[l]. Returns the rows. */
+static float *homes_backward(run_t *r, uint32_t l, const float *dout)
+{
+    const run_saved_t *sv = &r->tr[l];
+    const size_t H = r->H, n = r->nloc;
+    const int G = r->G;
+    double *home = run_hbuf(r, TS_RED, (r->ntok + 1) * sizeof *home);
+    memset(home, 0, r->ntok * sizeof *home);
+    for (size_t i = 0; i < sv->n; i++)
+        home[sv->loc[i]] = r->me + 1;
+    RUN_CK(r, run_comm_allreduce(r->comm, home, (int)r->ntok, MOE_RUN_SUM));
+    size_t *sc = run_hbuf(r, TS_ROW, 2 * (size_t)G * sizeof *sc), *rc = sc + G;
+    memset(sc, 0, (size_t)G * sizeof *sc);
+    for (size_t i = 0; i < n; i++)
+        sc[(int)home[r->loc[i]] - 1]++;
+    size_t *pos = run_hbuf(r, TS_POS, ((size_t)G + 1) * sizeof *pos);
+    for (int p = 0, acc = 0; p < G; p++) {
+        pos[p] = (size_t)acc;
+        acc += (int)sc[p];
+    }
+    /* rows [gradient | token id as float bits], in rank order */
+    float *send = run_hbuf(r, TS_SEND, (n + 1) * (H + 1) * sizeof *send), *got;
+    for (size_t i = 0; i < n; i++) {
+        size_t at = pos[(int)home[r->loc[i]] - 1]++;
+        memcpy(send + at * (H + 1), dout + i * H, H * sizeof *send);
+        memcpy(send + at * (H + 1) + H, &r->loc[i], sizeof(float));
+    }
+    /* the token ids must not be rounded: rows travel in fp32 here */
+    int dt = r->cfg.dtype;
+    size_t esz = r->esz;
+    r->cfg.dtype = MOE_DTYPE_FP32;
+    r->esz = 4;
+    size_t nr = exchange_rows(r, send, sc, H + 1, &got, rc, TS_RECV);
+    r->cfg.dtype = dt;
+    r->esz = esz;
+    if (nr != sv->n)
+        run_die(r, "backward (tokens back to their homes)", MOE_EINVAL);
+    uint32_t *row = run_hbuf(r, TS_HOME, (r->ntok + 1) * sizeof *row);
+    for (size_t i = 0; i < sv->n; i++)
+        row[sv->loc[i]] = (uint32_t)i;
+    float *dst = run_hbuf(r, TS_XM, (sv->n + 1) * H * sizeof *dst);
+    for (size_t j = 0; j < nr; j++) {
+        uint32_t t;
+        memcpy(&t, got + j * (H + 1) + H, sizeof t);
+        memcpy(dst + (size_t)row[t] * H, got + j * (H + 1), H * sizeof *dst);
+    }
+    return dst;
+}
+
 /* One step: forward keeping the inputs and routes, the loss, the backward. Returns the loss
  * (the same on every rank); g holds the gradients. */
 static double step(run_t *r, grads_t *g)
 {
     run_load_inputs(r);
-    const size_t n = r->nloc, H = r->H, K = r->K, L = r->L;
-    free(r->tr_xin);
-    free(r->tr_ids);
-    free(r->tr_w);
-    r->tr_xin = malloc((L * n + 1) * H * sizeof *r->tr_xin);
-    r->tr_ids = malloc((L * n + 1) * K * sizeof *r->tr_ids);
-    r->tr_w = malloc((L * n + 1) * K * sizeof *r->tr_w);
-    if (!r->tr_xin || !r->tr_ids || !r->tr_w)
+    const size_t H = r->H, K = r->K;
+    if (!r->tr && !(r->tr = calloc(r->L, sizeof *r->tr)))
         run_die(r, "--train", MOE_ENOMEM);
     for (uint32_t l = 0; l < r->L; l++)
         run_ep_layer(r, l);
+    size_t n = r->nloc; /* the rows where the tokens ended */
     float *dout = run_hbuf(r, TS_OUT, (n + 1) * H * sizeof *dout);
     float *t = run_hbuf(r, TS_TGT, (H + 1) * sizeof *t);
     RUN_CK(r, r->b->ops->download(r->b, dout, r->x.p, n * H * sizeof *dout));
@@ -294,9 +345,15 @@ static double step(run_t *r, grads_t *g)
     RUN_CK(r, run_comm_allreduce(r->comm, &sum, 1, MOE_RUN_SUM));
     grads_zero(r, g);
     /* what the forward kept for the backward, the output's gradient, and the largest layer */
-    size_t kept = L * n * (H * sizeof *r->tr_xin + K * (sizeof *r->tr_ids + sizeof *r->tr_w));
-    size_t most = 0;
+    size_t kept = 0, most = 0;
+    for (uint32_t l = 0; l < r->L; l++)
+        kept += r->tr[l].n * (sizeof(uint32_t) + H * sizeof(float) + K * 8);
     for (uint32_t l = r->L; l-- > 0;) {
+        if (r->cfg.mode == MOE_RUN_COHERENT) {
+            float *moved = homes_backward(r, l, dout);
+            dout = run_hbuf(r, TS_OUT, (r->tr[l].n + 1) * H * sizeof *dout);
+            memcpy(dout, moved, r->tr[l].n * H * sizeof *dout);
+        }
         size_t b = layer_backward(r, l, dout, g);
         most = b > most ? b : most;
     }

@@ -1,9 +1,10 @@
 #!/bin/sh
 # tests/cli/run_train.sh -- moe-run --train: training steps on 8 ranks replaying DeepSeek-V2-Lite
-# routing with a moe-place placement, and on 4 ranks with a computed gate, in fp32 and bf16:
-# --check compares the first step's loss and every gradient, and the loss of every step, with
-# the serial reference model trained alike (SGD and Adam); the loss falls, the same seed gives
-# the same losses; a rank killed in training ends the job; what does not train yet is refused.
+# routing with a moe-place placement, and on 4 ranks with a computed gate, in fp32 and bf16, in
+# vanilla, pipelined and coherent modes: --check compares the first step's loss and every
+# gradient, and the loss of every step, with the serial reference model trained alike (SGD and
+# Adam); the loss falls, the modes and rank counts give the same losses; a rank killed in
+# training ends the job; what does not train yet is refused.
 . "${top_srcdir:-.}/tests/cli/lib.sh"
 . "$top_srcdir/tests/cli/run_lib.sh"
 run_data 256
@@ -46,6 +47,17 @@ grep -q '"peak_rss_bytes": [1-9]' "$T/p.json" || fail "no peak RSS"
 end
 
 for dt in fp32 bf16; do
+    begin "coherent, replayed, 8 ranks, $dt: the gradients follow the tokens' homes back"
+    expect_exit 0 mpi_noleak 8 --train --mode coherent --trace "$T/ds.mft" \
+        --placement "$T/p8.moep" --hidden 32 --ffn 24 --iters 3 --warmup 0 --check \
+        --dtype $dt --json "$T/c$dt.json"
+    grep -q 'reference: .*: ok$' "$T/out" || fail "no passing check line"
+    [ $dt = bf16 ] || same_losses "$T/c$dt.json" "$T/rfp32.json"
+    falls "$T/c$dt.json" || fail "the loss does not fall"
+    end
+done
+
+for dt in fp32 bf16; do
     begin "computed gate, 4 ranks on 2 nodes, $dt: --train --check passes and the loss falls"
     expect_exit 0 mpi 4 --train --gpus-per-node 2 --layers 3 --experts 8 --topk 2 \
         --hidden 16 --ffn 12 --iters 4 --warmup 0 --lr 0.2 --check --dtype $dt \
@@ -79,8 +91,9 @@ end
 
 begin "what does not train yet is refused"
 R=$MOE_BIN/moe-run
-expect_exit 2 "$R" --train --mode coherent
-expect_tool_usage moe-run "" "only vanilla and pipelined modes train so far, not coherent"
+expect_exit 2 "$R" --train --mode hierarchical
+expect_tool_usage moe-run "" \
+    "only vanilla, coherent and pipelined modes train so far, not hierarchical"
 expect_exit 2 "$R" --train --calibrate
 expect_tool_usage moe-run "" "--calibrate takes neither --json, --check nor --train"
 expect_exit 2 "$R" --train --lr -1
