@@ -256,10 +256,8 @@ static int parse(int argc, char **argv, args_t *a)
     if (a->calibrate && (a->json || g->check || g->train))
         return moe_usage_error(prog, NULL,
                                "--calibrate takes neither --json, --check nor --train");
-    if (g->train && g->mode != MOE_RUN_VANILLA && g->mode != MOE_RUN_PIPELINED &&
-        g->mode != MOE_RUN_COHERENT)
-        return moe_usage_error(prog, NULL, "--train: only vanilla, coherent and pipelined "
-                               "modes train so far, not %s", moe_run_mode_name(g->mode));
+    if (g->train && g->mode == MOE_RUN_HIERARCHICAL)
+        return moe_usage_error(prog, NULL, "--train: hierarchical mode does not train yet");
     if (g->train && strcmp(a->be->name, "cpu"))
         return moe_usage_error(prog, NULL, "--train: only the cpu backend trains so far");
     if (!a->calibrate && strcmp(a->o.out, "-"))

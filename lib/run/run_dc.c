@@ -342,8 +342,10 @@ static void dc_layer(dc_t *d, uint32_t l, int32_t *ids, float *w, int known)
     const moe_run_backend_ops_t *o = r->b->ops;
     size_t n = r->nloc, H = r->H;
     double t0 = run_now(r);
+    run_save_input(r, l, r->x.p); /* training keeps the layer's input rows and routing */
     RUN_CK(r, o->mixer(r->b, r->x.p, n, r->H, r->mix[l]));
     run_gate(r, l, r->x.p, n, r->loc, ids, w);
+    run_save_route(r, l, ids, w);
     if (!known)
         gather_needs(d, l, 1, ids);
     if (!d->stored[l])

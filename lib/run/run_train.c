@@ -214,6 +214,102 @@ static size_t experts_backward(run_t *r, uint32_t l, size_t i0, size_t i1, const
     return (ne + nr) * (2 * H * (4 + r->esz) + S * 4) + (nr + ne) * (H + K) * (4 + r->esz);
 }
 
+/* Datacentric mode (Janus): the tokens stay. Each rank pulls the weights of the experts its
+ * tokens used that it does not hold (all at once, in the wire type), recomputes and back-
+ * propagates through every expert locally, and sends the pulled experts' weight gradients back
+ * to their owners, which add them to their own (per rank: not yet one transfer per node, nor in
+ * the forward's rounds). Same contract as experts_backward for all local rows. */
+static size_t dc_experts_backward(run_t *r, uint32_t l, const float *xm, const float *dout,
+                                  grads_t *g, float *dxm, float *dw)
+{
+    const size_t n = r->nloc, H = r->H, K = r->K, E = r->E, HF = H * r->F;
+    const int G = r->G;
+    const int32_t *ids = r->tr[l].ids;
+    const float *w = r->tr[l].w;
+    /* the experts needed here and held elsewhere, in owner order: requests */
+    uint32_t *slot = run_hbuf(r, TS_HOME, (E + 1) * sizeof *slot);
+    size_t *sc = run_hbuf(r, TS_ROW, 2 * (size_t)G * sizeof *sc), *rc = sc + G, nq = 0;
+    memset(sc, 0, (size_t)G * sizeof *sc);
+    for (size_t e = 0; e < E; e++)
+        slot[e] = UINT32_MAX;
+    for (size_t i = 0; i < n * K; i++)
+        if (ids[i - i % K] >= 0 && ids[i] >= 0 && !r->w1[l * E + (size_t)ids[i]])
+            slot[ids[i]] = 0;
+    uint32_t *req = run_hbuf(r, TS_SROW, (E + 1) * sizeof *req);
+    for (int p = 0; p < G; p++)
+        for (size_t e = 0; e < E; e++) {
+            uint32_t c;
+            if (slot[e] == UINT32_MAX || moe_placement_ranks(r->pl, l, (uint32_t)e, &c)[0] != p)
+                continue;
+            slot[e] = (uint32_t)nq;
+            req[nq++] = (uint32_t)e;
+            sc[p]++;
+        }
+    /* requests to the owners (as float rows of one id, exact in fp32) */
+    float *qs = run_hbuf(r, TS_SEND, (nq + 1) * sizeof *qs), *qr;
+    for (size_t q = 0; q < nq; q++)
+        memcpy(&qs[q], &req[q], sizeof *qs);
+    int dt = r->cfg.dtype;
+    size_t esz = r->esz;
+    r->cfg.dtype = MOE_DTYPE_FP32;
+    r->esz = 4;
+    size_t nr = exchange_rows(r, qs, sc, 1, &qr, rc, TS_RECV);
+    r->cfg.dtype = dt;
+    r->esz = esz;
+    uint32_t *asked = run_hbuf(r, TS_SMETA, (nr + 1) * sizeof *asked);
+    memcpy(asked, qr, nr * sizeof *asked);
+    /* the owners send the weights (W1 then W2) */
+    float *wsend = run_hbuf(r, TS_REPLY, (nr + 1) * 2 * HF * sizeof *wsend), *wgot;
+    for (size_t j = 0; j < nr; j++) {
+        size_t k = l * E + asked[j];
+        if (asked[j] >= E || !r->w1[k])
+            run_die(r, "datacentric backward (expert not held by its owner)", MOE_EINVAL);
+        memcpy(wsend + j * 2 * HF, r->w1[k], HF * sizeof *wsend);
+        memcpy(wsend + j * 2 * HF + HF, r->w2[k], HF * sizeof *wsend);
+    }
+    size_t ng = exchange_rows(r, wsend, rc, 2 * HF, &wgot, sc, TS_RPLY);
+    if (ng != nq)
+        run_die(r, "datacentric backward (weights do not match the requests)", MOE_EINVAL);
+    /* every expert locally; the pulled ones' gradients in their own buffer */
+    float *gq = run_hbuf(r, TS_BACK, (nq + 1) * 2 * HF * sizeof *gq);
+    memset(gq, 0, nq * 2 * HF * sizeof *gq);
+    float *work = run_hbuf(r, TS_WORK, (H + moe_kern_ffn_work_size(r->F) +
+                                        moe_kern_ffn_backward_work_size(r->F) + H) *
+                                           sizeof *work);
+    float *y = work, *fw = y + H, *bw = fw + moe_kern_ffn_work_size(r->F), *dy = bw + 2 * r->F;
+    for (size_t i = 0; i < n; i++) {
+        if (ids[i * K] < 0)
+            continue;
+        for (size_t k = 0; k < K; k++) {
+            size_t e = (size_t)ids[i * K + k], at = l * E + e;
+            const float *W1 = r->w1[at] ? r->w1[at] : wgot + slot[e] * 2 * HF;
+            const float *W2 = r->w1[at] ? r->w2[at] : W1 + HF;
+            float *G1 = r->w1[at] ? g->w1[at] : gq + slot[e] * 2 * HF;
+            float d = 0;
+            RUN_CK(r, moe_kern_ffn(xm + i * H, 1, r->H, r->F, W1, W2, y, fw));
+            for (size_t h = 0; h < H; h++) {
+                d += dout[i * H + h] * y[h];
+                dy[h] = w[i * K + k] * dout[i * H + h];
+            }
+            dw[i * K + k] += d;
+            RUN_CK(r, moe_kern_ffn_backward(xm + i * H, 1, r->H, r->F, W1, W2, dy,
+                                            dxm + i * H, G1, G1 + HF, bw));
+        }
+    }
+    /* the pulled experts' gradients back to their owners, added there */
+    float *gb;
+    size_t nb = exchange_rows(r, gq, sc, 2 * HF, &gb, rc, TS_RECV);
+    if (nb != nr)
+        run_die(r, "datacentric backward (gradients do not match the requests)", MOE_EINVAL);
+    for (size_t j = 0; j < nr; j++) {
+        float *dst = g->w1[l * E + asked[j]];
+        for (size_t i = 0; i < 2 * HF; i++)
+            dst[i] += gb[j * 2 * HF + i];
+    }
+    /* requests, weights out and in, gradients out and in (fp32 and wire copies) */
+    return (nq + nr) * 4 * 2 + (nr + nq) * 2 * HF * (4 + r->esz) * 2;
+}
+
 /* The backward of layer l: dout (nloc x H, host) holds the gradient of the layer's output rows
  * at the layer's start (r->tr[l]'s rows) and becomes that of its input rows; weight gradients
  * are added to g. Pipelined mode takes
@@ -240,8 +336,10 @@ static size_t layer_backward(run_t *r, uint32_t l, float *dout, grads_t *g)
     uint32_t chunks = r->chunks_used ? r->chunks_used : 1;
     size_t peak = 0;
     for (uint32_t c = 0; c < chunks; c++) {
-        size_t b = experts_backward(r, l, n * c / chunks, n * (c + 1) / chunks, xm, dout, g, dxm,
-                                    dw);
+        size_t b = r->cfg.mode == MOE_RUN_DATACENTRIC
+                       ? dc_experts_backward(r, l, xm, dout, g, dxm, dw)
+                       : experts_backward(r, l, n * c / chunks, n * (c + 1) / chunks, xm, dout,
+                                          g, dxm, dw);
         peak = b > peak ? b : peak;
     }
     if (!r->replay)
@@ -326,8 +424,11 @@ static double step(run_t *r, grads_t *g)
     const size_t H = r->H, K = r->K;
     if (!r->tr && !(r->tr = calloc(r->L, sizeof *r->tr)))
         run_die(r, "--train", MOE_ENOMEM);
-    for (uint32_t l = 0; l < r->L; l++)
-        run_ep_layer(r, l);
+    if (r->cfg.mode == MOE_RUN_DATACENTRIC)
+        run_dc_iter(r);
+    else
+        for (uint32_t l = 0; l < r->L; l++)
+            run_ep_layer(r, l);
     size_t n = r->nloc; /* the rows where the tokens ended */
     float *dout = run_hbuf(r, TS_OUT, (n + 1) * H * sizeof *dout);
     float *t = run_hbuf(r, TS_TGT, (H + 1) * sizeof *t);

@@ -1,7 +1,7 @@
 #!/bin/sh
 # tests/cli/run_train.sh -- moe-run --train: training steps on 8 ranks replaying DeepSeek-V2-Lite
 # routing with a moe-place placement, and on 4 ranks with a computed gate, in fp32 and bf16, in
-# vanilla, pipelined and coherent modes: --check compares the first step's loss and every
+# vanilla, pipelined, coherent and datacentric modes: --check compares the first step's loss and every
 # gradient, and the loss of every step, with the serial reference model trained alike (SGD and
 # Adam); the loss falls, the modes and rank counts give the same losses; a rank killed in
 # training ends the job; what does not train yet is refused.
@@ -44,6 +44,23 @@ same_losses "$T/p.json" "$T/rfp32.json"
 [ "$(peak "$T/p.json")" -lt "$(peak "$T/rfp32.json")" ] ||
     fail "activation peak $(peak "$T/p.json") not below vanilla's $(peak "$T/rfp32.json")"
 grep -q '"peak_rss_bytes": [1-9]' "$T/p.json" || fail "no peak RSS"
+end
+
+for dt in fp32 bf16; do
+    begin "datacentric, replayed, 8 ranks, $dt: pulled experts' gradients go to their owners"
+    expect_exit 0 mpi_noleak 8 --train --mode datacentric --trace "$T/ds.mft" \
+        --placement "$T/p8.moep" --hidden 32 --ffn 24 --iters 3 --warmup 0 --check \
+        --dtype $dt --json "$T/d$dt.json"
+    grep -q 'reference: .*: ok$' "$T/out" || fail "no passing check line"
+    [ $dt = bf16 ] || same_losses "$T/d$dt.json" "$T/rfp32.json"
+    falls "$T/d$dt.json" || fail "the loss does not fall"
+    end
+done
+
+begin "datacentric, computed gate, 4 ranks: --check passes"
+expect_exit 0 mpi 4 --train --mode datacentric --gpus-per-node 2 --layers 3 --experts 8 \
+    --topk 2 --hidden 16 --ffn 12 --iters 3 --warmup 0 --check
+grep -q 'reference: .*: ok$' "$T/out" || fail "no passing check line"
 end
 
 for dt in fp32 bf16; do
@@ -92,8 +109,7 @@ end
 begin "what does not train yet is refused"
 R=$MOE_BIN/moe-run
 expect_exit 2 "$R" --train --mode hierarchical
-expect_tool_usage moe-run "" \
-    "only vanilla, coherent and pipelined modes train so far, not hierarchical"
+expect_tool_usage moe-run "" "--train: hierarchical mode does not train yet"
 expect_exit 2 "$R" --train --calibrate
 expect_tool_usage moe-run "" "--calibrate takes neither --json, --check nor --train"
 expect_exit 2 "$R" --train --lr -1
