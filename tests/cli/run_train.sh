@@ -8,6 +8,11 @@
 . "${top_srcdir:-.}/tests/cli/lib.sh"
 . "$top_srcdir/tests/cli/run_lib.sh"
 run_data 256
+# The ASan build looks for memory errors: bf16 runs the same code as fp32 but for the wire's
+# packing, which the first case covers, so there the other cases run in fp32 only.
+asan=$(ldd "${top_builddir:-.}/lib/.libs/libmoecore.so" 2>/dev/null | grep libasan)
+dts="fp32 bf16"
+[ -z "$asan" ] || dts=fp32
 
 # falls FILE: the JSON's losses fall from the first to the last
 falls() {
@@ -46,7 +51,7 @@ same_losses "$T/p.json" "$T/rfp32.json"
 grep -q '"peak_rss_bytes": [1-9]' "$T/p.json" || fail "no peak RSS"
 end
 
-for dt in fp32 bf16; do
+for dt in $dts; do
     begin "datacentric, replayed, 8 ranks, $dt: pulled experts' gradients go to their owners"
     expect_exit 0 mpi_noleak 8 --train --mode datacentric --trace "$T/ds.mft" \
         --placement "$T/p8.moep" --hidden 32 --ffn 24 --iters 3 --warmup 0 --check \
@@ -63,7 +68,7 @@ expect_exit 0 mpi 4 --train --mode datacentric --gpus-per-node 2 --layers 3 --ex
 grep -q 'reference: .*: ok$' "$T/out" || fail "no passing check line"
 end
 
-for dt in fp32 bf16; do
+for dt in $dts; do
     begin "coherent, replayed, 8 ranks, $dt: the gradients follow the tokens' homes back"
     expect_exit 0 mpi_noleak 8 --train --mode coherent --trace "$T/ds.mft" \
         --placement "$T/p8.moep" --hidden 32 --ffn 24 --iters 3 --warmup 0 --check \
@@ -74,7 +79,7 @@ for dt in fp32 bf16; do
     end
 done
 
-for dt in fp32 bf16; do
+for dt in $dts; do
     begin "computed gate, 4 ranks on 2 nodes, $dt: --train --check passes and the loss falls"
     expect_exit 0 mpi 4 --train --gpus-per-node 2 --layers 3 --experts 8 --topk 2 \
         --hidden 16 --ffn 12 --iters 4 --warmup 0 --lr 0.2 --check --dtype $dt \
