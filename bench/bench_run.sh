@@ -2,7 +2,8 @@
 # bench/bench_run.sh -- moe-run measured on CPU ranks: the bytes coherent mode with an affinity
 # placement moves against vanilla mode with the contiguous placement (moe-run acceptance point
 # 2: ratio <= 0.6), on DeepSeek-V2-Lite prompts 501..1000 replayed on 8 MPI ranks with the
-# placements fitted on prompts 1..500; then every mode's time on the same tokens.
+# placements fitted on prompts 1..500; then every mode's time on the same tokens, and each
+# training mode's step against its forward.
 # Usage: sh bench/bench_run.sh [BIN_DIR]   (needs mpirun and ../shared beside the checkout)
 # Environment: BENCH_TOKENS_PER_RANK (default 6000: all ~47k held-out tokens), BENCH_HIDDEN
 # (default 32).
@@ -100,4 +101,22 @@ for mode in vanilla coherent "pipelined --chunks auto" hierarchical datacentric;
     printf '%-24s %10.1f %7s %13s %13s %9.0f\n' "$mode" "$ms" "$(ratio "$ms" "$van")" \
         "$(jval "$tmp/m.json" total_bytes_intra)" "$(jval "$tmp/m.json" total_bytes_inter)" \
         "$(jval "$tmp/m.json" tokens_per_s)"
+done
+
+echo
+echo "# training (--train, SGD), the same tokens and placement, 2 nodes x 4: one step (forward,"
+echo "# loss, backward, update) against one forward-only iteration of the same mode; the bytes"
+echo "# of activations and exchange buffers the largest rank held at once (the runtime's own"
+echo "# accounting) and the largest rank's peak RSS. Hierarchical mode does not train yet."
+printf '%-24s %10s %10s %9s %16s %14s\n' mode step_ms fwd_ms step/fwd peak_activation_B \
+    peak_rss_B
+for mode in vanilla coherent "pipelined --chunks 3" datacentric; do
+    # shellcheck disable=SC2086
+    run "$tmp/f.json" "$tmp/a.moep" $mode
+    # shellcheck disable=SC2086
+    run "$tmp/t.json" "$tmp/a.moep" $mode --train
+    st=$(jval "$tmp/t.json" iteration_ms)
+    fw=$(jval "$tmp/f.json" iteration_ms)
+    printf '%-24s %10.1f %10.1f %9s %16s %14s\n' "$mode" "$st" "$fw" "$(ratio "$st" "$fw")" \
+        "$(jval "$tmp/t.json" peak_activation_bytes)" "$(jval "$tmp/t.json" peak_rss_bytes)"
 done
