@@ -77,10 +77,11 @@ static void grads_zero(run_t *r, grads_t *g)
 }
 
 /* Rows of `width` floats to other ranks: sc[p] rows to rank p from send (in rank order), packed
- * in the wire type; the rows received land in recv (unpacked), rc[p] from rank p; returns their
- * number. sc and rc are G entries; send/recv grow as scratch slots. */
+ * in dtype (the wire type, or fp32 for what must not be rounded); the rows received land in
+ * recv (unpacked), rc[p] from rank p; returns their number. sc and rc are G entries; send/recv
+ * grow as scratch slots `slot` and `slot + 1`. */
 static size_t exchange_rows(run_t *r, const float *send, const size_t *sc, size_t width,
-                            float **recv, size_t *rc, int slot)
+                            int dtype, float **recv, size_t *rc, int slot)
 {
     int G = r->G;
     size_t *c = run_hbuf(r, TS_CNT, 8 * (size_t)G * sizeof *c), n = 0, ns = 0;
@@ -89,7 +90,7 @@ static size_t exchange_rows(run_t *r, const float *send, const size_t *sc, size_
         c[G + p] = (size_t)p * sizeof(size_t);
     }
     RUN_CK(r, run_comm_alltoallv(r->comm, sc, c, c + G, rc, c, c + G));
-    size_t row = width * r->esz;
+    size_t row = width * moe_dtype_size(dtype);
     for (int p = 0; p < G; p++) {
         c[2 * G + p] = sc[p] * row;
         c[3 * G + p] = ns * row;
@@ -99,10 +100,10 @@ static size_t exchange_rows(run_t *r, const float *send, const size_t *sc, size_
         n += rc[p];
     }
     uint8_t *sw = run_hbuf(r, slot, (ns + n + 1) * row), *rw = sw + ns * row;
-    RUN_CK(r, moe_kern_pack(send, ns * width, r->cfg.dtype, sw));
+    RUN_CK(r, moe_kern_pack(send, ns * width, dtype, sw));
     RUN_CK(r, run_comm_alltoallv(r->comm, sw, c + 2 * G, c + 3 * G, rw, c + 4 * G, c + 5 * G));
     *recv = run_hbuf(r, slot + 1, (n + 1) * width * sizeof **recv);
-    RUN_CK(r, moe_kern_unpack(rw, n * width, r->cfg.dtype, *recv));
+    RUN_CK(r, moe_kern_unpack(rw, n * width, dtype, *recv));
     return n;
 }
 
@@ -166,9 +167,9 @@ static size_t experts_backward(run_t *r, uint32_t l, size_t i0, size_t i1, const
     uint32_t *smeta = run_hbuf(r, TS_SMETA, (ne + 1) * S * sizeof *smeta);
     float *send = run_hbuf(r, TS_SEND, (ne + 1) * 2 * H * sizeof *send);
     size_t *pos = run_hbuf(r, TS_POS, ((size_t)G + 1) * sizeof *pos);
-    for (int p = 0, acc = 0; p < G; p++) {
-        pos[p] = (size_t)acc;
-        acc += (int)sc[p];
+    for (size_t p = 0, acc = 0; p < (size_t)G; p++) {
+        pos[p] = acc;
+        acc += sc[p];
     }
     for (size_t i = 0; i < ne; i++) {
         size_t at = pos[ents[i].dest]++, row = ents[i].row;
@@ -180,23 +181,23 @@ static size_t experts_backward(run_t *r, uint32_t l, size_t i0, size_t i1, const
     /* the meta records travel as 4-byte words: counts in bytes */
     size_t *mc = run_hbuf(r, TS_BACK, 4 * (size_t)G * sizeof *mc), nr = 0, ns = 0;
     float *rows;
-    nr = exchange_rows(r, send, sc, 2 * H, &rows, rc, TS_RECV);
+    nr = exchange_rows(r, send, sc, 2 * H, r->cfg.dtype, &rows, rc, TS_RECV);
     for (int p = 0; p < G; p++) {
         mc[p] = sc[p] * S * 4;
         mc[G + p] = ns * S * 4;
         mc[2 * G + p] = rc[p] * S * 4;
         ns += sc[p];
     }
-    for (int p = 0, acc = 0; p < G; p++) {
-        mc[3 * G + p] = (size_t)acc * S * 4;
-        acc += (int)rc[p];
+    for (size_t p = 0, acc = 0; p < (size_t)G; p++) {
+        mc[3 * G + p] = acc * S * 4;
+        acc += rc[p];
     }
     uint32_t *rmeta = run_hbuf(r, TS_RMETA, (nr + 1) * S * sizeof *rmeta);
     RUN_CK(r, run_comm_alltoallv(r->comm, smeta, mc, mc + G, rmeta, mc + 2 * G, mc + 3 * G));
     /* serve, and send each reply back where its row came from */
     float *reply = run_hbuf(r, TS_REPLY, (nr + 1) * (H + K) * sizeof *reply), *back;
     serve_backward(r, l, g, rows, rmeta, nr, reply);
-    size_t nb = exchange_rows(r, reply, rc, H + K, &back, sc, TS_RPLY);
+    size_t nb = exchange_rows(r, reply, rc, H + K, r->cfg.dtype, &back, sc, TS_RPLY);
     if (nb != ne)
         run_die(r, "backward (replies do not match the rows sent)", MOE_EINVAL);
     for (size_t q = 0; q < ne; q++) {
@@ -249,13 +250,7 @@ static size_t dc_experts_backward(run_t *r, uint32_t l, const float *xm, const f
     float *qs = run_hbuf(r, TS_SEND, (nq + 1) * sizeof *qs), *qr;
     for (size_t q = 0; q < nq; q++)
         memcpy(&qs[q], &req[q], sizeof *qs);
-    int dt = r->cfg.dtype;
-    size_t esz = r->esz;
-    r->cfg.dtype = MOE_DTYPE_FP32;
-    r->esz = 4;
-    size_t nr = exchange_rows(r, qs, sc, 1, &qr, rc, TS_RECV);
-    r->cfg.dtype = dt;
-    r->esz = esz;
+    size_t nr = exchange_rows(r, qs, sc, 1, MOE_DTYPE_FP32, &qr, rc, TS_RECV);
     uint32_t *asked = run_hbuf(r, TS_SMETA, (nr + 1) * sizeof *asked);
     memcpy(asked, qr, nr * sizeof *asked);
     /* the owners send the weights (W1 then W2) */
@@ -267,7 +262,7 @@ static size_t dc_experts_backward(run_t *r, uint32_t l, const float *xm, const f
         memcpy(wsend + j * 2 * HF, r->w1[k], HF * sizeof *wsend);
         memcpy(wsend + j * 2 * HF + HF, r->w2[k], HF * sizeof *wsend);
     }
-    size_t ng = exchange_rows(r, wsend, rc, 2 * HF, &wgot, sc, TS_RPLY);
+    size_t ng = exchange_rows(r, wsend, rc, 2 * HF, r->cfg.dtype, &wgot, sc, TS_RPLY);
     if (ng != nq)
         run_die(r, "datacentric backward (weights do not match the requests)", MOE_EINVAL);
     /* every expert locally; the pulled ones' gradients in their own buffer */
@@ -298,7 +293,7 @@ static size_t dc_experts_backward(run_t *r, uint32_t l, const float *xm, const f
     }
     /* the pulled experts' gradients back to their owners, added there */
     float *gb;
-    size_t nb = exchange_rows(r, gq, sc, 2 * HF, &gb, rc, TS_RECV);
+    size_t nb = exchange_rows(r, gq, sc, 2 * HF, r->cfg.dtype, &gb, rc, TS_RECV);
     if (nb != nr)
         run_die(r, "datacentric backward (gradients do not match the requests)", MOE_EINVAL);
     for (size_t j = 0; j < nr; j++) {
@@ -383,9 +378,9 @@ static float *homes_backward(run_t *r, uint32_t l, const float *dout)
     for (size_t i = 0; i < n; i++)
         sc[(int)home[r->loc[i]] - 1]++;
     size_t *pos = run_hbuf(r, TS_POS, ((size_t)G + 1) * sizeof *pos);
-    for (int p = 0, acc = 0; p < G; p++) {
-        pos[p] = (size_t)acc;
-        acc += (int)sc[p];
+    for (size_t p = 0, acc = 0; p < (size_t)G; p++) {
+        pos[p] = acc;
+        acc += sc[p];
     }
     /* rows [gradient | token id as float bits], in rank order */
     float *send = run_hbuf(r, TS_SEND, (n + 1) * (H + 1) * sizeof *send), *got;
@@ -395,13 +390,7 @@ static float *homes_backward(run_t *r, uint32_t l, const float *dout)
         memcpy(send + at * (H + 1) + H, &r->loc[i], sizeof(float));
     }
     /* the token ids must not be rounded: rows travel in fp32 here */
-    int dt = r->cfg.dtype;
-    size_t esz = r->esz;
-    r->cfg.dtype = MOE_DTYPE_FP32;
-    r->esz = 4;
-    size_t nr = exchange_rows(r, send, sc, H + 1, &got, rc, TS_RECV);
-    r->cfg.dtype = dt;
-    r->esz = esz;
+    size_t nr = exchange_rows(r, send, sc, H + 1, MOE_DTYPE_FP32, &got, rc, TS_RECV);
     if (nr != sv->n)
         run_die(r, "backward (tokens back to their homes)", MOE_EINVAL);
     uint32_t *row = run_hbuf(r, TS_HOME, (r->ntok + 1) * sizeof *row);

@@ -52,15 +52,21 @@ same_losses "$T/p.json" "$T/rfp32.json"
 grep -q '"peak_rss_bytes": [1-9]' "$T/p.json" || fail "no peak RSS"
 end
 
-for dt in $dts; do
-    begin "datacentric, replayed, 8 ranks, $dt: pulled experts' gradients go to their owners"
-    expect_exit 0 mpi_noleak 8 --train --mode datacentric --trace "$T/ds.mft" \
-        --placement "$T/p8.moep" --hidden 32 --ffn 24 --iters 3 --warmup 0 --check \
-        --dtype $dt --json "$T/d$dt.json"
-    grep -q 'reference: .*: ok$' "$T/out" || fail "no passing check line"
-    [ $dt = bf16 ] || same_losses "$T/d$dt.json" "$T/rfp32.json"
-    falls "$T/d$dt.json" || fail "the loss does not fall"
-    end
+for mode in datacentric coherent; do
+    case $mode in
+    datacentric) what="pulled experts' gradients go to their owners" ;;
+    coherent) what="the gradients follow the tokens' homes back" ;;
+    esac
+    for dt in $dts; do
+        begin "$mode, replayed, 8 ranks, $dt: $what"
+        expect_exit 0 mpi_noleak 8 --train --mode $mode --trace "$T/ds.mft" \
+            --placement "$T/p8.moep" --hidden 32 --ffn 24 --iters 3 --warmup 0 --check \
+            --dtype $dt --json "$T/$mode$dt.json"
+        grep -q 'reference: .*: ok$' "$T/out" || fail "no passing check line"
+        [ $dt = bf16 ] || same_losses "$T/$mode$dt.json" "$T/rfp32.json"
+        falls "$T/$mode$dt.json" || fail "the loss does not fall"
+        end
+    done
 done
 
 begin "datacentric, computed gate, 4 ranks: --check passes"
@@ -68,17 +74,6 @@ expect_exit 0 mpi 4 --train --mode datacentric --gpus-per-node 2 --layers 3 --ex
     --topk 2 --hidden 16 --ffn 12 --iters 3 --warmup 0 --check
 grep -q 'reference: .*: ok$' "$T/out" || fail "no passing check line"
 end
-
-for dt in $dts; do
-    begin "coherent, replayed, 8 ranks, $dt: the gradients follow the tokens' homes back"
-    expect_exit 0 mpi_noleak 8 --train --mode coherent --trace "$T/ds.mft" \
-        --placement "$T/p8.moep" --hidden 32 --ffn 24 --iters 3 --warmup 0 --check \
-        --dtype $dt --json "$T/c$dt.json"
-    grep -q 'reference: .*: ok$' "$T/out" || fail "no passing check line"
-    [ $dt = bf16 ] || same_losses "$T/c$dt.json" "$T/rfp32.json"
-    falls "$T/c$dt.json" || fail "the loss does not fall"
-    end
-done
 
 for dt in $dts; do
     begin "computed gate, 4 ranks on 2 nodes, $dt: --train --check passes and the loss falls"
