@@ -100,10 +100,10 @@ if command -v mpirun >/dev/null 2>&1 && moe-run --version | grep -q '(MPI)'; the
         "$(b "$out/run-coherent.json")" "$(b "$out/run-vanilla.json")" \
         "$(awk -v a="$(b "$out/run-coherent.json")" -v b="$(b "$out/run-vanilla.json")" \
             'BEGIN { printf "%.2f", a / b }')"
-    say "9. moe-run --train: four training steps of the same layers (vanilla), checked"
-    run mpirun --oversubscribe -np 8 moe-run --train --trace "$out/test.moet" \
-        --placement "$out/contiguous.moep" --tokens-per-rank 100 --hidden 64 --ffn 64 \
-        --iters 4 --warmup 0 --check | grep -E '^# (training|check)'
+    say "9. moe-run --train: four steps, pipelined in 2 chunks, MPMoE's reuse S1 (offload), checked"
+    run mpirun --oversubscribe -np 8 moe-run --train --mode pipelined --chunks 2 --reuse S1 \
+        --trace "$out/test.moet" --placement "$out/contiguous.moep" --tokens-per-rank 100 \
+        --hidden 64 --ffn 64 --iters 4 --warmup 0 --check | grep -E '^# (training|check)'
 else
     printf '(skipped: no mpirun, or moe-run built without MPI)\n'
 fi

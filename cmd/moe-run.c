@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "moe/cli.h"
+#include "moe/cost.h"
 #include "moe/moe.h"
 #include "moe/run.h"
 #include "moe/run_backend.h"
@@ -21,7 +22,7 @@ enum {
     O_MODE = MOE_OPTC_TOOL, O_LAYERS, O_EXPERTS, O_TOPK, O_HIDDEN, O_FFN, O_TPR, O_DTYPE,
     O_TRACE, O_PLACEMENT, O_TOPOLOGY, O_GPN, O_ITERS, O_WARMUP, O_SEED, O_CHECK, O_JSON,
     O_CHUNKS, O_CREDITS, O_NO_PREFETCH, O_CALIBRATE, O_VERSION, O_BACKEND, O_REPLICA_RULE,
-    O_TRAIN, O_LR, O_OPTIMIZER,
+    O_TRAIN, O_LR, O_OPTIMIZER, O_REUSE,
 };
 
 /* The CPU backend computes in fp32 whatever the wire type. */
@@ -69,6 +70,7 @@ static const struct option long_opts[] = {
     {"backend", required_argument, 0, O_BACKEND},
     {"replica-rule", required_argument, 0, O_REPLICA_RULE}, {"train", no_argument, 0, O_TRAIN},
     {"lr", required_argument, 0, O_LR}, {"optimizer", required_argument, 0, O_OPTIMIZER},
+    {"reuse", required_argument, 0, O_REUSE},
     MOE_OPTS_LONG, {0}};
 
 /* Only rank 0 talks; before MPI is up the launcher's environment says which rank this is. */
@@ -119,6 +121,7 @@ static void usage(FILE *fp)
           "                         loss against seeded targets, backward, optimizer step\n"
           "      --optimizer=O      sgd or adam [sgd]\n"
           "      --lr=R             learning rate [0.1 for sgd, 0.001 for adam]\n"
+          "      --reuse=S          MPMoE memory reuse: none, S1, S2, S3, S4 or auto [none]\n"
           "Run and report:\n"
           "      --iters=I          timed iterations [3]\n"
           "      --warmup=W         untimed iterations first [1]\n"
@@ -198,6 +201,12 @@ static int take(args_t *a, int c, const char *arg)
     case O_CHECK: g->check = 1; return 0;
     case O_TRAIN: g->train = 1; return 0;
     case O_LR: return moe_cli_double(prog, NULL, arg, 1e-12, 1e6, "learning rate", &g->lr);
+    case O_REUSE:
+        g->reuse = strcmp(arg, "auto") ? moe_mpmoe_reuse_parse(arg) : MOE_RUN_REUSE_AUTO;
+        if (g->reuse < 0 && strcmp(arg, "auto"))
+            return moe_usage_error(prog, NULL, "unknown reuse strategy '%s' (none, S1, S2, S3, "
+                                   "S4, auto)", arg);
+        return 0;
     case O_OPTIMIZER:
         if ((g->optimizer = moe_run_optimizer_parse(arg)) < 0)
             return moe_usage_error(prog, NULL, "unknown optimizer '%s' (sgd, adam)", arg);
@@ -258,6 +267,9 @@ static int parse(int argc, char **argv, args_t *a)
                                "--calibrate takes neither --json, --check nor --train");
     if (g->train && g->mode == MOE_RUN_HIERARCHICAL)
         return moe_usage_error(prog, NULL, "--train: hierarchical mode does not train yet");
+    if (g->reuse && (!g->train || g->mode == MOE_RUN_DATACENTRIC))
+        return moe_usage_error(prog, NULL, "--reuse applies to training in the expert-parallel "
+                               "modes");
     if (g->train && strcmp(a->be->name, "cpu"))
         return moe_usage_error(prog, NULL, "--train: only the cpu backend trains so far");
     if (!a->calibrate && strcmp(a->o.out, "-"))

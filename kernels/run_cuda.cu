@@ -486,6 +486,7 @@ static const moe_run_backend_ops_t cuda_ops = {
     .sync = cu_sync,
     .now = cu_now,
     .destroy = cu_destroy,
+    .ffn_grouped_act = NULL, /* training runs on the cpu backend */
 };
 
 /* Pick the device, make the streams, the kernel context and the NCCL communicator (rank 0

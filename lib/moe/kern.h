@@ -82,6 +82,12 @@ int moe_kern_ffn(const float *x, size_t n, uint32_t H, uint32_t F, const float *
  * offsets) or MOE_ENOMEM. */
 int moe_kern_ffn_grouped(const float *x, uint32_t G, const size_t *off, uint32_t H, uint32_t F,
                          const float *const *W1, const float *const *W2, float *y, float *work);
+/* moe_kern_ffn_grouped that also writes each row's pre-activation a = x W1 (F floats, before
+ * the SiLU) into the same row of act (rows x F), for a backward that keeps it instead of
+ * recomputing it (MPMoE's T_M). act NULL: moe_kern_ffn_grouped. */
+int moe_kern_ffn_grouped_act(const float *x, uint32_t G, const size_t *off, uint32_t H,
+                             uint32_t F, const float *const *W1, const float *const *W2,
+                             float *y, float *act, float *work);
 
 /* ------------------------------------------------------------------ seeded model */
 
@@ -137,6 +143,15 @@ size_t moe_kern_ffn_backward_work_size(uint32_t F);
 int moe_kern_ffn_backward(const float *x, size_t n, uint32_t H, uint32_t F, const float *W1,
                           const float *W2, const float *dy, float *dx, float *dW1, float *dW2,
                           float *work);
+/* moe_kern_ffn_backward of a row-scaled expert, y_i' = s[i] y_i (the routing weight), with the
+ * pre-activations a (n x F, as moe_kern_ffn_grouped_act wrote them) given instead of
+ * recomputed when a is not NULL. The gradient taken through y_i' is s[i] dy_i (s NULL: 1);
+ * ds[i] += dy_i . y_i, the gradient of s[i], when ds is not NULL, computed from a and the
+ * products the backward forms anyway (no second forward). Same work and returns. */
+int moe_kern_ffn_backward_scaled(const float *x, const float *a, size_t n, uint32_t H,
+                                 uint32_t F, const float *W1, const float *W2, const float *dy,
+                                 const float *s, float *dx, float *dW1, float *dW2, float *ds,
+                                 float *work);
 
 /* The serial reference model with a computed gate: L layers of mixer, gate and E experts, the
  * seeded weights of moe_kern_init_* (or zeros, as a gradient). */

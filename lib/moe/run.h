@@ -59,7 +59,12 @@ typedef struct moe_run_cfg {
     int optimizer;            /* enum moe_run_optimizer [SGD] */
     double lr;                /* learning rate; 0: the optimizer's default (SGD 0.1, Adam
                                * 0.001) */
+    int reuse;                /* training, expert-parallel modes: MPMoE's memory-reuse strategy,
+                               * enum moe_mpmoe_reuse (moe/cost.h) or MOE_RUN_REUSE_AUTO [none] */
 } moe_run_cfg_t;
+/* cfg.reuse: the strategy the MPMoE cost model (moe_mpmoe_eval) finds fastest among S1-S4 for
+ * the run's shape and chunks, with link and FFN rates measured at the start. */
+#define MOE_RUN_REUSE_AUTO (-1)
 void moe_run_cfg_default(moe_run_cfg_t *c);
 
 /* Training's optimizers: plain SGD, and Adam (beta1 0.9, beta2 0.999, eps 1e-8, with bias

@@ -139,6 +139,13 @@ typedef struct moe_run_backend_ops {
 
     /* Release the backend and everything it allocated. */
     void (*destroy)(moe_run_backend_t *b);
+
+    /* ---- training (optional: NULL where the backend does not train) */
+    /* ffn_grouped that also writes each row's pre-activation x W1 (F floats) into the same row
+     * of act, for a backward that keeps it (moe_kern_ffn_grouped_act). */
+    int (*ffn_grouped_act)(moe_run_backend_t *b, const float *x, uint32_t G, const size_t *off,
+                           uint32_t H, uint32_t F, const float *const *W1,
+                           const float *const *W2, float *y, float *act);
 } moe_run_backend_ops_t;
 
 struct moe_run_backend {

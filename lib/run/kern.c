@@ -279,7 +279,7 @@ size_t moe_kern_ffn_work_size(uint32_t F)
  * vectorise; per output element the sums still run in ascending h (resp. f). */
 static void ffn_block(const float *restrict x, size_t b, uint32_t H, uint32_t F,
                       const float *restrict W1, const float *restrict W2, float *restrict y,
-                      float *restrict a)
+                      float *restrict a, float *restrict act)
 {
     memset(a, 0, b * F * sizeof *a);
     for (uint32_t h = 0; h < H; h++) {
@@ -288,6 +288,8 @@ static void ffn_block(const float *restrict x, size_t b, uint32_t H, uint32_t F,
             axpy(a + i * F, x[i * H + h], w1, F);
         }
     }
+    if (act)
+        memcpy(act, a, b * F * sizeof *act);
     for (size_t i = 0; i < b * F; i++)
         a[i] = a[i] / (1.0f + expf(-a[i]));
     memset(y, 0, b * H * sizeof *y);
@@ -300,11 +302,11 @@ static void ffn_block(const float *restrict x, size_t b, uint32_t H, uint32_t F,
 }
 
 static void ffn_rows(const float *x, size_t n, uint32_t H, uint32_t F, const float *W1,
-                     const float *W2, float *y, float *work)
+                     const float *W2, float *y, float *act, float *work)
 {
     for (size_t i = 0; i < n; i += KERN_BLK) {
         size_t b = n - i < KERN_BLK ? n - i : KERN_BLK;
-        ffn_block(x + i * H, b, H, F, W1, W2, y + i * H, work);
+        ffn_block(x + i * H, b, H, F, W1, W2, y + i * H, work, act ? act + i * F : NULL);
     }
 }
 
@@ -316,13 +318,20 @@ int moe_kern_ffn(const float *x, size_t n, uint32_t H, uint32_t F, const float *
         return 0;
     if (!work && !(work = own = malloc(moe_kern_ffn_work_size(F) * sizeof *work)))
         return MOE_ENOMEM;
-    ffn_rows(x, n, H, F, W1, W2, y, work);
+    ffn_rows(x, n, H, F, W1, W2, y, NULL, work);
     free(own);
     return 0;
 }
 
 int moe_kern_ffn_grouped(const float *x, uint32_t G, const size_t *off, uint32_t H, uint32_t F,
                          const float *const *W1, const float *const *W2, float *y, float *work)
+{
+    return moe_kern_ffn_grouped_act(x, G, off, H, F, W1, W2, y, NULL, work);
+}
+
+int moe_kern_ffn_grouped_act(const float *x, uint32_t G, const size_t *off, uint32_t H,
+                             uint32_t F, const float *const *W1, const float *const *W2,
+                             float *y, float *act, float *work)
 {
     float *own = NULL;
     for (uint32_t g = 0; g < G; g++)
@@ -333,7 +342,8 @@ int moe_kern_ffn_grouped(const float *x, uint32_t G, const size_t *off, uint32_t
     for (uint32_t g = 0; g < G; g++) {
         size_t r0 = off[g], n = off[g + 1] - r0;
         if (n)
-            ffn_rows(x + r0 * H, n, H, F, W1[g], W2[g], y + r0 * H, work);
+            ffn_rows(x + r0 * H, n, H, F, W1[g], W2[g], y + r0 * H, act ? act + r0 * F : NULL,
+                     work);
     }
     free(own);
     return 0;

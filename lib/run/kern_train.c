@@ -61,6 +61,15 @@ int moe_kern_ffn_backward(const float *x, size_t n, uint32_t H, uint32_t F, cons
                           const float *W2, const float *dy, float *dx, float *dW1, float *dW2,
                           float *work)
 {
+    return moe_kern_ffn_backward_scaled(x, NULL, n, H, F, W1, W2, dy, NULL, dx, dW1, dW2, NULL,
+                                        work);
+}
+
+int moe_kern_ffn_backward_scaled(const float *x, const float *a_in, size_t n, uint32_t H,
+                                 uint32_t F, const float *W1, const float *W2, const float *dy,
+                                 const float *sc, float *dx, float *dW1, float *dW2, float *ds,
+                                 float *work)
+{
     float *own = NULL;
     if (n == 0)
         return 0;
@@ -69,19 +78,30 @@ int moe_kern_ffn_backward(const float *x, size_t n, uint32_t H, uint32_t F, cons
     float *a = work, *da = work + F;
     for (size_t i = 0; i < n; i++) {
         const float *xr = x + i * H, *g = dy + i * H;
-        memset(a, 0, F * sizeof *a); /* a = x W1, h ascending as in the forward */
-        for (uint32_t h = 0; h < H; h++)
-            for (uint32_t f = 0; f < F; f++)
-                a[f] += xr[h] * W1[(size_t)h * F + f];
+        const float si = sc ? sc[i] : 1.0f;
+        float dsum = 0;
+        if (a_in) {
+            memcpy(a, a_in + i * F, F * sizeof *a);
+        } else {
+            memset(a, 0, F * sizeof *a); /* a = x W1, h ascending as in the forward */
+            for (uint32_t h = 0; h < H; h++)
+                for (uint32_t f = 0; f < F; f++)
+                    a[f] += xr[h] * W1[(size_t)h * F + f];
+        }
         for (uint32_t f = 0; f < F; f++) {
             float s = 1.0f / (1.0f + expf(-a[f])), act = a[f] * s, d = 0;
             for (uint32_t h = 0; h < H; h++) {
                 d += g[h] * W2[(size_t)f * H + h];
                 if (dW2)
-                    dW2[(size_t)f * H + h] += act * g[h];
+                    dW2[(size_t)f * H + h] += act * (sc ? si * g[h] : g[h]);
             }
+            dsum += act * d; /* dy . y = sum_f silu(a_f) (W2 dy)_f */
+            if (sc)
+                d *= si;
             da[f] = d * s * (1.0f + a[f] * (1.0f - s)); /* silu'(z) = s (1 + z (1 - s)) */
         }
+        if (ds)
+            ds[i] += dsum;
         for (uint32_t h = 0; h < H; h++) {
             float d = 0;
             for (uint32_t f = 0; f < F; f++) {

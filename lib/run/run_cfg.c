@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "moe/acct.h"
+#include "moe/cost.h"
 #include "moe/moe.h"
 #include "moe/run.h"
 #include "run_comm_internal.h"
@@ -73,6 +74,7 @@ enum agree_kind {
     AG_RULE,    /* int, enum moe_replica_rule */
     AG_DBL,     /* double, compared as its shortest exact text */
     AG_OPT,     /* int, enum moe_run_optimizer */
+    AG_REUSE,   /* int, enum moe_mpmoe_reuse or MOE_RUN_REUSE_AUTO */
 };
 
 /* The one table of what must agree: a rank holding another value would run another loop
@@ -106,6 +108,7 @@ static const struct agree_field {
     {"--train", AG_FLAG, offsetof(moe_run_cfg_t, train)},
     {"--optimizer", AG_OPT, offsetof(moe_run_cfg_t, optimizer)},
     {"--lr", AG_DBL, offsetof(moe_run_cfg_t, lr)},
+    {"--reuse", AG_REUSE, offsetof(moe_run_cfg_t, reuse)},
 };
 #define NFIELDS (sizeof fields / sizeof *fields)
 
@@ -158,6 +161,11 @@ static void field_slot(const moe_run_cfg_t *c, const struct agree_field *f, agre
     case AG_OPT:
         memcpy(&i, p, sizeof i);
         snprintf(s->text, sizeof s->text, "%s", moe_run_optimizer_name(i));
+        break;
+    case AG_REUSE:
+        memcpy(&i, p, sizeof i);
+        snprintf(s->text, sizeof s->text, "%s",
+                 i == MOE_RUN_REUSE_AUTO ? "auto" : moe_mpmoe_reuse_name(i));
         break;
     case AG_DBL: {
         double d;

@@ -84,9 +84,10 @@ static int cpu_scatter_add(moe_run_backend_t *b, const float *y, const uint32_t 
     return 0;
 }
 
-static int cpu_ffn_grouped(moe_run_backend_t *b, const float *x, uint32_t G, const size_t *off,
-                           uint32_t H, uint32_t F, const float *const *W1,
-                           const float *const *W2, float *y)
+static int cpu_ffn_grouped_act(moe_run_backend_t *b, const float *x, uint32_t G,
+                               const size_t *off, uint32_t H, uint32_t F,
+                               const float *const *W1, const float *const *W2, float *y,
+                               float *act)
 {
     cpu_t *c = b->impl;
     size_t need = moe_kern_ffn_work_size(F);
@@ -97,7 +98,14 @@ static int cpu_ffn_grouped(moe_run_backend_t *b, const float *x, uint32_t G, con
         c->work = w;
         c->work_f = need;
     }
-    return moe_kern_ffn_grouped(x, G, off, H, F, W1, W2, y, c->work);
+    return moe_kern_ffn_grouped_act(x, G, off, H, F, W1, W2, y, act, c->work);
+}
+
+static int cpu_ffn_grouped(moe_run_backend_t *b, const float *x, uint32_t G, const size_t *off,
+                           uint32_t H, uint32_t F, const float *const *W1,
+                           const float *const *W2, float *y)
+{
+    return cpu_ffn_grouped_act(b, x, G, off, H, F, W1, W2, y, NULL);
 }
 
 static int cpu_pack(moe_run_backend_t *b, const float *src, size_t n, int dtype, void *dst)
@@ -238,6 +246,7 @@ static const moe_run_backend_ops_t cpu_ops = {
     .sync = cpu_sync,
     .now = cpu_now,
     .destroy = cpu_destroy,
+    .ffn_grouped_act = cpu_ffn_grouped_act,
 };
 
 moe_run_backend_t *moe_run_backend_cpu(moe_run_comm_t *c, char *errbuf, size_t errlen)

@@ -30,7 +30,7 @@ enum { HS_ENT, HS_SROW, HS_SMETA, HS_RMETA, HS_PAIR, HS_CMETA, HS_CRMETA, HS_TMP
 typedef struct hop {
     run_t *r;
     int set, stage;              /* scratch set; 1 = first hop, 2 = forwarded */
-    uint32_t l;
+    uint32_t l, chunk;
     size_t S;                    /* meta words per row */
     /* to send, in destination order */
     size_t ns, nr;
@@ -263,7 +263,13 @@ static void hop_compute(hop_t *h)
     RUN_CK(r, o->upload(r->b, didx, pair, np * sizeof *pair));
     RUN_CK(r, o->upload(r->b, dw, wt, np * sizeof *wt));
     RUN_CK(r, o->gather(r->b, h->rx, didx, np, r->H, xs));
-    RUN_CK(r, o->ffn_grouped(r->b, xs, G, off, r->H, r->F, W1, W2, ys));
+    float *act = h->stage == 1 ? run_keep_act(r, h->l, h->chunk, np) : NULL;
+    if (act) /* training keeps the pre-activations (T_M) */
+        RUN_CK(r, o->ffn_grouped_act(r->b, xs, G, off, r->H, r->F, W1, W2, ys, act));
+    else
+        RUN_CK(r, o->ffn_grouped(r->b, xs, G, off, r->H, r->F, W1, W2, ys));
+    if (h->stage == 1)
+        run_keep_served(r, h->l, h->chunk, h->rx, h->nr, h->rmeta + M_TOK, S, np);
     RUN_CK(r, o->zero(r->b, h->P, h->nr * H * sizeof(float)));
     RUN_CK(r, o->scatter_add(r->b, ys, didx, dw, np, r->H, h->P));
     if (r->cfg.mode == MOE_RUN_HIERARCHICAL && h->stage == 1)
@@ -500,7 +506,7 @@ void run_ep_layer(run_t *r, uint32_t l)
             ent_t *ents;
             uint32_t *um;
             hop_t *h = &hp[c % 2];
-            *h = (hop_t){.r = r, .set = (int)(c % 2), .stage = 1, .l = l, .S = S};
+            *h = (hop_t){.r = r, .set = (int)(c % 2), .stage = 1, .l = l, .chunk = c, .S = S};
             h->cnt = run_hbuf(r, HX + 12 + (int)(c % 2),
                               8 * (size_t)r->G * sizeof(size_t));
             size_t ne = run_ep_plan(r, l, i0, i1, ids, w, newhome, &ents, &um);

@@ -60,6 +60,18 @@ typedef struct run_saved {
     float *w;
 } run_saved_t;
 
+/* --train: what a serving rank keeps of one chunk of one layer for the backward, as MPMoE's
+ * memory-reuse strategy (cfg.reuse) says: the rows it received (T_DI) and the pre-activations
+ * of the pairs it served (T_M, in the forward's expert-sorted order), kept in place (none) or
+ * offloaded to host memory; NULL when the backward restores them by re-communication or
+ * re-computation. */
+typedef struct run_served {
+    size_t nr, np;      /* rows received, pairs served */
+    uint32_t *tok;      /* [nr] the rows' tokens: the backward checks it meets the same rows */
+    float *x, *a;       /* [nr][H] T_DI, [np][F] T_M, or NULL */
+    size_t tcap, xcap, acap;
+} run_served_t;
+
 #define RUN_HSLOTS 72 /* host scratch slots (run_hbuf) */
 
 struct moe_run {
@@ -106,6 +118,12 @@ struct moe_run {
                                         set on the rank that routed it (0 elsewhere) */
     /* --train (run_train.c): what the forward keeps for the backward, host memory */
     run_saved_t *tr;                 /* [L], NULL outside training */
+    int reuse;                       /* the memory-reuse strategy in use (auto resolved) */
+    run_served_t *served;            /* [L][chunks]: a serving rank's T_DI and T_M */
+    uint32_t served_chunks;
+    run_buf_t act;                   /* device: a chunk's T_M before it is offloaded */
+    double off_peak;                 /* bytes offloaded to host at once (this rank, then the
+                                        largest rank) */
     double *losses;                  /* [warmup + iters] the loss of each training step */
     double act_peak;                 /* bytes of activations and exchange buffers the training
                                         held at once: this rank's, then the largest rank's */
@@ -130,10 +148,28 @@ int run_setup(run_t *r, char *errbuf, size_t errlen);
 /* Agreement step: every rank passes its status (0 ok); returns the lowest failing rank or -1. */
 int run_agree(run_t *r, int failed);
 void run_release(run_t *r);
-/* --train: keep layer l's local rows x (n = nloc, on the backend) and their tokens in
- * r->tr[l] (a no-op outside training); then, once the gate ran, their routing. */
+/* --train (run_keep.c): keep layer l's local rows x (n = nloc, on the backend) and their
+ * tokens in r->tr[l] (a no-op outside training); then, once the gate ran, their routing. */
 void run_save_input(run_t *r, uint32_t l, const float *x);
 void run_save_route(run_t *r, uint32_t l, const int32_t *ids, const float *w);
+/* ---- what training keeps on a serving rank (run_keep.c), as r->reuse says */
+/* Whether strategy s (enum moe_mpmoe_reuse) keeps T_DI, keeps T_M (in place or offloaded),
+ * and offloads what it keeps to host memory. */
+int run_reuse_keeps_x(int s);
+int run_reuse_keeps_a(int s);
+int run_reuse_offloads(int s);
+/* Where the forward's FFN of chunk c of layer l writes the pre-activations of its np pairs
+ * (T_M), or NULL when the strategy does not keep them (or outside training); then what to keep
+ * of the chunk: its nr received rows rx (device; row j's token at tok[j * S]) and the T_M just
+ * written. */
+float *run_keep_act(run_t *r, uint32_t l, uint32_t c, size_t np);
+void run_keep_served(run_t *r, uint32_t l, uint32_t c, const float *rx, size_t nr,
+                     const uint32_t *tok, size_t S, size_t np);
+/* What was kept of chunk c of layer l (allocated on first use, r->chunks_used chunks). */
+run_served_t *run_served_at(run_t *r, uint32_t l, uint32_t c);
+/* Bytes the servers keep through the forward for the backward: in place (dev, with the rows'
+ * tokens) and offloaded to host memory (host), over every layer and chunk. */
+void run_served_bytes(const run_t *r, double *dev, double *host);
 /* Grow device buffer to bytes; returns its pointer or NULL. */
 void *run_dbuf(run_t *r, run_buf_t *bf, size_t bytes);
 /* Host scratch slot i grown to bytes (a fatal error on ENOMEM). */

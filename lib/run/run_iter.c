@@ -342,15 +342,7 @@ double run_check(run_t *r)
 
 /* ------------------------------------------------------------------ pipelined: chunk count */
 
-/*
- * auto: a two-stage pipeline of n chunks takes about
- *     T(n) = n * a + D/n + C/n + (n - 1) * max(D, C)/n
- * with a the fixed cost of one all-to-all (latency, measured here with empty all-to-alls),
- * D the dispatch time of the whole layer (bytes over the measured bandwidth of a 1 MiB
- * all-to-all) and C its compute time (expert FFN rate measured on this rank). n = 1..16 with
- * the least T wins.
- */
-uint32_t run_auto_chunks(run_t *r)
+void run_measure_rates(run_t *r, double *v)
 {
     const moe_run_backend_ops_t *o = r->b->ops;
     int G = r->G;
@@ -379,8 +371,26 @@ uint32_t run_auto_chunks(run_t *r)
     double t0 = run_now(r);
     RUN_CK(r, o->ffn_grouped(r->b, x, 1, off, r->H, r->F, W1, W2, x + 64 * H));
     double per_pair = (run_now(r) - t0) / 64;
-    double v[3] = {t[0], t[1] > t[0] ? (double)msg / (t[1] - t[0]) : 1e9, per_pair};
+    v[0] = t[0];
+    v[1] = t[1] > t[0] ? (double)msg / (t[1] - t[0]) : 1e9;
+    v[2] = per_pair;
     RUN_CK(r, run_comm_allreduce(r->comm, v, 3, MOE_RUN_MAX));
+}
+
+/*
+ * auto: a two-stage pipeline of n chunks takes about
+ *     T(n) = n * a + D/n + C/n + (n - 1) * max(D, C)/n
+ * with a the fixed cost of one all-to-all (latency, measured here with empty all-to-alls),
+ * D the dispatch time of the whole layer (bytes over the measured bandwidth of a 1 MiB
+ * all-to-all) and C its compute time (expert FFN rate measured on this rank). n = 1..16 with
+ * the least T wins.
+ */
+uint32_t run_auto_chunks(run_t *r)
+{
+    double v[3];
+    run_measure_rates(r, v);
+    size_t H = r->H;
+    int G = r->G;
     double rows = (double)r->ntok / G * r->K, D = rows * H * r->esz / v[1], C = rows * v[2];
     uint32_t best = 1;
     double bt = 0;

@@ -12,6 +12,10 @@
 void run_load_inputs(run_t *r);
 /* A whole run: warm-up and timed iterations, statistics reduced, output gathered on rank 0. */
 void run_iterations(run_t *r);
+/* Rates measured on the run's ranks (the largest over ranks): v[0] the latency of an empty
+ * all-to-all (s), v[1] the all-to-all's bandwidth per rank (bytes/s, from 1 MiB), v[2] the
+ * expert FFN's seconds per row (64 rows). */
+void run_measure_rates(run_t *r, double *v);
 /* The chunk count pipelined mode uses (cost estimate for auto). */
 uint32_t run_auto_chunks(run_t *r);
 /* --check: one more (untimed) iteration in which, after every layer, rank 0 gathers all rows

@@ -9,6 +9,7 @@
 
 #include "moe/io.h"
 #include "moe/kern.h"
+#include "moe/cost.h"
 #include "moe/moe.h"
 #include "run_report_internal.h"
 
@@ -213,9 +214,10 @@ int run_report(run_t *r, FILE *fp, double check_err, int check_ok)
                 r->cfg.optimizer == MOE_RUN_ADAM ? "Adam" : "SGD", r->cfg.lr);
         for (int i = 0; i < r->cfg.warmup + r->cfg.iters; i++)
             fprintf(fp, " %.6g", r->losses[i]);
-        fprintf(fp, "\n# training memory, largest rank: %.0f bytes of activations and exchange "
-                    "buffers held at once (the runtime's accounting), peak RSS %.0f bytes\n",
-                r->act_peak, r->rss_peak);
+        fprintf(fp, "\n# training memory, largest rank, memory reuse %s: %.0f bytes of "
+                    "activations and exchange buffers held at once (the runtime's accounting), "
+                    "%.0f offloaded to host, peak RSS %.0f bytes\n",
+                moe_mpmoe_reuse_name(r->reuse), r->act_peak, r->off_peak, r->rss_peak);
     }
     if (check_err >= 0 || !check_ok)
         fprintf(fp, "# check against the serial %s reference: max relative difference "
@@ -286,8 +288,9 @@ static int json_body(const run_t *r, const sums_t *s, moe_textout_t *t, double c
           moe_run_optimizer_name(r->cfg.optimizer), r->cfg.lr);
         for (int i = 0; i < r->cfg.warmup + r->cfg.iters; i++)
             P("%s%.9g", i ? ", " : "", r->losses[i]);
-        P("],\n    \"peak_activation_bytes\": %.0f, \"peak_rss_bytes\": %.0f},\n", r->act_peak,
-          r->rss_peak);
+        P("],\n    \"reuse\": \"%s\", \"peak_activation_bytes\": %.0f, "
+          "\"peak_offload_bytes\": %.0f, \"peak_rss_bytes\": %.0f},\n",
+          moe_mpmoe_reuse_name(r->reuse), r->act_peak, r->off_peak, r->rss_peak);
     } else {
         P("  \"train\": null,\n");
     }

@@ -53,40 +53,6 @@ void *run_dbuf(run_t *r, run_buf_t *bf, size_t bytes)
     return bf->p;
 }
 
-void run_save_input(run_t *r, uint32_t l, const float *x)
-{
-    if (!r->tr)
-        return;
-    run_saved_t *s = &r->tr[l];
-    size_t n = r->nloc, H = r->H, K = r->K;
-    if (n > s->cap || !s->loc) {
-        size_t cap = n + 1;
-        uint32_t *loc = realloc(s->loc, cap * sizeof *loc);
-        s->loc = loc ? loc : s->loc;
-        float *xin = realloc(s->xin, cap * H * sizeof *xin);
-        s->xin = xin ? xin : s->xin;
-        int32_t *ids = realloc(s->ids, cap * K * sizeof *ids);
-        s->ids = ids ? ids : s->ids;
-        float *w = realloc(s->w, cap * K * sizeof *w);
-        s->w = w ? w : s->w;
-        if (!loc || !xin || !ids || !w)
-            run_die(r, "--train", MOE_ENOMEM);
-        s->cap = cap;
-    }
-    s->n = n;
-    memcpy(s->loc, r->loc, n * sizeof *s->loc);
-    RUN_CK(r, r->b->ops->download(r->b, s->xin, x, n * H * sizeof *x));
-}
-
-void run_save_route(run_t *r, uint32_t l, const int32_t *ids, const float *w)
-{
-    if (!r->tr)
-        return;
-    run_saved_t *s = &r->tr[l];
-    memcpy(s->ids, ids, s->n * r->K * sizeof *ids);
-    memcpy(s->w, w, s->n * r->K * sizeof *w);
-}
-
 void *run_hbuf(run_t *r, int i, size_t bytes)
 {
     if (bytes > r->hcap[i] || !r->h[i]) {
@@ -452,6 +418,14 @@ void run_release(run_t *r)
         free(r->tr[l].w);
     }
     free(r->tr);
+    for (size_t i = 0; r->served && i < (size_t)r->L * r->served_chunks; i++) {
+        free(r->served[i].tok);
+        free(r->served[i].x);
+        free(r->served[i].a);
+    }
+    free(r->served);
+    if (o)
+        o->free(r->b, r->act.p);
     free(r->losses);
     free(r->mix);
     free(r->wg);

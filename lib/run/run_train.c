@@ -1,8 +1,8 @@
 /* run/run_train.c -- moe-run --train: each iteration a training step (forward, mean squared
  * error against seeded targets, backward through the experts, the gate and the mixer, SGD or
  * Adam),
- * and its --check against the serial reference model (moe/kern.h). Vanilla mode on the CPU
- * backend for now, experts without replicas. */
+ * and its --check against the serial reference model (moe/kern.h). Every mode but hierarchical,
+ * on the CPU backend, experts without replicas. */
 #include "config.h"
 
 #include <math.h>
@@ -10,29 +10,34 @@
 #include <string.h>
 #include <sys/resource.h>
 
+#include "moe/cost.h"
 #include "moe/kern.h"
 #include "moe/moe.h"
+#include "moe/topo.h"
 #include "run_iter_internal.h"
 #include "run_modes_internal.h"
 #include "run_train_internal.h"
 
 /*
  * The backward of an expert-parallel layer re-sends, along the forward's own routes
- * (run_ep_plan), each token's mixed row with the gradient of the layer's output; the rank that
- * serves an expert recomputes its output, takes the gradient of the routing weight (the
- * output's dot product with the gradient) and runs the expert's backward, accumulating the
- * expert's weight gradients, and returns the row's input gradient with those weight gradients.
- * That is MPMoE's re-communication: nothing of the forward is kept on the serving rank, the
- * home keeps each layer's input rows and routing. The home then adds the residual path, runs
- * the gate's and the mixer's backward, and the mixer and gate gradients, whose weights every
- * rank holds, are summed over the ranks.
+ * (run_ep_plan), each token's gradient of the layer's output to the ranks that served it; the
+ * serving rank takes the gradient of the routing weight and runs the expert's backward,
+ * accumulating the expert's weight gradients, and returns the row's input gradient with those
+ * weight gradients. What the serving rank needs of the forward -- the rows it received (T_DI)
+ * and the experts' pre-activations (T_M) -- is kept or restored as MPMoE's memory-reuse
+ * strategy (--reuse) says: none keeps both in place; S1 offloads both to host memory and
+ * prefetches them; S2 offloads T_M and re-communicates T_DI (the home sends the row again with
+ * its gradient); S3 offloads T_DI and recomputes T_M; S4 re-communicates and recomputes, and
+ * the servers keep nothing. The home keeps each layer's input rows and routing, adds the
+ * residual path, runs the gate's and the mixer's backward, and the mixer and gate gradients,
+ * whose weights every rank holds, are summed over the ranks.
  */
 
 /* Slots of host scratch this file uses (run_hbuf): 48 and up (the modes use 0..47). An
  * exchange of rows uses its slot and the next. */
 enum { TS_XM = 48, TS_HOME, TS_CNT, TS_SROW, TS_SMETA, TS_RMETA, TS_SEND, TS_RECV, TS_RECV2,
        TS_RPLY, TS_RPLY2, TS_BACK, TS_DXM, TS_DW, TS_WORK, TS_REPLY, TS_ROW, TS_POS, TS_RED,
-       TS_OUT, TS_TGT, TS_END };
+       TS_OUT, TS_TGT, TS_PREX, TS_PREA, TS_PAIR, TS_END };
 _Static_assert(TS_END <= RUN_HSLOTS, "run_internal.h: RUN_HSLOTS too small for training");
 
 /* Gradients of the weights: mixers and gates (every rank's, summed), experts held here. */
@@ -107,18 +112,52 @@ static size_t exchange_rows(run_t *r, const float *send, const size_t *sc, size_
     return n;
 }
 
-/* The serving side: for received row j ([x | dout]) and each of its entries served here, the
- * expert's backward; the reply row is [dx | dweight of each entry]. */
-static void serve_backward(run_t *r, uint32_t l, grads_t *g, const float *rows,
-                           const uint32_t *rmeta, size_t nr, float *reply)
+/* The serving side of chunk c: for received row j (its output gradient at go + j * stride, its
+ * input row at x + j * H when the strategy restores T_DI by re-communication, else kept) and
+ * each of its entries served here, the expert's backward; the reply row is [dx | dweight of
+ * each entry]. T_M comes from the forward (kept or offloaded) or is recomputed. Returns the
+ * bytes of what it restored from host memory. */
+static size_t serve_backward(run_t *r, uint32_t l, uint32_t c, grads_t *g, const float *rows,
+                             const uint32_t *rmeta, size_t nr, float *reply)
 {
-    const size_t H = r->H, F = r->F, K = r->K, S = M_HEAD + 3 * K, HF = H * F;
-    float *work = run_hbuf(r, TS_WORK, (H + moe_kern_ffn_work_size(r->F) +
-                                        moe_kern_ffn_backward_work_size(r->F) + H) *
-                                           sizeof *work);
-    float *y = work, *fw = y + H, *bw = fw + moe_kern_ffn_work_size(r->F), *dy = bw + 2 * F;
+    const size_t H = r->H, F = r->F, K = r->K, E = r->E, S = M_HEAD + 3 * K, HF = H * F;
+    const int recomm = !run_reuse_keeps_x(r->reuse), width = recomm ? 2 : 1;
+    const run_served_t *k = run_served_at(r, l, c);
+    if (k->nr != nr)
+        run_die(r, "backward (rows differ from the forward's)", MOE_EINVAL);
+    for (size_t j = 0; j < nr; j++)
+        if (k->tok[j] != rmeta[j * S + M_TOK])
+            run_die(r, "backward (rows differ from the forward's)", MOE_EINVAL);
+    /* T_DI and T_M: kept in place, prefetched from host memory, or neither */
+    size_t restored = 0;
+    const float *xs = recomm ? rows : k->x, *as = run_reuse_keeps_a(r->reuse) ? k->a : NULL;
+    if (!recomm && run_reuse_offloads(r->reuse)) {
+        float *d = run_hbuf(r, TS_PREX, (nr + 1) * H * sizeof *d);
+        memcpy(d, k->x, nr * H * sizeof *d);
+        xs = d;
+        restored += nr * H * sizeof *d;
+    }
+    if (as && run_reuse_offloads(r->reuse)) {
+        float *d = run_hbuf(r, TS_PREA, (k->np + 1) * F * sizeof *d);
+        memcpy(d, k->a, k->np * F * sizeof *d);
+        as = d;
+        restored += k->np * F * sizeof *d;
+    }
+    /* the forward's pair order: expert-sorted, rows ascending within an expert */
+    uint32_t *start = run_hbuf(r, TS_PAIR, (E + 1) * sizeof *start);
+    memset(start, 0, (E + 1) * sizeof *start);
+    for (size_t j = 0; j < nr; j++)
+        for (uint32_t q = 0; q < rmeta[j * S + M_N]; q++)
+            if (rmeta[j * S + M_HEAD + 3 * q + 2] == (uint32_t)r->me)
+                start[rmeta[j * S + M_HEAD + 3 * q] + 1]++;
+    for (size_t e = 0; e < E; e++)
+        start[e + 1] += start[e];
+    if (start[E] != k->np)
+        run_die(r, "backward (pairs differ from the forward's)", MOE_EINVAL);
+    float *bw = run_hbuf(r, TS_WORK, (moe_kern_ffn_backward_work_size(r->F) + 1) * sizeof *bw);
+    const size_t stride = width * H;
     for (size_t j = 0; j < nr; j++) {
-        const float *x = rows + j * 2 * H, *go = x + H;
+        const float *x = xs + j * (recomm ? stride : H), *go = rows + j * stride + (width - 1) * H;
         const uint32_t *m = rmeta + j * S;
         float *out = reply + j * (H + K);
         memset(out, 0, (H + K) * sizeof *out);
@@ -126,31 +165,30 @@ static void serve_backward(run_t *r, uint32_t l, grads_t *g, const float *rows,
             const uint32_t *en = m + M_HEAD + 3 * q;
             if (en[2] != (uint32_t)r->me)
                 continue;
-            size_t e = (size_t)l * r->E + en[0];
-            float wk, d = 0;
+            size_t e = (size_t)l * E + en[0], at = start[en[0]]++;
+            float wk;
             memcpy(&wk, &en[1], sizeof wk);
             if (!r->w1[e])
                 run_die(r, "routing (expert not held by its server)", MOE_EINVAL);
-            RUN_CK(r, moe_kern_ffn(x, 1, r->H, r->F, r->w1[e], r->w2[e], y, fw));
-            for (size_t h = 0; h < H; h++) {
-                d += go[h] * y[h];
-                dy[h] = wk * go[h];
-            }
-            out[H + q] = d;
-            RUN_CK(r, moe_kern_ffn_backward(x, 1, r->H, r->F, r->w1[e], r->w2[e], dy, out,
-                                            g->w1[e], g->w1[e] + HF, bw));
+            RUN_CK(r, moe_kern_ffn_backward_scaled(x, as ? as + at * F : NULL, 1, r->H, r->F,
+                                                   r->w1[e], r->w2[e], go, &wk, out,
+                                                   g->w1[e], g->w1[e] + HF, &out[H + q], bw));
         }
     }
+    return restored;
 }
 
-/* The experts' part of the backward for local rows [i0, i1) of layer l (xm the mixed rows, dout
- * the gradient of the layer's output): each row with its gradient to the ranks that serve its
- * experts, their replies added into dxm (input gradients) and dw (routing weights' gradients).
- * Returns the bytes of the buffers it held (for the activation peak). */
-static size_t experts_backward(run_t *r, uint32_t l, size_t i0, size_t i1, const float *xm,
-                               const float *dout, grads_t *g, float *dxm, float *dw)
+/* The experts' part of the backward for chunk c, local rows [i0, i1) of layer l (xm the mixed
+ * rows, dout the gradient of the layer's output): each row's gradient (and the row itself when
+ * the servers restore T_DI by re-communication) to the ranks that serve its experts, their
+ * replies added into dxm (input gradients) and dw (routing weights' gradients). Returns the
+ * bytes of the buffers it held (for the activation peak). */
+static size_t experts_backward(run_t *r, uint32_t l, uint32_t c, size_t i0, size_t i1,
+                               const float *xm, const float *dout, grads_t *g, float *dxm,
+                               float *dw)
 {
     const size_t n = r->nloc, H = r->H, K = r->K, S = M_HEAD + 3 * K;
+    const size_t width = run_reuse_keeps_x(r->reuse) ? H : 2 * H;
     const int G = r->G;
     const int32_t *ids = r->tr[l].ids;
     const float *w = r->tr[l].w;
@@ -158,14 +196,14 @@ static size_t experts_backward(run_t *r, uint32_t l, size_t i0, size_t i1, const
     ent_t *ents;
     uint32_t *um;
     size_t ne = run_ep_plan(r, l, i0, i1, ids, w, home, &ents, &um);
-    /* rows [xm | dout] in rank order, with their meta records */
+    /* rows ([xm |] dout) in rank order, with their meta records */
     size_t *sc = run_hbuf(r, TS_ROW, 2 * (size_t)G * sizeof *sc), *rc = sc + G;
     memset(sc, 0, (size_t)G * sizeof *sc);
     for (size_t i = 0; i < ne; i++)
         sc[ents[i].dest]++;
     uint32_t *srow = run_hbuf(r, TS_SROW, (ne + 1) * sizeof *srow);
     uint32_t *smeta = run_hbuf(r, TS_SMETA, (ne + 1) * S * sizeof *smeta);
-    float *send = run_hbuf(r, TS_SEND, (ne + 1) * 2 * H * sizeof *send);
+    float *send = run_hbuf(r, TS_SEND, (ne + 1) * width * sizeof *send);
     size_t *pos = run_hbuf(r, TS_POS, ((size_t)G + 1) * sizeof *pos);
     for (size_t p = 0, acc = 0; p < (size_t)G; p++) {
         pos[p] = acc;
@@ -175,13 +213,14 @@ static size_t experts_backward(run_t *r, uint32_t l, size_t i0, size_t i1, const
         size_t at = pos[ents[i].dest]++, row = ents[i].row;
         srow[at] = (uint32_t)row;
         memcpy(smeta + at * S, um + ents[i].meta, S * sizeof *um);
-        memcpy(send + at * 2 * H, xm + row * H, H * sizeof *send);
-        memcpy(send + at * 2 * H + H, dout + row * H, H * sizeof *send);
+        if (width == 2 * H)
+            memcpy(send + at * width, xm + row * H, H * sizeof *send);
+        memcpy(send + at * width + width - H, dout + row * H, H * sizeof *send);
     }
     /* the meta records travel as 4-byte words: counts in bytes */
     size_t *mc = run_hbuf(r, TS_BACK, 4 * (size_t)G * sizeof *mc), nr = 0, ns = 0;
     float *rows;
-    nr = exchange_rows(r, send, sc, 2 * H, r->cfg.dtype, &rows, rc, TS_RECV);
+    nr = exchange_rows(r, send, sc, width, r->cfg.dtype, &rows, rc, TS_RECV);
     for (int p = 0; p < G; p++) {
         mc[p] = sc[p] * S * 4;
         mc[G + p] = ns * S * 4;
@@ -196,7 +235,7 @@ static size_t experts_backward(run_t *r, uint32_t l, size_t i0, size_t i1, const
     RUN_CK(r, run_comm_alltoallv(r->comm, smeta, mc, mc + G, rmeta, mc + 2 * G, mc + 3 * G));
     /* serve, and send each reply back where its row came from */
     float *reply = run_hbuf(r, TS_REPLY, (nr + 1) * (H + K) * sizeof *reply), *back;
-    serve_backward(r, l, g, rows, rmeta, nr, reply);
+    size_t restored = serve_backward(r, l, c, g, rows, rmeta, nr, reply);
     size_t nb = exchange_rows(r, reply, rc, H + K, r->cfg.dtype, &back, sc, TS_RPLY);
     if (nb != ne)
         run_die(r, "backward (replies do not match the rows sent)", MOE_EINVAL);
@@ -211,8 +250,10 @@ static size_t experts_backward(run_t *r, uint32_t l, size_t i0, size_t i1, const
                 if (ids[i * K + k] == (int32_t)m[M_HEAD + 3 * t])
                     dw[i * K + k] += b[H + t];
     }
-    /* rows out and in (fp32 and wire copies), metadata, replies out and back */
-    return (ne + nr) * (2 * H * (4 + r->esz) + S * 4) + (nr + ne) * (H + K) * (4 + r->esz);
+    /* rows out and in (fp32 and wire copies), metadata, replies out and back, and what was
+     * restored from host memory */
+    return (ne + nr) * (width * (4 + r->esz) + S * 4) + (nr + ne) * (H + K) * (4 + r->esz) +
+           restored;
 }
 
 /* Datacentric mode (Janus): the tokens stay. Each rank pulls the weights of the experts its
@@ -268,10 +309,7 @@ static size_t dc_experts_backward(run_t *r, uint32_t l, const float *xm, const f
     /* every expert locally; the pulled ones' gradients in their own buffer */
     float *gq = run_hbuf(r, TS_BACK, (nq + 1) * 2 * HF * sizeof *gq);
     memset(gq, 0, nq * 2 * HF * sizeof *gq);
-    float *work = run_hbuf(r, TS_WORK, (H + moe_kern_ffn_work_size(r->F) +
-                                        moe_kern_ffn_backward_work_size(r->F) + H) *
-                                           sizeof *work);
-    float *y = work, *fw = y + H, *bw = fw + moe_kern_ffn_work_size(r->F), *dy = bw + 2 * r->F;
+    float *bw = run_hbuf(r, TS_WORK, (moe_kern_ffn_backward_work_size(r->F) + 1) * sizeof *bw);
     for (size_t i = 0; i < n; i++) {
         if (ids[i * K] < 0)
             continue;
@@ -280,15 +318,9 @@ static size_t dc_experts_backward(run_t *r, uint32_t l, const float *xm, const f
             const float *W1 = r->w1[at] ? r->w1[at] : wgot + slot[e] * 2 * HF;
             const float *W2 = r->w1[at] ? r->w2[at] : W1 + HF;
             float *G1 = r->w1[at] ? g->w1[at] : gq + slot[e] * 2 * HF;
-            float d = 0;
-            RUN_CK(r, moe_kern_ffn(xm + i * H, 1, r->H, r->F, W1, W2, y, fw));
-            for (size_t h = 0; h < H; h++) {
-                d += dout[i * H + h] * y[h];
-                dy[h] = w[i * K + k] * dout[i * H + h];
-            }
-            dw[i * K + k] += d;
-            RUN_CK(r, moe_kern_ffn_backward(xm + i * H, 1, r->H, r->F, W1, W2, dy,
-                                            dxm + i * H, G1, G1 + HF, bw));
+            RUN_CK(r, moe_kern_ffn_backward_scaled(xm + i * H, NULL, 1, r->H, r->F, W1, W2,
+                                                   dout + i * H, &w[i * K + k], dxm + i * H,
+                                                   G1, G1 + HF, &dw[i * K + k], bw));
         }
     }
     /* the pulled experts' gradients back to their owners, added there */
@@ -333,8 +365,8 @@ static size_t layer_backward(run_t *r, uint32_t l, float *dout, grads_t *g)
     for (uint32_t c = 0; c < chunks; c++) {
         size_t b = r->cfg.mode == MOE_RUN_DATACENTRIC
                        ? dc_experts_backward(r, l, xm, dout, g, dxm, dw)
-                       : experts_backward(r, l, n * c / chunks, n * (c + 1) / chunks, xm, dout,
-                                          g, dxm, dw);
+                       : experts_backward(r, l, c, n * c / chunks, n * (c + 1) / chunks, xm,
+                                          dout, g, dxm, dw);
         peak = b > peak ? b : peak;
     }
     if (!r->replay)
@@ -438,6 +470,10 @@ static double step(run_t *r, grads_t *g)
     size_t kept = 0, most = 0;
     for (uint32_t l = 0; l < r->L; l++)
         kept += r->tr[l].n * (sizeof(uint32_t) + H * sizeof(float) + K * 8);
+    double dev, host; /* and the servers' T_DI and T_M, in place or offloaded */
+    run_served_bytes(r, &dev, &host);
+    kept += (size_t)dev;
+    r->off_peak = host > r->off_peak ? host : r->off_peak;
     for (uint32_t l = r->L; l-- > 0;) {
         if (r->cfg.mode == MOE_RUN_COHERENT) {
             float *moved = homes_backward(r, l, dout);
@@ -501,11 +537,64 @@ static void optimizer_step(run_t *r, const grads_t *g, opt_t *o)
     }
 }
 
+/* --reuse auto: MPMoE's cost model (moe_mpmoe_eval) over S1-S4 at the run's chunks, on a
+ * topology of rates measured here: the all-to-all's latency and bandwidth and the FFN's rate
+ * (run_measure_rates), and host memory copies for the offload link. */
+static int reuse_auto(run_t *r)
+{
+    double v[4];
+    run_measure_rates(r, v);
+    size_t bytes = (size_t)1 << 24;
+    char *a = run_hbuf(r, TS_PREX, 2 * bytes);
+    memset(a, 1, 2 * bytes);
+    double t0 = run_now(r);
+    for (int i = 0; i < 4; i++)
+        memcpy(a + bytes * (i & 1), a + bytes * !(i & 1), bytes);
+    double cp[1] = {(run_now(r) - t0) / 4};
+    RUN_CK(r, run_comm_allreduce(r->comm, cp, 1, MOE_RUN_MAX));
+    moe_topo_t t;
+    moe_topo_uniform(&t, (uint32_t)r->G / r->gpn, r->gpn);
+    for (int c = MOE_LINK_INTRA; c <= MOE_LINK_INTER; c++)
+        t.link[c] = (moe_link_t){.latency = v[0], .bw = v[1]};
+    t.link[MOE_LINK_HOST] = (moe_link_t){.latency = 0, .bw = (double)bytes / fmax(cp[0], 1e-9)};
+    t.flops = 4.0 * r->H * r->F / fmax(v[2], 1e-12);
+    moe_mpmoe_in_t in = {.B = (double)r->ntok * r->K / r->G, .M = r->H, .H = r->F,
+                         .E = (double)r->E / r->G, .elem_bytes = 4, .topo = &t};
+    for (int y = 0; y < MOE_MP_STREAMS; y++)
+        for (int x = 0; x < 4; x++)
+            in.alpha[y][x] = 1;
+    uint32_t n = r->chunks_used ? r->chunks_used : 1;
+    int best = MOE_REUSE_S4;
+    double bt = INFINITY;
+    for (int st = MOE_REUSE_S1; st <= MOE_REUSE_S4; st++) {
+        moe_mpmoe_cfg_t c;
+        if (in.B >= n && moe_mpmoe_eval(&in, n, st, &c) == 0 && c.time < bt) {
+            bt = c.time;
+            best = st;
+        }
+    }
+    if (r->me == 0)
+        moe_log(MOE_LOG_INFO, "--reuse auto: %s (MPMoE model, %u chunks, all-to-all %.3g s + "
+                "bytes / %.3g B/s, FFN %.3g FLOP/s, host copies %.3g B/s)",
+                moe_mpmoe_reuse_name(best), n, v[0], v[1], t.flops, t.link[MOE_LINK_HOST].bw);
+    return best;
+}
+
+/* The chunks and the memory-reuse strategy of the run's training steps. */
+static void train_setup(run_t *r)
+{
+    if (r->cfg.mode == MOE_RUN_PIPELINED && !r->chunks_used)
+        r->chunks_used = r->cfg.chunks ? r->cfg.chunks : run_auto_chunks(r);
+    if (r->cfg.mode == MOE_RUN_DATACENTRIC)
+        r->reuse = MOE_REUSE_NONE; /* no serving side: nothing to reuse */
+    else
+        r->reuse = r->cfg.reuse == MOE_RUN_REUSE_AUTO ? reuse_auto(r) : r->cfg.reuse;
+}
+
 void run_train_iterations(run_t *r)
 {
     int total = r->cfg.warmup + r->cfg.iters;
-    if (r->cfg.mode == MOE_RUN_PIPELINED)
-        r->chunks_used = r->cfg.chunks ? r->cfg.chunks : run_auto_chunks(r);
+    train_setup(r);
     if (r->cfg.lr <= 0)
         r->cfg.lr = r->cfg.optimizer == MOE_RUN_ADAM ? 1e-3 : 0.1;
     grads_t g = {0};
@@ -534,12 +623,14 @@ void run_train_iterations(run_t *r)
         grads_free(r, &o.v);
     }
     struct rusage ru;
-    double v[3] = {r->t_iter, r->act_peak,
-                   getrusage(RUSAGE_SELF, &ru) == 0 ? (double)ru.ru_maxrss * 1024 : 0};
-    RUN_CK(r, run_comm_allreduce(r->comm, v, 3, MOE_RUN_MAX));
+    double v[4] = {r->t_iter, r->act_peak,
+                   getrusage(RUSAGE_SELF, &ru) == 0 ? (double)ru.ru_maxrss * 1024 : 0,
+                   r->off_peak};
+    RUN_CK(r, run_comm_allreduce(r->comm, v, 4, MOE_RUN_MAX));
     r->t_iter = v[0];
     r->act_peak = v[1];
     r->rss_peak = v[2];
+    r->off_peak = v[3];
 }
 
 /* Largest |a - b| over n values, over the largest |b| (at least tiny). */

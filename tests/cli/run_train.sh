@@ -1,10 +1,11 @@
 #!/bin/sh
 # tests/cli/run_train.sh -- moe-run --train: training steps on 8 ranks replaying DeepSeek-V2-Lite
-# routing with a moe-place placement, and on 4 ranks with a computed gate, in fp32 and bf16, in
-# vanilla, pipelined, coherent and datacentric modes: --check compares the first step's loss and every
-# gradient, and the loss of every step, with the serial reference model trained alike (SGD and
-# Adam); the loss falls, the modes and rank counts give the same losses; a rank killed in
-# training ends the job; what does not train yet is refused.
+# routing with a moe-place placement, and on 8 ranks with a computed gate, in fp32 and bf16,
+# in vanilla, pipelined, coherent and datacentric modes: --check compares the first step's loss
+# and every gradient, and the loss of every step, with the serial reference model trained alike
+# (SGD and Adam); the loss falls, the modes and rank counts give the same losses; each of
+# MPMoE's memory-reuse strategies trains the same function below the activation peak of none;
+# a rank killed in training ends the job; what does not train yet is refused.
 . "${top_srcdir:-.}/tests/cli/lib.sh"
 . "$top_srcdir/tests/cli/run_lib.sh"
 run_data 256
@@ -52,6 +53,40 @@ same_losses "$T/p.json" "$T/rfp32.json"
 grep -q '"peak_rss_bytes": [1-9]' "$T/p.json" || fail "no peak RSS"
 end
 
+# MPMoE's memory reuse on the pipelined shape, where the paper finds its savings (n > 1
+# partitions): every strategy trains the same function and holds less at once than none
+offload() { sed -n 's/.*"peak_offload_bytes": \([0-9]*\).*/\1/p' "$1"; }
+grep -q '"reuse": "none"' "$T/p.json" || fail "the default reuse is not none"
+[ "$(offload "$T/p.json")" = 0 ] || fail "none offloads $(offload "$T/p.json") bytes"
+strategies="S1 S2 S3 S4"
+[ -z "$asan" ] || strategies="S2 S3" # between them every way to keep or restore T_DI and T_M
+for s in $strategies; do
+    begin "pipelined, 3 chunks, --reuse $s: --check passes, the same losses, below none's peak"
+    expect_exit 0 mpi_noleak 8 --train --mode pipelined --chunks 3 --reuse $s \
+        --trace "$T/ds.mft" --placement "$T/p8.moep" --hidden 32 --ffn 24 --iters 3 \
+        --warmup 0 --check --json "$T/s$s.json"
+    grep -q 'reference: .*: ok$' "$T/out" || fail "no passing check line"
+    grep -q "\"reuse\": \"$s\"" "$T/s$s.json" || fail "JSON does not name $s"
+    same_losses "$T/s$s.json" "$T/p.json"
+    [ "$(peak "$T/s$s.json")" -lt "$(peak "$T/p.json")" ] ||
+        fail "activation peak $(peak "$T/s$s.json") not below none's $(peak "$T/p.json")"
+    case $s in
+    S4) [ "$(offload "$T/s$s.json")" = 0 ] || fail "S4 offloads" ;;
+    *) [ "$(offload "$T/s$s.json")" -gt 0 ] || fail "$s offloads nothing" ;;
+    esac
+    end
+done
+
+begin "--reuse auto: the MPMoE model picks one of S1-S4 and says which"
+expect_exit 0 mpi_noleak 8 --train --mode pipelined --chunks 2 --reuse auto -v \
+    --trace "$T/ds.mft" --placement "$T/p8.moep" --hidden 32 --ffn 24 --iters 1 --warmup 0 \
+    --json "$T/auto.json"
+grep -q '^moe-run: --reuse auto: S[1-4] (MPMoE model, 2 chunks' "$T/err" ||
+    fail "no message naming the choice"
+expect_eq "$(grep -c '^moe-run: --reuse auto' "$T/err")" 1 "messages of the choice"
+grep -q '"reuse": "S[1-4]"' "$T/auto.json" || fail "JSON does not name the choice"
+end
+
 for mode in datacentric coherent; do
     case $mode in
     datacentric) what="pulled experts' gradients go to their owners" ;;
@@ -69,15 +104,15 @@ for mode in datacentric coherent; do
     done
 done
 
-begin "datacentric, computed gate, 4 ranks: --check passes"
-expect_exit 0 mpi 4 --train --mode datacentric --gpus-per-node 2 --layers 3 --experts 8 \
+begin "datacentric, computed gate, 8 ranks: --check passes"
+expect_exit 0 mpi 8 --train --mode datacentric --gpus-per-node 4 --layers 3 --experts 8 \
     --topk 2 --hidden 16 --ffn 12 --iters 3 --warmup 0 --check
 grep -q 'reference: .*: ok$' "$T/out" || fail "no passing check line"
 end
 
 for dt in $dts; do
-    begin "computed gate, 4 ranks on 2 nodes, $dt: --train --check passes and the loss falls"
-    expect_exit 0 mpi 4 --train --gpus-per-node 2 --layers 3 --experts 8 --topk 2 \
+    begin "computed gate, 8 ranks on 2 nodes, $dt: --train --check passes and the loss falls"
+    expect_exit 0 mpi 8 --train --gpus-per-node 4 --layers 3 --experts 8 --topk 2 \
         --hidden 16 --ffn 12 --iters 4 --warmup 0 --lr 0.2 --check --dtype $dt \
         --json "$T/g$dt.json"
     grep -q 'reference: .*: ok$' "$T/out" || fail "no passing check line"
@@ -85,8 +120,8 @@ for dt in $dts; do
     end
 done
 
-begin "Adam, computed gate, 4 ranks, bf16: the loss curve matches the reference's and falls"
-expect_exit 0 mpi_noleak 4 --train --optimizer adam --gpus-per-node 2 --layers 3 --experts 8 \
+begin "Adam, computed gate, 8 ranks, bf16: the loss curve matches the reference's and falls"
+expect_exit 0 mpi_noleak 8 --train --optimizer adam --gpus-per-node 4 --layers 3 --experts 8 \
     --topk 2 --hidden 16 --ffn 12 --iters 5 --warmup 1 --check --dtype bf16 --json "$T/a.json"
 grep -q '# training, Adam lr 0.001: loss per iteration' "$T/out" || fail "no Adam loss line"
 grep -q '"optimizer": "adam"' "$T/a.json" || fail "JSON lacks the optimizer"
@@ -94,12 +129,12 @@ grep -q 'reference: .*: ok$' "$T/out" || fail "no passing check line"
 falls "$T/a.json" || fail "the loss does not fall"
 end
 
-begin "the same seed gives the same losses; one rank agrees with four (fp32, 1e-6)"
-expect_exit 0 mpi_noleak 4 --train --gpus-per-node 2 --layers 3 --experts 8 --topk 2 \
+begin "the same seed gives the same losses; one rank agrees with eight (fp32, 1e-6)"
+expect_exit 0 mpi_noleak 8 --train --gpus-per-node 4 --layers 3 --experts 8 --topk 2 \
     --hidden 16 --ffn 12 --iters 4 --warmup 0 --lr 0.2 --dtype fp32 --json "$T/again.json"
 expect_eq "$(losses "$T/again.json")" "$(losses "$T/gfp32.json")" "losses of a rerun"
 expect_exit 0 "$MOE_BIN/moe-run" --train --layers 3 --experts 8 --topk 2 --hidden 16 --ffn 12 \
-    --tokens-per-rank 256 --iters 4 --warmup 0 --lr 0.2 --json "$T/one.json"
+    --tokens-per-rank 512 --iters 4 --warmup 0 --lr 0.2 --json "$T/one.json"
 same_losses "$T/one.json" "$T/gfp32.json"
 grep -q '"train": null' "$T/rfp32.json" && fail "a training run's JSON says train null"
 expect_exit 0 "$MOE_BIN/moe-run" --layers 2 --experts 4 --tokens-per-rank 8 --iters 1 \
@@ -117,6 +152,12 @@ expect_exit 2 "$R" --train --lr -1
 expect_tool_usage moe-run "" "learning rate"
 expect_exit 2 "$R" --train --optimizer lamb
 expect_tool_usage moe-run "" "unknown optimizer 'lamb' (sgd, adam)"
+expect_exit 2 "$R" --train --reuse S5
+expect_tool_usage moe-run "" "unknown reuse strategy 'S5' (none, S1, S2, S3, S4, auto)"
+expect_exit 2 "$R" --reuse S1
+expect_tool_usage moe-run "" "--reuse applies to training in the expert-parallel modes"
+expect_exit 2 "$R" --train --mode datacentric --reuse S4
+expect_tool_usage moe-run "" "--reuse applies to training in the expert-parallel modes"
 "$MOE_BIN/moe-place" fit --no-PG --ranks 8 --gpus-per-node 4 --method balanced --replicas 8 \
     -o "$T/rep.moep" "$T/ds.mft" || fail "fit with replicas"
 expect_exit 1 mpi_noleak 8 --train --trace "$T/ds.mft" --placement "$T/rep.moep" --iters 1 \

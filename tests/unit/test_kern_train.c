@@ -1,7 +1,8 @@
 /* tests/unit/test_kern_train.c -- the reference backward of moe-run's layer (moe/kern.h):
  * every gradient of a tiny seeded model (2 layers, 4 experts, top 2, H 6, F 5, 7 tokens) --
  * mixers, gates, both expert matrices and the inputs -- against central finite differences of
- * the loss, and the kernels' documented edge cases. */
+ * the loss, the kernels' documented edge cases, and the row-scaled backward of a serving rank
+ * against the plain one. */
 #include "config.h"
 
 #include <math.h>
@@ -96,9 +97,54 @@ static void test_edges(void)
     CHECK(d2[3] == 1.0f); /* m = 0: the identity */
 }
 
+/* The row-scaled backward (what a serving rank runs, moe-run --reuse): with the forward's
+ * pre-activations kept (moe_kern_ffn_grouped_act) or recomputed, its gradients equal the plain
+ * backward's of the pre-scaled output gradient, and ds is dy . y with y the expert's output. */
+static void test_scaled(void)
+{
+    enum { R = 3 };
+    float W[2 * H * F], x[R * H], go[R * H], sdy[R * H], y[R * H], a[R * F], s[R];
+    for (size_t i = 0; i < 2 * H * F; i++)
+        W[i] = (float)sin(0.7 * (double)i) * 0.5f;
+    for (size_t i = 0; i < R * H; i++) {
+        x[i] = (float)cos(1.3 * (double)i);
+        go[i] = (float)sin(0.4 * (double)i + 1);
+    }
+    for (size_t i = 0; i < R; i++)
+        s[i] = 0.25f + 0.3f * (float)i;
+    for (size_t i = 0; i < R * H; i++)
+        sdy[i] = s[i / H] * go[i];
+    const float *W1[1] = {W}, *W2[1] = {W + H * F};
+    size_t off[2] = {0, R};
+    CHECK_EQ_INT(moe_kern_ffn_grouped_act(x, 1, off, H, F, W1, W2, y, a, NULL), 0);
+    float y2[R * H];
+    CHECK_EQ_INT(moe_kern_ffn(x, R, H, F, W, W + H * F, y2, NULL), 0);
+    for (size_t i = 0; i < R * H; i++)
+        CHECK(y[i] == y2[i]); /* keeping the pre-activations changes nothing */
+    float dx0[R * H] = {0}, dw0[2 * H * F] = {0};
+    CHECK_EQ_INT(moe_kern_ffn_backward(x, R, H, F, W, W + H * F, sdy, dx0, dw0, dw0 + H * F, NULL),
+                 0);
+    for (int kept = 0; kept < 2; kept++) {
+        float dx[R * H] = {0}, dw[2 * H * F] = {0}, ds[R] = {0};
+        CHECK_EQ_INT(moe_kern_ffn_backward_scaled(x, kept ? a : NULL, R, H, F, W, W + H * F, go,
+                                                  s, dx, dw, dw + H * F, ds, NULL), 0);
+        for (size_t i = 0; i < R * H; i++)
+            CHECK(fabsf(dx[i] - dx0[i]) <= 1e-5f * (1 + fabsf(dx0[i])));
+        for (size_t i = 0; i < 2 * H * F; i++)
+            CHECK(fabsf(dw[i] - dw0[i]) <= 1e-5f * (1 + fabsf(dw0[i])));
+        for (size_t i = 0; i < R; i++) {
+            double d = 0;
+            for (size_t h = 0; h < H; h++)
+                d += (double)go[i * H + h] * y[i * H + h];
+            CHECK(fabs(ds[i] - d) <= 1e-5 * (1 + fabs(d)));
+        }
+    }
+}
+
 int main(void)
 {
     test_finite_differences();
     test_edges();
+    test_scaled();
     return unit_done("test_kern_train");
 }

@@ -1,0 +1,135 @@
+/* run/run_keep.c -- what the forward keeps for --train's backward: each layer's input rows and
+ * routing at the home (run_save_input, run_save_route), and on a serving rank the rows it
+ * received (T_DI) and the experts' pre-activations (T_M) as MPMoE's memory-reuse strategy
+ * says (run_keep_act, run_keep_served). The state layer: the modes call it, run_train.c reads
+ * what it kept. */
+#include "config.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "moe/cost.h"
+#include "moe/moe.h"
+#include "run_internal.h"
+
+void run_save_input(run_t *r, uint32_t l, const float *x)
+{
+    if (!r->tr)
+        return;
+    run_saved_t *s = &r->tr[l];
+    size_t n = r->nloc, H = r->H, K = r->K;
+    if (n > s->cap || !s->loc) {
+        size_t cap = n + 1;
+        uint32_t *loc = realloc(s->loc, cap * sizeof *loc);
+        s->loc = loc ? loc : s->loc;
+        float *xin = realloc(s->xin, cap * H * sizeof *xin);
+        s->xin = xin ? xin : s->xin;
+        int32_t *ids = realloc(s->ids, cap * K * sizeof *ids);
+        s->ids = ids ? ids : s->ids;
+        float *w = realloc(s->w, cap * K * sizeof *w);
+        s->w = w ? w : s->w;
+        if (!loc || !xin || !ids || !w)
+            run_die(r, "--train", MOE_ENOMEM);
+        s->cap = cap;
+    }
+    s->n = n;
+    memcpy(s->loc, r->loc, n * sizeof *s->loc);
+    RUN_CK(r, r->b->ops->download(r->b, s->xin, x, n * H * sizeof *x));
+}
+
+void run_save_route(run_t *r, uint32_t l, const int32_t *ids, const float *w)
+{
+    if (!r->tr)
+        return;
+    run_saved_t *s = &r->tr[l];
+    memcpy(s->ids, ids, s->n * r->K * sizeof *ids);
+    memcpy(s->w, w, s->n * r->K * sizeof *w);
+}
+
+int run_reuse_keeps_x(int s)
+{
+    return s == MOE_REUSE_NONE || s == MOE_REUSE_S1 || s == MOE_REUSE_S3;
+}
+
+int run_reuse_keeps_a(int s)
+{
+    return s == MOE_REUSE_NONE || s == MOE_REUSE_S1 || s == MOE_REUSE_S2;
+}
+
+int run_reuse_offloads(int s)
+{
+    return s != MOE_REUSE_NONE;
+}
+
+run_served_t *run_served_at(run_t *r, uint32_t l, uint32_t c)
+{
+    uint32_t chunks = r->chunks_used ? r->chunks_used : 1;
+    if (!r->served) {
+        if (!(r->served = calloc((size_t)r->L * chunks, sizeof *r->served)))
+            run_die(r, "--train", MOE_ENOMEM);
+        r->served_chunks = chunks;
+    }
+    if (c >= r->served_chunks)
+        run_die(r, "--train (chunk out of range)", MOE_EINVAL);
+    return &r->served[(size_t)l * r->served_chunks + c];
+}
+
+/* Grow a kept array to n elements of `size` bytes (one more allocated). */
+static void *grow(run_t *r, void *p, size_t *cap, size_t n, size_t size)
+{
+    if (n <= *cap && p)
+        return p;
+    void *q = realloc(p, (n + 1) * size);
+    if (!q)
+        run_die(r, "--train (keeping activations)", MOE_ENOMEM);
+    *cap = n;
+    return q;
+}
+
+float *run_keep_act(run_t *r, uint32_t l, uint32_t c, size_t np)
+{
+    if (!r->tr || !run_reuse_keeps_a(r->reuse))
+        return NULL;
+    if (run_reuse_offloads(r->reuse)) /* written on the device, then copied out */
+        return run_dbuf(r, &r->act, (np + 1) * r->F * sizeof(float));
+    run_served_t *k = run_served_at(r, l, c); /* none: kept where it is written */
+    k->a = grow(r, k->a, &k->acap, np * r->F, sizeof *k->a);
+    return k->a;
+}
+
+void run_keep_served(run_t *r, uint32_t l, uint32_t c, const float *rx, size_t nr,
+                     const uint32_t *tok, size_t S, size_t np)
+{
+    if (!r->tr)
+        return;
+    const moe_run_backend_ops_t *o = r->b->ops;
+    run_served_t *k = run_served_at(r, l, c);
+    k->nr = nr;
+    k->np = np;
+    k->tok = grow(r, k->tok, &k->tcap, nr, sizeof *k->tok);
+    for (size_t j = 0; j < nr; j++)
+        k->tok[j] = tok[j * S];
+    /* T_DI: the rows received (a copy to host memory when offloaded; on the CPU backend the
+     * "device" is host memory too, and so is the kept copy of none) */
+    if (run_reuse_keeps_x(r->reuse)) {
+        k->x = grow(r, k->x, &k->xcap, nr * r->H, sizeof *k->x);
+        RUN_CK(r, o->download(r->b, k->x, rx, nr * r->H * sizeof *k->x));
+    }
+    if (run_reuse_keeps_a(r->reuse) && run_reuse_offloads(r->reuse)) {
+        k->a = grow(r, k->a, &k->acap, np * r->F, sizeof *k->a);
+        RUN_CK(r, o->download(r->b, k->a, r->act.p, np * r->F * sizeof *k->a));
+    }
+}
+
+void run_served_bytes(const run_t *r, double *dev, double *host)
+{
+    *dev = *host = 0;
+    for (size_t i = 0; r->served && i < (size_t)r->L * r->served_chunks; i++) {
+        const run_served_t *k = &r->served[i];
+        double b = (run_reuse_keeps_x(r->reuse) ? (double)k->nr * r->H * 4 : 0) +
+                   (run_reuse_keeps_a(r->reuse) ? (double)k->np * r->F * 4 : 0);
+        *(run_reuse_offloads(r->reuse) ? host : dev) += b;
+        *dev += (double)k->nr * 4; /* the rows' tokens, which the backward checks */
+    }
+}
+
