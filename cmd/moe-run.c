@@ -116,7 +116,7 @@ static void usage(FILE *fp)
           "      --chunks=N|auto    chunks per layer: pipelined [auto], hierarchical [1]\n"
           "      --credits=C        datacentric: experts pulled per rank per round [4]\n"
           "      --no-prefetch      datacentric: no early pull of the next layer\n"
-          "Training (every mode but hierarchical; cpu backend; no replicated experts):\n"
+          "Training (cpu backend; no replicated experts):\n"
           "      --train            each iteration a training step: forward, squared-error\n"
           "                         loss against seeded targets, backward, optimizer step\n"
           "      --optimizer=O      sgd or adam [sgd]\n"
@@ -265,8 +265,9 @@ static int parse(int argc, char **argv, args_t *a)
     if (a->calibrate && (a->json || g->check || g->train))
         return moe_usage_error(prog, NULL,
                                "--calibrate takes neither --json, --check nor --train");
-    if (g->train && g->mode == MOE_RUN_HIERARCHICAL)
-        return moe_usage_error(prog, NULL, "--train: hierarchical mode does not train yet");
+    if (g->train && g->mode == MOE_RUN_HIERARCHICAL && g->reuse && g->reuse != MOE_REUSE_S4)
+        return moe_usage_error(prog, NULL, "--reuse: hierarchical mode restores by "
+                               "re-communication and re-computation only (S4)");
     if (g->reuse && (!g->train || g->mode == MOE_RUN_DATACENTRIC))
         return moe_usage_error(prog, NULL, "--reuse applies to training in the expert-parallel "
                                "modes");

@@ -1,8 +1,8 @@
 /* run/run_train.c -- moe-run --train: each iteration a training step (forward, mean squared
  * error against seeded targets, backward through the experts, the gate and the mixer, SGD or
  * Adam),
- * and its --check against the serial reference model (moe/kern.h). Every mode but hierarchical,
- * on the CPU backend, experts without replicas. */
+ * and its --check against the serial reference model (moe/kern.h). Every mode, on the CPU
+ * backend, experts without replicas. */
 #include "config.h"
 
 #include <math.h>
@@ -37,7 +37,9 @@
  * exchange of rows uses its slot and the next. */
 enum { TS_XM = 48, TS_HOME, TS_CNT, TS_SROW, TS_SMETA, TS_RMETA, TS_SEND, TS_RECV, TS_RECV2,
        TS_RPLY, TS_RPLY2, TS_BACK, TS_DXM, TS_DW, TS_WORK, TS_REPLY, TS_ROW, TS_POS, TS_RED,
-       TS_OUT, TS_TGT, TS_PREX, TS_PREA, TS_PAIR, TS_END };
+       TS_OUT, TS_TGT, TS_PREX, TS_PREA, TS_PAIR, TS_FMAP, TS_FMETA, TS_FROW, TS_FPOS, TS_FORD,
+       TS_FSEND, TS_FSMETA, TS_FRECV, TS_FRECV2, TS_FMC, TS_FRMETA, TS_FREPLY, TS_FRPLY,
+       TS_FRPLY2, TS_END };
 _Static_assert(TS_END <= RUN_HSLOTS, "run_internal.h: RUN_HSLOTS too small for training");
 
 /* Gradients of the weights: mixers and gates (every rank's, summed), experts held here. */
@@ -122,10 +124,11 @@ static size_t serve_backward(run_t *r, uint32_t l, uint32_t c, grads_t *g, const
 {
     const size_t H = r->H, F = r->F, K = r->K, E = r->E, S = M_HEAD + 3 * K, HF = H * F;
     const int recomm = !run_reuse_keeps_x(r->reuse), width = recomm ? 2 : 1;
-    const run_served_t *k = run_served_at(r, l, c);
-    if (k->nr != nr)
+    /* the rows of a forwarded hop (c = UINT32_MAX) come with their inputs, nothing kept */
+    const run_served_t *k = c == UINT32_MAX ? NULL : run_served_at(r, l, c);
+    if (k && k->nr != nr)
         run_die(r, "backward (rows differ from the forward's)", MOE_EINVAL);
-    for (size_t j = 0; j < nr; j++)
+    for (size_t j = 0; k && j < nr; j++)
         if (k->tok[j] != rmeta[j * S + M_TOK])
             run_die(r, "backward (rows differ from the forward's)", MOE_EINVAL);
     /* T_DI and T_M: kept in place, prefetched from host memory, or neither */
@@ -152,7 +155,7 @@ static size_t serve_backward(run_t *r, uint32_t l, uint32_t c, grads_t *g, const
                 start[rmeta[j * S + M_HEAD + 3 * q] + 1]++;
     for (size_t e = 0; e < E; e++)
         start[e + 1] += start[e];
-    if (start[E] != k->np)
+    if (k && start[E] != k->np)
         run_die(r, "backward (pairs differ from the forward's)", MOE_EINVAL);
     float *bw = run_hbuf(r, TS_WORK, (moe_kern_ffn_backward_work_size(r->F) + 1) * sizeof *bw);
     const size_t stride = width * H;
@@ -176,6 +179,95 @@ static size_t serve_backward(run_t *r, uint32_t l, uint32_t c, grads_t *g, const
         }
     }
     return restored;
+}
+
+/* Hierarchical mode's backward of the intra-node stage (MoNTA): a row received from another
+ * node carries entries served by other ranks of this node; each (row, server) goes on as one
+ * row with its entries' meta (as the forward's stage 2 did), the servers reply [dx | dweight
+ * per entry], and the replies are summed into the row's own reply (the backward of the
+ * all-gather: one input gradient per node goes back over the inter-node link). rows are
+ * [x | gradient] (re-communicated). Returns the bytes of the buffers it held. */
+static size_t relay_backward(run_t *r, uint32_t l, grads_t *g, const float *rows,
+                             const uint32_t *rmeta, size_t nr, float *reply)
+{
+    const size_t H = r->H, K = r->K, S = M_HEAD + 3 * K;
+    const int G = r->G;
+    /* forwarded rows: (row j, server) with the entries' positions q in row j */
+    size_t nf = 0;
+    uint32_t *fj = run_hbuf(r, TS_FMAP, (nr * K + 1) * (2 + K) * sizeof *fj);
+    uint32_t *fq = fj + nr * K + 1, *fd = fq + (nr * K + 1) * K;
+    uint32_t *fm = run_hbuf(r, TS_FMETA, (nr * K + 1) * S * sizeof *fm);
+    for (size_t j = 0; j < nr; j++) {
+        const uint32_t *m = rmeta + j * S;
+        size_t first = nf;
+        for (uint32_t q = 0; q < m[M_N]; q++) {
+            uint32_t srv = m[M_HEAD + 3 * q + 2];
+            if (srv == (uint32_t)r->me)
+                continue;
+            size_t f = first;
+            while (f < nf && fd[f] != srv)
+                f++;
+            if (f == nf) {
+                fj[f] = (uint32_t)j;
+                fd[f] = srv;
+                memset(fm + f * S, 0, S * sizeof *fm);
+                fm[f * S + M_TOK] = m[M_TOK];
+                fm[f * S + M_RET] = (uint32_t)r->me;
+                nf++;
+            }
+            uint32_t *t = fm + f * S;
+            fq[f * K + t[M_N]] = q;
+            memcpy(t + M_HEAD + 3 * t[M_N], m + M_HEAD + 3 * q, 3 * sizeof *t);
+            t[M_N]++;
+        }
+    }
+    /* in server order: rows [x | gradient] and their meta */
+    size_t *sc = run_hbuf(r, TS_FROW, 2 * (size_t)G * sizeof *sc), *rc = sc + G;
+    size_t *pos = run_hbuf(r, TS_FPOS, ((size_t)G + 1) * sizeof *pos);
+    memset(sc, 0, (size_t)G * sizeof *sc);
+    for (size_t f = 0; f < nf; f++)
+        sc[fd[f]]++;
+    for (size_t p = 0, acc = 0; p < (size_t)G; p++) {
+        pos[p] = acc;
+        acc += sc[p];
+    }
+    uint32_t *order = run_hbuf(r, TS_FORD, (nf + 1) * sizeof *order);
+    float *send = run_hbuf(r, TS_FSEND, (nf + 1) * 2 * H * sizeof *send);
+    uint32_t *smeta = run_hbuf(r, TS_FSMETA, (nf + 1) * S * sizeof *smeta);
+    for (size_t f = 0; f < nf; f++) {
+        size_t at = pos[fd[f]]++;
+        order[at] = (uint32_t)f;
+        memcpy(send + at * 2 * H, rows + (size_t)fj[f] * 2 * H, 2 * H * sizeof *send);
+        memcpy(smeta + at * S, fm + f * S, S * sizeof *smeta);
+    }
+    float *got, *back;
+    size_t ng = exchange_rows(r, send, sc, 2 * H, r->cfg.dtype, &got, rc, TS_FRECV);
+    size_t *mc = run_hbuf(r, TS_FMC, 4 * (size_t)G * sizeof *mc);
+    for (size_t p = 0, a = 0, b = 0; p < (size_t)G; p++) {
+        mc[p] = sc[p] * S * 4;
+        mc[G + p] = a * S * 4;
+        mc[2 * G + p] = rc[p] * S * 4;
+        mc[3 * G + p] = b * S * 4;
+        a += sc[p];
+        b += rc[p];
+    }
+    uint32_t *gmeta = run_hbuf(r, TS_FRMETA, (ng + 1) * S * sizeof *gmeta);
+    RUN_CK(r, run_comm_alltoallv(r->comm, smeta, mc, mc + G, gmeta, mc + 2 * G, mc + 3 * G));
+    float *rep = run_hbuf(r, TS_FREPLY, (ng + 1) * (H + K) * sizeof *rep);
+    serve_backward(r, l, UINT32_MAX, g, got, gmeta, ng, rep);
+    if (exchange_rows(r, rep, rc, H + K, r->cfg.dtype, &back, sc, TS_FRPLY) != nf)
+        run_die(r, "backward (relayed replies do not match the rows)", MOE_EINVAL);
+    for (size_t at = 0; at < nf; at++) {
+        size_t f = order[at];
+        float *dst = reply + (size_t)fj[f] * (H + K);
+        const float *b = back + at * (H + K);
+        for (size_t h = 0; h < H; h++)
+            dst[h] += b[h];
+        for (uint32_t t = 0; t < fm[f * S + M_N]; t++)
+            dst[H + fq[f * K + t]] = b[H + t];
+    }
+    /* rows out and in (fp32 and wire copies) with their meta, replies out and back */
+    return (nf + ng) * (2 * H * (4 + r->esz) + S * 4 + (H + K) * (4 + r->esz));
 }
 
 /* The experts' part of the backward for chunk c, local rows [i0, i1) of layer l (xm the mixed
@@ -236,6 +328,8 @@ static size_t experts_backward(run_t *r, uint32_t l, uint32_t c, size_t i0, size
     /* serve, and send each reply back where its row came from */
     float *reply = run_hbuf(r, TS_REPLY, (nr + 1) * (H + K) * sizeof *reply), *back;
     size_t restored = serve_backward(r, l, c, g, rows, rmeta, nr, reply);
+    if (r->cfg.mode == MOE_RUN_HIERARCHICAL)
+        restored += relay_backward(r, l, g, rows, rmeta, nr, reply);
     size_t nb = exchange_rows(r, reply, rc, H + K, r->cfg.dtype, &back, sc, TS_RPLY);
     if (nb != ne)
         run_die(r, "backward (replies do not match the rows sent)", MOE_EINVAL);
@@ -583,10 +677,13 @@ static int reuse_auto(run_t *r)
 /* The chunks and the memory-reuse strategy of the run's training steps. */
 static void train_setup(run_t *r)
 {
-    if (r->cfg.mode == MOE_RUN_PIPELINED && !r->chunks_used)
+    if ((r->cfg.mode == MOE_RUN_PIPELINED ||
+         (r->cfg.mode == MOE_RUN_HIERARCHICAL && r->cfg.chunks_set)) && !r->chunks_used)
         r->chunks_used = r->cfg.chunks ? r->cfg.chunks : run_auto_chunks(r);
     if (r->cfg.mode == MOE_RUN_DATACENTRIC)
         r->reuse = MOE_REUSE_NONE; /* no serving side: nothing to reuse */
+    else if (r->cfg.mode == MOE_RUN_HIERARCHICAL)
+        r->reuse = MOE_REUSE_S4; /* the relayed rows travel again with their gradients */
     else
         r->reuse = r->cfg.reuse == MOE_RUN_REUSE_AUTO ? reuse_auto(r) : r->cfg.reuse;
 }

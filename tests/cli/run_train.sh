@@ -1,7 +1,7 @@
 #!/bin/sh
 # tests/cli/run_train.sh -- moe-run --train: training steps on 8 ranks replaying DeepSeek-V2-Lite
 # routing with a moe-place placement, and on 8 ranks with a computed gate, in fp32 and bf16,
-# in vanilla, pipelined, coherent and datacentric modes: --check compares the first step's loss
+# in all five modes: --check compares the first step's loss
 # and every gradient, and the loss of every step, with the serial reference model trained alike
 # (SGD and Adam); the loss falls, the modes and rank counts give the same losses; each of
 # MPMoE's memory-reuse strategies trains the same function below the activation peak of none;
@@ -87,14 +87,15 @@ expect_eq "$(grep -c '^moe-run: --reuse auto' "$T/err")" 1 "messages of the choi
 grep -q '"reuse": "S[1-4]"' "$T/auto.json" || fail "JSON does not name the choice"
 end
 
-for mode in datacentric coherent; do
+for mode in datacentric coherent hierarchical; do
     case $mode in
     datacentric) what="pulled experts' gradients go to their owners" ;;
     coherent) what="the gradients follow the tokens' homes back" ;;
+    hierarchical) what="the gradients of relayed rows are summed in the node" ;;
     esac
     for dt in $dts; do
         begin "$mode, replayed, 8 ranks, $dt: $what"
-        expect_exit 0 mpi_noleak 8 --train --mode $mode --trace "$T/ds.mft" \
+        expect_exit 0 mpi_noleak 8 --train --mode $mode --gpus-per-node 4 --trace "$T/ds.mft" \
             --placement "$T/p8.moep" --hidden 32 --ffn 24 --iters 3 --warmup 0 --check \
             --dtype $dt --json "$T/$mode$dt.json"
         grep -q 'reference: .*: ok$' "$T/out" || fail "no passing check line"
@@ -103,6 +104,13 @@ for mode in datacentric coherent; do
         end
     done
 done
+
+begin "hierarchical in 2 chunks, computed gate, 8 ranks: --check passes, S4 reported"
+expect_exit 0 mpi 8 --train --mode hierarchical --chunks 2 --gpus-per-node 4 --layers 3 \
+    --experts 8 --topk 2 --hidden 16 --ffn 12 --iters 3 --warmup 0 --check --json "$T/h.json"
+grep -q 'reference: .*: ok$' "$T/out" || fail "no passing check line"
+grep -q '"reuse": "S4"' "$T/h.json" || fail "JSON does not say S4"
+end
 
 begin "datacentric, computed gate, 8 ranks: --check passes"
 expect_exit 0 mpi 8 --train --mode datacentric --gpus-per-node 4 --layers 3 --experts 8 \
@@ -144,8 +152,9 @@ end
 
 begin "what does not train yet is refused"
 R=$MOE_BIN/moe-run
-expect_exit 2 "$R" --train --mode hierarchical
-expect_tool_usage moe-run "" "--train: hierarchical mode does not train yet"
+expect_exit 2 "$R" --train --mode hierarchical --reuse S1
+expect_tool_usage moe-run "" "--reuse: hierarchical mode restores by re-communication and \
+re-computation only (S4)"
 expect_exit 2 "$R" --train --calibrate
 expect_tool_usage moe-run "" "--calibrate takes neither --json, --check nor --train"
 expect_exit 2 "$R" --train --lr -1
