@@ -2,8 +2,8 @@
 # bench/bench_run.sh -- moe-run measured on CPU ranks: the bytes coherent mode with an affinity
 # placement moves against vanilla mode with the contiguous placement (moe-run acceptance point
 # 2: ratio <= 0.6), on DeepSeek-V2-Lite prompts 501..1000 replayed on 8 MPI ranks with the
-# placements fitted on prompts 1..500; then every mode's time on the same tokens, and each
-# training mode's step against its forward.
+# placements fitted on prompts 1..500; then every mode's time on the same tokens, each
+# training mode's step against its forward, and MPMoE's memory-reuse strategies in training.
 # Usage: sh bench/bench_run.sh [BIN_DIR]   (needs mpirun and ../shared beside the checkout)
 # Environment: BENCH_TOKENS_PER_RANK (default 6000: all ~47k held-out tokens), BENCH_HIDDEN
 # (default 32).
@@ -107,10 +107,10 @@ echo
 echo "# training (--train, SGD), the same tokens and placement, 2 nodes x 4: one step (forward,"
 echo "# loss, backward, update) against one forward-only iteration of the same mode; the bytes"
 echo "# of activations and exchange buffers the largest rank held at once (the runtime's own"
-echo "# accounting) and the largest rank's peak RSS. Hierarchical mode does not train yet."
+echo "# accounting) and the largest rank's peak RSS (--reuse none; hierarchical: S4)."
 printf '%-24s %10s %10s %9s %16s %14s\n' mode step_ms fwd_ms step/fwd peak_activation_B \
     peak_rss_B
-for mode in vanilla coherent "pipelined --chunks 3" datacentric; do
+for mode in vanilla coherent "pipelined --chunks 3" "hierarchical --chunks 3" datacentric; do
     # shellcheck disable=SC2086
     run "$tmp/f.json" "$tmp/a.moep" $mode
     # shellcheck disable=SC2086
@@ -119,4 +119,24 @@ for mode in vanilla coherent "pipelined --chunks 3" datacentric; do
     fw=$(jval "$tmp/f.json" iteration_ms)
     printf '%-24s %10.1f %10.1f %9s %16s %14s\n' "$mode" "$st" "$fw" "$(ratio "$st" "$fw")" \
         "$(jval "$tmp/t.json" peak_activation_bytes)" "$(jval "$tmp/t.json" peak_rss_bytes)"
+done
+
+echo
+echo "# MPMoE's memory reuse (--reuse), pipelined mode in 3 chunks, the same tokens and"
+echo "# placement: one training step and the largest rank's bytes held at once against none"
+echo "# (keep T_DI and T_M in place); offload_B: what S1-S3 moved to host memory (on CPU ranks"
+echo "# host and device memory are one, so RSS does not fall); auto: the strategy MPMoE's cost"
+echo "# model picks with rates measured at the start."
+printf '%-6s %10s %9s %16s %9s %12s %14s\n' reuse step_ms vs_none peak_activation_B vs_none \
+    offload_B peak_rss_B
+for s in none S1 S2 S3 S4 auto; do
+    run "$tmp/r.json" "$tmp/a.moep" pipelined --chunks 3 --train --reuse $s
+    st=$(jval "$tmp/r.json" iteration_ms)
+    pk=$(jval "$tmp/r.json" peak_activation_bytes)
+    [ $s != none ] || { st0=$st; pk0=$pk; }
+    name=$s
+    [ $s != auto ] || name="auto=$(tr ',' '\n' <"$tmp/r.json" | sed -n 's/.*"reuse": "\(.*\)".*/\1/p')"
+    printf '%-6s %10.1f %9s %16s %9s %12s %14s\n' "$name" "$st" "$(ratio "$st" "$st0")" "$pk" \
+        "$(ratio "$pk" "$pk0")" "$(jval "$tmp/r.json" peak_offload_bytes)" \
+        "$(jval "$tmp/r.json" peak_rss_bytes)"
 done
