@@ -123,9 +123,9 @@ static size_t serve_backward(run_t *r, uint32_t l, uint32_t c, grads_t *g, const
                              const uint32_t *rmeta, size_t nr, float *reply)
 {
     const size_t H = r->H, F = r->F, K = r->K, E = r->E, S = M_HEAD + 3 * K, HF = H * F;
-    const int recomm = !run_reuse_keeps_x(r->reuse), width = recomm ? 2 : 1;
-    /* the rows of a forwarded hop (c = UINT32_MAX) come with their inputs, nothing kept */
+    /* the rows of a relayed hop (c = UINT32_MAX) come with their inputs, nothing kept */
     const run_served_t *k = c == UINT32_MAX ? NULL : run_served_at(r, l, c);
+    const int recomm = !k || !run_reuse_keeps_x(r->reuse), width = recomm ? 2 : 1;
     if (k && k->nr != nr)
         run_die(r, "backward (rows differ from the forward's)", MOE_EINVAL);
     for (size_t j = 0; k && j < nr; j++)
@@ -133,7 +133,7 @@ static size_t serve_backward(run_t *r, uint32_t l, uint32_t c, grads_t *g, const
             run_die(r, "backward (rows differ from the forward's)", MOE_EINVAL);
     /* T_DI and T_M: kept in place, prefetched from host memory, or neither */
     size_t restored = 0;
-    const float *xs = recomm ? rows : k->x, *as = run_reuse_keeps_a(r->reuse) ? k->a : NULL;
+    const float *xs = recomm ? rows : k->x, *as = k && run_reuse_keeps_a(r->reuse) ? k->a : NULL;
     if (!recomm && run_reuse_offloads(r->reuse)) {
         float *d = run_hbuf(r, TS_PREX, (nr + 1) * H * sizeof *d);
         memcpy(d, k->x, nr * H * sizeof *d);
