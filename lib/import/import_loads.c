@@ -53,7 +53,8 @@ static int json_array(moe_importer_t *im, const char *const *keys, int nkeys, im
         out->dim[1] = v->kind == J_ARR3 ? v->rows : v->cols;
         out->dim[2] = v->cols;
         out->n = v->n;
-        memcpy(out->v, o.nums + v->off, v->n * sizeof *out->v);
+        if (v->n) /* an empty array has no numbers at all (o.nums NULL) */
+            memcpy(out->v, o.nums + v->off, v->n * sizeof *out->v);
     }
     free(o.nums);
     free(text);

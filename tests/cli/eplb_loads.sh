@@ -131,6 +131,9 @@ st_file "$T/neg.st" '{"expert_load_window":{"dtype":"I32","shape":[1,2],"data_of
     '\377\377\377\377\0\0\0\0'
 expect_exit 1 mp fit --ranks 2 --method balanced --loads "$T/neg.st"
 expect_tool_err_line moe-place "is not a count"
+printf '{"logical_count":[[\n\n]]}\n' >"$T/empty.json" # found by the fuzzer (UBSan)
+expect_exit 1 mp fit --ranks 2 --method balanced --loads "$T/empty.json"
+expect_tool_err_line moe-place "out of range"
 printf '{"logical_count": 3}\n' >"$T/k.json"
 expect_exit 1 mp fit --ranks 2 --method balanced --loads "$T/k.json"
 expect_tool_err_line moe-place "logical_count"
