@@ -9,10 +9,7 @@
 #include "moe/kern.h"
 #include "moe/moe.h"
 #include "moe/rng.h"
-
-/* Rows per FFN block: each weight row is streamed once per block and reused for all its rows
- * from L1, while the block's accumulators (KERN_BLK x F and KERN_BLK x H floats) stay in L2. */
-#define KERN_BLK 16
+#include "kern_internal.h"
 
 /* ------------------------------------------------------------------ dtypes */
 
@@ -161,32 +158,6 @@ int moe_kern_unpack(const void *src, size_t n, int dtype, float *dst)
     }
 }
 
-/* y[i] += a * x[i], i < n: the inner loop of both FFN products. GCC's -O2 cost model leaves
- * loops of unknown length scalar, so chunks of 8 go through explicit 4-wide vectors where the
- * compiler has them; elementwise either way, so the result is bit-identical to the plain loop. */
-#if defined(__GNUC__)
-typedef float kern_v4 __attribute__((vector_size(16)));
-#endif
-static inline void axpy(float *restrict y, float a, const float *restrict x, uint32_t n)
-{
-    uint32_t i = 0;
-#if defined(__GNUC__)
-    for (; i + 8 <= n; i += 8) {
-        kern_v4 y0, y1, x0, x1;
-        memcpy(&y0, y + i, sizeof y0);
-        memcpy(&y1, y + i + 4, sizeof y1);
-        memcpy(&x0, x + i, sizeof x0);
-        memcpy(&x1, x + i + 4, sizeof x1);
-        y0 += a * x0;
-        y1 += a * x1;
-        memcpy(y + i, &y0, sizeof y0);
-        memcpy(y + i + 4, &y1, sizeof y1);
-    }
-#endif
-    for (; i < n; i++)
-        y[i] += a * x[i];
-}
-
 /* ------------------------------------------------------------------ mixer, gate, permute */
 
 void moe_kern_mixer(float *x, size_t n, uint32_t H, const float *m)
@@ -224,7 +195,7 @@ static void gate_row(const float *restrict x, uint32_t H, const float *restrict 
 {
     memset(lg, 0, E * sizeof *lg);
     for (uint32_t h = 0; h < H; h++) {
-        axpy(lg, x[h], Wg + (size_t)h * E, E);
+        kern_axpy(lg, x[h], Wg + (size_t)h * E, E);
     }
     uint32_t cnt = 0;
     for (uint32_t e = 0; e < E; e++)
@@ -263,7 +234,7 @@ void moe_kern_scatter_add(const float *y, const uint32_t *idx, const float *w, s
                           uint32_t H, float *out)
 {
     for (size_t i = 0; i < n; i++) {
-        axpy(out + (size_t)idx[i] * H, w ? w[i] : 1.0f, y + i * H, H);
+        kern_axpy(out + (size_t)idx[i] * H, w ? w[i] : 1.0f, y + i * H, H);
     }
 }
 
@@ -285,7 +256,7 @@ static void ffn_block(const float *restrict x, size_t b, uint32_t H, uint32_t F,
     for (uint32_t h = 0; h < H; h++) {
         const float *w1 = W1 + (size_t)h * F;
         for (size_t i = 0; i < b; i++) {
-            axpy(a + i * F, x[i * H + h], w1, F);
+            kern_axpy(a + i * F, x[i * H + h], w1, F);
         }
     }
     if (act)
@@ -296,7 +267,7 @@ static void ffn_block(const float *restrict x, size_t b, uint32_t H, uint32_t F,
     for (uint32_t f = 0; f < F; f++) {
         const float *w2 = W2 + (size_t)f * H;
         for (size_t i = 0; i < b; i++) {
-            axpy(y + i * H, a[i * F + f], w2, H);
+            kern_axpy(y + i * H, a[i * F + f], w2, H);
         }
     }
 }

@@ -9,6 +9,7 @@
 
 #include "moe/kern.h"
 #include "moe/moe.h"
+#include "kern_internal.h"
 
 /* ------------------------------------------------------------------ layer steps, backward */
 
@@ -54,7 +55,7 @@ void moe_kern_gate_backward(const float *x, size_t n, uint32_t H, const float *W
 
 size_t moe_kern_ffn_backward_work_size(uint32_t F)
 {
-    return 2 * (size_t)F;
+    return 3 * (size_t)KERN_BLK * F;
 }
 
 int moe_kern_ffn_backward(const float *x, size_t n, uint32_t H, uint32_t F, const float *W1,
@@ -63,6 +64,53 @@ int moe_kern_ffn_backward(const float *x, size_t n, uint32_t H, uint32_t F, cons
 {
     return moe_kern_ffn_backward_scaled(x, NULL, n, H, F, W1, W2, dy, NULL, dx, dW1, dW2, NULL,
                                         work);
+}
+
+/* One block of b <= KERN_BLK rows, as the forward's ffn_block: each weight row is read once
+ * for the block. act: b x F, silu(a); sp: b x F, silu'(a); d: b x F, dy W2^T, then da. */
+static void backward_block(const float *restrict x, const float *restrict a_in, size_t b,
+                           uint32_t H, uint32_t F, const float *restrict W1,
+                           const float *restrict W2, const float *restrict dy,
+                           const float *restrict sc, float *restrict dx, float *restrict dW1,
+                           float *restrict dW2, float *restrict ds, float *restrict work)
+{
+    float *act = work, *sp = work + KERN_BLK * (size_t)F, *d = sp + KERN_BLK * (size_t)F;
+    if (a_in) {
+        memcpy(act, a_in, b * F * sizeof *act);
+    } else { /* a = x W1, h ascending as in the forward */
+        memset(act, 0, b * F * sizeof *act);
+        for (uint32_t h = 0; h < H; h++)
+            for (size_t i = 0; i < b; i++)
+                kern_axpy(act + i * F, x[i * H + h], W1 + (size_t)h * F, F);
+    }
+    for (size_t i = 0; i < b * F; i++) {
+        float z = act[i], s = 1.0f / (1.0f + expf(-z));
+        act[i] = z * s;
+        sp[i] = s * (1.0f + z * (1.0f - s)); /* silu'(z) = s (1 + z (1 - s)) */
+    }
+    for (uint32_t f = 0; f < F; f++) /* d = dy W2^T */
+        for (size_t i = 0; i < b; i++)
+            d[i * F + f] = kern_dot(dy + i * H, W2 + (size_t)f * H, H);
+    for (size_t i = 0; i < b; i++) {
+        const float si = sc ? sc[i] : 1.0f;
+        if (ds) /* dy . y = sum_f silu(a_f) (dy W2^T)_f */
+            ds[i] += kern_dot(act + i * F, d + i * F, F);
+        for (uint32_t f = 0; f < F; f++)
+            d[i * F + f] *= si * sp[i * F + f];
+    }
+    if (dW2) /* dW2 += silu(a)^T (s dy), rows ascending */
+        for (uint32_t f = 0; f < F; f++)
+            for (size_t i = 0; i < b; i++)
+                kern_axpy(dW2 + (size_t)f * H, act[i * F + f] * (sc ? sc[i] : 1.0f), dy + i * H,
+                          H);
+    if (dW1) /* dW1 += x^T da */
+        for (uint32_t h = 0; h < H; h++)
+            for (size_t i = 0; i < b; i++)
+                kern_axpy(dW1 + (size_t)h * F, x[i * H + h], d + i * F, F);
+    if (dx) /* dx += da W1^T */
+        for (uint32_t h = 0; h < H; h++)
+            for (size_t i = 0; i < b; i++)
+                dx[i * H + h] += kern_dot(d + i * F, W1 + (size_t)h * F, F);
 }
 
 int moe_kern_ffn_backward_scaled(const float *x, const float *a_in, size_t n, uint32_t H,
@@ -75,43 +123,11 @@ int moe_kern_ffn_backward_scaled(const float *x, const float *a_in, size_t n, ui
         return 0;
     if (!work && !(work = own = malloc(moe_kern_ffn_backward_work_size(F) * sizeof *work)))
         return MOE_ENOMEM;
-    float *a = work, *da = work + F;
-    for (size_t i = 0; i < n; i++) {
-        const float *xr = x + i * H, *g = dy + i * H;
-        const float si = sc ? sc[i] : 1.0f;
-        float dsum = 0;
-        if (a_in) {
-            memcpy(a, a_in + i * F, F * sizeof *a);
-        } else {
-            memset(a, 0, F * sizeof *a); /* a = x W1, h ascending as in the forward */
-            for (uint32_t h = 0; h < H; h++)
-                for (uint32_t f = 0; f < F; f++)
-                    a[f] += xr[h] * W1[(size_t)h * F + f];
-        }
-        for (uint32_t f = 0; f < F; f++) {
-            float s = 1.0f / (1.0f + expf(-a[f])), act = a[f] * s, d = 0;
-            for (uint32_t h = 0; h < H; h++) {
-                d += g[h] * W2[(size_t)f * H + h];
-                if (dW2)
-                    dW2[(size_t)f * H + h] += act * (sc ? si * g[h] : g[h]);
-            }
-            dsum += act * d; /* dy . y = sum_f silu(a_f) (W2 dy)_f */
-            if (sc)
-                d *= si;
-            da[f] = d * s * (1.0f + a[f] * (1.0f - s)); /* silu'(z) = s (1 + z (1 - s)) */
-        }
-        if (ds)
-            ds[i] += dsum;
-        for (uint32_t h = 0; h < H; h++) {
-            float d = 0;
-            for (uint32_t f = 0; f < F; f++) {
-                d += da[f] * W1[(size_t)h * F + f];
-                if (dW1)
-                    dW1[(size_t)h * F + f] += xr[h] * da[f];
-            }
-            if (dx)
-                dx[i * H + h] += d;
-        }
+    for (size_t i = 0; i < n; i += KERN_BLK) {
+        size_t b = n - i < KERN_BLK ? n - i : KERN_BLK;
+        backward_block(x + i * H, a_in ? a_in + i * F : NULL, b, H, F, W1, W2, dy + i * H,
+                       sc ? sc + i : NULL, dx ? dx + i * H : NULL, dW1, dW2, ds ? ds + i : NULL,
+                       work);
     }
     free(own);
     return 0;

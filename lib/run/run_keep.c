@@ -11,6 +11,7 @@
 #include "moe/cost.h"
 #include "moe/moe.h"
 #include "run_internal.h"
+#include "util_internal.h"
 
 void run_save_input(run_t *r, uint32_t l, const float *x)
 {
@@ -74,16 +75,16 @@ run_served_t *run_served_at(run_t *r, uint32_t l, uint32_t c)
     return &r->served[(size_t)l * r->served_chunks + c];
 }
 
-/* Grow a kept array to n elements of `size` bytes (one more allocated). */
+/* Size a kept array for n elements of `size` bytes (one more allocated), exactly: what is
+ * kept is what the activation peak counts, so it does not grow by doubling (util_grow). */
 static void *grow(run_t *r, void *p, size_t *cap, size_t n, size_t size)
 {
     if (n <= *cap && p)
         return p;
-    void *q = realloc(p, (n + 1) * size);
-    if (!q)
+    if (util_resize_each(n + 1, 1, (void **const[]){&p}, (const size_t[]){size}))
         run_die(r, "--train (keeping activations)", MOE_ENOMEM);
     *cap = n;
-    return q;
+    return p;
 }
 
 float *run_keep_act(run_t *r, uint32_t l, uint32_t c, size_t np)

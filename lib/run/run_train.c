@@ -39,7 +39,7 @@ enum { TS_XM = 48, TS_HOME, TS_CNT, TS_SROW, TS_SMETA, TS_RMETA, TS_SEND, TS_REC
        TS_RPLY, TS_RPLY2, TS_BACK, TS_DXM, TS_DW, TS_WORK, TS_REPLY, TS_ROW, TS_POS, TS_RED,
        TS_OUT, TS_TGT, TS_PREX, TS_PREA, TS_PAIR, TS_FMAP, TS_FMETA, TS_FROW, TS_FPOS, TS_FORD,
        TS_FSEND, TS_FSMETA, TS_FRECV, TS_FRECV2, TS_FMC, TS_FRMETA, TS_FREPLY, TS_FRPLY,
-       TS_FRPLY2, TS_END };
+       TS_FRPLY2, TS_PMAP, TS_PROWS, TS_END };
 _Static_assert(TS_END <= RUN_HSLOTS, "run_internal.h: RUN_HSLOTS too small for training");
 
 /* Gradients of the weights: mixers and gates (every rank's, summed), experts held here. */
@@ -114,11 +114,49 @@ static size_t exchange_rows(run_t *r, const float *send, const size_t *sc, size_
     return n;
 }
 
+/* The expert-token pairs of a backward, grouped by expert for moe_kern_ffn_backward_scaled:
+ * each pair's input row, output gradient and routing weight, its input gradient and weight
+ * gradient (zeroed), and where they go back (row, entry). */
+typedef struct pairs {
+    float *x, *dy, *s, *dx, *ds;
+    uint32_t *row, *ent;
+} pairs_t;
+
+static void pairs_get(run_t *r, size_t np, pairs_t *p)
+{
+    const size_t H = r->H;
+    p->x = run_hbuf(r, TS_PROWS, (np * (3 * H + 2) + 1) * sizeof *p->x);
+    p->dy = p->x + np * H;
+    p->dx = p->dy + np * H;
+    p->s = p->dx + np * H;
+    p->ds = p->s + np;
+    p->row = run_hbuf(r, TS_PMAP, (2 * np + 1) * sizeof *p->row);
+    p->ent = p->row + np;
+    memset(p->dx, 0, np * H * sizeof *p->dx);
+    memset(p->ds, 0, np * sizeof *p->ds);
+}
+
+static void pairs_put(pairs_t *p, size_t at, size_t H, const float *x, const float *dy,
+                      const void *w, uint32_t row, uint32_t ent)
+{
+    memcpy(p->x + at * H, x, H * sizeof *p->x);
+    memcpy(p->dy + at * H, dy, H * sizeof *p->dy);
+    memcpy(&p->s[at], w, sizeof *p->s);
+    p->row[at] = row;
+    p->ent[at] = ent;
+}
+
+/* Bytes of the pairs' buffers (for the activation peak). */
+static size_t pairs_bytes(size_t np, size_t H)
+{
+    return np * ((3 * H + 2) * sizeof(float) + 2 * sizeof(uint32_t));
+}
+
 /* The serving side of chunk c: for received row j (its output gradient at go + j * stride, its
  * input row at x + j * H when the strategy restores T_DI by re-communication, else kept) and
  * each of its entries served here, the expert's backward; the reply row is [dx | dweight of
  * each entry]. T_M comes from the forward (kept or offloaded) or is recomputed. Returns the
- * bytes of what it restored from host memory. */
+ * bytes of what it restored from host memory and of the pairs' buffers. */
 static size_t serve_backward(run_t *r, uint32_t l, uint32_t c, grads_t *g, const float *rows,
                              const uint32_t *rmeta, size_t nr, float *reply)
 {
@@ -157,28 +195,42 @@ static size_t serve_backward(run_t *r, uint32_t l, uint32_t c, grads_t *g, const
         start[e + 1] += start[e];
     if (k && start[E] != k->np)
         run_die(r, "backward (pairs differ from the forward's)", MOE_EINVAL);
-    float *bw = run_hbuf(r, TS_WORK, (moe_kern_ffn_backward_work_size(r->F) + 1) * sizeof *bw);
-    const size_t stride = width * H;
+    /* each pair (row j, entry q) at its place in that order, its rows gathered: the experts'
+     * backward runs on blocks of rows, its results are added into the replies after */
+    const size_t np = start[E], stride = width * H;
+    pairs_t pr;
+    pairs_get(r, np, &pr);
     for (size_t j = 0; j < nr; j++) {
         const float *x = xs + j * (recomm ? stride : H), *go = rows + j * stride + (width - 1) * H;
         const uint32_t *m = rmeta + j * S;
-        float *out = reply + j * (H + K);
-        memset(out, 0, (H + K) * sizeof *out);
+        memset(reply + j * (H + K), 0, (H + K) * sizeof *reply);
         for (uint32_t q = 0; q < m[M_N]; q++) {
             const uint32_t *en = m + M_HEAD + 3 * q;
             if (en[2] != (uint32_t)r->me)
                 continue;
-            size_t e = (size_t)l * E + en[0], at = start[en[0]]++;
-            float wk;
-            memcpy(&wk, &en[1], sizeof wk);
-            if (!r->w1[e])
+            size_t at = start[en[0]]++;
+            if (!r->w1[(size_t)l * E + en[0]])
                 run_die(r, "routing (expert not held by its server)", MOE_EINVAL);
-            RUN_CK(r, moe_kern_ffn_backward_scaled(x, as ? as + at * F : NULL, 1, r->H, r->F,
-                                                   r->w1[e], r->w2[e], go, &wk, out,
-                                                   g->w1[e], g->w1[e] + HF, &out[H + q], bw));
+            pairs_put(&pr, at, H, x, go, &en[1], (uint32_t)j, q);
         }
     }
-    return restored;
+    float *bw = run_hbuf(r, TS_WORK, (moe_kern_ffn_backward_work_size(r->F) + 1) * sizeof *bw);
+    for (size_t e = 0, lo = 0; e < E; lo = start[e++]) {
+        size_t at = (size_t)l * E + e;
+        if (start[e] > lo)
+            RUN_CK(r, moe_kern_ffn_backward_scaled(pr.x + lo * H, as ? as + lo * F : NULL,
+                                                   start[e] - lo, r->H, r->F, r->w1[at],
+                                                   r->w2[at], pr.dy + lo * H, pr.s + lo,
+                                                   pr.dx + lo * H, g->w1[at], g->w1[at] + HF,
+                                                   pr.ds + lo, bw));
+    }
+    for (size_t q = 0; q < np; q++) {
+        float *out = reply + pr.row[q] * (H + K);
+        for (size_t h = 0; h < H; h++)
+            out[h] += pr.dx[q * H + h];
+        out[H + pr.ent[q]] += pr.ds[q];
+    }
+    return restored + pairs_bytes(np, H);
 }
 
 /* Hierarchical mode's backward of the intra-node stage (MoNTA): a row received from another
@@ -403,19 +455,38 @@ static size_t dc_experts_backward(run_t *r, uint32_t l, const float *xm, const f
     /* every expert locally; the pulled ones' gradients in their own buffer */
     float *gq = run_hbuf(r, TS_BACK, (nq + 1) * 2 * HF * sizeof *gq);
     memset(gq, 0, nq * 2 * HF * sizeof *gq);
+    /* the local pairs grouped by expert (rows ascending within one), as the serving side */
+    size_t *start = run_hbuf(r, TS_POS, (E + 1) * sizeof *start), np = 0;
+    memset(start, 0, (E + 1) * sizeof *start);
+    for (size_t i = 0; i < n; i++)
+        for (size_t k = 0; ids[i * K] >= 0 && k < K; k++)
+            start[ids[i * K + k] + 1]++;
+    for (size_t e = 0; e < E; e++)
+        start[e + 1] += start[e];
+    np = start[E];
+    pairs_t pr;
+    pairs_get(r, np, &pr);
+    for (size_t i = 0; i < n; i++)
+        for (size_t k = 0; ids[i * K] >= 0 && k < K; k++)
+            pairs_put(&pr, start[ids[i * K + k]]++, H, xm + i * H, dout + i * H, &w[i * K + k],
+                      (uint32_t)i, (uint32_t)k);
     float *bw = run_hbuf(r, TS_WORK, (moe_kern_ffn_backward_work_size(r->F) + 1) * sizeof *bw);
-    for (size_t i = 0; i < n; i++) {
-        if (ids[i * K] < 0)
-            continue;
-        for (size_t k = 0; k < K; k++) {
-            size_t e = (size_t)ids[i * K + k], at = l * E + e;
-            const float *W1 = r->w1[at] ? r->w1[at] : wgot + slot[e] * 2 * HF;
-            const float *W2 = r->w1[at] ? r->w2[at] : W1 + HF;
-            float *G1 = r->w1[at] ? g->w1[at] : gq + slot[e] * 2 * HF;
-            RUN_CK(r, moe_kern_ffn_backward_scaled(xm + i * H, NULL, 1, r->H, r->F, W1, W2,
-                                                   dout + i * H, &w[i * K + k], dxm + i * H,
-                                                   G1, G1 + HF, &dw[i * K + k], bw));
-        }
+    for (size_t e = 0, lo = 0; e < E; lo = start[e++]) {
+        size_t at = l * E + e;
+        const float *W1 = r->w1[at] ? r->w1[at] : wgot + slot[e] * 2 * HF;
+        const float *W2 = r->w1[at] ? r->w2[at] : W1 + HF;
+        float *G1 = r->w1[at] ? g->w1[at] : gq + slot[e] * 2 * HF;
+        if (start[e] > lo)
+            RUN_CK(r, moe_kern_ffn_backward_scaled(pr.x + lo * H, NULL, start[e] - lo, r->H,
+                                                   r->F, W1, W2, pr.dy + lo * H, pr.s + lo,
+                                                   pr.dx + lo * H, G1, G1 + HF, pr.ds + lo,
+                                                   bw));
+    }
+    for (size_t q = 0; q < np; q++) {
+        size_t i = pr.row[q];
+        for (size_t h = 0; h < H; h++)
+            dxm[i * H + h] += pr.dx[q * H + h];
+        dw[i * K + pr.ent[q]] += pr.ds[q];
     }
     /* the pulled experts' gradients back to their owners, added there */
     float *gb;
@@ -427,8 +498,8 @@ static size_t dc_experts_backward(run_t *r, uint32_t l, const float *xm, const f
         for (size_t i = 0; i < 2 * HF; i++)
             dst[i] += gb[j * 2 * HF + i];
     }
-    /* requests, weights out and in, gradients out and in (fp32 and wire copies) */
-    return (nq + nr) * 4 * 2 + (nr + nq) * 2 * HF * (4 + r->esz) * 2;
+    /* requests, weights out and in, gradients out and in (fp32 and wire copies), the pairs */
+    return (nq + nr) * 4 * 2 + (nr + nq) * 2 * HF * (4 + r->esz) * 2 + pairs_bytes(np, H);
 }
 
 /* The backward of layer l: dout (nloc x H, host) holds the gradient of the layer's output rows

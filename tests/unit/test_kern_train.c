@@ -7,6 +7,7 @@
 
 #include <math.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "moe/kern.h"
 #include "moe/moe.h"
@@ -141,10 +142,50 @@ static void test_scaled(void)
     }
 }
 
+/* Rows go through the backward in blocks: one call on 37 rows (two whole blocks and a part;
+ * hidden and inner rows of whole 8-wide chunks and a tail) gives every gradient that one
+ * call per row gives, with kept or recomputed pre-activations, row scales and their
+ * gradients at the right rows. */
+static void test_blocks(void)
+{
+    enum { R = 37, HB = 20, FB = 12 }; /* a vector's 8 and a tail */
+    static float W[2 * HB * FB], x[R * HB], go[R * HB], y[R * HB], a[R * FB], s[R];
+    for (size_t i = 0; i < 2 * HB * FB; i++)
+        W[i] = (float)cos(0.3 * (double)i) * 0.5f;
+    for (size_t i = 0; i < R * HB; i++) {
+        x[i] = (float)sin(0.9 * (double)i);
+        go[i] = (float)cos(0.2 * (double)i + 2);
+    }
+    for (size_t i = 0; i < R; i++)
+        s[i] = 0.1f + 0.05f * (float)i;
+    const float *W1[1] = {W}, *W2[1] = {W + HB * FB};
+    size_t off[2] = {0, R};
+    CHECK_EQ_INT(moe_kern_ffn_grouped_act(x, 1, off, HB, FB, W1, W2, y, a, NULL), 0);
+    for (int kept = 0; kept < 2; kept++) {
+        static float dx[R * HB], dw[2 * HB * FB], ds[R], rx[R * HB], rw[2 * HB * FB], rs[R];
+        memset(dx, 0, sizeof dx), memset(dw, 0, sizeof dw), memset(ds, 0, sizeof ds);
+        memset(rx, 0, sizeof rx), memset(rw, 0, sizeof rw), memset(rs, 0, sizeof rs);
+        CHECK_EQ_INT(moe_kern_ffn_backward_scaled(x, kept ? a : NULL, R, HB, FB, W, W + HB * FB, go,
+                                                  s, dx, dw, dw + HB * FB, ds, NULL), 0);
+        for (size_t i = 0; i < R; i++)
+            CHECK_EQ_INT(moe_kern_ffn_backward_scaled(x + i * HB, kept ? a + i * FB : NULL, 1, HB,
+                                                      FB, W, W + HB * FB, go + i * HB, s + i,
+                                                      rx + i * HB, rw, rw + HB * FB, rs + i, NULL),
+                         0);
+        for (size_t i = 0; i < R * HB; i++)
+            CHECK(fabsf(dx[i] - rx[i]) <= 1e-5f * (1 + fabsf(rx[i])));
+        for (size_t i = 0; i < 2 * HB * FB; i++)
+            CHECK(fabsf(dw[i] - rw[i]) <= 1e-5f * (1 + fabsf(rw[i])));
+        for (size_t i = 0; i < R; i++)
+            CHECK(fabsf(ds[i] - rs[i]) <= 1e-5f * (1 + fabsf(rs[i])) && rs[i] != 0);
+    }
+}
+
 int main(void)
 {
     test_finite_differences();
     test_edges();
     test_scaled();
+    test_blocks();
     return unit_done("test_kern_train");
 }

@@ -1,0 +1,68 @@
+/* run/kern_internal.h -- the inner loops the reference kernels share (kern.c, kern_train.c):
+ * y += a x along a row, and a dot product. Private to libmoerun. */
+#ifndef MOE_KERN_INTERNAL_H
+#define MOE_KERN_INTERNAL_H
+
+#include <stdint.h>
+#include <string.h>
+
+/* Rows per FFN block: each weight row is streamed once per block and reused for all its rows
+ * from L1, while the block's accumulators (KERN_BLK x F and KERN_BLK x H floats) stay in L2. */
+#define KERN_BLK 16
+
+/* GCC's -O2 cost model leaves loops of unknown length scalar, so chunks of 8 go through
+ * explicit 4-wide vectors where the compiler has them. */
+#if defined(__GNUC__)
+typedef float kern_v4 __attribute__((vector_size(16)));
+#endif
+
+/* y[i] += a * x[i], i < n: elementwise, so bit-identical to the plain loop. */
+static inline void kern_axpy(float *restrict y, float a, const float *restrict x, uint32_t n)
+{
+    uint32_t i = 0;
+#if defined(__GNUC__)
+    for (; i + 8 <= n; i += 8) {
+        kern_v4 y0, y1, x0, x1;
+        memcpy(&y0, y + i, sizeof y0);
+        memcpy(&y1, y + i + 4, sizeof y1);
+        memcpy(&x0, x + i, sizeof x0);
+        memcpy(&x1, x + i + 4, sizeof x1);
+        y0 += a * x0;
+        y1 += a * x1;
+        memcpy(y + i, &y0, sizeof y0);
+        memcpy(y + i + 4, &y1, sizeof y1);
+    }
+#endif
+    for (; i < n; i++)
+        y[i] += a * x[i];
+}
+
+/* sum a[i] b[i], i < n, in a fixed order: eight running sums (element i into sum i mod 8 for
+ * the whole chunks of 8), added pairwise, then the tail in order. Deterministic, but not the
+ * order of a plain loop. */
+static inline float kern_dot(const float *restrict a, const float *restrict b, uint32_t n)
+{
+    uint32_t i = 0;
+    float t;
+#if defined(__GNUC__)
+    kern_v4 s0 = {0, 0, 0, 0}, s1 = {0, 0, 0, 0};
+    for (; i + 8 <= n; i += 8) {
+        kern_v4 a0, a1, b0, b1;
+        memcpy(&a0, a + i, sizeof a0);
+        memcpy(&a1, a + i + 4, sizeof a1);
+        memcpy(&b0, b + i, sizeof b0);
+        memcpy(&b1, b + i + 4, sizeof b1);
+        s0 += a0 * b0;
+        s1 += a1 * b1;
+    }
+    s0 += s1;
+    t = (s0[0] + s0[2]) + (s0[1] + s0[3]);
+#else
+    t = 0;
+#endif
+    for (; i < n; i++)
+        t += a[i] * b[i];
+    return t;
+}
+
+#endif
