@@ -10,6 +10,7 @@
 #include "costmodel.h"
 #include "moe/acct.h"
 #include "moe/cli.h"
+#include "moe/cost.h"
 #include "moe/io.h"
 #include "moe/moe.h"
 #include "moe/placement.h"
@@ -32,7 +33,7 @@ static int sim_topology(const char *arg, moe_topo_t *t)
 enum {
     S_TOPOLOGY = MOE_OPTC_TOOL + 0x80, S_HIDDEN, S_FFN, S_DTYPE, S_CHUNKS, S_SCHEME, S_BEST,
     S_JSON, S_PLOT, S_TOPK, S_SOURCE, S_NO_LAYERS, S_LOADS, S_NCCL, S_CLASS, S_POINTS, S_TOL,
-    S_CREDITS, S_RANKS, S_REPLICA_RULE, S_GATHER,
+    S_CREDITS, S_RANKS, S_REPLICA_RULE, S_GATHER, S_TRAIN, S_REUSE, S_OPTIMIZER,
 };
 
 static const struct option sim_long[] = {
@@ -44,14 +45,16 @@ static const struct option sim_long[] = {
     {"source", required_argument, 0, S_SOURCE}, {"no-layers", no_argument, 0, S_NO_LAYERS},
     {"loads", no_argument, 0, S_LOADS}, {"credits", required_argument, 0, S_CREDITS},
     {"ranks", no_argument, 0, S_RANKS}, {"replica-rule", required_argument, 0, S_REPLICA_RULE},
-    {"gather-bytes", required_argument, 0, S_GATHER},
+    {"gather-bytes", required_argument, 0, S_GATHER}, {"train", no_argument, 0, S_TRAIN},
+    {"reuse", required_argument, 0, S_REUSE}, {"optimizer", required_argument, 0, S_OPTIMIZER},
     MOE_OPTS_LONG, {0, 0, 0, 0}};
 
 typedef struct sim_cfg {
     moe_opts_t o;
     const char *topology, *plot;
     moe_sim_opts_t so;
-    int best, json, no_layers, loads, ranks;
+    int best, json, no_layers, loads, ranks, train, adam;
+    unsigned reuses; /* bit per MOE_REUSE_* strategy */
 } sim_cfg_t;
 
 static void sim_usage(FILE *fp)
@@ -77,6 +80,11 @@ static void sim_usage(FILE *fp)
           "      --no-layers        leave out the per-layer lines\n"
           "      --loads            add the expert-token load of every rank and layer\n"
           "      --ranks            add the bytes every rank sends and receives per scheme\n"
+          "      --train            add a training step per scheme (moe-run --train): time of\n"
+          "                         forward, backward and update, peak activation bytes\n"
+          "      --reuse=LIST       with --train: all, or comma-separated none, S1, S2, S3, S4\n"
+          "                         (MPMoE memory reuse) [none]\n"
+          "      --optimizer=O      with --train: sgd or adam [sgd]\n"
           "      --json             write JSON instead of the table\n"
           "      --plot=FILE        draw per-scheme bars of the time (SVG if FILE ends in .svg,\n"
           "                         else PNG)\n"
@@ -101,6 +109,24 @@ static int parse_schemes(const char *arg, unsigned *out)
     return *out ? 0 : -1;
 }
 
+/* --reuse: "all" or a comma-separated list of strategies. */
+static int parse_reuses(const char *arg, unsigned *out)
+{
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", arg);
+    *out = 0;
+    for (char *w = strtok(buf, ","); w; w = strtok(NULL, ",")) {
+        int k = moe_mpmoe_reuse_parse(w);
+        if (!strcmp(w, "all"))
+            *out = (1u << (MOE_REUSE_S4 + 1)) - 1;
+        else if (k < 0)
+            return -1;
+        else
+            *out |= 1u << k;
+    }
+    return *out ? 0 : -1;
+}
+
 static int sim_opt(int c, const char *arg, sim_cfg_t *g)
 {
     static const char *const src[] = {"auto", "recorded", "sequence", "token"};
@@ -114,6 +140,17 @@ static int sim_opt(int c, const char *arg, sim_cfg_t *g)
     case S_CREDITS:
         return moe_cli_u32(PROG, "simulate", arg, 1, 65536, "credit count", &g->so.credits);
     case S_RANKS: g->ranks = 1; return 0;
+    case S_TRAIN: g->train = 1; return 0;
+    case S_REUSE:
+        if (parse_reuses(arg, &g->reuses))
+            return moe_usage_error(PROG, "simulate", "unknown strategy in '%s' (all, none, S1, "
+                                   "S2, S3, S4)", arg);
+        return 0;
+    case S_OPTIMIZER:
+        if (strcmp(arg, "sgd") && strcmp(arg, "adam"))
+            return moe_usage_error(PROG, "simulate", "unknown optimizer '%s' (sgd, adam)", arg);
+        g->adam = !strcmp(arg, "adam");
+        return 0;
     case S_REPLICA_RULE:
         return moe_cli_replica_rule(PROG, "simulate", arg, &g->so.acct.replica_rule);
     case S_TOPK:
@@ -165,6 +202,8 @@ static int sim_parse(int argc, char **argv, sim_cfg_t *g, int *rc)
         *rc = moe_usage_error(PROG, "simulate", "--topology is required");
     else if (argc - optind != 2)
         *rc = moe_usage_error(PROG, "simulate", "expected a trace and a placement");
+    else if (!g->train && (g->reuses || g->adam))
+        *rc = moe_usage_error(PROG, "simulate", "--reuse and --optimizer need --train");
     else if (!strcmp(argv[optind], "-") && !strcmp(argv[optind + 1], "-"))
         *rc = moe_usage_error(PROG, "simulate", "the trace and the placement cannot both be "
                               "standard input");
@@ -186,7 +225,7 @@ static int write_outputs(const moe_sim_t *s, const sim_cfg_t *g, const char *tpa
     int rc = out ? 0 : 1;
     if (!rc) {
         moe_sim_write_opts_t wo = {g->json, !g->no_layers, g->loads, g->ranks, g->best, tpath,
-                                   ppath};
+                                   ppath, g->train, g->reuses, g->adam};
         char err[1024];
         int w = moe_sim_write(s, p, t, &wo, moe_textout_write, out, err, sizeof err);
         int quiet = 0; /* the reader went away: nothing committed, status 0 */

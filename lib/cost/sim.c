@@ -313,6 +313,7 @@ static void sim_setup(moe_sim_t *s, const moe_placement_t *p, const moe_topo_t *
     s->gather = o->gather_bytes > 0 ? o->gather_bytes
                 : o->gather_bytes < 0 ? s->vec : MOE_EXFLOW_TOKEN_ID;
     s->H = H;
+    s->F = F;
     s->xbytes = 2 * H * F * eb;
     s->fpt = 4 * H * F;
     s->meta = 4.0 * (3 + 3 * s->K);

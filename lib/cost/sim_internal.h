@@ -16,7 +16,7 @@ struct moe_sim {
     moe_acct_opts_t aopts;
     double vec, xbytes, fpt;     /* bytes per transfer, per expert; FLOP per expert-token */
     double gather;               /* bytes of an item of coherent's all-gather */
-    double H;                    /* hidden size */
+    double H, F;                 /* hidden size, expert inner size */
     double meta;                 /* metadata bytes of a dispatched row: 4 (3 + 3 K) */
     uint32_t chunks, credits;
     unsigned schemes;
@@ -38,5 +38,18 @@ static inline size_t sim_need_words(const moe_sim_t *s)
 
 /* Fill lay[] and iter[] from the counts (sim_model.c). 0 or MOE_ENOMEM. */
 int sim_model(moe_sim_t *s);
+
+/* The model's pieces, for the training step (sim_train.c); each is described where it is
+ * defined, in sim_model.c. Times in seconds, NaN where a speed is unknown. */
+double sim_nmax(double a, double b);
+double sim_ctime(const moe_sim_t *s, double pairs);                          /* FFN forward */
+double sim_compute_time(const moe_sim_t *s, const double *work, double *tmp); /* a phase */
+double sim_mtime(const moe_sim_t *s, double bytes);                          /* memory passes */
+double sim_rows(const moe_acct_rank_t *x, int ph, int dir);                  /* 0 sent, 1 recv */
+double sim_latency(const moe_sim_t *s);                                      /* a collective */
+double sim_even(const moe_sim_t *s, double per_peer);
+double sim_a2a(const moe_sim_t *s, const moe_acct_rank_t *rk, int ph, double unit, double div,
+               moe_sim_layer_t *o);
+void sim_held_sets(const moe_sim_t *s, uint32_t j, uint64_t *held, uint64_t *node);
 
 #endif

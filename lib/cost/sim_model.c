@@ -11,7 +11,7 @@
 #include "sim_internal.h"
 
 /* The larger of two times, NaN (unknown) if either is. */
-static double nmax(double a, double b)
+double sim_nmax(double a, double b)
 {
     return isnan(a) || isnan(b) ? NAN : a > b ? a : b;
 }
@@ -23,7 +23,7 @@ static double xtime(const moe_sim_t *s, int c, double bytes)
 }
 
 /* Seconds of `pairs` expert-token pairs on one GPU. */
-static double ctime_of(const moe_sim_t *s, double pairs)
+double sim_ctime(const moe_sim_t *s, double pairs)
 {
     if (!(pairs > 0))
         return 0;
@@ -40,12 +40,12 @@ static int cmp_dbl(const void *a, const void *b)
  * device): the longest; or, when the topology says the ranks of a node share `cores`
  * processors, the node's ranks sharing them equally (processor sharing: while k ranks still
  * work each runs at min(1, cores / k) speed), the last node to finish. tmp: gpus-per-node. */
-static double compute_time(const moe_sim_t *s, const double *work, double *tmp)
+double sim_compute_time(const moe_sim_t *s, const double *work, double *tmp)
 {
     double C = s->topo.cores, t = 0;
     if (!(C > 0) || C >= s->gpn) {
         for (uint32_t r = 0; r < s->G; r++)
-            t = nmax(t, work[r]);
+            t = sim_nmax(t, work[r]);
         return t;
     }
     for (uint32_t n = 0; n < s->N; n++) {
@@ -57,20 +57,20 @@ static double compute_time(const moe_sim_t *s, const double *work, double *tmp)
             tn += (tmp[i] - done) / fmin(1.0, C / k);
             done = tmp[i];
         }
-        t = nmax(t, tn);
+        t = sim_nmax(t, tn);
     }
     return t;
 }
 
 /* Seconds of rank-local memory passes over `bytes` at the topology's hbm-bandwidth (0 when
  * it is unknown: not counted). */
-static double mtime(const moe_sim_t *s, double bytes)
+double sim_mtime(const moe_sim_t *s, double bytes)
 {
     return s->topo.hbm_bw > 0 ? bytes / s->topo.hbm_bw : 0;
 }
 
 /* Transfers a rank sends (dir 0) or receives (1) in phase ph, all classes. */
-static double rows(const moe_acct_rank_t *x, int ph, int dir)
+double sim_rows(const moe_acct_rank_t *x, int ph, int dir)
 {
     const uint64_t *v = dir ? x->recv[ph] : x->sent[ph];
     return (double)(v[MOE_LINK_INTRA] + v[MOE_LINK_INTER]);
@@ -87,13 +87,13 @@ static double ep_bytes(const moe_sim_t *s, const moe_acct_rank_t *x, const moe_a
                        double held, double self, double pairs)
 {
     double e = s->vec / s->H, H = s->H;
-    double b = 8 * held + (12 + e) * (rows(x, MOE_DISPATCH, 0) + self) +
-               (8 + e) * (rows(x, MOE_DISPATCH, 1) + self) + 20 * pairs +
-               (12 + e) * rows(x, MOE_COMBINE, 0) + (16 + e) * rows(x, MOE_COMBINE, 1) +
+    double b = 8 * held + (12 + e) * (sim_rows(x, MOE_DISPATCH, 0) + self) +
+               (8 + e) * (sim_rows(x, MOE_DISPATCH, 1) + self) + 20 * pairs +
+               (12 + e) * sim_rows(x, MOE_COMBINE, 0) + (16 + e) * sim_rows(x, MOE_COMBINE, 1) +
                20 * self;
     if (f)
-        b += (12 + e) * (rows(f, MOE_DISPATCH, 0) + rows(f, MOE_COMBINE, 0)) +
-             (8 + e) * rows(f, MOE_DISPATCH, 1) + (16 + e) * rows(f, MOE_COMBINE, 1);
+        b += (12 + e) * (sim_rows(f, MOE_DISPATCH, 0) + sim_rows(f, MOE_COMBINE, 0)) +
+             (8 + e) * sim_rows(f, MOE_DISPATCH, 1) + (16 + e) * sim_rows(f, MOE_COMBINE, 1);
     return b * H;
 }
 
@@ -108,8 +108,8 @@ static void ep_work(const moe_sim_t *s, int scheme, uint32_t j, const moe_acct_r
                                                     : (double)s->src[(size_t)j * s->G + r];
         double self = scheme == MOE_SCHEME_COHERENT ? (double)own[2] : (double)own[0];
         double extra = scheme == MOE_SCHEME_COHERENT ? 8 * held * s->H : 0; /* re-homing */
-        work[r] = ctime_of(s, (double)load[r]) +
-                  mtime(s, ep_bytes(s, &x[r], f ? &f[r] : NULL, held, self, (double)load[r]) +
+        work[r] = sim_ctime(s, (double)load[r]) +
+                  sim_mtime(s, ep_bytes(s, &x[r], f ? &f[r] : NULL, held, self, (double)load[r]) +
                                extra);
     }
 }
@@ -121,7 +121,7 @@ static double peers(const moe_sim_t *s, int c)
 }
 
 /* The fixed cost of a collective: the largest latency of the classes a rank has peers on. */
-static double coll_latency(const moe_sim_t *s)
+double sim_latency(const moe_sim_t *s)
 {
     double t = 0;
     for (int c = MOE_LINK_INTRA; c <= MOE_LINK_INTER; c++)
@@ -145,11 +145,11 @@ static double skew_of(const uint64_t *v, uint32_t n, double *max)
 
 /* A collective in which every rank sends and receives `bytes` on each class with peers (the
  * count exchange: 8 bytes per peer; a balanced all-gather). */
-static double even(const moe_sim_t *s, double per_peer)
+double sim_even(const moe_sim_t *s, double per_peer)
 {
-    double t = coll_latency(s);
+    double t = sim_latency(s);
     for (int c = MOE_LINK_INTRA; c <= MOE_LINK_INTER; c++)
-        t = nmax(t, xtime(s, c, per_peer * peers(s, c)));
+        t = sim_nmax(t, xtime(s, c, per_peer * peers(s, c)));
     return t;
 }
 
@@ -157,10 +157,10 @@ static double even(const moe_sim_t *s, double per_peer)
  * transfers of `unit` bytes on each class, cut into `div` equal chunks: the seconds of one
  * chunk, decided by the rank and class (sent or received) that take longest. With `o`, the
  * slowest rank's bytes and seconds of the whole phase per class are added to it. */
-static double a2a(const moe_sim_t *s, const moe_acct_rank_t *rk, int ph, double unit, double div,
+double sim_a2a(const moe_sim_t *s, const moe_acct_rank_t *rk, int ph, double unit, double div,
                   moe_sim_layer_t *o)
 {
-    double t = coll_latency(s);
+    double t = sim_latency(s);
     for (int c = MOE_LINK_INTRA; c <= MOE_LINK_INTER; c++) {
         double big = 0, tc = 0;
         for (uint32_t r = 0; r < s->G; r++) {
@@ -175,7 +175,7 @@ static double a2a(const moe_sim_t *s, const moe_acct_rank_t *rk, int ph, double 
             o->slow[c] += big * div;
             o->ctime[c] += tc * div;
         }
-        t = nmax(t, tc);
+        t = sim_nmax(t, tc);
     }
     return t;
 }
@@ -186,7 +186,7 @@ static double hop(const moe_sim_t *s, const moe_acct_rank_t *rk, int ph, double 
                   moe_sim_layer_t *o)
 {
     double meta = ph == MOE_DISPATCH ? s->meta : 4;
-    return even(s, 8) + a2a(s, rk, ph, meta, div, NULL) + a2a(s, rk, ph, s->vec, div, o);
+    return sim_even(s, 8) + sim_a2a(s, rk, ph, meta, div, NULL) + sim_a2a(s, rk, ph, s->vec, div, o);
 }
 
 /* Payload bytes on each class of phase ph, all ranks. */
@@ -207,7 +207,7 @@ static void two_a2a(const moe_sim_t *s, int scheme, uint32_t j, double *work,
         add_bytes(s, rk, ph, o);
     o->comm = hop(s, rk, MOE_DISPATCH, 1, o) + hop(s, rk, MOE_COMBINE, 1, o);
     ep_work(s, scheme, j, rk, NULL, work);
-    o->compute = compute_time(s, work, work + s->G);
+    o->compute = sim_compute_time(s, work, work + s->G);
     o->time = o->comm + o->compute;
 }
 
@@ -222,7 +222,7 @@ static void pipelined(const moe_sim_t *s, uint32_t j, moe_sim_layer_t *o)
     memset(o->ctime, 0, sizeof o->ctime);
     double d = hop(s, rk, MOE_DISPATCH, n, o), b = hop(s, rk, MOE_COMBINE, n, o);
     double x = o->compute / n;
-    o->time = d + x + b + (n - 1) * nmax(d + b, x);
+    o->time = d + x + b + (n - 1) * sim_nmax(d + b, x);
     o->comm = o->time - o->compute;
 }
 
@@ -243,13 +243,13 @@ static void hierarchical(const moe_sim_t *s, uint32_t j, double *work, moe_sim_l
     o->max_load = v->max_load;
     o->imbalance = v->imbalance;
     ep_work(s, MOE_SCHEME_VANILLA, j, h, f, work);
-    o->compute = compute_time(s, work, work + s->G);
+    o->compute = sim_compute_time(s, work, work + s->G);
     o->time = o->comm + o->compute;
 }
 
 /* Bitsets of the experts of layer j held by each rank (held[G][W]) and on each node
  * (node[N][W]). */
-static void held_sets(const moe_sim_t *s, uint32_t j, uint64_t *held, uint64_t *node)
+void sim_held_sets(const moe_sim_t *s, uint32_t j, uint64_t *held, uint64_t *node)
 {
     memset(held, 0, (size_t)s->G * s->W * sizeof *held);
     memset(node, 0, (size_t)s->N * s->W * sizeof *node);
@@ -304,7 +304,7 @@ static void pull_expert(const moe_sim_t *s, uint32_t j, uint32_t n, uint32_t e,
 static void datacentric(const moe_sim_t *s, uint32_t j, uint64_t *held, uint64_t *node,
                         moe_acct_rank_t *rk, uint64_t *pulls, double *work, moe_sim_layer_t *o)
 {
-    held_sets(s, j, held, node);
+    sim_held_sets(s, j, held, node);
     memset(rk, 0, (size_t)s->G * sizeof *rk);
     memset(pulls, 0, (size_t)s->G * sizeof *pulls);
     memset(o, 0, sizeof *o);
@@ -318,7 +318,7 @@ static void datacentric(const moe_sim_t *s, uint32_t j, uint64_t *held, uint64_t
     for (uint32_t r = 0; r < s->G; r++)
         for (int c = 0; c < MOE_LINK_CLASSES; c++)
             o->bytes[c] += (double)rk[r].sent[MOE_DISPATCH][c] * s->xbytes;
-    o->comm = rounds > 0 ? rounds * a2a(s, rk, MOE_DISPATCH, s->xbytes, rounds, o) : 0;
+    o->comm = rounds > 0 ? rounds * sim_a2a(s, rk, MOE_DISPATCH, s->xbytes, rounds, o) : 0;
     const uint64_t *src = s->src + (size_t)j * s->G;
     o->imbalance = skew_of(src, s->G, &o->max_load);
     o->max_load *= s->k;
@@ -330,10 +330,10 @@ static void datacentric(const moe_sim_t *s, uint32_t j, uint64_t *held, uint64_t
     for (uint32_t r = 0; r < s->G; r++) {
         double pairs = (double)(src[r] * s->k), n = (double)src[r];
         double b = H * (20 * pairs + 24 * n) +
-                   ex * (4 + e) * (rows(&rk[r], MOE_DISPATCH, 0) + rows(&rk[r], MOE_DISPATCH, 1));
-        work[r] = ctime_of(s, pairs) + mtime(s, b);
+                   ex * (4 + e) * (sim_rows(&rk[r], MOE_DISPATCH, 0) + sim_rows(&rk[r], MOE_DISPATCH, 1));
+        work[r] = sim_ctime(s, pairs) + sim_mtime(s, b);
     }
-    o->compute = compute_time(s, work, work + s->G);
+    o->compute = sim_compute_time(s, work, work + s->G);
     o->time = o->comm + o->compute;
 }
 
@@ -353,13 +353,13 @@ static void iteration(moe_sim_t *s)
             o->slow[c] = T / G * peers(s, c);
             o->ctime[c] = xtime(s, c, o->slow[c]);
         }
-        o->comm = coll_latency(s) + even(s, T / G);
+        o->comm = sim_latency(s) + sim_even(s, T / G);
         o->time = o->comm;
     }
     o = &s->iter[MOE_SIM_DATACENTRIC];
     memset(o, 0, sizeof *o);
     if (s->G > 1 && s->need) {
-        o->comm = even(s, (double)s->L * s->E);
+        o->comm = sim_even(s, (double)s->L * s->E);
         o->time = o->comm;
     }
 }

@@ -118,6 +118,34 @@ double moe_sim_expert_bytes(const moe_sim_t *s);
 /* Chunks of the pipelined scheme. */
 uint32_t moe_sim_chunks(const moe_sim_t *s);
 
+/*
+ * Training (moe-run --train): one step of a scheme -- the forward of the schemes above plus
+ * what it keeps for the backward, the backward moe-run runs (the gradients of each token's
+ * rows to its serving ranks, with the rows again where the strategy re-communicates them,
+ * the experts' backward there, recomputing x W1 where T_M was not kept, the input gradients
+ * back; coherent first returns each layer's gradients to its homes; hierarchical relays
+ * inside the node; datacentric pulls the experts again and returns their gradients), the
+ * mixer and gate gradients summed over the ranks and the optimizer step; and the peak bytes
+ * of activations and buffers of the most loaded rank, as moe-run counts them
+ * (peak_activation_bytes): the inputs and routes kept per layer, T_DI and T_M where the
+ * strategy keeps them on the device, the output's gradient, and the buffers of the largest
+ * layer's backward (one chunk's, in pipelined mode).
+ */
+typedef struct moe_sim_step {
+    double forward, backward, update; /* seconds of the step's parts (update: the gradient
+                                       * sums, the loss and the optimizer) */
+    double time;                      /* the step: their sum */
+    double peak_act;                  /* peak bytes of activations and buffers, largest rank */
+    double peak_offload;              /* bytes held in host memory at once, largest rank */
+    int reuse;                        /* the strategy applied (MOE_REUSE_*, moe/cost.h):
+                                       * datacentric none, hierarchical S4, as moe-run */
+} moe_sim_step_t;
+
+/* One training step of `scheme` under memory-reuse strategy `reuse` (MOE_REUSE_NONE .. S4),
+ * with Adam (adam != 0) or SGD. 0; MOE_EINVAL for a scheme not simulated or a bad strategy;
+ * MOE_ENOMEM; MOE_ERANGE when a time is unknown (the topology lacks a speed: out->time NaN). */
+int moe_sim_train(const moe_sim_t *s, int scheme, int reuse, int adam, moe_sim_step_t *out);
+
 /* Rank the simulated schemes by total time, fastest first, into order[] (room for
  * MOE_SIM_SCHEMES; returns how many) and explain the choice of the first in one sentence
  * (NUL-terminated, truncated to n). Returns 0 when a time is unknown (NaN): the topology lacks
@@ -132,6 +160,9 @@ typedef struct moe_sim_write_opts {
     int ranks;  /* bytes every rank sends and receives per scheme (RANK; "rank_bytes") */
     int best;   /* rank the schemes and explain the choice (BEST; "best") */
     const char *trace_name, *placement_name; /* the inputs, named in the table's header */
+    int train;       /* a training step per scheme and strategy (TRAIN; "train") */
+    unsigned reuses; /* bit (1 << MOE_REUSE_*) per memory-reuse strategy [0: none only] */
+    int adam;        /* the step's optimizer: Adam, else SGD */
 } moe_sim_write_opts_t;
 
 /* Write the report of simulation s (placement p on topology t), moe-costmodel simulate's

@@ -1,0 +1,286 @@
+/* cost/sim_train.c -- the simulator's training step, as moe-run --train runs it: the scheme's
+ * forward (sim_model.c) plus what it keeps for the backward, the backward of each mode, the
+ * gradient reduction and the optimizer; and each rank's peak bytes of activations and buffers
+ * under one of MPMoE's memory-reuse strategies, counted as moe-run counts them. Formulas in
+ * moe-costmodel(1), SIMULATE, "Training". */
+#include "config.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "moe/cost.h"
+#include "moe/moe.h"
+#include "sim_internal.h"
+
+/* What a strategy does with the rows a serving rank received (T_DI) and the experts'
+ * pre-activations (T_M): keep them (in place or offloaded), and whether kept ones go to host
+ * memory (MPMoE Table II; moe-run's run_keep.c). */
+static int keeps_x(int st) { return st == MOE_REUSE_NONE || st == MOE_REUSE_S1 || st == MOE_REUSE_S3; }
+static int keeps_a(int st) { return st == MOE_REUSE_NONE || st == MOE_REUSE_S1 || st == MOE_REUSE_S2; }
+static int offloads(int st) { return st != MOE_REUSE_NONE; }
+
+/* Seconds of a copy of `bytes` between device and host memory: the topology's host link, or,
+ * without one, a memory pass (read and write) at hbm-bandwidth (a CPU rank's "device" is host
+ * memory). */
+static double copy_time(const moe_sim_t *s, double bytes)
+{
+    if (!(bytes > 0))
+        return 0;
+    if (s->topo.link[MOE_LINK_HOST].bw > 0)
+        return moe_topo_time(&s->topo, MOE_LINK_HOST, bytes);
+    return sim_mtime(s, 2 * bytes);
+}
+
+/* One rank's counts of one layer under an expert-parallel scheme. */
+typedef struct lay_counts {
+    double n;      /* rows held at the layer's start (its saved inputs) */
+    double ne, nr; /* rows sent to serving ranks and received to serve, itself included */
+    double np;     /* expert-token pairs served */
+    double nf, ng; /* hierarchical: rows forwarded and received inside the node */
+} lay_counts_t;
+
+/* Rows each source rank holds in the expert-parallel modes that leave tokens home: the most
+ * present cells of any layer (every row, a cell skipped by the trace included). */
+static double tokens_of(const moe_sim_t *s, uint32_t r)
+{
+    double t = 0;
+    for (uint32_t j = 0; j < s->L; j++)
+        t = fmax(t, (double)s->src[(size_t)j * s->G + r]);
+    return t;
+}
+
+static const moe_acct_rank_t *hop_ranks(const moe_sim_t *s, int scheme, uint32_t j)
+{
+    if (scheme == MOE_SIM_HIERARCHICAL)
+        return s->hop + (size_t)j * s->G;
+    return moe_acct_ranks(s->acct, scheme == MOE_SIM_COHERENT ? MOE_SCHEME_COHERENT
+                                                                : MOE_SCHEME_VANILLA, j);
+}
+
+static void counts(const moe_sim_t *s, int scheme, uint32_t j, uint32_t r, lay_counts_t *c)
+{
+    int coh = scheme == MOE_SIM_COHERENT;
+    const uint64_t *own = s->own + ((size_t)j * s->G + r) * 3;
+    const moe_acct_rank_t *x = &hop_ranks(s, scheme, j)[r];
+    const uint64_t *load = moe_acct_load(s->acct, coh ? MOE_SCHEME_COHERENT
+                                                      : MOE_SCHEME_VANILLA, j);
+    double self = coh ? (double)own[2] : (double)own[0];
+    c->n = coh ? (double)own[1] : tokens_of(s, r);
+    c->ne = sim_rows(x, MOE_DISPATCH, 0) + self;
+    c->nr = sim_rows(x, MOE_DISPATCH, 1) + self;
+    c->np = (double)load[r];
+    c->nf = c->ng = 0;
+    if (scheme == MOE_SIM_HIERARCHICAL) {
+        const moe_acct_rank_t *f = &s->fwd[(size_t)j * s->G + r];
+        c->nf = sim_rows(f, MOE_DISPATCH, 0);
+        c->ng = sim_rows(f, MOE_DISPATCH, 1);
+    }
+}
+
+/* Bytes of T_DI and T_M a serving rank keeps for one layer (rows' token ids included, which
+ * moe-run keeps in every strategy to check the backward against), on the device and in host
+ * memory. */
+static void kept_bytes(const moe_sim_t *s, int st, const lay_counts_t *c, double *dev,
+                       double *host)
+{
+    double b = (keeps_x(st) ? c->nr * s->H * 4 : 0) + (keeps_a(st) ? c->np * s->F * 4 : 0);
+    *dev += c->nr * 4 + (offloads(st) ? 0 : b);
+    *host += offloads(st) ? b : 0;
+}
+
+/* An all-to-all hop of the backward: counts, metadata and rows of `unit` bytes, the ranks'
+ * dispatch counts (a reply travels them backwards: the same largest sent-or-received bytes),
+ * one chunk of div. */
+static double bhop(const moe_sim_t *s, const moe_acct_rank_t *rk, double unit, double meta,
+                   double div)
+{
+    return sim_even(s, 8) + (meta > 0 ? sim_a2a(s, rk, MOE_DISPATCH, meta, div, NULL) : 0) +
+           sim_a2a(s, rk, MOE_DISPATCH, unit, div, NULL);
+}
+
+/* Seconds and peak bytes of one layer's backward in an expert-parallel scheme; work: 2 G. */
+static double ep_backward(const moe_sim_t *s, int scheme, int st, uint32_t j, double *work,
+                          double *most)
+{
+    const double H = s->H, K = s->K, e = s->vec / H, w = keeps_x(st) ? 1 : 2;
+    const double chunks = scheme == MOE_SIM_PIPELINED ? s->chunks : 1;
+    const moe_acct_rank_t *rk = hop_ranks(s, scheme, j);
+    /* rows (w H wide) out to the serving ranks and (H + K) back, chunk by chunk */
+    double comm = 0;
+    comm = chunks * (bhop(s, rk, w * H * e, s->meta, chunks) + bhop(s, rk, (H + K) * e, 0,
+                                                                        chunks));
+    if (scheme == MOE_SIM_HIERARCHICAL) { /* the relays inside the node, rows 2 H wide */
+        const moe_acct_rank_t *f = s->fwd + (size_t)j * s->G;
+        comm += bhop(s, f, 2 * H * e, s->meta, 1) + bhop(s, f, (H + K) * e, 0, 1);
+    }
+    if (scheme == MOE_SIM_COHERENT) { /* gradients back to the layer's homes first */
+        double T = (double)moe_acct_tokens(s->acct);
+        comm += 2 * sim_latency(s) + sim_even(s, 2 * T * 8 / s->G) +
+                sim_even(s, T / s->G * (H + 1) * 4 / s->G);
+    }
+    double recompute = keeps_a(st) ? 0 : 0.5; /* x W1: two of the forward's four H F a pair */
+    const double pair = (3 * H + 2) * 4 + 8; /* a pair's rows gathered by expert, its results */
+    for (uint32_t r = 0; r < s->G; r++) {
+        lay_counts_t c;
+        counts(s, scheme, j, r, &c);
+        double dev = 0, host = 0;
+        kept_bytes(s, st, &c, &dev, &host);
+        /* the home: the mixer again, the gradients' accumulators, rows packed and replies
+         * added; the serving rank: rows unpacked, each pair's rows gathered and its input
+         * gradient added, replies packed; the relays likewise */
+        double b = H * (24 * c.n + (8 + e) * w * c.ne + (8 + e) * w * c.nr + 28 * c.np +
+                        (12 + e) * c.nr + (16 + e) * c.ne +
+                        (8 + e) * (2 * w + 2) * (c.nf + c.ng));
+        work[r] = sim_ctime(s, c.np) * (2 + recompute) + sim_mtime(s, b) +
+                  copy_time(s, host);
+        if (scheme == MOE_SIM_COHERENT)
+            work[r] += sim_mtime(s, 16 * c.n * H);
+        /* the buffers one chunk holds, and the rows' inputs and gradients at the home */
+        double unit = w * H * (4 + e) + s->meta + (H + K) * (4 + e);
+        double buf = (c.ne + c.nr) / chunks * unit + host / chunks + c.np / chunks * pair +
+                     (c.nf + c.ng) * (2 * H * (4 + e) + s->meta + (H + K) * (4 + e)) +
+                     c.n * (8 * H + 4 * K);
+        most[r] = fmax(most[r], buf);
+    }
+    return comm + sim_compute_time(s, work, work + s->G);
+}
+
+/* Datacentric's backward of layer j: each rank pulls again, from their owners, the experts
+ * its tokens need and it does not hold (one all-to-all, the wire type), back-propagates every
+ * pair locally (recomputing x W1), and returns the pulled experts' gradients to the owners,
+ * who add them. held, node: bitsets (sim_held_sets); rk: G counts; work: 2 G. */
+static double dc_backward(const moe_sim_t *s, uint32_t j, uint64_t *held, uint64_t *node,
+                          moe_acct_rank_t *rk, double *work, double *most)
+{
+    const double H = s->H, HF = H * s->F, e = s->vec / H;
+    sim_held_sets(s, j, held, node);
+    memset(rk, 0, (size_t)s->G * sizeof *rk);
+    double *pulls = work + s->G, *asked = calloc(s->G, sizeof *asked);
+    if (!asked)
+        return NAN;
+    memset(pulls, 0, (size_t)s->G * sizeof *pulls);
+    for (uint32_t d = 0; d < s->G; d++) {
+        const uint64_t *need = s->need + ((size_t)j * s->G + d) * s->W;
+        for (uint32_t x = 0; x < s->E; x++) {
+            uint64_t bit = 1ull << (x & 63);
+            if (!(need[x / 64] & bit) || (held[(size_t)d * s->W + x / 64] & bit))
+                continue;
+            uint32_t nc;
+            uint32_t o = moe_placement_ranks(s->p, j, x, &nc)[0];
+            int c = moe_topo_class(&s->topo, o, d);
+            rk[o].sent[MOE_DISPATCH][c]++;
+            rk[d].recv[MOE_DISPATCH][c]++;
+            pulls[d]++;
+            asked[o]++;
+        }
+    }
+    double comm = sim_even(s, 8) + bhop(s, rk, 4, 0, 1) + 2 * bhop(s, rk, s->xbytes, 0, 1);
+    for (uint32_t r = 0; r < s->G; r++) {
+        double n = tokens_of(s, r), pairs = (double)s->src[(size_t)j * s->G + r] * s->k;
+        double moved = (pulls[r] + asked[r]) * 2 * HF;
+        most[r] = fmax(most[r], (pulls[r] + asked[r]) * 8 + moved * (4 + e) * 2 +
+                                    pairs * ((3 * H + 2) * 4 + 8) + n * (8 * H + 4 * s->K));
+        /* every pair's rows gathered and gradient added, the mixer and accumulators, the
+         * weights and gradients packed and unpacked, the owners' sums */
+        double b = H * (28 * pairs + 24 * n) + moved * (4 + e) * 2 + asked[r] * 2 * HF * 12;
+        pulls[r] = sim_ctime(s, pairs) * 2.5 + sim_mtime(s, b);
+    }
+    free(asked);
+    memcpy(work, pulls, (size_t)s->G * sizeof *work);
+    return comm + sim_compute_time(s, work, work + s->G);
+}
+
+/* Seconds of the rest of a step on every rank: the loss (an allreduce), the gradients zeroed,
+ * the mixer and gate gradients summed over the ranks (an allreduce of doubles), and the
+ * optimizer over every weight a rank holds (SGD: read w and g, write w; Adam: also both
+ * moments, read and written). */
+static double update_time(const moe_sim_t *s, int adam)
+{
+    double shared = (double)s->L * s->H * (1 + s->E), most = 0;
+    for (uint32_t r = 0; r < s->G; r++) {
+        double held = 0;
+        for (uint32_t j = 0; j < s->L; j++)
+            for (uint32_t x = 0; x < s->E; x++) {
+                uint32_t nc;
+                const uint16_t *cp = moe_placement_ranks(s->p, j, x, &nc);
+                held += cp[0] == r;
+            }
+        double elems = held * 2 * s->H * s->F + shared;
+        most = fmax(most, sim_mtime(s, elems * (4 + (adam ? 28 : 12)) + shared * 24));
+    }
+    double red = s->G > 1 ? 2 * sim_latency(s) + sim_even(s, 2 * shared * 8 / s->G) : 0;
+    return most + red + sim_latency(s);
+}
+
+/* What the forward adds in training, per layer: the inputs and routes kept at the home, and
+ * T_DI and T_M copied where the strategy keeps them (none keeps T_DI as a copy too; T_M is
+ * written in place). Adds the layer's kept bytes to dev[] and host[] per rank. */
+static double forward_extra(const moe_sim_t *s, int scheme, int st, uint32_t j, double *work,
+                            double *dev, double *host)
+{
+    for (uint32_t r = 0; r < s->G; r++) {
+        lay_counts_t c;
+        counts(s, scheme, j, r, &c);
+        double save = c.n * (4 * s->H + 8 * s->K + 4), d = 0, h = 0;
+        kept_bytes(s, st, &c, &d, &h);
+        dev[r] += save + d;
+        host[r] += h;
+        double copied = (keeps_x(st) ? c.nr * s->H * 4 : 0) +
+                        (keeps_a(st) && offloads(st) ? c.np * s->F * 4 : 0);
+        work[r] = sim_mtime(s, 2 * save) + (offloads(st) ? copy_time(s, copied)
+                                                          : sim_mtime(s, 2 * copied));
+    }
+    return sim_compute_time(s, work, work + s->G);
+}
+
+int moe_sim_train(const moe_sim_t *s, int scheme, int reuse, int adam, moe_sim_step_t *out)
+{
+    memset(out, 0, sizeof *out);
+    if (scheme < 0 || scheme >= MOE_SIM_SCHEMES || !moe_sim_has(s, scheme) ||
+        reuse < MOE_REUSE_NONE || reuse > MOE_REUSE_S4)
+        return MOE_EINVAL;
+    /* as moe-run: datacentric has no serving side, hierarchical's relays restore by S4 */
+    int st = scheme == MOE_SIM_DATACENTRIC ? MOE_REUSE_NONE
+             : scheme == MOE_SIM_HIERARCHICAL ? MOE_REUSE_S4 : reuse;
+    double *v = calloc(5 * (size_t)s->G, sizeof *v);
+    uint64_t *bits = calloc(((size_t)s->G + s->N + 1) * s->W, sizeof *bits);
+    moe_acct_rank_t *rk = calloc(s->G, sizeof *rk);
+    if (!v || !bits || !rk) {
+        free(v);
+        free(bits);
+        free(rk);
+        return MOE_ENOMEM;
+    }
+    double *work = v, *dev = v + 2 * (size_t)s->G, *host = dev + s->G, *most = host + s->G;
+    moe_sim_layer_t tot;
+    moe_sim_total(s, scheme, &tot);
+    out->forward = tot.time;
+    out->backward = 0;
+    for (uint32_t j = 0; j < s->L; j++) {
+        if (scheme == MOE_SIM_DATACENTRIC) {
+            for (uint32_t r = 0; r < s->G; r++)
+                dev[r] += tokens_of(s, r) * (4 * s->H + 8 * s->K + 4);
+            out->backward += dc_backward(s, j, bits, bits + (size_t)s->G * s->W, rk, work,
+                                         most);
+        } else {
+            out->forward += forward_extra(s, scheme, st, j, work, dev, host);
+            out->backward += ep_backward(s, scheme, st, j, work, most);
+        }
+    }
+    out->update = update_time(s, adam);
+    out->time = out->forward + out->backward + out->update;
+    for (uint32_t r = 0; r < s->G; r++) {
+        /* the output's gradient: the rows where the tokens ended */
+        double end = scheme == MOE_SIM_COHERENT
+                         ? (double)s->own[((size_t)(s->L - 1) * s->G + r) * 3 + 1]
+                         : tokens_of(s, r);
+        out->peak_act = fmax(out->peak_act, dev[r] + end * s->H * 4 + most[r]);
+        out->peak_offload = fmax(out->peak_offload, host[r]);
+    }
+    out->reuse = st;
+    free(v);
+    free(bits);
+    free(rk);
+    return isnan(out->time) ? MOE_ERANGE : 0;
+}
