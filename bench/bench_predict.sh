@@ -6,12 +6,16 @@
 # sizes, predicted by simulate from the same trace, placement, hidden and FFN sizes, dtype and
 # chunks, coherent's all-gather priced as the hidden vectors moe-run gathers. Prints layout,
 # mode, size, predicted and measured milliseconds per iteration, |error| / measured, and the
-# median error (goal <= 10%).
+# median error (goal <= 10%). Then training (issue 22): moe-costmodel simulate --train
+# against moe-run --train, per mode and memory-reuse strategy, time per step and peak
+# activation bytes (goals: median time error <= 15%, peak-memory error <= 10% per strategy).
 # Usage: sh bench/bench_predict.sh [BIN_DIR]   (needs mpirun and ../shared beside the checkout)
 # Environment: BENCH_REPEATS (runs per point, the fastest counts; default 3), BENCH_LAYERS
 # (MoE layers kept of the trace's 26; default 4), BENCH_SIZES (space-separated H:F:N, N tokens
 # per rank; default "128:128:200 256:256:200 256:64:400"), BENCH_GPN (GPUs per node of each
-# layout, space-separated; default "8 4": 1 x 8 and 2 x 4).
+# layout, space-separated; default "8 4": 1 x 8 and 2 x 4), BENCH_PARTS ("forward train", or
+# one of them), BENCH_TRAIN_SIZES (default "128:128:200 256:256:100"), BENCH_TRAIN_GPN
+# (default "4").
 set -eu
 here=$(cd "$(dirname "$0")/.." && pwd)
 bin=${1:-$here/cmd}
@@ -42,6 +46,10 @@ mpi() { mpirun --oversubscribe -np "$G" "$@"; }
 # the first value of a top-level JSON key
 jval() { tr ',{}' '\n\n\n' <"$1" | sed -n "s/^ *\"$2\": \([-0-9.e+a-z]*\) *\$/\1/p" | head -n 1; }
 
+parts=${BENCH_PARTS:-forward train}
+want() { case " $parts " in *" $1 "*) return 0 ;; esac; return 1; }
+
+if want forward; then
 echo "# moe-costmodel simulate against moe-run: $G CPU ranks (mpirun --oversubscribe) as nodes"
 echo "# of $layouts on $(getconf _NPROCESSORS_ONLN 2>/dev/null || echo '?') processors;"
 echo "# DeepSeek-V2-Lite routing, layers 0-$((layers - 1)), the first G x N tokens; placement"
@@ -96,5 +104,90 @@ sort -n "$tmp/err" | awk '{ v[NR] = $1 } END {
     m = NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2
     printf "# median |predicted - measured| / measured over %d points: %.1f%% (goal <= 10%%: %s)\n",
         NR, 100 * m, m <= 0.10 ? "met" : "MISSED" }'
+fi
+
+# Training: one step of every mode, and of every memory-reuse strategy where the mode has a
+# serving side, predicted by simulate --train and measured by moe-run --train (SGD).
+if want train; then
+tsizes=${BENCH_TRAIN_SIZES:-128:128:200 256:256:100}
+tlayouts=${BENCH_TRAIN_GPN:-4}
+tchunks=3
+echo
+echo "# Training: moe-costmodel simulate --train against moe-run --train, $G CPU ranks as nodes"
+echo "# of $tlayouts; tokens and placement made as above, a fresh calibration per size; SGD;"
+echo "# pipelined --chunks $tchunks. Measured: time per step (the fastest of $reps runs, 1 warm-up"
+echo "# + 1 timed step each), peak_activation_bytes (the runtime's count of its live activations"
+echo "# and buffers, the largest rank) and, for scale, peak RSS (the largest rank's process)."
+echo "# Load average at the start: $(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo '?')"
+printf '%-6s %-13s %-5s %-12s %9s %9s %6s %11s %11s %6s %9s\n' nodes mode reuse "size(H:F:N)" \
+    pred_ms meas_ms error pred_peak meas_peak error rss_MB
+: >"$tmp/terr"
+for gpn in $tlayouts; do
+for sz in $tsizes; do
+    H=${sz%%:*}
+    rest=${sz#*:}
+    F=${rest%%:*}
+    N=${rest#*:}
+    "$mt" head --no-PG -n "$((G * N))" -o "$tmp/t.mft" "$tmp/dsl.mft"
+    "$mp" fit --no-PG -q --ranks "$G" --gpus-per-node "$gpn" -@ 1 --max-imbalance 1.10 \
+        -o "$tmp/p.moep" "$tmp/t.mft"
+    mpi "$mr" --calibrate --gpus-per-node "$gpn" --hidden "$H" --ffn "$F" --experts 64 \
+        -o "$tmp/cal.topo"
+    "$mc" simulate --topology "$tmp/cal.topo" --hidden "$H" --ffn "$F" --dtype fp32 \
+        --chunks "$tchunks" --gather-bytes hidden --no-layers --train --reuse all \
+        "$tmp/t.mft" "$tmp/p.moep" >"$tmp/sim.txt"
+    for point in "vanilla none" "vanilla S1" "vanilla S2" "vanilla S3" "vanilla S4" \
+        "coherent none" "coherent S4" "pipelined none" "pipelined S1" "pipelined S2" \
+        "pipelined S3" "pipelined S4" "hierarchical S4" "datacentric none"; do
+        mode=${point% *}
+        st=${point#* }
+        extra=
+        [ "$mode" = pipelined ] && extra="--chunks $tchunks"
+        case $mode in hierarchical | datacentric) ;; *) extra="$extra --reuse $st" ;; esac
+        best=
+        i=0
+        while [ "$i" -lt "$reps" ]; do
+            # shellcheck disable=SC2086
+            mpi "$mr" --train --mode "$mode" $extra --trace "$tmp/t.mft" \
+                --placement "$tmp/p.moep" --hidden "$H" --ffn "$F" --tokens-per-rank "$N" \
+                --iters 1 --warmup 1 --json "$tmp/r.json" >/dev/null
+            ms=$(jval "$tmp/r.json" iteration_ms)
+            best=$(awk -v a="$ms" -v b="${best:-}" 'BEGIN { print (b == "" || a < b) ? a : b }')
+            i=$((i + 1))
+        done
+        peak=$(jval "$tmp/r.json" peak_activation_bytes)
+        rss=$(jval "$tmp/r.json" peak_rss_bytes)
+        set -- $(awk -F '\t' -v m="$mode" -v s="$st" \
+            '$1 == "TRAIN" && $2 == m && $3 == s { print $4, $8 }' "$tmp/sim.txt")
+        awk -v l="$((G / gpn))x$gpn" -v m="$mode" -v s="$st" -v z="$H:$F:$N" -v pt="$1" \
+            -v mt="$best" -v pp="$2" -v mp="$peak" -v rss="$rss" 'BEGIN {
+            et = (pt - mt) / mt; if (et < 0) et = -et
+            ep = (pp - mp) / mp; if (ep < 0) ep = -ep
+            printf "%-6s %-13s %-5s %-12s %9.1f %9.1f %5.1f%% %11.0f %11.0f %5.2f%% %9.1f\n",
+                l, m, s, z, pt, mt, 100 * et, pp, mp, 100 * ep, rss / 1e6
+            printf "%s %.4f %.5f\n", s, et, ep >> "/dev/stderr" }' 2>>"$tmp/terr"
+    done
+done
+done
+awk 'function med(a, n,   i, j, t) {
+        for (i = 2; i <= n; i++) for (j = i; j > 1 && a[j - 1] > a[j]; j--) {
+            t = a[j]; a[j] = a[j - 1]; a[j - 1] = t }
+        return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2 }
+    { n++; t[n] = $2; c[$1]++; k = $1; ts[k, c[k]] = $2; if ($3 > pm[k]) pm[k] = $3 }
+    END {
+        m = med(t, n)
+        printf "# training, median |predicted - measured| / measured step time over %d points: " \
+            "%.1f%% (goal <= 15%%: %s)\n", n, 100 * m, m <= 0.15 ? "met" : "MISSED"
+        split("none S1 S2 S3 S4", st, " ")
+        for (i = 1; i <= 5; i++) {
+            s = st[i]; if (!c[s]) continue
+            delete x; for (j = 1; j <= c[s]; j++) x[j] = ts[s, j]
+            printf "#   %-4s %2d points: median time error %5.1f%%, largest peak-memory error " \
+                "%5.2f%% (goal <= 10%%: %s)\n", s, c[s], 100 * med(x, c[s]), 100 * pm[s],
+                pm[s] <= 0.10 ? "met" : "MISSED"
+        }
+    }' "$tmp/terr"
+fi
+
 echo "# load average at the end: $(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo '?');" \
     "$(($(date +%s) - start)) s in all"

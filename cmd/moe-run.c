@@ -116,7 +116,7 @@ static void usage(FILE *fp)
           "      --chunks=N|auto    chunks per layer: pipelined [auto], hierarchical [1]\n"
           "      --credits=C        datacentric: experts pulled per rank per round [4]\n"
           "      --no-prefetch      datacentric: no early pull of the next layer\n"
-          "Training (cpu backend; no replicated experts):\n"
+          "Training (cpu backend):\n"
           "      --train            each iteration a training step: forward, squared-error\n"
           "                         loss against seeded targets, backward, optimizer step\n"
           "      --optimizer=O      sgd or adam [sgd]\n"

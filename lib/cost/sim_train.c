@@ -192,7 +192,8 @@ static double dc_backward(const moe_sim_t *s, uint32_t j, uint64_t *held, uint64
 }
 
 /* Seconds of the rest of a step on every rank: the loss (an allreduce), the gradients zeroed,
- * the mixer and gate gradients summed over the ranks (an allreduce of doubles), and the
+ * the mixer and gate gradients summed over the ranks (an allreduce of doubles), those of
+ * replicated experts over their copies (another), and the
  * optimizer over every weight a rank holds (SGD: read w and g, write w; Adam: also both
  * moments, read and written). */
 static double update_time(const moe_sim_t *s, int adam)
@@ -210,6 +211,17 @@ static double update_time(const moe_sim_t *s, int adam)
         most = fmax(most, sim_mtime(s, elems * (4 + (adam ? 28 : 12)) + shared * 24));
     }
     double red = s->G > 1 ? 2 * sim_latency(s) + sim_even(s, 2 * shared * 8 / s->G) : 0;
+    /* a replicated expert's copies sum their gradients: an allreduce of doubles over every
+     * replicated expert */
+    double rep = 0;
+    for (uint32_t j = 0; j < s->L; j++)
+        for (uint32_t x = 0; x < s->E; x++) {
+            uint32_t nc;
+            moe_placement_ranks(s->p, j, x, &nc);
+            rep += nc > 1;
+        }
+    if (rep > 0 && s->G > 1)
+        red += 2 * sim_latency(s) + sim_even(s, 2 * rep * 2 * s->H * s->F * 8 / s->G);
     return most + red + sim_latency(s);
 }
 

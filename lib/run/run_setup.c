@@ -190,14 +190,6 @@ static int check_shape(run_t *r, char *errbuf, size_t errlen)
     if (r->G % r->gpn)
         return say(errbuf, errlen, "%d ranks are not a whole number of nodes of %u", r->G,
                    r->gpn);
-    for (uint32_t l = 0; p && c->train && l < r->L; l++)
-        for (uint32_t e = 0; e < r->E; e++) {
-            uint32_t n;
-            moe_placement_ranks(p, l, e, &n);
-            if (n > 1)
-                return say(errbuf, errlen, "--train: '%s' replicates expert %u of layer %u; "
-                           "replicated experts do not train yet", c->placement, e, l);
-        }
     return 0;
 }
 

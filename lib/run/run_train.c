@@ -1,8 +1,7 @@
 /* run/run_train.c -- moe-run --train: each iteration a training step (forward, mean squared
  * error against seeded targets, backward through the experts, the gate and the mixer, SGD or
- * Adam),
- * and its --check against the serial reference model (moe/kern.h). Every mode, on the CPU
- * backend, experts without replicas. */
+ * Adam), and its --check against the serial reference model (moe/kern.h). Every mode, on the
+ * CPU backend; a replicated expert's copies sum their gradients and take the same update. */
 #include "config.h"
 
 #include <math.h>
@@ -557,6 +556,56 @@ static void reduce_shared(run_t *r, grads_t *g)
         g->wg[i] = (float)v[nm + i];
 }
 
+/* Does this rank hold the first copy of expert k = l E + e (the one --check reads)? */
+static int holds_first(const run_t *r, size_t k)
+{
+    uint32_t n;
+    return r->w1[k] &&
+           moe_placement_ranks(r->pl, (uint32_t)(k / r->E), (uint32_t)(k % r->E), &n)[0] ==
+               (uint32_t)r->me;
+}
+
+/* A replicated expert's copies each took the gradient of the tokens they served: sum them
+ * over the ranks (zeros where a rank holds no copy), so that every copy holds the expert's
+ * gradient and takes the same update. Allreduces of doubles, every replicated expert. */
+static void reduce_replicas(run_t *r, grads_t *g)
+{
+    const size_t LE = (size_t)r->L * r->E, W = 2 * (size_t)r->H * r->F;
+    const size_t piece = (size_t)1 << 24; /* doubles per allreduce (an int count) */
+    size_t nrep = 0;
+    for (size_t k = 0; k < LE; k++) {
+        uint32_t n;
+        moe_placement_ranks(r->pl, (uint32_t)(k / r->E), (uint32_t)(k % r->E), &n);
+        nrep += n > 1;
+    }
+    if (!nrep)
+        return;
+    double *v = run_hbuf(r, TS_RED, (nrep * W + 1) * sizeof *v);
+    memset(v, 0, nrep * W * sizeof *v);
+    for (size_t k = 0, i = 0; k < LE; k++) {
+        uint32_t n;
+        moe_placement_ranks(r->pl, (uint32_t)(k / r->E), (uint32_t)(k % r->E), &n);
+        if (n < 2)
+            continue;
+        for (size_t j = 0; g->w1[k] && j < W; j++)
+            v[i * W + j] = g->w1[k][j];
+        i++;
+    }
+    for (size_t at = 0; at < nrep * W; at += piece)
+        RUN_CK(r, run_comm_allreduce(r->comm, v + at,
+                                     (int)(nrep * W - at < piece ? nrep * W - at : piece),
+                                     MOE_RUN_SUM));
+    for (size_t k = 0, i = 0; k < LE; k++) {
+        uint32_t n;
+        moe_placement_ranks(r->pl, (uint32_t)(k / r->E), (uint32_t)(k % r->E), &n);
+        if (n < 2)
+            continue;
+        for (size_t j = 0; g->w1[k] && j < W; j++)
+            g->w1[k][j] = (float)v[i * W + j];
+        i++;
+    }
+}
+
 /* Coherent mode moved each token to a new home at every layer: the gradient of layer l's
  * output rows, held where the tokens went (the current local rows, dout), goes back to the
  * ranks that held them at the layer's start, in the order of r->tr[l]. Returns the rows. */
@@ -639,6 +688,7 @@ static double step(run_t *r, grads_t *g)
     run_served_bytes(r, &dev, &host);
     kept += (size_t)dev;
     r->off_peak = host > r->off_peak ? host : r->off_peak;
+    moe_log(MOE_LOG_DEBUG, "rank %d: backward (loss %.9g)", r->me, sum * scale);
     for (uint32_t l = r->L; l-- > 0;) {
         if (r->cfg.mode == MOE_RUN_COHERENT) {
             float *moved = homes_backward(r, l, dout);
@@ -651,6 +701,7 @@ static double step(run_t *r, grads_t *g)
     double peak = (double)(kept + n * H * sizeof *dout + most);
     r->act_peak = peak > r->act_peak ? peak : r->act_peak;
     reduce_shared(r, g);
+    reduce_replicas(r, g);
     return sum * scale;
 }
 
@@ -858,7 +909,7 @@ double run_train_check(run_t *r)
     grads_alloc(r, &g);
     r->timing = 0;
     double loss = step(r, &g);
-    /* the experts' gradients (each expert is held by one rank) and the inputs' gradients (each
+    /* the experts' gradients (from the first copy of each) and the inputs' gradients (each
      * token's row where it started: the step's last gradient rows) to rank 0 */
     size_t ne = L * E * 2 * HF, nx = r->ntok * r->H;
     double *v = calloc(ne + nx + 1, sizeof *v);
@@ -867,7 +918,7 @@ double run_train_check(run_t *r)
         run_die(r, "--check", MOE_ENOMEM);
     }
     for (size_t k = 0; k < L * E; k++)
-        for (size_t i = 0; g.w1[k] && i < 2 * HF; i++)
+        for (size_t i = 0; holds_first(r, k) && i < 2 * HF; i++)
             v[k * 2 * HF + i] = g.w1[k][i];
     const float *dxr = r->h[TS_OUT];
     for (size_t i = 0; i < r->nloc; i++)

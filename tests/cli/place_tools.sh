@@ -46,8 +46,13 @@ end
 # ------------------------------------------------------------------ every method
 
 begin "every method fits on one and two nodes, and check accepts the result"
+# the ASan build (memory errors, the same code paths) on one layout of each kind
+topos='"--ranks 4" "--ranks 8 --gpus-per-node 4" "--ranks 4 --gpus-per-node 2"'
+ldd "${top_builddir:-.}/lib/.libs/libmoecore.so" 2>/dev/null | grep -q libasan &&
+    topos='"--ranks 4" "--ranks 4 --gpus-per-node 2"'
 for method in contiguous round-robin random balanced exflow affinity; do
-    for topo in "--ranks 4" "--ranks 8 --gpus-per-node 4" "--ranks 4 --gpus-per-node 2"; do
+    eval "set -- $topos"
+    for topo in "$@"; do
         tl=
         [ "$method" = exflow ] && tl="--time-limit 2"
         out=$T/fit.moep

@@ -7,7 +7,12 @@
 run_data 256
 
 common="--hidden 32 --ffn 24 --iters 1 --warmup 0 --check"
-for mode in vanilla coherent "pipelined --chunks 3" "pipelined --chunks auto" hierarchical \
+# The ASan build looks for memory errors: --chunks auto runs pipelined's code once its count
+# is chosen, and fp16 the packing bf16 and the unit tests cover; those two are left out there.
+asan=$(ldd "${top_builddir:-.}/lib/.libs/libmoecore.so" 2>/dev/null | grep libasan)
+auto="pipelined --chunks auto"
+[ -z "$asan" ] || auto=
+for mode in vanilla coherent "pipelined --chunks 3" ${auto:+"$auto"} hierarchical \
     "hierarchical --chunks 3" datacentric "datacentric --credits 1 --no-prefetch"; do
     begin "replayed, $mode: --check passes"
     expect_exit 0 mpi_noleak 8 --mode $mode --trace "$T/ds.mft" --placement "$T/p8.moep" \
@@ -24,10 +29,12 @@ done
 
 # Coherent mode moves the hidden state itself: with bf16 on the wire the residual stream is
 # rounded at every move (moe-run(1), NOTES), so its reduced-precision case is fp16, replayed.
-begin "replayed, coherent, fp16: --check passes"
-expect_exit 0 mpi_noleak 8 --mode coherent --dtype fp16 --trace "$T/ds.mft" \
-    --placement "$T/p8.moep" $common
-end
+if [ -z "$asan" ]; then
+    begin "replayed, coherent, fp16: --check passes"
+    expect_exit 0 mpi_noleak 8 --mode coherent --dtype fp16 --trace "$T/ds.mft" \
+        --placement "$T/p8.moep" $common
+    end
+fi
 # LeakSanitizer (slow under MPI, run_lib.sh) on the modes no other leak-checked case runs:
 # vanilla and datacentric have the Mixtral cases below and run_report.sh
 for mode in vanilla pipelined hierarchical datacentric; do

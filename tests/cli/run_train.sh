@@ -5,7 +5,8 @@
 # and every gradient, and the loss of every step, with the serial reference model trained alike
 # (SGD and Adam); the loss falls, the modes and rank counts give the same losses; each of
 # MPMoE's memory-reuse strategies trains the same function below the activation peak of none;
-# a rank killed in training ends the job; what does not train yet is refused.
+# replicated experts train; a rank killed in training ends the job; what does not train yet
+# is refused.
 . "${top_srcdir:-.}/tests/cli/lib.sh"
 . "$top_srcdir/tests/cli/run_lib.sh"
 run_data 256
@@ -175,25 +176,41 @@ expect_exit 2 "$R" --reuse S1
 expect_tool_usage moe-run "" "--reuse applies to training in the expert-parallel modes"
 expect_exit 2 "$R" --train --mode datacentric --reuse S4
 expect_tool_usage moe-run "" "--reuse applies to training in the expert-parallel modes"
-"$MOE_BIN/moe-place" fit --no-PG --ranks 8 --gpus-per-node 4 --method balanced --replicas 8 \
-    -o "$T/rep.moep" "$T/ds.mft" || fail "fit with replicas"
-expect_exit 1 mpi_noleak 8 --train --trace "$T/ds.mft" --placement "$T/rep.moep" --iters 1 \
-    --warmup 0
-grep -q "^moe-run: --train: .* replicates expert .*; replicated experts do not train yet" \
-    "$T/err" || fail "no reason for refusing replicas"
 end
 
-begin "a rank killed while the job trains: every rank ends in seconds"
-# most of a step is its backward (each expert recomputed, then its backward)
-L="--train --hidden 64 --ffn 64 --layers 2 --tokens-per-rank 64 --iters 1000000"
+# Replicated experts: each copy takes the gradient of the tokens it served, the copies sum
+# theirs and take the same update: the same function as one copy each (vanilla's losses)
+"$MOE_BIN/moe-place" fit --no-PG --ranks 8 --gpus-per-node 4 --method balanced --replicas 8 \
+    -o "$T/rep.moep" "$T/ds.mft" || fail "fit with replicas"
+rep_modes="vanilla datacentric"
+[ -z "$asan" ] || rep_modes=vanilla
+for mode in $rep_modes; do
+    begin "replicated experts (8 extra copies), $mode: --check passes, vanilla's losses"
+    expect_exit 0 mpi_noleak 8 --train --mode $mode --trace "$T/ds.mft" \
+        --placement "$T/rep.moep" --hidden 32 --ffn 24 --iters 3 --warmup 0 --check \
+        --json "$T/rep.json"
+    grep -q 'reference: .*: ok$' "$T/out" || fail "no passing check line"
+    same_losses "$T/rep.json" "$T/rfp32.json"
+    end
+done
+
+begin "a rank killed in its backward: every rank ends in seconds"
+# the victim runs with -vv and is killed as soon as it says that its backward began; the
+# backward of this shape takes far longer than the poll's 50 ms
+L="--train --hidden 128 --ffn 128 --layers 2 --tokens-per-rank 256 --iters 1000000"
+# shellcheck disable=SC2016
+victim='"$0" "$@" -vv 2>"$LOG" & p=$!
+while kill -0 $p 2>/dev/null && ! grep -q ": backward (loss" "$LOG"; do sleep 0.05; done
+kill -9 $p 2>/dev/null; wait $p'
 t0=$(date +%s)
 # shellcheck disable=SC2086
-run env $NOLEAK_ENV timeout -k 5 60 "$MPIRUN" --oversubscribe -np 3 "$MOE_BIN/moe-run" $L \
-    : -np 1 timeout -s KILL 2 "$MOE_BIN/moe-run" $L
+run env $NOLEAK_ENV LOG="$T/victim.log" timeout -k 5 60 "$MPIRUN" --oversubscribe -np 3 \
+    "$MOE_BIN/moe-run" $L : -np 1 sh -c "$victim" "$MOE_BIN/moe-run" $L
 secs=$(($(date +%s) - t0))
 [ "$rc" != 0 ] || fail "exit status 0"
 [ "$rc" != 124 ] || fail "hung until the test's timeout"
 [ "$secs" -le 30 ] || fail "took $secs s (bound 30 s)"
+grep -q ": backward (loss" "$T/victim.log" || fail "the victim never reached its backward"
 end
 
 finish
