@@ -301,20 +301,29 @@ static void pull_expert(const moe_sim_t *s, uint32_t j, uint32_t n, uint32_t e,
  * `credits` arriving per round: R = max over ranks of ceil(pulls / credits) rounds of
  * all-to-alls of expert weights, each rank's bytes spread evenly over them; the expert
  * compute of each rank's own tokens and its memory passes after. */
-static void datacentric(const moe_sim_t *s, uint32_t j, uint64_t *held, uint64_t *node,
-                        moe_acct_rank_t *rk, uint64_t *pulls, double *work, moe_sim_layer_t *o)
+/* Data-centric pulls of layer j as moe-run schedules them (pull_expert per node and expert):
+ * each rank's transfers into rk and pulls into pulls[]; returns the rounds, R = max over ranks
+ * of ceil(pulls / credits). held, node: scratch bitsets (sim_held_sets). */
+double sim_dc_pulls(const moe_sim_t *s, uint32_t j, uint64_t *held, uint64_t *node,
+                    moe_acct_rank_t *rk, uint64_t *pulls)
 {
     sim_held_sets(s, j, held, node);
     memset(rk, 0, (size_t)s->G * sizeof *rk);
     memset(pulls, 0, (size_t)s->G * sizeof *pulls);
-    memset(o, 0, sizeof *o);
     for (uint32_t n = 0; n < s->N; n++)
         for (uint32_t e = 0; e < s->E; e++)
             pull_expert(s, j, n, e, held, node, rk, pulls);
     uint64_t most = 0;
     for (uint32_t r = 0; r < s->G; r++)
         most = pulls[r] > most ? pulls[r] : most;
-    double rounds = (double)((most + s->credits - 1) / s->credits);
+    return (double)((most + s->credits - 1) / s->credits);
+}
+
+static void datacentric(const moe_sim_t *s, uint32_t j, uint64_t *held, uint64_t *node,
+                        moe_acct_rank_t *rk, uint64_t *pulls, double *work, moe_sim_layer_t *o)
+{
+    memset(o, 0, sizeof *o);
+    double rounds = sim_dc_pulls(s, j, held, node, rk, pulls);
     for (uint32_t r = 0; r < s->G; r++)
         for (int c = 0; c < MOE_LINK_CLASSES; c++)
             o->bytes[c] += (double)rk[r].sent[MOE_DISPATCH][c] * s->xbytes;

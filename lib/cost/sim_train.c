@@ -146,48 +146,31 @@ static double ep_backward(const moe_sim_t *s, int scheme, int st, uint32_t j, do
     return comm + sim_compute_time(s, work, work + s->G);
 }
 
-/* Datacentric's backward of layer j: each rank pulls again, from their owners, the experts
- * its tokens need and it does not hold (one all-to-all, the wire type), back-propagates every
- * pair locally (recomputing x W1), and returns the pulled experts' gradients to the owners,
- * who add them. held, node: bitsets (sim_held_sets); rk: G counts; work: 2 G. */
+/* Datacentric's backward of layer j: each rank pulls again the experts its tokens need and
+ * it does not hold, along the forward's schedule (the same transfers in the same rounds: one
+ * inter-node fetch per node), back-propagates every pair locally (recomputing x W1), and the
+ * pulled experts' gradients go back along the schedule reversed (a node's ranks to its
+ * fetcher, the fetcher's sum to the owner): twice the forward's pull time. held, node:
+ * bitsets; rk: G counts; work: 2 G; pulls: G. */
 static double dc_backward(const moe_sim_t *s, uint32_t j, uint64_t *held, uint64_t *node,
-                          moe_acct_rank_t *rk, double *work, double *most)
+                          moe_acct_rank_t *rk, uint64_t *pulls, double *work, double *most)
 {
-    const double H = s->H, HF = H * s->F, e = s->vec / H;
-    sim_held_sets(s, j, held, node);
-    memset(rk, 0, (size_t)s->G * sizeof *rk);
-    double *pulls = work + s->G, *asked = calloc(s->G, sizeof *asked);
-    if (!asked)
-        return NAN;
-    memset(pulls, 0, (size_t)s->G * sizeof *pulls);
-    for (uint32_t d = 0; d < s->G; d++) {
-        const uint64_t *need = s->need + ((size_t)j * s->G + d) * s->W;
-        for (uint32_t x = 0; x < s->E; x++) {
-            uint64_t bit = 1ull << (x & 63);
-            if (!(need[x / 64] & bit) || (held[(size_t)d * s->W + x / 64] & bit))
-                continue;
-            uint32_t nc;
-            uint32_t o = moe_placement_ranks(s->p, j, x, &nc)[0];
-            int c = moe_topo_class(&s->topo, o, d);
-            rk[o].sent[MOE_DISPATCH][c]++;
-            rk[d].recv[MOE_DISPATCH][c]++;
-            pulls[d]++;
-            asked[o]++;
-        }
-    }
-    double comm = sim_even(s, 8) + bhop(s, rk, 4, 0, 1) + 2 * bhop(s, rk, s->xbytes, 0, 1);
+    const double H = s->H, W = 2 * H * s->F, e = s->vec / H;
+    double R = sim_dc_pulls(s, j, held, node, rk, pulls);
+    double comm = R > 0 ? 2 * R * sim_a2a(s, rk, MOE_DISPATCH, s->xbytes, R, NULL) : 0;
     for (uint32_t r = 0; r < s->G; r++) {
         double n = tokens_of(s, r), pairs = (double)s->src[(size_t)j * s->G + r] * s->k;
-        double moved = (pulls[r] + asked[r]) * 2 * HF;
-        most[r] = fmax(most[r], (pulls[r] + asked[r]) * 8 + moved * (4 + e) * 2 +
+        double moved = sim_rows(&rk[r], MOE_DISPATCH, 0) + sim_rows(&rk[r], MOE_DISPATCH, 1);
+        /* the pulled weights and their gradients, a round's buffers (the mean round's), the
+         * pairs' rows, the home's mixed rows and gradients */
+        most[r] = fmax(most[r], 2 * (double)pulls[r] * W * 4 +
+                                    (R > 0 ? moved / R : 0) * W * (4 + e) +
                                     pairs * ((3 * H + 2) * 4 + 8) + n * (8 * H + 4 * s->K));
         /* every pair's rows gathered and gradient added, the mixer and accumulators, the
-         * weights and gradients packed and unpacked, the owners' sums */
-        double b = H * (28 * pairs + 24 * n) + moved * (4 + e) * 2 + asked[r] * 2 * HF * 12;
-        pulls[r] = sim_ctime(s, pairs) * 2.5 + sim_mtime(s, b);
+         * weights and gradients packed and unpacked both ways, the sums */
+        double b = H * (28 * pairs + 24 * n) + 2 * moved * W * (4 + e) + moved * W * 12;
+        work[r] = sim_ctime(s, pairs) * 2.5 + sim_mtime(s, b);
     }
-    free(asked);
-    memcpy(work, pulls, (size_t)s->G * sizeof *work);
     return comm + sim_compute_time(s, work, work + s->G);
 }
 
@@ -258,10 +241,12 @@ int moe_sim_train(const moe_sim_t *s, int scheme, int reuse, int adam, moe_sim_s
     double *v = calloc(5 * (size_t)s->G, sizeof *v);
     uint64_t *bits = calloc(((size_t)s->G + s->N + 1) * s->W, sizeof *bits);
     moe_acct_rank_t *rk = calloc(s->G, sizeof *rk);
-    if (!v || !bits || !rk) {
+    uint64_t *pulls = calloc(s->G, sizeof *pulls);
+    if (!v || !bits || !rk || !pulls) {
         free(v);
         free(bits);
         free(rk);
+        free(pulls);
         return MOE_ENOMEM;
     }
     double *work = v, *dev = v + 2 * (size_t)s->G, *host = dev + s->G, *most = host + s->G;
@@ -273,8 +258,8 @@ int moe_sim_train(const moe_sim_t *s, int scheme, int reuse, int adam, moe_sim_s
         if (scheme == MOE_SIM_DATACENTRIC) {
             for (uint32_t r = 0; r < s->G; r++)
                 dev[r] += tokens_of(s, r) * (4 * s->H + 8 * s->K + 4);
-            out->backward += dc_backward(s, j, bits, bits + (size_t)s->G * s->W, rk, work,
-                                         most);
+            out->backward += dc_backward(s, j, bits, bits + (size_t)s->G * s->W, rk, pulls,
+                                         work, most);
         } else {
             out->forward += forward_extra(s, scheme, st, j, work, dev, host);
             out->backward += ep_backward(s, scheme, st, j, work, most);
@@ -294,5 +279,6 @@ int moe_sim_train(const moe_sim_t *s, int scheme, int reuse, int adam, moe_sim_s
     free(v);
     free(bits);
     free(rk);
+    free(pulls);
     return isnan(out->time) ? MOE_ERANGE : 0;
 }

@@ -23,9 +23,7 @@
  * With a replayed gate every layer's needs are known at the start, and the first round of
  * layer l+1 is posted before the last experts of layer l compute (prefetch).
  */
-typedef struct item {
-    uint32_t layer, e, src, dst, round;
-} item_t;
+typedef run_pull_t item_t; /* run_internal.h */
 
 typedef struct dc {
     run_t *r;
@@ -419,9 +417,13 @@ void run_dc_iter(run_t *r)
         free(d.store[p]);
     }
     free(d.need);
-    free(d.it);
-    free(d.first);
-    free(d.rounds);
+    if (r->tr) { /* training: the backward pulls along the same schedule */
+        run_keep_pulls(r, d.it, d.first, d.rounds);
+    } else {
+        free(d.it);
+        free(d.first);
+        free(d.rounds);
+    }
     free(d.stored);
     free(d.cnt);
     free(ids);

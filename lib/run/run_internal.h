@@ -60,6 +60,13 @@ typedef struct run_saved {
     float *w;
 } run_saved_t;
 
+/* Datacentric mode's pulls (run_dc.c's schedule): expert e of a layer goes from rank src to
+ * rank dst in round `round` of that layer. --train keeps the forward's schedule so that the
+ * backward pulls the same way and returns the gradients along it reversed. */
+typedef struct run_pull {
+    uint32_t layer, e, src, dst, round;
+} run_pull_t;
+
 /* --train: what a serving rank keeps of one chunk of one layer for the backward, as MPMoE's
  * memory-reuse strategy (cfg.reuse) says: the rows it received (T_DI) and the pre-activations
  * of the pairs it served (T_M, in the forward's expert-sorted order), kept in place (none) or
@@ -122,12 +129,19 @@ struct moe_run {
     run_served_t *served;            /* [L][chunks]: a serving rank's T_DI and T_M */
     uint32_t served_chunks;
     run_buf_t act;                   /* device: a chunk's T_M before it is offloaded */
+    run_pull_t *pulls;               /* datacentric: the forward's pull schedule, sorted by
+                                        (layer, round, src, dst, e) */
+    uint32_t *pull_first;            /* [L + 1] each layer's first pull */
+    uint32_t *pull_rounds;           /* [L] each layer's rounds */
     double off_peak;                 /* bytes offloaded to host at once (this rank, then the
                                         largest rank) */
     double *losses;                  /* [warmup + iters] the loss of each training step */
     double act_peak;                 /* bytes of activations and exchange buffers the training
                                         held at once: this rank's, then the largest rank's */
     double rss_peak;                 /* --train: the largest rank's peak RSS, bytes */
+    double bwd_bytes[MOE_LINK_CLASSES]; /* --train: bytes the timed backwards sent to other
+                                        ranks by link class (rows, gradients, expert weights;
+                                        not metadata): this rank's, then all ranks' */
     double check_err;                /* the check's result for the report (-1: no check) */
     int check_ok;
     /* the verification hook: run_check sets it, a mode that runs all layers at once
@@ -152,6 +166,9 @@ void run_release(run_t *r);
  * tokens in r->tr[l] (a no-op outside training); then, once the gate ran, their routing. */
 void run_save_input(run_t *r, uint32_t l, const float *x);
 void run_save_route(run_t *r, uint32_t l, const int32_t *ids, const float *w);
+/* --train, datacentric mode (run_keep.c): keep the forward's pull schedule (ownership of the
+ * three arrays passes to r; those of an earlier step are freed). */
+void run_keep_pulls(run_t *r, run_pull_t *pulls, uint32_t *first, uint32_t *rounds);
 /* ---- what training keeps on a serving rank (run_keep.c), as r->reuse says */
 /* Whether strategy s (enum moe_mpmoe_reuse) keeps T_DI, keeps T_M (in place or offloaded),
  * and offloads what it keeps to host memory. */

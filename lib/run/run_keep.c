@@ -1,7 +1,8 @@
 /* run/run_keep.c -- what the forward keeps for --train's backward: each layer's input rows and
- * routing at the home (run_save_input, run_save_route), and on a serving rank the rows it
- * received (T_DI) and the experts' pre-activations (T_M) as MPMoE's memory-reuse strategy
- * says (run_keep_act, run_keep_served). The state layer: the modes call it, run_train.c reads
+ * routing at the home (run_save_input, run_save_route), datacentric mode's pull schedule
+ * (run_keep_pulls), and on a serving rank the rows it received (T_DI) and the experts'
+ * pre-activations (T_M) as MPMoE's memory-reuse strategy says (run_keep_act,
+ * run_keep_served). The state layer: the modes call it, run_train.c reads
  * what it kept. */
 #include "config.h"
 
@@ -134,3 +135,12 @@ void run_served_bytes(const run_t *r, double *dev, double *host)
     }
 }
 
+void run_keep_pulls(run_t *r, run_pull_t *pulls, uint32_t *first, uint32_t *rounds)
+{
+    free(r->pulls);
+    free(r->pull_first);
+    free(r->pull_rounds);
+    r->pulls = pulls;
+    r->pull_first = first;
+    r->pull_rounds = rounds;
+}

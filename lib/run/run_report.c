@@ -218,6 +218,10 @@ int run_report(run_t *r, FILE *fp, double check_err, int check_ok)
                     "activations and exchange buffers held at once (the runtime's accounting), "
                     "%.0f offloaded to host, peak RSS %.0f bytes\n",
                 moe_mpmoe_reuse_name(r->reuse), r->act_peak, r->off_peak, r->rss_peak);
+        fprintf(fp, "# training, backward per step (all ranks, rows, gradients and expert "
+                    "weights): %.0f bytes intra-node, %.0f inter-node\n",
+                r->bwd_bytes[MOE_LINK_INTRA] / r->cfg.iters,
+                r->bwd_bytes[MOE_LINK_INTER] / r->cfg.iters);
     }
     if (check_err >= 0 || !check_ok)
         fprintf(fp, "# check against the serial %s reference: max relative difference "
@@ -289,8 +293,10 @@ static int json_body(const run_t *r, const sums_t *s, moe_textout_t *t, double c
         for (int i = 0; i < r->cfg.warmup + r->cfg.iters; i++)
             P("%s%.9g", i ? ", " : "", r->losses[i]);
         P("],\n    \"reuse\": \"%s\", \"peak_activation_bytes\": %.0f, "
-          "\"peak_offload_bytes\": %.0f, \"peak_rss_bytes\": %.0f},\n",
-          moe_mpmoe_reuse_name(r->reuse), r->act_peak, r->off_peak, r->rss_peak);
+          "\"peak_offload_bytes\": %.0f, \"peak_rss_bytes\": %.0f,\n    \"backward_bytes\": "
+          "{\"intra\": %.0f, \"inter\": %.0f}},\n",
+          moe_mpmoe_reuse_name(r->reuse), r->act_peak, r->off_peak, r->rss_peak,
+          r->bwd_bytes[MOE_LINK_INTRA] / r->cfg.iters, r->bwd_bytes[MOE_LINK_INTER] / r->cfg.iters);
     } else {
         P("  \"train\": null,\n");
     }

@@ -416,6 +416,9 @@ void run_release(run_t *r)
         free(r->served[i].a);
     }
     free(r->served);
+    free(r->pulls);
+    free(r->pull_first);
+    free(r->pull_rounds);
     if (o)
         o->free(r->b, r->act.p);
     free(r->losses);

@@ -104,6 +104,8 @@ static size_t exchange_rows(run_t *r, const float *send, const size_t *sc, size_
         c[5 * G + p] = n * row;
         ns += sc[p];
         n += rc[p];
+        if (r->timing && p != r->me) /* the backward's payload, by link class */
+            r->bwd_bytes[run_link(r, (uint32_t)r->me, (uint32_t)p)] += (double)(sc[p] * row);
     }
     uint8_t *sw = run_hbuf(r, slot, (ns + n + 1) * row), *rw = sw + ns * row;
     RUN_CK(r, moe_kern_pack(send, ns * width, dtype, sw));
@@ -401,59 +403,98 @@ static size_t experts_backward(run_t *r, uint32_t l, uint32_t c, size_t i0, size
            restored;
 }
 
-/* Datacentric mode (Janus): the tokens stay. Each rank pulls the weights of the experts its
- * tokens used that it does not hold (all at once, in the wire type), recomputes and back-
- * propagates through every expert locally, and sends the pulled experts' weight gradients back
- * to their owners, which add them to their own (per rank: not yet one transfer per node, nor in
- * the forward's rounds). Same contract as experts_backward for all local rows. */
+/* One round t of layer l's pull schedule (it[0..ni), sorted by round, src, dst, e). Without
+ * gq, the weights go the schedule's way: a rank sends each expert it holds or pulled earlier
+ * (wq) and the receiver stores it in its slot of wq. With gq, the gradients go the other way:
+ * a rank sends the gradient of each expert it pulled in the round (gq) back to where it came
+ * from, which adds it to its own gradient of the expert (g, where it holds the expert) or to
+ * its pulled one (a node's fetcher, which sends the sum on in an earlier round). Returns the
+ * bytes of the round's buffers. */
+static size_t pull_round(run_t *r, uint32_t l, const run_pull_t *it, size_t ni, uint32_t t,
+                         const uint32_t *slot, float *wq, float *gq, grads_t *g)
+{
+    const size_t E = r->E, HF = (size_t)r->H * r->F, W = 2 * HF;
+    const uint32_t me = (uint32_t)r->me;
+    const int G = r->G, back = gq != NULL;
+    size_t *sc = run_hbuf(r, TS_ROW, 2 * (size_t)G * sizeof *sc), *rc = sc + G, ns = 0;
+    memset(sc, 0, (size_t)G * sizeof *sc);
+    for (size_t i = 0; i < ni; i++)
+        if (it[i].round == t && (back ? it[i].dst : it[i].src) == me) {
+            sc[back ? it[i].src : it[i].dst]++;
+            ns++;
+        }
+    /* in rank order: the items are sorted by src, then dst, then e */
+    float *send = run_hbuf(r, TS_SEND, (ns + 1) * W * sizeof *send), *got;
+    size_t at = 0;
+    for (size_t i = 0; i < ni; i++) {
+        if (it[i].round != t || (back ? it[i].dst : it[i].src) != me)
+            continue;
+        size_t k = l * E + it[i].e;
+        if (back) {
+            memcpy(send + at * W, gq + (size_t)slot[it[i].e] * W, W * sizeof *send);
+        } else if (r->w1[k]) {
+            memcpy(send + at * W, r->w1[k], HF * sizeof *send);
+            memcpy(send + at * W + HF, r->w2[k], HF * sizeof *send);
+        } else if (slot[it[i].e] != UINT32_MAX) {
+            memcpy(send + at * W, wq + (size_t)slot[it[i].e] * W, W * sizeof *send);
+        } else {
+            run_die(r, "datacentric backward (expert to forward not here)", MOE_EINVAL);
+        }
+        at++;
+    }
+    size_t nr = exchange_rows(r, send, sc, W, r->cfg.dtype, &got, rc, TS_RECV), q = 0;
+    for (size_t i = 0; i < ni; i++) {
+        if (it[i].round != t || (back ? it[i].src : it[i].dst) != me)
+            continue;
+        size_t k = l * E + it[i].e;
+        if (q == nr)
+            run_die(r, "datacentric backward (fewer experts than the schedule)", MOE_EINVAL);
+        const float *src = got + q++ * W;
+        float *dst = !back ? wq + (size_t)slot[it[i].e] * W
+                     : g->w1[k] ? g->w1[k] : gq + (size_t)slot[it[i].e] * W;
+        if (!back)
+            memcpy(dst, src, W * sizeof *dst);
+        else
+            for (size_t j = 0; j < W; j++)
+                dst[j] += src[j];
+    }
+    if (q != nr)
+        run_die(r, "datacentric backward (more experts than the schedule)", MOE_EINVAL);
+    return (ns + nr) * W * (4 + r->esz);
+}
+
+/* Datacentric mode (Janus): the tokens stay. The experts of layer l this rank needs and does
+ * not hold are pulled again along the forward's schedule (the same rounds: one inter-node
+ * fetch per node, forwarded inside it); every pair is back-propagated locally (x W1
+ * recomputed); the pulled experts' gradients go back along the schedule reversed, last round
+ * first, so that a node's ranks send theirs to the node's fetcher, which adds them to its own
+ * and sends the node's sum to the owner: one inter-node transfer per node and expert. Same
+ * contract as experts_backward for all local rows. */
 static size_t dc_experts_backward(run_t *r, uint32_t l, const float *xm, const float *dout,
                                   grads_t *g, float *dxm, float *dw)
 {
-    const size_t n = r->nloc, H = r->H, K = r->K, E = r->E, HF = H * r->F;
-    const int G = r->G;
+    const size_t n = r->nloc, H = r->H, K = r->K, E = r->E, HF = H * r->F, W = 2 * HF;
     const int32_t *ids = r->tr[l].ids;
     const float *w = r->tr[l].w;
-    /* the experts needed here and held elsewhere, in owner order: requests */
+    if (!r->pulls)
+        run_die(r, "datacentric backward (no pull schedule kept)", MOE_EINVAL);
+    const run_pull_t *it = r->pulls + r->pull_first[l];
+    const size_t ni = r->pull_first[l + 1] - r->pull_first[l];
+    /* a slot per expert pulled here: its weights and its gradient */
     uint32_t *slot = run_hbuf(r, TS_HOME, (E + 1) * sizeof *slot);
-    size_t *sc = run_hbuf(r, TS_ROW, 2 * (size_t)G * sizeof *sc), *rc = sc + G, nq = 0;
-    memset(sc, 0, (size_t)G * sizeof *sc);
+    size_t nq = 0, most = 0;
     for (size_t e = 0; e < E; e++)
         slot[e] = UINT32_MAX;
-    for (size_t i = 0; i < n * K; i++)
-        if (ids[i - i % K] >= 0 && ids[i] >= 0 && !r->w1[l * E + (size_t)ids[i]])
-            slot[ids[i]] = 0;
-    uint32_t *req = run_hbuf(r, TS_SROW, (E + 1) * sizeof *req);
-    for (int p = 0; p < G; p++)
-        for (size_t e = 0; e < E; e++) {
-            uint32_t c;
-            if (slot[e] == UINT32_MAX || moe_placement_ranks(r->pl, l, (uint32_t)e, &c)[0] != p)
-                continue;
-            slot[e] = (uint32_t)nq;
-            req[nq++] = (uint32_t)e;
-            sc[p]++;
-        }
-    /* requests to the owners (as float rows of one id, exact in fp32) */
-    float *qs = run_hbuf(r, TS_SEND, (nq + 1) * sizeof *qs), *qr;
-    for (size_t q = 0; q < nq; q++)
-        memcpy(&qs[q], &req[q], sizeof *qs);
-    size_t nr = exchange_rows(r, qs, sc, 1, MOE_DTYPE_FP32, &qr, rc, TS_RECV);
-    uint32_t *asked = run_hbuf(r, TS_SMETA, (nr + 1) * sizeof *asked);
-    memcpy(asked, qr, nr * sizeof *asked);
-    /* the owners send the weights (W1 then W2) */
-    float *wsend = run_hbuf(r, TS_REPLY, (nr + 1) * 2 * HF * sizeof *wsend), *wgot;
-    for (size_t j = 0; j < nr; j++) {
-        size_t k = l * E + asked[j];
-        if (asked[j] >= E || !r->w1[k])
-            run_die(r, "datacentric backward (expert not held by its owner)", MOE_EINVAL);
-        memcpy(wsend + j * 2 * HF, r->w1[k], HF * sizeof *wsend);
-        memcpy(wsend + j * 2 * HF + HF, r->w2[k], HF * sizeof *wsend);
+    for (size_t i = 0; i < ni; i++)
+        if (it[i].dst == (uint32_t)r->me && slot[it[i].e] == UINT32_MAX)
+            slot[it[i].e] = (uint32_t)nq++;
+    float *wq = run_hbuf(r, TS_REPLY, (nq + 1) * W * sizeof *wq);
+    float *gq = run_hbuf(r, TS_BACK, (nq + 1) * W * sizeof *gq);
+    memset(gq, 0, nq * W * sizeof *gq);
+    for (uint32_t t = 0; t < r->pull_rounds[l]; t++) {
+        size_t b = pull_round(r, l, it, ni, t, slot, wq, NULL, g);
+        most = b > most ? b : most;
     }
-    size_t ng = exchange_rows(r, wsend, rc, 2 * HF, r->cfg.dtype, &wgot, sc, TS_RPLY);
-    if (ng != nq)
-        run_die(r, "datacentric backward (weights do not match the requests)", MOE_EINVAL);
-    /* every expert locally; the pulled ones' gradients in their own buffer */
-    float *gq = run_hbuf(r, TS_BACK, (nq + 1) * 2 * HF * sizeof *gq);
-    memset(gq, 0, nq * 2 * HF * sizeof *gq);
     /* the local pairs grouped by expert (rows ascending within one), as the serving side */
     size_t *start = run_hbuf(r, TS_POS, (E + 1) * sizeof *start), np = 0;
     memset(start, 0, (E + 1) * sizeof *start);
@@ -471,15 +512,17 @@ static size_t dc_experts_backward(run_t *r, uint32_t l, const float *xm, const f
                       (uint32_t)i, (uint32_t)k);
     float *bw = run_hbuf(r, TS_WORK, (moe_kern_ffn_backward_work_size(r->F) + 1) * sizeof *bw);
     for (size_t e = 0, lo = 0; e < E; lo = start[e++]) {
+        if (start[e] == lo)
+            continue;
         size_t at = l * E + e;
-        const float *W1 = r->w1[at] ? r->w1[at] : wgot + slot[e] * 2 * HF;
+        if (!r->w1[at] && slot[e] == UINT32_MAX)
+            run_die(r, "datacentric backward (expert neither held nor pulled)", MOE_EINVAL);
+        const float *W1 = r->w1[at] ? r->w1[at] : wq + (size_t)slot[e] * W;
         const float *W2 = r->w1[at] ? r->w2[at] : W1 + HF;
-        float *G1 = r->w1[at] ? g->w1[at] : gq + slot[e] * 2 * HF;
-        if (start[e] > lo)
-            RUN_CK(r, moe_kern_ffn_backward_scaled(pr.x + lo * H, NULL, start[e] - lo, r->H,
-                                                   r->F, W1, W2, pr.dy + lo * H, pr.s + lo,
-                                                   pr.dx + lo * H, G1, G1 + HF, pr.ds + lo,
-                                                   bw));
+        float *G1 = r->w1[at] ? g->w1[at] : gq + (size_t)slot[e] * W;
+        RUN_CK(r, moe_kern_ffn_backward_scaled(pr.x + lo * H, NULL, start[e] - lo, r->H, r->F,
+                                               W1, W2, pr.dy + lo * H, pr.s + lo,
+                                               pr.dx + lo * H, G1, G1 + HF, pr.ds + lo, bw));
     }
     for (size_t q = 0; q < np; q++) {
         size_t i = pr.row[q];
@@ -487,18 +530,13 @@ static size_t dc_experts_backward(run_t *r, uint32_t l, const float *xm, const f
             dxm[i * H + h] += pr.dx[q * H + h];
         dw[i * K + pr.ent[q]] += pr.ds[q];
     }
-    /* the pulled experts' gradients back to their owners, added there */
-    float *gb;
-    size_t nb = exchange_rows(r, gq, sc, 2 * HF, r->cfg.dtype, &gb, rc, TS_RECV);
-    if (nb != nr)
-        run_die(r, "datacentric backward (gradients do not match the requests)", MOE_EINVAL);
-    for (size_t j = 0; j < nr; j++) {
-        float *dst = g->w1[l * E + asked[j]];
-        for (size_t i = 0; i < 2 * HF; i++)
-            dst[i] += gb[j * 2 * HF + i];
+    /* the gradients back along the schedule, last round first */
+    for (uint32_t t = r->pull_rounds[l]; t-- > 0;) {
+        size_t b = pull_round(r, l, it, ni, t, slot, wq, gq, g);
+        most = b > most ? b : most;
     }
-    /* requests, weights out and in, gradients out and in (fp32 and wire copies), the pairs */
-    return (nq + nr) * 4 * 2 + (nr + nq) * 2 * HF * (4 + r->esz) * 2 + pairs_bytes(np, H);
+    /* the pulled weights and their gradients, the largest round's buffers, the pairs */
+    return 2 * nq * W * sizeof(float) + most + pairs_bytes(np, H);
 }
 
 /* The backward of layer l: dout (nloc x H, host) holds the gradient of the layer's output rows
@@ -846,6 +884,7 @@ void run_train_iterations(run_t *r)
                    getrusage(RUSAGE_SELF, &ru) == 0 ? (double)ru.ru_maxrss * 1024 : 0,
                    r->off_peak};
     RUN_CK(r, run_comm_allreduce(r->comm, v, 4, MOE_RUN_MAX));
+    RUN_CK(r, run_comm_allreduce(r->comm, r->bwd_bytes, MOE_LINK_CLASSES, MOE_RUN_SUM));
     r->t_iter = v[0];
     r->act_peak = v[1];
     r->rss_peak = v[2];

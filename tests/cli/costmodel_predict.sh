@@ -33,14 +33,14 @@ awk -F '\t' '$1 == "RANK" { i[$2] += $4; e[$2] += $5 } END {
 end
 # simulate --train: the bytes of activations and buffers moe-run --train holds at its peak
 # are counted from the trace alone: equal where every rank holds the same rows at every
-# layer's start (vanilla, datacentric), within 2% where tokens move (coherent), within 5%
-# where they are cut into chunks (pipelined: simulate counts the mean chunk's buffers, the
-# runtime holds its largest chunk's)
+# layer's start (vanilla), within 2% where tokens move (coherent), within 5% where the work
+# is cut into chunks or rounds (pipelined, datacentric: simulate counts the mean chunk's or
+# round's buffers, the runtime holds its largest one's)
 "$MOE_BIN/moe-costmodel" simulate --topology "$T/c.topo" --hidden 40 --ffn 16 --dtype fp32 \
     --chunks 3 --no-layers --train --reuse all "$T/ds.mft" "$T/p8.moep" >"$T/train.txt" ||
     fail "simulate --train failed"
 for case in "vanilla none 0" "vanilla S1 0" "vanilla S3 0" "coherent S2 0.02" \
-    "pipelined S4 0.05" "datacentric none 0"; do
+    "pipelined S4 0.05" "datacentric none 0.05"; do
     set -- $case
     begin "simulate --train predicts moe-run's peak activation bytes: $1, $2"
     extra=

@@ -35,10 +35,23 @@ for dt in fp32 bf16; do
         "$T/out" || fail "no passing check line"
     grep -q '"ok": true' "$T/r$dt.json" || fail "JSON lacks a passing check"
     falls "$T/r$dt.json" || fail "the loss does not fall"
+    # each row's gradient out and its reply [dx | dweights] back: (H + H + K) / (H + H), H 32
+    scaled "$T/r$dt.json" 70 64
     end
 done
 
 losses() { tr -d '\n' <"$1" | sed -n 's/.*"losses": \[\([^]]*\)\].*/\1/p'; }
+# bwd_bytes FILE: the backward's intra- and inter-node bytes per step; fwd_bytes FILE: the
+# forward's
+bwd_bytes() { sed -n 's/.*"backward_bytes": {"intra": \([0-9]*\), "inter": \([0-9]*\)}.*/\1 \2/p' "$1"; }
+fwd_bytes() { echo "$(json_list "$1" total_bytes_intra) $(json_list "$1" total_bytes_inter)"; }
+# scaled FILE NUM DEN: the backward moves the forward's bytes x NUM / DEN on each link class
+scaled() {
+    set -- "$1" "$2" "$3" "$(fwd_bytes "$1")" "$(bwd_bytes "$1")"
+    awk -v n="$2" -v d="$3" -v f="$4" -v b="$5" 'BEGIN { split(f, x, " "); split(b, y, " ")
+        exit !(x[1] * n == y[1] * d && x[2] * n == y[2] * d && y[1] + y[2] > 0) }' ||
+        fail "backward bytes $5 are not forward's $4 x $2 / $3"
+}
 peak() { sed -n 's/.*"peak_activation_bytes": \([0-9]*\).*/\1/p' "$1"; }
 begin "pipelined, 3 chunks, replayed, 8 ranks: --check passes, vanilla's losses, less memory"
 expect_exit 0 mpi_noleak 8 --train --mode pipelined --chunks 3 --trace "$T/ds.mft" \
@@ -79,6 +92,8 @@ for s in $strategies; do
     S4) [ "$(offload "$T/s$s.json")" = 0 ] || fail "S4 offloads" ;;
     *) [ "$(offload "$T/s$s.json")" -gt 0 ] || fail "$s offloads nothing" ;;
     esac
+    # S2 and S4 re-send each row with its gradient (2 H wide), S1 and S3 the gradient alone
+    case $s in S2 | S4) scaled "$T/s$s.json" 102 64 ;; *) scaled "$T/s$s.json" 70 64 ;; esac
     end
 done
 
@@ -108,6 +123,9 @@ for mode in $replayed_modes; do
         grep -q 'reference: .*: ok$' "$T/out" || fail "no passing check line"
         [ $dt = bf16 ] || same_losses "$T/$mode$dt.json" "$T/rfp32.json"
         falls "$T/$mode$dt.json" || fail "the loss does not fall"
+        # the experts pulled again along the forward's schedule and their gradients back
+        # along it: twice the forward's bytes on each class (one inter-node transfer per node)
+        [ $mode != datacentric ] || scaled "$T/$mode$dt.json" 2 1
         end
     done
 done
