@@ -146,19 +146,22 @@ static double ep_backward(const moe_sim_t *s, int scheme, int st, uint32_t j, do
     return comm + sim_compute_time(s, work, work + s->G);
 }
 
-/* Datacentric's backward of layer j: each rank pulls again the experts its tokens need and
- * it does not hold, along the forward's schedule (the same transfers in the same rounds: one
- * inter-node fetch per node), back-propagates every pair locally (recomputing x W1), and the
- * pulled experts' gradients go back along the schedule reversed (a node's ranks to its
- * fetcher, the fetcher's sum to the owner): twice the forward's pull time. held, node:
- * bitsets; rk: G counts; work: 2 G; pulls: G. */
+/* Datacentric's backward of layer j: each rank keeps its first `credits` pulls of the layer
+ * from the forward and pulls the rest again along the forward's schedule (the same transfers:
+ * one inter-node fetch per node; R - 1 of its R rounds when every rank kept a round's worth),
+ * back-propagates every pair locally (recomputing x W1), and the pulled experts' gradients go
+ * back along the schedule reversed (a node's ranks to its fetcher, the fetcher's sum to the
+ * owner; R rounds). held, node: bitsets; rk: G counts; work: 2 G; pulls: G; the kept
+ * weights are added to dev[]. */
 static double dc_backward(const moe_sim_t *s, uint32_t j, uint64_t *held, uint64_t *node,
-                          moe_acct_rank_t *rk, uint64_t *pulls, double *work, double *most)
+                          moe_acct_rank_t *rk, uint64_t *pulls, double *work, double *most,
+                          double *dev)
 {
     const double H = s->H, W = 2 * H * s->F, e = s->vec / H;
     double R = sim_dc_pulls(s, j, held, node, rk, pulls);
-    double comm = R > 0 ? 2 * R * sim_a2a(s, rk, MOE_DISPATCH, s->xbytes, R, NULL) : 0;
+    double comm = R > 0 ? (2 * R - 1) * sim_a2a(s, rk, MOE_DISPATCH, s->xbytes, R, NULL) : 0;
     for (uint32_t r = 0; r < s->G; r++) {
+        dev[r] += fmin((double)pulls[r], s->credits) * W * 4;
         double n = tokens_of(s, r), pairs = (double)s->src[(size_t)j * s->G + r] * s->k;
         double moved = sim_rows(&rk[r], MOE_DISPATCH, 0) + sim_rows(&rk[r], MOE_DISPATCH, 1);
         /* the pulled weights and their gradients, a round's buffers (the mean round's), the
@@ -259,7 +262,7 @@ int moe_sim_train(const moe_sim_t *s, int scheme, int reuse, int adam, moe_sim_s
             for (uint32_t r = 0; r < s->G; r++)
                 dev[r] += tokens_of(s, r) * (4 * s->H + 8 * s->K + 4);
             out->backward += dc_backward(s, j, bits, bits + (size_t)s->G * s->W, rk, pulls,
-                                         work, most);
+                                         work, most, dev);
         } else {
             out->forward += forward_extra(s, scheme, st, j, work, dev, host);
             out->backward += ep_backward(s, scheme, st, j, work, most);

@@ -157,6 +157,13 @@ static void schedule_layer(dc_t *d, uint32_t l, const uint8_t *need)
     d->rounds[l] = t;
     if (n > 1) /* a single rank fetches nothing: a is NULL */
         qsort(a, n, sizeof *a, item_cmp);
+    /* training: each rank keeps its first `credits` pulls of the layer for the backward */
+    uint32_t *got = calloc(G + 1, sizeof *got);
+    if (!got)
+        run_die(r, "datacentric schedule", MOE_ENOMEM);
+    for (size_t i = 0; i < n; i++)
+        a[i].keep = r->tr && got[a[i].dst]++ < C;
+    free(got);
 }
 
 /* Gate and needs of layer l; with `all`, every layer's needs (replayed gate) at once. */
@@ -277,6 +284,8 @@ static void arrive(dc_t *d)
         if (it->round != t || it->dst != (uint32_t)r->me)
             continue;
         RUN_CK(r, r->b->ops->unpack(r->b, rw + at, ef, r->cfg.dtype, d->store[l % 2][it->e]));
+        if (it->keep)
+            run_keep_pulled(r, l, it->e, d->store[l % 2][it->e]);
         at += d->ebytes;
         if (r->timing)
             r->st[l].experts_in[run_link(r, it->src, it->dst)]++;

@@ -65,6 +65,8 @@ typedef struct run_saved {
  * backward pulls the same way and returns the gradients along it reversed. */
 typedef struct run_pull {
     uint32_t layer, e, src, dst, round;
+    uint32_t keep; /* --train: dst keeps the expert from the forward for the backward (its
+                    * first `credits` pulls of the layer), so the backward does not pull it */
 } run_pull_t;
 
 /* --train: what a serving rank keeps of one chunk of one layer for the backward, as MPMoE's
@@ -133,6 +135,8 @@ struct moe_run {
                                         (layer, round, src, dst, e) */
     uint32_t *pull_first;            /* [L + 1] each layer's first pull */
     uint32_t *pull_rounds;           /* [L] each layer's rounds */
+    float **kept_pull;               /* [L][E] weights (W1 then W2, fp32) of pulled experts
+                                        kept for the backward, or NULL */
     double off_peak;                 /* bytes offloaded to host at once (this rank, then the
                                         largest rank) */
     double *losses;                  /* [warmup + iters] the loss of each training step */
@@ -169,6 +173,11 @@ void run_save_route(run_t *r, uint32_t l, const int32_t *ids, const float *w);
 /* --train, datacentric mode (run_keep.c): keep the forward's pull schedule (ownership of the
  * three arrays passes to r; those of an earlier step are freed). */
 void run_keep_pulls(run_t *r, run_pull_t *pulls, uint32_t *first, uint32_t *rounds);
+/* Keep the weights w (device, 2 H F floats) of expert e of layer l, pulled in the forward, for
+ * the backward (r->kept_pull). */
+void run_keep_pulled(run_t *r, uint32_t l, uint32_t e, const float *w);
+/* Bytes of the pulled experts this rank keeps under the current schedule. */
+double run_kept_pull_bytes(const run_t *r);
 /* ---- what training keeps on a serving rank (run_keep.c), as r->reuse says */
 /* Whether strategy s (enum moe_mpmoe_reuse) keeps T_DI, keeps T_M (in place or offloaded),
  * and offloads what it keeps to host memory. */

@@ -1,6 +1,6 @@
 /* run/run_keep.c -- what the forward keeps for --train's backward: each layer's input rows and
  * routing at the home (run_save_input, run_save_route), datacentric mode's pull schedule
- * (run_keep_pulls), and on a serving rank the rows it received (T_DI) and the experts'
+ * and the pulled experts it keeps (run_keep_pulls, run_keep_pulled), and on a serving rank the rows it received (T_DI) and the experts'
  * pre-activations (T_M) as MPMoE's memory-reuse strategy says (run_keep_act,
  * run_keep_served). The state layer: the modes call it, run_train.c reads
  * what it kept. */
@@ -143,4 +143,23 @@ void run_keep_pulls(run_t *r, run_pull_t *pulls, uint32_t *first, uint32_t *roun
     r->pulls = pulls;
     r->pull_first = first;
     r->pull_rounds = rounds;
+}
+
+void run_keep_pulled(run_t *r, uint32_t l, uint32_t e, const float *w)
+{
+    size_t W = 2 * (size_t)r->H * r->F;
+    if (!r->kept_pull && !(r->kept_pull = calloc((size_t)r->L * r->E, sizeof *r->kept_pull)))
+        run_die(r, "--train (keeping pulled experts)", MOE_ENOMEM);
+    float **k = &r->kept_pull[(size_t)l * r->E + e];
+    if (!*k && !(*k = malloc(W * sizeof **k)))
+        run_die(r, "--train (keeping pulled experts)", MOE_ENOMEM);
+    RUN_CK(r, r->b->ops->download(r->b, *k, w, W * sizeof **k));
+}
+
+double run_kept_pull_bytes(const run_t *r)
+{
+    double n = 0;
+    for (size_t i = 0; r->pulls && i < r->pull_first[r->L]; i++)
+        n += r->pulls[i].keep && r->pulls[i].dst == (uint32_t)r->me;
+    return n * 2 * r->H * r->F * sizeof(float);
 }

@@ -419,6 +419,9 @@ void run_release(run_t *r)
     free(r->pulls);
     free(r->pull_first);
     free(r->pull_rounds);
+    for (size_t i = 0; r->kept_pull && i < (size_t)r->L * r->E; i++)
+        free(r->kept_pull[i]);
+    free(r->kept_pull);
     if (o)
         o->free(r->b, r->act.p);
     free(r->losses);

@@ -418,8 +418,10 @@ static size_t pull_round(run_t *r, uint32_t l, const run_pull_t *it, size_t ni, 
     const int G = r->G, back = gq != NULL;
     size_t *sc = run_hbuf(r, TS_ROW, 2 * (size_t)G * sizeof *sc), *rc = sc + G, ns = 0;
     memset(sc, 0, (size_t)G * sizeof *sc);
+    /* the weights of a pull its receiver kept from the forward do not travel again */
+#define MOVES(i) (it[i].round == t && (back || !it[i].keep))
     for (size_t i = 0; i < ni; i++)
-        if (it[i].round == t && (back ? it[i].dst : it[i].src) == me) {
+        if (MOVES(i) && (back ? it[i].dst : it[i].src) == me) {
             sc[back ? it[i].src : it[i].dst]++;
             ns++;
         }
@@ -427,7 +429,7 @@ static size_t pull_round(run_t *r, uint32_t l, const run_pull_t *it, size_t ni, 
     float *send = run_hbuf(r, TS_SEND, (ns + 1) * W * sizeof *send), *got;
     size_t at = 0;
     for (size_t i = 0; i < ni; i++) {
-        if (it[i].round != t || (back ? it[i].dst : it[i].src) != me)
+        if (!MOVES(i) || (back ? it[i].dst : it[i].src) != me)
             continue;
         size_t k = l * E + it[i].e;
         if (back) {
@@ -444,7 +446,7 @@ static size_t pull_round(run_t *r, uint32_t l, const run_pull_t *it, size_t ni, 
     }
     size_t nr = exchange_rows(r, send, sc, W, r->cfg.dtype, &got, rc, TS_RECV), q = 0;
     for (size_t i = 0; i < ni; i++) {
-        if (it[i].round != t || (back ? it[i].src : it[i].dst) != me)
+        if (!MOVES(i) || (back ? it[i].src : it[i].dst) != me)
             continue;
         size_t k = l * E + it[i].e;
         if (q == nr)
@@ -458,14 +460,16 @@ static size_t pull_round(run_t *r, uint32_t l, const run_pull_t *it, size_t ni, 
             for (size_t j = 0; j < W; j++)
                 dst[j] += src[j];
     }
+#undef MOVES
     if (q != nr)
         run_die(r, "datacentric backward (more experts than the schedule)", MOE_EINVAL);
     return (ns + nr) * W * (4 + r->esz);
 }
 
 /* Datacentric mode (Janus): the tokens stay. The experts of layer l this rank needs and does
- * not hold are pulled again along the forward's schedule (the same rounds: one inter-node
- * fetch per node, forwarded inside it); every pair is back-propagated locally (x W1
+ * not hold were kept from the forward (its first `credits` pulls of the layer) or are pulled
+ * again along the forward's schedule (the same rounds: one inter-node fetch per node,
+ * forwarded inside it); every pair is back-propagated locally (x W1
  * recomputed); the pulled experts' gradients go back along the schedule reversed, last round
  * first, so that a node's ranks send theirs to the node's fetcher, which adds them to its own
  * and sends the node's sum to the owner: one inter-node transfer per node and expert. Same
@@ -491,6 +495,13 @@ static size_t dc_experts_backward(run_t *r, uint32_t l, const float *xm, const f
     float *wq = run_hbuf(r, TS_REPLY, (nq + 1) * W * sizeof *wq);
     float *gq = run_hbuf(r, TS_BACK, (nq + 1) * W * sizeof *gq);
     memset(gq, 0, nq * W * sizeof *gq);
+    for (size_t i = 0; i < ni; i++) /* what the forward kept, then the rest pulled again */
+        if (it[i].dst == (uint32_t)r->me && it[i].keep) {
+            const float *k = r->kept_pull ? r->kept_pull[l * E + it[i].e] : NULL;
+            if (!k)
+                run_die(r, "datacentric backward (a kept expert is missing)", MOE_EINVAL);
+            memcpy(wq + (size_t)slot[it[i].e] * W, k, W * sizeof *wq);
+        }
     for (uint32_t t = 0; t < r->pull_rounds[l]; t++) {
         size_t b = pull_round(r, l, it, ni, t, slot, wq, NULL, g);
         most = b > most ? b : most;
@@ -722,9 +733,9 @@ static double step(run_t *r, grads_t *g)
     size_t kept = 0, most = 0;
     for (uint32_t l = 0; l < r->L; l++)
         kept += r->tr[l].n * (sizeof(uint32_t) + H * sizeof(float) + K * 8);
-    double dev, host; /* and the servers' T_DI and T_M, in place or offloaded */
-    run_served_bytes(r, &dev, &host);
-    kept += (size_t)dev;
+    double dev, host; /* and the servers' T_DI and T_M, in place or offloaded, and the */
+    run_served_bytes(r, &dev, &host); /* pulled experts kept (datacentric) */
+    kept += (size_t)(dev + run_kept_pull_bytes(r));
     r->off_peak = host > r->off_peak ? host : r->off_peak;
     moe_log(MOE_LOG_DEBUG, "rank %d: backward (loss %.9g)", r->me, sum * scale);
     for (uint32_t l = r->L; l-- > 0;) {

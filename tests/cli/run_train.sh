@@ -45,6 +45,13 @@ losses() { tr -d '\n' <"$1" | sed -n 's/.*"losses": \[\([^]]*\)\].*/\1/p'; }
 # forward's
 bwd_bytes() { sed -n 's/.*"backward_bytes": {"intra": \([0-9]*\), "inter": \([0-9]*\)}.*/\1 \2/p' "$1"; }
 fwd_bytes() { echo "$(json_list "$1" total_bytes_intra) $(json_list "$1" total_bytes_inter)"; }
+# within FILE LO HI: the backward moves LO to HI times the forward's bytes on each link class
+within() {
+    set -- "$1" "$2" "$3" "$(fwd_bytes "$1")" "$(bwd_bytes "$1")"
+    awk -v lo="$2" -v hi="$3" -v f="$4" -v b="$5" 'BEGIN { split(f, x, " "); split(b, y, " ")
+        for (c = 1; c <= 2; c++) if (y[c] < lo * x[c] || y[c] > hi * x[c]) exit 1
+        exit !(y[1] + y[2] > 0) }' || fail "backward bytes $5 not $2-$3 x the forward's $4"
+}
 # scaled FILE NUM DEN: the backward moves the forward's bytes x NUM / DEN on each link class
 scaled() {
     set -- "$1" "$2" "$3" "$(fwd_bytes "$1")" "$(bwd_bytes "$1")"
@@ -123,12 +130,24 @@ for mode in $replayed_modes; do
         grep -q 'reference: .*: ok$' "$T/out" || fail "no passing check line"
         [ $dt = bf16 ] || same_losses "$T/$mode$dt.json" "$T/rfp32.json"
         falls "$T/$mode$dt.json" || fail "the loss does not fall"
-        # the experts pulled again along the forward's schedule and their gradients back
-        # along it: twice the forward's bytes on each class (one inter-node transfer per node)
-        [ $mode != datacentric ] || scaled "$T/$mode$dt.json" 2 1
+        # the experts not kept pulled again along the forward's schedule and all their
+        # gradients back along it: 1 to 2 times the forward's bytes on each class
+        [ $mode != datacentric ] || within "$T/$mode$dt.json" 1 2
         end
     done
 done
+
+if [ -z "$asan" ]; then
+begin "datacentric, every pulled expert kept (--credits 64): the backward returns gradients only"
+expect_exit 0 mpi_noleak 8 --train --mode datacentric --credits 64 --trace "$T/ds.mft" \
+    --placement "$T/p8.moep" --hidden 32 --ffn 24 --iters 2 --warmup 0 --check \
+    --json "$T/dc64.json"
+grep -q 'reference: .*: ok$' "$T/out" || fail "no passing check line"
+scaled "$T/dc64.json" 1 1
+[ "$(peak "$T/dc64.json")" -gt "$(peak "$T/datacentricfp32.json")" ] ||
+    fail "keeping every pulled expert does not raise the activation peak"
+end
+fi
 
 # The computed gate in every mode (its own gradient through the softmax over the chosen
 # logits); under ASan vanilla, hierarchical and datacentric, whose code the others share
