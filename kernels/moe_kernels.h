@@ -123,6 +123,17 @@ int moe_gpu_ffn_grouped(moe_gpu_ctx_t *ctx, int dtype, const void *x, uint32_t G
                         const size_t *off, uint32_t H, uint32_t F, const void *const *W1,
                         const void *const *W2, void *y);
 
+/* The backward of one expert's FFN on n rows, fp32, on ctx's stream: the GPU twin of
+ * moe_kern_ffn_backward_scaled (moe/kern.h; the same arguments, device pointers): recomputes
+ * a = x W1 unless a (n x F pre-activations) is given; dW2 += silu(a)^T (s dy), dW1 += x^T da,
+ * dx += da W1^T with da = (dy W2^T) s silu'(a) (each output may be NULL); ds[i] += dy_i . y_i,
+ * the gradient of row i's scale s[i] (s NULL: 1; ds may be NULL). Products in fp32 through
+ * cuBLAS (no TF32), sums in a fixed order. Returns 0 or an error. */
+int moe_gpu_ffn_backward(moe_gpu_ctx_t *ctx, const float *x, const float *a, size_t n,
+                         uint32_t H, uint32_t F, const float *W1, const float *W2,
+                         const float *dy, const float *s, float *dx, float *dW1, float *dW2,
+                         float *ds);
+
 /* One dense GEMM C = A B (row-major M x K times K x N, all of dtype, fp32 accumulation), the
  * baseline the benchmark compares the grouped FFN with. */
 int moe_gpu_gemm(moe_gpu_ctx_t *ctx, int dtype, size_t M, size_t N, size_t K, const void *A,

@@ -1,12 +1,14 @@
 /* tests/gpu/test_kernels.c -- every CUDA kernel of moe-run (kernels/moe_kernels.h) against its C
  * reference in lib/run/kern.c on random data, within the moe-run tolerances (max |diff| /
  * max(1, |ref|) <= 1e-4 for fp32, 2e-2 for bf16/fp16; conversions and permutes bit-exact).
+ * The FFN's backward (training) against moe_kern_ffn_backward_scaled (lib/run/kern_train.c).
  * Exits 77 (skip) when there is no CUDA device, 1 when a GPU is there but unusable. */
 #include "config.h"
 
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "moe/kern.h"
 #include "moe/moe.h"
@@ -408,6 +410,61 @@ static void test_gemm(void)
     free(got);
 }
 
+/* The FFN's backward (training) against moe_kern_ffn_backward_scaled, fp32: n rows of one
+ * expert with row scales, pre-activations recomputed and given, gradients accumulated onto
+ * non-zero starting values (as the runtime accumulates over experts and chunks). */
+static void ffn_backward_case(size_t n, uint32_t H, uint32_t F, int kept)
+{
+    size_t nH = n * H, nF = n * F, HF = (size_t)H * F;
+    float *x = randf(nH, 1.0), *dy = randf(nH, 1.0), *s = randf(n + 1, 0.5);
+    float *W1 = randf(HF, 1.0 / sqrt(H)), *W2 = randf(HF, 1.0 / sqrt(F)), *a = malloc(nF * 4 + 4);
+    for (size_t i = 0; i < nF; i++) { /* a = x W1, as the forward kept it */
+        double t = 0;
+        for (uint32_t h = 0; h < H; h++)
+            t += (double)x[(i / F) * H + h] * W1[(size_t)h * F + i % F];
+        a[i] = (float)t;
+    }
+    float *dx = randf(nH, 0.1), *dW1 = randf(HF, 0.1), *dW2 = randf(HF, 0.1);
+    float *ds = randf(n + 1, 0.1), *rx = malloc(nH * 4 + 4), *rW1 = malloc(HF * 4);
+    float *rW2 = malloc(HF * 4), *rs = malloc(n * 4 + 4);
+    memcpy(rx, dx, nH * 4);
+    memcpy(rW1, dW1, HF * 4);
+    memcpy(rW2, dW2, HF * 4);
+    memcpy(rs, ds, n * 4);
+    CHECK(moe_kern_ffn_backward_scaled(x, kept ? a : NULL, n, H, F, W1, W2, dy, s, rx, rW1, rW2,
+                                       rs, NULL) == 0);
+    float *d_x = to_dev(x, nH * 4), *d_dy = to_dev(dy, nH * 4), *d_s = to_dev(s, n * 4 + 4);
+    float *d_W1 = to_dev(W1, HF * 4), *d_W2 = to_dev(W2, HF * 4), *d_a = to_dev(a, nF * 4 + 4);
+    float *d_dx = to_dev(dx, nH * 4), *d_dW1 = to_dev(dW1, HF * 4), *d_dW2 = to_dev(dW2, HF * 4);
+    float *d_ds = to_dev(ds, n * 4 + 4);
+    GPU_OK(moe_gpu_ffn_backward(ctx, d_x, kept ? d_a : NULL, n, H, F, d_W1, d_W2, d_dy, d_s,
+                                d_dx, d_dW1, d_dW2, d_ds));
+    float *gx = from_dev(d_dx, nH * 4), *gW1 = from_dev(d_dW1, HF * 4);
+    float *gW2 = from_dev(d_dW2, HF * 4), *gs = from_dev(d_ds, n * 4);
+    double e = fmax(fmax(max_rel(gx, rx, nH), max_rel(gs, rs, n)),
+                    fmax(max_rel(gW1, rW1, HF), max_rel(gW2, rW2, HF)));
+    printf("  ffn backward n %zu H %u F %u (a %s): max rel %.3g\n", n, H, F,
+           kept ? "kept" : "recomputed", e);
+    CHECK(e < 1e-4);
+    void *dev[] = {d_x, d_dy, d_s, d_W1, d_W2, d_a, d_dx, d_dW1, d_dW2, d_ds};
+    for (size_t i = 0; i < sizeof dev / sizeof *dev; i++)
+        cudaFree(dev[i]);
+    float *host[] = {x, dy, s, W1, W2, a, dx, dW1, dW2, ds, rx, rW1, rW2, rs, gx, gW1, gW2, gs};
+    for (size_t i = 0; i < sizeof host / sizeof *host; i++)
+        free(host[i]);
+}
+
+static void test_ffn_backward(void)
+{
+    for (int kept = 0; kept < 2; kept++) {
+        ffn_backward_case(37, 64, 48, kept);
+        ffn_backward_case(300, 128, 352, kept); /* rows beyond one thread block of F */
+        ffn_backward_case(1, 33, 17, kept);     /* odd sizes, one row */
+    }
+    CHECK(moe_gpu_ffn_backward(ctx, NULL, NULL, 0, 8, 8, NULL, NULL, NULL, NULL, NULL, NULL,
+                               NULL, NULL) == 0); /* no rows: nothing to do */
+}
+
 int main(void)
 {
     gpu_test_need_device("test_kernels");
@@ -423,6 +480,7 @@ int main(void)
     test_permutes();
     test_ffn();
     test_gemm();
+    test_ffn_backward();
     moe_gpu_ctx_free(ctx);
     return unit_done("test_kernels");
 }
