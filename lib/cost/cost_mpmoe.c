@@ -74,17 +74,26 @@ static double flops_of(const moe_mpmoe_in_t *in)
     return in->flops > 0 ? in->flops : in->topo->flops;
 }
 
-/* Bytes per micro-batch of T_DI (offload) and T_M under a strategy (S1: both, S2: T_M,
- * S3: T_DI). */
+int moe_mpmoe_reuse_keeps(int s, int t)
+{
+    if (t == MOE_REUSE_TDI)
+        return s == MOE_REUSE_NONE || s == MOE_REUSE_S1 || s == MOE_REUSE_S3;
+    return s == MOE_REUSE_NONE || s == MOE_REUSE_S1 || s == MOE_REUSE_S2;
+}
+
+int moe_mpmoe_reuse_offloads(int s)
+{
+    return s == MOE_REUSE_S1 || s == MOE_REUSE_S2 || s == MOE_REUSE_S3;
+}
+
+/* Elements per micro-batch a strategy offloads: T_DI (M a row) and T_M (H a row) where it
+ * keeps them in host memory (S1: both, S2: T_M, S3: T_DI). */
 static double offload_elems(const moe_mpmoe_in_t *in, double b, int reuse)
 {
-    double di = b * in->M, m = b * in->H;
-    switch (reuse) {
-    case MOE_REUSE_S1: return di + m;
-    case MOE_REUSE_S2: return m;
-    case MOE_REUSE_S3: return di;
-    default: return 0;
-    }
+    if (!moe_mpmoe_reuse_offloads(reuse))
+        return 0;
+    return (moe_mpmoe_reuse_keeps(reuse, MOE_REUSE_TDI) ? b * in->M : 0) +
+           (moe_mpmoe_reuse_keeps(reuse, MOE_REUSE_TM) ? b * in->H : 0);
 }
 
 /* Per-micro-batch times of the forward and backward passes for n partitions. */

@@ -186,7 +186,8 @@ static double hop(const moe_sim_t *s, const moe_acct_rank_t *rk, int ph, double 
                   moe_sim_layer_t *o)
 {
     double meta = ph == MOE_DISPATCH ? s->meta : 4;
-    return sim_even(s, 8) + sim_a2a(s, rk, ph, meta, div, NULL) + sim_a2a(s, rk, ph, s->vec, div, o);
+    return sim_even(s, 8) + sim_a2a(s, rk, ph, meta, div, NULL) +
+           sim_a2a(s, rk, ph, s->vec, div, o);
 }
 
 /* Payload bytes on each class of phase ph, all ranks. */
@@ -339,7 +340,8 @@ static void datacentric(const moe_sim_t *s, uint32_t j, uint64_t *held, uint64_t
     for (uint32_t r = 0; r < s->G; r++) {
         double pairs = (double)(src[r] * s->k), n = (double)src[r];
         double b = H * (20 * pairs + 24 * n) +
-                   ex * (4 + e) * (sim_rows(&rk[r], MOE_DISPATCH, 0) + sim_rows(&rk[r], MOE_DISPATCH, 1));
+                   ex * (4 + e) *
+                       (sim_rows(&rk[r], MOE_DISPATCH, 0) + sim_rows(&rk[r], MOE_DISPATCH, 1));
         work[r] = sim_ctime(s, pairs) + sim_mtime(s, b);
     }
     o->compute = sim_compute_time(s, work, work + s->G);

@@ -14,11 +14,16 @@
 #include "sim_internal.h"
 
 /* What a strategy does with the rows a serving rank received (T_DI) and the experts'
- * pre-activations (T_M): keep them (in place or offloaded), and whether kept ones go to host
- * memory (MPMoE Table II; moe-run's run_keep.c). */
-static int keeps_x(int st) { return st == MOE_REUSE_NONE || st == MOE_REUSE_S1 || st == MOE_REUSE_S3; }
-static int keeps_a(int st) { return st == MOE_REUSE_NONE || st == MOE_REUSE_S1 || st == MOE_REUSE_S2; }
-static int offloads(int st) { return st != MOE_REUSE_NONE; }
+ * pre-activations (T_M), as moe-run applies it (moe/cost.h). */
+static int keeps_x(int st)
+{
+    return moe_mpmoe_reuse_keeps(st, MOE_REUSE_TDI);
+}
+
+static int keeps_a(int st)
+{
+    return moe_mpmoe_reuse_keeps(st, MOE_REUSE_TM);
+}
 
 /* Seconds of a copy of `bytes` between device and host memory: the topology's host link, or,
  * without one, a memory pass (read and write) at hbm-bandwidth (a CPU rank's "device" is host
@@ -85,8 +90,8 @@ static void kept_bytes(const moe_sim_t *s, int st, const lay_counts_t *c, double
                        double *host)
 {
     double b = (keeps_x(st) ? c->nr * s->H * 4 : 0) + (keeps_a(st) ? c->np * s->F * 4 : 0);
-    *dev += c->nr * 4 + (offloads(st) ? 0 : b);
-    *host += offloads(st) ? b : 0;
+    *dev += c->nr * 4 + (moe_mpmoe_reuse_offloads(st) ? 0 : b);
+    *host += moe_mpmoe_reuse_offloads(st) ? b : 0;
 }
 
 /* An all-to-all hop of the backward: counts, metadata and rows of `unit` bytes, the ranks'
@@ -225,8 +230,8 @@ static double forward_extra(const moe_sim_t *s, int scheme, int st, uint32_t j, 
         dev[r] += save + d;
         host[r] += h;
         double copied = (keeps_x(st) ? c.nr * s->H * 4 : 0) +
-                        (keeps_a(st) && offloads(st) ? c.np * s->F * 4 : 0);
-        work[r] = sim_mtime(s, 2 * save) + (offloads(st) ? copy_time(s, copied)
+                        (keeps_a(st) && moe_mpmoe_reuse_offloads(st) ? c.np * s->F * 4 : 0);
+        work[r] = sim_mtime(s, 2 * save) + (moe_mpmoe_reuse_offloads(st) ? copy_time(s, copied)
                                                           : sim_mtime(s, 2 * copied));
     }
     return sim_compute_time(s, work, work + s->G);

@@ -297,6 +297,16 @@ enum moe_mpmoe_reuse {
     MOE_REUSE_STRATEGIES = 5,
 };
 
+/* The two tensors a strategy keeps or restores: the rows a serving rank received (T_DI) and
+ * the experts' pre-activations (T_M). */
+enum moe_mpmoe_tensor { MOE_REUSE_TDI = 0, MOE_REUSE_TM = 1 };
+/* Whether strategy s keeps tensor t from the forward for the backward (in device memory, or
+ * offloaded to host memory) rather than restoring it (T_DI by re-communication, T_M by
+ * re-computation): none and S1 keep both, S2 T_M, S3 T_DI, S4 neither. */
+int moe_mpmoe_reuse_keeps(int s, int t);
+/* Whether strategy s offloads what it keeps to host memory (S1-S3; S4 keeps nothing). */
+int moe_mpmoe_reuse_offloads(int s);
+
 /* Per-micro-batch operation times and the phase times of a pass (Fig. 8). */
 typedef struct moe_mpmoe_pass {
     double ts, tc, tr, tm;  /* dispatch, expert compute, combine, host copy per micro-batch */

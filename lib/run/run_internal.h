@@ -178,12 +178,8 @@ void run_keep_pulls(run_t *r, run_pull_t *pulls, uint32_t *first, uint32_t *roun
 void run_keep_pulled(run_t *r, uint32_t l, uint32_t e, const float *w);
 /* Bytes of the pulled experts this rank keeps under the current schedule. */
 double run_kept_pull_bytes(const run_t *r);
-/* ---- what training keeps on a serving rank (run_keep.c), as r->reuse says */
-/* Whether strategy s (enum moe_mpmoe_reuse) keeps T_DI, keeps T_M (in place or offloaded),
- * and offloads what it keeps to host memory. */
-int run_reuse_keeps_x(int s);
-int run_reuse_keeps_a(int s);
-int run_reuse_offloads(int s);
+/* ---- what training keeps on a serving rank (run_keep.c), as r->reuse says (what each
+ * strategy keeps and offloads: moe_mpmoe_reuse_keeps and _offloads, moe/cost.h) */
 /* Where the forward's FFN of chunk c of layer l writes the pre-activations of its np pairs
  * (T_M), or NULL when the strategy does not keep them (or outside training); then what to keep
  * of the chunk: its nr received rows rx (device; row j's token at tok[j * S]) and the T_M just

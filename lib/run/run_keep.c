@@ -1,9 +1,9 @@
 /* run/run_keep.c -- what the forward keeps for --train's backward: each layer's input rows and
- * routing at the home (run_save_input, run_save_route), datacentric mode's pull schedule
- * and the pulled experts it keeps (run_keep_pulls, run_keep_pulled), and on a serving rank the rows it received (T_DI) and the experts'
- * pre-activations (T_M) as MPMoE's memory-reuse strategy says (run_keep_act,
- * run_keep_served). The state layer: the modes call it, run_train.c reads
- * what it kept. */
+ * routing at the home (run_save_input, run_save_route), datacentric mode's pull schedule and
+ * the pulled experts it keeps (run_keep_pulls, run_keep_pulled), and on a serving rank the
+ * rows it received (T_DI) and the experts' pre-activations (T_M) as MPMoE's memory-reuse
+ * strategy says (run_keep_act, run_keep_served). The state layer: the modes call it,
+ * run_train.c reads what it kept. */
 #include "config.h"
 
 #include <stdlib.h>
@@ -48,21 +48,6 @@ void run_save_route(run_t *r, uint32_t l, const int32_t *ids, const float *w)
     memcpy(s->w, w, s->n * r->K * sizeof *w);
 }
 
-int run_reuse_keeps_x(int s)
-{
-    return s == MOE_REUSE_NONE || s == MOE_REUSE_S1 || s == MOE_REUSE_S3;
-}
-
-int run_reuse_keeps_a(int s)
-{
-    return s == MOE_REUSE_NONE || s == MOE_REUSE_S1 || s == MOE_REUSE_S2;
-}
-
-int run_reuse_offloads(int s)
-{
-    return s != MOE_REUSE_NONE;
-}
-
 run_served_t *run_served_at(run_t *r, uint32_t l, uint32_t c)
 {
     uint32_t chunks = r->chunks_used ? r->chunks_used : 1;
@@ -90,9 +75,9 @@ static void *grow(run_t *r, void *p, size_t *cap, size_t n, size_t size)
 
 float *run_keep_act(run_t *r, uint32_t l, uint32_t c, size_t np)
 {
-    if (!r->tr || !run_reuse_keeps_a(r->reuse))
+    if (!r->tr || !moe_mpmoe_reuse_keeps(r->reuse, MOE_REUSE_TM))
         return NULL;
-    if (run_reuse_offloads(r->reuse)) /* written on the device, then copied out */
+    if (moe_mpmoe_reuse_offloads(r->reuse)) /* written on the device, then copied out */
         return run_dbuf(r, &r->act, (np + 1) * r->F * sizeof(float));
     run_served_t *k = run_served_at(r, l, c); /* none: kept where it is written */
     k->a = grow(r, k->a, &k->acap, np * r->F, sizeof *k->a);
@@ -113,11 +98,12 @@ void run_keep_served(run_t *r, uint32_t l, uint32_t c, const float *rx, size_t n
         k->tok[j] = tok[j * S];
     /* T_DI: the rows received (a copy to host memory when offloaded; on the CPU backend the
      * "device" is host memory too, and so is the kept copy of none) */
-    if (run_reuse_keeps_x(r->reuse)) {
+    if (moe_mpmoe_reuse_keeps(r->reuse, MOE_REUSE_TDI)) {
         k->x = grow(r, k->x, &k->xcap, nr * r->H, sizeof *k->x);
         RUN_CK(r, o->download(r->b, k->x, rx, nr * r->H * sizeof *k->x));
     }
-    if (run_reuse_keeps_a(r->reuse) && run_reuse_offloads(r->reuse)) {
+    if (moe_mpmoe_reuse_keeps(r->reuse, MOE_REUSE_TM) &&
+        moe_mpmoe_reuse_offloads(r->reuse)) {
         k->a = grow(r, k->a, &k->acap, np * r->F, sizeof *k->a);
         RUN_CK(r, o->download(r->b, k->a, r->act.p, np * r->F * sizeof *k->a));
     }
@@ -128,9 +114,10 @@ void run_served_bytes(const run_t *r, double *dev, double *host)
     *dev = *host = 0;
     for (size_t i = 0; r->served && i < (size_t)r->L * r->served_chunks; i++) {
         const run_served_t *k = &r->served[i];
-        double b = (run_reuse_keeps_x(r->reuse) ? (double)k->nr * r->H * 4 : 0) +
-                   (run_reuse_keeps_a(r->reuse) ? (double)k->np * r->F * 4 : 0);
-        *(run_reuse_offloads(r->reuse) ? host : dev) += b;
+        double b = (moe_mpmoe_reuse_keeps(r->reuse, MOE_REUSE_TDI) ? (double)k->nr * r->H * 4
+                                                                     : 0) +
+                   (moe_mpmoe_reuse_keeps(r->reuse, MOE_REUSE_TM) ? (double)k->np * r->F * 4 : 0);
+        *(moe_mpmoe_reuse_offloads(r->reuse) ? host : dev) += b;
         *dev += (double)k->nr * 4; /* the rows' tokens, which the backward checks */
     }
 }

@@ -164,7 +164,8 @@ static size_t serve_backward(run_t *r, uint32_t l, uint32_t c, grads_t *g, const
     const size_t H = r->H, F = r->F, K = r->K, E = r->E, S = M_HEAD + 3 * K, HF = H * F;
     /* the rows of a relayed hop (c = UINT32_MAX) come with their inputs, nothing kept */
     const run_served_t *k = c == UINT32_MAX ? NULL : run_served_at(r, l, c);
-    const int recomm = !k || !run_reuse_keeps_x(r->reuse), width = recomm ? 2 : 1;
+    const int recomm = !k || !moe_mpmoe_reuse_keeps(r->reuse, MOE_REUSE_TDI);
+    const int width = recomm ? 2 : 1;
     if (k && k->nr != nr)
         run_die(r, "backward (rows differ from the forward's)", MOE_EINVAL);
     for (size_t j = 0; k && j < nr; j++)
@@ -172,14 +173,15 @@ static size_t serve_backward(run_t *r, uint32_t l, uint32_t c, grads_t *g, const
             run_die(r, "backward (rows differ from the forward's)", MOE_EINVAL);
     /* T_DI and T_M: kept in place, prefetched from host memory, or neither */
     size_t restored = 0;
-    const float *xs = recomm ? rows : k->x, *as = k && run_reuse_keeps_a(r->reuse) ? k->a : NULL;
-    if (!recomm && run_reuse_offloads(r->reuse)) {
+    const float *xs = recomm ? rows : k->x;
+    const float *as = k && moe_mpmoe_reuse_keeps(r->reuse, MOE_REUSE_TM) ? k->a : NULL;
+    if (!recomm && moe_mpmoe_reuse_offloads(r->reuse)) {
         float *d = run_hbuf(r, TS_PREX, (nr + 1) * H * sizeof *d);
         memcpy(d, k->x, nr * H * sizeof *d);
         xs = d;
         restored += nr * H * sizeof *d;
     }
-    if (as && run_reuse_offloads(r->reuse)) {
+    if (as && moe_mpmoe_reuse_offloads(r->reuse)) {
         float *d = run_hbuf(r, TS_PREA, (k->np + 1) * F * sizeof *d);
         memcpy(d, k->a, k->np * F * sizeof *d);
         as = d;
@@ -333,7 +335,7 @@ static size_t experts_backward(run_t *r, uint32_t l, uint32_t c, size_t i0, size
                                float *dw)
 {
     const size_t n = r->nloc, H = r->H, K = r->K, S = M_HEAD + 3 * K;
-    const size_t width = run_reuse_keeps_x(r->reuse) ? H : 2 * H;
+    const size_t width = moe_mpmoe_reuse_keeps(r->reuse, MOE_REUSE_TDI) ? H : 2 * H;
     const int G = r->G;
     const int32_t *ids = r->tr[l].ids;
     const float *w = r->tr[l].w;
