@@ -43,6 +43,20 @@ mpi() { mpirun --oversubscribe -np "$G" "$@"; }
 "$mt" import --no-PG -q --meta "$ds/tokens.meta.txt.gz" -o "$tmp/ds.mft" "$ds/tokens.txt.gz"
 "$mt" slice --no-PG --layers "0-$((layers - 1))" -o "$tmp/dsl.mft" "$tmp/ds.mft"
 
+# prepare GPN H:F:N: sets H, F and N; $tmp/t.mft the first G x N tokens, $tmp/p.moep the
+# placement fitted on them for nodes of GPN ranks, $tmp/cal.topo this machine calibrated
+prepare() {
+    H=${2%%:*}
+    rest=${2#*:}
+    F=${rest%%:*}
+    N=${rest#*:}
+    "$mt" head --no-PG -n "$((G * N))" -o "$tmp/t.mft" "$tmp/dsl.mft"
+    "$mp" fit --no-PG -q --ranks "$G" --gpus-per-node "$1" -@ 1 --max-imbalance 1.10 \
+        -o "$tmp/p.moep" "$tmp/t.mft"
+    mpi "$mr" --calibrate --gpus-per-node "$1" --hidden "$H" --ffn "$F" --experts 64 \
+        -o "$tmp/cal.topo"
+}
+
 # the first value of a top-level JSON key
 jval() { tr ',{}' '\n\n\n' <"$1" | sed -n "s/^ *\"$2\": \([-0-9.e+a-z]*\) *\$/\1/p" | head -n 1; }
 
@@ -63,15 +77,7 @@ printf '%-6s %-13s %-16s %12s %12s %8s\n' nodes mode "size(H:F:N)" predicted_ms 
 : >"$tmp/err"
 for gpn in $layouts; do
 for sz in $sizes; do
-    H=${sz%%:*}
-    rest=${sz#*:}
-    F=${rest%%:*}
-    N=${rest#*:}
-    "$mt" head --no-PG -n "$((G * N))" -o "$tmp/t.mft" "$tmp/dsl.mft"
-    "$mp" fit --no-PG -q --ranks "$G" --gpus-per-node "$gpn" -@ 1 --max-imbalance 1.10 \
-        -o "$tmp/p.moep" "$tmp/t.mft"
-    mpi "$mr" --calibrate --gpus-per-node "$gpn" --hidden "$H" --ffn "$F" --experts 64 \
-        -o "$tmp/cal.topo"
+    prepare "$gpn" "$sz"
     # moe-run's coherent mode all-gathers the tokens' states: hidden vectors, not token ids
     "$mc" simulate --topology "$tmp/cal.topo" --hidden "$H" --ffn "$F" --dtype fp32 \
         --chunks "$chunks" --gather-bytes hidden --no-layers "$tmp/t.mft" "$tmp/p.moep" \
@@ -124,15 +130,7 @@ printf '%-6s %-13s %-5s %-12s %9s %9s %6s %11s %11s %6s %9s\n' nodes mode reuse 
 : >"$tmp/terr"
 for gpn in $tlayouts; do
 for sz in $tsizes; do
-    H=${sz%%:*}
-    rest=${sz#*:}
-    F=${rest%%:*}
-    N=${rest#*:}
-    "$mt" head --no-PG -n "$((G * N))" -o "$tmp/t.mft" "$tmp/dsl.mft"
-    "$mp" fit --no-PG -q --ranks "$G" --gpus-per-node "$gpn" -@ 1 --max-imbalance 1.10 \
-        -o "$tmp/p.moep" "$tmp/t.mft"
-    mpi "$mr" --calibrate --gpus-per-node "$gpn" --hidden "$H" --ffn "$F" --experts 64 \
-        -o "$tmp/cal.topo"
+    prepare "$gpn" "$sz"
     "$mc" simulate --topology "$tmp/cal.topo" --hidden "$H" --ffn "$F" --dtype fp32 \
         --chunks "$tchunks" --gather-bytes hidden --no-layers --train --reuse all \
         "$tmp/t.mft" "$tmp/p.moep" >"$tmp/sim.txt"

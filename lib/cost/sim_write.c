@@ -194,12 +194,16 @@ static int next_reuse(const moe_sim_write_opts_t *g, int k, int prev)
     return -1;
 }
 
-/* TRAIN lines: one step of each scheme under each strategy. */
-static int table_train(textbuf_t *out, const moe_sim_t *s, const moe_sim_write_opts_t *g,
+/* One step of each scheme under each strategy: TRAIN lines, or the JSON "train" object (the
+ * optimizer and a "steps" array). */
+static int write_train(textbuf_t *out, const moe_sim_t *s, const moe_sim_write_opts_t *g,
                        char *err, size_t errlen)
 {
-    int rc = tb_fmt(out, "#TRAIN\tscheme\treuse\tstep_ms\tforward_ms\tbackward_ms\t"
-                         "update_ms\tpeak_activation_bytes\tpeak_offload_bytes\n");
+    int rc = g->json ? tb_fmt(out, ",\n \"train\": {\"optimizer\": \"%s\", \"steps\": [",
+                              g->adam ? "adam" : "sgd")
+                     : tb_fmt(out, "#TRAIN\tscheme\treuse\tstep_ms\tforward_ms\tbackward_ms\t"
+                                   "update_ms\tpeak_activation_bytes\tpeak_offload_bytes\n");
+    int first = 1;
     for (int k = 0; k < MOE_SIM_SCHEMES && !rc; k++)
         for (int st = moe_sim_has(s, k) ? next_reuse(g, k, -1) : -1; st >= 0 && !rc;
              st = next_reuse(g, k, st)) {
@@ -207,14 +211,23 @@ static int table_train(textbuf_t *out, const moe_sim_t *s, const moe_sim_write_o
             int e = moe_sim_train(s, k, st, g->adam, &x);
             if (e == MOE_ENOMEM)
                 return util_errf(err, errlen, e, "%s", moe_strerror(e));
+            const char *sn = moe_sim_scheme_name(k), *rn = moe_mpmoe_reuse_name(x.reuse);
             char b[4][32];
-            rc = tb_fmt(out, "TRAIN\t%s\t%s\t%s\t%s\t%s\t%s\t%.0f\t%.0f\n",
-                        moe_sim_scheme_name(k), moe_mpmoe_reuse_name(x.reuse),
-                        num(b[0], 32, x.time, 1e3), num(b[1], 32, x.forward, 1e3),
-                        num(b[2], 32, x.backward, 1e3), num(b[3], 32, x.update, 1e3),
-                        x.peak_act, x.peak_offload);
+            if (g->json)
+                rc = tb_fmt(out, "%s\n  {\"scheme\": \"%s\", \"reuse\": \"%s\", \"time\": %s, "
+                            "\"forward\": %s, \"backward\": %s, \"update\": %s, "
+                            "\"peak_activation_bytes\": %.0f, \"peak_offload_bytes\": %.0f}",
+                            first ? "" : ",", sn, rn, jnum(b[0], 32, x.time, 1),
+                            jnum(b[1], 32, x.forward, 1), jnum(b[2], 32, x.backward, 1),
+                            jnum(b[3], 32, x.update, 1), x.peak_act, x.peak_offload);
+            else
+                rc = tb_fmt(out, "TRAIN\t%s\t%s\t%s\t%s\t%s\t%s\t%.0f\t%.0f\n", sn, rn,
+                            num(b[0], 32, x.time, 1e3), num(b[1], 32, x.forward, 1e3),
+                            num(b[2], 32, x.backward, 1e3), num(b[3], 32, x.update, 1e3),
+                            x.peak_act, x.peak_offload);
+            first = 0;
         }
-    return rc;
+    return rc || !g->json ? rc : tb_fmt(out, "]}");
 }
 
 static int write_table(textbuf_t *out, const moe_sim_t *s, const moe_sim_write_opts_t *g,
@@ -239,7 +252,7 @@ static int write_table(textbuf_t *out, const moe_sim_t *s, const moe_sim_write_o
     if (!rc && g->ranks)
         rc = table_ranks(out, s, p->ranks);
     if (!rc && g->train)
-        rc = table_train(out, s, g, err, errlen);
+        rc = write_train(out, s, g, err, errlen);
     return rc || !g->best ? rc : table_best(out, s, err, errlen);
 }
 
@@ -340,32 +353,6 @@ static int json_ranks(textbuf_t *out, const moe_sim_t *s, uint32_t G)
     return rc ? rc : tb_fmt(out, "}");
 }
 
-/* "train": the optimizer and one object per scheme and strategy. */
-static int json_train(textbuf_t *out, const moe_sim_t *s, const moe_sim_write_opts_t *g,
-                      char *err, size_t errlen)
-{
-    int rc = tb_fmt(out, ",\n \"train\": {\"optimizer\": \"%s\", \"steps\": [",
-                    g->adam ? "adam" : "sgd"), first = 1;
-    for (int k = 0; k < MOE_SIM_SCHEMES && !rc; k++)
-        for (int st = moe_sim_has(s, k) ? next_reuse(g, k, -1) : -1; st >= 0 && !rc;
-             st = next_reuse(g, k, st)) {
-            moe_sim_step_t x;
-            int e = moe_sim_train(s, k, st, g->adam, &x);
-            if (e == MOE_ENOMEM)
-                return util_errf(err, errlen, e, "%s", moe_strerror(e));
-            char b[4][32];
-            rc = tb_fmt(out, "%s\n  {\"scheme\": \"%s\", \"reuse\": \"%s\", \"time\": %s, "
-                        "\"forward\": %s, \"backward\": %s, \"update\": %s, "
-                        "\"peak_activation_bytes\": %.0f, \"peak_offload_bytes\": %.0f}",
-                        first ? "" : ",", moe_sim_scheme_name(k), moe_mpmoe_reuse_name(x.reuse),
-                        jnum(b[0], 32, x.time, 1), jnum(b[1], 32, x.forward, 1),
-                        jnum(b[2], 32, x.backward, 1), jnum(b[3], 32, x.update, 1),
-                        x.peak_act, x.peak_offload);
-            first = 0;
-        }
-    return rc ? rc : tb_fmt(out, "]}");
-}
-
 static int write_json(textbuf_t *out, const moe_sim_t *s, const moe_sim_write_opts_t *g,
                       const moe_placement_t *p, const moe_topo_t *t, char *err,
                       size_t errlen)
@@ -389,7 +376,7 @@ static int write_json(textbuf_t *out, const moe_sim_t *s, const moe_sim_write_op
     if (!rc && g->ranks)
         rc = json_ranks(out, s, p->ranks);
     if (!rc && g->train)
-        rc = json_train(out, s, g, err, errlen);
+        rc = write_train(out, s, g, err, errlen);
     if (!rc && g->best)
         rc = json_best(out, s, err, errlen);
     return rc ? rc : tb_fmt(out, "}\n");

@@ -616,45 +616,42 @@ static int holds_first(const run_t *r, size_t k)
                (uint32_t)r->me;
 }
 
-/* A replicated expert's copies each took the gradient of the tokens they served: sum them
- * over the ranks (zeros where a rank holds no copy), so that every copy holds the expert's
- * gradient and takes the same update. Allreduces of doubles, every replicated expert. */
-static void reduce_replicas(run_t *r, grads_t *g)
+/* Copy the gradients of every replicated expert this rank holds into v (to_v; zeros where it
+ * holds none), in expert order, or back from v. Returns how many experts are replicated. */
+static size_t replica_grads(run_t *r, grads_t *g, double *v, int to_v)
 {
     const size_t LE = (size_t)r->L * r->E, W = 2 * (size_t)r->H * r->F;
-    const size_t piece = (size_t)1 << 24; /* doubles per allreduce (an int count) */
-    size_t nrep = 0;
+    size_t i = 0;
     for (size_t k = 0; k < LE; k++) {
         uint32_t n;
         moe_placement_ranks(r->pl, (uint32_t)(k / r->E), (uint32_t)(k % r->E), &n);
-        nrep += n > 1;
+        if (n < 2)
+            continue;
+        for (size_t j = 0; v && j < W; j++)
+            if (to_v)
+                v[i * W + j] = g->w1[k] ? g->w1[k][j] : 0;
+            else if (g->w1[k])
+                g->w1[k][j] = (float)v[i * W + j];
+        i++;
     }
-    if (!nrep)
+    return i;
+}
+
+/* A replicated expert's copies each took the gradient of the tokens they served: sum them
+ * over the ranks, so that every copy holds the expert's gradient and takes the same update.
+ * Allreduces of doubles, every replicated expert. */
+static void reduce_replicas(run_t *r, grads_t *g)
+{
+    const size_t W = 2 * (size_t)r->H * r->F, piece = (size_t)1 << 24; /* an int count */
+    size_t n = replica_grads(r, g, NULL, 1) * W;
+    if (!n)
         return;
-    double *v = run_hbuf(r, TS_RED, (nrep * W + 1) * sizeof *v);
-    memset(v, 0, nrep * W * sizeof *v);
-    for (size_t k = 0, i = 0; k < LE; k++) {
-        uint32_t n;
-        moe_placement_ranks(r->pl, (uint32_t)(k / r->E), (uint32_t)(k % r->E), &n);
-        if (n < 2)
-            continue;
-        for (size_t j = 0; g->w1[k] && j < W; j++)
-            v[i * W + j] = g->w1[k][j];
-        i++;
-    }
-    for (size_t at = 0; at < nrep * W; at += piece)
-        RUN_CK(r, run_comm_allreduce(r->comm, v + at,
-                                     (int)(nrep * W - at < piece ? nrep * W - at : piece),
+    double *v = run_hbuf(r, TS_RED, (n + 1) * sizeof *v);
+    replica_grads(r, g, v, 1);
+    for (size_t at = 0; at < n; at += piece)
+        RUN_CK(r, run_comm_allreduce(r->comm, v + at, (int)(n - at < piece ? n - at : piece),
                                      MOE_RUN_SUM));
-    for (size_t k = 0, i = 0; k < LE; k++) {
-        uint32_t n;
-        moe_placement_ranks(r->pl, (uint32_t)(k / r->E), (uint32_t)(k % r->E), &n);
-        if (n < 2)
-            continue;
-        for (size_t j = 0; g->w1[k] && j < W; j++)
-            g->w1[k][j] = (float)v[i * W + j];
-        i++;
-    }
+    replica_grads(r, g, v, 0);
 }
 
 /* Coherent mode moved each token to a new home at every layer: the gradient of layer l's
