@@ -37,25 +37,32 @@ static inline void kern_axpy(float *restrict y, float a, const float *restrict x
         y[i] += a * x[i];
 }
 
-/* sum a[i] b[i], i < n, in a fixed order: eight running sums (element i into sum i mod 8 for
- * the whole chunks of 8), added pairwise, then the tail in order. Deterministic, but not the
- * order of a plain loop. */
+/* sum a[i] b[i], i < n, in a fixed order: sixteen running sums (element i into sum i mod 16
+ * for the whole chunks of 16: four independent vector chains, so the adds do not wait on each
+ * other), added pairwise, then the tail in order. Deterministic, but not the order of a plain
+ * loop. */
 static inline float kern_dot(const float *restrict a, const float *restrict b, uint32_t n)
 {
     uint32_t i = 0;
     float t;
 #if defined(__GNUC__)
-    kern_v4 s0 = {0, 0, 0, 0}, s1 = {0, 0, 0, 0};
-    for (; i + 8 <= n; i += 8) {
-        kern_v4 a0, a1, b0, b1;
+    kern_v4 s0 = {0, 0, 0, 0}, s1 = s0, s2 = s0, s3 = s0;
+    for (; i + 16 <= n; i += 16) {
+        kern_v4 a0, a1, a2, a3, b0, b1, b2, b3;
         memcpy(&a0, a + i, sizeof a0);
         memcpy(&a1, a + i + 4, sizeof a1);
+        memcpy(&a2, a + i + 8, sizeof a2);
+        memcpy(&a3, a + i + 12, sizeof a3);
         memcpy(&b0, b + i, sizeof b0);
         memcpy(&b1, b + i + 4, sizeof b1);
+        memcpy(&b2, b + i + 8, sizeof b2);
+        memcpy(&b3, b + i + 12, sizeof b3);
         s0 += a0 * b0;
         s1 += a1 * b1;
+        s2 += a2 * b2;
+        s3 += a3 * b3;
     }
-    s0 += s1;
+    s0 = (s0 + s1) + (s2 + s3);
     t = (s0[0] + s0[2]) + (s0[1] + s0[3]);
 #else
     t = 0;
