@@ -128,6 +128,7 @@ echo "# Load average at the start: $(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null |
 printf '%-6s %-13s %-5s %-12s %9s %9s %6s %11s %11s %6s %9s\n' nodes mode reuse "size(H:F:N)" \
     pred_ms meas_ms error pred_peak meas_peak error rss_MB
 : >"$tmp/terr"
+: >"$tmp/parts"
 for gpn in $tlayouts; do
 for sz in $tsizes; do
     prepare "$gpn" "$sz"
@@ -150,11 +151,19 @@ for sz in $tsizes; do
                 --placement "$tmp/p.moep" --hidden "$H" --ffn "$F" --tokens-per-rank "$N" \
                 --iters 1 --warmup 1 --json "$tmp/r.json" >/dev/null
             ms=$(jval "$tmp/r.json" iteration_ms)
-            best=$(awk -v a="$ms" -v b="${best:-}" 'BEGIN { print (b == "" || a < b) ? a : b }')
+            if [ -z "$best" ] || awk -v a="$ms" -v b="$best" 'BEGIN { exit !(a < b) }'; then
+                best=$ms
+                cp "$tmp/r.json" "$tmp/best.json"
+            fi
             i=$((i + 1))
         done
-        peak=$(jval "$tmp/r.json" peak_activation_bytes)
-        rss=$(jval "$tmp/r.json" peak_rss_bytes)
+        peak=$(jval "$tmp/best.json" peak_activation_bytes)
+        rss=$(jval "$tmp/best.json" peak_rss_bytes)
+        # the step's parts, predicted and measured (the best run's ranks' mean), for the bias
+        awk -F '\t' -v m="$mode" -v s="$st" -v f="$(jval "$tmp/best.json" forward_ms)" \
+            -v b="$(jval "$tmp/best.json" backward_ms)" -v u="$(jval "$tmp/best.json" update_ms)" \
+            '$1 == "TRAIN" && $2 == m && $3 == s { print ($5 - f) / f, ($6 - b) / b, ($7 - u) / u }' \
+            "$tmp/sim.txt" >>"$tmp/parts"
         set -- $(awk -F '\t' -v m="$mode" -v s="$st" \
             '$1 == "TRAIN" && $2 == m && $3 == s { print $4, $8 }' "$tmp/sim.txt")
         awk -v l="$((G / gpn))x$gpn" -v m="$mode" -v s="$st" -v z="$H:$F:$N" -v pt="$1" \
@@ -185,6 +194,13 @@ awk 'function med(a, n,   i, j, t) {
                 pm[s] <= 0.10 ? "met" : "MISSED"
         }
     }' "$tmp/terr"
+# where the step's error sits: (predicted - measured) / measured of each part, the median
+sort -n -k1 "$tmp/parts" | awk '{ f[NR] = $1 } END { printf "#   step parts, median signed " \
+    "error: forward %+.1f%%", 100 * (NR % 2 ? f[(NR + 1) / 2] : (f[NR / 2] + f[NR / 2 + 1]) / 2) }'
+sort -n -k2 "$tmp/parts" | awk '{ b[NR] = $2 } END { printf ", loss and backward %+.1f%%",
+    100 * (NR % 2 ? b[(NR + 1) / 2] : (b[NR / 2] + b[NR / 2 + 1]) / 2) }'
+sort -n -k3 "$tmp/parts" | awk '{ u[NR] = $3 } END { printf ", update %+.1f%%\n",
+    100 * (NR % 2 ? u[(NR + 1) / 2] : (u[NR / 2] + u[NR / 2 + 1]) / 2) }'
 fi
 
 echo "# load average at the end: $(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo '?');" \

@@ -143,6 +143,10 @@ struct moe_run {
     double act_peak;                 /* bytes of activations and exchange buffers the training
                                         held at once: this rank's, then the largest rank's */
     double rss_peak;                 /* --train: the largest rank's peak RSS, bytes */
+    double t_mark[2];                /* --train: when this step's forward and backward ended */
+    double t_part[3];                /* --train: seconds of the timed steps' forward, backward
+                                        (the loss included) and update (the gradient sums and
+                                        the optimizer): this rank's, then the ranks' mean */
     double bwd_bytes[MOE_LINK_CLASSES]; /* --train: bytes the timed backwards sent to other
                                         ranks by link class (rows, gradients, expert weights;
                                         not metadata): this rank's, then all ranks' */

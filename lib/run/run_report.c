@@ -222,6 +222,10 @@ int run_report(run_t *r, FILE *fp, double check_err, int check_ok)
                     "weights): %.0f bytes intra-node, %.0f inter-node\n",
                 r->bwd_bytes[MOE_LINK_INTRA] / r->cfg.iters,
                 r->bwd_bytes[MOE_LINK_INTER] / r->cfg.iters);
+        fprintf(fp, "# training, a step's parts (the ranks' mean): forward %.3f ms, loss and "
+                    "backward %.3f ms, gradient sums and update %.3f ms\n",
+                1e3 * r->t_part[0] / r->cfg.iters, 1e3 * r->t_part[1] / r->cfg.iters,
+                1e3 * r->t_part[2] / r->cfg.iters);
     }
     if (check_err >= 0 || !check_ok)
         fprintf(fp, "# check against the serial %s reference: max relative difference "
@@ -294,9 +298,12 @@ static int json_body(const run_t *r, const sums_t *s, moe_textout_t *t, double c
             P("%s%.9g", i ? ", " : "", r->losses[i]);
         P("],\n    \"reuse\": \"%s\", \"peak_activation_bytes\": %.0f, "
           "\"peak_offload_bytes\": %.0f, \"peak_rss_bytes\": %.0f,\n    \"backward_bytes\": "
-          "{\"intra\": %.0f, \"inter\": %.0f}},\n",
+          "{\"intra\": %.0f, \"inter\": %.0f}, \"forward_ms\": %.6f, \"backward_ms\": %.6f, "
+          "\"update_ms\": %.6f},\n",
           moe_mpmoe_reuse_name(r->reuse), r->act_peak, r->off_peak, r->rss_peak,
-          r->bwd_bytes[MOE_LINK_INTRA] / r->cfg.iters, r->bwd_bytes[MOE_LINK_INTER] / r->cfg.iters);
+          r->bwd_bytes[MOE_LINK_INTRA] / r->cfg.iters, r->bwd_bytes[MOE_LINK_INTER] / r->cfg.iters,
+          1e3 * r->t_part[0] / r->cfg.iters, 1e3 * r->t_part[1] / r->cfg.iters,
+          1e3 * r->t_part[2] / r->cfg.iters);
     } else {
         P("  \"train\": null,\n");
     }

@@ -712,6 +712,7 @@ static double step(run_t *r, grads_t *g)
     else
         for (uint32_t l = 0; l < r->L; l++)
             run_ep_layer(r, l);
+    r->t_mark[0] = run_now(r);
     size_t n = r->nloc; /* the rows where the tokens ended */
     float *dout = run_hbuf(r, TS_OUT, (n + 1) * H * sizeof *dout);
     float *t = run_hbuf(r, TS_TGT, (H + 1) * sizeof *t);
@@ -748,6 +749,7 @@ static double step(run_t *r, grads_t *g)
     }
     double peak = (double)(kept + n * H * sizeof *dout + most);
     r->act_peak = peak > r->act_peak ? peak : r->act_peak;
+    r->t_mark[1] = run_now(r);
     reduce_shared(r, g);
     reduce_replicas(r, g);
     return sum * scale;
@@ -881,8 +883,13 @@ void run_train_iterations(run_t *r)
         r->losses[it] = step(r, &g);
         optimizer_step(r, &g, &o);
         RUN_CK(r, r->b->ops->barrier(r->b));
-        if (r->timing)
-            r->t_iter += run_now(r) - t0;
+        if (r->timing) {
+            double t1 = run_now(r);
+            r->t_iter += t1 - t0;
+            r->t_part[0] += r->t_mark[0] - t0;
+            r->t_part[1] += r->t_mark[1] - r->t_mark[0];
+            r->t_part[2] += t1 - r->t_mark[1];
+        }
     }
     grads_free(r, &g);
     if (r->cfg.optimizer == MOE_RUN_ADAM) {
@@ -895,6 +902,9 @@ void run_train_iterations(run_t *r)
                    r->off_peak};
     RUN_CK(r, run_comm_allreduce(r->comm, v, 4, MOE_RUN_MAX));
     RUN_CK(r, run_comm_allreduce(r->comm, r->bwd_bytes, MOE_LINK_CLASSES, MOE_RUN_SUM));
+    RUN_CK(r, run_comm_allreduce(r->comm, r->t_part, 3, MOE_RUN_SUM));
+    for (int i = 0; i < 3; i++)
+        r->t_part[i] /= r->G;
     r->t_iter = v[0];
     r->act_peak = v[1];
     r->rss_peak = v[2];

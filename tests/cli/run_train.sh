@@ -37,6 +37,11 @@ for dt in fp32 bf16; do
     falls "$T/r$dt.json" || fail "the loss does not fall"
     # each row's gradient out and its reply [dx | dweights] back: (H + H + K) / (H + H), H 32
     scaled "$T/r$dt.json" 70 64
+    # a step's parts (the ranks' mean) add up to the step (the slowest rank's; barriers end it)
+    awk -v f="$(json_list "$T/r$dt.json" forward_ms)" -v b="$(json_list "$T/r$dt.json" backward_ms)" \
+        -v u="$(json_list "$T/r$dt.json" update_ms)" -v t="$(json_list "$T/r$dt.json" iteration_ms)" \
+        'BEGIN { s = f + b + u; exit !(f > 0 && b > 0 && u > 0 && s <= 1.001 * t && s >= 0.8 * t) }' ||
+        fail "step parts do not add up to the step"
     end
 done
 
