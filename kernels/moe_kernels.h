@@ -123,6 +123,18 @@ int moe_gpu_ffn_grouped(moe_gpu_ctx_t *ctx, int dtype, const void *x, uint32_t G
                         const size_t *off, uint32_t H, uint32_t F, const void *const *W1,
                         const void *const *W2, void *y);
 
+/* The mixer's backward (moe_kern_mixer_backward, moe/kern.h), fp32 device arrays: dx = dy
+ * (1 + 0.25 m (1 - t^2)), t = tanh(m x) (dx may be dy); dm[h] += the column's sum, rows
+ * ascending (dm may be NULL). */
+int moe_gpu_mixer_backward(const float *x, size_t n, uint32_t H, const float *m,
+                           const float *dy, float *dx, float *dm, void *stream);
+/* The gate's backward (moe_kern_gate_backward), fp32, on ctx's stream: the logits' gradient
+ * dlogit_k = w_k (dw_k - sum_j w_j dw_j) at the chosen experts (rows with ids[0] < 0 skipped),
+ * then dx += dlogits Wg^T and dWg += x^T dlogits as two cuBLAS products of the dense n x E
+ * gradient (either output may be NULL). Returns 0 or an error. */
+int moe_gpu_gate_backward(moe_gpu_ctx_t *ctx, const float *x, size_t n, uint32_t H,
+                          const float *Wg, uint32_t E, uint32_t K, const int32_t *ids,
+                          const float *w, const float *dw, float *dx, float *dWg);
 /* The backward of one expert's FFN on n rows, fp32, on ctx's stream: the GPU twin of
  * moe_kern_ffn_backward_scaled (moe/kern.h; the same arguments, device pointers): recomputes
  * a = x W1 unless a (n x F pre-activations) is given; dW2 += silu(a)^T (s dy), dW1 += x^T da,

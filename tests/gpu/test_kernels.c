@@ -1,7 +1,7 @@
 /* tests/gpu/test_kernels.c -- every CUDA kernel of moe-run (kernels/moe_kernels.h) against its C
  * reference in lib/run/kern.c on random data, within the moe-run tolerances (max |diff| /
  * max(1, |ref|) <= 1e-4 for fp32, 2e-2 for bf16/fp16; conversions and permutes bit-exact).
- * The FFN's backward (training) against moe_kern_ffn_backward_scaled (lib/run/kern_train.c).
+ * The backward kernels (training) against lib/run/kern_train.c's: mixer, gate, expert FFN.
  * Exits 77 (skip) when there is no CUDA device, 1 when a GPU is there but unusable. */
 #include "config.h"
 
@@ -454,6 +454,60 @@ static void ffn_backward_case(size_t n, uint32_t H, uint32_t F, int kept)
         free(host[i]);
 }
 
+/* The mixer's and the gate's backward against moe_kern_mixer_backward and
+ * moe_kern_gate_backward, fp32, accumulating onto non-zero gradients; a missing cell's row
+ * (first id -1) is skipped by both. */
+static void test_layer_backward(void)
+{
+    const size_t n = 301;
+    const uint32_t H = 96, E = 40, K = 4;
+    float *x = randf(n * H, 1.0), *m = randf(H, 1.0), *dy = randf(n * H, 1.0);
+    float *dm = randf(H, 0.1), *rdm = malloc(H * 4), *rdx = malloc(n * H * 4);
+    memcpy(rdm, dm, H * 4);
+    moe_kern_mixer_backward(x, n, H, m, dy, rdx, rdm);
+    float *d_x = to_dev(x, n * H * 4), *d_m = to_dev(m, H * 4), *d_dy = to_dev(dy, n * H * 4);
+    float *d_dm = to_dev(dm, H * 4);
+    GPU_OK(moe_gpu_mixer_backward(d_x, n, H, d_m, d_dy, d_dy, d_dm, NULL)); /* dx over dy */
+    float *gdx = from_dev(d_dy, n * H * 4), *gdm = from_dev(d_dm, H * 4);
+    double e = fmax(max_rel(gdx, rdx, n * H), max_rel(gdm, rdm, H));
+    printf("  mixer backward n %zu H %u: max rel %.3g\n", n, H, e);
+    CHECK(e < 1e-4);
+    /* the gate: distinct experts per row, softmax weights, the weights' gradients */
+    float *Wg = randf((size_t)H * E, 0.1), *dwt = randf(n * K, 1.0), *w = malloc(n * K * 4);
+    int32_t *ids = malloc(n * K * sizeof *ids);
+    for (size_t i = 0; i < n; i++) {
+        float sum = 0;
+        for (uint32_t k = 0; k < K; k++) {
+            ids[i * K + k] = (int32_t)((i * 7 + k * 11) % E);
+            w[i * K + k] = (float)(k + 1);
+            sum += (float)(k + 1);
+        }
+        for (uint32_t k = 0; k < K; k++)
+            w[i * K + k] /= sum;
+    }
+    ids[5 * K] = -1; /* a missing cell */
+    float *dx = randf(n * H, 0.1), *dWg = randf((size_t)H * E, 0.1);
+    float *rx = malloc(n * H * 4), *rW = malloc((size_t)H * E * 4);
+    memcpy(rx, dx, n * H * 4);
+    memcpy(rW, dWg, (size_t)H * E * 4);
+    moe_kern_gate_backward(x, n, H, Wg, E, K, ids, w, dwt, rx, rW);
+    float *d_Wg = to_dev(Wg, (size_t)H * E * 4), *d_w = to_dev(w, n * K * 4);
+    float *d_dw = to_dev(dwt, n * K * 4), *d_dx = to_dev(dx, n * H * 4);
+    float *d_dWg = to_dev(dWg, (size_t)H * E * 4);
+    int32_t *d_ids = to_dev(ids, n * K * sizeof *ids);
+    GPU_OK(moe_gpu_gate_backward(ctx, d_x, n, H, d_Wg, E, K, d_ids, d_w, d_dw, d_dx, d_dWg));
+    float *gx = from_dev(d_dx, n * H * 4), *gW = from_dev(d_dWg, (size_t)H * E * 4);
+    e = fmax(max_rel(gx, rx, n * H), max_rel(gW, rW, (size_t)H * E));
+    printf("  gate backward n %zu H %u E %u K %u: max rel %.3g\n", n, H, E, K, e);
+    CHECK(e < 1e-4);
+    void *dev[] = {d_x, d_m, d_dy, d_dm, d_Wg, d_w, d_dw, d_dx, d_dWg, d_ids};
+    for (size_t i = 0; i < sizeof dev / sizeof *dev; i++)
+        cudaFree(dev[i]);
+    void *host[] = {x, m, dy, dm, rdm, rdx, gdx, gdm, Wg, dwt, w, ids, dx, dWg, rx, rW, gx, gW};
+    for (size_t i = 0; i < sizeof host / sizeof *host; i++)
+        free(host[i]);
+}
+
 static void test_ffn_backward(void)
 {
     for (int kept = 0; kept < 2; kept++) {
@@ -480,6 +534,7 @@ int main(void)
     test_permutes();
     test_ffn();
     test_gemm();
+    test_layer_backward();
     test_ffn_backward();
     moe_gpu_ctx_free(ctx);
     return unit_done("test_kernels");

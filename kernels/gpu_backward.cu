@@ -1,0 +1,190 @@
+/* kernels/gpu_backward.cu -- the backward of moe-run's layer on the GPU, in fp32 (training),
+ * each the twin of its C reference in lib/run/kern_train.c (the test oracle): the mixer's
+ * (element-wise, and a column sum for its weights), the gate's (through the softmax over the
+ * chosen logits: a dense gradient of the logits and two cuBLAS products), and one expert's
+ * FFN (five cuBLAS products: x W1 again unless the pre-activations are given, dy W2^T, the two
+ * weight gradients and the input gradient; and element-wise kernels: silu and its derivative,
+ * the routing weight's gradient as a row dot product, the row scale). */
+#include <string.h>
+
+#include "gpu_internal.cuh"
+
+#define THREADS 256
+
+/* act = silu(a) in place, sp = silu'(a) = s (1 + a (1 - s)), s the logistic of a. */
+__global__ static void k_silu_prep(float *a, float *sp, size_t n)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        float z = a[i], s = 1.0f / (1.0f + expf(-z));
+        a[i] = z * s;
+        sp[i] = s * (1.0f + z * (1.0f - s));
+    }
+}
+
+/* One block per row: ds[r] += sum_f act[r][f] d[r][f] (the routing weight's gradient, dy . y),
+ * then d[r][f] *= s[r] sp[r][f] (the gradient of the pre-activation), and sdy[r] = s[r] dy[r]
+ * (the output gradient through the row's scale). */
+__global__ static void k_row_grads(const float *act, const float *sp, float *d, const float *s,
+                                   float *ds, const float *dy, float *sdy, uint32_t F, uint32_t H)
+{
+    __shared__ float part[THREADS];
+    size_t r = blockIdx.x;
+    const float *ar = act + r * F, *pr = sp + r * F;
+    float *dr = d + r * F, sum = 0.0f, si = s ? s[r] : 1.0f;
+    for (uint32_t f = threadIdx.x; f < F; f += blockDim.x)
+        sum += ar[f] * dr[f];
+    part[threadIdx.x] = sum;
+    __syncthreads();
+    for (unsigned w = blockDim.x / 2; w > 0; w /= 2) { /* a fixed tree: deterministic */
+        if (threadIdx.x < w)
+            part[threadIdx.x] += part[threadIdx.x + w];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0 && ds)
+        ds[r] += part[0];
+    for (uint32_t f = threadIdx.x; f < F; f += blockDim.x)
+        dr[f] *= si * pr[f];
+    for (uint32_t h = threadIdx.x; h < H; h += blockDim.x)
+        sdy[r * H + h] = si * dy[r * H + h];
+}
+
+/* ------------------------------------------------------------------ mixer */
+
+/* dm[h] += sum over rows, ascending, of dy 0.25 x (1 - t^2), t = tanh(m x): one thread per
+ * column (consecutive threads read consecutive columns of a row). Before k_mixer_dx, which may
+ * overwrite dy. */
+__global__ static void k_mixer_dm(const float *x, size_t n, uint32_t H, const float *m,
+                                  const float *dy, float *dm)
+{
+    for (uint32_t h = blockIdx.x * blockDim.x + threadIdx.x; h < H; h += gridDim.x * blockDim.x) {
+        float acc = 0.0f, mh = m[h];
+        for (size_t i = 0; i < n; i++) {
+            float v = x[i * H + h], t = tanhf(mh * v);
+            acc += dy[i * H + h] * 0.25f * (1.0f - t * t) * v;
+        }
+        dm[h] += acc;
+    }
+}
+
+/* dx = dy (1 + 0.25 m (1 - t^2)); dx may be dy. */
+__global__ static void k_mixer_dx(const float *x, size_t total, uint32_t H, const float *m,
+                                  const float *dy, float *dx)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
+         i += (size_t)gridDim.x * blockDim.x) {
+        float mh = m[i % H], t = tanhf(mh * x[i]);
+        dx[i] = dy[i] * (1.0f + 0.25f * (1.0f - t * t) * mh);
+    }
+}
+
+extern "C" int moe_gpu_mixer_backward(const float *x, size_t n, uint32_t H, const float *m,
+                                      const float *dy, float *dx, float *dm, void *stream)
+{
+    size_t total = n * H;
+    if (!total)
+        return 0;
+    cudaStream_t s = gpu_stream(stream);
+    if (dm) {
+        k_mixer_dm<<<gpu_blocks(H, THREADS), THREADS, 0, s>>>(x, n, H, m, dy, dm);
+        GPU_TRY(cudaGetLastError());
+    }
+    k_mixer_dx<<<gpu_blocks(total, THREADS), THREADS, 0, s>>>(x, total, H, m, dy, dx);
+    GPU_TRY(cudaGetLastError());
+    return 0;
+}
+
+/* ------------------------------------------------------------------ gate */
+
+/* Row i of the logits' gradient, dense (n x E, zero but at the chosen experts): dlogit_k =
+ * w_k (dw_k - sum_j w_j dw_j); a row whose first id is negative (a missing cell) stays zero.
+ * One thread per row (K is small). */
+__global__ static void k_gate_dlogits(size_t n, uint32_t E, uint32_t K, const int32_t *ids,
+                                      const float *w, const float *dw, float *dl)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        const int32_t *id = ids + i * K;
+        const float *wi = w + i * K, *gi = dw + i * K;
+        float *row = dl + i * E;
+        for (uint32_t e = 0; e < E; e++)
+            row[e] = 0.0f;
+        if (id[0] < 0)
+            continue;
+        float dot = 0.0f;
+        for (uint32_t k = 0; k < K; k++)
+            dot += wi[k] * gi[k];
+        for (uint32_t k = 0; k < K; k++)
+            row[id[k]] += wi[k] * (gi[k] - dot); /* a repeated expert: both terms */
+    }
+}
+
+/* Row-major C (M x N) = op(A) op(B) + beta C for row-major operands, through cuBLAS's
+ * column-major view (C^T = op(B)^T op(A)^T): ta / tb say whether A / B enter transposed; A is
+ * M x K after op, B K x N after op; lda, ldb, ldc are the row-major leading dimensions. */
+static int gemm_rm(moe_gpu_ctx_t *c, bool ta, bool tb, int M, int N, int K, const float *A,
+                   int lda, const float *B, int ldb, float beta, float *C, int ldc)
+{
+    const float one = 1.0f;
+    BLAS_TRY(cublasSgemm(c->blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N,
+                         N, M, K, &one, B, ldb, A, lda, &beta, C, ldc));
+    return 0;
+}
+
+extern "C" int moe_gpu_ffn_backward(moe_gpu_ctx_t *c, const float *x, const float *a, size_t n,
+                                    uint32_t H, uint32_t F, const float *W1, const float *W2,
+                                    const float *dy, const float *s, float *dx, float *dW1,
+                                    float *dW2, float *ds)
+{
+    if (n > INT32_MAX || H > INT32_MAX / 2 || F > INT32_MAX / 2)
+        return (int)cudaErrorInvalidValue;
+    if (!n || !H || !F)
+        return 0;
+    /* workspace: the pre-activations then silu(a), silu'(a), the gradients d, s dy */
+    size_t fl = 3 * n * F + n * H;
+    int err = gpu_reserve(&c->act, &c->act_bytes, fl * sizeof(float));
+    if (err)
+        return err;
+    float *act = (float *)c->act, *sp = act + n * F, *d = sp + n * F, *sdy = d + n * F;
+    int N = (int)n, h = (int)H, f = (int)F;
+    if (a)
+        GPU_TRY(cudaMemcpyAsync(act, a, n * F * sizeof *act, cudaMemcpyDeviceToDevice,
+                                c->stream));
+    else if ((err = gemm_rm(c, false, false, N, f, h, x, h, W1, f, 0.0f, act, f)) != 0)
+        return err; /* a = x W1 */
+    k_silu_prep<<<gpu_blocks(n * F, THREADS), THREADS, 0, c->stream>>>(act, sp, n * F);
+    GPU_TRY(cudaGetLastError());
+    if ((err = gemm_rm(c, false, true, N, f, h, dy, h, W2, h, 0.0f, d, f)) != 0)
+        return err; /* d = dy W2^T */
+    k_row_grads<<<(unsigned)n, THREADS, 0, c->stream>>>(act, sp, d, s, ds, dy, sdy, F, H);
+    GPU_TRY(cudaGetLastError());
+    if (dW2 && (err = gemm_rm(c, true, false, f, h, N, act, f, sdy, h, 1.0f, dW2, h)) != 0)
+        return err; /* dW2 += silu(a)^T (s dy) */
+    if (dW1 && (err = gemm_rm(c, true, false, h, f, N, x, h, d, f, 1.0f, dW1, f)) != 0)
+        return err; /* dW1 += x^T da */
+    if (dx && (err = gemm_rm(c, false, true, N, h, f, d, f, W1, f, 1.0f, dx, h)) != 0)
+        return err; /* dx += da W1^T */
+    return 0;
+}
+
+extern "C" int moe_gpu_gate_backward(moe_gpu_ctx_t *c, const float *x, size_t n, uint32_t H,
+                                     const float *Wg, uint32_t E, uint32_t K, const int32_t *ids,
+                                     const float *w, const float *dw, float *dx, float *dWg)
+{
+    if (n > INT32_MAX || H > INT32_MAX || E > INT32_MAX || K == 0 || K > E)
+        return (int)cudaErrorInvalidValue;
+    if (!n || !H)
+        return 0;
+    int err = gpu_reserve(&c->act, &c->act_bytes, n * E * sizeof(float));
+    if (err)
+        return err;
+    float *dl = (float *)c->act;
+    k_gate_dlogits<<<gpu_blocks(n, THREADS), THREADS, 0, c->stream>>>(n, E, K, ids, w, dw, dl);
+    GPU_TRY(cudaGetLastError());
+    int N = (int)n, h = (int)H, e = (int)E;
+    if (dx && (err = gemm_rm(c, false, true, N, h, e, dl, e, Wg, e, 1.0f, dx, h)) != 0)
+        return err; /* dx += dlogits Wg^T */
+    if (dWg && (err = gemm_rm(c, true, false, h, e, N, x, h, dl, e, 1.0f, dWg, e)) != 0)
+        return err; /* dWg += x^T dlogits */
+    return 0;
+}
