@@ -107,4 +107,10 @@ if command -v mpirun >/dev/null 2>&1 && moe-run --version | grep -q '(MPI)'; the
 else
     printf '(skipped: no mpirun, or moe-run built without MPI)\n'
 fi
+
+say "10. a training step predicted at step 7's shape on 2 x 4 H100, pipelined in 2 chunks"
+printf 'per MPMoE memory-reuse strategy: step time and peak activation bytes of the largest rank\n'
+run moe-costmodel simulate -@ 1 --topology "$out/h100-2x4.topo" --hidden 2048 --ffn 1408 \
+    --dtype bf16 --chunks 2 --no-layers --scheme pipelined --train --reuse all \
+    "$out/test.moet" "$out/affinity.moep" | grep '^#TRAIN\|^TRAIN' | cut -f2-4,8-9
 printf '\ndemo outputs are in %s/\n' "$out"
