@@ -360,6 +360,7 @@ void moe_sim_free(moe_sim_t *s)
     free(s->hop);
     free(s->fwd);
     free(s->src);
+    free(s->tok);
     free(s->own);
     free(s->need);
     for (int k = 0; k < MOE_SIM_SCHEMES; k++)

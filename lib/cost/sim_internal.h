@@ -23,6 +23,8 @@ struct moe_sim {
     moe_acct_t *acct;            /* with per-rank counts */
     moe_acct_rank_t *hop, *fwd;  /* [L][G] hierarchical: first hop and forwards, or NULL */
     uint64_t *src;               /* [L][G] present cells per source rank */
+    double *tok;                 /* [G] rows each source rank holds: its most present cells
+                                  * of any layer (sim_model) */
     uint64_t *own;               /* [L][G][3] cells served on their own source rank (vanilla);
                                   * cells held, and served where held (coherent) */
     uint64_t *need;              /* [L][G][W] experts each rank's tokens need, or NULL */

@@ -377,6 +377,11 @@ static void iteration(moe_sim_t *s)
 
 int sim_model(moe_sim_t *s)
 {
+    if (!(s->tok = calloc(s->G, sizeof *s->tok)))
+        return MOE_ENOMEM;
+    for (uint32_t j = 0; j < s->L; j++)
+        for (uint32_t r = 0; r < s->G; r++)
+            s->tok[r] = fmax(s->tok[r], (double)s->src[(size_t)j * s->G + r]);
     uint64_t *bits = calloc(((size_t)s->G + s->N + 1) * s->W, sizeof *bits);
     moe_acct_rank_t *rk = calloc(s->G, sizeof *rk);
     uint64_t *pulls = calloc(s->G, sizeof *pulls);

@@ -45,16 +45,6 @@ typedef struct lay_counts {
     double nf, ng; /* hierarchical: rows forwarded and received inside the node */
 } lay_counts_t;
 
-/* Rows each source rank holds in the expert-parallel modes that leave tokens home: the most
- * present cells of any layer (every row, a cell skipped by the trace included). */
-static double tokens_of(const moe_sim_t *s, uint32_t r)
-{
-    double t = 0;
-    for (uint32_t j = 0; j < s->L; j++)
-        t = fmax(t, (double)s->src[(size_t)j * s->G + r]);
-    return t;
-}
-
 static const moe_acct_rank_t *hop_ranks(const moe_sim_t *s, int scheme, uint32_t j)
 {
     if (scheme == MOE_SIM_HIERARCHICAL)
@@ -71,7 +61,7 @@ static void counts(const moe_sim_t *s, int scheme, uint32_t j, uint32_t r, lay_c
     const uint64_t *load = moe_acct_load(s->acct, coh ? MOE_SCHEME_COHERENT
                                                       : MOE_SCHEME_VANILLA, j);
     double self = coh ? (double)own[2] : (double)own[0];
-    c->n = coh ? (double)own[1] : tokens_of(s, r);
+    c->n = coh ? (double)own[1] : s->tok[r];
     c->ne = sim_rows(x, MOE_DISPATCH, 0) + self;
     c->nr = sim_rows(x, MOE_DISPATCH, 1) + self;
     c->np = (double)load[r];
@@ -167,7 +157,7 @@ static double dc_backward(const moe_sim_t *s, uint32_t j, uint64_t *held, uint64
     double comm = R > 0 ? (2 * R - 1) * sim_a2a(s, rk, MOE_DISPATCH, s->xbytes, R, NULL) : 0;
     for (uint32_t r = 0; r < s->G; r++) {
         dev[r] += fmin((double)pulls[r], s->credits) * W * 4;
-        double n = tokens_of(s, r), pairs = (double)s->src[(size_t)j * s->G + r] * s->k;
+        double n = s->tok[r], pairs = (double)s->src[(size_t)j * s->G + r] * s->k;
         double moved = sim_rows(&rk[r], MOE_DISPATCH, 0) + sim_rows(&rk[r], MOE_DISPATCH, 1);
         /* the pulled weights and their gradients, a round's buffers (the mean round's), the
          * pairs' rows, the home's mixed rows and gradients */
@@ -184,33 +174,29 @@ static double dc_backward(const moe_sim_t *s, uint32_t j, uint64_t *held, uint64
 
 /* Seconds of the rest of a step on every rank: the loss (an allreduce), the gradients zeroed,
  * the mixer and gate gradients summed over the ranks (an allreduce of doubles), those of
- * replicated experts over their copies (another), and the
- * optimizer over every weight a rank holds (SGD: read w and g, write w; Adam: also both
- * moments, read and written). */
-static double update_time(const moe_sim_t *s, int adam)
+ * replicated experts over their copies (another), and the optimizer over every weight a rank
+ * holds, replicas included (SGD: read w and g, write w; Adam: also both moments, read and
+ * written). held: G scratch. */
+static double update_time(const moe_sim_t *s, int adam, double *held)
 {
-    double shared = (double)s->L * s->H * (1 + s->E), most = 0;
+    /* every copy a rank holds, in one pass over the placement; and the replicated experts */
+    double shared = (double)s->L * s->H * (1 + s->E), most = 0, rep = 0;
+    memset(held, 0, s->G * sizeof *held);
+    for (uint32_t j = 0; j < s->L; j++)
+        for (uint32_t x = 0; x < s->E; x++) {
+            uint32_t nc;
+            const uint16_t *cp = moe_placement_ranks(s->p, j, x, &nc);
+            for (uint32_t i = 0; i < nc; i++)
+                held[cp[i]]++;
+            rep += nc > 1;
+        }
     for (uint32_t r = 0; r < s->G; r++) {
-        double held = 0;
-        for (uint32_t j = 0; j < s->L; j++)
-            for (uint32_t x = 0; x < s->E; x++) {
-                uint32_t nc;
-                const uint16_t *cp = moe_placement_ranks(s->p, j, x, &nc);
-                held += cp[0] == r;
-            }
-        double elems = held * 2 * s->H * s->F + shared;
+        double elems = held[r] * 2 * s->H * s->F + shared;
         most = fmax(most, sim_mtime(s, elems * (4 + (adam ? 28 : 12)) + shared * 24));
     }
     double red = s->G > 1 ? 2 * sim_latency(s) + sim_even(s, 2 * shared * 8 / s->G) : 0;
     /* a replicated expert's copies sum their gradients: an allreduce of doubles over every
      * replicated expert */
-    double rep = 0;
-    for (uint32_t j = 0; j < s->L; j++)
-        for (uint32_t x = 0; x < s->E; x++) {
-            uint32_t nc;
-            moe_placement_ranks(s->p, j, x, &nc);
-            rep += nc > 1;
-        }
     if (rep > 0 && s->G > 1)
         red += 2 * sim_latency(s) + sim_even(s, 2 * rep * 2 * s->H * s->F * 8 / s->G);
     return most + red + sim_latency(s);
@@ -265,7 +251,7 @@ int moe_sim_train(const moe_sim_t *s, int scheme, int reuse, int adam, moe_sim_s
     for (uint32_t j = 0; j < s->L; j++) {
         if (scheme == MOE_SIM_DATACENTRIC) {
             for (uint32_t r = 0; r < s->G; r++)
-                dev[r] += tokens_of(s, r) * (4 * s->H + 8 * s->K + 4);
+                dev[r] += s->tok[r] * (4 * s->H + 8 * s->K + 4);
             out->backward += dc_backward(s, j, bits, bits + (size_t)s->G * s->W, rk, pulls,
                                          work, most, dev);
         } else {
@@ -273,13 +259,13 @@ int moe_sim_train(const moe_sim_t *s, int scheme, int reuse, int adam, moe_sim_s
             out->backward += ep_backward(s, scheme, st, j, work, most);
         }
     }
-    out->update = update_time(s, adam);
+    out->update = update_time(s, adam, work);
     out->time = out->forward + out->backward + out->update;
     for (uint32_t r = 0; r < s->G; r++) {
         /* the output's gradient: the rows where the tokens ended */
         double end = scheme == MOE_SIM_COHERENT
                          ? (double)s->own[((size_t)(s->L - 1) * s->G + r) * 3 + 1]
-                         : tokens_of(s, r);
+                         : s->tok[r];
         out->peak_act = fmax(out->peak_act, dev[r] + end * s->H * 4 + most[r]);
         out->peak_offload = fmax(out->peak_offload, host[r]);
     }
