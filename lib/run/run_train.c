@@ -147,6 +147,30 @@ static void pairs_put(pairs_t *p, size_t at, size_t H, const float *x, const flo
     p->ent[at] = ent;
 }
 
+/* The expert backward of pairs [lo, hi) of p, one expert's (weights W1, W2, their gradients
+ * G1 then G1 + H F; a: the pairs' pre-activations, or NULL to recompute them). */
+static void pairs_backward(run_t *r, const pairs_t *p, size_t lo, size_t hi, const float *a,
+                           const float *W1, const float *W2, float *G1, float *work)
+{
+    const size_t H = r->H;
+    RUN_CK(r, moe_kern_ffn_backward_scaled(p->x + lo * H, a, hi - lo, r->H, r->F, W1, W2,
+                                           p->dy + lo * H, p->s + lo, p->dx + lo * H, G1,
+                                           G1 + H * r->F, p->ds + lo, work));
+}
+
+/* Add each of the np pairs' input gradient into its row of dx (rows `stride` floats apart)
+ * and its weight's gradient into entry `ent` of its row of ds (rows dstride apart). */
+static void pairs_add(const pairs_t *p, size_t np, size_t H, float *dx, size_t stride,
+                      float *ds, size_t dstride)
+{
+    for (size_t q = 0; q < np; q++) {
+        float *out = dx + p->row[q] * stride;
+        for (size_t h = 0; h < H; h++)
+            out[h] += p->dx[q * H + h];
+        ds[p->row[q] * dstride + p->ent[q]] += p->ds[q];
+    }
+}
+
 /* Bytes of the pairs' buffers (for the activation peak). */
 static size_t pairs_bytes(size_t np, size_t H)
 {
@@ -161,7 +185,7 @@ static size_t pairs_bytes(size_t np, size_t H)
 static size_t serve_backward(run_t *r, uint32_t l, uint32_t c, grads_t *g, const float *rows,
                              const uint32_t *rmeta, size_t nr, float *reply)
 {
-    const size_t H = r->H, F = r->F, K = r->K, E = r->E, S = M_HEAD + 3 * K, HF = H * F;
+    const size_t H = r->H, F = r->F, K = r->K, E = r->E, S = M_HEAD + 3 * K;
     /* the rows of a relayed hop (c = UINT32_MAX) come with their inputs, nothing kept */
     const run_served_t *k = c == UINT32_MAX ? NULL : run_served_at(r, l, c);
     const int recomm = !k || !moe_mpmoe_reuse_keeps(r->reuse, MOE_REUSE_TDI);
@@ -221,18 +245,10 @@ static size_t serve_backward(run_t *r, uint32_t l, uint32_t c, grads_t *g, const
     for (size_t e = 0, lo = 0; e < E; lo = start[e++]) {
         size_t at = (size_t)l * E + e;
         if (start[e] > lo)
-            RUN_CK(r, moe_kern_ffn_backward_scaled(pr.x + lo * H, as ? as + lo * F : NULL,
-                                                   start[e] - lo, r->H, r->F, r->w1[at],
-                                                   r->w2[at], pr.dy + lo * H, pr.s + lo,
-                                                   pr.dx + lo * H, g->w1[at], g->w1[at] + HF,
-                                                   pr.ds + lo, bw));
+            pairs_backward(r, &pr, lo, start[e], as ? as + lo * F : NULL, r->w1[at], r->w2[at],
+                           g->w1[at], bw);
     }
-    for (size_t q = 0; q < np; q++) {
-        float *out = reply + pr.row[q] * (H + K);
-        for (size_t h = 0; h < H; h++)
-            out[h] += pr.dx[q * H + h];
-        out[H + pr.ent[q]] += pr.ds[q];
-    }
+    pairs_add(&pr, np, H, reply, H + K, reply + H, H + K);
     return restored + pairs_bytes(np, H);
 }
 
@@ -533,16 +549,9 @@ static size_t dc_experts_backward(run_t *r, uint32_t l, const float *xm, const f
         const float *W1 = r->w1[at] ? r->w1[at] : wq + (size_t)slot[e] * W;
         const float *W2 = r->w1[at] ? r->w2[at] : W1 + HF;
         float *G1 = r->w1[at] ? g->w1[at] : gq + (size_t)slot[e] * W;
-        RUN_CK(r, moe_kern_ffn_backward_scaled(pr.x + lo * H, NULL, start[e] - lo, r->H, r->F,
-                                               W1, W2, pr.dy + lo * H, pr.s + lo,
-                                               pr.dx + lo * H, G1, G1 + HF, pr.ds + lo, bw));
+        pairs_backward(r, &pr, lo, start[e], NULL, W1, W2, G1, bw);
     }
-    for (size_t q = 0; q < np; q++) {
-        size_t i = pr.row[q];
-        for (size_t h = 0; h < H; h++)
-            dxm[i * H + h] += pr.dx[q * H + h];
-        dw[i * K + pr.ent[q]] += pr.ds[q];
-    }
+    pairs_add(&pr, np, H, dxm, H, dw, K);
     /* the gradients back along the schedule, last round first */
     for (uint32_t t = r->pull_rounds[l]; t-- > 0;) {
         size_t b = pull_round(r, l, it, ni, t, slot, wq, gq, g);
