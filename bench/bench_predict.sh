@@ -57,6 +57,12 @@ prepare() {
         -o "$tmp/cal.topo"
 }
 
+# median COL FILE: the median of column COL of FILE's lines
+median() {
+    awk -v c="$1" '{ print $c }' "$2" | sort -n |
+        awk '{ v[NR] = $1 } END { print NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
+}
+
 # the first value of a top-level JSON key
 jval() { tr ',{}' '\n\n\n' <"$1" | sed -n "s/^ *\"$2\": \([-0-9.e+a-z]*\) *\$/\1/p" | head -n 1; }
 
@@ -106,10 +112,9 @@ for sz in $sizes; do
     done
 done
 done
-sort -n "$tmp/err" | awk '{ v[NR] = $1 } END {
-    m = NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2
+awk -v m="$(median 1 "$tmp/err")" -v n="$(wc -l <"$tmp/err")" 'BEGIN {
     printf "# median |predicted - measured| / measured over %d points: %.1f%% (goal <= 10%%: %s)\n",
-        NR, 100 * m, m <= 0.10 ? "met" : "MISSED" }'
+        n, 100 * m, m <= 0.10 ? "met" : "MISSED" }'
 fi
 
 # Training: one step of every mode, and of every memory-reuse strategy where the mode has a
@@ -195,12 +200,9 @@ awk 'function med(a, n,   i, j, t) {
         }
     }' "$tmp/terr"
 # where the step's error sits: (predicted - measured) / measured of each part, the median
-sort -n -k1 "$tmp/parts" | awk '{ f[NR] = $1 } END { printf "#   step parts, median signed " \
-    "error: forward %+.1f%%", 100 * (NR % 2 ? f[(NR + 1) / 2] : (f[NR / 2] + f[NR / 2 + 1]) / 2) }'
-sort -n -k2 "$tmp/parts" | awk '{ b[NR] = $2 } END { printf ", loss and backward %+.1f%%",
-    100 * (NR % 2 ? b[(NR + 1) / 2] : (b[NR / 2] + b[NR / 2 + 1]) / 2) }'
-sort -n -k3 "$tmp/parts" | awk '{ u[NR] = $3 } END { printf ", update %+.1f%%\n",
-    100 * (NR % 2 ? u[(NR + 1) / 2] : (u[NR / 2] + u[NR / 2 + 1]) / 2) }'
+awk -v f="$(median 1 "$tmp/parts")" -v b="$(median 2 "$tmp/parts")" \
+    -v u="$(median 3 "$tmp/parts")" 'BEGIN { printf "#   step parts, median signed error: " \
+    "forward %+.1f%%, loss and backward %+.1f%%, update %+.1f%%\n", 100 * f, 100 * b, 100 * u }'
 fi
 
 echo "# load average at the end: $(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo '?');" \
