@@ -4,7 +4,7 @@
  * bandwidth. Exits 77 with a message when there is no CUDA device.
  *
  * usage: bench_gpu [--dtype fp32|bf16|fp16] [--tokens N] [--topk K] [--experts G]
- *                  [--hidden H] [--ffn F] [--iters I] [--seed S] */
+ *                  [--hidden H] [--ffn F] [--expert swiglu|silu] [--iters I] [--seed S] */
 #include "config.h"
 
 #include <cuda_runtime.h>
@@ -32,6 +32,7 @@ typedef struct bench_cfg {
     int dtype;
     size_t tokens;
     uint32_t K, G, H, F;
+    int expert; /* enum moe_expert */
     int iters;
     uint64_t seed;
 } bench_cfg_t;
@@ -71,7 +72,7 @@ typedef struct bench_state {
     void *xs, *ys;      /* rows x H of dtype: FFN input and output */
     void *W1, *W2;      /* G experts of dtype, back to back */
     void *w1tab[1024], *w2tab[1024]; /* expert g's weights */
-    void *dense_c;      /* rows x 2F of dtype */
+    void *dense_c;      /* rows x (mats x F) of dtype */
     void *copy_src, *copy_dst;
     size_t copy_bytes;
 } bench_state_t;
@@ -80,17 +81,18 @@ static void run_ffn(void *p)
 {
     bench_state_t *s = p;
     GPU_OK(moe_gpu_ffn_grouped(s->ctx, s->c.dtype, s->xs, s->c.G, s->off, s->c.H, s->c.F,
-                               (const void *const *)s->w1tab, (const void *const *)s->w2tab,
-                               s->ys));
+                               s->c.expert, (const void *const *)s->w1tab,
+                               (const void *const *)s->w2tab, s->ys));
 }
 
-/* Equal FLOPs in one GEMM: (rows x H) times (H x 2F) is 2 * rows * 2F * H = the FFN's
- * 2 * rows * H * F + 2 * rows * F * H. The weight buffer W1 serves as the H x 2F operand. */
+/* Equal FLOPs in one GEMM: (rows x H) times (H x mF), m the expert's matrices (3 for SwiGLU,
+ * 2 for SiLU), is 2 rows mF H = the FFN's products (2 rows H (m - 1) F and 2 rows F H). The
+ * weight buffer W1 serves as the H x mF operand. */
 static void run_dense(void *p)
 {
     bench_state_t *s = p;
-    GPU_OK(moe_gpu_gemm(s->ctx, s->c.dtype, s->rows, 2 * (size_t)s->c.F, s->c.H, s->xs, s->W1,
-                        s->dense_c));
+    GPU_OK(moe_gpu_gemm(s->ctx, s->c.dtype, s->rows, moe_expert_mats(s->c.expert) * (size_t)s->c.F,
+                        s->c.H, s->xs, s->W1, s->dense_c));
 }
 
 static void run_permute(void *p)
@@ -137,6 +139,11 @@ static int parse(int argc, char **argv, bench_cfg_t *c)
             c->H = (uint32_t)strtoul(v, NULL, 10);
         } else if (strcmp(o, "--ffn") == 0) {
             c->F = (uint32_t)strtoul(v, NULL, 10);
+        } else if (strcmp(o, "--expert") == 0) {
+            if ((c->expert = moe_expert_parse(v)) < 0) {
+                fprintf(stderr, "bench_gpu: unknown expert '%s' (swiglu, silu)\n", v);
+                return 2;
+            }
         } else if (strcmp(o, "--iters") == 0) {
             c->iters = atoi(v);
         } else if (strcmp(o, "--seed") == 0) {
@@ -208,9 +215,13 @@ static void setup(bench_state_t *s)
     GPU_OK(cudaMemcpy(s->w, w, m * 4, cudaMemcpyHostToDevice));
     s->xs = dalloc(m * c->H * es);
     s->ys = dalloc(m * c->H * es);
-    s->dense_c = dalloc(m * 2 * (size_t)c->F * es);
-    /* weights: small random values so nothing overflows in fp16 */
-    size_t nw = (size_t)(c->G > 1 ? c->G : 2) * c->H * c->F; /* the dense GEMM reads 2 */
+    const size_t mats = moe_expert_mats(c->expert), C = moe_kern_w1_cols(c->F, c->expert);
+    s->dense_c = dalloc(m * mats * c->F * es);
+    /* weights: small random values so nothing overflows in fp16; the dense GEMM reads H x mF
+     * of W1 */
+    size_t nw = (size_t)(c->G > 1 ? c->G : 2) * c->H * C;
+    if (nw < mats * c->H * c->F)
+        nw = mats * c->H * c->F;
     float *wf = malloc(nw * sizeof *wf);
     void *wp = malloc(nw * es);
     for (size_t i = 0; i < nw; i++)
@@ -221,7 +232,7 @@ static void setup(bench_state_t *s)
     GPU_OK(cudaMemcpy(s->W1, wp, nw * es, cudaMemcpyHostToDevice));
     GPU_OK(cudaMemcpy(s->W2, wp, nw * es, cudaMemcpyHostToDevice));
     for (uint32_t g = 0; g < c->G; g++) {
-        s->w1tab[g] = (char *)s->W1 + (size_t)g * c->H * c->F * es;
+        s->w1tab[g] = (char *)s->W1 + (size_t)g * c->H * C * es;
         s->w2tab[g] = (char *)s->W2 + (size_t)g * c->F * c->H * es;
     }
     free(ids);
@@ -250,7 +261,7 @@ int main(int argc, char **argv)
 {
     bench_state_t s;
     memset(&s, 0, sizeof s);
-    s.c = (bench_cfg_t){MOE_DTYPE_BF16, 8192, 2, 8, 4096, 14336, 20, 1};
+    s.c = (bench_cfg_t){MOE_DTYPE_BF16, 8192, 2, 8, 4096, 14336, MOE_EXPERT_SWIGLU, 20, 1};
     int rc = parse(argc, argv, &s.c);
     if (rc)
         return rc;
@@ -268,12 +279,13 @@ int main(int argc, char **argv)
     const bench_cfg_t *c = &s.c;
     size_t es = moe_dtype_size(c->dtype);
     printf("# bench_gpu: device %s, moeflow %s\n", name, moe_version());
-    printf("# dtype %s, tokens %zu, topk %u, experts %u, hidden %u, ffn %u, iters %d\n",
-           moe_dtype_name(c->dtype), c->tokens, c->K, c->G, c->H, c->F, c->iters);
+    printf("# dtype %s, tokens %zu, topk %u, experts %u, hidden %u, ffn %u (%s), iters %d\n",
+           moe_dtype_name(c->dtype), c->tokens, c->K, c->G, c->H, c->F,
+           moe_expert_name(c->expert), c->iters);
     GPU_OK(moe_gpu_ctx_create(&s.ctx, NULL));
     setup(&s);
 
-    double flops = 4.0 * (double)s.rows * c->H * c->F;
+    double flops = 2.0 * moe_expert_mats(c->expert) * (double)s.rows * c->H * c->F;
     printf("%-28s %10s %12s %10s\n", "# operation", "time_ms", "rate", "fraction");
     double dense = time_ms(run_dense, &s, c->iters);
     printf("%-28s %10.3f %8.1f TF/s %10s\n", "dense GEMM (baseline)", dense,

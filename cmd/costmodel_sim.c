@@ -33,13 +33,13 @@ static int sim_topology(const char *arg, moe_topo_t *t)
 enum {
     S_TOPOLOGY = MOE_OPTC_TOOL + 0x80, S_HIDDEN, S_FFN, S_DTYPE, S_CHUNKS, S_SCHEME, S_BEST,
     S_JSON, S_PLOT, S_TOPK, S_SOURCE, S_NO_LAYERS, S_LOADS, S_NCCL, S_CLASS, S_POINTS, S_TOL,
-    S_CREDITS, S_RANKS, S_REPLICA_RULE, S_GATHER, S_TRAIN, S_REUSE, S_OPTIMIZER,
+    S_CREDITS, S_RANKS, S_REPLICA_RULE, S_GATHER, S_TRAIN, S_REUSE, S_OPTIMIZER, S_EXPERT,
 };
 
 static const struct option sim_long[] = {
     {"topology", required_argument, 0, S_TOPOLOGY}, {"hidden", required_argument, 0, S_HIDDEN},
     {"ffn", required_argument, 0, S_FFN}, {"dtype", required_argument, 0, S_DTYPE},
-    {"chunks", required_argument, 0, S_CHUNKS}, {"scheme", required_argument, 0, S_SCHEME},
+    {"expert", required_argument, 0, S_EXPERT}, {"chunks", required_argument, 0, S_CHUNKS}, {"scheme", required_argument, 0, S_SCHEME},
     {"best", no_argument, 0, S_BEST}, {"json", no_argument, 0, S_JSON},
     {"plot", required_argument, 0, S_PLOT}, {"topk", required_argument, 0, S_TOPK},
     {"source", required_argument, 0, S_SOURCE}, {"no-layers", no_argument, 0, S_NO_LAYERS},
@@ -66,6 +66,7 @@ static void sim_usage(FILE *fp)
           "      --topology=T       topology file (moe-topology(5)) or preset name (required)\n"
           "      --hidden=H         hidden size [the trace's]\n"
           "      --ffn=F            expert inner size [4 x hidden]\n"
+          "      --expert=X         expert FFN: swiglu (3 H x F matrices) or silu (2) [swiglu]\n"
           "      --dtype=D          fp32, bf16 or fp16: bytes sent per element and per expert\n"
           "                         weight [the trace's element bytes, else bf16]\n"
           "      --chunks=N         chunks of the pipelined scheme [4]\n"
@@ -136,6 +137,10 @@ static int sim_opt(int c, const char *arg, sim_cfg_t *g)
         return moe_cli_u32(PROG, "simulate", arg, 1, 1u << 24, "hidden size", &g->so.hidden);
     case S_FFN:
         return moe_cli_u32(PROG, "simulate", arg, 1, 1u << 24, "expert inner size", &g->so.ffn);
+    case S_EXPERT:
+        if ((g->so.expert = moe_expert_parse(arg)) < 0)
+            return moe_usage_error(PROG, "simulate", "unknown expert '%s' (swiglu, silu)", arg);
+        return 0;
     case S_CHUNKS: return moe_cli_u32(PROG, "simulate", arg, 1, 4096, "chunk count", &g->so.chunks);
     case S_CREDITS:
         return moe_cli_u32(PROG, "simulate", arg, 1, 65536, "credit count", &g->so.credits);

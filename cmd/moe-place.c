@@ -35,7 +35,7 @@ enum {
     O_EP_SIZE, O_TIME_LIMIT, O_SEED, O_STARTS, O_TOPK, O_INTER_COST, O_SOURCE, O_HIDDEN,
     O_ELEM_BYTES, O_MATRIX, O_MATRIX_BYTES, O_JSON, O_FORMAT, O_EXPERTS, O_NO_LAYERS,
     O_REPLICA_RULE, O_LOADS, O_PHYSMAP, O_CV, O_MEMORY, O_TUNE, O_WINDOW, O_EVERY, O_THRESHOLD,
-    O_INITIAL, O_FFN,
+    O_INITIAL, O_FFN, O_EXPERT,
 };
 
 static const struct option long_opts[] = {
@@ -61,6 +61,7 @@ static const struct option long_opts[] = {
     {"window", required_argument, 0, O_WINDOW}, {"every", required_argument, 0, O_EVERY},
     {"threshold", required_argument, 0, O_THRESHOLD},
     {"initial", required_argument, 0, O_INITIAL}, {"ffn", required_argument, 0, O_FFN},
+    {"expert", required_argument, 0, O_EXPERT},
     MOE_OPTS_LONG, {0}};
 
 /* Everything any subcommand takes; each parser rejects what does not apply to it. */
@@ -152,6 +153,10 @@ static int take_opt(const char *sub, int c, const char *arg, cfg_t *g)
     case O_THRESHOLD: return moe_cli_double(prog, sub, arg, 1, 1e6, "threshold", &g->ro.threshold);
     case O_INITIAL: g->initial = arg; return 0;
     case O_FFN: return moe_cli_u32(prog, sub, arg, 1, UINT32_MAX, "ffn size", &g->ro.ffn);
+    case O_EXPERT:
+        if ((g->ro.expert = moe_expert_parse(arg)) < 0)
+            return moe_usage_error(prog, sub, "unknown expert '%s' (swiglu, silu)", arg);
+        return 0;
     case O_PHYSMAP: g->physmap = arg; return 0;
     case O_REPLICA_RULE: return moe_cli_replica_rule(prog, sub, arg, &g->po.replica_rule);
     case O_CV:
@@ -725,9 +730,10 @@ static void replay_usage(FILE *fp)
           "      --threshold=X      re-fit only when the worst layer's max/mean rank load\n"
           "                         since the last fit exceeds X [every interval]\n"
           "      --initial=FILE     the first placement [fitted on the first W tokens]\n"
-          "      --hidden=H         hidden size of an expert (a copy moves 2 x H x F x B\n"
-          "                         bytes) [the trace's]\n"
+          "      --hidden=H         hidden size of an expert (a copy moves M x H x F x B\n"
+          "                         bytes, M its matrices) [the trace's]\n"
           "      --ffn=F            expert FFN (inner) size [unknown: copies only]\n"
+          "      --expert=X         swiglu (M = 3: gate, up, down) or silu (M = 2) [swiglu]\n"
           "      --elem-bytes=B     bytes per weight element [the trace's]\n"
           "      --json             write JSON instead of the table\n"
           "  -@, --threads=N        additional threads [0]\n"
@@ -741,7 +747,7 @@ static int run_replay(int argc, char **argv)
 {
     static const int takes[] = {O_RANKS, O_GPN, O_TOPOLOGY, O_INTER_COST, O_METHOD, O_SCHEME,
         O_TOPK, O_MAX_IMB, O_REPLICAS, O_REPLICA_RULE, O_EP_SIZE, O_STARTS, O_TIME_LIMIT,
-        O_SEED, O_WINDOW, O_EVERY, O_THRESHOLD, O_INITIAL, O_HIDDEN, O_FFN, O_ELEM_BYTES,
+        O_SEED, O_WINDOW, O_EVERY, O_THRESHOLD, O_INITIAL, O_HIDDEN, O_FFN, O_EXPERT, O_ELEM_BYTES,
         O_JSON, 0};
     cfg_t g;
     int rc = 0, st;

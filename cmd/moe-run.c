@@ -22,7 +22,7 @@ enum {
     O_MODE = MOE_OPTC_TOOL, O_LAYERS, O_EXPERTS, O_TOPK, O_HIDDEN, O_FFN, O_TPR, O_DTYPE,
     O_TRACE, O_PLACEMENT, O_TOPOLOGY, O_GPN, O_ITERS, O_WARMUP, O_SEED, O_CHECK, O_JSON,
     O_CHUNKS, O_CREDITS, O_NO_PREFETCH, O_CALIBRATE, O_VERSION, O_BACKEND, O_REPLICA_RULE,
-    O_TRAIN, O_LR, O_OPTIMIZER, O_REUSE,
+    O_TRAIN, O_LR, O_OPTIMIZER, O_REUSE, O_EXPERT,
 };
 
 /* The CPU backend computes in fp32 whatever the wire type. */
@@ -70,7 +70,7 @@ static const struct option long_opts[] = {
     {"backend", required_argument, 0, O_BACKEND},
     {"replica-rule", required_argument, 0, O_REPLICA_RULE}, {"train", no_argument, 0, O_TRAIN},
     {"lr", required_argument, 0, O_LR}, {"optimizer", required_argument, 0, O_OPTIMIZER},
-    {"reuse", required_argument, 0, O_REUSE},
+    {"reuse", required_argument, 0, O_REUSE}, {"expert", required_argument, 0, O_EXPERT},
     MOE_OPTS_LONG, {0}};
 
 /* Only rank 0 talks; before MPI is up the launcher's environment says which rank this is. */
@@ -105,6 +105,8 @@ static void usage(FILE *fp)
           "      --topk=K           experts per token [2, or the trace's]\n"
           "      --hidden=H         hidden size [64]\n"
           "      --ffn=F            expert inner size [128]\n"
+          "      --expert=X         expert FFN: swiglu (gate, up, down) or silu (two\n"
+          "                         matrices) [swiglu]\n"
           "      --tokens-per-rank=N  G x N tokens (a trace's first) [64]\n"
           "      --dtype=T          wire type: fp32, bf16 or fp16 [fp32]\n"
           "      --seed=S           weights and tokens seed [1]\n"
@@ -188,6 +190,10 @@ static int take(args_t *a, int c, const char *arg)
     case O_DTYPE:
         if ((g->dtype = moe_dtype_parse(arg)) < 0)
             return moe_usage_error(prog, NULL, "unknown dtype '%s' (fp32, bf16, fp16)", arg);
+        return 0;
+    case O_EXPERT:
+        if ((g->expert = moe_expert_parse(arg)) < 0)
+            return moe_usage_error(prog, NULL, "unknown expert '%s' (swiglu, silu)", arg);
         return 0;
     case O_TRACE: g->trace = arg; return 0;
     case O_PLACEMENT: g->placement = arg; return 0;

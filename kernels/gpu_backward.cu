@@ -2,36 +2,40 @@
  * each the twin of its C reference in lib/run/kern_train.c (the test oracle): the mixer's
  * (element-wise, and a column sum for its weights), the gate's (through the softmax over the
  * chosen logits: a dense gradient of the logits and two cuBLAS products), and one expert's
- * FFN (five cuBLAS products: x W1 again unless the pre-activations are given, dy W2^T, the two
- * weight gradients and the input gradient; and element-wise kernels: silu and its derivative,
- * the routing weight's gradient as a row dot product, the row scale). */
+ * FFN, SiLU or SwiGLU (five cuBLAS products: x W1 again unless the pre-activations are given,
+ * dy W2^T, the two weight gradients and the input gradient; and element-wise kernels: the
+ * activation, the routing weight's gradient as a row dot product, the pre-activations'
+ * gradient and the row scale). */
 #include <string.h>
 
 #include "gpu_internal.cuh"
 
 #define THREADS 256
 
-/* act = silu(a) in place, sp = silu'(a) = s (1 + a (1 - s)), s the logistic of a. */
-__global__ static void k_silu_prep(float *a, float *sp, size_t n)
+/* The hidden activation of every row: act[r][f] = silu(g) (SiLU), or silu(g) u (SwiGLU), with
+ * g = a[r][f] and u = a[r][F + f] (a: rows of C = F or 2F pre-activations). */
+__global__ static void k_act(const float *a, float *act, size_t n, uint32_t F, uint32_t C)
 {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n * F;
          i += (size_t)gridDim.x * blockDim.x) {
-        float z = a[i], s = 1.0f / (1.0f + expf(-z));
-        a[i] = z * s;
-        sp[i] = s * (1.0f + z * (1.0f - s));
+        size_t r = i / F, f = i % F;
+        float z = a[r * C + f];
+        act[i] = C == F ? z / (1.0f + expf(-z)) : z / (1.0f + expf(-z)) * a[r * C + F + f];
     }
 }
 
-/* One block per row: ds[r] += sum_f act[r][f] d[r][f] (the routing weight's gradient, dy . y),
- * then d[r][f] *= s[r] sp[r][f] (the gradient of the pre-activation), and sdy[r] = s[r] dy[r]
- * (the output gradient through the row's scale). */
-__global__ static void k_row_grads(const float *act, const float *sp, float *d, const float *s,
-                                   float *ds, const float *dy, float *sdy, uint32_t F, uint32_t H)
+/* One block per row: ds[r] += sum_f act[r][f] d[r][f] (the routing weight's gradient, dy . y);
+ * then a[r] becomes the pre-activations' gradient (SiLU: d s[r] silu'(g); SwiGLU: d s[r]
+ * silu'(g) u, then d s[r] silu(g)) and sdy[r] = s[r] dy[r] (the output gradient through the
+ * row's scale). silu'(z) = l (1 + z (1 - l)), l the logistic of z. */
+__global__ static void k_row_grads(float *a, const float *act, const float *d, const float *s,
+                                   float *ds, const float *dy, float *sdy, uint32_t F,
+                                   uint32_t C, uint32_t H)
 {
     __shared__ float part[THREADS];
     size_t r = blockIdx.x;
-    const float *ar = act + r * F, *pr = sp + r * F;
-    float *dr = d + r * F, sum = 0.0f, si = s ? s[r] : 1.0f;
+    const float *ar = act + r * F, *dr = d + r * F;
+    float *pr = a + r * C, sum = 0.0f, si = s ? s[r] : 1.0f;
     for (uint32_t f = threadIdx.x; f < F; f += blockDim.x)
         sum += ar[f] * dr[f];
     part[threadIdx.x] = sum;
@@ -43,10 +47,45 @@ __global__ static void k_row_grads(const float *act, const float *sp, float *d, 
     }
     if (threadIdx.x == 0 && ds)
         ds[r] += part[0];
-    for (uint32_t f = threadIdx.x; f < F; f += blockDim.x)
-        dr[f] *= si * pr[f];
+    for (uint32_t f = threadIdx.x; f < F; f += blockDim.x) {
+        float z = pr[f], l = 1.0f / (1.0f + expf(-z)), sp = l * (1.0f + z * (1.0f - l));
+        if (C == F) {
+            pr[f] = dr[f] * (si * sp);
+        } else {
+            float u = pr[F + f];
+            pr[F + f] = dr[f] * (si * (z * l));
+            pr[f] = dr[f] * (si * sp * u);
+        }
+    }
     for (uint32_t h = threadIdx.x; h < H; h += blockDim.x)
         sdy[r * H + h] = si * dy[r * H + h];
+}
+
+/* The backward through the experts' input norm, one block per row: with r = 1 / rms(x) and
+ * dn the gradient of x^ = x r, dx += r (dn - x^ (x^ . dn) / H). */
+__global__ static void k_norm_back(const float *x, const float *dn, float *dx, uint32_t H)
+{
+    __shared__ float ss[THREADS], sd[THREADS];
+    size_t r = blockIdx.x;
+    const float *xr = x + r * H, *gr = dn + r * H;
+    float s2 = 0.0f, d = 0.0f;
+    for (uint32_t h = threadIdx.x; h < H; h += blockDim.x) {
+        s2 += xr[h] * xr[h];
+        d += xr[h] * gr[h];
+    }
+    ss[threadIdx.x] = s2;
+    sd[threadIdx.x] = d;
+    __syncthreads();
+    for (unsigned w = blockDim.x / 2; w > 0; w /= 2) { /* a fixed tree: deterministic */
+        if (threadIdx.x < w) {
+            ss[threadIdx.x] += ss[threadIdx.x + w];
+            sd[threadIdx.x] += sd[threadIdx.x + w];
+        }
+        __syncthreads();
+    }
+    float ri = 1.0f / sqrtf(ss[0] / (float)H + 1e-6f), dot = sd[0] * ri / (float)H;
+    for (uint32_t h = threadIdx.x; h < H; h += blockDim.x)
+        dx[r * H + h] += ri * (gr[h] - xr[h] * ri * dot);
 }
 
 /* ------------------------------------------------------------------ mixer */
@@ -132,38 +171,50 @@ static int gemm_rm(moe_gpu_ctx_t *c, bool ta, bool tb, int M, int N, int K, cons
 }
 
 extern "C" int moe_gpu_ffn_backward(moe_gpu_ctx_t *c, const float *x, const float *a, size_t n,
-                                    uint32_t H, uint32_t F, const float *W1, const float *W2,
-                                    const float *dy, const float *s, float *dx, float *dW1,
-                                    float *dW2, float *ds)
+                                    uint32_t H, uint32_t F, int expert, const float *W1,
+                                    const float *W2, const float *dy, const float *s, float *dx,
+                                    float *dW1, float *dW2, float *ds)
 {
-    if (n > INT32_MAX || H > INT32_MAX / 2 || F > INT32_MAX / 2)
+    if (n > INT32_MAX || H > INT32_MAX / 2 || F > INT32_MAX / 4 || !moe_expert_mats(expert))
         return (int)cudaErrorInvalidValue;
     if (!n || !H || !F)
         return 0;
-    /* workspace: the pre-activations then silu(a), silu'(a), the gradients d, s dy */
-    size_t fl = 3 * n * F + n * H;
+    const uint32_t C = (moe_expert_mats(expert) - 1) * F;
+    /* workspace: the pre-activations (then their gradient), the activation, d, s dy, the
+     * normalised rows x^ and their gradient dn */
+    size_t fl = n * C + 2 * n * F + 3 * n * H;
     int err = gpu_reserve(&c->act, &c->act_bytes, fl * sizeof(float));
     if (err)
         return err;
-    float *act = (float *)c->act, *sp = act + n * F, *d = sp + n * F, *sdy = d + n * F;
-    int N = (int)n, h = (int)H, f = (int)F;
+    float *pa = (float *)c->act, *act = pa + n * C, *d = act + n * F, *sdy = d + n * F;
+    const int norm = expert == MOE_EXPERT_SWIGLU; /* SwiGLU reads x^ = x / rms(x) */
+    float *xw = sdy + n * H, *dn = xw + n * H;
+    const float *xn = norm ? xw : x;
+    int N = (int)n, h = (int)H, f = (int)F, cc = (int)C;
+    if (norm && (err = gpu_rmsnorm(x, n, H, MOE_DTYPE_FP32, xw, c->stream)) != 0)
+        return err;
     if (a)
-        GPU_TRY(cudaMemcpyAsync(act, a, n * F * sizeof *act, cudaMemcpyDeviceToDevice,
-                                c->stream));
-    else if ((err = gemm_rm(c, false, false, N, f, h, x, h, W1, f, 0.0f, act, f)) != 0)
-        return err; /* a = x W1 */
-    k_silu_prep<<<gpu_blocks(n * F, THREADS), THREADS, 0, c->stream>>>(act, sp, n * F);
+        GPU_TRY(cudaMemcpyAsync(pa, a, n * C * sizeof *pa, cudaMemcpyDeviceToDevice, c->stream));
+    else if ((err = gemm_rm(c, false, false, N, cc, h, xn, h, W1, cc, 0.0f, pa, cc)) != 0)
+        return err; /* a = x^ W1 */
+    k_act<<<gpu_blocks(n * F, THREADS), THREADS, 0, c->stream>>>(pa, act, n, F, C);
     GPU_TRY(cudaGetLastError());
     if ((err = gemm_rm(c, false, true, N, f, h, dy, h, W2, h, 0.0f, d, f)) != 0)
         return err; /* d = dy W2^T */
-    k_row_grads<<<(unsigned)n, THREADS, 0, c->stream>>>(act, sp, d, s, ds, dy, sdy, F, H);
+    k_row_grads<<<(unsigned)n, THREADS, 0, c->stream>>>(pa, act, d, s, ds, dy, sdy, F, C, H);
     GPU_TRY(cudaGetLastError());
     if (dW2 && (err = gemm_rm(c, true, false, f, h, N, act, f, sdy, h, 1.0f, dW2, h)) != 0)
-        return err; /* dW2 += silu(a)^T (s dy) */
-    if (dW1 && (err = gemm_rm(c, true, false, h, f, N, x, h, d, f, 1.0f, dW1, f)) != 0)
-        return err; /* dW1 += x^T da */
-    if (dx && (err = gemm_rm(c, false, true, N, h, f, d, f, W1, f, 1.0f, dx, h)) != 0)
-        return err; /* dx += da W1^T */
+        return err; /* dW2 += act^T (s dy) */
+    if (dW1 && (err = gemm_rm(c, true, false, h, cc, N, xn, h, pa, cc, 1.0f, dW1, cc)) != 0)
+        return err; /* dW1 += (x^)^T da */
+    if (!dx)
+        return 0;
+    if (!norm) /* dx += da W1^T */
+        return gemm_rm(c, false, true, N, h, cc, pa, cc, W1, cc, 1.0f, dx, h);
+    if ((err = gemm_rm(c, false, true, N, h, cc, pa, cc, W1, cc, 0.0f, dn, h)) != 0)
+        return err; /* dn = da W1^T */
+    k_norm_back<<<(unsigned)n, THREADS, 0, c->stream>>>(x, dn, dx, H);
+    GPU_TRY(cudaGetLastError());
     return 0;
 }
 

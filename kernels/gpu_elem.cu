@@ -1,6 +1,7 @@
 /* kernels/gpu_elem.cu -- element-wise and row-moving kernels of moe-run: mixer, pack/unpack,
- * gather (permute), fused gather+pack, scatter_add, the fused combine, silu. Rows move as
- * 4-element vectors when H and the pointers allow it (16-byte fp32 loads, 8-byte 16-bit ones). */
+ * gather (permute), fused gather+pack, scatter_add, the fused combine, the experts' input
+ * norm, silu and SwiGLU's activation. Rows move as 4-element vectors when H and the pointers allow it (16-byte fp32
+ * loads, 8-byte 16-bit ones). */
 #include <string.h>
 
 #include "gpu_internal.cuh"
@@ -127,6 +128,72 @@ int gpu_silu(void *a, size_t n, int dtype, cudaStream_t s)
     case MOE_DTYPE_FP32: k_silu<MOE_DTYPE_FP32><<<b, THREADS, 0, s>>>(a, n); break;
     case MOE_DTYPE_BF16: k_silu<MOE_DTYPE_BF16><<<b, THREADS, 0, s>>>(a, n); break;
     case MOE_DTYPE_FP16: k_silu<MOE_DTYPE_FP16><<<b, THREADS, 0, s>>>(a, n); break;
+    default: return (int)cudaErrorInvalidValue;
+    }
+    return (int)cudaGetLastError();
+}
+
+/* The expert's input norm, one block per row: the sum of squares in a fixed tree, then every
+ * value times 1 / sqrt(mean + 1e-6), rounded to dtype. */
+template <int D>
+__global__ static void k_rmsnorm(const void *x, size_t n, uint32_t H, void *xn)
+{
+    __shared__ float part[THREADS];
+    for (size_t r = blockIdx.x; r < n; r += gridDim.x) {
+        float sum = 0.0f;
+        for (uint32_t h = threadIdx.x; h < H; h += blockDim.x) {
+            float v = gpu_load<D>(x, r * H + h);
+            sum += v * v;
+        }
+        part[threadIdx.x] = sum;
+        __syncthreads();
+        for (unsigned w = blockDim.x / 2; w > 0; w /= 2) {
+            if (threadIdx.x < w)
+                part[threadIdx.x] += part[threadIdx.x + w];
+            __syncthreads();
+        }
+        float rinv = 1.0f / sqrtf(part[0] / (float)H + 1e-6f);
+        __syncthreads(); /* part[0] read by all before the next row overwrites it */
+        for (uint32_t h = threadIdx.x; h < H; h += blockDim.x)
+            gpu_store<D>(xn, r * H + h, gpu_load<D>(x, r * H + h) * rinv);
+    }
+}
+
+int gpu_rmsnorm(const void *x, size_t n, uint32_t H, int dtype, void *xn, cudaStream_t s)
+{
+    unsigned b = n < 65535 ? (unsigned)n : 65535;
+    if (!n || !H)
+        return 0;
+    switch (dtype) {
+    case MOE_DTYPE_FP32: k_rmsnorm<MOE_DTYPE_FP32><<<b, THREADS, 0, s>>>(x, n, H, xn); break;
+    case MOE_DTYPE_BF16: k_rmsnorm<MOE_DTYPE_BF16><<<b, THREADS, 0, s>>>(x, n, H, xn); break;
+    case MOE_DTYPE_FP16: k_rmsnorm<MOE_DTYPE_FP16><<<b, THREADS, 0, s>>>(x, n, H, xn); break;
+    default: return (int)cudaErrorInvalidValue;
+    }
+    return (int)cudaGetLastError();
+}
+
+/* SwiGLU's activation of n rows of 2F values [g | u] of dtype, in place: silu(g) u rounded
+ * to dtype into the g half of the row (each element is read and written by one thread). */
+template <int D> __global__ static void k_swiglu(void *a, size_t n, uint32_t F)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n * F;
+         i += (size_t)gridDim.x * blockDim.x) {
+        size_t at = i / F * 2 * F + i % F;
+        float g = gpu_load<D>(a, at), u = gpu_load<D>(a, at + F);
+        gpu_store<D>(a, at, g / (1.0f + expf(-g)) * u);
+    }
+}
+
+int gpu_swiglu(void *a, size_t n, uint32_t F, int dtype, cudaStream_t s)
+{
+    unsigned b = gpu_blocks(n * F, THREADS);
+    if (!n || !F)
+        return 0;
+    switch (dtype) {
+    case MOE_DTYPE_FP32: k_swiglu<MOE_DTYPE_FP32><<<b, THREADS, 0, s>>>(a, n, F); break;
+    case MOE_DTYPE_BF16: k_swiglu<MOE_DTYPE_BF16><<<b, THREADS, 0, s>>>(a, n, F); break;
+    case MOE_DTYPE_FP16: k_swiglu<MOE_DTYPE_FP16><<<b, THREADS, 0, s>>>(a, n, F); break;
     default: return (int)cudaErrorInvalidValue;
     }
     return (int)cudaGetLastError();

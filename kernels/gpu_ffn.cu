@@ -107,6 +107,7 @@ extern "C" void moe_gpu_ctx_free(moe_gpu_ctx_t *c)
         return;
     cublasDestroy(c->blas);
     cudaFree(c->act);
+    cudaFree(c->xn);
     cudaFree(c->tmp);
     cudaFree(c->ptrs);
     free_host(c);
@@ -179,9 +180,9 @@ extern "C" int moe_gpu_gemm(moe_gpu_ctx_t *c, int dtype, size_t M, size_t N, siz
 }
 
 /* One grouped GEMM over the ng groups whose pointers sit at dptrs (A, B, C arrays of ng
- * each): row-major C_i (rows_i x N) = A_i (rows_i x K) B_i (K x N). */
+ * each): row-major C_i (rows_i x N) = A_i (rows_i x K, leading dimension lda) B_i (K x N). */
 static int gemm_grouped(moe_gpu_ctx_t *c, cudaDataType_t t, int ng, const int *rows, int N,
-                        int K, void **dptrs)
+                        int K, int lda, void **dptrs)
 {
     for (int i = 0; i < ng; i++) {
         c->hop[i] = CUBLAS_OP_N;
@@ -189,7 +190,7 @@ static int gemm_grouped(moe_gpu_ctx_t *c, cudaDataType_t t, int ng, const int *r
         c->hn[i] = rows[i];
         c->hk[i] = K;
         c->hlda[i] = N; /* cuBLAS's A is our B (K x N row-major) */
-        c->hldb[i] = K;
+        c->hldb[i] = lda;
         c->hldc[i] = N;
         c->hsize[i] = 1;
         c->halpha[i] = 1.0f;
@@ -202,10 +203,19 @@ static int gemm_grouped(moe_gpu_ctx_t *c, cudaDataType_t t, int ng, const int *r
     return 0;
 }
 
+/* The expert's activation on the rows r0 .. r0 + n - 1 of the pre-activations (C = F or 2F
+ * per row), in place: silu, or SwiGLU's silu(g) u into the first F of each row. */
+static int ffn_act(moe_gpu_ctx_t *c, int dtype, size_t es, size_t r0, size_t n, uint32_t F,
+                   uint32_t C)
+{
+    char *a = (char *)c->act + r0 * C * es;
+    return C == F ? gpu_silu(a, n * F, dtype, c->stream) : gpu_swiglu(a, n, F, dtype, c->stream);
+}
+
 /* Both products of the FFN as two grouped GEMMs; the pointer arrays go to the device in one
  * copy (from pageable memory, which the copy stages before it returns). */
 static int ffn_grouped_api(moe_gpu_ctx_t *c, int dtype, size_t es, const char *x,
-                           uint32_t G, const size_t *off, uint32_t H, uint32_t F,
+                           uint32_t G, const size_t *off, uint32_t H, uint32_t F, uint32_t C,
                            const void *const *W1, const void *const *W2, char *y, int *rows)
 {
     int ng = 0, err;
@@ -223,7 +233,7 @@ static int ffn_grouped_api(moe_gpu_ctx_t *c, int dtype, size_t es, const char *x
         size_t r0 = off[g];
         if (off[g + 1] == r0)
             continue;
-        char *act = (char *)c->act + r0 * F * es;
+        char *act = (char *)c->act + r0 * C * es;
         p[i] = (void *)(x + r0 * H * es);
         p[ng + i] = (void *)W1[g];
         p[2 * ng + i] = act;
@@ -238,38 +248,47 @@ static int ffn_grouped_api(moe_gpu_ctx_t *c, int dtype, size_t es, const char *x
     GPU_TRY(cudaMemcpyAsync(d, p, 6 * (size_t)ng * sizeof(void *), cudaMemcpyHostToDevice,
                             c->stream));
     cudaDataType_t t = gpu_blas_type(dtype);
-    if ((err = gemm_grouped(c, t, ng, rows, (int)F, (int)H, d)) != 0)
+    if ((err = gemm_grouped(c, t, ng, rows, (int)C, (int)H, (int)H, d)) != 0)
         return err;
-    if ((err = gpu_silu((char *)c->act + off[0] * F * es, (off[G] - off[0]) * F, dtype,
-                        c->stream)) != 0)
+    if ((err = ffn_act(c, dtype, es, off[0], off[G] - off[0], F, C)) != 0)
         return err;
-    return gemm_grouped(c, t, ng, rows, (int)H, (int)F, d + 3 * ng);
+    return gemm_grouped(c, t, ng, rows, (int)H, (int)F, (int)C, d + 3 * ng);
 }
 
 extern "C" int moe_gpu_ffn_grouped(moe_gpu_ctx_t *c, int dtype, const void *x, uint32_t G,
-                                   const size_t *off, uint32_t H, uint32_t F,
+                                   const size_t *off, uint32_t H, uint32_t F, int expert,
                                    const void *const *W1, const void *const *W2, void *y)
 {
     cudaDataType_t t = gpu_blas_type(dtype);
     size_t es = moe_dtype_size(dtype);
-    if (t == (cudaDataType_t)-1 || H > INT32_MAX / 2 || F > INT32_MAX / 2)
+    if (t == (cudaDataType_t)-1 || H > INT32_MAX / 2 || F > INT32_MAX / 4 ||
+        !moe_expert_mats(expert))
         return (int)cudaErrorInvalidValue;
+    const uint32_t C = (moe_expert_mats(expert) - 1) * F;
     for (uint32_t g = 0; g < G; g++)
         if (off[g + 1] < off[g] || off[g + 1] - off[g] > INT32_MAX)
             return (int)cudaErrorInvalidValue;
     if (!G || off[G] == off[0] || !H || !F)
         return 0;
     size_t rows_total = off[G];
-    int err = gpu_reserve(&c->act, &c->act_bytes, rows_total * F * es);
+    const int norm = expert == MOE_EXPERT_SWIGLU;
+    int err = gpu_reserve(&c->act, &c->act_bytes, rows_total * C * es);
+    if (!err && norm)
+        err = gpu_reserve(&c->xn, &c->xn_bytes, rows_total * H * es);
     if (err)
         return err;
-    const char *xb = (const char *)x;
+    /* SwiGLU experts read their rows normalised (moe_kern_ffn): x^ at the same row positions */
+    const size_t first = off[0];
+    if (norm && (err = gpu_rmsnorm((const char *)x + first * H * es, rows_total - first, H,
+                                   dtype, (char *)c->xn + first * H * es, c->stream)) != 0)
+        return err;
+    const char *xb = norm ? (const char *)c->xn : (const char *)x;
     char *yb = (char *)y;
     if (c->gemm_mode == MOE_GPU_GEMM_GROUPED) {
         int *rows = (int *)malloc(G * sizeof(int));
         if (!rows)
             return (int)cudaErrorMemoryAllocation;
-        err = ffn_grouped_api(c, dtype, es, xb, G, off, H, F, W1, W2, yb, rows);
+        err = ffn_grouped_api(c, dtype, es, xb, G, off, H, F, C, W1, W2, yb, rows);
         free(rows);
         return err;
     }
@@ -277,20 +296,19 @@ extern "C" int moe_gpu_ffn_grouped(moe_gpu_ctx_t *c, int dtype, const void *x, u
         size_t r0 = off[g], n = off[g + 1] - r0;
         if (!n)
             continue;
-        char *act = (char *)c->act + r0 * F * es;
-        if ((err = gemm_one(c, t, (int)n, (int)F, (int)H, xb + r0 * H * es, (int)H,
-                            W1[g], (int)F, act, (int)F)) != 0)
+        char *act = (char *)c->act + r0 * C * es;
+        if ((err = gemm_one(c, t, (int)n, (int)C, (int)H, xb + r0 * H * es, (int)H,
+                            W1[g], (int)C, act, (int)C)) != 0)
             return err;
     }
-    if ((err = gpu_silu((char *)c->act + off[0] * F * es, (off[G] - off[0]) * F, dtype,
-                        c->stream)) != 0)
+    if ((err = ffn_act(c, dtype, es, off[0], off[G] - off[0], F, C)) != 0)
         return err;
     for (uint32_t g = 0; g < G; g++) {
         size_t r0 = off[g], n = off[g + 1] - r0;
         if (!n)
             continue;
-        const char *act = (const char *)c->act + r0 * F * es;
-        if ((err = gemm_one(c, t, (int)n, (int)H, (int)F, act, (int)F,
+        const char *act = (const char *)c->act + r0 * C * es;
+        if ((err = gemm_one(c, t, (int)n, (int)H, (int)F, act, (int)C,
                             W2[g], (int)H, yb + r0 * H * es, (int)H)) != 0)
             return err;
     }

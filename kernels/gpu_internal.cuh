@@ -18,6 +18,8 @@ struct moe_gpu_ctx {
     /* device workspaces, grown on demand */
     void *act;           /* hidden activations of the FFN */
     size_t act_bytes;
+    void *xn;            /* the FFN's normalised input rows */
+    size_t xn_bytes;
     void *tmp;           /* cub temporary storage and routing keys */
     size_t tmp_bytes;
     void **ptrs;         /* device pointer arrays of the grouped GEMM (3 per group, 2 GEMMs) */
@@ -164,5 +166,11 @@ int gpu_reserve(void **buf, size_t *have, size_t bytes);
 
 /* Launch the silu of n values of dtype in place (defined in gpu_elem.cu). */
 int gpu_silu(void *a, size_t n, int dtype, cudaStream_t s);
+/* Launch the expert's input norm on n rows of H values of dtype: xn = x / rms(x), rms =
+ * sqrt(mean x^2 + 1e-6) summed in fp32, one block per row (defined in gpu_elem.cu). */
+int gpu_rmsnorm(const void *x, size_t n, uint32_t H, int dtype, void *xn, cudaStream_t s);
+/* Launch SwiGLU's activation on n rows of 2F values of dtype in place: silu(g) u into the
+ * first F of each row (defined in gpu_elem.cu). */
+int gpu_swiglu(void *a, size_t n, uint32_t F, int dtype, cudaStream_t s);
 
 #endif

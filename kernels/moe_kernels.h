@@ -111,17 +111,20 @@ int moe_gpu_route(moe_gpu_ctx_t *ctx, const int32_t *ids, size_t n, uint32_t K, 
 
 /* ------------------------------------------------------------------ expert FFN */
 
-/* Grouped moe_kern_ffn over G experts in the expert-sorted layout, in the wire dtype: rows
- * off[g] .. off[g+1]-1 (off on the host, G+1 ascending entries) of x (rows of H values of
- * dtype) go through expert g, whose weights are W1[g] and W2[g] (host tables of device
- * pointers to dtype, row-major H x F and F x H; may be NULL for a group without rows); the
- * result rows of y have dtype too, ready to send back. Products accumulate in fp32
- * (CUBLAS_COMPUTE_32F; no TF32 for fp32); for bf16/fp16 the hidden activation is rounded to
- * dtype before and after silu, as a bf16/fp16 model does. Returns 0, an error, or
- * cudaErrorInvalidValue for descending offsets or an unknown dtype. */
+/* Grouped moe_kern_ffn over G experts of kind expert (enum moe_expert) in the expert-sorted
+ * layout, in the wire dtype: rows off[g] .. off[g+1]-1 (off on the host, G+1 ascending
+ * entries) of x (rows of H values of dtype) go through expert g, whose weights are W1[g] and
+ * W2[g] (host tables of device pointers to dtype, row-major H x C and F x H, C =
+ * moe_kern_w1_cols(F, expert): SwiGLU's gate and up side by side; may be NULL for a group
+ * without rows); the result rows of y have dtype too, ready to send back. SwiGLU rows are
+ * RMS-normalised first, as the reference does. Products accumulate in fp32
+ * (CUBLAS_COMPUTE_32F; no TF32 for fp32); for bf16/fp16 the normalised rows, the
+ * pre-activations and the hidden activation are rounded to dtype, as a bf16/fp16 model does.
+ * Returns 0, an error, or cudaErrorInvalidValue for descending offsets, an unknown dtype or
+ * kind. */
 int moe_gpu_ffn_grouped(moe_gpu_ctx_t *ctx, int dtype, const void *x, uint32_t G,
-                        const size_t *off, uint32_t H, uint32_t F, const void *const *W1,
-                        const void *const *W2, void *y);
+                        const size_t *off, uint32_t H, uint32_t F, int expert,
+                        const void *const *W1, const void *const *W2, void *y);
 
 /* The mixer's backward (moe_kern_mixer_backward, moe/kern.h), fp32 device arrays: dx = dy
  * (1 + 0.25 m (1 - t^2)), t = tanh(m x) (dx may be dy); dm[h] += the column's sum, rows
@@ -135,14 +138,16 @@ int moe_gpu_mixer_backward(const float *x, size_t n, uint32_t H, const float *m,
 int moe_gpu_gate_backward(moe_gpu_ctx_t *ctx, const float *x, size_t n, uint32_t H,
                           const float *Wg, uint32_t E, uint32_t K, const int32_t *ids,
                           const float *w, const float *dw, float *dx, float *dWg);
-/* The backward of one expert's FFN on n rows, fp32, on ctx's stream: the GPU twin of
- * moe_kern_ffn_backward_scaled (moe/kern.h; the same arguments, device pointers): recomputes
- * a = x W1 unless a (n x F pre-activations) is given; dW2 += silu(a)^T (s dy), dW1 += x^T da,
- * dx += da W1^T with da = (dy W2^T) s silu'(a) (each output may be NULL); ds[i] += dy_i . y_i,
- * the gradient of row i's scale s[i] (s NULL: 1; ds may be NULL). Products in fp32 through
- * cuBLAS (no TF32), sums in a fixed order. Returns 0 or an error. */
+/* The backward of one expert's FFN (kind expert) on n rows, fp32, on ctx's stream: the GPU
+ * twin of moe_kern_ffn_backward_scaled (moe/kern.h; the same arguments, device pointers):
+ * recomputes a = x^ W1 (x^ SwiGLU's RMS-normalised rows, SiLU's x) unless a (n x C pre-activations) is
+ * given; dW2 += act^T (s dy), dW1 += (x^)^T da, dx += the gradient through the norm of
+ * da W1^T, with da the pre-activations' gradient through s and the activation (each output
+ * may be NULL); ds[i] += dy_i . y_i, the gradient of row i's scale
+ * s[i] (s NULL: 1; ds may be NULL). Products in fp32 through cuBLAS (no TF32), sums in a
+ * fixed order. Returns 0, an error, or cudaErrorInvalidValue for an unknown kind. */
 int moe_gpu_ffn_backward(moe_gpu_ctx_t *ctx, const float *x, const float *a, size_t n,
-                         uint32_t H, uint32_t F, const float *W1, const float *W2,
+                         uint32_t H, uint32_t F, int expert, const float *W1, const float *W2,
                          const float *dy, const float *s, float *dx, float *dW1, float *dW2,
                          float *ds);
 

@@ -244,7 +244,7 @@ static void *grow(moe_run_backend_t *b, void **buf, size_t *have, size_t bytes)
 }
 
 static int cu_ffn_grouped(moe_run_backend_t *b, const float *x, uint32_t G, const size_t *off,
-                          uint32_t H, uint32_t F, const float *const *W1,
+                          uint32_t H, uint32_t F, int expert, const float *const *W1,
                           const float *const *W2, float *y)
 {
     cuda_be_t *c = impl(b);
@@ -256,7 +256,7 @@ static int cu_ffn_grouped(moe_run_backend_t *b, const float *x, uint32_t G, cons
     size_t r0 = off[0], rows = off[G] - r0, es = moe_dtype_size(c->dtype);
     wc_invalidate(b, y + r0 * H, rows * H * sizeof *y);
     if (c->dtype == MOE_DTYPE_FP32) {
-        GPU_CK(b, moe_gpu_ffn_grouped(c->ctx, MOE_DTYPE_FP32, x, G, off, H, F,
+        GPU_CK(b, moe_gpu_ffn_grouped(c->ctx, MOE_DTYPE_FP32, x, G, off, H, F, expert,
                                       (const void *const *)W1, (const void *const *)W2, y));
         return 0;
     }
@@ -269,14 +269,15 @@ static int cu_ffn_grouped(moe_run_backend_t *b, const float *x, uint32_t G, cons
     }
     for (uint32_t g = 0; g < G; g++) {
         int used = off[g + 1] > off[g];
-        c->tab[g] = used ? wc_get(b, W1[g], (size_t)H * F) : NULL;
+        c->tab[g] = used ? wc_get(b, W1[g], H * moe_kern_w1_cols(F, expert)) : NULL;
         c->tab[G + g] = used ? wc_get(b, W2[g], (size_t)F * H) : NULL;
     }
     /* rows r0 .. off[G] as dtype at the same row positions of the work buffers */
     char *xw = (char *)grow(b, &c->xw, &c->xw_bytes, off[G] * H * es);
     char *yw = (char *)grow(b, &c->yw, &c->yw_bytes, off[G] * H * es);
     GPU_CK(b, moe_gpu_pack(x + r0 * H, rows * H, c->dtype, xw + r0 * H * es, c->cs));
-    GPU_CK(b, moe_gpu_ffn_grouped(c->ctx, c->dtype, xw, G, off, H, F, c->tab, c->tab + G, yw));
+    GPU_CK(b, moe_gpu_ffn_grouped(c->ctx, c->dtype, xw, G, off, H, F, expert, c->tab, c->tab + G,
+                                  yw));
     GPU_CK(b, moe_gpu_unpack(yw + r0 * H * es, rows * H, c->dtype, y + r0 * H, c->cs));
     return 0;
 }

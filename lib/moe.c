@@ -38,6 +38,28 @@ const char *moe_strerror(int status)
     }
 }
 
+const char *moe_expert_name(int expert)
+{
+    switch (expert) {
+    case MOE_EXPERT_SWIGLU: return "swiglu";
+    case MOE_EXPERT_SILU: return "silu";
+    default: return "?";
+    }
+}
+
+int moe_expert_parse(const char *s)
+{
+    for (int k = MOE_EXPERT_SWIGLU; s && k <= MOE_EXPERT_SILU; k++)
+        if (strcmp(s, moe_expert_name(k)) == 0)
+            return k;
+    return MOE_EINVAL;
+}
+
+unsigned moe_expert_mats(int expert)
+{
+    return expert == MOE_EXPERT_SWIGLU ? 3 : expert == MOE_EXPERT_SILU ? 2 : 0;
+}
+
 void moe_log_set_level(int level)
 {
     log_level = level < MOE_LOG_DEBUG ? MOE_LOG_DEBUG : level > MOE_LOG_OFF ? MOE_LOG_OFF : level;

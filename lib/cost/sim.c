@@ -314,8 +314,10 @@ static void sim_setup(moe_sim_t *s, const moe_placement_t *p, const moe_topo_t *
                 : o->gather_bytes < 0 ? s->vec : MOE_EXFLOW_TOKEN_ID;
     s->H = H;
     s->F = F;
-    s->xbytes = 2 * H * F * eb;
-    s->fpt = 4 * H * F;
+    s->mats = moe_expert_mats(o->expert);
+    s->cols = (s->mats - 1) * F;
+    s->xbytes = s->mats * H * F * eb;
+    s->fpt = 2 * s->mats * H * F;
     s->meta = 4.0 * (3 + 3 * s->K);
     s->chunks = o->chunks ? o->chunks : 4;
     s->credits = o->credits ? o->credits : 4;

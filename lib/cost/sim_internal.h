@@ -17,6 +17,8 @@ struct moe_sim {
     double vec, xbytes, fpt;     /* bytes per transfer, per expert; FLOP per expert-token */
     double gather;               /* bytes of an item of coherent's all-gather */
     double H, F;                 /* hidden size, expert inner size */
+    double mats, cols;           /* an expert's H x F matrices (3 SwiGLU, 2 SiLU) and its
+                                  * pre-activations per row ((mats - 1) F) */
     double meta;                 /* metadata bytes of a dispatched row: 4 (3 + 3 K) */
     uint32_t chunks, credits;
     unsigned schemes;

@@ -79,7 +79,7 @@ static void counts(const moe_sim_t *s, int scheme, uint32_t j, uint32_t r, lay_c
 static void kept_bytes(const moe_sim_t *s, int st, const lay_counts_t *c, double *dev,
                        double *host)
 {
-    double b = (keeps_x(st) ? c->nr * s->H * 4 : 0) + (keeps_a(st) ? c->np * s->F * 4 : 0);
+    double b = (keeps_x(st) ? c->nr * s->H * 4 : 0) + (keeps_a(st) ? c->np * s->cols * 4 : 0);
     *dev += c->nr * 4 + (moe_mpmoe_reuse_offloads(st) ? 0 : b);
     *host += moe_mpmoe_reuse_offloads(st) ? b : 0;
 }
@@ -114,7 +114,8 @@ static double ep_backward(const moe_sim_t *s, int scheme, int st, uint32_t j, do
         comm += 2 * sim_latency(s) + sim_even(s, 2 * T * 8 / s->G) +
                 sim_even(s, T / s->G * (H + 1) * 4 / s->G);
     }
-    double recompute = keeps_a(st) ? 0 : 0.5; /* x W1: two of the forward's four H F a pair */
+    /* x W1 again: (mats - 1) of the forward's mats products a pair (2 H F FLOPs each) */
+    double recompute = keeps_a(st) ? 0 : (s->mats - 1) / s->mats;
     const double pair = (3 * H + 2) * 4 + 8; /* a pair's rows gathered by expert, its results */
     for (uint32_t r = 0; r < s->G; r++) {
         lay_counts_t c;
@@ -152,7 +153,7 @@ static double dc_backward(const moe_sim_t *s, uint32_t j, uint64_t *held, uint64
                           moe_acct_rank_t *rk, uint64_t *pulls, double *work, double *most,
                           double *dev)
 {
-    const double H = s->H, W = 2 * H * s->F, e = s->vec / H;
+    const double H = s->H, W = s->mats * H * s->F, e = s->vec / H;
     double R = sim_dc_pulls(s, j, held, node, rk, pulls);
     double comm = R > 0 ? (2 * R - 1) * sim_a2a(s, rk, MOE_DISPATCH, s->xbytes, R, NULL) : 0;
     for (uint32_t r = 0; r < s->G; r++) {
@@ -167,7 +168,7 @@ static double dc_backward(const moe_sim_t *s, uint32_t j, uint64_t *held, uint64
         /* every pair's rows gathered and gradient added, the mixer and accumulators, the
          * weights and gradients packed and unpacked both ways, the sums */
         double b = H * (28 * pairs + 24 * n) + 2 * moved * W * (4 + e) + moved * W * 12;
-        work[r] = sim_ctime(s, pairs) * 2.5 + sim_mtime(s, b);
+        work[r] = sim_ctime(s, pairs) * (2 + (s->mats - 1) / s->mats) + sim_mtime(s, b);
     }
     return comm + sim_compute_time(s, work, work + s->G);
 }
@@ -191,14 +192,14 @@ static double update_time(const moe_sim_t *s, int adam, double *held)
             rep += nc > 1;
         }
     for (uint32_t r = 0; r < s->G; r++) {
-        double elems = held[r] * 2 * s->H * s->F + shared;
+        double elems = held[r] * s->mats * s->H * s->F + shared;
         most = fmax(most, sim_mtime(s, elems * (4 + (adam ? 28 : 12)) + shared * 24));
     }
     double red = s->G > 1 ? 2 * sim_latency(s) + sim_even(s, 2 * shared * 8 / s->G) : 0;
     /* a replicated expert's copies sum their gradients: an allreduce of doubles over every
      * replicated expert */
     if (rep > 0 && s->G > 1)
-        red += 2 * sim_latency(s) + sim_even(s, 2 * rep * 2 * s->H * s->F * 8 / s->G);
+        red += 2 * sim_latency(s) + sim_even(s, 2 * rep * s->mats * s->H * s->F * 8 / s->G);
     return most + red + sim_latency(s);
 }
 
@@ -216,7 +217,7 @@ static double forward_extra(const moe_sim_t *s, int scheme, int st, uint32_t j, 
         dev[r] += save + d;
         host[r] += h;
         double copied = (keeps_x(st) ? c.nr * s->H * 4 : 0) +
-                        (keeps_a(st) && moe_mpmoe_reuse_offloads(st) ? c.np * s->F * 4 : 0);
+                        (keeps_a(st) && moe_mpmoe_reuse_offloads(st) ? c.np * s->cols * 4 : 0);
         work[r] = sim_mtime(s, 2 * save) + (moe_mpmoe_reuse_offloads(st) ? copy_time(s, copied)
                                                           : sim_mtime(s, 2 * copied));
     }

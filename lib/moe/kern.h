@@ -13,6 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "moe/moe.h"
 #include "moe/run_backend.h"
 
 #ifdef __cplusplus
@@ -63,31 +64,49 @@ void moe_kern_gather(const float *src, const uint32_t *idx, size_t n, uint32_t H
 void moe_kern_scatter_add(const float *y, const uint32_t *idx, const float *w, size_t n,
                           uint32_t H, float *out);
 
-/* Floats of scratch moe_kern_ffn and moe_kern_ffn_grouped need for inner size F. */
+/* Step 3's expert, of kind expert (enum moe_expert, moe/moe.h), with W1 H x C and W2 F x H
+ * row-major, C = moe_kern_w1_cols(F, expert):
+ *   SiLU:   C = F,  x^ = x, a = x^ W1, y = silu(a) W2;
+ *   SwiGLU: C = 2F, row h of W1 holds Wg's row h then Wu's (the merged gate and up projections
+ *           of vLLM's w13 and SGLang's gate_up_proj, transposed to H x 2F), on the row
+ *           normalised as an MoE block's input is (RMS norm without a learned scale; row-local,
+ *           so the serving rank computes it on the row it receives): x^ = x r, r = 1 /
+ *           sqrt(sum_h x[h]^2 / H + 1e-6), a = x^ W1 = [g | u], y = (silu(g) * u) W2.
+ *           Without the norm its output grows with the square of its input and the residual
+ *           rows overflow within about ten layers.
+ * a[c] = sum_h x^[h] W1[h*C+c] (h ascending), y[h] = sum_f act[f] W2[f*H+h] (f ascending),
+ * silu(z) = z / (1 + exp(-z)). */
+/* Columns of W1 (pre-activations per row): F for SiLU, 2F for SwiGLU. */
+size_t moe_kern_w1_cols(uint32_t F, int expert);
+/* Floats of one expert's weights, W1 then W2: moe_expert_mats(expert) * H * F. */
+size_t moe_kern_expert_floats(uint32_t H, uint32_t F, int expert);
+
+/* Floats of scratch moe_kern_ffn and moe_kern_ffn_grouped need for inner size F (either
+ * kind). */
 size_t moe_kern_ffn_work_size(uint32_t F);
 
-/* Step 3, one expert on n rows: y = silu(x W1) W2 with W1 H x F and W2 F x H row-major,
- * a[f] = sum_h x[h] W1[h*F+f] (h ascending), y[h] = sum_f silu(a[f]) W2[f*H+h] (f ascending),
- * silu(z) = z / (1 + exp(-z)). y is overwritten and must not overlap x. The rows are processed
- * in small blocks so each weight row is read once per block, not once per row. work holds
- * moe_kern_ffn_work_size(F) floats, or is NULL to allocate it for this call. Returns 0 or
- * MOE_ENOMEM. */
-int moe_kern_ffn(const float *x, size_t n, uint32_t H, uint32_t F, const float *W1,
+/* Step 3, one expert on n rows: y = the expert of kind expert on x (above). y is overwritten
+ * and must not overlap x. The rows are processed in small blocks so each weight row is read
+ * once per block, not once per row. work holds moe_kern_ffn_work_size(F) floats, or is NULL
+ * to allocate it for this call. Returns 0, MOE_EINVAL (an unknown kind) or MOE_ENOMEM. */
+int moe_kern_ffn(const float *x, size_t n, uint32_t H, uint32_t F, int expert, const float *W1,
                  const float *W2, float *y, float *work);
 
 /* Grouped step 3 over G experts in the expert-sorted layout: rows off[g] .. off[g+1]-1 of x
  * (off has G+1 ascending entries, off[0] usually 0) go through expert g with weights W1[g],
  * W2[g]; results land in the same rows of y. Groups with no rows are skipped (their weight
  * pointers may be NULL). work as for moe_kern_ffn. Returns 0, MOE_EINVAL (descending
- * offsets) or MOE_ENOMEM. */
+ * offsets, an unknown kind) or MOE_ENOMEM. */
 int moe_kern_ffn_grouped(const float *x, uint32_t G, const size_t *off, uint32_t H, uint32_t F,
-                         const float *const *W1, const float *const *W2, float *y, float *work);
-/* moe_kern_ffn_grouped that also writes each row's pre-activation a = x W1 (F floats, before
- * the SiLU) into the same row of act (rows x F), for a backward that keeps it instead of
- * recomputing it (MPMoE's T_M). act NULL: moe_kern_ffn_grouped. */
+                         int expert, const float *const *W1, const float *const *W2, float *y,
+                         float *work);
+/* moe_kern_ffn_grouped that also writes each row's pre-activations a = x^ W1
+ * (moe_kern_w1_cols(F, expert) floats, before the activation) into the same row of act, for
+ * a backward that keeps them instead of recomputing them (MPMoE's T_M). act NULL:
+ * moe_kern_ffn_grouped. */
 int moe_kern_ffn_grouped_act(const float *x, uint32_t G, const size_t *off, uint32_t H,
-                             uint32_t F, const float *const *W1, const float *const *W2,
-                             float *y, float *act, float *work);
+                             uint32_t F, int expert, const float *const *W1,
+                             const float *const *W2, float *y, float *act, float *work);
 
 /* ------------------------------------------------------------------ seeded model */
 
@@ -96,10 +115,10 @@ int moe_kern_ffn_grouped_act(const float *x, uint32_t G, const size_t *off, uint
  * moe_hash64(seed, l * (E + 2) + s), with s = e for expert e, E for the gate, E + 1 for the
  * mixer. */
 
-/* Expert e of layer l: W1 (H x F) then W2 (F x H) drawn row-major from one stream as
- * moe_rng_normal / sqrt(fan_in), fan_in H for W1 and F for W2. */
+/* Expert e of layer l: W1 (H x moe_kern_w1_cols(F, expert)) then W2 (F x H) drawn row-major
+ * from one stream as moe_rng_normal / sqrt(fan_in), fan_in H for W1 and F for W2. */
 void moe_kern_init_expert(uint64_t seed, uint32_t l, uint32_t e, uint32_t E, uint32_t H,
-                          uint32_t F, float *W1, float *W2);
+                          uint32_t F, int expert, float *W1, float *W2);
 /* Gate of layer l: Wg (H x E) row-major, moe_rng_normal / sqrt(H). */
 void moe_kern_init_gate(uint64_t seed, uint32_t l, uint32_t E, uint32_t H, float *Wg);
 /* Mixer of layer l: m[h] = moe_rng_normal, h < H. */
@@ -134,40 +153,45 @@ void moe_kern_gate_backward(const float *x, size_t n, uint32_t H, const float *W
                             uint32_t K, const int32_t *ids, const float *w, const float *dw,
                             float *dx, float *dWg);
 
-/* Floats of scratch moe_kern_ffn_backward needs for inner size F. */
-size_t moe_kern_ffn_backward_work_size(uint32_t F);
-/* Backward of step 3 on n rows of one expert, dy the gradient of y: recomputes a = x W1, then
- * dW2 += silu(a)^T dy, da = (dy W2^T) silu'(a), dW1 += x^T da, dx += da W1^T (each pointer
- * may be NULL). work: moe_kern_ffn_backward_work_size(F) floats, or NULL to allocate. Returns
- * 0 or MOE_ENOMEM. */
-int moe_kern_ffn_backward(const float *x, size_t n, uint32_t H, uint32_t F, const float *W1,
-                          const float *W2, const float *dy, float *dx, float *dW1, float *dW2,
-                          float *work);
+/* Floats of scratch moe_kern_ffn_backward needs for sizes H and F (either kind). */
+size_t moe_kern_ffn_backward_work_size(uint32_t H, uint32_t F);
+/* Backward of step 3 on n rows of one expert, dy the gradient of y: recomputes a = x^ W1, then
+ * with act the expert's hidden activation (silu(a), or silu(g) * u) and dact = dy W2^T:
+ * dW2 += act^T dy, da = dact * act'(a) (SwiGLU: dg = dact u silu'(g), du = dact silu(g)),
+ * dW1 += (x^)^T da, dx += da W1^T (SwiGLU: through the norm, with dn = da W1^T, dx += r (dn -
+ * x^ (x^ . dn) / H)) (each pointer may be NULL). work:
+ * moe_kern_ffn_backward_work_size(H, F) floats, or NULL to allocate. Returns 0, MOE_EINVAL (an
+ * unknown kind) or MOE_ENOMEM. */
+int moe_kern_ffn_backward(const float *x, size_t n, uint32_t H, uint32_t F, int expert,
+                          const float *W1, const float *W2, const float *dy, float *dx,
+                          float *dW1, float *dW2, float *work);
 /* moe_kern_ffn_backward of a row-scaled expert, y_i' = s[i] y_i (the routing weight), with the
- * pre-activations a (n x F, as moe_kern_ffn_grouped_act wrote them) given instead of
- * recomputed when a is not NULL. The gradient taken through y_i' is s[i] dy_i (s NULL: 1);
- * ds[i] += dy_i . y_i, the gradient of s[i], when ds is not NULL, computed from a and the
- * products the backward forms anyway (no second forward). Same work and returns. */
+ * pre-activations a (n x moe_kern_w1_cols(F, expert), as moe_kern_ffn_grouped_act wrote
+ * them) given instead of recomputed when a is not NULL. The gradient taken through y_i' is
+ * s[i] dy_i (s NULL: 1); ds[i] += dy_i . y_i, the gradient of s[i], when ds is not NULL,
+ * computed from a and the products the backward forms anyway (no second forward). Same work
+ * and returns. */
 int moe_kern_ffn_backward_scaled(const float *x, const float *a, size_t n, uint32_t H,
-                                 uint32_t F, const float *W1, const float *W2, const float *dy,
-                                 const float *s, float *dx, float *dW1, float *dW2, float *ds,
-                                 float *work);
+                                 uint32_t F, int expert, const float *W1, const float *W2,
+                                 const float *dy, const float *s, float *dx, float *dW1,
+                                 float *dW2, float *ds, float *work);
 
 /* The serial reference model with a computed gate: L layers of mixer, gate and E experts, the
  * seeded weights of moe_kern_init_* (or zeros, as a gradient). */
 typedef struct moe_kern_model {
     uint32_t L, E, K, H, F;
-    float *m;  /* [L][H] mixers */
-    float *Wg; /* [L][H][E] gates */
-    float *W;  /* [L][E] experts: W1 (H x F) then W2 (F x H); moe_kern_model_w1 */
+    int expert; /* enum moe_expert */
+    float *m;   /* [L][H] mixers */
+    float *Wg;  /* [L][H][E] gates */
+    float *W;   /* [L][E] experts: W1 then W2, moe_kern_expert_floats each; moe_kern_model_w1 */
 } moe_kern_model_t;
 
 /* Allocate md and seed it as moe-run does (seed 0: all zeros, for gradients). Returns 0,
- * MOE_EINVAL (a zero size or K > E) or MOE_ENOMEM. */
+ * MOE_EINVAL (a zero size, K > E or an unknown kind) or MOE_ENOMEM. */
 int moe_kern_model_init(moe_kern_model_t *md, uint64_t seed, uint32_t L, uint32_t E, uint32_t K,
-                        uint32_t H, uint32_t F);
+                        uint32_t H, uint32_t F, int expert);
 void moe_kern_model_free(moe_kern_model_t *md);
-/* W1 of expert e in layer l (its W2 follows at + H * F). */
+/* W1 of expert e in layer l (its W2 follows at + H * moe_kern_w1_cols(F, expert)). */
 float *moe_kern_model_w1(const moe_kern_model_t *md, uint32_t l, uint32_t e);
 
 /* n rows x0 (n x H) through every layer (mixer, gate, experts, the weighted combine added to

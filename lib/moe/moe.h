@@ -75,6 +75,22 @@ enum moe_status {
 /* Short description of a status code, e.g. "truncated input"; never NULL. */
 const char *moe_strerror(int status);
 
+/* An expert's feed-forward network (moe-run --expert; the FFN every cost model counts).
+ * SwiGLU, as Mixtral's and DeepSeek's experts: y = (silu(x Wg) * (x Wu)) Wd, three H x F
+ * matrices; SiLU: y = silu(x W1) W2, two. silu(z) = z / (1 + exp(-z)). */
+enum moe_expert {
+    MOE_EXPERT_SWIGLU = 0, /* the default */
+    MOE_EXPERT_SILU = 1,
+};
+
+/* "swiglu" or "silu"; "?" for an unknown kind. */
+const char *moe_expert_name(int expert);
+/* Parse "swiglu" or "silu" (as --expert takes it). Returns the kind or MOE_EINVAL. */
+int moe_expert_parse(const char *s);
+/* Weight matrices of H x F elements in one expert: 3 (SwiGLU) or 2 (SiLU); 0 for an unknown
+ * kind. One expert copy holds moe_expert_mats * H * F elements. */
+unsigned moe_expert_mats(int expert);
+
 /* Log levels: messages at or above the current level are passed to the log sink. */
 enum moe_log_level {
     MOE_LOG_DEBUG = 0,

@@ -279,6 +279,8 @@ typedef struct moe_place_replay_opts {
     uint32_t topk;         /* 1: fit and account top-1 paths (as fit --topk) [0: all K] */
     uint32_t hidden, ffn, elem_bytes; /* an expert copy's H, F, B; H and B 0: the trace's;
                                        * F 0: unknown (copies only, bytes unknown) */
+    int expert;            /* the experts' FFN, enum moe_expert [SwiGLU]: a copy moves
+                            * moe_expert_mats x H x F x B bytes */
     int threads;           /* additional threads [0] */
     int json;              /* a JSON document instead of the tab-separated table */
     const char *tmpdir;    /* where the window is spooled; NULL: $TMPDIR, else /tmp */

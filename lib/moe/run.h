@@ -42,6 +42,7 @@ typedef struct moe_run_cfg {
                                * and FFN sizes [64, 128] */
     uint64_t tokens_per_rank; /* the run has G x this tokens (a trace may have fewer) [64] */
     int dtype;                /* wire type, enum moe_dtype (moe/run_backend.h) [fp32] */
+    int expert;               /* the experts' FFN, enum moe_expert (moe/moe.h) [SwiGLU] */
     const char *trace, *placement, *topology; /* files or NULL */
     uint32_t gpn;             /* ranks per node (0: topology, placement, else all) */
     int iters, warmup;        /* timed and untimed iterations [3, 1] */
@@ -91,9 +92,9 @@ typedef struct moe_run_opt {
     char value[MOE_RUN_OPT_VALUE];
 } moe_run_opt_t;
 /* Do all ranks hold the same options? Compares every field of cfg that must agree across
- * ranks (mode, model sizes, iterations, dtype, seed, check, chunks, credits, replica rule,
- * the presence of the input files: a rank holding another value would run other loops or
- * message sizes and hang or misread its peers) and the caller's `extra` options, in one
+ * ranks (mode, model sizes, expert kind, iterations, dtype, seed, check, chunks, credits,
+ * replica rule, the presence of the input files: a rank holding another value would run other
+ * loops or message sizes and hang or misread its peers) and the caller's `extra` options, in one
  * all-gather. Call it before any other communication, first thing after moe_run_comm_init,
  * with the same nextra on every rank. Collective. Returns 0; 1 on every rank, with the same
  * message on every rank in errbuf, naming the first option that differs and two ranks'

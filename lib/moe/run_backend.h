@@ -104,11 +104,12 @@ typedef struct moe_run_backend_ops {
     /* out row idx[i] += w[i] * y row i, i increasing; w NULL = weight 1. */
     int (*scatter_add)(moe_run_backend_t *b, const float *y, const uint32_t *idx,
                        const float *w, size_t n, uint32_t H, float *out);
-    /* Grouped expert FFN: rows off[g] .. off[g+1]-1 of x through expert g (W1[g], W2[g]
-     * backend pointers in a host table), results in the same rows of y. */
+    /* Grouped expert FFN of kind expert (enum moe_expert; moe_kern_ffn_grouped): rows
+     * off[g] .. off[g+1]-1 of x through expert g (W1[g], W2[g] backend pointers in a host
+     * table), results in the same rows of y. */
     int (*ffn_grouped)(moe_run_backend_t *b, const float *x, uint32_t G, const size_t *off,
-                       uint32_t H, uint32_t F, const float *const *W1, const float *const *W2,
-                       float *y);
+                       uint32_t H, uint32_t F, int expert, const float *const *W1,
+                       const float *const *W2, float *y);
     /* fp32 <-> wire dtype (enum moe_dtype), n elements. */
     int (*pack)(moe_run_backend_t *b, const float *src, size_t n, int dtype, void *dst);
     int (*unpack)(moe_run_backend_t *b, const void *src, size_t n, int dtype, float *dst);
@@ -141,10 +142,10 @@ typedef struct moe_run_backend_ops {
     void (*destroy)(moe_run_backend_t *b);
 
     /* ---- training (optional: NULL where the backend does not train) */
-    /* ffn_grouped that also writes each row's pre-activation x W1 (F floats) into the same row
-     * of act, for a backward that keeps it (moe_kern_ffn_grouped_act). */
+    /* ffn_grouped that also writes each row's pre-activations x W1 (moe_kern_w1_cols floats)
+     * into the same row of act, for a backward that keeps them (moe_kern_ffn_grouped_act). */
     int (*ffn_grouped_act)(moe_run_backend_t *b, const float *x, uint32_t G, const size_t *off,
-                           uint32_t H, uint32_t F, const float *const *W1,
+                           uint32_t H, uint32_t F, int expert, const float *const *W1,
                            const float *const *W2, float *y, float *act);
 } moe_run_backend_ops_t;
 

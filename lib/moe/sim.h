@@ -52,6 +52,8 @@ enum moe_sim_scheme {
 typedef struct moe_sim_opts {
     uint32_t hidden;     /* H [0: the trace's] */
     uint32_t ffn;        /* expert inner size F [0: 4 H] */
+    int expert;          /* the experts' FFN, enum moe_expert (moe/moe.h) [SwiGLU]: an expert
+                          * copy is moe_expert_mats x H x F elements, a pair 2 x that FLOPs */
     uint32_t elem_bytes; /* bytes per element sent and per expert weight [0: the trace's, else 2] */
     uint32_t chunks;     /* chunks of the pipelined scheme [0: 4] */
     uint32_t credits;    /* data-centric: experts arriving at a rank per round [0: 4] */

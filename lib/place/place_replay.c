@@ -313,8 +313,9 @@ static int write_header(replay_t *r)
     uint32_t H = o->hidden ? o->hidden : h->hidden, B = o->elem_bytes ? o->elem_bytes
                                                                        : h->elem_bytes;
     if (r->copy_bytes > 0)
-        snprintf(bytes, sizeof bytes, "%.0f bytes (2 x hidden %u x ffn %u x %u bytes)",
-                 r->copy_bytes, H, o->ffn, B);
+        snprintf(bytes, sizeof bytes, "%.0f bytes (%u x hidden %u x ffn %u x %u bytes, %s)",
+                 r->copy_bytes, moe_expert_mats(o->expert), H, o->ffn, B,
+                 moe_expert_name(o->expert));
     if (o->json) {
         char cb[32] = "null";
         if (r->copy_bytes > 0)
@@ -439,7 +440,7 @@ int moe_place_replay(const char *path, const moe_topo_t *topo, const moe_placeme
                        r.h.layers, r.h.experts);
     uint32_t H = o->hidden ? o->hidden : r.h.hidden, B = o->elem_bytes ? o->elem_bytes
                                                                         : r.h.elem_bytes;
-    r.copy_bytes = 2.0 * H * o->ffn * B;
+    r.copy_bytes = (double)moe_expert_mats(o->expert) * H * o->ffn * B;
     r.ring = calloc((size_t)r.W + 1, sizeof *r.ring);
     r.since = calloc((size_t)r.h.layers * r.G + 1, sizeof *r.since);
     r.tb = malloc(sizeof *r.tb);

@@ -240,29 +240,51 @@ void moe_kern_scatter_add(const float *y, const uint32_t *idx, const float *w, s
 
 /* ------------------------------------------------------------------ expert FFN */
 
+size_t moe_kern_w1_cols(uint32_t F, int expert)
+{
+    return (size_t)(moe_expert_mats(expert) - 1) * F;
+}
+
+size_t moe_kern_expert_floats(uint32_t H, uint32_t F, int expert)
+{
+    return (size_t)moe_expert_mats(expert) * H * F;
+}
+
 size_t moe_kern_ffn_work_size(uint32_t F)
 {
-    return (size_t)KERN_BLK * F;
+    return (size_t)KERN_BLK * 2 * F;
 }
 
 /* One block of b <= KERN_BLK rows. The loops run over the weight rows outermost so that each
  * weight row is read once for the block, and innermost along a contiguous row so they
- * vectorise; per output element the sums still run in ascending h (resp. f). */
-static void ffn_block(const float *restrict x, size_t b, uint32_t H, uint32_t F,
+ * vectorise; per output element the sums still run in ascending h (resp. f). a: b x C. */
+static void ffn_block(const float *restrict x, size_t b, uint32_t H, uint32_t F, int expert,
                       const float *restrict W1, const float *restrict W2, float *restrict y,
                       float *restrict a, float *restrict act)
 {
-    memset(a, 0, b * F * sizeof *a);
+    const size_t C = moe_kern_w1_cols(F, expert);
+    float rinv[KERN_BLK];
+    for (size_t i = 0; i < b; i++)
+        rinv[i] = expert == MOE_EXPERT_SWIGLU ? kern_rinv(x + i * H, H) : 1.0f;
+    memset(a, 0, b * C * sizeof *a);
     for (uint32_t h = 0; h < H; h++) {
-        const float *w1 = W1 + (size_t)h * F;
+        const float *w1 = W1 + h * C;
         for (size_t i = 0; i < b; i++) {
-            kern_axpy(a + i * F, x[i * H + h], w1, F);
+            kern_axpy(a + i * C, x[i * H + h] * rinv[i], w1, (uint32_t)C);
         }
     }
     if (act)
-        memcpy(act, a, b * F * sizeof *act);
-    for (size_t i = 0; i < b * F; i++)
-        a[i] = a[i] / (1.0f + expf(-a[i]));
+        memcpy(act, a, b * C * sizeof *act);
+    if (expert == MOE_EXPERT_SILU) {
+        for (size_t i = 0; i < b * F; i++)
+            a[i] = a[i] / (1.0f + expf(-a[i]));
+    } else { /* row i's silu(g) * u to a[i F ..], ascending: never over a value still to read */
+        for (size_t i = 0; i < b; i++)
+            for (uint32_t f = 0; f < F; f++) {
+                float g = a[i * C + f], u = a[i * C + F + f];
+                a[i * F + f] = g / (1.0f + expf(-g)) * u;
+            }
+    }
     memset(y, 0, b * H * sizeof *y);
     for (uint32_t f = 0; f < F; f++) {
         const float *w2 = W2 + (size_t)f * H;
@@ -272,49 +294,50 @@ static void ffn_block(const float *restrict x, size_t b, uint32_t H, uint32_t F,
     }
 }
 
-static void ffn_rows(const float *x, size_t n, uint32_t H, uint32_t F, const float *W1,
-                     const float *W2, float *y, float *act, float *work)
+static void ffn_rows(const float *x, size_t n, uint32_t H, uint32_t F, int expert,
+                     const float *W1, const float *W2, float *y, float *act, float *work)
 {
+    const size_t C = moe_kern_w1_cols(F, expert);
     for (size_t i = 0; i < n; i += KERN_BLK) {
         size_t b = n - i < KERN_BLK ? n - i : KERN_BLK;
-        ffn_block(x + i * H, b, H, F, W1, W2, y + i * H, work, act ? act + i * F : NULL);
+        ffn_block(x + i * H, b, H, F, expert, W1, W2, y + i * H, work, act ? act + i * C : NULL);
     }
 }
 
-int moe_kern_ffn(const float *x, size_t n, uint32_t H, uint32_t F, const float *W1,
+int moe_kern_ffn(const float *x, size_t n, uint32_t H, uint32_t F, int expert, const float *W1,
                  const float *W2, float *y, float *work)
 {
-    float *own = NULL;
-    if (n == 0)
-        return 0;
-    if (!work && !(work = own = malloc(moe_kern_ffn_work_size(F) * sizeof *work)))
-        return MOE_ENOMEM;
-    ffn_rows(x, n, H, F, W1, W2, y, NULL, work);
-    free(own);
-    return 0;
+    size_t off[2] = {0, n};
+    return moe_kern_ffn_grouped_act(x, 1, off, H, F, expert, &W1, &W2, y, NULL, work);
 }
 
 int moe_kern_ffn_grouped(const float *x, uint32_t G, const size_t *off, uint32_t H, uint32_t F,
-                         const float *const *W1, const float *const *W2, float *y, float *work)
+                         int expert, const float *const *W1, const float *const *W2, float *y,
+                         float *work)
 {
-    return moe_kern_ffn_grouped_act(x, G, off, H, F, W1, W2, y, NULL, work);
+    return moe_kern_ffn_grouped_act(x, G, off, H, F, expert, W1, W2, y, NULL, work);
 }
 
 int moe_kern_ffn_grouped_act(const float *x, uint32_t G, const size_t *off, uint32_t H,
-                             uint32_t F, const float *const *W1, const float *const *W2,
-                             float *y, float *act, float *work)
+                             uint32_t F, int expert, const float *const *W1,
+                             const float *const *W2, float *y, float *act, float *work)
 {
     float *own = NULL;
+    const size_t C = moe_kern_w1_cols(F, expert);
+    if (!moe_expert_mats(expert))
+        return MOE_EINVAL;
     for (uint32_t g = 0; g < G; g++)
         if (off[g + 1] < off[g])
             return MOE_EINVAL;
+    if (G == 0 || off[G] == off[0])
+        return 0;
     if (!work && !(work = own = malloc(moe_kern_ffn_work_size(F) * sizeof *work)))
         return MOE_ENOMEM;
     for (uint32_t g = 0; g < G; g++) {
         size_t r0 = off[g], n = off[g + 1] - r0;
         if (n)
-            ffn_rows(x + r0 * H, n, H, F, W1[g], W2[g], y + r0 * H, act ? act + r0 * F : NULL,
-                     work);
+            ffn_rows(x + r0 * H, n, H, F, expert, W1[g], W2[g], y + r0 * H,
+                     act ? act + r0 * C : NULL, work);
     }
     free(own);
     return 0;
@@ -334,11 +357,11 @@ static void fill_normal(moe_rng_t *r, float *dst, size_t n, double scale)
 }
 
 void moe_kern_init_expert(uint64_t seed, uint32_t l, uint32_t e, uint32_t E, uint32_t H,
-                          uint32_t F, float *W1, float *W2)
+                          uint32_t F, int expert, float *W1, float *W2)
 {
     moe_rng_t r;
     layer_rng(&r, seed, l, E, e);
-    fill_normal(&r, W1, (size_t)H * F, 1.0 / sqrt((double)H));
+    fill_normal(&r, W1, H * moe_kern_w1_cols(F, expert), 1.0 / sqrt((double)H));
     fill_normal(&r, W2, (size_t)F * H, 1.0 / sqrt((double)F));
 }
 

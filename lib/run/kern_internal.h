@@ -3,6 +3,7 @@
 #ifndef MOE_KERN_INTERNAL_H
 #define MOE_KERN_INTERNAL_H
 
+#include <math.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -70,6 +71,14 @@ static inline float kern_dot(const float *restrict a, const float *restrict b, u
     for (; i < n; i++)
         t += a[i] * b[i];
     return t;
+}
+
+/* A SwiGLU expert's input normalisation: 1 / rms of a row of n floats, rms = sqrt(mean x^2 +
+ * KERN_NORM_EPS), the sum in kern_dot's order. The expert reads x * kern_rinv(x). */
+#define KERN_NORM_EPS 1e-6f
+static inline float kern_rinv(const float *x, uint32_t n)
+{
+    return 1.0f / sqrtf(kern_dot(x, x, n) / (float)n + KERN_NORM_EPS);
 }
 
 #endif

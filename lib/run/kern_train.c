@@ -53,81 +53,114 @@ void moe_kern_gate_backward(const float *x, size_t n, uint32_t H, const float *W
     }
 }
 
-size_t moe_kern_ffn_backward_work_size(uint32_t F)
+size_t moe_kern_ffn_backward_work_size(uint32_t H, uint32_t F)
 {
-    return 3 * (size_t)KERN_BLK * F;
+    return (size_t)KERN_BLK * (4 * (size_t)F + H);
 }
 
-int moe_kern_ffn_backward(const float *x, size_t n, uint32_t H, uint32_t F, const float *W1,
-                          const float *W2, const float *dy, float *dx, float *dW1, float *dW2,
-                          float *work)
+int moe_kern_ffn_backward(const float *x, size_t n, uint32_t H, uint32_t F, int expert,
+                          const float *W1, const float *W2, const float *dy, float *dx,
+                          float *dW1, float *dW2, float *work)
 {
-    return moe_kern_ffn_backward_scaled(x, NULL, n, H, F, W1, W2, dy, NULL, dx, dW1, dW2, NULL,
-                                        work);
+    return moe_kern_ffn_backward_scaled(x, NULL, n, H, F, expert, W1, W2, dy, NULL, dx, dW1,
+                                        dW2, NULL, work);
 }
 
 /* One block of b <= KERN_BLK rows, as the forward's ffn_block: each weight row is read once
- * for the block. act: b x F, silu(a); sp: b x F, silu'(a); d: b x F, dy W2^T, then da. */
+ * for the block. a: b x C, the pre-activations, then da; act: b x F, the hidden activation;
+ * d: b x F, dy W2^T; dn: b x H, the normalised input's gradient da W1^T. */
 static void backward_block(const float *restrict x, const float *restrict a_in, size_t b,
-                           uint32_t H, uint32_t F, const float *restrict W1,
+                           uint32_t H, uint32_t F, int expert, const float *restrict W1,
                            const float *restrict W2, const float *restrict dy,
                            const float *restrict sc, float *restrict dx, float *restrict dW1,
                            float *restrict dW2, float *restrict ds, float *restrict work)
 {
-    float *act = work, *sp = work + KERN_BLK * (size_t)F, *d = sp + KERN_BLK * (size_t)F;
+    const size_t C = moe_kern_w1_cols(F, expert);
+    float *a = work, *act = a + KERN_BLK * 2 * (size_t)F, *d = act + KERN_BLK * (size_t)F;
+    float *dn = d + KERN_BLK * (size_t)F, rinv[KERN_BLK];
+    for (size_t i = 0; i < b; i++)
+        rinv[i] = expert == MOE_EXPERT_SWIGLU ? kern_rinv(x + i * H, H) : 1.0f;
     if (a_in) {
-        memcpy(act, a_in, b * F * sizeof *act);
-    } else { /* a = x W1, h ascending as in the forward */
-        memset(act, 0, b * F * sizeof *act);
+        memcpy(a, a_in, b * C * sizeof *a);
+    } else { /* a = x^ W1, h ascending as in the forward */
+        memset(a, 0, b * C * sizeof *a);
         for (uint32_t h = 0; h < H; h++)
             for (size_t i = 0; i < b; i++)
-                kern_axpy(act + i * F, x[i * H + h], W1 + (size_t)h * F, F);
+                kern_axpy(a + i * C, x[i * H + h] * rinv[i], W1 + h * C, (uint32_t)C);
     }
-    for (size_t i = 0; i < b * F; i++) {
-        float z = act[i], s = 1.0f / (1.0f + expf(-z));
-        act[i] = z * s;
-        sp[i] = s * (1.0f + z * (1.0f - s)); /* silu'(z) = s (1 + z (1 - s)) */
-    }
+    for (size_t i = 0; i < b; i++)
+        for (uint32_t f = 0; f < F; f++) {
+            float z = a[i * C + f];
+            act[i * F + f] = z / (1.0f + expf(-z));
+            if (expert == MOE_EXPERT_SWIGLU)
+                act[i * F + f] *= a[i * C + F + f];
+        }
     for (uint32_t f = 0; f < F; f++) /* d = dy W2^T */
         for (size_t i = 0; i < b; i++)
             d[i * F + f] = kern_dot(dy + i * H, W2 + (size_t)f * H, H);
     for (size_t i = 0; i < b; i++) {
         const float si = sc ? sc[i] : 1.0f;
-        if (ds) /* dy . y = sum_f silu(a_f) (dy W2^T)_f */
+        if (ds) /* dy . y = sum_f act_f (dy W2^T)_f */
             ds[i] += kern_dot(act + i * F, d + i * F, F);
-        for (uint32_t f = 0; f < F; f++)
-            d[i * F + f] *= si * sp[i * F + f];
+        for (uint32_t f = 0; f < F; f++) { /* a becomes da */
+            float z = a[i * C + f], sg = 1.0f / (1.0f + expf(-z));
+            float sp = sg * (1.0f + z * (1.0f - sg)); /* silu'(z) = s (1 + z (1 - s)) */
+            if (expert == MOE_EXPERT_SWIGLU) {
+                float u = a[i * C + F + f];
+                a[i * C + F + f] = d[i * F + f] * (si * (z * sg));
+                a[i * C + f] = d[i * F + f] * (si * sp * u);
+            } else {
+                a[i * C + f] = d[i * F + f] * (si * sp);
+            }
+        }
     }
-    if (dW2) /* dW2 += silu(a)^T (s dy), rows ascending */
+    if (dW2) /* dW2 += act^T (s dy), rows ascending */
         for (uint32_t f = 0; f < F; f++)
             for (size_t i = 0; i < b; i++)
                 kern_axpy(dW2 + (size_t)f * H, act[i * F + f] * (sc ? sc[i] : 1.0f), dy + i * H,
                           H);
-    if (dW1) /* dW1 += x^T da */
+    if (dW1) /* dW1 += x^T da, x^ the normalised rows */
         for (uint32_t h = 0; h < H; h++)
             for (size_t i = 0; i < b; i++)
-                kern_axpy(dW1 + (size_t)h * F, x[i * H + h], d + i * F, F);
-    if (dx) /* dx += da W1^T */
+                kern_axpy(dW1 + h * C, x[i * H + h] * rinv[i], a + i * C, (uint32_t)C);
+    if (dx && expert == MOE_EXPERT_SILU) /* dx += da W1^T: no norm */
         for (uint32_t h = 0; h < H; h++)
             for (size_t i = 0; i < b; i++)
-                dx[i * H + h] += kern_dot(d + i * F, W1 + (size_t)h * F, F);
+                dx[i * H + h] += kern_dot(a + i * C, W1 + h * C, (uint32_t)C);
+    if (!dx || expert == MOE_EXPERT_SILU)
+        return;
+    for (uint32_t h = 0; h < H; h++) /* dn = da W1^T, the gradient of x^ */
+        for (size_t i = 0; i < b; i++)
+            dn[i * H + h] = kern_dot(a + i * C, W1 + h * C, (uint32_t)C);
+    for (size_t i = 0; i < b; i++) { /* dx += r (dn - x^ (x^ . dn) / H), r = 1 / rms(x) */
+        const float *xi = x + i * H, *gi = dn + i * H, r = rinv[i];
+        float dot = 0;
+        for (uint32_t h = 0; h < H; h++)
+            dot += xi[h] * r * gi[h];
+        dot /= (float)H;
+        for (uint32_t h = 0; h < H; h++)
+            dx[i * H + h] += r * (gi[h] - xi[h] * r * dot);
+    }
 }
 
 int moe_kern_ffn_backward_scaled(const float *x, const float *a_in, size_t n, uint32_t H,
-                                 uint32_t F, const float *W1, const float *W2, const float *dy,
-                                 const float *sc, float *dx, float *dW1, float *dW2, float *ds,
-                                 float *work)
+                                 uint32_t F, int expert, const float *W1, const float *W2,
+                                 const float *dy, const float *sc, float *dx, float *dW1,
+                                 float *dW2, float *ds, float *work)
 {
     float *own = NULL;
+    const size_t C = moe_kern_w1_cols(F, expert);
+    if (!moe_expert_mats(expert))
+        return MOE_EINVAL;
     if (n == 0)
         return 0;
-    if (!work && !(work = own = malloc(moe_kern_ffn_backward_work_size(F) * sizeof *work)))
+    if (!work && !(work = own = malloc(moe_kern_ffn_backward_work_size(H, F) * sizeof *work)))
         return MOE_ENOMEM;
     for (size_t i = 0; i < n; i += KERN_BLK) {
         size_t b = n - i < KERN_BLK ? n - i : KERN_BLK;
-        backward_block(x + i * H, a_in ? a_in + i * F : NULL, b, H, F, W1, W2, dy + i * H,
-                       sc ? sc + i : NULL, dx ? dx + i * H : NULL, dW1, dW2, ds ? ds + i : NULL,
-                       work);
+        backward_block(x + i * H, a_in ? a_in + i * C : NULL, b, H, F, expert, W1, W2,
+                       dy + i * H, sc ? sc + i : NULL, dx ? dx + i * H : NULL, dW1, dW2,
+                       ds ? ds + i : NULL, work);
     }
     free(own);
     return 0;
@@ -136,15 +169,15 @@ int moe_kern_ffn_backward_scaled(const float *x, const float *a_in, size_t n, ui
 /* ------------------------------------------------------------------ the serial model */
 
 int moe_kern_model_init(moe_kern_model_t *md, uint64_t seed, uint32_t L, uint32_t E, uint32_t K,
-                        uint32_t H, uint32_t F)
+                        uint32_t H, uint32_t F, int expert)
 {
     memset(md, 0, sizeof *md);
-    if (L == 0 || K == 0 || K > E || H == 0 || F == 0)
+    if (L == 0 || K == 0 || K > E || H == 0 || F == 0 || !moe_expert_mats(expert))
         return MOE_EINVAL;
-    *md = (moe_kern_model_t){L, E, K, H, F, NULL, NULL, NULL};
+    *md = (moe_kern_model_t){L, E, K, H, F, expert, NULL, NULL, NULL};
     md->m = calloc((size_t)L * H, sizeof *md->m);
     md->Wg = calloc((size_t)L * H * E, sizeof *md->Wg);
-    md->W = calloc((size_t)L * E * 2 * H * F, sizeof *md->W);
+    md->W = calloc((size_t)L * E * moe_kern_expert_floats(H, F, expert), sizeof *md->W);
     if (!md->m || !md->Wg || !md->W) {
         moe_kern_model_free(md);
         return MOE_ENOMEM;
@@ -156,7 +189,8 @@ int moe_kern_model_init(moe_kern_model_t *md, uint64_t seed, uint32_t L, uint32_
         moe_kern_init_gate(seed, l, E, H, md->Wg + (size_t)l * H * E);
         for (uint32_t e = 0; e < E; e++) {
             float *w1 = moe_kern_model_w1(md, l, e);
-            moe_kern_init_expert(seed, l, e, E, H, F, w1, w1 + (size_t)H * F);
+            moe_kern_init_expert(seed, l, e, E, H, F, expert, w1,
+                                 w1 + H * moe_kern_w1_cols(F, expert));
         }
     }
     return 0;
@@ -174,7 +208,7 @@ void moe_kern_model_free(moe_kern_model_t *md)
 
 float *moe_kern_model_w1(const moe_kern_model_t *md, uint32_t l, uint32_t e)
 {
-    return md->W + ((size_t)l * md->E + e) * 2 * md->H * md->F;
+    return md->W + ((size_t)l * md->E + e) * moe_kern_expert_floats(md->H, md->F, md->expert);
 }
 
 /* What the backward needs of one layer's forward. */
@@ -203,7 +237,7 @@ static void saved_free(saved_t *s, uint32_t L)
 static int layer_forward(const moe_kern_model_t *md, uint32_t l, float *x, size_t n, saved_t *s,
                          const int32_t *rids, const float *rw, float *work)
 {
-    const size_t H = md->H, K = md->K, F = md->F;
+    const size_t H = md->H, K = md->K, C = moe_kern_w1_cols(md->F, md->expert);
     if (!(s->xin = malloc(n * H * sizeof *s->xin)) || !(s->xm = malloc(n * H * sizeof *s->xm)) ||
         !(s->y = malloc(n * K * H * sizeof *s->y)) ||
         !(s->ids = malloc(n * K * sizeof *s->ids)) || !(s->w = malloc(n * K * sizeof *s->w)))
@@ -227,7 +261,7 @@ static int layer_forward(const moe_kern_model_t *md, uint32_t l, float *x, size_
             continue;
         for (size_t k = 0; k < K && rc == 0; k++) {
             const float *w1 = moe_kern_model_w1(md, l, (uint32_t)s->ids[i * K + k]);
-            rc = moe_kern_ffn(s->xm + i * H, 1, md->H, md->F, w1, w1 + H * F,
+            rc = moe_kern_ffn(s->xm + i * H, 1, md->H, md->F, md->expert, w1, w1 + H * C,
                               s->y + (i * K + k) * H, work);
         }
         for (size_t k = 0; k < K && rc == 0; k++) /* the combine, in the order of the choices */
@@ -243,7 +277,7 @@ static int layer_backward(const moe_kern_model_t *md, uint32_t l, const saved_t 
                           float *dx, moe_kern_model_t *g, float *dxm, float *dw, float *dy,
                           int gate, float *work)
 {
-    const size_t H = md->H, K = md->K, F = md->F, E = md->E;
+    const size_t H = md->H, K = md->K, E = md->E, C = moe_kern_w1_cols(md->F, md->expert);
     memcpy(dxm, dx, n * H * sizeof *dx); /* the residual path */
     for (size_t i = 0; i < n; i++) {
         const float *gi = dx + i * H;
@@ -260,8 +294,8 @@ static int layer_backward(const moe_kern_model_t *md, uint32_t l, const saved_t 
             uint32_t e = (uint32_t)s->ids[i * K + k];
             const float *w1 = moe_kern_model_w1(md, l, e);
             float *g1 = moe_kern_model_w1(g, l, e);
-            int rc = moe_kern_ffn_backward(s->xm + i * H, 1, md->H, md->F, w1, w1 + H * F, dy,
-                                           dxm + i * H, g1, g1 + H * F, work);
+            int rc = moe_kern_ffn_backward(s->xm + i * H, 1, md->H, md->F, md->expert, w1,
+                                           w1 + H * C, dy, dxm + i * H, g1, g1 + H * C, work);
             if (rc)
                 return rc;
         }
@@ -287,12 +321,14 @@ int moe_kern_model_loss_grad_routed(const moe_kern_model_t *md, const float *x0,
     const size_t H = md->H, L = md->L;
     if (n == 0 || !loss)
         return MOE_EINVAL;
-    if (grad && (grad->L != md->L || grad->E != md->E || grad->H != md->H || grad->F != md->F))
+    if (grad && (grad->L != md->L || grad->E != md->E || grad->H != md->H || grad->F != md->F ||
+                 grad->expert != md->expert))
         return MOE_EINVAL;
     saved_t *s = calloc(L, sizeof *s);
     float *x = malloc(n * H * sizeof *x), *dxm = malloc(n * H * sizeof *dxm);
     float *dw = malloc(n * md->K * sizeof *dw), *dy = malloc(H * sizeof *dy);
-    float *work = malloc((moe_kern_ffn_work_size(md->F) + moe_kern_ffn_backward_work_size(md->F)) *
+    float *work = malloc((moe_kern_ffn_work_size(md->F) +
+                          moe_kern_ffn_backward_work_size(md->H, md->F)) *
                          sizeof *work);
     int rc = s && x && dxm && dw && dy && work ? 0 : MOE_ENOMEM;
     if (rc == 0)
@@ -310,7 +346,8 @@ int moe_kern_model_loss_grad_routed(const moe_kern_model_t *md, const float *x0,
     if (grad && rc == 0) {
         memset(grad->m, 0, L * H * sizeof *grad->m);
         memset(grad->Wg, 0, L * H * md->E * sizeof *grad->Wg);
-        memset(grad->W, 0, L * md->E * 2 * H * md->F * sizeof *grad->W);
+        memset(grad->W, 0,
+               L * md->E * moe_kern_expert_floats(md->H, md->F, md->expert) * sizeof *grad->W);
         float *bw = work + moe_kern_ffn_work_size(md->F);
         for (uint32_t l = (uint32_t)L; l-- > 0 && rc == 0;)
             rc = layer_backward(md, l, &s[l], n, x, grad, dxm, dw, dy, ids == NULL, bw);

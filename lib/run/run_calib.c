@@ -132,12 +132,12 @@ static double time_copy(run_t *r, size_t n)
  * (alone); from a barrier to the barrier after it, the slowest rank's time, best of REPS. */
 static double ffn_time(run_t *r, size_t n, size_t g, float *x, int all)
 {
-    size_t H = r->H, F = r->F;
+    size_t H = r->H;
     const float **W = run_hbuf(r, 45, 2 * g * sizeof *W);
     size_t *off = run_hbuf(r, 44, (g + 1) * sizeof *off);
     for (size_t e = 0; e < g; e++) {
-        W[e] = x + 2 * n * H + e * 2 * H * F;
-        W[g + e] = W[e] + H * F;
+        W[e] = x + 2 * n * H + e * r->wn;
+        W[g + e] = W[e] + r->w1n;
         off[e] = n * e / g;
     }
     off[g] = n;
@@ -146,8 +146,8 @@ static double ffn_time(run_t *r, size_t n, size_t g, float *x, int all)
         RUN_CK(r, r->b->ops->barrier(r->b));
         double t0 = run_now(r);
         if (all || r->me == 0)
-            RUN_CK(r, r->b->ops->ffn_grouped(r->b, x, (uint32_t)g, off, r->H, r->F, W, W + g,
-                                             x + n * H));
+            RUN_CK(r, r->b->ops->ffn_grouped(r->b, x, (uint32_t)g, off, r->H, r->F, r->expert, W,
+                                             W + g, x + n * H));
         RUN_CK(r, r->b->ops->barrier(r->b));
         double t = run_now(r) - t0;
         RUN_CK(r, run_comm_allreduce(r->comm, &t, 1, MOE_RUN_MAX));
@@ -156,7 +156,8 @@ static double ffn_time(run_t *r, size_t n, size_t g, float *x, int all)
     return best;
 }
 
-/* The FFN rate of one rank computing alone (FLOP/s, 4 H F per row) into t->flops, as in a
+/* The FFN rate of one rank computing alone (FLOP/s, 2 x moe_expert_mats x H F per row: 6 H F
+ * for SwiGLU, 4 H F for SiLU) into t->flops, as in a
  * run: the rank's E / G experts (distinct weights), about 2^26 / (H F) rows among them so that
  * a phase spans many scheduler time slices; and when the ranks of a node run slower all at
  * once than one alone (CPU ranks sharing cores), the processors they share, gpus-per-node x
@@ -166,11 +167,11 @@ static void ffn_rates(run_t *r, moe_topo_t *t)
     size_t H = r->H, F = r->F, n = ((size_t)1 << 26) / (H * F);
     size_t g = (r->E + (size_t)r->G - 1) / (size_t)r->G;
     n = n < 16 * g ? 16 * g : n > 4096 ? 4096 : n;
-    size_t bytes = (2 * n * H + 2 * H * F * g) * sizeof(float);
+    size_t bytes = (2 * n * H + r->wn * g) * sizeof(float);
     float *x = run_dbuf(r, &r->d[42], bytes);
     RUN_CK(r, r->b->ops->zero(r->b, x, bytes));
     double alone = ffn_time(r, n, g, x, 0), all = ffn_time(r, n, g, x, 1);
-    t->flops = 4.0 * H * F * n / alone;
+    t->flops = 2.0 * (double)r->wn * n / alone;
     double cores = r->gpn * alone / all;
     t->cores = cores < 0.9 * r->gpn ? cores : 0;
 }
@@ -212,11 +213,12 @@ int run_calibrate(run_t *r, const char *out, char *errbuf, size_t errlen)
     P("# link latency: the time of an all-to-all of 64-byte messages to every peer of the\n"
       "# class; bandwidth: per rank and direction, the best of (peers x size) / (time -\n"
       "# latency); efficiency: each size's share of it (size = bytes a rank sends in the\n"
-      "# collective, peers x size_B). flops: the expert FFN (4 H F per row, H %u, F %u, the\n"
-      "# rank's %u experts) of one rank alone; cores: the processors a node's ranks share\n"
+      "# collective, peers x size_B). flops: the expert FFN (%s, %u H F per row, H %u, F %u,\n"
+      "# the rank's %u experts) of one rank alone; cores: the processors a node's ranks share\n"
       "# (when all at once run slower); hbm-bandwidth: local copies.\n#\n"
       "# size_B (per peer) alltoall_intra_s alltoall_inter_s allgather_s copy16x_s\n",
-      r->H, r->F, (r->E + (uint32_t)r->G - 1) / (uint32_t)r->G);
+      moe_expert_name(r->expert), 2 * moe_expert_mats(r->expert), r->H, r->F,
+      (r->E + (uint32_t)r->G - 1) / (uint32_t)r->G);
     for (int i = 0; i < NSIZES; i++)
         P("# %.0f %.3e %.3e %.3e %.3e\n", 64.0 * pow(4, i), raw[0][i], raw[1][i], ag[i],
           cp[i]);

@@ -20,6 +20,7 @@ void moe_run_cfg_default(moe_run_cfg_t *c)
     memset(c, 0, sizeof *c);
     c->H = 64;
     c->F = 128;
+    c->expert = MOE_EXPERT_SWIGLU;
     c->tokens_per_rank = 64;
     c->iters = 3;
     c->warmup = 1;
@@ -69,6 +70,7 @@ enum agree_kind {
     AG_NOFLAG,  /* int, an option that clears it (--no-prefetch) */
     AG_MODE,    /* int, enum moe_run_mode */
     AG_DTYPE,   /* int, enum moe_dtype */
+    AG_EXPERT,  /* int, enum moe_expert */
     AG_FILE,    /* const char *: compared on presence only (ranks may name their own copies) */
     AG_CHUNKS,  /* uint32_t chunks with chunks_set */
     AG_RULE,    /* int, enum moe_replica_rule */
@@ -91,6 +93,7 @@ static const struct agree_field {
     {"--topk", AG_U32, offsetof(moe_run_cfg_t, K)},
     {"--hidden", AG_U32, offsetof(moe_run_cfg_t, H)},
     {"--ffn", AG_U32, offsetof(moe_run_cfg_t, F)},
+    {"--expert", AG_EXPERT, offsetof(moe_run_cfg_t, expert)},
     {"--tokens-per-rank", AG_U64, offsetof(moe_run_cfg_t, tokens_per_rank)},
     {"--dtype", AG_DTYPE, offsetof(moe_run_cfg_t, dtype)},
     {"--trace", AG_FILE, offsetof(moe_run_cfg_t, trace)},
@@ -153,6 +156,10 @@ static void field_slot(const moe_run_cfg_t *c, const struct agree_field *f, agre
     case AG_DTYPE:
         memcpy(&i, p, sizeof i);
         snprintf(s->text, sizeof s->text, "%s", moe_dtype_name(i));
+        break;
+    case AG_EXPERT:
+        memcpy(&i, p, sizeof i);
+        snprintf(s->text, sizeof s->text, "%s", moe_expert_name(i));
         break;
     case AG_RULE:
         memcpy(&i, p, sizeof i);

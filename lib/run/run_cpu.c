@@ -85,7 +85,7 @@ static int cpu_scatter_add(moe_run_backend_t *b, const float *y, const uint32_t 
 }
 
 static int cpu_ffn_grouped_act(moe_run_backend_t *b, const float *x, uint32_t G,
-                               const size_t *off, uint32_t H, uint32_t F,
+                               const size_t *off, uint32_t H, uint32_t F, int expert,
                                const float *const *W1, const float *const *W2, float *y,
                                float *act)
 {
@@ -98,14 +98,14 @@ static int cpu_ffn_grouped_act(moe_run_backend_t *b, const float *x, uint32_t G,
         c->work = w;
         c->work_f = need;
     }
-    return moe_kern_ffn_grouped_act(x, G, off, H, F, W1, W2, y, act, c->work);
+    return moe_kern_ffn_grouped_act(x, G, off, H, F, expert, W1, W2, y, act, c->work);
 }
 
 static int cpu_ffn_grouped(moe_run_backend_t *b, const float *x, uint32_t G, const size_t *off,
-                           uint32_t H, uint32_t F, const float *const *W1,
+                           uint32_t H, uint32_t F, int expert, const float *const *W1,
                            const float *const *W2, float *y)
 {
-    return cpu_ffn_grouped_act(b, x, G, off, H, F, W1, W2, y, NULL);
+    return cpu_ffn_grouped_act(b, x, G, off, H, F, expert, W1, W2, y, NULL);
 }
 
 static int cpu_pack(moe_run_backend_t *b, const float *src, size_t n, int dtype, void *dst)

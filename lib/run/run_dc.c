@@ -193,7 +193,7 @@ static void make_store(dc_t *d, uint32_t l)
     run_t *r = d->r;
     int p = (int)(l % 2);
     const uint8_t *need = d->need + ((size_t)l * r->G + r->me) * r->E;
-    size_t n = 0, ef = 2 * (size_t)r->H * r->F;
+    size_t n = 0, ef = r->wn;
     for (uint32_t e = 0; e < r->E; e++)
         n += need[e];
     float *base = run_dbuf(r, &d->sbuf[p], (n + 1) * ef * sizeof(float));
@@ -206,7 +206,6 @@ static void make_store(dc_t *d, uint32_t l)
 static void expert_of(dc_t *d, uint32_t l, uint32_t e, const float **w1, const float **w2)
 {
     run_t *r = d->r;
-    size_t HF = (size_t)r->H * r->F;
     if (r->w1[(size_t)l * r->E + e]) {
         *w1 = r->w1[(size_t)l * r->E + e];
         *w2 = r->w2[(size_t)l * r->E + e];
@@ -216,7 +215,7 @@ static void expert_of(dc_t *d, uint32_t l, uint32_t e, const float **w1, const f
     if (!s)
         run_die(r, "datacentric schedule (expert not fetched)", MOE_EINVAL);
     *w1 = s;
-    *w2 = s + HF;
+    *w2 = s + r->w1n;
 }
 
 /* Post round t of layer l: pack what this rank sends, start the all-to-all. */
@@ -255,9 +254,8 @@ static void post(dc_t *d, uint32_t l, uint32_t t)
             continue;
         const float *w1, *w2;
         expert_of(d, l, it->e, &w1, &w2);
-        size_t half = HF * r->esz;
-        RUN_CK(r, o->pack(r->b, w1, HF, r->cfg.dtype, sw + at));
-        RUN_CK(r, o->pack(r->b, w2, HF, r->cfg.dtype, sw + at + half));
+        RUN_CK(r, o->pack(r->b, w1, r->w1n, r->cfg.dtype, sw + at));
+        RUN_CK(r, o->pack(r->b, w2, HF, r->cfg.dtype, sw + at + r->w1n * r->esz));
         at += d->ebytes;
         if (r->timing) {
             int c = run_link(r, it->src, it->dst);
@@ -277,7 +275,7 @@ static void arrive(dc_t *d)
     RUN_CK(r, r->b->ops->wait(r->b, d->req));
     d->req = NULL;
     const char *rw = d->recvw;
-    size_t at = 0, ef = 2 * (size_t)r->H * r->F;
+    size_t at = 0, ef = r->wn;
     /* received in (src, e) order: items are sorted by src, then dst, then e */
     for (size_t i = d->first[l]; i < d->first[l + 1]; i++) {
         const item_t *it = &d->it[i];
@@ -319,7 +317,7 @@ static void compute_expert(dc_t *d, uint32_t l, uint32_t e, const int32_t *ids, 
     RUN_CK(r, o->upload(r->b, di, rows, n * sizeof *rows));
     RUN_CK(r, o->upload(r->b, dw, wt, n * sizeof *wt));
     RUN_CK(r, o->gather(r->b, r->x.p, di, n, r->H, xs));
-    RUN_CK(r, o->ffn_grouped(r->b, xs, 1, off, r->H, r->F, W1, W2, ys));
+    RUN_CK(r, o->ffn_grouped(r->b, xs, 1, off, r->H, r->F, r->expert, W1, W2, ys));
     RUN_CK(r, o->scatter_add(r->b, ys, di, dw, n, r->H, acc));
     if (r->timing)
         r->st[l].load += n;
@@ -395,7 +393,7 @@ static void dc_layer(dc_t *d, uint32_t l, int32_t *ids, float *w, int known)
 
 void run_dc_iter(run_t *r)
 {
-    dc_t d = {.r = r, .ebytes = 2 * (size_t)r->H * r->F * r->esz};
+    dc_t d = {.r = r, .ebytes = r->wn * r->esz};
     size_t L = r->L, K = r->K, n = r->nloc;
     d.need = calloc(L * r->G * r->E, 1);
     d.first = calloc(L + 1, sizeof *d.first);

@@ -265,9 +265,9 @@ static void hop_compute(hop_t *h)
     RUN_CK(r, o->gather(r->b, h->rx, didx, np, r->H, xs));
     float *act = h->stage == 1 ? run_keep_act(r, h->l, h->chunk, np) : NULL;
     if (act) /* training keeps the pre-activations (T_M) */
-        RUN_CK(r, o->ffn_grouped_act(r->b, xs, G, off, r->H, r->F, W1, W2, ys, act));
+        RUN_CK(r, o->ffn_grouped_act(r->b, xs, G, off, r->H, r->F, r->expert, W1, W2, ys, act));
     else
-        RUN_CK(r, o->ffn_grouped(r->b, xs, G, off, r->H, r->F, W1, W2, ys));
+        RUN_CK(r, o->ffn_grouped(r->b, xs, G, off, r->H, r->F, r->expert, W1, W2, ys));
     if (h->stage == 1)
         run_keep_served(r, h->l, h->chunk, h->rx, h->nr, h->rmeta + M_TOK, S, np);
     RUN_CK(r, o->zero(r->b, h->P, h->nr * H * sizeof(float)));

@@ -89,6 +89,11 @@ struct moe_run {
     moe_run_backend_t *b;
     int me, G;
     uint32_t L, E, K, H, F, gpn;
+    int expert;                      /* enum moe_expert (cfg.expert) */
+    size_t cols;                     /* an expert's pre-activations per row: W1's columns
+                                      * (moe_kern_w1_cols: 2F SwiGLU, F SiLU) */
+    size_t w1n, wn;                  /* floats of an expert's W1 (H x cols) and of the whole
+                                      * expert (W1 then W2: w1n + F x H) */
     size_t esz;                      /* wire bytes per element */
     moe_placement_t *pl;
     moe_acct_t *acct;                /* routing rules (moe_acct_route) */

@@ -168,14 +168,14 @@ static void ref_free(struct run_ref *f)
 
 static struct run_ref *ref_new(const run_t *r)
 {
-    size_t H = r->H, F = r->F, E = r->E, K = r->K;
+    size_t H = r->H, E = r->E, K = r->K;
     struct run_ref *f = calloc(1, sizeof *f);
     if (!f)
         return NULL;
     f->x = malloc(r->ntok * H * sizeof *f->x);
     f->m = malloc(H * sizeof *f->m);
     f->wg = malloc(H * E * sizeof *f->wg);
-    f->w = malloc(E * 2 * H * F * sizeof *f->w);
+    f->w = malloc(E * r->wn * sizeof *f->w);
     f->y = malloc(H * sizeof *f->y);
     f->acc = malloc(H * sizeof *f->acc);
     f->gw = malloc(K * sizeof *f->gw);
@@ -231,7 +231,7 @@ static double ref_gate_err(const run_t *r, struct run_ref *f, const float *xt)
  * goes to *gate_err (the largest so far). */
 static int ref_token(const run_t *r, struct run_ref *f, uint32_t l, size_t t, double *gate_err)
 {
-    size_t H = r->H, F = r->F, K = r->K, LK = (size_t)r->L * K;
+    size_t H = r->H, K = r->K, LK = (size_t)r->L * K;
     float *xt = f->x + t * H;
     moe_kern_mixer(xt, 1, r->H, f->m);
     if (r->replay) {
@@ -252,8 +252,8 @@ static int ref_token(const run_t *r, struct run_ref *f, uint32_t l, size_t t, do
         return 0;
     memset(f->acc, 0, H * sizeof *f->acc);
     for (size_t k = 0; k < K; k++) {
-        const float *w1 = f->w + (size_t)f->gi[k] * 2 * H * F;
-        int rc = moe_kern_ffn(xt, 1, r->H, r->F, w1, w1 + H * F, f->y, f->work);
+        const float *w1 = f->w + (size_t)f->gi[k] * r->wn;
+        int rc = moe_kern_ffn(xt, 1, r->H, r->F, r->expert, w1, w1 + r->w1n, f->y, f->work);
         if (rc)
             return rc;
         for (size_t h = 0; h < H; h++)
@@ -270,12 +270,12 @@ static int ref_token(const run_t *r, struct run_ref *f, uint32_t l, size_t t, do
 static double ref_layer(run_t *r, struct run_ref *f, uint32_t l)
 {
     double gate_err = 0;
-    size_t H = r->H, F = r->F;
+    size_t H = r->H;
     moe_kern_init_mixer(r->cfg.seed, l, r->E, r->H, f->m);
     moe_kern_init_gate(r->cfg.seed, l, r->E, r->H, f->wg);
     for (uint32_t e = 0; e < r->E; e++)
-        moe_kern_init_expert(r->cfg.seed, l, e, r->E, r->H, r->F, f->w + e * 2 * H * F,
-                             f->w + e * 2 * H * F + H * F);
+        moe_kern_init_expert(r->cfg.seed, l, e, r->E, r->H, r->F, r->expert, f->w + e * r->wn,
+                             f->w + e * r->wn + r->w1n);
     for (size_t t = 0; t < r->ntok; t++) {
         int rc = ref_token(r, f, l, t, &gate_err);
         if (rc)
@@ -363,13 +363,13 @@ void run_measure_rates(run_t *r, double *v)
         t[k] = (run_now(r) - t0) / 5;
     }
     /* FFN rate on 64 rows of the first local expert (or a fresh one) */
-    size_t H = r->H, F = r->F;
-    float *x = run_dbuf(r, &r->d[42], 64 * H * sizeof(float) * 2 + 2 * H * F * sizeof(float));
-    RUN_CK(r, o->zero(r->b, x, 64 * H * sizeof(float) * 2 + 2 * H * F * sizeof(float)));
-    const float *W1[1] = {x + 128 * H}, *W2[1] = {x + 128 * H + H * F};
+    size_t H = r->H, bytes = (128 * H + r->wn) * sizeof(float);
+    float *x = run_dbuf(r, &r->d[42], bytes);
+    RUN_CK(r, o->zero(r->b, x, bytes));
+    const float *W1[1] = {x + 128 * H}, *W2[1] = {x + 128 * H + r->w1n};
     size_t off[2] = {0, 64};
     double t0 = run_now(r);
-    RUN_CK(r, o->ffn_grouped(r->b, x, 1, off, r->H, r->F, W1, W2, x + 64 * H));
+    RUN_CK(r, o->ffn_grouped(r->b, x, 1, off, r->H, r->F, r->expert, W1, W2, x + 64 * H));
     double per_pair = (run_now(r) - t0) / 64;
     v[0] = t[0];
     v[1] = t[1] > t[0] ? (double)msg / (t[1] - t[0]) : 1e9;

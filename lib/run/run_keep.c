@@ -78,9 +78,9 @@ float *run_keep_act(run_t *r, uint32_t l, uint32_t c, size_t np)
     if (!r->tr || !moe_mpmoe_reuse_keeps(r->reuse, MOE_REUSE_TM))
         return NULL;
     if (moe_mpmoe_reuse_offloads(r->reuse)) /* written on the device, then copied out */
-        return run_dbuf(r, &r->act, (np + 1) * r->F * sizeof(float));
+        return run_dbuf(r, &r->act, (np + 1) * r->cols * sizeof(float));
     run_served_t *k = run_served_at(r, l, c); /* none: kept where it is written */
-    k->a = grow(r, k->a, &k->acap, np * r->F, sizeof *k->a);
+    k->a = grow(r, k->a, &k->acap, np * r->cols, sizeof *k->a);
     return k->a;
 }
 
@@ -104,8 +104,8 @@ void run_keep_served(run_t *r, uint32_t l, uint32_t c, const float *rx, size_t n
     }
     if (moe_mpmoe_reuse_keeps(r->reuse, MOE_REUSE_TM) &&
         moe_mpmoe_reuse_offloads(r->reuse)) {
-        k->a = grow(r, k->a, &k->acap, np * r->F, sizeof *k->a);
-        RUN_CK(r, o->download(r->b, k->a, r->act.p, np * r->F * sizeof *k->a));
+        k->a = grow(r, k->a, &k->acap, np * r->cols, sizeof *k->a);
+        RUN_CK(r, o->download(r->b, k->a, r->act.p, np * r->cols * sizeof *k->a));
     }
 }
 
@@ -116,7 +116,8 @@ void run_served_bytes(const run_t *r, double *dev, double *host)
         const run_served_t *k = &r->served[i];
         double b = (moe_mpmoe_reuse_keeps(r->reuse, MOE_REUSE_TDI) ? (double)k->nr * r->H * 4
                                                                      : 0) +
-                   (moe_mpmoe_reuse_keeps(r->reuse, MOE_REUSE_TM) ? (double)k->np * r->F * 4 : 0);
+                   (moe_mpmoe_reuse_keeps(r->reuse, MOE_REUSE_TM) ? (double)k->np * r->cols * 4
+                                                                    : 0);
         *(moe_mpmoe_reuse_offloads(r->reuse) ? host : dev) += b;
         *dev += (double)k->nr * 4; /* the rows' tokens, which the backward checks */
     }
@@ -134,7 +135,7 @@ void run_keep_pulls(run_t *r, run_pull_t *pulls, uint32_t *first, uint32_t *roun
 
 void run_keep_pulled(run_t *r, uint32_t l, uint32_t e, const float *w)
 {
-    size_t W = 2 * (size_t)r->H * r->F;
+    size_t W = r->wn;
     if (!r->kept_pull && !(r->kept_pull = calloc((size_t)r->L * r->E, sizeof *r->kept_pull)))
         run_die(r, "--train (keeping pulled experts)", MOE_ENOMEM);
     float **k = &r->kept_pull[(size_t)l * r->E + e];
@@ -148,5 +149,5 @@ double run_kept_pull_bytes(const run_t *r)
     double n = 0;
     for (size_t i = 0; r->pulls && i < r->pull_first[r->L]; i++)
         n += r->pulls[i].keep && r->pulls[i].dst == (uint32_t)r->me;
-    return n * 2 * r->H * r->F * sizeof(float);
+    return n * r->wn * sizeof(float);
 }

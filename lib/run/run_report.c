@@ -150,8 +150,9 @@ static void header(const run_t *r, FILE *fp)
     if (r->cfg.mode == MOE_RUN_DATACENTRIC)
         fprintf(fp, " (credits %u, prefetch %s)", r->cfg.credits,
                 r->cfg.prefetch && r->replay ? "on" : "off");
-    fprintf(fp, ", dtype %s, layers %u, experts %u, top-%u, hidden %u, ffn %u\n",
-            moe_dtype_name(r->cfg.dtype), r->L, r->E, r->K, r->H, r->F);
+    fprintf(fp, ", dtype %s, layers %u, experts %u, top-%u, hidden %u, ffn %u (%s)\n",
+            moe_dtype_name(r->cfg.dtype), r->L, r->E, r->K, r->H, r->F,
+            moe_expert_name(r->expert));
     fprintf(fp, "# tokens %zu, gate %s%s, placement %s%s, iterations %d (+%d warm-up), seed %"
                 PRIu64 "\n",
             r->ntok, r->replay ? "replayed from " : "computed", r->replay ? r->cfg.trace : "",
@@ -252,9 +253,10 @@ static int json_body(const run_t *r, const sums_t *s, moe_textout_t *t, double c
       moe_run_mode_name(r->cfg.mode), r->chunks_used, moe_dtype_name(r->cfg.dtype),
       moe_replica_rule_name(r->cfg.replica_rule));
     P("  \"layers\": %u, \"experts\": %u, \"topk\": %u, \"hidden\": %u, \"ffn\": %u, "
-      "\"tokens\": %zu, \"iters\": %d, \"warmup\": %d, \"replayed\": %s,\n",
-      r->L, r->E, r->K, r->H, r->F, r->ntok, r->cfg.iters, r->cfg.warmup,
-      r->replay ? "true" : "false");
+      "\"expert\": \"%s\", \"tokens\": %zu, \"iters\": %d, \"warmup\": %d, "
+      "\"replayed\": %s,\n",
+      r->L, r->E, r->K, r->H, r->F, moe_expert_name(r->expert), r->ntok, r->cfg.iters,
+      r->cfg.warmup, r->replay ? "true" : "false");
     P("  \"per_layer\": [\n");
     for (size_t l = 0; l < r->L; l++) {
         double b, alg, bus;

@@ -257,7 +257,7 @@ static float *dev_floats(run_t *r, const float *h, size_t n)
 static int build_model(run_t *r, char *errbuf, size_t errlen)
 {
     size_t HF = (size_t)r->H * r->F, HE = (size_t)r->H * r->E;
-    float *tmp = malloc((2 * HF > HE ? 2 * HF : HE) * sizeof *tmp);
+    float *tmp = malloc((r->wn > HE ? r->wn : HE) * sizeof *tmp);
     r->mix = calloc(r->L, sizeof *r->mix);
     r->wg = calloc(r->L, sizeof *r->wg);
     r->w1 = calloc((size_t)r->L * r->E, sizeof *r->w1);
@@ -274,9 +274,10 @@ static int build_model(run_t *r, char *errbuf, size_t errlen)
         for (uint32_t e = 0; e < r->E; e++) {
             if (!moe_placement_holds(r->pl, l, e, (uint32_t)r->me))
                 continue;
-            moe_kern_init_expert(r->cfg.seed, l, e, r->E, r->H, r->F, tmp, tmp + HF);
-            r->w1[(size_t)l * r->E + e] = dev_floats(r, tmp, HF);
-            r->w2[(size_t)l * r->E + e] = dev_floats(r, tmp + HF, HF);
+            moe_kern_init_expert(r->cfg.seed, l, e, r->E, r->H, r->F, r->expert, tmp,
+                                 tmp + r->w1n);
+            r->w1[(size_t)l * r->E + e] = dev_floats(r, tmp, r->w1n);
+            r->w2[(size_t)l * r->E + e] = dev_floats(r, tmp + r->w1n, HF);
         }
     }
     free(tmp);
@@ -364,6 +365,10 @@ int run_setup(run_t *r, char *errbuf, size_t errlen)
     r->G = r->b->size;
     r->H = r->cfg.H;
     r->F = r->cfg.F;
+    r->expert = r->cfg.expert;
+    r->cols = moe_kern_w1_cols(r->F, r->expert);
+    r->w1n = r->H * r->cols;
+    r->wn = moe_kern_expert_floats(r->H, r->F, r->expert);
     r->esz = moe_dtype_size(r->cfg.dtype);
     int rc = setup_inputs(r, errbuf, errlen);
     int bad = run_agree(r, rc);

@@ -58,13 +58,12 @@ static void grads_free(run_t *r, grads_t *g)
 
 static void grads_alloc(run_t *r, grads_t *g)
 {
-    size_t HF = (size_t)r->H * r->F;
     g->mix = calloc((size_t)r->L * r->H, sizeof *g->mix);
     g->wg = calloc((size_t)r->L * r->H * r->E, sizeof *g->wg);
     g->w1 = calloc((size_t)r->L * r->E, sizeof *g->w1);
     int ok = g->mix && g->wg && g->w1;
     for (size_t i = 0; ok && i < (size_t)r->L * r->E; i++)
-        if (r->w1[i] && !(g->w1[i] = calloc(2 * HF, sizeof *g->w1[i])))
+        if (r->w1[i] && !(g->w1[i] = calloc(r->wn, sizeof *g->w1[i])))
             ok = 0;
     if (!ok) {
         grads_free(r, g);
@@ -74,12 +73,11 @@ static void grads_alloc(run_t *r, grads_t *g)
 
 static void grads_zero(run_t *r, grads_t *g)
 {
-    size_t HF = (size_t)r->H * r->F;
     memset(g->mix, 0, (size_t)r->L * r->H * sizeof *g->mix);
     memset(g->wg, 0, (size_t)r->L * r->H * r->E * sizeof *g->wg);
     for (size_t i = 0; i < (size_t)r->L * r->E; i++)
         if (g->w1[i])
-            memset(g->w1[i], 0, 2 * HF * sizeof *g->w1[i]);
+            memset(g->w1[i], 0, r->wn * sizeof *g->w1[i]);
 }
 
 /* Rows of `width` floats to other ranks: sc[p] rows to rank p from send (in rank order), packed
@@ -148,14 +146,14 @@ static void pairs_put(pairs_t *p, size_t at, size_t H, const float *x, const flo
 }
 
 /* The expert backward of pairs [lo, hi) of p, one expert's (weights W1, W2, their gradients
- * G1 then G1 + H F; a: the pairs' pre-activations, or NULL to recompute them). */
+ * G1 then G1 + w1n; a: the pairs' pre-activations, or NULL to recompute them). */
 static void pairs_backward(run_t *r, const pairs_t *p, size_t lo, size_t hi, const float *a,
                            const float *W1, const float *W2, float *G1, float *work)
 {
     const size_t H = r->H;
-    RUN_CK(r, moe_kern_ffn_backward_scaled(p->x + lo * H, a, hi - lo, r->H, r->F, W1, W2,
-                                           p->dy + lo * H, p->s + lo, p->dx + lo * H, G1,
-                                           G1 + H * r->F, p->ds + lo, work));
+    RUN_CK(r, moe_kern_ffn_backward_scaled(p->x + lo * H, a, hi - lo, r->H, r->F, r->expert,
+                                           W1, W2, p->dy + lo * H, p->s + lo, p->dx + lo * H,
+                                           G1, G1 + r->w1n, p->ds + lo, work));
 }
 
 /* Add each of the np pairs' input gradient into its row of dx (rows `stride` floats apart)
@@ -185,7 +183,7 @@ static size_t pairs_bytes(size_t np, size_t H)
 static size_t serve_backward(run_t *r, uint32_t l, uint32_t c, grads_t *g, const float *rows,
                              const uint32_t *rmeta, size_t nr, float *reply)
 {
-    const size_t H = r->H, F = r->F, K = r->K, E = r->E, S = M_HEAD + 3 * K;
+    const size_t H = r->H, C = r->cols, K = r->K, E = r->E, S = M_HEAD + 3 * K;
     /* the rows of a relayed hop (c = UINT32_MAX) come with their inputs, nothing kept */
     const run_served_t *k = c == UINT32_MAX ? NULL : run_served_at(r, l, c);
     const int recomm = !k || !moe_mpmoe_reuse_keeps(r->reuse, MOE_REUSE_TDI);
@@ -206,10 +204,10 @@ static size_t serve_backward(run_t *r, uint32_t l, uint32_t c, grads_t *g, const
         restored += nr * H * sizeof *d;
     }
     if (as && moe_mpmoe_reuse_offloads(r->reuse)) {
-        float *d = run_hbuf(r, TS_PREA, (k->np + 1) * F * sizeof *d);
-        memcpy(d, k->a, k->np * F * sizeof *d);
+        float *d = run_hbuf(r, TS_PREA, (k->np + 1) * C * sizeof *d);
+        memcpy(d, k->a, k->np * C * sizeof *d);
         as = d;
-        restored += k->np * F * sizeof *d;
+        restored += k->np * C * sizeof *d;
     }
     /* the forward's pair order: expert-sorted, rows ascending within an expert */
     uint32_t *start = run_hbuf(r, TS_PAIR, (E + 1) * sizeof *start);
@@ -241,11 +239,12 @@ static size_t serve_backward(run_t *r, uint32_t l, uint32_t c, grads_t *g, const
             pairs_put(&pr, at, H, x, go, &en[1], (uint32_t)j, q);
         }
     }
-    float *bw = run_hbuf(r, TS_WORK, (moe_kern_ffn_backward_work_size(r->F) + 1) * sizeof *bw);
+    float *bw =
+        run_hbuf(r, TS_WORK, (moe_kern_ffn_backward_work_size(r->H, r->F) + 1) * sizeof *bw);
     for (size_t e = 0, lo = 0; e < E; lo = start[e++]) {
         size_t at = (size_t)l * E + e;
         if (start[e] > lo)
-            pairs_backward(r, &pr, lo, start[e], as ? as + lo * F : NULL, r->w1[at], r->w2[at],
+            pairs_backward(r, &pr, lo, start[e], as ? as + lo * C : NULL, r->w1[at], r->w2[at],
                            g->w1[at], bw);
     }
     pairs_add(&pr, np, H, reply, H + K, reply + H, H + K);
@@ -431,7 +430,7 @@ static size_t experts_backward(run_t *r, uint32_t l, uint32_t c, size_t i0, size
 static size_t pull_round(run_t *r, uint32_t l, const run_pull_t *it, size_t ni, uint32_t t,
                          const uint32_t *slot, float *wq, float *gq, grads_t *g)
 {
-    const size_t E = r->E, HF = (size_t)r->H * r->F, W = 2 * HF;
+    const size_t E = r->E, W = r->wn;
     const uint32_t me = (uint32_t)r->me;
     const int G = r->G, back = gq != NULL;
     size_t *sc = run_hbuf(r, TS_ROW, 2 * (size_t)G * sizeof *sc), *rc = sc + G, ns = 0;
@@ -453,8 +452,8 @@ static size_t pull_round(run_t *r, uint32_t l, const run_pull_t *it, size_t ni, 
         if (back) {
             memcpy(send + at * W, gq + (size_t)slot[it[i].e] * W, W * sizeof *send);
         } else if (r->w1[k]) {
-            memcpy(send + at * W, r->w1[k], HF * sizeof *send);
-            memcpy(send + at * W + HF, r->w2[k], HF * sizeof *send);
+            memcpy(send + at * W, r->w1[k], r->w1n * sizeof *send);
+            memcpy(send + at * W + r->w1n, r->w2[k], (W - r->w1n) * sizeof *send);
         } else if (slot[it[i].e] != UINT32_MAX) {
             memcpy(send + at * W, wq + (size_t)slot[it[i].e] * W, W * sizeof *send);
         } else {
@@ -495,7 +494,7 @@ static size_t pull_round(run_t *r, uint32_t l, const run_pull_t *it, size_t ni, 
 static size_t dc_experts_backward(run_t *r, uint32_t l, const float *xm, const float *dout,
                                   grads_t *g, float *dxm, float *dw)
 {
-    const size_t n = r->nloc, H = r->H, K = r->K, E = r->E, HF = H * r->F, W = 2 * HF;
+    const size_t n = r->nloc, H = r->H, K = r->K, E = r->E, W = r->wn;
     const int32_t *ids = r->tr[l].ids;
     const float *w = r->tr[l].w;
     if (!r->pulls)
@@ -539,7 +538,8 @@ static size_t dc_experts_backward(run_t *r, uint32_t l, const float *xm, const f
         for (size_t k = 0; ids[i * K] >= 0 && k < K; k++)
             pairs_put(&pr, start[ids[i * K + k]]++, H, xm + i * H, dout + i * H, &w[i * K + k],
                       (uint32_t)i, (uint32_t)k);
-    float *bw = run_hbuf(r, TS_WORK, (moe_kern_ffn_backward_work_size(r->F) + 1) * sizeof *bw);
+    float *bw =
+        run_hbuf(r, TS_WORK, (moe_kern_ffn_backward_work_size(r->H, r->F) + 1) * sizeof *bw);
     for (size_t e = 0, lo = 0; e < E; lo = start[e++]) {
         if (start[e] == lo)
             continue;
@@ -547,7 +547,7 @@ static size_t dc_experts_backward(run_t *r, uint32_t l, const float *xm, const f
         if (!r->w1[at] && slot[e] == UINT32_MAX)
             run_die(r, "datacentric backward (expert neither held nor pulled)", MOE_EINVAL);
         const float *W1 = r->w1[at] ? r->w1[at] : wq + (size_t)slot[e] * W;
-        const float *W2 = r->w1[at] ? r->w2[at] : W1 + HF;
+        const float *W2 = r->w1[at] ? r->w2[at] : W1 + r->w1n;
         float *G1 = r->w1[at] ? g->w1[at] : gq + (size_t)slot[e] * W;
         pairs_backward(r, &pr, lo, start[e], NULL, W1, W2, G1, bw);
     }
@@ -629,7 +629,7 @@ static int holds_first(const run_t *r, size_t k)
  * holds none), in expert order, or back from v. Returns how many experts are replicated. */
 static size_t replica_grads(run_t *r, grads_t *g, double *v, int to_v)
 {
-    const size_t LE = (size_t)r->L * r->E, W = 2 * (size_t)r->H * r->F;
+    const size_t LE = (size_t)r->L * r->E, W = r->wn;
     size_t i = 0;
     for (size_t k = 0; k < LE; k++) {
         uint32_t n;
@@ -651,7 +651,7 @@ static size_t replica_grads(run_t *r, grads_t *g, double *v, int to_v)
  * Allreduces of doubles, every replicated expert. */
 static void reduce_replicas(run_t *r, grads_t *g)
 {
-    const size_t W = 2 * (size_t)r->H * r->F, piece = (size_t)1 << 24; /* an int count */
+    const size_t W = r->wn, piece = (size_t)1 << 24; /* an int count */
     size_t n = replica_grads(r, g, NULL, 1) * W;
     if (!n)
         return;
@@ -793,7 +793,7 @@ static void update(const run_t *r, int t, float *w, const float *g, float *m, fl
  * memory): mixers and gates alike on every rank, the experts held here. */
 static void optimizer_step(run_t *r, const grads_t *g, opt_t *o)
 {
-    size_t H = r->H, E = r->E, HF = H * r->F;
+    size_t H = r->H, E = r->E, W1 = r->w1n, W2 = r->wn - r->w1n;
     int adam = r->cfg.optimizer == MOE_RUN_ADAM;
     o->t++;
     for (uint32_t l = 0; l < r->L; l++) {
@@ -806,8 +806,8 @@ static void optimizer_step(run_t *r, const grads_t *g, opt_t *o)
             if (!r->w1[k])
                 continue;
             float *m = adam ? o->m.w1[k] : NULL, *v = adam ? o->v.w1[k] : NULL;
-            update(r, o->t, r->w1[k], g->w1[k], m, v, HF);
-            update(r, o->t, r->w2[k], g->w1[k] + HF, m ? m + HF : NULL, v ? v + HF : NULL, HF);
+            update(r, o->t, r->w1[k], g->w1[k], m, v, W1);
+            update(r, o->t, r->w2[k], g->w1[k] + W1, m ? m + W1 : NULL, v ? v + W1 : NULL, W2);
         }
     }
 }
@@ -832,6 +832,8 @@ static int reuse_auto(run_t *r)
     for (int c = MOE_LINK_INTRA; c <= MOE_LINK_INTER; c++)
         t.link[c] = (moe_link_t){.latency = v[0], .bw = v[1]};
     t.link[MOE_LINK_HOST] = (moe_link_t){.latency = 0, .bw = (double)bytes / fmax(cp[0], 1e-9)};
+    /* the rate that makes MPMoE's 4 M H FLOPs per row take one row's measured time, whichever
+     * expert kind the row went through */
     t.flops = 4.0 * r->H * r->F / fmax(v[2], 1e-12);
     moe_mpmoe_in_t in = {.B = (double)r->ntok * r->K / r->G, .M = r->H, .H = r->F,
                          .E = (double)r->E / r->G, .elem_bytes = 4, .topo = &t};
@@ -939,7 +941,7 @@ static double ref_curve(run_t *r, moe_kern_model_t *md, moe_kern_model_t *ref, c
                         const float *tg, const int32_t *ri, const float *rw, double rloss)
 {
     int total = r->cfg.warmup + r->cfg.iters;
-    size_t nm = (size_t)r->L * r->H, ng = nm * r->E, nw = (size_t)r->L * r->E * 2 * r->H * r->F;
+    size_t nm = (size_t)r->L * r->H, ng = nm * r->E, nw = (size_t)r->L * r->E * r->wn;
     int adam = r->cfg.optimizer == MOE_RUN_ADAM;
     float *mv = adam ? calloc(2 * (nm + ng + nw) + 1, sizeof *mv) : NULL;
     if (adam && !mv)
@@ -964,14 +966,14 @@ static double ref_curve(run_t *r, moe_kern_model_t *md, moe_kern_model_t *ref, c
 double run_train_check(run_t *r)
 {
     /* the seeded weights again, then one step without the update */
-    size_t HF = (size_t)r->H * r->F, HE = (size_t)r->H * r->E, L = r->L, E = r->E;
+    size_t W = r->wn, HE = (size_t)r->H * r->E, L = r->L, E = r->E;
     for (uint32_t l = 0; l < r->L; l++) {
         moe_kern_init_mixer(r->cfg.seed, l, r->E, r->H, r->mix[l]);
         moe_kern_init_gate(r->cfg.seed, l, r->E, r->H, r->wg[l]);
         for (uint32_t e = 0; e < r->E; e++)
             if (r->w1[l * E + e])
-                moe_kern_init_expert(r->cfg.seed, l, e, r->E, r->H, r->F, r->w1[l * E + e],
-                                     r->w2[l * E + e]);
+                moe_kern_init_expert(r->cfg.seed, l, e, r->E, r->H, r->F, r->expert,
+                                     r->w1[l * E + e], r->w2[l * E + e]);
     }
     grads_t g = {0};
     grads_alloc(r, &g);
@@ -979,15 +981,15 @@ double run_train_check(run_t *r)
     double loss = step(r, &g);
     /* the experts' gradients (from the first copy of each) and the inputs' gradients (each
      * token's row where it started: the step's last gradient rows) to rank 0 */
-    size_t ne = L * E * 2 * HF, nx = r->ntok * r->H;
+    size_t ne = L * E * W, nx = r->ntok * r->H;
     double *v = calloc(ne + nx + 1, sizeof *v);
     if (!v) {
         grads_free(r, &g);
         run_die(r, "--check", MOE_ENOMEM);
     }
     for (size_t k = 0; k < L * E; k++)
-        for (size_t i = 0; holds_first(r, k) && i < 2 * HF; i++)
-            v[k * 2 * HF + i] = g.w1[k][i];
+        for (size_t i = 0; holds_first(r, k) && i < W; i++)
+            v[k * W + i] = g.w1[k][i];
     const float *dxr = r->h[TS_OUT];
     for (size_t i = 0; i < r->nloc; i++)
         for (size_t h = 0; h < r->H; h++)
@@ -1012,8 +1014,9 @@ double run_train_check(run_t *r)
                 rw[i] = r->wts[i];
             }
         }
-        rc = rc ? rc : moe_kern_model_init(&md, r->cfg.seed, r->L, r->E, r->K, r->H, r->F);
-        rc = rc ? rc : moe_kern_model_init(&ref, 0, r->L, r->E, r->K, r->H, r->F);
+        rc = rc ? rc : moe_kern_model_init(&md, r->cfg.seed, r->L, r->E, r->K, r->H, r->F,
+                                             r->expert);
+        rc = rc ? rc : moe_kern_model_init(&ref, 0, r->L, r->E, r->K, r->H, r->F, r->expert);
         double rloss = 0;
         if (!rc) {
             for (size_t t = 0; t < r->ntok; t++) {

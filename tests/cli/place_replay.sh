@@ -26,7 +26,8 @@ rows() { grep -e '^INTERVAL' -e '^SUMMARY' "$1"; }
 # With --window 10 --every 10: interval 0 (tokens 0-9) runs under A, fitted on them; the re-fit
 # at token 10 sees tokens 0-9 again (A: 0 copies); the one at 20 sees tokens 10-19 (B): per
 # layer, expert 1 on r0 and expert 0 on r1 are new, 2 copies, 4 over the 2 layers, each
-# 2 x H x F x B = 2 x 16 x 32 x 2 = 2048 bytes.
+# 3 x H x F x B = 3 x 16 x 32 x 2 = 3072 bytes (SwiGLU experts, the default: gate, up and down;
+# --expert silu: 2 x, 2048 bytes).
 # Figures: a token whose expert is off its source rank r0 costs vanilla 2 transfers per layer
 # (dispatch and combine) and coherent 1 for the whole token (dispatch at layer 0; then it lives
 # on that rank, and layer 1 uses the same expert there). Off r0 under A: experts 1, 2; under B:
@@ -35,7 +36,7 @@ rows() { grep -e '^INTERVAL' -e '^SUMMARY' "$1"; }
 # under A: r0 4+1, r1 3+2 -> 1.0; B under A: r0 3+1, r1 4+2 -> 6/5 = 1.2; B under B: 5, 5 -> 1.0.
 # Summary over the 60 cells: coherent 16/60 and 17/60, vanilla 64/60 and 68/60, load
 # (1.0 + 1.2 + 1.0) / 3 and (1.0 + 1.2 + 1.2) / 3.
-copy=$((2 * 16 * 32 * 2))
+copy=$((3 * 16 * 32 * 2))
 moved=$((4 * copy))
 {
     for i in 1 2 3 4; do echo "0 0"; done
@@ -62,14 +63,26 @@ INTERVAL	2	20	10	yes	0.2500	0.3000	1.0000	1.2000	1.0000	1.2000	4	$moved
 SUMMARY	30	3	2	0.2667	0.2833	1.0667	1.1333	1.0667	1.1333	4	$moved
 EOF
 
-begin "hand-made trace: figures and migration bytes (4 copies x 2 x H x F x B)"
+begin "hand-made trace: figures and migration bytes (4 copies x 3 x H x F x B)"
 # shellcheck disable=SC2086
 expect_exit 0 mp $REPLAY "$H"
 expect_no_stderr
 rows "$T/out" >"$T/got"
 same_file "$T/got" "$T/want" "replay rows"
-grep -qx "# copy: $copy bytes (2 x hidden 16 x ffn 32 x 2 bytes)" "$T/out" ||
+grep -qx "# copy: $copy bytes (3 x hidden 16 x ffn 32 x 2 bytes, swiglu)" "$T/out" ||
     fail "copy size line: $(grep '^# copy' "$T/out")"
+end
+
+begin "--expert silu: a copy is two matrices (4 copies x 2 x H x F x B)"
+# shellcheck disable=SC2086
+expect_exit 0 mp $REPLAY --expert silu "$H"
+grep -qx "# copy: 2048 bytes (2 x hidden 16 x ffn 32 x 2 bytes, silu)" "$T/out" ||
+    fail "copy size line: $(grep '^# copy' "$T/out")"
+awk -F '\t' '$1 == "SUMMARY" && $12 != 8192 { exit 1 }' "$T/out" ||
+    fail "moved bytes with --expert silu: $(grep '^SUMMARY' "$T/out")"
+# shellcheck disable=SC2086
+expect_exit 2 mp $REPLAY --expert gelu "$H"
+expect_tool_usage moe-place replay "unknown expert 'gelu'"
 end
 
 begin "--threshold: re-fit only past the measured load since the last fit"

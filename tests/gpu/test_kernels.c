@@ -321,44 +321,45 @@ static void test_permutes(void)
 
 /* ------------------------------------------------------------------ expert FFN */
 
-static void ffn_case(int dt, int mode, uint32_t H, uint32_t F)
+static void ffn_case(int dt, int mode, uint32_t H, uint32_t F, int expert)
 {
+    const size_t HC = H * moe_kern_w1_cols(F, expert);
     enum { G = 5 };
     size_t off[G + 1] = {0, 40, 40, 97, 98, 163}; /* expert 1 gets no rows */
     const size_t n = off[G], es = moe_dtype_size(dt);
-    float *x = randf(n * H, 1.0), *W1 = randf((size_t)G * H * F, 1.0 / sqrt(H));
+    float *x = randf(n * H, 1.0), *W1 = randf(G * HC, 1.0 / sqrt(H));
     float *W2 = randf((size_t)G * F * H, 1.0 / sqrt(F));
-    void *xp = malloc(n * H * es), *w1p = malloc((size_t)G * H * F * es);
+    void *xp = malloc(n * H * es), *w1p = malloc(G * HC * es);
     void *w2p = malloc((size_t)G * F * H * es);
     moe_kern_pack(x, n * H, dt, xp);
-    moe_kern_pack(W1, (size_t)G * H * F, dt, w1p);
+    moe_kern_pack(W1, G * HC, dt, w1p);
     moe_kern_pack(W2, (size_t)G * F * H, dt, w2p);
     /* reference in fp32 on exactly the values the GPU sees */
     moe_kern_unpack(xp, n * H, dt, x);
-    moe_kern_unpack(w1p, (size_t)G * H * F, dt, W1);
+    moe_kern_unpack(w1p, G * HC, dt, W1);
     moe_kern_unpack(w2p, (size_t)G * F * H, dt, W2);
     const float *p1[G], *p2[G];
     for (int g = 0; g < G; g++) {
-        p1[g] = W1 + (size_t)g * H * F;
+        p1[g] = W1 + g * HC;
         p2[g] = W2 + (size_t)g * F * H;
     }
     float *ref = malloc(n * H * 4), *got = malloc(n * H * 4);
-    CHECK_EQ_INT(moe_kern_ffn_grouped(x, G, off, H, F, p1, p2, ref, NULL), 0);
-    void *d_x = to_dev(xp, n * H * es), *d_w1 = to_dev(w1p, (size_t)G * H * F * es);
+    CHECK_EQ_INT(moe_kern_ffn_grouped(x, G, off, H, F, expert, p1, p2, ref, NULL), 0);
+    void *d_x = to_dev(xp, n * H * es), *d_w1 = to_dev(w1p, G * HC * es);
     void *d_w2 = to_dev(w2p, (size_t)G * F * H * es), *d_y = dev_alloc(n * H * es);
     const void *q1[G], *q2[G];
     for (int g = 0; g < G; g++) {
-        q1[g] = g == 1 ? NULL : (const char *)d_w1 + (size_t)g * H * F * es;
+        q1[g] = g == 1 ? NULL : (const char *)d_w1 + g * HC * es;
         q2[g] = g == 1 ? NULL : (const char *)d_w2 + (size_t)g * F * H * es;
     }
     moe_gpu_ctx_set_gemm_mode(ctx, mode);
-    GPU_OK(moe_gpu_ffn_grouped(ctx, dt, d_x, G, off, H, F, q1, q2, d_y));
+    GPU_OK(moe_gpu_ffn_grouped(ctx, dt, d_x, G, off, H, F, expert, q1, q2, d_y));
     void *yp = from_dev(d_y, n * H * es);
     moe_kern_unpack(yp, n * H, dt, got);
     double err = max_rel(got, ref, n * H);
     if (!(err <= tol(dt)))
-        fprintf(stderr, "ffn %s mode %d H %u F %u: max rel diff %g\n", moe_dtype_name(dt), mode,
-                H, F, err);
+        fprintf(stderr, "ffn %s %s mode %d H %u F %u: max rel diff %g\n", moe_expert_name(expert),
+                moe_dtype_name(dt), mode, H, F, err);
     CHECK(err <= tol(dt));
     cudaFree(d_x);
     cudaFree(d_w1);
@@ -379,11 +380,15 @@ static void test_ffn(void)
 {
     for (int dt = MOE_DTYPE_FP32; dt <= MOE_DTYPE_FP16; dt++)
         for (int mode = MOE_GPU_GEMM_GROUPED; mode <= MOE_GPU_GEMM_LOOP; mode++) {
-            ffn_case(dt, mode, 128, 96);
-            ffn_case(dt, mode, 72, 40);
+            for (int ex = MOE_EXPERT_SWIGLU; ex <= MOE_EXPERT_SILU; ex++) {
+                ffn_case(dt, mode, 128, 96, ex);
+                ffn_case(dt, mode, 72, 40, ex);
+            }
         }
-    size_t bad[3] = {0, 5, 4};
-    CHECK(moe_gpu_ffn_grouped(ctx, MOE_DTYPE_FP32, NULL, 2, bad, 8, 8, NULL, NULL, NULL) != 0);
+    size_t bad[3] = {0, 5, 4}, good[3] = {0, 4, 5};
+    CHECK(moe_gpu_ffn_grouped(ctx, MOE_DTYPE_FP32, NULL, 2, bad, 8, 8, MOE_EXPERT_SILU, NULL, NULL,
+                              NULL) != 0);
+    CHECK(moe_gpu_ffn_grouped(ctx, MOE_DTYPE_FP32, NULL, 2, good, 8, 8, 9, NULL, NULL, NULL) != 0);
 }
 
 static void test_gemm(void)
@@ -413,38 +418,39 @@ static void test_gemm(void)
 /* The FFN's backward (training) against moe_kern_ffn_backward_scaled, fp32: n rows of one
  * expert with row scales, pre-activations recomputed and given, gradients accumulated onto
  * non-zero starting values (as the runtime accumulates over experts and chunks). */
-static void ffn_backward_case(size_t n, uint32_t H, uint32_t F, int kept)
+static void ffn_backward_case(size_t n, uint32_t H, uint32_t F, int expert, int kept)
 {
-    size_t nH = n * H, nF = n * F, HF = (size_t)H * F;
+    const size_t C = moe_kern_w1_cols(F, expert);
+    size_t nH = n * H, nC = n * C, HC = H * C, HF = (size_t)H * F;
     float *x = randf(nH, 1.0), *dy = randf(nH, 1.0), *s = randf(n + 1, 0.5);
-    float *W1 = randf(HF, 1.0 / sqrt(H)), *W2 = randf(HF, 1.0 / sqrt(F)), *a = malloc(nF * 4 + 4);
-    for (size_t i = 0; i < nF; i++) { /* a = x W1, as the forward kept it */
+    float *W1 = randf(HC, 1.0 / sqrt(H)), *W2 = randf(HF, 1.0 / sqrt(F)), *a = malloc(nC * 4 + 4);
+    for (size_t i = 0; i < nC; i++) { /* a = x W1, as the forward kept it */
         double t = 0;
         for (uint32_t h = 0; h < H; h++)
-            t += (double)x[(i / F) * H + h] * W1[(size_t)h * F + i % F];
+            t += (double)x[(i / C) * H + h] * W1[(size_t)h * C + i % C];
         a[i] = (float)t;
     }
-    float *dx = randf(nH, 0.1), *dW1 = randf(HF, 0.1), *dW2 = randf(HF, 0.1);
-    float *ds = randf(n + 1, 0.1), *rx = malloc(nH * 4 + 4), *rW1 = malloc(HF * 4);
+    float *dx = randf(nH, 0.1), *dW1 = randf(HC, 0.1), *dW2 = randf(HF, 0.1);
+    float *ds = randf(n + 1, 0.1), *rx = malloc(nH * 4 + 4), *rW1 = malloc(HC * 4);
     float *rW2 = malloc(HF * 4), *rs = malloc(n * 4 + 4);
     memcpy(rx, dx, nH * 4);
-    memcpy(rW1, dW1, HF * 4);
+    memcpy(rW1, dW1, HC * 4);
     memcpy(rW2, dW2, HF * 4);
     memcpy(rs, ds, n * 4);
-    CHECK(moe_kern_ffn_backward_scaled(x, kept ? a : NULL, n, H, F, W1, W2, dy, s, rx, rW1, rW2,
-                                       rs, NULL) == 0);
+    CHECK(moe_kern_ffn_backward_scaled(x, kept ? a : NULL, n, H, F, expert, W1, W2, dy, s, rx,
+                                       rW1, rW2, rs, NULL) == 0);
     float *d_x = to_dev(x, nH * 4), *d_dy = to_dev(dy, nH * 4), *d_s = to_dev(s, n * 4 + 4);
-    float *d_W1 = to_dev(W1, HF * 4), *d_W2 = to_dev(W2, HF * 4), *d_a = to_dev(a, nF * 4 + 4);
-    float *d_dx = to_dev(dx, nH * 4), *d_dW1 = to_dev(dW1, HF * 4), *d_dW2 = to_dev(dW2, HF * 4);
+    float *d_W1 = to_dev(W1, HC * 4), *d_W2 = to_dev(W2, HF * 4), *d_a = to_dev(a, nC * 4 + 4);
+    float *d_dx = to_dev(dx, nH * 4), *d_dW1 = to_dev(dW1, HC * 4), *d_dW2 = to_dev(dW2, HF * 4);
     float *d_ds = to_dev(ds, n * 4 + 4);
-    GPU_OK(moe_gpu_ffn_backward(ctx, d_x, kept ? d_a : NULL, n, H, F, d_W1, d_W2, d_dy, d_s,
-                                d_dx, d_dW1, d_dW2, d_ds));
-    float *gx = from_dev(d_dx, nH * 4), *gW1 = from_dev(d_dW1, HF * 4);
+    GPU_OK(moe_gpu_ffn_backward(ctx, d_x, kept ? d_a : NULL, n, H, F, expert, d_W1, d_W2, d_dy,
+                                d_s, d_dx, d_dW1, d_dW2, d_ds));
+    float *gx = from_dev(d_dx, nH * 4), *gW1 = from_dev(d_dW1, HC * 4);
     float *gW2 = from_dev(d_dW2, HF * 4), *gs = from_dev(d_ds, n * 4);
     double e = fmax(fmax(max_rel(gx, rx, nH), max_rel(gs, rs, n)),
-                    fmax(max_rel(gW1, rW1, HF), max_rel(gW2, rW2, HF)));
-    printf("  ffn backward n %zu H %u F %u (a %s): max rel %.3g\n", n, H, F,
-           kept ? "kept" : "recomputed", e);
+                    fmax(max_rel(gW1, rW1, HC), max_rel(gW2, rW2, HF)));
+    printf("  ffn backward %s n %zu H %u F %u (a %s): max rel %.3g\n", moe_expert_name(expert), n,
+           H, F, kept ? "kept" : "recomputed", e);
     CHECK(e < 1e-4);
     void *dev[] = {d_x, d_dy, d_s, d_W1, d_W2, d_a, d_dx, d_dW1, d_dW2, d_ds};
     for (size_t i = 0; i < sizeof dev / sizeof *dev; i++)
@@ -510,13 +516,16 @@ static void test_layer_backward(void)
 
 static void test_ffn_backward(void)
 {
-    for (int kept = 0; kept < 2; kept++) {
-        ffn_backward_case(37, 64, 48, kept);
-        ffn_backward_case(300, 128, 352, kept); /* rows beyond one thread block of F */
-        ffn_backward_case(1, 33, 17, kept);     /* odd sizes, one row */
-    }
-    CHECK(moe_gpu_ffn_backward(ctx, NULL, NULL, 0, 8, 8, NULL, NULL, NULL, NULL, NULL, NULL,
-                               NULL, NULL) == 0); /* no rows: nothing to do */
+    for (int ex = MOE_EXPERT_SWIGLU; ex <= MOE_EXPERT_SILU; ex++)
+        for (int kept = 0; kept < 2; kept++) {
+            ffn_backward_case(37, 64, 48, ex, kept);
+            ffn_backward_case(300, 128, 352, ex, kept); /* rows beyond one thread block of F */
+            ffn_backward_case(1, 33, 17, ex, kept);     /* odd sizes, one row */
+        }
+    CHECK(moe_gpu_ffn_backward(ctx, NULL, NULL, 0, 8, 8, MOE_EXPERT_SILU, NULL, NULL, NULL, NULL,
+                               NULL, NULL, NULL, NULL) == 0); /* no rows: nothing to do */
+    CHECK(moe_gpu_ffn_backward(ctx, NULL, NULL, 1, 8, 8, 9, NULL, NULL, NULL, NULL, NULL, NULL,
+                               NULL, NULL) != 0); /* an unknown kind */
 }
 
 int main(void)

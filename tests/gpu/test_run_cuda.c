@@ -40,7 +40,9 @@ static void test_kernels(moe_run_backend_t *cpu, moe_run_backend_t *gpu, int dty
     const size_t n = 96;
     const uint32_t H = 64, F = 48, E = 8, K = 2;
     float *x = randf(n * H, 1.0), *m = randf(H, 1.0), *Wg = randf(H * E, 1.0 / 8);
-    float *neww1 = randf((size_t)H * F, 0.2);
+    const int ex = MOE_EXPERT_SWIGLU; /* W1 is H x 2F */
+    const size_t HC = H * moe_kern_w1_cols(F, ex);
+    float *neww1 = randf(HC, 0.2);
     moe_run_backend_t *be[2] = {cpu, gpu};
     float *out[2][4];
     int32_t *ids[2];
@@ -73,18 +75,18 @@ static void test_kernels(moe_run_backend_t *cpu, moe_run_backend_t *gpu, int dty
         /* expert weights: E separate buffers each, as the runtime keeps them */
         const float *W1[8], *W2[8];
         for (uint32_t e = 0; e < E; e++) {
-            float *w1 = malloc((size_t)H * F * 4), *w2 = malloc((size_t)F * H * 4);
-            moe_kern_init_expert(7, 0, e, E, H, F, w1, w2);
-            W1[e] = put(b, w1, (size_t)H * F * 4);
+            float *w1 = malloc(HC * 4), *w2 = malloc((size_t)F * H * 4);
+            moe_kern_init_expert(7, 0, e, E, H, F, ex, w1, w2);
+            W1[e] = put(b, w1, HC * 4);
             W2[e] = put(b, w2, (size_t)F * H * 4);
             free(w1);
             free(w2);
         }
-        CHECK_EQ_INT(b->ops->ffn_grouped(b, xs, E, off, H, F, W1, W2, ys), 0);
+        CHECK_EQ_INT(b->ops->ffn_grouped(b, xs, E, off, H, F, ex, W1, W2, ys), 0);
         out[i][2] = get(b, ys, n * K * H * 4);
         /* new weights into the same buffers of expert 0: the result must follow */
-        CHECK_EQ_INT(b->ops->upload(b, (void *)W1[0], neww1, (size_t)H * F * 4), 0);
-        CHECK_EQ_INT(b->ops->ffn_grouped(b, xs, E, off, H, F, W1, W2, ys), 0);
+        CHECK_EQ_INT(b->ops->upload(b, (void *)W1[0], neww1, HC * 4), 0);
+        CHECK_EQ_INT(b->ops->ffn_grouped(b, xs, E, off, H, F, ex, W1, W2, ys), 0);
         /* combine: unweighted scatter back into x */
         CHECK_EQ_INT(b->ops->scatter_add(b, ys, didx, NULL, n * K, H, dx), 0);
         out[i][3] = get(b, dx, n * H * 4);

@@ -326,56 +326,81 @@ static void test_gather_scatter(void)
     CHECK(o3[H - 1] == 1e8f);
 }
 
-static void ffn_naive(const float *x, int H, int F, const float *W1, const float *W2, double *y)
+/* The expert in double, straight from its definition: a = x^ W1 (SwiGLU: x^ the row over its
+ * RMS, C = 2F columns; SiLU: x^ = x, C = F), the activation silu(a) or silu(g) u with g =
+ * a[0..F) and u = a[F..2F), then y = act W2. */
+static void ffn_naive(const float *x, int H, int F, int expert, const float *W1, const float *W2,
+                      double *y)
 {
-    double a[256];
-    for (int f = 0; f < F; f++) {
+    const int C = expert == MOE_EXPERT_SWIGLU ? 2 * F : F;
+    double a[512], act[256], ms = 0;
+    for (int h = 0; h < H; h++)
+        ms += (double)x[h] * x[h];
+    const double r = C == F ? 1 : 1 / sqrt(ms / H + 1e-6); /* SwiGLU's input RMS norm */
+    for (int c = 0; c < C; c++) {
         double s = 0;
         for (int h = 0; h < H; h++)
-            s += (double)x[h] * W1[h * F + f];
-        a[f] = s / (1 + exp(-s));
+            s += (double)x[h] * r * W1[h * C + c];
+        a[c] = s;
     }
+    for (int f = 0; f < F; f++)
+        act[f] = a[f] / (1 + exp(-a[f])) * (C == F ? 1.0 : a[F + f]);
     for (int h = 0; h < H; h++) {
         double s = 0;
         for (int f = 0; f < F; f++)
-            s += a[f] * W2[f * H + h];
+            s += act[f] * W2[f * H + h];
         y[h] = s;
     }
 }
 
-static void test_ffn(void)
+static void test_ffn_kind(int expert)
 {
     enum { N = 37, H = 48, F = 40, G = 4 };
-    static float x[N * H], y[N * H], yg[N * H], W1[G][H * F], W2[G][F * H];
+    static float x[N * H], y[N * H], yg[N * H], W1[G][H * 2 * F], W2[G][F * H];
     static double ref[N * H];
+    const size_t C = moe_kern_w1_cols(F, expert);
+    CHECK_EQ_INT((int)C, expert == MOE_EXPERT_SWIGLU ? 2 * F : F);
+    CHECK_EQ_INT((int)moe_kern_expert_floats(H, F, expert), (int)(H * C + F * H));
     moe_rng_t r;
     moe_rng_seed(&r, 4);
     fill(&r, x, N * H, 1.0);
     for (int g = 0; g < G; g++) {
-        fill(&r, W1[g], H * F, 1.0 / sqrt(H));
+        fill(&r, W1[g], H * C, 1.0 / sqrt(H));
         fill(&r, W2[g], F * H, 1.0 / sqrt(F));
     }
     for (int i = 0; i < N; i++)
-        ffn_naive(x + i * H, H, F, W1[0], W2[0], ref + i * H);
-    CHECK_EQ_INT(moe_kern_ffn(x, N, H, F, W1[0], W2[0], y, NULL), 0);
+        ffn_naive(x + i * H, H, F, expert, W1[0], W2[0], ref + i * H);
+    CHECK_EQ_INT(moe_kern_ffn(x, N, H, F, expert, W1[0], W2[0], y, NULL), 0);
     CHECK(rel_err(y, ref, N * H) < 1e-5);
     float *work = malloc(moe_kern_ffn_work_size(F) * sizeof *work);
     memset(y, 0, sizeof y);
-    CHECK_EQ_INT(moe_kern_ffn(x, N, H, F, W1[0], W2[0], y, work), 0);
+    CHECK_EQ_INT(moe_kern_ffn(x, N, H, F, expert, W1[0], W2[0], y, work), 0);
     CHECK(rel_err(y, ref, N * H) < 1e-5);
-    CHECK_EQ_INT(moe_kern_ffn(x, 0, H, F, W1[0], W2[0], y, work), 0);
+    CHECK_EQ_INT(moe_kern_ffn(x, 0, H, F, expert, W1[0], W2[0], y, work), 0);
+    CHECK_EQ_INT(moe_kern_ffn(x, N, H, F, 7, W1[0], W2[0], y, work), MOE_EINVAL);
 
     /* grouped: rows 0..16 expert 0, none for expert 1, 17..35 expert 2, 36 expert 3 */
     size_t off[G + 1] = {0, 17, 17, 36, 37};
     const float *p1[G] = {W1[0], NULL, W1[2], W1[3]}, *p2[G] = {W2[0], NULL, W2[2], W2[3]};
-    CHECK_EQ_INT(moe_kern_ffn_grouped(x, G, off, H, F, p1, p2, yg, work), 0);
+    CHECK_EQ_INT(moe_kern_ffn_grouped(x, G, off, H, F, expert, p1, p2, yg, work), 0);
     for (int g = 0; g < G; g++)
         for (size_t i = off[g]; i < off[g + 1]; i++)
-            ffn_naive(x + i * H, H, F, W1[g], W2[g], ref + i * H);
+            ffn_naive(x + i * H, H, F, expert, W1[g], W2[g], ref + i * H);
     CHECK(rel_err(yg, ref, N * H) < 1e-5);
     size_t bad[3] = {0, 5, 4};
-    CHECK_EQ_INT(moe_kern_ffn_grouped(x, 2, bad, H, F, p1, p2, yg, work), MOE_EINVAL);
+    CHECK_EQ_INT(moe_kern_ffn_grouped(x, 2, bad, H, F, expert, p1, p2, yg, work), MOE_EINVAL);
     free(work);
+}
+
+static void test_ffn(void)
+{
+    test_ffn_kind(MOE_EXPERT_SWIGLU);
+    test_ffn_kind(MOE_EXPERT_SILU);
+    CHECK(strcmp(moe_expert_name(MOE_EXPERT_SWIGLU), "swiglu") == 0);
+    CHECK_EQ_INT(moe_expert_parse("silu"), MOE_EXPERT_SILU);
+    CHECK_EQ_INT(moe_expert_parse("gelu"), MOE_EINVAL);
+    CHECK_EQ_INT((int)moe_expert_mats(MOE_EXPERT_SWIGLU), 3);
+    CHECK_EQ_INT((int)moe_expert_mats(-1), 0);
 }
 
 /* ------------------------------------------------------------------ seeded model */
@@ -383,13 +408,20 @@ static void test_ffn(void)
 static void test_init(void)
 {
     enum { E = 6, H = 8, F = 5 };
-    float W1[H * F], W2[F * H], Wg[H * E], m[H], x[3 * H], x1[H];
+    float W1[H * 2 * F], W2[F * H], Wg[H * E], m[H], x[3 * H], x1[H];
     const uint64_t seed = 1234;
     const uint32_t l = 2, e = 4;
-    moe_kern_init_expert(seed, l, e, E, H, F, W1, W2);
     moe_rng_t r;
-    moe_rng_seed(&r, moe_hash64(seed, (uint64_t)l * (E + 2) + e));
     int bad = 0;
+    /* SwiGLU: W1 is H x 2F (gate and up side by side), one stream with W2 */
+    moe_kern_init_expert(seed, l, e, E, H, F, MOE_EXPERT_SWIGLU, W1, W2);
+    moe_rng_seed(&r, moe_hash64(seed, (uint64_t)l * (E + 2) + e));
+    for (int i = 0; i < H * 2 * F; i++)
+        bad += W1[i] != (float)(moe_rng_normal(&r) / sqrt((double)H));
+    for (int i = 0; i < F * H; i++)
+        bad += W2[i] != (float)(moe_rng_normal(&r) / sqrt((double)F));
+    moe_kern_init_expert(seed, l, e, E, H, F, MOE_EXPERT_SILU, W1, W2);
+    moe_rng_seed(&r, moe_hash64(seed, (uint64_t)l * (E + 2) + e));
     for (int i = 0; i < H * F; i++)
         bad += W1[i] != (float)(moe_rng_normal(&r) / sqrt((double)H));
     for (int i = 0; i < F * H; i++)
@@ -411,9 +443,9 @@ static void test_init(void)
     CHECK_EQ_INT(bad, 0);
     /* neighbouring layers and experts are different streams */
     float V1[H * F], V2[F * H];
-    moe_kern_init_expert(seed, l + 1, e, E, H, F, V1, V2);
+    moe_kern_init_expert(seed, l + 1, e, E, H, F, MOE_EXPERT_SILU, V1, V2);
     CHECK(memcmp(V1, W1, sizeof V1) != 0);
-    moe_kern_init_expert(seed, l, e - 1, E, H, F, V1, V2);
+    moe_kern_init_expert(seed, l, e - 1, E, H, F, MOE_EXPERT_SILU, V1, V2);
     CHECK(memcmp(V1, W1, sizeof V1) != 0);
 }
 

@@ -1,8 +1,8 @@
 /* tests/unit/test_kern_train.c -- the reference backward of moe-run's layer (moe/kern.h):
  * every gradient of a tiny seeded model (2 layers, 4 experts, top 2, H 6, F 5, 7 tokens) --
- * mixers, gates, both expert matrices and the inputs -- against central finite differences of
+ * mixers, gates, the expert matrices and the inputs -- against central finite differences of
  * the loss, the kernels' documented edge cases, and the row-scaled backward of a serving rank
- * against the plain one. */
+ * against the plain one; SwiGLU and SiLU experts alike. */
 #include "config.h"
 
 #include <math.h>
@@ -45,11 +45,22 @@ static double fd_err(const moe_kern_model_t *md, float *x, const float *t, float
     return worst;
 }
 
-static void test_finite_differences(void)
+static void test_finite_differences(int expert)
 {
     moe_kern_model_t md, g;
-    CHECK_EQ_INT(moe_kern_model_init(&md, 3, L, E, K, H, F), 0);
-    CHECK_EQ_INT(moe_kern_model_init(&g, 0, L, E, K, H, F), 0);
+    const size_t NW = (size_t)L * E * moe_kern_expert_floats(H, F, expert);
+    printf(" %s experts:\n", moe_expert_name(expert));
+    CHECK_EQ_INT(moe_kern_model_init(&md, 3, L, E, K, H, F, expert), 0);
+    CHECK_EQ_INT(moe_kern_model_init(&g, 0, L, E, K, H, F, expert), 0);
+    moe_kern_model_t other;
+    CHECK_EQ_INT(moe_kern_model_init(&other, 0, L, E, K, H, F, !expert), 0);
+    float x0[N * H], t0[N * H];
+    double l0;
+    moe_kern_init_tokens(11, 0, N, H, x0);
+    moe_kern_init_tokens(12, 0, N, H, t0);
+    /* a gradient of the other kind's shape is refused */
+    CHECK_EQ_INT(moe_kern_model_loss_grad(&md, x0, N, t0, &l0, &other, NULL), MOE_EINVAL);
+    moe_kern_model_free(&other);
     float x[N * H], t[N * H], dx[N * H];
     moe_kern_init_tokens(11, 0, N, H, x);
     moe_kern_init_tokens(12, 0, N, H, t);
@@ -61,12 +72,12 @@ static void test_finite_differences(void)
     const double tol = 2e-3;
     CHECK(fd_err(&md, x, t, md.m, g.m, (size_t)L * H, "mixers") < tol);
     CHECK(fd_err(&md, x, t, md.Wg, g.Wg, (size_t)L * H * E, "gates") < tol);
-    CHECK(fd_err(&md, x, t, md.W, g.W, (size_t)L * E * 2 * H * F, "experts") < tol);
+    CHECK(fd_err(&md, x, t, md.W, g.W, NW, "experts") < tol);
     CHECK(fd_err(&md, x, t, x, dx, (size_t)N * H, "inputs") < tol);
     /* a wrong gradient is seen: the expert gradients scaled by 1.1 */
-    for (size_t i = 0; i < (size_t)L * E * 2 * H * F; i++)
+    for (size_t i = 0; i < NW; i++)
         g.W[i] *= 1.1f;
-    CHECK(fd_err(&md, x, t, md.W, g.W, (size_t)L * E * 2 * H * F, "(x 1.1)") > 0.05);
+    CHECK(fd_err(&md, x, t, md.W, g.W, NW, "(x 1.1)") > 0.05);
     moe_kern_model_free(&md);
     moe_kern_model_free(&g);
 }
@@ -74,8 +85,13 @@ static void test_finite_differences(void)
 static void test_edges(void)
 {
     moe_kern_model_t md;
-    CHECK_EQ_INT(moe_kern_model_init(&md, 1, 1, 2, 3, 4, 4), MOE_EINVAL); /* K > E */
-    CHECK_EQ_INT(moe_kern_model_init(&md, 1, 0, 2, 1, 4, 4), MOE_EINVAL);
+    /* K > E */
+    CHECK_EQ_INT(moe_kern_model_init(&md, 1, 1, 2, 3, 4, 4, MOE_EXPERT_SILU), MOE_EINVAL);
+    CHECK_EQ_INT(moe_kern_model_init(&md, 1, 0, 2, 1, 4, 4, MOE_EXPERT_SILU), MOE_EINVAL);
+    CHECK_EQ_INT(moe_kern_model_init(&md, 1, 1, 2, 1, 4, 4, 9), MOE_EINVAL); /* unknown kind */
+    float w9[32] = {0}, x9[4] = {0};
+    CHECK_EQ_INT(moe_kern_ffn_backward(x9, 1, 4, 4, 9, w9, w9 + 16, x9, NULL, NULL, NULL, NULL),
+                 MOE_EINVAL);
     moe_kern_model_free(&md);
     /* a missing cell (ids[0] < 0) gets no gate gradient */
     float x[4] = {1, 2, 3, 4}, Wg[8] = {1, 1, 1, 1, 1, 1, 1, 1}, w[2] = {0.5f, 0.5f};
@@ -101,11 +117,12 @@ static void test_edges(void)
 /* The row-scaled backward (what a serving rank runs, moe-run --reuse): with the forward's
  * pre-activations kept (moe_kern_ffn_grouped_act) or recomputed, its gradients equal the plain
  * backward's of the pre-scaled output gradient, and ds is dy . y with y the expert's output. */
-static void test_scaled(void)
+static void test_scaled(int expert)
 {
     enum { R = 3 };
-    float W[2 * H * F], x[R * H], go[R * H], sdy[R * H], y[R * H], a[R * F], s[R];
-    for (size_t i = 0; i < 2 * H * F; i++)
+    const size_t C = moe_kern_w1_cols(F, expert), NW = moe_kern_expert_floats(H, F, expert);
+    float W[3 * H * F], x[R * H], go[R * H], sdy[R * H], y[R * H], a[R * 2 * F], s[R];
+    for (size_t i = 0; i < NW; i++)
         W[i] = (float)sin(0.7 * (double)i) * 0.5f;
     for (size_t i = 0; i < R * H; i++) {
         x[i] = (float)cos(1.3 * (double)i);
@@ -115,23 +132,26 @@ static void test_scaled(void)
         s[i] = 0.25f + 0.3f * (float)i;
     for (size_t i = 0; i < R * H; i++)
         sdy[i] = s[i / H] * go[i];
-    const float *W1[1] = {W}, *W2[1] = {W + H * F};
+    const float *W1[1] = {W}, *W2[1] = {W + H * C};
     size_t off[2] = {0, R};
-    CHECK_EQ_INT(moe_kern_ffn_grouped_act(x, 1, off, H, F, W1, W2, y, a, NULL), 0);
+    CHECK_EQ_INT(moe_kern_ffn_grouped_act(x, 1, off, H, F, expert, W1, W2, y, a, NULL), 0);
     float y2[R * H];
-    CHECK_EQ_INT(moe_kern_ffn(x, R, H, F, W, W + H * F, y2, NULL), 0);
+    CHECK_EQ_INT(moe_kern_ffn(x, R, H, F, expert, W, W + H * C, y2, NULL), 0);
     for (size_t i = 0; i < R * H; i++)
         CHECK(y[i] == y2[i]); /* keeping the pre-activations changes nothing */
-    float dx0[R * H] = {0}, dw0[2 * H * F] = {0};
-    CHECK_EQ_INT(moe_kern_ffn_backward(x, R, H, F, W, W + H * F, sdy, dx0, dw0, dw0 + H * F, NULL),
+    float dx0[R * H] = {0}, dw0[3 * H * F] = {0};
+    CHECK_EQ_INT(moe_kern_ffn_backward(x, R, H, F, expert, W, W + H * C, sdy, dx0, dw0,
+                                       dw0 + H * C, NULL),
                  0);
     for (int kept = 0; kept < 2; kept++) {
-        float dx[R * H] = {0}, dw[2 * H * F] = {0}, ds[R] = {0};
-        CHECK_EQ_INT(moe_kern_ffn_backward_scaled(x, kept ? a : NULL, R, H, F, W, W + H * F, go,
-                                                  s, dx, dw, dw + H * F, ds, NULL), 0);
+        float dx[R * H] = {0}, dw[3 * H * F] = {0}, ds[R] = {0};
+        CHECK_EQ_INT(moe_kern_ffn_backward_scaled(x, kept ? a : NULL, R, H, F, expert, W,
+                                                  W + H * C, go, s, dx, dw, dw + H * C, ds,
+                                                  NULL),
+                     0);
         for (size_t i = 0; i < R * H; i++)
             CHECK(fabsf(dx[i] - dx0[i]) <= 1e-5f * (1 + fabsf(dx0[i])));
-        for (size_t i = 0; i < 2 * H * F; i++)
+        for (size_t i = 0; i < NW; i++)
             CHECK(fabsf(dw[i] - dw0[i]) <= 1e-5f * (1 + fabsf(dw0[i])));
         for (size_t i = 0; i < R; i++) {
             double d = 0;
@@ -146,11 +166,12 @@ static void test_scaled(void)
  * hidden and inner rows of whole 8-wide chunks and a tail) gives every gradient that one
  * call per row gives, with kept or recomputed pre-activations, row scales and their
  * gradients at the right rows. */
-static void test_blocks(void)
+static void test_blocks(int expert)
 {
     enum { R = 37, HB = 20, FB = 12 }; /* a vector's 8 and a tail */
-    static float W[2 * HB * FB], x[R * HB], go[R * HB], y[R * HB], a[R * FB], s[R];
-    for (size_t i = 0; i < 2 * HB * FB; i++)
+    const size_t C = moe_kern_w1_cols(FB, expert), NW = moe_kern_expert_floats(HB, FB, expert);
+    static float W[3 * HB * FB], x[R * HB], go[R * HB], y[R * HB], a[R * 2 * FB], s[R];
+    for (size_t i = 0; i < NW; i++)
         W[i] = (float)cos(0.3 * (double)i) * 0.5f;
     for (size_t i = 0; i < R * HB; i++) {
         x[i] = (float)sin(0.9 * (double)i);
@@ -158,23 +179,26 @@ static void test_blocks(void)
     }
     for (size_t i = 0; i < R; i++)
         s[i] = 0.1f + 0.05f * (float)i;
-    const float *W1[1] = {W}, *W2[1] = {W + HB * FB};
+    const float *W1[1] = {W}, *W2[1] = {W + HB * C};
     size_t off[2] = {0, R};
-    CHECK_EQ_INT(moe_kern_ffn_grouped_act(x, 1, off, HB, FB, W1, W2, y, a, NULL), 0);
+    CHECK_EQ_INT(moe_kern_ffn_grouped_act(x, 1, off, HB, FB, expert, W1, W2, y, a, NULL), 0);
     for (int kept = 0; kept < 2; kept++) {
-        static float dx[R * HB], dw[2 * HB * FB], ds[R], rx[R * HB], rw[2 * HB * FB], rs[R];
+        static float dx[R * HB], dw[3 * HB * FB], ds[R], rx[R * HB], rw[3 * HB * FB], rs[R];
         memset(dx, 0, sizeof dx), memset(dw, 0, sizeof dw), memset(ds, 0, sizeof ds);
         memset(rx, 0, sizeof rx), memset(rw, 0, sizeof rw), memset(rs, 0, sizeof rs);
-        CHECK_EQ_INT(moe_kern_ffn_backward_scaled(x, kept ? a : NULL, R, HB, FB, W, W + HB * FB, go,
-                                                  s, dx, dw, dw + HB * FB, ds, NULL), 0);
+        CHECK_EQ_INT(moe_kern_ffn_backward_scaled(x, kept ? a : NULL, R, HB, FB, expert, W,
+                                                  W + HB * C, go, s, dx, dw, dw + HB * C, ds,
+                                                  NULL),
+                     0);
         for (size_t i = 0; i < R; i++)
-            CHECK_EQ_INT(moe_kern_ffn_backward_scaled(x + i * HB, kept ? a + i * FB : NULL, 1, HB,
-                                                      FB, W, W + HB * FB, go + i * HB, s + i,
-                                                      rx + i * HB, rw, rw + HB * FB, rs + i, NULL),
+            CHECK_EQ_INT(moe_kern_ffn_backward_scaled(x + i * HB, kept ? a + i * C : NULL, 1, HB,
+                                                      FB, expert, W, W + HB * C, go + i * HB,
+                                                      s + i, rx + i * HB, rw, rw + HB * C, rs + i,
+                                                      NULL),
                          0);
         for (size_t i = 0; i < R * HB; i++)
             CHECK(fabsf(dx[i] - rx[i]) <= 1e-5f * (1 + fabsf(rx[i])));
-        for (size_t i = 0; i < 2 * HB * FB; i++)
+        for (size_t i = 0; i < NW; i++)
             CHECK(fabsf(dw[i] - rw[i]) <= 1e-5f * (1 + fabsf(rw[i])));
         for (size_t i = 0; i < R; i++)
             CHECK(fabsf(ds[i] - rs[i]) <= 1e-5f * (1 + fabsf(rs[i])) && rs[i] != 0);
@@ -183,9 +207,11 @@ static void test_blocks(void)
 
 int main(void)
 {
-    test_finite_differences();
+    for (int expert = MOE_EXPERT_SWIGLU; expert <= MOE_EXPERT_SILU; expert++) {
+        test_finite_differences(expert);
+        test_scaled(expert);
+        test_blocks(expert);
+    }
     test_edges();
-    test_scaled();
-    test_blocks();
     return unit_done("test_kern_train");
 }

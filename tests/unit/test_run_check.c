@@ -30,10 +30,10 @@ static moe_run_backend_ops_t faulty_ops;
 
 /* The first row of the first non-empty group comes out 1.0 too large in its first value. */
 static int faulty_ffn(moe_run_backend_t *b, const float *x, uint32_t G, const size_t *off,
-                      uint32_t H, uint32_t F, const float *const *W1, const float *const *W2,
-                      float *y)
+                      uint32_t H, uint32_t F, int expert, const float *const *W1,
+                      const float *const *W2, float *y)
 {
-    int rc = cpu_ops->ffn_grouped(b, x, G, off, H, F, W1, W2, y);
+    int rc = cpu_ops->ffn_grouped(b, x, G, off, H, F, expert, W1, W2, y);
     if (rc == 0 && fault == FAULT_FFN && off[G] > off[0])
         y[off[0] * H] += 1.0f;
     return rc;

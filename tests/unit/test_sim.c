@@ -88,6 +88,9 @@ static void topology(moe_topo_t *t, int flops)
  * all-gather of the tokens' states (hidden vectors, -1); issue 20 made a 4-byte token id the
  * default (0), which test_gather_id checks. */
 static double gather_bytes = -1;
+/* The experts: the figures below count two H x F matrices (SiLU); test_swiglu checks the
+ * default, three. */
+static int expert_kind = MOE_EXPERT_SILU;
 
 static moe_sim_t *simulate(const moe_placement_t *p, const moe_topo_t *t, int threads,
                            unsigned schemes)
@@ -95,6 +98,7 @@ static moe_sim_t *simulate(const moe_placement_t *p, const moe_topo_t *t, int th
     moe_sim_opts_t o;
     moe_sim_opts_default(&o);
     o.gather_bytes = gather_bytes;
+    o.expert = expert_kind;
     o.ffn = 16;
     o.chunks = 2;
     o.schemes = schemes;
@@ -404,6 +408,29 @@ static void test_gather_id(void)
     moe_placement_free(p);
 }
 
+/* SwiGLU experts (the default): an expert is three H x F matrices and a pair 6 H F FLOPs, 1.5x
+ * the SiLU figures of check_layers: 1536 bytes an expert, vanilla layer 0's compute 2 x 768 /
+ * 1e9, datacentric's one inter-node expert 1536 bytes. */
+static void test_swiglu(void)
+{
+    moe_placement_t *p = placement();
+    moe_topo_t t;
+    topology(&t, 1);
+    moe_sim_opts_t o;
+    moe_sim_opts_default(&o);
+    CHECK_EQ_INT(o.expert, MOE_EXPERT_SWIGLU);
+    expert_kind = MOE_EXPERT_SWIGLU;
+    moe_sim_t *s = simulate(p, &t, 0, 0);
+    expert_kind = MOE_EXPERT_SILU;
+    if (s) {
+        CHECK_NEAR(moe_sim_expert_bytes(s), 1536);
+        CHECK_NEAR(moe_sim_layer(s, MOE_SIM_VANILLA, 0)->compute, 1.536e-6);
+        CHECK_NEAR(moe_sim_layer(s, MOE_SIM_DATACENTRIC, 0)->bytes[MOE_LINK_INTER], 1536);
+        moe_sim_free(s);
+    }
+    moe_placement_free(p);
+}
+
 int main(void)
 {
     snprintf(tmpdir, sizeof tmpdir, "%s/moe-sim-XXXXXX",
@@ -412,6 +439,7 @@ int main(void)
         return 99;
     test_sim();
     test_gather_id();
+    test_swiglu();
     test_nccl();
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
