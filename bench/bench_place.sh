@@ -205,8 +205,8 @@ echo "#    when the worst layer's max/mean load since its last fit exceeds thr);
 echo "#    the first fit (on the first window tokens), never re-fitted; both see the same tokens."
 echo "#    xfer: coherent transfers per token per layer; load: the worst layer's max/mean rank load"
 echo "#    per interval, token-weighted mean; moved: expert weights migrated by the re-fits, GB, at"
-echo "#    2 x H x F x 2 bytes per copy with DeepSeek-V2-Lite's H = 2048, F = 1408 (its"
-echo "#    moe_intermediate_size), bf16 (a gated expert's third matrix would add half again)."
+echo "#    3 x H x F x 2 bytes per copy (SwiGLU: gate, up and down) with DeepSeek-V2-Lite's"
+echo "#    H = 2048, F = 1408 (its moe_intermediate_size), bf16."
 echo "#    balanced (EPLB's packing) fits instantly; affinity fits its token sample in seconds, hence"
 echo "#    window 2048 and --starts 1 for it."
 printf '%-9s %6s %6s %5s %6s %8s %8s %8s %8s %9s %6s\n' method window every thr refits \
