@@ -208,6 +208,18 @@ int moe_kern_model_loss_grad_routed(const moe_kern_model_t *md, const float *x0,
                                     const float *target, const int32_t *ids, const float *w,
                                     double *loss, moe_kern_model_t *grad, float *dx0);
 
+/* One layer of the serial model from given state, for a check that follows a distributed run
+ * layer by layer (so that its rounding and its routing do not add up over the layers): rows
+ * xin (n x H) enter layer l with the routing ids (n x K; a first id < 0: the row skips the
+ * experts) and either the weights w (n x K: a replayed gate, whose gradient is then zero) or,
+ * w NULL, the gate's softmax over the logits of the given experts (so the gate's gradient
+ * flows as when it chose them); dy (n x H) is the gradient of the layer's output rows. Adds
+ * layer l's gradients (mixer, gate, experts) to grad, of md's shape, and writes the input
+ * rows' gradient to dx (n x H). Returns 0, MOE_EINVAL or MOE_ENOMEM. */
+int moe_kern_model_layer_grad(const moe_kern_model_t *md, uint32_t l, const float *xin, size_t n,
+                              const int32_t *ids, const float *w, const float *dy,
+                              moe_kern_model_t *grad, float *dx);
+
 #ifdef __cplusplus
 }
 #endif

@@ -232,10 +232,29 @@ static void saved_free(saved_t *s, uint32_t L)
     free(s);
 }
 
+/* The gate's weights for given choices: the softmax over the logits of the experts ids[0..K)
+ * (row x), in moe_kern_gate's arithmetic (logits summed over h ascending, relative to the
+ * first choice's, which is the largest when the gate chose them). lg: E floats. */
+static void gate_weights(const float *x, uint32_t H, const float *Wg, uint32_t E, uint32_t K,
+                         const int32_t *ids, float *lg, float *w)
+{
+    memset(lg, 0, E * sizeof *lg);
+    for (uint32_t h = 0; h < H; h++)
+        kern_axpy(lg, x[h], Wg + (size_t)h * E, E);
+    float top = lg[ids[0]], sum = 0.0f;
+    for (uint32_t k = 0; k < K; k++) {
+        w[k] = expf(lg[ids[k]] - top);
+        sum += w[k];
+    }
+    for (uint32_t k = 0; k < K; k++)
+        w[k] /= sum;
+}
+
 /* The forward of layer l on rows x (n x H, in place), keeping what the backward needs; with
- * rids/rw ([n][L][K]) the routing is given instead of computed. */
+ * rids (row i's K ids at rids + i * stride) the routing is given instead of computed, with
+ * rw (likewise) its weights too, else the gate's weights for those choices. */
 static int layer_forward(const moe_kern_model_t *md, uint32_t l, float *x, size_t n, saved_t *s,
-                         const int32_t *rids, const float *rw, float *work)
+                         const int32_t *rids, const float *rw, size_t stride, float *work)
 {
     const size_t H = md->H, K = md->K, C = moe_kern_w1_cols(md->F, md->expert);
     if (!(s->xin = malloc(n * H * sizeof *s->xin)) || !(s->xm = malloc(n * H * sizeof *s->xm)) ||
@@ -247,12 +266,19 @@ static int layer_forward(const moe_kern_model_t *md, uint32_t l, float *x, size_
     memcpy(s->xm, x, n * H * sizeof *x);
     int rc = 0;
     if (rids) {
-        const size_t LK = (size_t)md->L * K;
-        for (size_t i = 0; i < n; i++)
-            for (size_t k = 0; k < K; k++) {
-                s->ids[i * K + k] = rids[i * LK + l * K + k];
-                s->w[i * K + k] = rw[i * LK + l * K + k];
-            }
+        float *lg = rw ? NULL : malloc(md->E * sizeof *lg);
+        if (!rw && !lg)
+            return MOE_ENOMEM;
+        for (size_t i = 0; i < n; i++) {
+            for (size_t k = 0; k < K; k++)
+                s->ids[i * K + k] = rids[i * stride + k];
+            for (size_t k = 0; rw && k < K; k++)
+                s->w[i * K + k] = rw[i * stride + k];
+            if (!rw && s->ids[i * K] >= 0)
+                gate_weights(x + i * H, md->H, md->Wg + l * H * md->E, md->E, md->K,
+                             s->ids + i * K, lg, s->w + i * K);
+        }
+        free(lg);
     } else {
         rc = moe_kern_gate(x, n, md->H, md->Wg + l * H * md->E, md->E, md->K, s->ids, s->w);
     }
@@ -334,7 +360,8 @@ int moe_kern_model_loss_grad_routed(const moe_kern_model_t *md, const float *x0,
     if (rc == 0)
         memcpy(x, x0, n * H * sizeof *x);
     for (uint32_t l = 0; l < L && rc == 0; l++)
-        rc = layer_forward(md, l, x, n, &s[l], ids, w, work);
+        rc = layer_forward(md, l, x, n, &s[l], ids ? ids + (size_t)l * md->K : NULL,
+                           w ? w + (size_t)l * md->K : NULL, L * md->K, work);
     double sum = 0;
     const double scale = 1.0 / ((double)n * H);
     for (size_t i = 0; i < n * H && rc == 0; i++) {
@@ -360,5 +387,36 @@ int moe_kern_model_loss_grad_routed(const moe_kern_model_t *md, const float *x0,
     free(dw);
     free(dy);
     free(work);
+    return rc;
+}
+
+int moe_kern_model_layer_grad(const moe_kern_model_t *md, uint32_t l, const float *xin, size_t n,
+                              const int32_t *ids, const float *w, const float *dy,
+                              moe_kern_model_t *grad, float *dx)
+{
+    const size_t H = md->H, K = md->K;
+    if (l >= md->L || !ids || !grad || grad->L != md->L || grad->E != md->E || grad->H != md->H ||
+        grad->F != md->F || grad->expert != md->expert)
+        return MOE_EINVAL;
+    if (n == 0)
+        return 0;
+    saved_t s = {0};
+    float *x = malloc(n * H * sizeof *x), *dxm = malloc(n * H * sizeof *dxm);
+    float *dw = malloc(n * K * sizeof *dw), *dv = malloc(H * sizeof *dv);
+    float *work = malloc((moe_kern_ffn_work_size(md->F) +
+                          moe_kern_ffn_backward_work_size(md->H, md->F)) *
+                         sizeof *work);
+    int rc = x && dxm && dw && dv && work ? 0 : MOE_ENOMEM;
+    if (rc == 0) {
+        memcpy(x, xin, n * H * sizeof *x);
+        rc = layer_forward(md, l, x, n, &s, ids, w, K, work);
+    }
+    if (rc == 0) {
+        memcpy(dx, dy, n * H * sizeof *dx);
+        rc = layer_backward(md, l, &s, n, dx, grad, dxm, dw, dv, w == NULL,
+                            work + moe_kern_ffn_work_size(md->F));
+    }
+    free(s.xin), free(s.xm), free(s.y), free(s.ids), free(s.w);
+    free(x), free(dxm), free(dw), free(dv), free(work);
     return rc;
 }

@@ -81,7 +81,7 @@ typedef struct run_served {
     size_t tcap, xcap, acap;
 } run_served_t;
 
-#define RUN_HSLOTS 88 /* host scratch slots (run_hbuf) */
+#define RUN_HSLOTS 90 /* host scratch slots (run_hbuf) */
 
 struct moe_run {
     run_cfg_t cfg;
@@ -127,6 +127,8 @@ struct moe_run {
     float *out;                      /* [ntok][H] on rank 0: the rows after the last layer */
     double *layer_err;               /* [L] on rank 0: max relative difference per layer */
     struct run_ref *ref;             /* rank 0: the serial reference's state */
+    struct run_tchk *tchk;           /* --check of a training step: the per-layer reference
+                                      * (run_train.c), during that step only */
     double *chk_route;               /* --check with a computed gate: [ntok][K][2] expert + 1
                                         and weight of the layer's routing, each token's entry
                                         set on the rank that routed it (0 elsewhere) */

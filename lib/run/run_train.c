@@ -38,7 +38,7 @@ enum { TS_XM = 48, TS_HOME, TS_CNT, TS_SROW, TS_SMETA, TS_RMETA, TS_SEND, TS_REC
        TS_RPLY, TS_RPLY2, TS_BACK, TS_DXM, TS_DW, TS_WORK, TS_REPLY, TS_ROW, TS_POS, TS_RED,
        TS_OUT, TS_TGT, TS_PREX, TS_PREA, TS_PAIR, TS_FMAP, TS_FMETA, TS_FROW, TS_FPOS, TS_FORD,
        TS_FSEND, TS_FSMETA, TS_FRECV, TS_FRECV2, TS_FMC, TS_FRMETA, TS_FREPLY, TS_FRPLY,
-       TS_FRPLY2, TS_PMAP, TS_PROWS, TS_END };
+       TS_FRPLY2, TS_PMAP, TS_PROWS, TS_CHKY, TS_CHKV, TS_END };
 _Static_assert(TS_END <= RUN_HSLOTS, "run_internal.h: RUN_HSLOTS too small for training");
 
 /* Gradients of the weights: mixers and gates (every rank's, summed), experts held here. */
@@ -710,6 +710,85 @@ static float *homes_backward(run_t *r, uint32_t l, const float *dout)
 
 /* One step: forward keeping the inputs and routes, the loss, the backward. Returns the loss
  * (the same on every rank); g holds the gradients. */
+/* Largest |a - b| over n values, over the largest |b| (at least tiny). */
+static double rel_diff(const float *a, const float *b, size_t n)
+{
+    double d = 0, m = 1e-30;
+    for (size_t i = 0; i < n; i++) {
+        double e = fabs((double)a[i] - b[i]);
+        d = e > d || isnan(e) ? (isnan(e) ? INFINITY : e) : d;
+        m = fmax(m, fabs((double)b[i]));
+    }
+    return d / m;
+}
+
+/* --check of a training step, layer by layer (moe_kern_model_layer_grad): rank 0 runs each
+ * layer's reference from the run's own input rows, routing and output gradient at that layer,
+ * so that neither the wire's rounding nor a near-tie of the gate adds up over the layers. */
+struct run_tchk {
+    moe_kern_model_t md, ref; /* rank 0: the seeded model, the reference's gradients */
+    double dx;                /* the largest relative difference of a layer's input gradient */
+    int rc;                   /* rank 0: a reference failure */
+};
+
+/* Layer l of a checked step: its rows (the layer's input and routing at the start of the
+ * layer, dy the gradient of its output, dx that of its input) to rank 0 by global token, one
+ * sum of doubles; rank 0 runs the layer's reference and compares the input gradients. */
+static void check_layer(run_t *r, uint32_t l, const float *dy, const float *dx)
+{
+    struct run_tchk *c = r->tchk;
+    const run_saved_t *sv = &r->tr[l];
+    const size_t H = r->H, K = r->K, T = r->ntok, U = 3 * H + 2 * K; /* x, dy, dx, ids, w */
+    double *v = run_hbuf(r, TS_CHKV, (T * U + 1) * sizeof *v);
+    memset(v, 0, T * U * sizeof *v);
+    for (size_t i = 0; i < sv->n; i++) {
+        double *u = v + (size_t)sv->loc[i] * U;
+        for (size_t h = 0; h < H; h++) {
+            u[h] = sv->xin[i * H + h];
+            u[H + h] = dy[i * H + h];
+            u[2 * H + h] = dx[i * H + h];
+        }
+        for (size_t k = 0; k < K; k++) {
+            u[3 * H + k] = sv->ids[i * K + k] + 1.0; /* each token is at one rank: a sum */
+            u[3 * H + K + k] = sv->w[i * K + k];
+        }
+    }
+    for (size_t at = 0, piece = (size_t)1 << 24; at < T * U; at += piece) /* int counts */
+        RUN_CK(r, run_comm_allreduce(r->comm, v + at, (int)(T * U - at < piece ? T * U - at
+                                                                                  : piece),
+                                     MOE_RUN_SUM));
+    if (r->me != 0 || c->rc)
+        return;
+    float *x = malloc((T * (4 * H + K) + 1) * sizeof *x), *gy = x + T * H, *gx = gy + T * H;
+    float *rx = gx + T * H, *w = rx + T * H;
+    int32_t *ids = malloc((T * K + 1) * sizeof *ids);
+    if (!x || !ids) {
+        free(x), free(ids);
+        c->rc = MOE_ENOMEM;
+        return;
+    }
+    for (size_t t = 0; t < T; t++)
+        for (size_t j = 0; j < U; j++) {
+            double u = v[t * U + j];
+            if (j < H)
+                x[t * H + j] = (float)u;
+            else if (j < 2 * H)
+                gy[t * H + j - H] = (float)u;
+            else if (j < 3 * H)
+                gx[t * H + j - 2 * H] = (float)u;
+            else if (j < 3 * H + K)
+                ids[t * K + j - 3 * H] = (int32_t)u - 1;
+            else
+                w[t * K + j - 3 * H - K] = (float)u;
+        }
+    c->rc = moe_kern_model_layer_grad(&c->md, l, x, T, ids, r->replay ? w : NULL, gy, &c->ref,
+                                      rx);
+    if (!c->rc)
+        c->dx = fmax(c->dx, rel_diff(gx, rx, T * H));
+    free(x);
+    free(ids);
+}
+
 static double step(run_t *r, grads_t *g)
 {
     run_load_inputs(r);
@@ -753,8 +832,15 @@ static double step(run_t *r, grads_t *g)
             dout = run_hbuf(r, TS_OUT, (r->tr[l].n + 1) * H * sizeof *dout);
             memcpy(dout, moved, r->tr[l].n * H * sizeof *dout);
         }
+        float *dy = NULL;
+        if (r->tchk) { /* the layer's output gradient, for the per-layer reference */
+            dy = run_hbuf(r, TS_CHKY, (r->tr[l].n + 1) * H * sizeof *dy);
+            memcpy(dy, dout, r->tr[l].n * H * sizeof *dy);
+        }
         size_t b = layer_backward(r, l, dout, g);
         most = b > most ? b : most;
+        if (r->tchk)
+            check_layer(r, l, dy, dout);
     }
     double peak = (double)(kept + n * H * sizeof *dout + most);
     r->act_peak = peak > r->act_peak ? peak : r->act_peak;
@@ -922,18 +1008,6 @@ void run_train_iterations(run_t *r)
     r->off_peak = v[3];
 }
 
-/* Largest |a - b| over n values, over the largest |b| (at least tiny). */
-static double rel_diff(const float *a, const float *b, size_t n)
-{
-    double d = 0, m = 1e-30;
-    for (size_t i = 0; i < n; i++) {
-        double e = fabs((double)a[i] - b[i]);
-        d = e > d || isnan(e) ? (isnan(e) ? INFINITY : e) : d;
-        m = fmax(m, fabs((double)b[i]));
-    }
-    return d / m;
-}
-
 /* The serial reference model trained from md (seeded; ref holds its first step's gradients
  * and rloss its loss) for as many steps as the run took, with the run's optimizer: the largest
  * relative difference of its losses from the run's. md is updated in place. */
@@ -965,7 +1039,8 @@ static double ref_curve(run_t *r, moe_kern_model_t *md, moe_kern_model_t *ref, c
 
 double run_train_check(run_t *r)
 {
-    /* the seeded weights again, then one step without the update */
+    /* the seeded weights again, then one step without the update, each layer's backward
+     * checked against its reference as it is taken (check_layer) */
     size_t W = r->wn, HE = (size_t)r->H * r->E, L = r->L, E = r->E;
     for (uint32_t l = 0; l < r->L; l++) {
         moe_kern_init_mixer(r->cfg.seed, l, r->E, r->H, r->mix[l]);
@@ -975,14 +1050,26 @@ double run_train_check(run_t *r)
                 moe_kern_init_expert(r->cfg.seed, l, e, r->E, r->H, r->F, r->expert,
                                      r->w1[l * E + e], r->w2[l * E + e]);
     }
+    struct run_tchk c;
+    memset(&c, 0, sizeof c);
+    if (r->me == 0) {
+        int rc = moe_kern_model_init(&c.md, r->cfg.seed, r->L, r->E, r->K, r->H, r->F,
+                                     r->expert);
+        rc = rc ? rc : moe_kern_model_init(&c.ref, 0, r->L, r->E, r->K, r->H, r->F, r->expert);
+        if (rc)
+            run_die(r, "--check reference", rc);
+    }
     grads_t g = {0};
     grads_alloc(r, &g);
     r->timing = 0;
+    r->tchk = &c;
     double loss = step(r, &g);
-    /* the experts' gradients (from the first copy of each) and the inputs' gradients (each
-     * token's row where it started: the step's last gradient rows) to rank 0 */
-    size_t ne = L * E * W, nx = r->ntok * r->H;
-    double *v = calloc(ne + nx + 1, sizeof *v);
+    r->tchk = NULL;
+    if (c.rc)
+        run_die(r, "--check reference", c.rc);
+    /* the experts' gradients (from the first copy of each) to rank 0 */
+    size_t ne = L * E * W;
+    double *v = calloc(ne + 1, sizeof *v);
     if (!v) {
         grads_free(r, &g);
         run_die(r, "--check", MOE_ENOMEM);
@@ -990,21 +1077,17 @@ double run_train_check(run_t *r)
     for (size_t k = 0; k < L * E; k++)
         for (size_t i = 0; holds_first(r, k) && i < W; i++)
             v[k * W + i] = g.w1[k][i];
-    const float *dxr = r->h[TS_OUT];
-    for (size_t i = 0; i < r->nloc; i++)
-        for (size_t h = 0; h < r->H; h++)
-            v[ne + (size_t)r->loc[i] * r->H + h] = dxr[i * r->H + h];
-    RUN_CK(r, run_comm_allreduce(r->comm, v, (int)(ne + nx), MOE_RUN_SUM));
+    RUN_CK(r, run_comm_allreduce(r->comm, v, (int)ne, MOE_RUN_SUM));
     double err = 0;
     if (r->me == 0) {
-        moe_kern_model_t md, ref;
+        /* the loss and the loss curve from the whole serial model */
         float *x0 = malloc((r->ntok + 1) * r->H * sizeof *x0);
         float *tg = malloc((r->ntok + 1) * r->H * sizeof *tg);
-        float *ew = malloc((ne + nx + 1) * sizeof *ew), *rdx = malloc((nx + 1) * sizeof *rdx);
+        float *ew = malloc((ne + 1) * sizeof *ew);
         int32_t *ri = NULL;
         float *rw = NULL;
         size_t LK = L * r->K;
-        int rc = x0 && tg && ew && rdx ? 0 : MOE_ENOMEM;
+        int rc = x0 && tg && ew ? 0 : MOE_ENOMEM;
         if (!rc && r->replay) {
             ri = malloc((r->ntok * LK + 1) * sizeof *ri);
             rw = malloc((r->ntok * LK + 1) * sizeof *rw);
@@ -1014,43 +1097,39 @@ double run_train_check(run_t *r)
                 rw[i] = r->wts[i];
             }
         }
-        rc = rc ? rc : moe_kern_model_init(&md, r->cfg.seed, r->L, r->E, r->K, r->H, r->F,
-                                             r->expert);
-        rc = rc ? rc : moe_kern_model_init(&ref, 0, r->L, r->E, r->K, r->H, r->F, r->expert);
         double rloss = 0;
         if (!rc) {
             for (size_t t = 0; t < r->ntok; t++) {
                 moe_kern_init_token(r->cfg.seed, t, r->H, x0 + t * r->H);
                 moe_kern_init_target(r->cfg.seed, t, r->H, tg + t * r->H);
             }
-            rc = moe_kern_model_loss_grad_routed(&md, x0, r->ntok, tg, ri, rw, &rloss, &ref,
-                                                 rdx);
+            rc = moe_kern_model_loss_grad_routed(&c.md, x0, r->ntok, tg, ri, rw, &rloss, NULL,
+                                                 NULL);
         }
         if (rc) {
-            moe_kern_model_free(&md);
-            moe_kern_model_free(&ref);
-            free(x0), free(tg), free(ew), free(rdx), free(ri), free(rw), free(v);
+            moe_kern_model_free(&c.md);
+            moe_kern_model_free(&c.ref);
+            free(x0), free(tg), free(ew), free(ri), free(rw), free(v);
             grads_free(r, &g);
             run_die(r, "--check reference", rc);
         }
-        for (size_t i = 0; i < ne + nx; i++)
+        for (size_t i = 0; i < ne; i++)
             ew[i] = (float)v[i];
         double le = fabs(loss - rloss) / fmax(1e-30, fabs(rloss));
-        double em = rel_diff(g.mix, ref.m, L * r->H);
-        double eg = r->replay ? 0 : rel_diff(g.wg, ref.Wg, L * HE);
-        double ee = rel_diff(ew, ref.W, ne), ex = rel_diff(ew + ne, rdx, nx);
-        /* then the loss curve: the reference trained with the run's optimizer, step by step */
-        double lc = ref_curve(r, &md, &ref, x0, tg, ri, rw, rloss);
-        /* the inputs' gradients cross every layer's rounding twice (out and back): with a
-         * reduced-precision wire they are reported, and compared in fp32 only */
-        err = fmax(fmax(fmax(le, em), fmax(eg, ee)),
-                   fmax(r->cfg.dtype == MOE_DTYPE_FP32 ? ex : 0, lc));
+        double em = rel_diff(g.mix, c.ref.m, L * r->H);
+        double eg = r->replay ? 0 : rel_diff(g.wg, c.ref.Wg, L * HE);
+        double ee = rel_diff(ew, c.ref.W, ne), ex = c.dx;
+        /* then the loss curve: the reference trained with the run's optimizer, step by step
+         * (its first step with the per-layer gradients) */
+        double lc = ref_curve(r, &c.md, &c.ref, x0, tg, ri, rw, rloss);
+        err = fmax(fmax(fmax(le, em), fmax(eg, ee)), fmax(ex, lc));
         moe_log(MOE_LOG_INFO, "--check: loss %.9g (reference %.9g); largest relative "
-                "gradient differences: mixers %.3g, gates %.3g, experts %.3g, inputs %.3g; loss "
+                "gradient differences, each layer's reference fed with the run's rows, routing "
+                "and output gradient: mixers %.3g, gates %.3g, experts %.3g, inputs %.3g; loss "
                 "curve %.3g", loss, rloss, em, eg, ee, ex, lc);
-        moe_kern_model_free(&md);
-        moe_kern_model_free(&ref);
-        free(x0), free(tg), free(ew), free(rdx), free(ri), free(rw);
+        moe_kern_model_free(&c.md);
+        moe_kern_model_free(&c.ref);
+        free(x0), free(tg), free(ew), free(ri), free(rw);
     }
     free(v);
     grads_free(r, &g);

@@ -205,12 +205,75 @@ static void test_blocks(int expert)
     }
 }
 
+/* The per-layer reference (moe_kern_model_layer_grad) of a one-layer model, fed with the
+ * layer's input rows, the routing the gate chose and the output rows' gradient, gives the
+ * gradients of the whole-model pass; with the weights given (a replayed gate), the gate's
+ * gradient is zero and the rest the same. */
+static void test_layer_grad(int expert)
+{
+    moe_kern_model_t md, g, g2;
+    CHECK_EQ_INT(moe_kern_model_init(&md, 5, 1, E, K, H, F, expert), 0);
+    CHECK_EQ_INT(moe_kern_model_init(&g, 0, 1, E, K, H, F, expert), 0);
+    CHECK_EQ_INT(moe_kern_model_init(&g2, 0, 1, E, K, H, F, expert), 0);
+    float x[N * H], t[N * H], dx[N * H], xm[N * H], y[H], dy[N * H], dx2[N * H], w[N * K];
+    int32_t ids[N * K];
+    moe_kern_init_tokens(21, 0, N, H, x);
+    moe_kern_init_tokens(22, 0, N, H, t);
+    double loss;
+    CHECK_EQ_INT(moe_kern_model_loss_grad(&md, x, N, t, &loss, &g, dx), 0);
+    /* the layer's output and its gradient as the whole-model pass forms them */
+    memcpy(xm, x, sizeof xm);
+    moe_kern_mixer(xm, N, H, md.m);
+    CHECK_EQ_INT(moe_kern_gate(xm, N, H, md.Wg, E, K, ids, w), 0);
+    const size_t C = moe_kern_w1_cols(F, expert);
+    for (size_t i = 0; i < N; i++) {
+        float out[H];
+        memcpy(out, xm + i * H, sizeof out);
+        for (size_t k = 0; k < K; k++) {
+            const float *w1 = moe_kern_model_w1(&md, 0, (uint32_t)ids[i * K + k]);
+            CHECK_EQ_INT(moe_kern_ffn(xm + i * H, 1, H, F, expert, w1, w1 + H * C, y, NULL), 0);
+            for (size_t h = 0; h < H; h++)
+                out[h] += w[i * K + k] * y[h];
+        }
+        for (size_t h = 0; h < H; h++)
+            dy[i * H + h] = (float)(((double)out[h] - t[i * H + h]) * (1.0 / ((double)N * H)));
+    }
+    CHECK_EQ_INT(moe_kern_model_layer_grad(&md, 0, x, N, ids, NULL, dy, &g2, dx2), 0);
+    const size_t NW = E * moe_kern_expert_floats(H, F, expert);
+    int bad = 0;
+    for (size_t i = 0; i < NW; i++)
+        bad += fabsf(g2.W[i] - g.W[i]) > 1e-6f * (1 + fabsf(g.W[i]));
+    for (size_t i = 0; i < (size_t)H * E; i++)
+        bad += fabsf(g2.Wg[i] - g.Wg[i]) > 1e-6f * (1 + fabsf(g.Wg[i]));
+    for (size_t i = 0; i < (size_t)N * H; i++)
+        bad += fabsf(dx2[i] - dx[i]) > 1e-6f * (1 + fabsf(dx[i]));
+    for (size_t i = 0; i < H; i++)
+        bad += fabsf(g2.m[i] - g.m[i]) > 1e-6f * (1 + fabsf(g.m[i]));
+    CHECK_EQ_INT(bad, 0);
+    /* the weights given: no gate gradient, the experts' the same */
+    moe_kern_model_t g3;
+    CHECK_EQ_INT(moe_kern_model_init(&g3, 0, 1, E, K, H, F, expert), 0);
+    CHECK_EQ_INT(moe_kern_model_layer_grad(&md, 0, x, N, ids, w, dy, &g3, dx2), 0);
+    bad = 0;
+    for (size_t i = 0; i < (size_t)H * E; i++)
+        bad += g3.Wg[i] != 0;
+    for (size_t i = 0; i < NW; i++)
+        bad += fabsf(g3.W[i] - g.W[i]) > 1e-6f * (1 + fabsf(g.W[i]));
+    CHECK_EQ_INT(bad, 0);
+    CHECK_EQ_INT(moe_kern_model_layer_grad(&md, 1, x, N, ids, w, dy, &g3, dx2), MOE_EINVAL);
+    moe_kern_model_free(&md);
+    moe_kern_model_free(&g);
+    moe_kern_model_free(&g2);
+    moe_kern_model_free(&g3);
+}
+
 int main(void)
 {
     for (int expert = MOE_EXPERT_SWIGLU; expert <= MOE_EXPERT_SILU; expert++) {
         test_finite_differences(expert);
         test_scaled(expert);
         test_blocks(expert);
+        test_layer_grad(expert);
     }
     test_edges();
     return unit_done("test_kern_train");
