@@ -22,21 +22,24 @@ enum {
     O_MODE = MOE_OPTC_TOOL, O_LAYERS, O_EXPERTS, O_TOPK, O_HIDDEN, O_FFN, O_TPR, O_DTYPE,
     O_TRACE, O_PLACEMENT, O_TOPOLOGY, O_GPN, O_ITERS, O_WARMUP, O_SEED, O_CHECK, O_JSON,
     O_CHUNKS, O_CREDITS, O_NO_PREFETCH, O_CALIBRATE, O_VERSION, O_BACKEND, O_REPLICA_RULE,
-    O_TRAIN, O_LR, O_OPTIMIZER, O_REUSE, O_EXPERT,
+    O_TRAIN, O_LR, O_OPTIMIZER, O_REUSE, O_EXPERT, O_COMM,
 };
 
-/* The CPU backend computes in fp32 whatever the wire type. */
-static moe_run_backend_t *make_cpu(moe_run_comm_t *c, int dtype, char *errbuf, size_t errlen)
+/* The CPU backend computes in fp32 whatever the wire type, and moves data by MPI. */
+static moe_run_backend_t *make_cpu(moe_run_comm_t *c, int dtype, int transport, char *errbuf,
+                                   size_t errlen)
 {
     (void)dtype;
+    (void)transport;
     return moe_run_backend_cpu(c, errbuf, errlen);
 }
 
 #ifdef MOE_RUN_CUDA
 /* The CUDA + NCCL backend is a module, loaded only by the runs that ask for it. */
-static moe_run_backend_t *make_cuda(moe_run_comm_t *c, int dtype, char *errbuf, size_t errlen)
+static moe_run_backend_t *make_cuda(moe_run_comm_t *c, int dtype, int transport, char *errbuf,
+                                    size_t errlen)
 {
-    return moe_run_backend_module("cuda", c, dtype, errbuf, errlen);
+    return moe_run_backend_module("cuda", c, dtype, transport, errbuf, errlen);
 }
 #endif
 
@@ -44,12 +47,14 @@ static moe_run_backend_t *make_cuda(moe_run_comm_t *c, int dtype, char *errbuf, 
  * ranks agree that it opened) before it is made. */
 static const struct backend {
     const char *name;
-    moe_run_backend_t *(*make)(moe_run_comm_t *c, int dtype, char *errbuf, size_t errlen);
+    moe_run_backend_t *(*make)(moe_run_comm_t *c, int dtype, int transport, char *errbuf,
+                               size_t errlen);
     int module;
+    int transport; /* the default --comm, enum moe_run_transport */
 } backends[] = {
-    {"cpu", make_cpu, 0},
+    {"cpu", make_cpu, 0, MOE_RUN_COMM_MPI},
 #ifdef MOE_RUN_CUDA
-    {"cuda", make_cuda, 1},
+    {"cuda", make_cuda, 1, MOE_RUN_COMM_NCCL},
 #endif
 };
 #define NBACKENDS (sizeof backends / sizeof *backends)
@@ -71,6 +76,7 @@ static const struct option long_opts[] = {
     {"replica-rule", required_argument, 0, O_REPLICA_RULE}, {"train", no_argument, 0, O_TRAIN},
     {"lr", required_argument, 0, O_LR}, {"optimizer", required_argument, 0, O_OPTIMIZER},
     {"reuse", required_argument, 0, O_REUSE}, {"expert", required_argument, 0, O_EXPERT},
+    {"comm", required_argument, 0, O_COMM},
     MOE_OPTS_LONG, {0}};
 
 /* Only rank 0 talks; before MPI is up the launcher's environment says which rank this is. */
@@ -111,6 +117,8 @@ static void usage(FILE *fp)
           "      --dtype=T          wire type: fp32, bf16 or fp16 [fp32]\n"
           "      --seed=S           weights and tokens seed [1]\n"
           "      --backend=B        cpu, or cuda in a GPU build [cpu]\n"
+          "      --comm=T           cuda: nccl (one rank per GPU) or mpi (staged through host\n"
+          "                         memory; ranks may share a GPU) [nccl; cpu: mpi only]\n"
           "Cluster:\n"
           "      --gpus-per-node=N  ranks per node [topology, placement, else all]\n"
           "      --topology=FILE    moe-topology(5) file or preset name: the node grouping\n"
@@ -164,6 +172,7 @@ static void version(void)
 typedef struct args {
     moe_run_cfg_t c;
     const struct backend *be;
+    int transport; /* --comm, enum moe_run_transport; -1: the backend's */
     moe_opts_t o;
     const char *json;
     int calibrate;
@@ -229,6 +238,12 @@ static int take(args_t *a, int c, const char *arg)
     case O_NO_PREFETCH: g->prefetch = 0; return 0;
     case O_CALIBRATE: a->calibrate = 1; return 0;
     case O_REPLICA_RULE: return moe_cli_replica_rule(prog, NULL, arg, &g->replica_rule);
+    case O_COMM:
+        if (!strcmp(arg, "nccl") || !strcmp(arg, "mpi")) {
+            a->transport = !strcmp(arg, "mpi") ? MOE_RUN_COMM_MPI : MOE_RUN_COMM_NCCL;
+            return 0;
+        }
+        return moe_usage_error(prog, NULL, "unknown transport '%s' (nccl, mpi)", arg);
     case O_BACKEND:
         for (size_t i = 0; i < NBACKENDS; i++)
             if (!strcmp(arg, backends[i].name)) {
@@ -246,6 +261,7 @@ static int parse(int argc, char **argv, args_t *a)
 {
     memset(a, 0, sizeof *a);
     a->be = &backends[0];
+    a->transport = -1;
     moe_opts_init(&a->o);
     a->o.allowed = MOE_OPT_OUTPUT;
     moe_run_cfg_t *g = &a->c;
@@ -279,6 +295,11 @@ static int parse(int argc, char **argv, args_t *a)
                                "modes");
     if (g->train && strcmp(a->be->name, "cpu"))
         return moe_usage_error(prog, NULL, "--train: only the cpu backend trains so far");
+    if (a->transport < 0)
+        a->transport = a->be->transport;
+    else if (!a->be->module && a->transport != MOE_RUN_COMM_MPI)
+        return moe_usage_error(prog, NULL, "--comm nccl: the %s backend moves data by MPI",
+                               a->be->name);
     if (!a->calibrate && strcmp(a->o.out, "-"))
         return moe_usage_error(prog, NULL, "-o names the output of --calibrate");
     moe_opts_apply_log(&a->o);
@@ -340,12 +361,14 @@ static int run_main(moe_run_comm_t *comm, moe_run_t *r, const args_t *a)
  * compared on presence: only rank 0 writes it, under whatever name it was given. */
 static int agree(moe_run_comm_t *comm, const args_t *a)
 {
-    moe_run_opt_t x[3] = {{"--backend", ""}, {"--calibrate", ""}, {"--json", ""}};
+    moe_run_opt_t x[4] = {{"--backend", ""}, {"--calibrate", ""}, {"--json", ""}, {"--comm", ""}};
     snprintf(x[0].value, sizeof x[0].value, "%s", a->be->name);
     snprintf(x[1].value, sizeof x[1].value, "%s", a->calibrate ? "on" : "off");
     snprintf(x[2].value, sizeof x[2].value, "%s", a->json ? "a file" : "none");
+    snprintf(x[3].value, sizeof x[3].value, "%s",
+             a->transport == MOE_RUN_COMM_MPI ? "mpi" : "nccl");
     char errbuf[512];
-    int rc = moe_run_cfg_agree(comm, &a->c, x, 3, errbuf, sizeof errbuf);
+    int rc = moe_run_cfg_agree(comm, &a->c, x, 4, errbuf, sizeof errbuf);
     if (rc && moe_run_comm_rank(comm) == 0)
         fprintf(stderr, "%s: %s\n", prog, errbuf);
     return rc;
@@ -402,7 +425,7 @@ int main(int argc, char **argv)
             return 1;
         }
     }
-    moe_run_backend_t *b = a.be->make(comm, a.c.dtype, errbuf, sizeof errbuf);
+    moe_run_backend_t *b = a.be->make(comm, a.c.dtype, a.transport, errbuf, sizeof errbuf);
     moe_run_t *r = b ? moe_run_new(&a.c, b) : NULL;
     if (!r) {
         fprintf(stderr, "%s: %s\n", prog, b ? moe_strerror(MOE_ENOMEM) : errbuf);

@@ -159,15 +159,17 @@ int moe_gpu_gemm(moe_gpu_ctx_t *ctx, int dtype, size_t M, size_t N, size_t K, co
 /* ------------------------------------------------------------------ moe-run backend */
 
 /* The CUDA + NCCL backend of moe-run (moe/run_backend.h), built when configure also finds
- * NCCL: one GPU per local rank (local rank mod the visible devices), NCCL set up over the
- * host communicator (rank 0 makes the unique id, comm broadcasts it). dtype (enum moe_dtype)
- * is the run's --dtype: for bf16/fp16 the expert FFN runs in that type with fp32
- * accumulation. Returns NULL with the reason in errbuf (no device, bad dtype); CUDA/NCCL
- * failures later are reported with host:file:line and abort the job. */
+ * NCCL: device local rank mod the visible devices. transport (enum moe_run_transport, the
+ * run's --comm): NCCL, one GPU per rank, set up over the host communicator (rank 0 makes the
+ * unique id, comm broadcasts it); or MPI, every collective staged through host memory, so
+ * that ranks may share a GPU. dtype (enum moe_dtype) is the run's --dtype: for bf16/fp16 the
+ * expert FFN runs in that type with fp32 accumulation. Returns NULL with the reason in errbuf
+ * (no device, bad dtype or transport); CUDA/NCCL/MPI failures later are reported with
+ * host:file:line and abort the job. */
 struct moe_run_backend;
 struct moe_run_comm;
-struct moe_run_backend *moe_run_backend_cuda(struct moe_run_comm *comm, int dtype, char *errbuf,
-                                             size_t errlen);
+struct moe_run_backend *moe_run_backend_cuda(struct moe_run_comm *comm, int dtype,
+                                             int transport, char *errbuf, size_t errlen);
 
 #ifdef __cplusplus
 }

@@ -1,10 +1,12 @@
 /* kernels/run_cuda.cu -- moe-run's CUDA + NCCL backend: the moe/run_backend.h operations on GPU
  * memory with the kernels of kernels/ and NCCL collectives.
  *
- * One GPU per local rank (device local_rank mod the devices visible). Kernels and copies run
- * on one compute stream; NCCL runs on a second stream, ordered after the compute work it
- * depends on by events, so an ialltoallv overlaps the kernels issued before its wait.
- * all-to-all(v) is grouped ncclSend/ncclRecv. Every CUDA/NCCL failure is fatal: it is
+ * Device local_rank mod the devices visible. Kernels and copies run on one compute stream.
+ * Transport NCCL (one rank per GPU): NCCL runs on a second stream, ordered after the compute
+ * work it depends on by events, so an ialltoallv overlaps the kernels issued before its wait;
+ * all-to-all(v) is grouped ncclSend/ncclRecv. Transport MPI (moe-run --comm mpi; ranks may
+ * share a GPU, which NCCL refuses): every collective is staged through host memory and the
+ * host communicator, synchronously (an ialltoallv completes before it returns). Every CUDA/NCCL failure is fatal: it is
  * reported with host:file:line and the library's message, then the whole job is aborted
  * through the host communicator, so no rank waits forever for a peer that failed.
  *
@@ -31,7 +33,7 @@ typedef struct wconv {
 } wconv_t;
 
 typedef struct cuda_be {
-    int dev, dtype;
+    int dev, dtype, mpi;        /* mpi: the host-staged transport instead of NCCL */
     cudaStream_t cs, ns;        /* compute, NCCL */
     ncclComm_t nccl;
     moe_gpu_ctx_t *ctx;
@@ -43,6 +45,8 @@ typedef struct cuda_be {
     int red_n;
     const void **tab;           /* host tables of converted weight pointers (2 x G) */
     size_t tab_cap;
+    char *hs, *hr;              /* transport MPI: host staging of what is sent and received */
+    size_t hs_cap, hr_cap;
 } cuda_be_t;
 
 typedef struct cuda_req {
@@ -347,9 +351,67 @@ static void issue_alltoallv(moe_run_backend_t *b, const void *send, const size_t
     NCCL_CK(b, ncclGroupEnd());
 }
 
+/* ------------------------------------------------------------------ transport MPI */
+
+/* A host staging buffer of at least `bytes` (grows; contents not kept). */
+static char *stage(moe_run_backend_t *b, char **p, size_t *cap, size_t bytes)
+{
+    if (bytes > *cap) {
+        char *q = (char *)realloc(*p, bytes);
+        if (!q)
+            be_fail(b, __FILE__, __LINE__, "host", "out of memory staging a collective");
+        *p = q;
+        *cap = bytes;
+    }
+    return *p;
+}
+
+/* The extent of an alltoallv's buffer: the end of its last block. */
+static size_t extent(const size_t *count, const size_t *displ, int n)
+{
+    size_t e = 0;
+    for (int r = 0; r < n; r++)
+        if (count[r] && displ[r] + count[r] > e)
+            e = displ[r] + count[r];
+    return e;
+}
+
+#define COMM_CK(b, call)                                                                     \
+    do {                                                                                     \
+        int m_ = (call);                                                                     \
+        if (m_ != 0)                                                                         \
+            be_fail((b), __FILE__, __LINE__, "MPI",                                          \
+                    *moe_run_comm_error((b)->comm) ? moe_run_comm_error((b)->comm)           \
+                                                   : moe_strerror(m_));                      \
+    } while (0)
+
+/* alltoallv through host memory: the compute stream's work done, the send buffer's extent to
+ * the host, MPI, the received extent back to the device. */
+static void mpi_alltoallv(moe_run_backend_t *b, const void *send, const size_t *sc,
+                          const size_t *sd, void *recv, const size_t *rc, const size_t *rd)
+{
+    cuda_be_t *c = impl(b);
+    size_t ns = extent(sc, sd, b->size), nr = extent(rc, rd, b->size);
+    char *hs = stage(b, &c->hs, &c->hs_cap, ns + 1), *hr = stage(b, &c->hr, &c->hr_cap, nr + 1);
+    for (int r = 0; r < b->size; r++)
+        if (rc[r])
+            wc_invalidate(b, (char *)recv + rd[r], rc[r]);
+    if (ns)
+        CUDA_CK(b, cudaMemcpyAsync(hs, send, ns, cudaMemcpyDeviceToHost, c->cs));
+    CUDA_CK(b, cudaStreamSynchronize(c->cs));
+    COMM_CK(b, moe_run_comm_alltoallv(b->comm, hs, sc, sd, hr, rc, rd));
+    if (nr)
+        CUDA_CK(b, cudaMemcpyAsync(recv, hr, nr, cudaMemcpyHostToDevice, c->cs));
+    CUDA_CK(b, cudaStreamSynchronize(c->cs)); /* hr is reused by the next collective */
+}
+
 static int cu_alltoallv(moe_run_backend_t *b, const void *send, const size_t *sc,
                         const size_t *sd, void *recv, const size_t *rc, const size_t *rd)
 {
+    if (impl(b)->mpi) {
+        mpi_alltoallv(b, send, sc, sd, recv, rc, rd);
+        return 0;
+    }
     issue_alltoallv(b, send, sc, sd, recv, rc, rd);
     cs_after(b, ns_done(b));
     return 0;
@@ -364,8 +426,12 @@ static int cu_ialltoallv(moe_run_backend_t *b, const void *send, const size_t *s
     cuda_req_t *q = (cuda_req_t *)calloc(1, sizeof *q);
     if (!q)
         return MOE_ENOMEM;
-    issue_alltoallv(b, send, sc, sd, recv, rc, rd);
-    q->done = ns_done(b);
+    if (impl(b)->mpi) { /* host-staged: complete now, nothing left for wait */
+        mpi_alltoallv(b, send, sc, sd, recv, rc, rd);
+    } else {
+        issue_alltoallv(b, send, sc, sd, recv, rc, rd);
+        q->done = ns_done(b);
+    }
     *out = (moe_run_req_t *)q;
     return 0;
 }
@@ -373,7 +439,8 @@ static int cu_ialltoallv(moe_run_backend_t *b, const void *send, const size_t *s
 static int cu_wait(moe_run_backend_t *b, moe_run_req_t *req)
 {
     cuda_req_t *q = (cuda_req_t *)req;
-    cs_after(b, q->done);
+    if (q->done)
+        cs_after(b, q->done);
     free(q);
     return 0;
 }
@@ -384,6 +451,16 @@ static int cu_allgather(moe_run_backend_t *b, const void *send, size_t bytes, vo
     if (!bytes)
         return 0;
     wc_invalidate(b, recv, bytes * (size_t)b->size);
+    if (c->mpi) {
+        size_t all = bytes * (size_t)b->size;
+        char *hs = stage(b, &c->hs, &c->hs_cap, bytes), *hr = stage(b, &c->hr, &c->hr_cap, all);
+        CUDA_CK(b, cudaMemcpyAsync(hs, send, bytes, cudaMemcpyDeviceToHost, c->cs));
+        CUDA_CK(b, cudaStreamSynchronize(c->cs));
+        COMM_CK(b, moe_run_comm_allgather(b->comm, hs, bytes, hr));
+        CUDA_CK(b, cudaMemcpyAsync(recv, hr, all, cudaMemcpyHostToDevice, c->cs));
+        CUDA_CK(b, cudaStreamSynchronize(c->cs));
+        return 0;
+    }
     ns_after_cs(b);
     NCCL_CK(b, ncclAllGather(send, recv, bytes, ncclUint8, c->nccl, c->ns));
     cs_after(b, ns_done(b));
@@ -396,6 +473,10 @@ static int cu_allreduce(moe_run_backend_t *b, double *v, int n, int op)
     ncclRedOp_t o = op == MOE_RUN_MAX ? ncclMax : op == MOE_RUN_MIN ? ncclMin : ncclSum;
     if (n <= 0)
         return n < 0 ? MOE_EINVAL : 0;
+    if (c->mpi) { /* v is host memory */
+        COMM_CK(b, moe_run_comm_allreduce(b->comm, v, n, op));
+        return 0;
+    }
     if (n > c->red_n) {
         if (c->red)
             CUDA_CK(b, cudaFree(c->red));
@@ -414,6 +495,10 @@ static int cu_barrier(moe_run_backend_t *b)
 {
     double one = 1;
     CUDA_CK(b, cudaStreamSynchronize(impl(b)->cs));
+    if (impl(b)->mpi) {
+        COMM_CK(b, moe_run_comm_barrier(b->comm));
+        return 0;
+    }
     return cu_allreduce(b, &one, 1, MOE_RUN_SUM);
 }
 
@@ -453,6 +538,8 @@ static void cu_destroy(moe_run_backend_t *b)
         cudaFree(c->xw);
         cudaFree(c->yw);
         cudaFree(c->red);
+        free(c->hs);
+        free(c->hr);
         moe_gpu_ctx_free(c->ctx);
         if (c->nccl)
             ncclCommDestroy(c->nccl);
@@ -520,6 +607,8 @@ static int cuda_setup(moe_run_backend_t *b, cuda_be_t *c, char *errbuf, size_t e
         snprintf(errbuf, errlen, "CUDA device %d: %s", c->dev, moe_gpu_strerror(err));
         return -1;
     }
+    if (c->mpi) /* the host communicator carries every collective */
+        return 0;
     ncclUniqueId id;
     memset(&id, 0, sizeof id);
     if (b->rank == 0)
@@ -532,12 +621,13 @@ static int cuda_setup(moe_run_backend_t *b, cuda_be_t *c, char *errbuf, size_t e
     return 0;
 }
 
-extern "C" moe_run_backend_t *moe_run_backend_cuda(moe_run_comm_t *comm, int dtype, char *errbuf,
-                                                   size_t errlen)
+extern "C" moe_run_backend_t *moe_run_backend_cuda(moe_run_comm_t *comm, int dtype,
+                                                   int transport, char *errbuf, size_t errlen)
 {
     moe_run_backend_t *b = (moe_run_backend_t *)calloc(1, sizeof *b);
     cuda_be_t *c = (cuda_be_t *)calloc(1, sizeof *c);
-    if (!b || !c || !moe_dtype_size(dtype)) {
+    if (!b || !c || !moe_dtype_size(dtype) ||
+        (transport != MOE_RUN_COMM_NCCL && transport != MOE_RUN_COMM_MPI)) {
         snprintf(errbuf, errlen, "%s", moe_strerror(b && c ? MOE_EINVAL : MOE_ENOMEM));
         free(b);
         free(c);
@@ -550,6 +640,7 @@ extern "C" moe_run_backend_t *moe_run_backend_cuda(moe_run_comm_t *comm, int dty
     b->size = moe_run_comm_size(comm);
     b->impl = c;
     c->dtype = dtype;
+    c->mpi = transport == MOE_RUN_COMM_MPI;
     if (cuda_setup(b, c, errbuf, errlen) != 0) {
         cu_destroy(b);
         return NULL;

@@ -6,11 +6,11 @@
 
 const char *moe_run_module_version = PACKAGE_VERSION;
 
-moe_run_backend_t *moe_run_module_backend(moe_run_comm_t *c, int dtype, char *errbuf,
-                                          size_t errlen);
+moe_run_backend_t *moe_run_module_backend(moe_run_comm_t *c, int dtype, int transport,
+                                          char *errbuf, size_t errlen);
 
-moe_run_backend_t *moe_run_module_backend(moe_run_comm_t *c, int dtype, char *errbuf,
-                                          size_t errlen)
+moe_run_backend_t *moe_run_module_backend(moe_run_comm_t *c, int dtype, int transport,
+                                          char *errbuf, size_t errlen)
 {
-    return moe_run_backend_cuda(c, dtype, errbuf, errlen);
+    return moe_run_backend_cuda(c, dtype, transport, errbuf, errlen);
 }

@@ -73,6 +73,20 @@ int moe_run_comm_bcast(moe_run_comm_t *c, void *buf, size_t bytes, int root);
 void moe_run_comm_abort(moe_run_comm_t *c, int code);
 /* The last MPI failure on this rank as "host:file:line: MPI error: ..." ("" when none). */
 const char *moe_run_comm_error(const moe_run_comm_t *c);
+/* The host collectives of c on host memory, for a backend that stages its transfers through
+ * the host (the CUDA backend with --comm mpi): allreduce of n doubles in place (op: enum
+ * moe_run_op); all-to-all(v) with byte counts and displacements per rank; all-gather of
+ * `bytes` from every rank into recv in rank order; barrier. 0 or a negative status. */
+int moe_run_comm_allreduce(moe_run_comm_t *c, double *v, int n, int op);
+int moe_run_comm_alltoallv(moe_run_comm_t *c, const void *send, const size_t *sc,
+                           const size_t *sd, void *recv, const size_t *rc, const size_t *rd);
+int moe_run_comm_allgather(moe_run_comm_t *c, const void *send, size_t bytes, void *recv);
+int moe_run_comm_barrier(moe_run_comm_t *c);
+
+/* How a backend moves data between ranks (moe-run --comm): NCCL between GPUs, one rank per
+ * GPU (NCCL refuses two ranks on one device); or MPI through host memory, any number of ranks
+ * per GPU, and the CPU backend's only way. */
+enum moe_run_transport { MOE_RUN_COMM_NCCL = 0, MOE_RUN_COMM_MPI = 1 };
 
 /* Reduction operators of allreduce. */
 enum moe_run_op { MOE_RUN_SUM = 0, MOE_RUN_MAX = 1, MOE_RUN_MIN = 2 };
@@ -163,17 +177,18 @@ struct moe_run_backend {
 moe_run_backend_t *moe_run_backend_cpu(moe_run_comm_t *c, char *errbuf, size_t errlen);
 
 /* A backend built as a loadable module, moerun-NAME.so ("cuda": the CUDA + NCCL backend), made
- * on c with wire type dtype. The module is looked for in the directories of the environment
+ * on c with wire type dtype and transport (enum moe_run_transport). The module is looked for in the directories of the environment
  * variable MOE_RUN_MODULE_PATH (colon-separated), then in the installed module directory
  * ($pkglibdir); it is opened only here, so that a program that never asks for it neither loads
  * nor needs the libraries it links (CUDA, cuBLAS, NCCL). A module must come from the same
  * moeflow version. It exports
  *     const char *moe_run_module_version;          PACKAGE_VERSION of its build
- *     moe_run_backend_t *moe_run_module_backend(moe_run_comm_t *, int dtype, char *, size_t);
+ *     moe_run_backend_t *moe_run_module_backend(moe_run_comm_t *, int dtype, int transport,
+ *                                               char *, size_t);
  * Returns NULL with a reason in errbuf (module not found, not loadable, of another version, or
  * the backend's own failure). */
 moe_run_backend_t *moe_run_backend_module(const char *name, moe_run_comm_t *c, int dtype,
-                                          char *errbuf, size_t errlen);
+                                          int transport, char *errbuf, size_t errlen);
 /* Open the module of backend `name` ahead of moe_run_backend_module, without communicating:
  * 0, or a negative status with the reason in errbuf. The ranks of a job can agree on the
  * outcome (and end cleanly when the module is missing everywhere) before the backend's own
@@ -182,11 +197,13 @@ int moe_run_backend_module_open(const char *name, char *errbuf, size_t errlen);
 
 #ifdef MOE_RUN_CUDA
 /* The CUDA + NCCL backend (kernels/run_cuda.cu, built when configure finds both; moe-run
- * reaches it through the module moerun-cuda.so): one GPU per local rank, rank 0 makes the NCCL
- * unique id and broadcasts it over c; expert weights are kept in the wire type `dtype` (enum
- * moe_dtype). Same contract as moe_run_backend_cpu otherwise. */
-moe_run_backend_t *moe_run_backend_cuda(moe_run_comm_t *c, int dtype, char *errbuf,
-                                        size_t errlen);
+ * reaches it through the module moerun-cuda.so): device local rank mod the visible devices;
+ * with transport MOE_RUN_COMM_NCCL one GPU per rank, rank 0 makes the NCCL unique id and
+ * broadcasts it over c; with MOE_RUN_COMM_MPI the collectives go through host memory and c
+ * (no NCCL communicator), so ranks may share a GPU. Expert weights are kept in the wire type
+ * `dtype` (enum moe_dtype). Same contract as moe_run_backend_cpu otherwise. */
+moe_run_backend_t *moe_run_backend_cuda(moe_run_comm_t *c, int dtype, int transport,
+                                        char *errbuf, size_t errlen);
 #endif
 
 #ifdef __cplusplus

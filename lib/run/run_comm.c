@@ -191,3 +191,24 @@ int run_comm_barrier(moe_run_comm_t *c)
 #endif
     return 0;
 }
+
+int moe_run_comm_allreduce(moe_run_comm_t *c, double *v, int n, int op)
+{
+    return run_comm_allreduce(c, v, n, op);
+}
+
+int moe_run_comm_alltoallv(moe_run_comm_t *c, const void *send, const size_t *sc,
+                           const size_t *sd, void *recv, const size_t *rc, const size_t *rd)
+{
+    return run_comm_alltoallv(c, send, sc, sd, recv, rc, rd);
+}
+
+int moe_run_comm_allgather(moe_run_comm_t *c, const void *send, size_t bytes, void *recv)
+{
+    return run_comm_allgather(c, send, bytes, recv);
+}
+
+int moe_run_comm_barrier(moe_run_comm_t *c)
+{
+    return run_comm_barrier(c);
+}

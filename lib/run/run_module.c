@@ -47,7 +47,7 @@ static void *open_module(const char *name, char *path, size_t pathlen, char *why
     return NULL;
 }
 
-typedef moe_run_backend_t *(*make_fn)(moe_run_comm_t *, int, char *, size_t);
+typedef moe_run_backend_t *(*make_fn)(moe_run_comm_t *, int, int, char *, size_t);
 
 /* The module opened last (a run uses one backend): its name and entry point. */
 static struct {
@@ -93,9 +93,9 @@ int moe_run_backend_module_open(const char *name, char *errbuf, size_t errlen)
 }
 
 moe_run_backend_t *moe_run_backend_module(const char *name, moe_run_comm_t *c, int dtype,
-                                          char *errbuf, size_t errlen)
+                                          int transport, char *errbuf, size_t errlen)
 {
     if (moe_run_backend_module_open(name, errbuf, errlen))
         return NULL;
-    return opened.make(c, dtype, errbuf, errlen);
+    return opened.make(c, dtype, transport, errbuf, errlen);
 }

@@ -46,6 +46,7 @@ differ "--gpus-per-node 1" \
 differ "--warmup 2" "ranks disagree on --warmup: rank 0 has 0, rank 1 has 2"
 differ "--ffn 8" "ranks disagree on --ffn: rank 0 has 16, rank 1 has 8"
 differ "--dtype bf16" "ranks disagree on --dtype: rank 0 has fp32, rank 1 has bf16"
+differ "--expert silu" "ranks disagree on --expert: rank 0 has swiglu, rank 1 has silu"
 differ "--seed 7" "ranks disagree on --seed: rank 0 has 1, rank 1 has 7"
 differ "--tokens-per-rank 8" \
     "ranks disagree on --tokens-per-rank: rank 0 has 64, rank 1 has 8"

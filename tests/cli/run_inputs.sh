@@ -60,6 +60,18 @@ expect_exit 1 mpi_noleak 1 $small --trace "$T/p4.moet" --topology no-such-preset
 grep -q '^moe-run: .*no-such-preset' "$T/err" || fail "the unknown preset is not named"
 end
 
+begin "--comm and --expert: the cpu backend moves data by MPI only; unknown names"
+expect_exit 2 "$MOE_BIN/moe-run" --comm nccl
+expect_tool_usage moe-run "" "--comm nccl: the cpu backend moves data by MPI"
+expect_exit 2 "$MOE_BIN/moe-run" --comm ib
+expect_tool_usage moe-run "" "unknown transport 'ib'"
+expect_exit 2 "$MOE_BIN/moe-run" --expert gelu
+expect_tool_usage moe-run "" "unknown expert 'gelu'"
+expect_exit 0 "$MOE_BIN/moe-run" --comm mpi --expert silu --layers 2 --experts 4 \
+    --tokens-per-rank 8 --iters 1 --warmup 0 --check
+grep -q 'hidden 64, ffn 128 (silu)' "$T/out" || fail "the header does not name the experts"
+end
+
 begin "--backend cuda without its module: every rank ends, one line names the module"
 if "$MOE_BIN/moe-run" --version | grep -q '^backends:.* cuda'; then
     # a file that is not a module, found first on the search path

@@ -170,20 +170,23 @@ int main(int argc, char **argv)
     char eb[256];
     moe_run_backend_t *cpu = moe_run_backend_cpu(comm, eb, sizeof eb);
     CHECK(cpu != NULL);
-    CHECK(moe_run_backend_cuda(comm, 9, eb, sizeof eb) == NULL); /* bad dtype */
-    for (int dt = MOE_DTYPE_FP32; dt <= MOE_DTYPE_BF16; dt++) {
-        moe_run_backend_t *gpu = moe_run_backend_cuda(comm, dt, eb, sizeof eb);
-        if (!gpu) {
-            fprintf(stderr, "test_run_cuda: %s\n", eb);
-            CHECK(gpu != NULL);
-            continue;
+    CHECK(moe_run_backend_cuda(comm, 9, MOE_RUN_COMM_NCCL, eb, sizeof eb) == NULL); /* dtype */
+    CHECK(moe_run_backend_cuda(comm, MOE_DTYPE_FP32, 7, eb, sizeof eb) == NULL); /* transport */
+    /* both transports: NCCL, and MPI staged through host memory (--comm mpi) */
+    for (int tr = MOE_RUN_COMM_NCCL; tr <= MOE_RUN_COMM_MPI; tr++)
+        for (int dt = MOE_DTYPE_FP32; dt <= MOE_DTYPE_BF16; dt++) {
+            moe_run_backend_t *gpu = moe_run_backend_cuda(comm, dt, tr, eb, sizeof eb);
+            if (!gpu) {
+                fprintf(stderr, "test_run_cuda: %s\n", eb);
+                CHECK(gpu != NULL);
+                continue;
+            }
+            printf("test_run_cuda: %s backend on %s, dtype %s, transport %s\n", gpu->name,
+                   gpu->device, moe_dtype_name(dt), tr == MOE_RUN_COMM_MPI ? "mpi" : "nccl");
+            test_kernels(cpu, gpu, dt);
+            test_comm(gpu);
+            gpu->ops->destroy(gpu);
         }
-        printf("test_run_cuda: %s backend on %s, dtype %s\n", gpu->name, gpu->device,
-               moe_dtype_name(dt));
-        test_kernels(cpu, gpu, dt);
-        test_comm(gpu);
-        gpu->ops->destroy(gpu);
-    }
     cpu->ops->destroy(cpu);
     run_comm_finalize(comm);
     return unit_done("test_run_cuda");
