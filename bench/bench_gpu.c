@@ -1,13 +1,16 @@
 /* bench/bench_gpu.c -- throughput of the moe-run CUDA kernels against baselines measured side
  * by side on the same device: the grouped expert FFN against one cuBLAS dense GEMM of equal
  * total FLOPs, and the permute (gather+pack) and combine against cudaMemcpy device-to-device
- * bandwidth. Exits 77 with a message when there is no CUDA device.
+ * bandwidth; then one whole MoE layer on one GPU (gate, routing, permute, FFN, combine: the
+ * time bench/bench_torch.py compares a PyTorch layer with). Exits 77 with a message when
+ * there is no CUDA device.
  *
  * usage: bench_gpu [--dtype fp32|bf16|fp16] [--tokens N] [--topk K] [--experts G]
  *                  [--hidden H] [--ffn F] [--expert swiglu|silu] [--iters I] [--seed S] */
 #include "config.h"
 
 #include <cuda_runtime.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -75,6 +78,13 @@ typedef struct bench_state {
     void *dense_c;      /* rows x (mats x F) of dtype */
     void *copy_src, *copy_dst;
     size_t copy_bytes;
+    /* the whole layer: gate weights (H x E fp32), its choices and weights, the routing's
+     * outputs, the layer's output rows, the expert offsets on the host */
+    float *Wg, *gw, *out;
+    int32_t *ids, *counts, *offsets;
+    uint32_t *lsrc, *lslot;
+    int32_t hoff[1025];
+    size_t loff[1025];
 } bench_state_t;
 
 static void run_ffn(void *p)
@@ -106,6 +116,32 @@ static void run_combine(void *p)
     bench_state_t *s = p;
     GPU_OK(moe_gpu_combine(s->ys, s->c.dtype, s->slot, s->w, s->c.tokens, s->c.K, s->c.H, s->x,
                            NULL));
+}
+
+/* One MoE layer on one GPU as moe-run's device path runs it: the computed gate on the fp32
+ * rows, the expert-sorted routing, the expert offsets to the host (the layer's one host
+ * sync: the grouped GEMM takes them there), the permute fused with the pack, the grouped
+ * FFN, and the deterministic combine into the output rows. */
+static void run_layer(void *p)
+{
+    bench_state_t *s = p;
+    const bench_cfg_t *c = &s->c;
+    GPU_OK(moe_gpu_gate(s->x, c->tokens, c->H, s->Wg, c->G, c->K, s->ids, s->gw,
+                        moe_gpu_ctx_stream(s->ctx)));
+    GPU_OK(moe_gpu_route(s->ctx, s->ids, c->tokens, c->K, c->G, NULL, s->counts, s->offsets,
+                         s->lsrc, s->lslot));
+    GPU_OK(cudaMemcpyAsync(s->hoff, s->offsets, (c->G + 1) * sizeof *s->hoff,
+                           cudaMemcpyDeviceToHost, moe_gpu_ctx_stream(s->ctx)));
+    GPU_OK(cudaStreamSynchronize(moe_gpu_ctx_stream(s->ctx)));
+    for (uint32_t g = 0; g <= c->G; g++)
+        s->loff[g] = (size_t)s->hoff[g];
+    GPU_OK(moe_gpu_gather_pack(s->x, s->lsrc, s->loff[c->G], c->H, c->dtype, s->xs,
+                               moe_gpu_ctx_stream(s->ctx)));
+    GPU_OK(moe_gpu_ffn_grouped(s->ctx, c->dtype, s->xs, c->G, s->loff, c->H, c->F, c->expert,
+                               (const void *const *)s->w1tab, (const void *const *)s->w2tab,
+                               s->ys));
+    GPU_OK(moe_gpu_combine(s->ys, c->dtype, s->lslot, s->gw, c->tokens, c->K, c->H, s->out,
+                           moe_gpu_ctx_stream(s->ctx)));
 }
 
 static void run_copy(void *p)
@@ -235,6 +271,20 @@ static void setup(bench_state_t *s)
         s->w1tab[g] = (char *)s->W1 + (size_t)g * c->H * C * es;
         s->w2tab[g] = (char *)s->W2 + (size_t)g * c->F * c->H * es;
     }
+    /* the whole layer's gate weights (1 / sqrt(H) normal, as moe-run seeds them) and buffers */
+    float *wg = malloc((size_t)c->H * c->G * sizeof *wg);
+    for (size_t i = 0; i < (size_t)c->H * c->G; i++)
+        wg[i] = (float)(moe_rng_normal(&r) / sqrt((double)c->H));
+    s->Wg = dalloc((size_t)c->H * c->G * 4);
+    GPU_OK(cudaMemcpy(s->Wg, wg, (size_t)c->H * c->G * 4, cudaMemcpyHostToDevice));
+    s->gw = dalloc(m * 4);
+    s->ids = dalloc(m * 4);
+    s->counts = dalloc((c->G + 1) * 4);
+    s->offsets = dalloc((c->G + 1) * 4);
+    s->lsrc = dalloc(m * 4);
+    s->lslot = dalloc(m * 4);
+    s->out = dalloc(c->tokens * c->H * 4);
+    free(wg);
     free(ids);
     free(src);
     free(slot);
@@ -306,6 +356,11 @@ int main(int argc, char **argv)
     double bp = (double)perm_bytes / (tp * 1e6), bc = (double)comb_bytes / (tc * 1e6);
     printf("%-28s %10.3f %8.1f GB/s %10.3f\n", "permute (gather+pack)", tp, bp, bp / cpy);
     printf("%-28s %10.3f %8.1f GB/s %10.3f\n", "combine (fused un-permute)", tc, bc, bc / cpy);
+    /* the whole layer: its FLOPs rate, and its share of the dense GEMM's time */
+    moe_gpu_ctx_set_gemm_mode(s.ctx, MOE_GPU_GEMM_GROUPED);
+    double tl = time_ms(run_layer, &s, c->iters);
+    printf("%-28s %10.3f %8.1f TF/s %10.3f\n", "MoE layer (gate..combine)", tl,
+           flops / (tl * 1e9), dense / tl);
     moe_gpu_ctx_free(s.ctx);
     return 0;
 }

@@ -327,7 +327,8 @@ verdict bench-gpu "$(awk '/^# dtype/ { dt = $3; sub(",", "", dt) }
     /^[a-z]/ && NF >= 4 && $NF ~ /^[0-9.]+$/ && $0 !~ /baseline/ {
         printf "%s%s %s=%s", sep, dt, $1, $NF; sep = "; " }' "$L/bench-gpu.log")"
 if [ -f "$SRC/bench/bench_torch.py" ]; then
-    step bench-torch 240 env -u LD_LIBRARY_PATH python3 "$SRC/bench/bench_torch.py"
+    step bench-torch 240 env -u LD_LIBRARY_PATH python3 "$SRC/bench/bench_torch.py" \
+        --moeflow "$L/bench-gpu.log"
     cat "$L/bench-torch.log" >>"$R/bench.txt"
     verdict bench-torch "$(grep -v '^ *$' "$L/bench-torch.log" | tail -1 | cut -c1-160)"
 else
