@@ -13,7 +13,12 @@
  * For --dtype bf16/fp16 the expert FFN runs in that dtype on tensor cores (fp32
  * accumulation): the runtime keeps fp32 weights in backend buffers, and the backend keeps a
  * converted copy of each weight matrix it is asked to use, dropped whenever any operation
- * writes bytes that overlap the fp32 source. */
+ * writes bytes that overlap the fp32 source.
+ *
+ * The NCCL communicator is non-blocking: every wait polls its asynchronous error state, so
+ * that a peer that fails, or dies and is noticed by NCCL, ends every rank (communicator
+ * aborted, job aborted) rather than leaving them in a synchronize; a wait past
+ * MOE_RUN_NCCL_TIMEOUT seconds [600] ends the job too. */
 #include <nccl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,6 +39,7 @@ typedef struct wconv {
 
 typedef struct cuda_be {
     int dev, dtype, mpi;        /* mpi: the host-staged transport instead of NCCL */
+    double timeout;             /* seconds a wait on NCCL work may take (MOE_RUN_NCCL_TIMEOUT) */
     cudaStream_t cs, ns;        /* compute, NCCL */
     ncclComm_t nccl;
     moe_gpu_ctx_t *ctx;
@@ -75,12 +81,13 @@ static void be_fail(moe_run_backend_t *b, const char *file, int line, const char
         if (e_ != cudaSuccess)                                                               \
             be_fail((b), __FILE__, __LINE__, "CUDA", cudaGetErrorString(e_));                \
     } while (0)
-#define NCCL_CK(b, call)                                                                     \
-    do {                                                                                     \
-        ncclResult_t r_ = (call);                                                            \
-        if (r_ != ncclSuccess)                                                               \
-            be_fail((b), __FILE__, __LINE__, "NCCL", ncclGetErrorString(r_));                \
-    } while (0)
+/* The communicator is non-blocking (ncclConfig_t.blocking = 0): a call may return
+ * ncclInProgress before its work is on the stream, and an error of a peer or of the network
+ * shows in ncclCommGetAsyncError. nccl_settle waits until the communicator is done with the
+ * call; any failure aborts the communicator (so no kernel waits on a dead peer) and then the
+ * job. */
+static void nccl_settle(moe_run_backend_t *b, ncclResult_t r, const char *file, int line);
+#define NCCL_CK(b, call) nccl_settle((b), (call), __FILE__, __LINE__)
 /* The kernel launchers return a code for moe_gpu_strerror. */
 #define GPU_CK(b, call)                                                                      \
     do {                                                                                     \
@@ -93,6 +100,81 @@ static cuda_be_t *impl(moe_run_backend_t *b)
 {
     return (cuda_be_t *)b->impl;
 }
+
+static double mono_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void nccl_abort(moe_run_backend_t *b, const char *file, int line, const char *msg)
+{
+    cuda_be_t *c = impl(b);
+    if (c->nccl) {
+        ncclCommAbort(c->nccl); /* frees the kernels that wait on peers */
+        c->nccl = NULL;
+    }
+    be_fail(b, file, line, "NCCL", msg);
+}
+
+/* A failure the communicator has recorded (a peer's, the network's), or none. */
+static void nccl_poll(moe_run_backend_t *b, const char *file, int line, ncclResult_t *state)
+{
+    cuda_be_t *c = impl(b);
+    ncclResult_t st = ncclSuccess, r = c->nccl ? ncclCommGetAsyncError(c->nccl, &st) : ncclSuccess;
+    if (r != ncclSuccess)
+        st = r;
+    if (st != ncclSuccess && st != ncclInProgress)
+        nccl_abort(b, file, line, ncclGetErrorString(st));
+    *state = st;
+}
+
+static void nccl_settle(moe_run_backend_t *b, ncclResult_t r, const char *file, int line)
+{
+    double t0 = mono_s();
+    if (r != ncclSuccess && r != ncclInProgress)
+        nccl_abort(b, file, line, ncclGetErrorString(r));
+    while (r == ncclInProgress && impl(b)->nccl) {
+        nccl_poll(b, file, line, &r);
+        if (r == ncclInProgress && mono_s() - t0 > impl(b)->timeout)
+            nccl_abort(b, file, line, "the call did not complete within MOE_RUN_NCCL_TIMEOUT");
+    }
+}
+
+/* Wait for the work on stream s. With an NCCL communicator the stream is polled, and so is
+ * the communicator's error state: a peer that failed or died ends this rank (the communicator
+ * aborted) within moments of NCCL noticing, and a wait longer than the timeout (a peer that
+ * hangs, which NCCL cannot tell from a slow one) ends it too, instead of a synchronize that
+ * never returns. */
+static void stream_wait(moe_run_backend_t *b, cudaStream_t s, const char *file, int line)
+{
+    cuda_be_t *c = impl(b);
+    if (!c->nccl) {
+        cudaError_t e = cudaStreamSynchronize(s);
+        if (e != cudaSuccess)
+            be_fail(b, file, line, "CUDA", cudaGetErrorString(e));
+        return;
+    }
+    double t0 = mono_s();
+    for (unsigned i = 0;; i++) {
+        cudaError_t e = cudaStreamQuery(s);
+        if (e == cudaSuccess)
+            return;
+        if (e != cudaErrorNotReady)
+            be_fail(b, file, line, "CUDA", cudaGetErrorString(e));
+        ncclResult_t st;
+        nccl_poll(b, file, line, &st);
+        if (i < 1024) /* short waits spin; longer ones sleep between polls */
+            continue;
+        struct timespec ts = {0, 50000};
+        nanosleep(&ts, NULL);
+        if (mono_s() - t0 > c->timeout)
+            nccl_abort(b, file, line, "a collective did not complete within "
+                                      "MOE_RUN_NCCL_TIMEOUT (a peer died or hangs)");
+    }
+}
+#define STREAM_WAIT(b, s) stream_wait((b), (s), __FILE__, __LINE__)
 
 /* ------------------------------------------------------------------ weight conversions */
 
@@ -170,7 +252,7 @@ static int cu_upload(moe_run_backend_t *b, void *dst, const void *src, size_t by
         return 0;
     wc_invalidate(b, dst, bytes);
     CUDA_CK(b, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, c->cs));
-    CUDA_CK(b, cudaStreamSynchronize(c->cs));
+    STREAM_WAIT(b, c->cs);
     return 0;
 }
 
@@ -180,7 +262,7 @@ static int cu_download(moe_run_backend_t *b, void *dst, const void *src, size_t 
     if (!bytes)
         return 0;
     CUDA_CK(b, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, c->cs));
-    CUDA_CK(b, cudaStreamSynchronize(c->cs));
+    STREAM_WAIT(b, c->cs);
     return 0;
 }
 
@@ -487,14 +569,14 @@ static int cu_allreduce(moe_run_backend_t *b, double *v, int n, int op)
     CUDA_CK(b, cudaMemcpyAsync(c->red, v, (size_t)n * sizeof *v, cudaMemcpyHostToDevice, c->ns));
     NCCL_CK(b, ncclAllReduce(c->red, c->red, (size_t)n, ncclFloat64, o, c->nccl, c->ns));
     CUDA_CK(b, cudaMemcpyAsync(v, c->red, (size_t)n * sizeof *v, cudaMemcpyDeviceToHost, c->ns));
-    CUDA_CK(b, cudaStreamSynchronize(c->ns));
+    STREAM_WAIT(b, c->ns);
     return 0;
 }
 
 static int cu_barrier(moe_run_backend_t *b)
 {
     double one = 1;
-    CUDA_CK(b, cudaStreamSynchronize(impl(b)->cs));
+    STREAM_WAIT(b, impl(b)->cs);
     if (impl(b)->mpi) {
         COMM_CK(b, moe_run_comm_barrier(b->comm));
         return 0;
@@ -509,7 +591,7 @@ static int cu_barrier(moe_run_backend_t *b)
  * request progresses until its wait, so timing a phase does not cancel the overlap. */
 static int cu_sync(moe_run_backend_t *b)
 {
-    CUDA_CK(b, cudaStreamSynchronize(impl(b)->cs));
+    STREAM_WAIT(b, impl(b)->cs);
     return 0;
 }
 
@@ -541,8 +623,16 @@ static void cu_destroy(moe_run_backend_t *b)
         free(c->hs);
         free(c->hr);
         moe_gpu_ctx_free(c->ctx);
-        if (c->nccl)
-            ncclCommDestroy(c->nccl);
+        if (c->nccl) { /* a non-blocking communicator: finalize, settle, then destroy */
+            ncclResult_t st = ncclCommFinalize(c->nccl);
+            for (double t0 = mono_s(); st == ncclInProgress && mono_s() - t0 < c->timeout;)
+                if (ncclCommGetAsyncError(c->nccl, &st) != ncclSuccess)
+                    st = ncclInternalError;
+            if (st == ncclSuccess)
+                ncclCommDestroy(c->nccl);
+            else
+                ncclCommAbort(c->nccl);
+        }
         cudaStreamDestroy(c->cs);
         if (c->ns)
             cudaStreamDestroy(c->ns);
@@ -617,7 +707,12 @@ static int cuda_setup(moe_run_backend_t *b, cuda_be_t *c, char *errbuf, size_t e
         snprintf(errbuf, errlen, "cannot broadcast the NCCL unique id");
         return -1;
     }
-    NCCL_CK(b, ncclCommInitRank(&c->nccl, b->size, id, b->rank));
+    ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+    cfg.blocking = 0; /* errors and hangs are polled for (nccl_settle, stream_wait) */
+    ncclComm_t comm = NULL;
+    ncclResult_t r = ncclCommInitRankConfig(&comm, b->size, id, b->rank, &cfg);
+    c->nccl = comm; /* set while in progress, so that nccl_settle polls it */
+    NCCL_CK(b, r);
     return 0;
 }
 
@@ -641,6 +736,15 @@ extern "C" moe_run_backend_t *moe_run_backend_cuda(moe_run_comm_t *comm, int dty
     b->impl = c;
     c->dtype = dtype;
     c->mpi = transport == MOE_RUN_COMM_MPI;
+    const char *to = getenv("MOE_RUN_NCCL_TIMEOUT");
+    char *end = NULL;
+    c->timeout = to && *to ? strtod(to, &end) : 600;
+    if (to && *to && (*end || !(c->timeout > 0))) {
+        snprintf(errbuf, errlen, "MOE_RUN_NCCL_TIMEOUT: not a positive number of seconds: '%s'",
+                 to);
+        cu_destroy(b);
+        return NULL;
+    }
     if (cuda_setup(b, c, errbuf, errlen) != 0) {
         cu_destroy(b);
         return NULL;
