@@ -88,6 +88,10 @@ static void be_fail(moe_run_backend_t *b, const char *file, int line, const char
  * job. */
 static void nccl_settle(moe_run_backend_t *b, ncclResult_t r, const char *file, int line);
 #define NCCL_CK(b, call) nccl_settle((b), (call), __FILE__, __LINE__)
+/* Inside ncclGroupStart .. ncclGroupEnd nothing runs before the group ends: a call is only
+ * checked for a failure, and ncclGroupEnd settles the group. */
+static void nccl_grouped(moe_run_backend_t *b, ncclResult_t r, const char *file, int line);
+#define NCCL_GROUPED(b, call) nccl_grouped((b), (call), __FILE__, __LINE__)
 /* The kernel launchers return a code for moe_gpu_strerror. */
 #define GPU_CK(b, call)                                                                      \
     do {                                                                                     \
@@ -140,6 +144,12 @@ static void nccl_settle(moe_run_backend_t *b, ncclResult_t r, const char *file, 
         if (r == ncclInProgress && mono_s() - t0 > impl(b)->timeout)
             nccl_abort(b, file, line, "the call did not complete within MOE_RUN_NCCL_TIMEOUT");
     }
+}
+
+static void nccl_grouped(moe_run_backend_t *b, ncclResult_t r, const char *file, int line)
+{
+    if (r != ncclSuccess && r != ncclInProgress)
+        nccl_abort(b, file, line, ncclGetErrorString(r));
 }
 
 /* Wait for the work on stream s. With an NCCL communicator the stream is polled, and so is
@@ -423,12 +433,13 @@ static void issue_alltoallv(moe_run_backend_t *b, const void *send, const size_t
         if (rc[r])
             wc_invalidate(b, (char *)recv + rd[r], rc[r]);
     ns_after_cs(b);
-    NCCL_CK(b, ncclGroupStart());
+    NCCL_GROUPED(b, ncclGroupStart());
     for (int r = 0; r < b->size; r++) {
         if (sc[r])
-            NCCL_CK(b, ncclSend((const char *)send + sd[r], sc[r], ncclUint8, r, c->nccl, c->ns));
+            NCCL_GROUPED(b, ncclSend((const char *)send + sd[r], sc[r], ncclUint8, r, c->nccl,
+                                     c->ns));
         if (rc[r])
-            NCCL_CK(b, ncclRecv((char *)recv + rd[r], rc[r], ncclUint8, r, c->nccl, c->ns));
+            NCCL_GROUPED(b, ncclRecv((char *)recv + rd[r], rc[r], ncclUint8, r, c->nccl, c->ns));
     }
     NCCL_CK(b, ncclGroupEnd());
 }
