@@ -6,9 +6,10 @@
  * work it depends on by events, so an ialltoallv overlaps the kernels issued before its wait;
  * all-to-all(v) is grouped ncclSend/ncclRecv. Transport MPI (moe-run --comm mpi; ranks may
  * share a GPU, which NCCL refuses): every collective is staged through host memory and the
- * host communicator, synchronously (an ialltoallv completes before it returns). Every CUDA/NCCL failure is fatal: it is
- * reported with host:file:line and the library's message, then the whole job is aborted
- * through the host communicator, so no rank waits forever for a peer that failed.
+ * host communicator, synchronously (an ialltoallv completes before it returns). Every
+ * CUDA/NCCL/MPI failure is fatal: it is reported with host:file:line and the library's
+ * message, then the whole job is aborted through the host communicator, so no rank waits
+ * forever for a peer that failed.
  *
  * For --dtype bf16/fp16 the expert FFN runs in that dtype on tensor cores (fp32
  * accumulation): the runtime keeps fp32 weights in backend buffers, and the backend keeps a
