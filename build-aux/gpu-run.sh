@@ -267,9 +267,11 @@ modes="vanilla coherent pipelined hierarchical datacentric"
 run_args=${MOE_GPU_RUN_ARGS:-$run_args_default}
 # join: the input's lines as one, separated by "; "
 join() { paste -sd '|' - | sed 's/|/; /g'; }
-# key_run LOG: moe-run's time per iteration and its check verdict.
+# key_run LOG: moe-run's time per iteration, the iteration over its kernels' time (on one rank:
+# the runtime's overhead, issue 21 item 7's fourth ratio, goal <= 1.15) and its check verdict.
 key_run() {
     sed -n -e 's/^# per iteration: \([^,]*\), \([^,]*\),.*/\1, \2/p' \
+        -e 's/^# kernels and copies: .* the iteration takes \([0-9.]*x\) that.*/iteration \/ kernels \1/p' \
         -e 's/^# check against the serial vanilla reference: /check: /p' "$1" | join
 }
 for m in $modes; do

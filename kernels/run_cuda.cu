@@ -54,6 +54,9 @@ typedef struct cuda_be {
     size_t tab_cap;
     char *hs, *hr;              /* transport MPI: host staging of what is sent and received */
     size_t hs_cap, hr_cap;
+    cudaEvent_t *kev;           /* kernel spans: start and end events of each operation */
+    size_t nkev, capkev;        /* events in use (two per span), created */
+    double ks;                  /* seconds of the spans summed so far (cu_kernel_seconds) */
 } cuda_be_t;
 
 typedef struct cuda_req {
@@ -227,6 +230,53 @@ static const void *wc_get(moe_run_backend_t *b, const float *src, size_t n)
     return conv;
 }
 
+/* ------------------------------------------------------------------ kernel time */
+
+/* Each operation that computes or copies on the compute stream is bracketed by two events (a
+ * span); cu_kernel_seconds waits for the stream and adds the spans' times. The stream runs
+ * one operation after another, so the spans' sum is the time the device spent on them. */
+static double spans_fold(moe_run_backend_t *b);
+
+static void span(moe_run_backend_t *b)
+{
+    cuda_be_t *c = impl(b);
+    if (c->nkev == c->capkev) {
+        if (c->capkev >= 8192 && c->nkev % 2 == 0) { /* bounded: fold (and wait) */
+            spans_fold(b);
+        } else {
+            size_t cap = c->capkev ? 2 * c->capkev : 64;
+            cudaEvent_t *e = (cudaEvent_t *)realloc(c->kev, cap * sizeof *e);
+            if (!e)
+                be_fail(b, __FILE__, __LINE__, "host", "out of memory (kernel timing events)");
+            c->kev = e;
+            for (size_t i = c->capkev; i < cap; i++)
+                CUDA_CK(b, cudaEventCreate(&c->kev[i]));
+            c->capkev = cap;
+        }
+    }
+    CUDA_CK(b, cudaEventRecord(c->kev[c->nkev++], c->cs));
+}
+#define SPAN_BEGIN(b) span(b)
+#define SPAN_END(b) span(b)
+
+static double spans_fold(moe_run_backend_t *b)
+{
+    cuda_be_t *c = impl(b);
+    STREAM_WAIT(b, c->cs);
+    for (size_t i = 0; i + 1 < c->nkev; i += 2) {
+        float ms = 0;
+        CUDA_CK(b, cudaEventElapsedTime(&ms, c->kev[i], c->kev[i + 1]));
+        c->ks += 1e-3 * ms;
+    }
+    c->nkev = 0;
+    return c->ks;
+}
+
+static double cu_kernel_seconds(moe_run_backend_t *b)
+{
+    return spans_fold(b);
+}
+
 /* ------------------------------------------------------------------ memory */
 
 static void *cu_alloc(moe_run_backend_t *b, size_t bytes)
@@ -262,7 +312,9 @@ static int cu_upload(moe_run_backend_t *b, void *dst, const void *src, size_t by
     if (!bytes)
         return 0;
     wc_invalidate(b, dst, bytes);
+    SPAN_BEGIN(b);
     CUDA_CK(b, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, c->cs));
+    SPAN_END(b);
     STREAM_WAIT(b, c->cs);
     return 0;
 }
@@ -272,7 +324,9 @@ static int cu_download(moe_run_backend_t *b, void *dst, const void *src, size_t 
     cuda_be_t *c = impl(b);
     if (!bytes)
         return 0;
+    SPAN_BEGIN(b);
     CUDA_CK(b, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, c->cs));
+    SPAN_END(b);
     STREAM_WAIT(b, c->cs);
     return 0;
 }
@@ -282,7 +336,9 @@ static int cu_copy(moe_run_backend_t *b, void *dst, const void *src, size_t byte
     if (!bytes)
         return 0;
     wc_invalidate(b, dst, bytes);
+    SPAN_BEGIN(b);
     CUDA_CK(b, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, impl(b)->cs));
+    SPAN_END(b);
     return 0;
 }
 
@@ -291,7 +347,9 @@ static int cu_zero(moe_run_backend_t *b, void *dst, size_t bytes)
     if (!bytes)
         return 0;
     wc_invalidate(b, dst, bytes);
+    SPAN_BEGIN(b);
     CUDA_CK(b, cudaMemsetAsync(dst, 0, bytes, impl(b)->cs));
+    SPAN_END(b);
     return 0;
 }
 
@@ -300,7 +358,9 @@ static int cu_zero(moe_run_backend_t *b, void *dst, size_t bytes)
 static int cu_mixer(moe_run_backend_t *b, float *x, size_t n, uint32_t H, const float *m)
 {
     wc_invalidate(b, x, n * H * sizeof *x);
+    SPAN_BEGIN(b);
     GPU_CK(b, moe_gpu_mixer(x, n, H, m, impl(b)->cs));
+    SPAN_END(b);
     return 0;
 }
 
@@ -311,7 +371,9 @@ static int cu_gate(moe_run_backend_t *b, const float *x, size_t n, uint32_t H, c
         return MOE_EINVAL;
     wc_invalidate(b, ids, n * K * sizeof *ids);
     wc_invalidate(b, w, n * K * sizeof *w);
+    SPAN_BEGIN(b);
     GPU_CK(b, moe_gpu_gate(x, n, H, Wg, E, K, ids, w, impl(b)->cs));
+    SPAN_END(b);
     return 0;
 }
 
@@ -319,7 +381,9 @@ static int cu_gather(moe_run_backend_t *b, const float *src, const uint32_t *idx
                      uint32_t H, float *dst)
 {
     wc_invalidate(b, dst, n * H * sizeof *dst);
+    SPAN_BEGIN(b);
     GPU_CK(b, moe_gpu_gather(src, idx, n, H, dst, impl(b)->cs));
+    SPAN_END(b);
     return 0;
 }
 
@@ -329,7 +393,9 @@ static int cu_gather(moe_run_backend_t *b, const float *src, const uint32_t *idx
 static int cu_scatter_add(moe_run_backend_t *b, const float *y, const uint32_t *idx,
                           const float *w, size_t n, uint32_t H, float *out)
 {
+    SPAN_BEGIN(b);
     GPU_CK(b, moe_gpu_scatter_add(y, idx, w, n, H, out, impl(b)->cs));
+    SPAN_END(b);
     return 0;
 }
 
@@ -353,8 +419,10 @@ static int cu_ffn_grouped(moe_run_backend_t *b, const float *x, uint32_t G, cons
     size_t r0 = off[0], rows = off[G] - r0, es = moe_dtype_size(c->dtype);
     wc_invalidate(b, y + r0 * H, rows * H * sizeof *y);
     if (c->dtype == MOE_DTYPE_FP32) {
+        SPAN_BEGIN(b);
         GPU_CK(b, moe_gpu_ffn_grouped(c->ctx, MOE_DTYPE_FP32, x, G, off, H, F, expert,
                                       (const void *const *)W1, (const void *const *)W2, y));
+        SPAN_END(b);
         return 0;
     }
     if (2 * (size_t)G > c->tab_cap) {
@@ -364,6 +432,7 @@ static int cu_ffn_grouped(moe_run_backend_t *b, const float *x, uint32_t G, cons
         c->tab = t;
         c->tab_cap = 2 * (size_t)G;
     }
+    SPAN_BEGIN(b); /* the weights' conversions (first use), the pack, the FFN, the unpack */
     for (uint32_t g = 0; g < G; g++) {
         int used = off[g + 1] > off[g];
         c->tab[g] = used ? wc_get(b, W1[g], H * moe_kern_w1_cols(F, expert)) : NULL;
@@ -376,6 +445,7 @@ static int cu_ffn_grouped(moe_run_backend_t *b, const float *x, uint32_t G, cons
     GPU_CK(b, moe_gpu_ffn_grouped(c->ctx, c->dtype, xw, G, off, H, F, expert, c->tab, c->tab + G,
                                   yw));
     GPU_CK(b, moe_gpu_unpack(yw + r0 * H * es, rows * H, c->dtype, y + r0 * H, c->cs));
+    SPAN_END(b);
     return 0;
 }
 
@@ -384,7 +454,9 @@ static int cu_pack(moe_run_backend_t *b, const float *src, size_t n, int dtype, 
     if (!moe_dtype_size(dtype))
         return MOE_EINVAL;
     wc_invalidate(b, dst, n * moe_dtype_size(dtype));
+    SPAN_BEGIN(b);
     GPU_CK(b, moe_gpu_pack(src, n, dtype, dst, impl(b)->cs));
+    SPAN_END(b);
     return 0;
 }
 
@@ -393,7 +465,9 @@ static int cu_unpack(moe_run_backend_t *b, const void *src, size_t n, int dtype,
     if (!moe_dtype_size(dtype))
         return MOE_EINVAL;
     wc_invalidate(b, dst, n * sizeof *dst);
+    SPAN_BEGIN(b);
     GPU_CK(b, moe_gpu_unpack(src, n, dtype, dst, impl(b)->cs));
+    SPAN_END(b);
     return 0;
 }
 
@@ -634,6 +708,9 @@ static void cu_destroy(moe_run_backend_t *b)
         cudaFree(c->red);
         free(c->hs);
         free(c->hr);
+        for (size_t i = 0; i < c->capkev; i++)
+            cudaEventDestroy(c->kev[i]);
+        free(c->kev);
         moe_gpu_ctx_free(c->ctx);
         if (c->nccl) { /* a non-blocking communicator: finalize, settle, then destroy */
             ncclResult_t st = ncclCommFinalize(c->nccl);
@@ -677,6 +754,7 @@ static const moe_run_backend_ops_t cuda_ops = {
     .now = cu_now,
     .destroy = cu_destroy,
     .ffn_grouped_act = NULL, /* training runs on the cpu backend */
+    .kernel_seconds = cu_kernel_seconds,
 };
 
 /* Pick the device, make the streams, the kernel context and the NCCL communicator (rank 0

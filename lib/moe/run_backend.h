@@ -161,6 +161,11 @@ typedef struct moe_run_backend_ops {
     int (*ffn_grouped_act)(moe_run_backend_t *b, const float *x, uint32_t G, const size_t *off,
                            uint32_t H, uint32_t F, int expert, const float *const *W1,
                            const float *const *W2, float *y, float *act);
+
+    /* ---- accounting (optional: NULL where the backend cannot tell) */
+    /* Seconds the backend's kernels and copies (every operation above but the collectives,
+     * alloc and free) have taken since it was made, waiting for work in flight to know. */
+    double (*kernel_seconds)(moe_run_backend_t *b);
 } moe_run_backend_ops_t;
 
 struct moe_run_backend {

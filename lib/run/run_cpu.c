@@ -15,7 +15,16 @@
 typedef struct cpu {
     float *work;        /* FFN scratch */
     size_t work_f;      /* its size in floats */
+    double ks;          /* seconds in the kernels and copies (cpu_kernel_seconds) */
 } cpu_t;
+
+/* Run stmt, adding its time to the backend's kernel seconds. */
+#define TIMED(b, stmt)                                                                         \
+    do {                                                                                       \
+        double t0_ = util_now();                                                               \
+        stmt;                                                                                  \
+        ((cpu_t *)(b)->impl)->ks += util_now() - t0_;                                          \
+    } while (0)
 
 struct moe_run_req {
 #ifdef HAVE_MPI
@@ -40,47 +49,43 @@ static void cpu_free(moe_run_backend_t *b, void *p)
 
 static int cpu_copy(moe_run_backend_t *b, void *dst, const void *src, size_t bytes)
 {
-    (void)b;
     if (bytes)
-        memmove(dst, src, bytes);
+        TIMED(b, memmove(dst, src, bytes));
     return 0;
 }
 
 static int cpu_zero(moe_run_backend_t *b, void *dst, size_t bytes)
 {
-    (void)b;
     if (bytes)
-        memset(dst, 0, bytes);
+        TIMED(b, memset(dst, 0, bytes));
     return 0;
 }
 
 static int cpu_mixer(moe_run_backend_t *b, float *x, size_t n, uint32_t H, const float *m)
 {
-    (void)b;
-    moe_kern_mixer(x, n, H, m);
+    TIMED(b, moe_kern_mixer(x, n, H, m));
     return 0;
 }
 
 static int cpu_gate(moe_run_backend_t *b, const float *x, size_t n, uint32_t H, const float *Wg,
                     uint32_t E, uint32_t K, int32_t *ids, float *w)
 {
-    (void)b;
-    return moe_kern_gate(x, n, H, Wg, E, K, ids, w);
+    int rc;
+    TIMED(b, rc = moe_kern_gate(x, n, H, Wg, E, K, ids, w));
+    return rc;
 }
 
 static int cpu_gather(moe_run_backend_t *b, const float *src, const uint32_t *idx, size_t n,
                       uint32_t H, float *dst)
 {
-    (void)b;
-    moe_kern_gather(src, idx, n, H, dst);
+    TIMED(b, moe_kern_gather(src, idx, n, H, dst));
     return 0;
 }
 
 static int cpu_scatter_add(moe_run_backend_t *b, const float *y, const uint32_t *idx,
                            const float *w, size_t n, uint32_t H, float *out)
 {
-    (void)b;
-    moe_kern_scatter_add(y, idx, w, n, H, out);
+    TIMED(b, moe_kern_scatter_add(y, idx, w, n, H, out));
     return 0;
 }
 
@@ -98,7 +103,9 @@ static int cpu_ffn_grouped_act(moe_run_backend_t *b, const float *x, uint32_t G,
         c->work = w;
         c->work_f = need;
     }
-    return moe_kern_ffn_grouped_act(x, G, off, H, F, expert, W1, W2, y, act, c->work);
+    int rc;
+    TIMED(b, rc = moe_kern_ffn_grouped_act(x, G, off, H, F, expert, W1, W2, y, act, c->work));
+    return rc;
 }
 
 static int cpu_ffn_grouped(moe_run_backend_t *b, const float *x, uint32_t G, const size_t *off,
@@ -110,14 +117,16 @@ static int cpu_ffn_grouped(moe_run_backend_t *b, const float *x, uint32_t G, con
 
 static int cpu_pack(moe_run_backend_t *b, const float *src, size_t n, int dtype, void *dst)
 {
-    (void)b;
-    return moe_kern_pack(src, n, dtype, dst);
+    int rc;
+    TIMED(b, rc = moe_kern_pack(src, n, dtype, dst));
+    return rc;
 }
 
 static int cpu_unpack(moe_run_backend_t *b, const void *src, size_t n, int dtype, float *dst)
 {
-    (void)b;
-    return moe_kern_unpack(src, n, dtype, dst);
+    int rc;
+    TIMED(b, rc = moe_kern_unpack(src, n, dtype, dst));
+    return rc;
 }
 
 static int cpu_alltoallv(moe_run_backend_t *b, const void *send, const size_t *sc,
@@ -212,6 +221,11 @@ static double cpu_now(moe_run_backend_t *b)
     return util_now();
 }
 
+static double cpu_kernel_seconds(moe_run_backend_t *b)
+{
+    return ((cpu_t *)b->impl)->ks;
+}
+
 static void cpu_destroy(moe_run_backend_t *b)
 {
     if (!b)
@@ -247,6 +261,7 @@ static const moe_run_backend_ops_t cpu_ops = {
     .now = cpu_now,
     .destroy = cpu_destroy,
     .ffn_grouped_act = cpu_ffn_grouped_act,
+    .kernel_seconds = cpu_kernel_seconds,
 };
 
 moe_run_backend_t *moe_run_backend_cpu(moe_run_comm_t *c, char *errbuf, size_t errlen)

@@ -121,6 +121,8 @@ struct moe_run {
     run_layer_stat_t *st;            /* [L] */
     uint64_t ag_bytes[MOE_LINK_CLASSES]; /* coherent: the per-iteration all-gather */
     double t_iter;                   /* seconds of the timed iterations (max over ranks) */
+    double t_kern;                   /* of which in the backend's kernels and copies (max over
+                                      * ranks; NaN when the backend cannot tell) */
     int timing;                      /* record statistics in this iteration */
     uint32_t chunks_used;
     /* --check: a verification iteration after the timed ones, compared layer by layer */

@@ -110,11 +110,13 @@ void run_iterations(run_t *r)
     if (r->cfg.mode == MOE_RUN_PIPELINED ||
         (r->cfg.mode == MOE_RUN_HIERARCHICAL && r->cfg.chunks_set))
         r->chunks_used = r->cfg.chunks ? r->cfg.chunks : run_auto_chunks(r);
+    const moe_run_backend_ops_t *o = r->b->ops;
+    r->t_kern = o->kernel_seconds ? 0 : NAN;
     for (int it = 0; it < total; it++) {
         r->timing = it >= r->cfg.warmup;
         run_load_inputs(r);
-        RUN_CK(r, r->b->ops->barrier(r->b));
-        double t0 = run_now(r);
+        RUN_CK(r, o->barrier(r->b));
+        double t0 = run_now(r), k0 = o->kernel_seconds ? o->kernel_seconds(r->b) : 0;
         if (r->cfg.mode == MOE_RUN_DATACENTRIC)
             run_dc_iter(r);
         else
@@ -122,13 +124,17 @@ void run_iterations(run_t *r)
                 run_ep_layer(r, l);
         if (r->cfg.mode == MOE_RUN_COHERENT)
             coherent_allgather(r);
-        RUN_CK(r, r->b->ops->barrier(r->b));
-        if (r->timing)
+        RUN_CK(r, o->barrier(r->b));
+        if (r->timing) {
             r->t_iter += run_now(r) - t0;
+            if (o->kernel_seconds)
+                r->t_kern += o->kernel_seconds(r->b) - k0;
+        }
     }
-    double t = r->t_iter;
-    RUN_CK(r, run_comm_allreduce(r->comm, &t, 1, MOE_RUN_MAX));
-    r->t_iter = t;
+    double t[2] = {r->t_iter, o->kernel_seconds ? r->t_kern : 0};
+    RUN_CK(r, run_comm_allreduce(r->comm, t, 2, MOE_RUN_MAX));
+    r->t_iter = t[0];
+    r->t_kern = o->kernel_seconds ? t[1] : NAN;
 }
 
 /* ------------------------------------------------------------------ reference */

@@ -202,6 +202,10 @@ int run_report(run_t *r, FILE *fp, double check_err, int check_ok)
                 "and layer), %.0f metadata bytes\n",
             1e3 * sec, sec > 0 ? r->ntok / sec : 0, vec,
             r->ntok ? vec / ((double)r->ntok * r->L) : 0, s.by[4]);
+    if (!r->cfg.train && isfinite(r->t_kern) && r->t_kern > 0)
+        fprintf(fp, "# kernels and copies: %.3f ms per iteration (the slowest rank's); the "
+                    "iteration takes %.3fx that (runtime and communication)\n",
+                1e3 * r->t_kern / r->cfg.iters, r->t_iter / r->t_kern);
     if (r->cfg.mode == MOE_RUN_COHERENT)
         fprintf(fp, "# all-gather of the iteration's tokens: %.0f intra, %.0f inter bytes\n",
                 s.ag[1], s.ag[2]);
@@ -293,6 +297,10 @@ static int json_body(const run_t *r, const sums_t *s, moe_textout_t *t, double c
       s->ag[1], s->ag[2], s->ag[1] + s->ag[2]);
     P("  \"iteration_ms\": %.6f, \"tokens_per_s\": %.3f,\n", 1e3 * sec,
       sec > 0 ? r->ntok / sec : 0);
+    if (!r->cfg.train && isfinite(r->t_kern))
+        P("  \"kernel_ms\": %.6f,\n", 1e3 * r->t_kern / r->cfg.iters);
+    else
+        P("  \"kernel_ms\": null,\n");
     if (r->cfg.train && r->losses) {
         P("  \"train\": {\"optimizer\": \"%s\", \"lr\": %.17g, \"losses\": [",
           moe_run_optimizer_name(r->cfg.optimizer), r->cfg.lr);

@@ -15,6 +15,13 @@ grep -q '^# max rank load' "$T/out" || fail "no load line"
 expect_eq "$(json_list "$T/r.json" layer | wc -l | tr -d ' ')" 3 "JSON layers"
 expect_eq "$(json_list "$T/r.json" ranks)" 4 "JSON ranks"
 grep -q '"check": null' "$T/r.json" || fail "JSON check should be null without --check"
+# the backend's kernel time: positive, within the iteration's, and said in the text
+awk -v k="$(json_list "$T/r.json" kernel_ms)" -v t="$(json_list "$T/r.json" iteration_ms)" \
+    'BEGIN { exit !(k > 0 && k <= t) }' || fail "kernel_ms not in (0, iteration_ms]"
+grep -q '^# kernels and copies: .* ms per iteration' "$T/out" || fail "no kernel time line"
+expect_exit 0 "$MOE_BIN/moe-run" --train --layers 2 --experts 4 --tokens-per-rank 8 --iters 1 \
+    --json "$T/t.json"
+grep -q '"kernel_ms": null' "$T/t.json" || fail "training: kernel_ms should be null"
 end
 
 begin "JSON output is atomic: an unwritable path fails on rank 0 only, exit 1"
