@@ -15,7 +15,8 @@
 # per rank; default "128:128:200 256:256:200 256:64:400"), BENCH_GPN (GPUs per node of each
 # layout, space-separated; default "8 4": 1 x 8 and 2 x 4), BENCH_PARTS ("forward train", or
 # one of them), BENCH_TRAIN_SIZES (default "128:128:200 256:256:100"), BENCH_TRAIN_GPN
-# (default "4").
+# (default "4"), BENCH_EXPERT (the experts of moe-run and simulate: swiglu, the default, or
+# silu).
 set -eu
 here=$(cd "$(dirname "$0")/.." && pwd)
 bin=${1:-$here/cmd}
@@ -34,6 +35,7 @@ sizes=${BENCH_SIZES:-128:128:200 256:256:200 256:64:400}
 layouts=${BENCH_GPN:-8 4}
 G=8
 chunks=4
+expert=${BENCH_EXPERT:-swiglu}
 mt=$bin/moe-trace
 mp=$bin/moe-place
 mr=$bin/moe-run
@@ -53,7 +55,8 @@ prepare() {
     "$mt" head --no-PG -n "$((G * N))" -o "$tmp/t.mft" "$tmp/dsl.mft"
     "$mp" fit --no-PG -q --ranks "$G" --gpus-per-node "$1" -@ 1 --max-imbalance 1.10 \
         -o "$tmp/p.moep" "$tmp/t.mft"
-    mpi "$mr" --calibrate --gpus-per-node "$1" --hidden "$H" --ffn "$F" --experts 64 \
+    mpi "$mr" --calibrate --gpus-per-node "$1" --hidden "$H" --ffn "$F" --expert "$expert" \
+        --experts 64 \
         -o "$tmp/cal.topo"
 }
 
@@ -73,7 +76,8 @@ if want forward; then
 echo "# moe-costmodel simulate against moe-run: $G CPU ranks (mpirun --oversubscribe) as nodes"
 echo "# of $layouts on $(getconf _NPROCESSORS_ONLN 2>/dev/null || echo '?') processors;"
 echo "# DeepSeek-V2-Lite routing, layers 0-$((layers - 1)), the first G x N tokens; placement"
-echo "# moe-place fit --max-imbalance 1.10 on those tokens; fp32; pipelined --chunks $chunks."
+echo "# moe-place fit --max-imbalance 1.10 on those tokens; fp32; $expert experts; pipelined"
+echo "# --chunks $chunks."
 echo "# Per layout and size: moe-run --calibrate --gpus-per-node g --hidden H --ffn F --experts 64"
 echo "# (a fresh topology), then simulate --topology it --gather-bytes hidden; measured: moe-run's"
 echo "# time per iteration, the fastest of $reps runs (1 warm-up + 1 timed iteration each)."
@@ -85,7 +89,8 @@ for gpn in $layouts; do
 for sz in $sizes; do
     prepare "$gpn" "$sz"
     # moe-run's coherent mode all-gathers the tokens' states: hidden vectors, not token ids
-    "$mc" simulate --topology "$tmp/cal.topo" --hidden "$H" --ffn "$F" --dtype fp32 \
+    "$mc" simulate --topology "$tmp/cal.topo" --hidden "$H" --ffn "$F" --expert "$expert" \
+        --dtype fp32 \
         --chunks "$chunks" --gather-bytes hidden --no-layers "$tmp/t.mft" "$tmp/p.moep" \
         >"$tmp/sim.txt"
     for mode in vanilla coherent pipelined hierarchical datacentric; do
@@ -96,7 +101,8 @@ for sz in $sizes; do
         while [ "$i" -lt "$reps" ]; do
             # shellcheck disable=SC2086
             mpi "$mr" --mode "$mode" $extra --trace "$tmp/t.mft" --placement "$tmp/p.moep" \
-                --hidden "$H" --ffn "$F" --tokens-per-rank "$N" --iters 1 --warmup 1 \
+                --hidden "$H" --ffn "$F" --expert "$expert" --tokens-per-rank "$N" --iters 1 \
+                --warmup 1 \
                 --json "$tmp/r.json" >/dev/null
             ms=$(jval "$tmp/r.json" iteration_ms)
             best=$(awk -v a="$ms" -v b="${best:-}" 'BEGIN { print (b == "" || a < b) ? a : b }')
@@ -137,7 +143,8 @@ printf '%-6s %-13s %-5s %-12s %9s %9s %6s %11s %11s %6s %9s\n' nodes mode reuse 
 for gpn in $tlayouts; do
 for sz in $tsizes; do
     prepare "$gpn" "$sz"
-    "$mc" simulate --topology "$tmp/cal.topo" --hidden "$H" --ffn "$F" --dtype fp32 \
+    "$mc" simulate --topology "$tmp/cal.topo" --hidden "$H" --ffn "$F" --expert "$expert" \
+        --dtype fp32 \
         --chunks "$tchunks" --gather-bytes hidden --no-layers --train --reuse all \
         "$tmp/t.mft" "$tmp/p.moep" >"$tmp/sim.txt"
     for point in "vanilla none" "vanilla S1" "vanilla S2" "vanilla S3" "vanilla S4" \
@@ -153,7 +160,8 @@ for sz in $tsizes; do
         while [ "$i" -lt "$reps" ]; do
             # shellcheck disable=SC2086
             mpi "$mr" --train --mode "$mode" $extra --trace "$tmp/t.mft" \
-                --placement "$tmp/p.moep" --hidden "$H" --ffn "$F" --tokens-per-rank "$N" \
+                --placement "$tmp/p.moep" --hidden "$H" --ffn "$F" --expert "$expert" \
+                --tokens-per-rank "$N" \
                 --iters 1 --warmup 1 --json "$tmp/r.json" >/dev/null
             ms=$(jval "$tmp/r.json" iteration_ms)
             if [ -z "$best" ] || awk -v a="$ms" -v b="$best" 'BEGIN { exit !(a < b) }'; then
