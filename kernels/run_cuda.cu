@@ -164,6 +164,7 @@ static void nccl_grouped(moe_run_backend_t *b, ncclResult_t r, const char *file,
 static void stream_wait(moe_run_backend_t *b, cudaStream_t s, const char *file, int line)
 {
     cuda_be_t *c = impl(b);
+    b->syncs++;
     if (!c->nccl) {
         cudaError_t e = cudaStreamSynchronize(s);
         if (e != cudaSuccess)
@@ -224,6 +225,7 @@ static const void *wc_get(moe_run_backend_t *b, const float *src, size_t n)
         c->capwc = cap;
     }
     void *conv = NULL;
+    b->allocs++;
     CUDA_CK(b, cudaMalloc(&conv, n * moe_dtype_size(c->dtype)));
     GPU_CK(b, moe_gpu_pack(src, n, c->dtype, conv, c->cs));
     c->wc[c->nwc++] = (wconv_t){src, n, conv};
@@ -282,7 +284,7 @@ static double cu_kernel_seconds(moe_run_backend_t *b)
 static void *cu_alloc(moe_run_backend_t *b, size_t bytes)
 {
     void *p = NULL;
-    (void)b;
+    b->allocs++;
     if (cudaMalloc(&p, bytes ? bytes : 1) != cudaSuccess) {
         (void)cudaGetLastError();
         return NULL;
@@ -402,6 +404,7 @@ static int cu_scatter_add(moe_run_backend_t *b, const float *y, const uint32_t *
 /* Make room for `bytes` in one of the FFN row buffers. */
 static void *grow(moe_run_backend_t *b, void **buf, size_t *have, size_t bytes)
 {
+    b->allocs += bytes > *have;
     GPU_CK(b, gpu_reserve(buf, have, bytes));
     return *buf;
 }
@@ -567,10 +570,12 @@ static void mpi_alltoallv(moe_run_backend_t *b, const void *send, const size_t *
     if (ns)
         CUDA_CK(b, cudaMemcpyAsync(hs, send, ns, cudaMemcpyDeviceToHost, c->cs));
     CUDA_CK(b, cudaStreamSynchronize(c->cs));
+    b->syncs++;
     COMM_CK(b, moe_run_comm_alltoallv(b->comm, hs, sc, sd, hr, rc, rd));
     if (nr)
         CUDA_CK(b, cudaMemcpyAsync(recv, hr, nr, cudaMemcpyHostToDevice, c->cs));
     CUDA_CK(b, cudaStreamSynchronize(c->cs)); /* hr is reused by the next collective */
+    b->syncs++;
 }
 
 static int cu_alltoallv(moe_run_backend_t *b, const void *send, const size_t *sc,
@@ -624,9 +629,13 @@ static int cu_allgather(moe_run_backend_t *b, const void *send, size_t bytes, vo
         char *hs = stage(b, &c->hs, &c->hs_cap, bytes), *hr = stage(b, &c->hr, &c->hr_cap, all);
         CUDA_CK(b, cudaMemcpyAsync(hs, send, bytes, cudaMemcpyDeviceToHost, c->cs));
         CUDA_CK(b, cudaStreamSynchronize(c->cs));
+        b->syncs++;
+    b->syncs++;
         COMM_CK(b, moe_run_comm_allgather(b->comm, hs, bytes, hr));
         CUDA_CK(b, cudaMemcpyAsync(recv, hr, all, cudaMemcpyHostToDevice, c->cs));
         CUDA_CK(b, cudaStreamSynchronize(c->cs));
+        b->syncs++;
+    b->syncs++;
         return 0;
     }
     ns_after_cs(b);

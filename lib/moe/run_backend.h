@@ -175,6 +175,9 @@ struct moe_run_backend {
     moe_run_comm_t *comm;   /* the host communicator it was made with (not owned) */
     int rank, size;         /* copies of the communicator's */
     void *impl;             /* the backend's own state */
+    uint64_t allocs;        /* counted by the backend: device allocations, its own included */
+    uint64_t syncs;         /* and waits of the host for the device (upload, download, sync,
+                             * and whatever else waits) */
 };
 
 /* The CPU reference backend (the reference kernels, MPI or the single-rank shim). Returns NULL
@@ -182,7 +185,8 @@ struct moe_run_backend {
 moe_run_backend_t *moe_run_backend_cpu(moe_run_comm_t *c, char *errbuf, size_t errlen);
 
 /* A backend built as a loadable module, moerun-NAME.so ("cuda": the CUDA + NCCL backend), made
- * on c with wire type dtype and transport (enum moe_run_transport). The module is looked for in the directories of the environment
+ * on c with wire type dtype and transport (enum moe_run_transport). The module is looked for
+ * in the directories of the environment
  * variable MOE_RUN_MODULE_PATH (colon-separated), then in the installed module directory
  * ($pkglibdir); it is opened only here, so that a program that never asks for it neither loads
  * nor needs the libraries it links (CUDA, cuBLAS, NCCL). A module must come from the same

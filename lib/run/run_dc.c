@@ -34,7 +34,6 @@ typedef struct dc {
     uint32_t *rounds;           /* [L] rounds of each layer */
     uint8_t *stored;            /* [L] store slots made for the layer */
     float **store[2];           /* [E] fetched weights of the layer of each parity */
-    run_buf_t sbuf[2];          /* store memory per parity */
     size_t ebytes;              /* wire bytes of one expert */
     size_t *cnt;                /* [4][G] byte counts of the round in flight */
     moe_run_req_t *req;
@@ -196,7 +195,9 @@ static void make_store(dc_t *d, uint32_t l)
     size_t n = 0, ef = r->wn;
     for (uint32_t e = 0; e < r->E; e++)
         n += need[e];
-    float *base = run_dbuf(r, &d->sbuf[p], (n + 1) * ef * sizeof(float));
+    /* the store memory of parity p: r->d[44 + p], kept from one iteration to the next so
+     * that the steady state allocates nothing */
+    float *base = run_dbuf(r, &r->d[44 + p], (n + 1) * ef * sizeof(float));
     for (uint32_t e = 0, k = 0; e < r->E; e++)
         d->store[p][e] = need[e] ? base + (size_t)k++ * ef : NULL;
     d->stored[l] = 1;
@@ -419,10 +420,8 @@ void run_dc_iter(run_t *r)
         if (r->layer_done)
             r->layer_done(r, l);
     }
-    for (int p = 0; p < 2; p++) {
-        r->b->ops->free(r->b, d.sbuf[p].p);
+    for (int p = 0; p < 2; p++)
         free(d.store[p]);
-    }
     free(d.need);
     if (r->tr) { /* training: the backward pulls along the same schedule */
         run_keep_pulls(r, d.it, d.first, d.rounds);

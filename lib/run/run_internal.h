@@ -41,6 +41,9 @@ typedef struct run_layer_stat {
     uint64_t meta_bytes;                        /* routing metadata sent */
     uint64_t load;                              /* expert-token pairs computed here */
     uint64_t experts_in[MOE_LINK_CLASSES];      /* datacentric: expert pulls received */
+    double syncs, allocs;                       /* host waits and device allocations the
+                                                 * backend counted (max over ranks after
+                                                 * run_iterations; not datacentric) */
 } run_layer_stat_t;
 
 /* One device buffer that grows on demand. */
@@ -123,6 +126,9 @@ struct moe_run {
     double t_iter;                   /* seconds of the timed iterations (max over ranks) */
     double t_kern;                   /* of which in the backend's kernels and copies (max over
                                       * ranks; NaN when the backend cannot tell) */
+    double syncs_it, allocs_warm, allocs_timed; /* host waits in the timed iterations, device
+                                      * allocations in the warm-up and in the timed ones (max
+                                      * over ranks, counted by the backend) */
     int timing;                      /* record statistics in this iteration */
     uint32_t chunks_used;
     /* --check: a verification iteration after the timed ones, compared layer by layer */

@@ -111,30 +111,60 @@ void run_iterations(run_t *r)
         (r->cfg.mode == MOE_RUN_HIERARCHICAL && r->cfg.chunks_set))
         r->chunks_used = r->cfg.chunks ? r->cfg.chunks : run_auto_chunks(r);
     const moe_run_backend_ops_t *o = r->b->ops;
+    moe_run_backend_t *b = r->b;
     r->t_kern = o->kernel_seconds ? 0 : NAN;
     for (int it = 0; it < total; it++) {
         r->timing = it >= r->cfg.warmup;
+        uint64_t a0 = b->allocs, s0;
         run_load_inputs(r);
-        RUN_CK(r, o->barrier(r->b));
-        double t0 = run_now(r), k0 = o->kernel_seconds ? o->kernel_seconds(r->b) : 0;
+        RUN_CK(r, o->barrier(b));
+        double t0 = run_now(r), k0 = o->kernel_seconds ? o->kernel_seconds(b) : 0;
+        s0 = b->syncs;
         if (r->cfg.mode == MOE_RUN_DATACENTRIC)
             run_dc_iter(r);
         else
-            for (uint32_t l = 0; l < r->L; l++)
+            for (uint32_t l = 0; l < r->L; l++) {
+                uint64_t la = b->allocs, ls = b->syncs;
                 run_ep_layer(r, l);
+                if (r->timing) { /* what the backend counted in the layer */
+                    r->st[l].allocs += (double)(b->allocs - la);
+                    r->st[l].syncs += (double)(b->syncs - ls);
+                }
+            }
         if (r->cfg.mode == MOE_RUN_COHERENT)
             coherent_allgather(r);
-        RUN_CK(r, o->barrier(r->b));
+        RUN_CK(r, o->barrier(b));
         if (r->timing) {
             r->t_iter += run_now(r) - t0;
             if (o->kernel_seconds)
-                r->t_kern += o->kernel_seconds(r->b) - k0;
+                r->t_kern += o->kernel_seconds(b) - k0;
+            r->syncs_it += (double)(b->syncs - s0);
+            r->allocs_timed += (double)(b->allocs - a0);
+        } else {
+            r->allocs_warm += (double)(b->allocs - a0);
         }
     }
-    double t[2] = {r->t_iter, o->kernel_seconds ? r->t_kern : 0};
-    RUN_CK(r, run_comm_allreduce(r->comm, t, 2, MOE_RUN_MAX));
+    double t[5] = {r->t_iter, o->kernel_seconds ? r->t_kern : 0, r->syncs_it, r->allocs_warm,
+                   r->allocs_timed};
+    RUN_CK(r, run_comm_allreduce(r->comm, t, 5, MOE_RUN_MAX));
     r->t_iter = t[0];
     r->t_kern = o->kernel_seconds ? t[1] : NAN;
+    r->syncs_it = t[2];
+    r->allocs_warm = t[3];
+    r->allocs_timed = t[4];
+    double *v = malloc((2 * (size_t)r->L + 1) * sizeof *v);
+    if (!v)
+        run_die(r, "iterations", MOE_ENOMEM);
+    for (uint32_t l = 0; l < r->L; l++) {
+        v[2 * l] = r->st[l].syncs;
+        v[2 * l + 1] = r->st[l].allocs;
+    }
+    RUN_CK(r, run_comm_allreduce(r->comm, v, 2 * (int)r->L, MOE_RUN_MAX));
+    for (uint32_t l = 0; l < r->L; l++) {
+        r->st[l].syncs = v[2 * l];
+        r->st[l].allocs = v[2 * l + 1];
+    }
+    free(v);
 }
 
 /* ------------------------------------------------------------------ reference */

@@ -186,6 +186,11 @@ int run_report(run_t *r, FILE *fp, double check_err, int check_ok)
         fprintf(fp, "  %5zu %11.3f %11.3f %11.3f %12.0f %12.0f %9.3f %9.3f %8.0f %8.3f %9s\n",
                 l, s.t[l * 3], s.t[l * 3 + 1], s.t[l * 3 + 2], s.by[l * 5 + 1], s.by[l * 5 + 2],
                 alg, bus, s.load[l * 2], mean > 0 ? s.load[l * 2] / mean : 0, chk);
+        if (moe_log_get_level() <= MOE_LOG_INFO && !r->cfg.train &&
+            r->cfg.mode != MOE_RUN_DATACENTRIC) /* -v: what the backend counted */
+            fprintf(fp, "# layer %zu: %.1f host waits for the device, %.1f device allocations "
+                        "per timed iteration\n",
+                    l, r->st[l].syncs / r->cfg.iters, r->st[l].allocs / r->cfg.iters);
         for (int p = 0; p < 3; p++)
             T[p] += s.t[l * 3 + p];
         for (int c = 0; c < 4; c++)
@@ -202,6 +207,11 @@ int run_report(run_t *r, FILE *fp, double check_err, int check_ok)
                 "and layer), %.0f metadata bytes\n",
             1e3 * sec, sec > 0 ? r->ntok / sec : 0, vec,
             r->ntok ? vec / ((double)r->ntok * r->L) : 0, s.by[4]);
+    if (!r->cfg.train)
+        fprintf(fp, "# host waits for the device: %.1f per iteration (the phase timers' "
+                    "included); device allocations: %.0f in the warm-up, %.0f in the timed "
+                    "iterations\n",
+                r->syncs_it / r->cfg.iters, r->allocs_warm, r->allocs_timed);
     if (!r->cfg.train && isfinite(r->t_kern) && r->t_kern > 0)
         fprintf(fp, "# kernels and copies: %.3f ms per iteration (the slowest rank's); the "
                     "iteration takes %.3fx that (runtime and communication)\n",
@@ -270,9 +280,15 @@ static int json_body(const run_t *r, const sums_t *s, moe_textout_t *t, double c
           "%.6f, \"dispatch_vectors\": {\"intra\": %.0f, \"inter\": %.0f}, "
           "\"combine_vectors\": {\"intra\": %.0f, \"inter\": %.0f}, \"bytes\": {\"intra\": "
           "%.0f, \"inter\": %.0f}, \"algbw_gbs\": %.6f, \"busbw_gbs\": %.6f, \"max_load\": "
-          "%.0f, \"total_load\": %.0f, \"max_rel_diff\": ",
+          "%.0f, \"total_load\": %.0f, ",
           l, s->t[l * 3], s->t[l * 3 + 1], s->t[l * 3 + 2], x[1], x[2], x[5], x[6],
           s->by[l * 5 + 1], s->by[l * 5 + 2], alg, bus, s->load[l * 2], s->load[l * 2 + 1]);
+        if (r->cfg.mode == MOE_RUN_DATACENTRIC || r->cfg.train) /* counted per iteration only */
+            P("\"host_syncs\": null, \"allocs\": null, ");
+        else
+            P("\"host_syncs\": %.6g, \"allocs\": %.6g, ", r->st[l].syncs / r->cfg.iters,
+              r->st[l].allocs / r->cfg.iters);
+        P("\"max_rel_diff\": ");
         if (r->layer_err)
             P("%.6g}%s\n", r->layer_err[l], l + 1 < r->L ? "," : "");
         else
@@ -301,6 +317,13 @@ static int json_body(const run_t *r, const sums_t *s, moe_textout_t *t, double c
         P("  \"kernel_ms\": %.6f,\n", 1e3 * r->t_kern / r->cfg.iters);
     else
         P("  \"kernel_ms\": null,\n");
+    if (!r->cfg.train)
+        P("  \"host_syncs_per_iteration\": %.6g, \"allocs_warmup\": %.0f, "
+          "\"allocs_timed\": %.0f,\n", r->syncs_it / r->cfg.iters, r->allocs_warm,
+          r->allocs_timed);
+    else
+        P("  \"host_syncs_per_iteration\": null, \"allocs_warmup\": null, "
+          "\"allocs_timed\": null,\n");
     if (r->cfg.train && r->losses) {
         P("  \"train\": {\"optimizer\": \"%s\", \"lr\": %.17g, \"losses\": [",
           moe_run_optimizer_name(r->cfg.optimizer), r->cfg.lr);

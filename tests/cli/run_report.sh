@@ -24,6 +24,20 @@ expect_exit 0 "$MOE_BIN/moe-run" --train --layers 2 --experts 4 --tokens-per-ran
 grep -q '"kernel_ms": null' "$T/t.json" || fail "training: kernel_ms should be null"
 end
 
+begin "every mode: the steady state allocates nothing; -v counts each layer's host waits"
+for m in vanilla coherent pipelined hierarchical datacentric; do
+    expect_exit 0 mpi 4 --mode $m --gpus-per-node 2 --layers 2 --experts 8 \
+        --tokens-per-rank 16 --iters 2 --json "$T/$m.json"
+    grep -q '"allocs_timed": 0,' "$T/$m.json" || fail "$m: allocations in the timed iterations"
+    grep -q '"allocs_warmup": [1-9]' "$T/$m.json" || fail "$m: no allocation in the warm-up"
+    grep -q '^# host waits for the device: [0-9.]* per iteration' "$T/out" ||
+        fail "$m: no host-wait line"
+done
+expect_exit 0 mpi 4 -v --layers 2 --experts 8 --tokens-per-rank 16 --iters 2
+expect_eq "$(grep -c '^# layer [0-9]*: .* host waits for the device, 0.0 device allocations' \
+    "$T/out")" 2 "-v per-layer lines without allocations"
+end
+
 begin "JSON output is atomic: an unwritable path fails on rank 0 only, exit 1"
 expect_exit 1 mpi 2 --layers 1 --tokens-per-rank 4 --json "$T/no/dir/r.json"
 grep -q "^moe-run: cannot create '$T/no/dir/r.json" "$T/err" || fail "no message"
