@@ -398,15 +398,20 @@ void run_measure_rates(run_t *r, double *v)
             RUN_CK(r, o->alltoallv(r->b, s, c, c + G, d, c + 2 * G, c + 3 * G));
         t[k] = (run_now(r) - t0) / 5;
     }
-    /* FFN rate on 64 rows of the first local expert (or a fresh one) */
+    /* FFN rate on 64 rows of a fresh expert: one warm-up call (a GPU's first call sets up
+     * its libraries and buffers), then the best of three */
     size_t H = r->H, bytes = (128 * H + r->wn) * sizeof(float);
     float *x = run_dbuf(r, &r->d[42], bytes);
     RUN_CK(r, o->zero(r->b, x, bytes));
     const float *W1[1] = {x + 128 * H}, *W2[1] = {x + 128 * H + r->w1n};
     size_t off[2] = {0, 64};
-    double t0 = run_now(r);
-    RUN_CK(r, o->ffn_grouped(r->b, x, 1, off, r->H, r->F, r->expert, W1, W2, x + 64 * H));
-    double per_pair = (run_now(r) - t0) / 64;
+    double per_pair = INFINITY;
+    for (int i = 0; i < 4; i++) {
+        double t0 = run_now(r);
+        RUN_CK(r, o->ffn_grouped(r->b, x, 1, off, r->H, r->F, r->expert, W1, W2, x + 64 * H));
+        if (i > 0)
+            per_pair = fmin(per_pair, (run_now(r) - t0) / 64);
+    }
     v[0] = t[0];
     v[1] = t[1] > t[0] ? (double)msg / (t[1] - t[0]) : 1e9;
     v[2] = per_pair;
