@@ -193,21 +193,11 @@ static void topk_insert(int32_t *ids, float *val, uint32_t *cnt, uint32_t K, uin
 static void gate_row(const float *restrict x, uint32_t H, const float *restrict Wg, uint32_t E,
                      uint32_t K, float *restrict lg, int32_t *ids, float *w)
 {
-    memset(lg, 0, E * sizeof *lg);
-    for (uint32_t h = 0; h < H; h++) {
-        kern_axpy(lg, x[h], Wg + (size_t)h * E, E);
-    }
+    kern_logits(x, H, Wg, E, lg);
     uint32_t cnt = 0;
     for (uint32_t e = 0; e < E; e++)
         topk_insert(ids, w, &cnt, K, e, lg[e]);
-    /* w holds the selected logits in descending order; softmax relative to the largest. */
-    float top = w[0], sum = 0.0f;
-    for (uint32_t k = 0; k < K; k++) {
-        w[k] = expf(w[k] - top);
-        sum += w[k];
-    }
-    for (uint32_t k = 0; k < K; k++)
-        w[k] /= sum;
+    kern_softmax(w, K); /* w holds the selected logits in descending order */
 }
 
 int moe_kern_gate(const float *x, size_t n, uint32_t H, const float *Wg, uint32_t E, uint32_t K,

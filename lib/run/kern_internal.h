@@ -73,6 +73,28 @@ static inline float kern_dot(const float *restrict a, const float *restrict b, u
     return t;
 }
 
+/* The gate's logits of row x: lg[e] = sum_h x[h] Wg[h E + e], h ascending (E floats). */
+static inline void kern_logits(const float *restrict x, uint32_t H, const float *restrict Wg,
+                               uint32_t E, float *restrict lg)
+{
+    memset(lg, 0, E * sizeof *lg);
+    for (uint32_t h = 0; h < H; h++)
+        kern_axpy(lg, x[h], Wg + (size_t)h * E, E);
+}
+
+/* The gate's weights in place: w holds the K chosen logits, the first the largest; each
+ * becomes its softmax over the K, relative to the first. */
+static inline void kern_softmax(float *w, uint32_t K)
+{
+    float top = w[0], sum = 0.0f;
+    for (uint32_t k = 0; k < K; k++) {
+        w[k] = expf(w[k] - top);
+        sum += w[k];
+    }
+    for (uint32_t k = 0; k < K; k++)
+        w[k] /= sum;
+}
+
 /* A SwiGLU expert's input normalisation: 1 / rms of a row of n floats, rms = sqrt(mean x^2 +
  * KERN_NORM_EPS), the sum in kern_dot's order. The expert reads x * kern_rinv(x). */
 #define KERN_NORM_EPS 1e-6f

@@ -238,16 +238,10 @@ static void saved_free(saved_t *s, uint32_t L)
 static void gate_weights(const float *x, uint32_t H, const float *Wg, uint32_t E, uint32_t K,
                          const int32_t *ids, float *lg, float *w)
 {
-    memset(lg, 0, E * sizeof *lg);
-    for (uint32_t h = 0; h < H; h++)
-        kern_axpy(lg, x[h], Wg + (size_t)h * E, E);
-    float top = lg[ids[0]], sum = 0.0f;
-    for (uint32_t k = 0; k < K; k++) {
-        w[k] = expf(lg[ids[k]] - top);
-        sum += w[k];
-    }
+    kern_logits(x, H, Wg, E, lg);
     for (uint32_t k = 0; k < K; k++)
-        w[k] /= sum;
+        w[k] = lg[ids[k]];
+    kern_softmax(w, K);
 }
 
 /* The forward of layer l on rows x (n x H, in place), keeping what the backward needs; with
