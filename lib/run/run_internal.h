@@ -42,8 +42,7 @@ typedef struct run_layer_stat {
     uint64_t load;                              /* expert-token pairs computed here */
     uint64_t experts_in[MOE_LINK_CLASSES];      /* datacentric: expert pulls received */
     double syncs, allocs;                       /* host waits and device allocations the
-                                                 * backend counted (max over ranks after
-                                                 * run_iterations; not datacentric) */
+                                                 * backend counted (not datacentric) */
 } run_layer_stat_t;
 
 /* One device buffer that grows on demand. */

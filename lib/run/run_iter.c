@@ -152,19 +152,6 @@ void run_iterations(run_t *r)
     r->syncs_it = t[2];
     r->allocs_warm = t[3];
     r->allocs_timed = t[4];
-    double *v = malloc((2 * (size_t)r->L + 1) * sizeof *v);
-    if (!v)
-        run_die(r, "iterations", MOE_ENOMEM);
-    for (uint32_t l = 0; l < r->L; l++) {
-        v[2 * l] = r->st[l].syncs;
-        v[2 * l + 1] = r->st[l].allocs;
-    }
-    RUN_CK(r, run_comm_allreduce(r->comm, v, 2 * (int)r->L, MOE_RUN_MAX));
-    for (uint32_t l = 0; l < r->L; l++) {
-        r->st[l].syncs = v[2 * l];
-        r->st[l].allocs = v[2 * l + 1];
-    }
-    free(v);
 }
 
 /* ------------------------------------------------------------------ reference */

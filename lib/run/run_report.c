@@ -19,6 +19,7 @@ typedef struct sums {
     double *x;        /* [L][2][4] vectors per iteration, all ranks */
     double *by;       /* [L][4] payload bytes per iteration */
     double *load;     /* [L][2] max, sum of expert-token pairs per iteration */
+    double *cnt;      /* [L][2] host waits, device allocations per iteration, most of a rank */
     double *rank;     /* [G][4] vector bytes sent per iteration by rank: total, intra, inter,
                        * the accounting's total (-1 unknown) */
     double ag[MOE_LINK_CLASSES];
@@ -74,7 +75,8 @@ static int reduce(run_t *r, sums_t *s)
     s->by = calloc(L * 5, sizeof *s->by);
     s->load = calloc(L * 2, sizeof *s->load);
     s->rank = calloc(G * 4, sizeof *s->rank);
-    if (!s->t || !s->x || !s->by || !s->load || !s->rank)
+    s->cnt = calloc(L * 2, sizeof *s->cnt);
+    if (!s->t || !s->x || !s->by || !s->load || !s->rank || !s->cnt)
         return MOE_ENOMEM;
     double mine[4] = {0, 0, 0, acct_sent(r)};
     for (size_t l = 0; l < L; l++) {
@@ -93,6 +95,8 @@ static int reduce(run_t *r, sums_t *s)
             s->by[l * 5 + c] = (double)q->bytes[c] / it;
         s->by[l * 5 + 4] = (double)q->meta_bytes / it;
         s->load[l * 2] = s->load[l * 2 + 1] = (double)q->load / it;
+        s->cnt[l * 2] = q->syncs / it;
+        s->cnt[l * 2 + 1] = q->allocs / it;
     }
     int eq = mine[3] < 0 ? -1 : mine[3] == mine[0];
     memcpy(s->rank + (size_t)r->me * 4, mine, sizeof mine);
@@ -100,6 +104,7 @@ static int reduce(run_t *r, sums_t *s)
         s->ag[c] = (double)r->ag_bytes[c] / it;
     double e[2] = {eq == 0, eq < 0};
     RUN_CK(r, run_comm_allreduce(r->comm, s->t, (int)(L * 3), MOE_RUN_MAX));
+    RUN_CK(r, run_comm_allreduce(r->comm, s->cnt, (int)(L * 2), MOE_RUN_MAX));
     RUN_CK(r, run_comm_allreduce(r->comm, s->x, (int)(L * 8), MOE_RUN_SUM));
     RUN_CK(r, run_comm_allreduce(r->comm, s->by, (int)(L * 5), MOE_RUN_SUM));
     RUN_CK(r, run_comm_allreduce(r->comm, s->ag, 4, MOE_RUN_SUM));
@@ -123,6 +128,7 @@ static void sums_free(sums_t *s)
     free(s->by);
     free(s->load);
     free(s->rank);
+    free(s->cnt);
 }
 
 /* Layer l's vector bytes (all ranks), all-to-all seconds, algbw and busbw in GB/s (nccl-tests:
@@ -190,7 +196,7 @@ int run_report(run_t *r, FILE *fp, double check_err, int check_ok)
             r->cfg.mode != MOE_RUN_DATACENTRIC) /* -v: what the backend counted */
             fprintf(fp, "# layer %zu: %.1f host waits for the device, %.1f device allocations "
                         "per timed iteration\n",
-                    l, r->st[l].syncs / r->cfg.iters, r->st[l].allocs / r->cfg.iters);
+                    l, s.cnt[l * 2], s.cnt[l * 2 + 1]);
         for (int p = 0; p < 3; p++)
             T[p] += s.t[l * 3 + p];
         for (int c = 0; c < 4; c++)
@@ -286,8 +292,7 @@ static int json_body(const run_t *r, const sums_t *s, moe_textout_t *t, double c
         if (r->cfg.mode == MOE_RUN_DATACENTRIC || r->cfg.train) /* counted per iteration only */
             P("\"host_syncs\": null, \"allocs\": null, ");
         else
-            P("\"host_syncs\": %.6g, \"allocs\": %.6g, ", r->st[l].syncs / r->cfg.iters,
-              r->st[l].allocs / r->cfg.iters);
+            P("\"host_syncs\": %.6g, \"allocs\": %.6g, ", s->cnt[l * 2], s->cnt[l * 2 + 1]);
         P("\"max_rel_diff\": ");
         if (r->layer_err)
             P("%.6g}%s\n", r->layer_err[l], l + 1 < r->L ? "," : "");
