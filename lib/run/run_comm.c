@@ -155,6 +155,141 @@ int run_comm_alltoallv(moe_run_comm_t *c, const void *send, const size_t *sc, co
     return 0;
 }
 
+size_t run_comm_req_bytes(const moe_run_comm_t *c, size_t n)
+{
+    (void)c;
+#ifdef HAVE_MPI
+    return (n + 1) * sizeof(MPI_Request);
+#else
+    return n + 1;
+#endif
+}
+
+void run_comm_req_null(run_comm_req_t *q, int n)
+{
+#ifdef HAVE_MPI
+    MPI_Request *rq = q->scratch;
+    for (int i = 0; i < n; i++)
+        rq[i] = MPI_REQUEST_NULL;
+#endif
+    q->n = n;
+    q->active = 0;
+}
+
+int run_comm_isend(moe_run_comm_t *c, const void *buf, size_t bytes, int to, int tag, int at,
+                   run_comm_req_t *q)
+{
+    if (bytes > INT32_MAX || to == c->rank || to < 0 || to >= c->size || at < 0 || at > q->n)
+        return bytes > INT32_MAX ? MOE_ERANGE : MOE_EINVAL;
+#ifdef HAVE_MPI
+    MPI_Request *rq = q->scratch;
+    RUN_MPI(c, MPI_Isend(buf, (int)bytes, MPI_BYTE, to, tag, MPI_COMM_WORLD, &rq[at]));
+    q->n = at + 1 > q->n ? at + 1 : q->n;
+    q->active = 1;
+    return 0;
+#else
+    (void)buf;
+    (void)tag;
+    (void)at;
+    (void)q;
+    return MOE_EINVAL;
+#endif
+}
+
+int run_comm_irecv(moe_run_comm_t *c, void *buf, size_t bytes, int from, int tag, int at,
+                   run_comm_req_t *q)
+{
+    if (bytes > INT32_MAX || from == c->rank || from < 0 || from >= c->size || at < 0 || at > q->n)
+        return bytes > INT32_MAX ? MOE_ERANGE : MOE_EINVAL;
+#ifdef HAVE_MPI
+    MPI_Request *rq = q->scratch;
+    RUN_MPI(c, MPI_Irecv(buf, (int)bytes, MPI_BYTE, from, tag, MPI_COMM_WORLD, &rq[at]));
+    q->n = at + 1 > q->n ? at + 1 : q->n;
+    q->active = 1;
+    return 0;
+#else
+    (void)buf;
+    (void)tag;
+    (void)at;
+    (void)q;
+    return MOE_EINVAL;
+#endif
+}
+
+int run_comm_ialltoallv(moe_run_comm_t *c, const void *send, const size_t *sc, const size_t *sd,
+                        void *recv, const size_t *rc, const size_t *rd, int tag,
+                        run_comm_req_t *q)
+{
+    int me = c->rank, G = c->size, rcode;
+    q->n = q->active = 0;
+    /* the receives first, so that no message waits unexpected */
+    for (int k = 1; k < G; k++) {
+        int p = (me + G - k) % G;
+        if (rc[p] && (rcode = run_comm_irecv(c, (char *)recv + rd[p], rc[p], p, tag, q->n, q)))
+            return rcode;
+    }
+    for (int k = 1; k < G; k++) {
+        int p = (me + k) % G;
+        if (sc[p] &&
+            (rcode = run_comm_isend(c, (const char *)send + sd[p], sc[p], p, tag, q->n, q)))
+            return rcode;
+    }
+    if (sc[me] != rc[me])
+        return MOE_EINVAL;
+    if (sc[me])
+        memmove((char *)recv + rd[me], (const char *)send + sd[me], sc[me]);
+    return 0;
+}
+
+int run_comm_test(moe_run_comm_t *c, run_comm_req_t *q, int *done)
+{
+    *done = 1;
+    if (!q->active)
+        return 0;
+#ifdef HAVE_MPI
+    RUN_MPI(c, MPI_Testall(q->n, q->scratch, done, MPI_STATUSES_IGNORE));
+    q->active = !*done;
+#else
+    (void)c;
+#endif
+    return 0;
+}
+
+int run_comm_some(moe_run_comm_t *c, run_comm_req_t *q, int block, int *idx, int *nd)
+{
+    *nd = 0;
+    if (!q->active)
+        return 0;
+#ifdef HAVE_MPI
+    int n;
+    RUN_MPI(c, block ? MPI_Waitsome(q->n, q->scratch, &n, idx, MPI_STATUSES_IGNORE)
+                     : MPI_Testsome(q->n, q->scratch, &n, idx, MPI_STATUSES_IGNORE));
+    if (n == MPI_UNDEFINED) {
+        q->active = 0;
+        n = 0;
+    }
+    *nd = n;
+#else
+    (void)c;
+    (void)block;
+    (void)idx;
+#endif
+    return 0;
+}
+
+int run_comm_wait(moe_run_comm_t *c, run_comm_req_t *q)
+{
+    if (!q->active)
+        return 0;
+    q->active = 0;
+#ifdef HAVE_MPI
+    RUN_MPI(c, MPI_Waitall(q->n, q->scratch, MPI_STATUSES_IGNORE));
+#else
+    (void)c;
+#endif
+    return 0;
+}
+
 int run_comm_allgather(moe_run_comm_t *c, const void *send, size_t bytes, void *recv)
 {
     (void)c;

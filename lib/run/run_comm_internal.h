@@ -8,6 +8,10 @@
 
 #include "moe/run_backend.h"
 
+#ifdef HAVE_MPI
+#include <mpi.h>
+#endif
+
 /* The collectives return 0 or a negative status; an MPI failure leaves a one-line message,
  * "host:file:line: MPI error: ...", in run_comm_errmsg (the job is then out of step: the
  * caller reports it and the tool ends every rank with moe_run_comm_abort). */
@@ -15,6 +19,44 @@ int run_comm_allreduce(moe_run_comm_t *c, double *v, int n, int op);
 int run_comm_alltoallv(moe_run_comm_t *c, const void *send, const size_t *sc, const size_t *sd,
                        void *recv, const size_t *rc, const size_t *rd);
 int run_comm_allgather(moe_run_comm_t *c, const void *send, size_t bytes, void *recv);
+
+/* Point-to-point messages in flight (isend, irecv, and ialltoallv made of them): a set of
+ * requests in the caller's `scratch` (run_comm_req_bytes(c, n) bytes for n requests, kept
+ * until they complete). Messages of one tag between two ranks are matched in the order they
+ * are posted, whatever collectives the job calls meanwhile. */
+typedef struct run_comm_req {
+    void *scratch;
+    int n;      /* requests posted */
+    int active; /* some may be in flight */
+} run_comm_req_t;
+/* Bytes of the scratch of n requests. */
+size_t run_comm_req_bytes(const moe_run_comm_t *c, size_t n);
+/* Make q n requests, none posted yet (its scratch must hold n), so that any of them may be
+ * posted in any order. */
+void run_comm_req_null(run_comm_req_t *q, int n);
+/* Post a send of `bytes` to rank `to` (not this one) under tag (0..32767) as request `at` of q:
+ * q->n (then q->n grows by one), or a request that has completed, posted again. buf must stay
+ * untouched until it completes. */
+int run_comm_isend(moe_run_comm_t *c, const void *buf, size_t bytes, int to, int tag, int at,
+                   run_comm_req_t *q);
+/* Post a receive of `bytes` from rank `from` (not this one) under tag, likewise. */
+int run_comm_irecv(moe_run_comm_t *c, void *buf, size_t bytes, int from, int tag, int at,
+                   run_comm_req_t *q);
+/* An alltoallv of bytes (counts and displacements as run_comm_alltoallv's) under tag, as
+ * q's requests from 0 (q->n is reset); the local part is copied at once. send and recv must
+ * stay untouched until the wait. */
+int run_comm_ialltoallv(moe_run_comm_t *c, const void *send, const size_t *sc, const size_t *sd,
+                        void *recv, const size_t *rc, const size_t *rd, int tag,
+                        run_comm_req_t *q);
+/* Let the transfers in flight progress (MPI moves them only inside its calls): *done is set
+ * when every request of q has completed. */
+int run_comm_test(moe_run_comm_t *c, run_comm_req_t *q, int *done);
+/* The requests of q that completed since the last call: their indices into idx (room for
+ * q->n), their number into *nd; with `block`, waits until one completes unless none is left
+ * in flight (*nd 0). */
+int run_comm_some(moe_run_comm_t *c, run_comm_req_t *q, int block, int *idx, int *nd);
+/* Complete every request of q. */
+int run_comm_wait(moe_run_comm_t *c, run_comm_req_t *q);
 int run_comm_barrier(moe_run_comm_t *c);
 /* The message of the last MPI failure on this rank ("" when none). */
 const char *run_comm_errmsg(const moe_run_comm_t *c);
@@ -22,7 +64,6 @@ const char *run_comm_errmsg(const moe_run_comm_t *c);
 void run_comm_version(char *buf, size_t len);
 
 #ifdef HAVE_MPI
-#include <mpi.h>
 /* Record an MPI failure of the call at file:line in c's message; returns MOE_ESYS. */
 int run_comm_fail(moe_run_comm_t *c, int err, const char *file, int line);
 /* Check an MPI call inside a function returning a status: on failure, record and return. */
