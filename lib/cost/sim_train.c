@@ -146,9 +146,9 @@ static double ep_backward(const moe_sim_t *s, int scheme, int st, uint32_t j, do
  * from the forward and pulls the rest again along the forward's schedule (the same transfers:
  * one inter-node fetch per node; R - 1 of its R rounds when every rank kept a round's worth),
  * back-propagates every pair locally (recomputing x W1), and the pulled experts' gradients go
- * back along the schedule reversed (a node's ranks to its fetcher, the fetcher's sum to the
- * owner; R rounds). held, node: bitsets; rk: G counts; work: 2 G; pulls: G; the kept
- * weights are added to dev[]. */
+ * back along the schedule reversed, each as soon as it is complete (a node's ranks to its
+ * fetcher, the fetcher's sum to the owner). held, node: bitsets; rk: G counts; work: 2 G;
+ * pulls: G; the kept weights are added to dev[]. */
 static double dc_backward(const moe_sim_t *s, uint32_t j, uint64_t *held, uint64_t *node,
                           moe_acct_rank_t *rk, uint64_t *pulls, double *work, double *most,
                           double *dev)
@@ -160,10 +160,18 @@ static double dc_backward(const moe_sim_t *s, uint32_t j, uint64_t *held, uint64
         dev[r] += fmin((double)pulls[r], s->credits) * W * 4;
         double n = s->tok[r], pairs = (double)s->src[(size_t)j * s->G + r] * s->k;
         double moved = sim_rows(&rk[r], MOE_DISPATCH, 0) + sim_rows(&rk[r], MOE_DISPATCH, 1);
-        /* the pulled weights and their gradients, a round's buffers (the mean round's), the
-         * pairs' rows, the home's mixed rows and gradients */
-        most[r] = fmax(most[r], 2 * (double)pulls[r] * W * 4 +
-                                    (R > 0 ? moved / R : 0) * W * (4 + e) +
+        /* the gradients coming back: a receive buffer per expert (one at a time each), at
+         * most one per pull this rank served and per expert it holds or pulled */
+        double owned = 0, served = sim_rows(&rk[r], MOE_DISPATCH, 0);
+        for (uint32_t w = 0; w < s->W; w++)
+            for (uint64_t x = held[(size_t)r * s->W + w]; x; x &= x - 1)
+                owned++;
+        double back = fmin(served, owned + (double)pulls[r]);
+        /* the pulled weights and their gradients, a round's wire buffers (the mean round's),
+         * those receive buffers and the packed gradients sent (none in fp32: they go from the
+         * gradients), the pairs' rows, the home's mixed rows and gradients */
+        most[r] = fmax(most[r], 2 * (double)pulls[r] * W * 4 + (R > 0 ? moved / R : 0) * W * e +
+                                    (back + (e < 4 ? (double)pulls[r] : 0)) * W * e +
                                     pairs * ((3 * H + 2) * 4 + 8) + n * (8 * H + 4 * s->K));
         /* every pair's rows gathered and gradient added, the mixer and accumulators, the
          * weights and gradients packed and unpacked both ways, the sums */
