@@ -221,7 +221,6 @@ int run_comm_ialltoallv(moe_run_comm_t *c, const void *send, const size_t *sc, c
                         run_comm_req_t *q)
 {
     int me = c->rank, G = c->size, rcode;
-    q->n = q->active = 0;
     /* the receives first, so that no message waits unexpected */
     for (int k = 1; k < G; k++) {
         int p = (me + G - k) % G;

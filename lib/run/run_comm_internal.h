@@ -43,8 +43,8 @@ int run_comm_isend(moe_run_comm_t *c, const void *buf, size_t bytes, int to, int
 int run_comm_irecv(moe_run_comm_t *c, void *buf, size_t bytes, int from, int tag, int at,
                    run_comm_req_t *q);
 /* An alltoallv of bytes (counts and displacements as run_comm_alltoallv's) under tag, as
- * q's requests from 0 (q->n is reset); the local part is copied at once. send and recv must
- * stay untouched until the wait. */
+ * requests q->n onwards (up to 2 G of them); the local part is copied at once. send and recv
+ * must stay untouched until the wait. */
 int run_comm_ialltoallv(moe_run_comm_t *c, const void *send, const size_t *sc, const size_t *sd,
                         void *recv, const size_t *rc, const size_t *rd, int tag,
                         run_comm_req_t *q);

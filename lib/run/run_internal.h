@@ -83,7 +83,7 @@ typedef struct run_served {
     size_t tcap, xcap, acap;
 } run_served_t;
 
-#define RUN_HSLOTS 112 /* host scratch slots (run_hbuf) */
+#define RUN_HSLOTS 120 /* host scratch slots (run_hbuf) */
 
 struct moe_run {
     run_cfg_t cfg;

@@ -40,7 +40,8 @@ enum { TS_XM = 48, TS_HOME, TS_CNT, TS_SROW, TS_SMETA, TS_RMETA, TS_SEND, TS_REC
        TS_FSEND, TS_FSMETA, TS_FRECV, TS_FRECV2, TS_FMC, TS_FRMETA, TS_FREPLY, TS_FRPLY,
        TS_FRPLY2, TS_PMAP, TS_PROWS, TS_CHKY, TS_CHKV, TS_DCNT, TS_DWIRE, TS_DREQ,
        TS_DREADY, TS_DTMP, TS_DWAIT, TS_DIN, TS_DNX, TS_DCUR, TS_DRS, TS_DLAST, TS_DSLE,
-       TS_DIDX, TS_DRECV, TS_DRREQ, TS_DSEND, TS_DSREQ, TS_END };
+       TS_DIDX, TS_DRECV, TS_DRREQ, TS_DSEND, TS_DSREQ, TS_PSET, TS_PSET2, TS_PSET3, TS_PREQ,
+       TS_PREQ2, TS_PREQ3, TS_PTMP, TS_END };
 _Static_assert(TS_END <= RUN_HSLOTS, "run_internal.h: RUN_HSLOTS too small for training");
 
 /* Gradients of the weights: mixers and gates (every rank's, summed), experts held here. */
@@ -180,10 +181,12 @@ static size_t pairs_bytes(size_t np, size_t H)
 /* The serving side of chunk c: for received row j (its output gradient at go + j * stride, its
  * input row at x + j * H when the strategy restores T_DI by re-communication, else kept) and
  * each of its entries served here, the expert's backward; the reply row is [dx | dweight of
- * each entry]. T_M comes from the forward (kept or offloaded) or is recomputed. Returns the
+ * each entry]. T_M comes from the forward (kept or offloaded) or is recomputed. fly: NULL, or
+ * two transfers in flight (entries may be NULL) to progress between experts. Returns the
  * bytes of what it restored from host memory and of the pairs' buffers. */
 static size_t serve_backward(run_t *r, uint32_t l, uint32_t c, grads_t *g, const float *rows,
-                             const uint32_t *rmeta, size_t nr, float *reply)
+                             const uint32_t *rmeta, size_t nr, float *reply,
+                             run_comm_req_t *const *fly)
 {
     const size_t H = r->H, C = r->cols, K = r->K, E = r->E, S = M_HEAD + 3 * K;
     /* the rows of a relayed hop (c = UINT32_MAX) come with their inputs, nothing kept */
@@ -245,9 +248,13 @@ static size_t serve_backward(run_t *r, uint32_t l, uint32_t c, grads_t *g, const
         run_hbuf(r, TS_WORK, (moe_kern_ffn_backward_work_size(r->H, r->F) + 1) * sizeof *bw);
     for (size_t e = 0, lo = 0; e < E; lo = start[e++]) {
         size_t at = (size_t)l * E + e;
-        if (start[e] > lo)
-            pairs_backward(r, &pr, lo, start[e], as ? as + lo * C : NULL, r->w1[at], r->w2[at],
-                           g->w1[at], bw);
+        if (start[e] == lo)
+            continue;
+        pairs_backward(r, &pr, lo, start[e], as ? as + lo * C : NULL, r->w1[at], r->w2[at],
+                       g->w1[at], bw);
+        for (int i = 0, done; fly && i < 2; i++)
+            if (fly[i])
+                RUN_CK(r, run_comm_test(r->comm, fly[i], &done));
     }
     pairs_add(&pr, np, H, reply, H + K, reply + H, H + K);
     return restored + pairs_bytes(np, H);
@@ -326,7 +333,7 @@ static size_t relay_backward(run_t *r, uint32_t l, grads_t *g, const float *rows
     uint32_t *gmeta = run_hbuf(r, TS_FRMETA, (ng + 1) * S * sizeof *gmeta);
     RUN_CK(r, run_comm_alltoallv(r->comm, smeta, mc, mc + G, gmeta, mc + 2 * G, mc + 3 * G));
     float *rep = run_hbuf(r, TS_FREPLY, (ng + 1) * (H + K) * sizeof *rep);
-    serve_backward(r, l, UINT32_MAX, g, got, gmeta, ng, rep);
+    serve_backward(r, l, UINT32_MAX, g, got, gmeta, ng, rep, NULL);
     if (exchange_rows(r, rep, rc, H + K, r->cfg.dtype, &back, sc, TS_FRPLY) != nf)
         run_die(r, "backward (relayed replies do not match the rows)", MOE_EINVAL);
     for (size_t at = 0; at < nf; at++) {
@@ -399,7 +406,7 @@ static size_t experts_backward(run_t *r, uint32_t l, uint32_t c, size_t i0, size
     RUN_CK(r, run_comm_alltoallv(r->comm, smeta, mc, mc + G, rmeta, mc + 2 * G, mc + 3 * G));
     /* serve, and send each reply back where its row came from */
     float *reply = run_hbuf(r, TS_REPLY, (nr + 1) * (H + K) * sizeof *reply), *back;
-    size_t restored = serve_backward(r, l, c, g, rows, rmeta, nr, reply);
+    size_t restored = serve_backward(r, l, c, g, rows, rmeta, nr, reply, NULL);
     if (r->cfg.mode == MOE_RUN_HIERARCHICAL)
         restored += relay_backward(r, l, g, rows, rmeta, nr, reply);
     size_t nb = exchange_rows(r, reply, rc, H + K, r->cfg.dtype, &back, sc, TS_RPLY);
@@ -420,6 +427,188 @@ static size_t experts_backward(run_t *r, uint32_t l, uint32_t c, size_t i0, size
      * restored from host memory */
     return (ne + nr) * (width * (4 + r->esz) + S * 4) + (nr + ne) * (H + K) * (4 + r->esz) +
            restored;
+}
+
+/*
+ * Pipelined mode (MPMoE) with more than one chunk: the experts' part of the backward in the
+ * forward's chunks, three in flight: while chunk c is served, chunk c + 1's rows are on their
+ * way to the serving ranks and chunk c - 1's replies on their way back (MPMoE's paradigm 1,
+ * Fig. 8, run backwards). A chunk's row counts go first, in a small blocking all-to-all; its
+ * rows, metadata and replies are point-to-point messages. Chunks are served, and their
+ * replies added, in chunk order, as the sequential backward does: the results are the same bit
+ * for bit. Each chunk's buffers are one piece of scratch of its own set (chunk c: set c % 3).
+ */
+enum { RUN_TAG_PIPE_ROWS = 401, RUN_TAG_PIPE_META = 402, RUN_TAG_PIPE_REPLY = 403 };
+
+typedef struct pchunk {
+    size_t ne, nr, width;      /* rows out, rows in; floats a row out */
+    size_t *sc, *rc, *cnt;     /* G rows to and from each rank; 12 G byte counts and displs */
+    uint32_t *srow, *smeta, *rmeta;
+    uint8_t *sw, *rw, *pw, *bw; /* wire: rows out and in, replies out and back */
+    run_comm_req_t q;          /* the rows and metadata, then the replies */
+    size_t bytes;              /* of the set's buffers */
+} pchunk_t;
+
+/* Carve n bytes (16-aligned) off *at. */
+static void *carve(uint8_t **at, size_t n)
+{
+    void *p = *at;
+    *at += (n + 15) & ~(size_t)15;
+    return p;
+}
+
+/* Chunk c of layer l, local rows [i0, i1): plan its rows, pack them, post them. */
+static void pc_post(run_t *r, uint32_t l, uint32_t c, size_t i0, size_t i1, const float *xm,
+                    const float *dout, pchunk_t *p)
+{
+    const size_t H = r->H, K = r->K, S = M_HEAD + 3 * K, es = r->esz, G = (size_t)r->G;
+    const size_t width = p->width = moe_mpmoe_reuse_keeps(r->reuse, MOE_REUSE_TDI) ? H : 2 * H;
+    uint32_t *home = run_hbuf(r, TS_HOME, (r->nloc + 1) * sizeof *home);
+    ent_t *ents;
+    uint32_t *um;
+    size_t ne = p->ne = run_ep_plan(r, l, i0, i1, r->tr[l].ids, r->tr[l].w, home, &ents, &um);
+    /* the counts first: they size the chunk's buffers at both ends */
+    size_t *tc = run_hbuf(r, TS_ROW, 2 * G * sizeof *tc), *cc = run_hbuf(r, TS_CNT, 2 * G * 8);
+    memset(tc, 0, G * sizeof *tc);
+    for (size_t i = 0; i < ne; i++)
+        tc[ents[i].dest]++;
+    for (size_t q = 0; q < G; q++) {
+        cc[q] = sizeof(size_t);
+        cc[G + q] = q * sizeof(size_t);
+    }
+    RUN_CK(r, run_comm_alltoallv(r->comm, tc, cc, cc + G, tc + G, cc, cc + G));
+    size_t nr = 0;
+    for (size_t q = 0; q < G; q++)
+        nr += tc[G + q];
+    p->nr = nr;
+    size_t need = 16 * 16 + 14 * G * sizeof(size_t) + ne * (S + 1) * 4 + nr * S * 4 +
+                  (ne + nr) * (width + H + K) * es;
+    uint8_t *at = run_hbuf(r, TS_PSET + c % 3, need);
+    p->sc = carve(&at, 2 * G * sizeof *p->sc);
+    p->rc = p->sc + G;
+    memcpy(p->sc, tc, 2 * G * sizeof *p->sc);
+    p->cnt = carve(&at, 12 * G * sizeof *p->cnt);
+    p->srow = carve(&at, ne * 4);
+    p->smeta = carve(&at, ne * S * 4);
+    p->rmeta = carve(&at, nr * S * 4);
+    p->sw = carve(&at, ne * width * es);
+    p->rw = carve(&at, nr * width * es);
+    p->pw = carve(&at, nr * (H + K) * es);
+    p->bw = carve(&at, ne * (H + K) * es);
+    p->bytes = need;
+    /* rows ([xm |] dout) in rank order, with their meta records, packed for the wire */
+    size_t *pos = run_hbuf(r, TS_POS, (G + 1) * sizeof *pos), *k = p->cnt;
+    for (size_t q = 0, acc = 0, ra = 0; q < G; q++) {
+        pos[q] = acc;
+        k[q] = p->sc[q] * width * es; /* rows: out, displs, in, displs */
+        k[G + q] = acc * width * es;
+        k[2 * G + q] = p->rc[q] * width * es;
+        k[3 * G + q] = ra * width * es;
+        k[4 * G + q] = p->sc[q] * S * 4; /* meta likewise */
+        k[5 * G + q] = acc * S * 4;
+        k[6 * G + q] = p->rc[q] * S * 4;
+        k[7 * G + q] = ra * S * 4;
+        acc += p->sc[q];
+        ra += p->rc[q];
+        if (r->timing && q != (size_t)r->me) /* the backward's payload, by link class */
+            r->bwd_bytes[run_link(r, (uint32_t)r->me, (uint32_t)q)] += (double)k[q];
+    }
+    for (size_t i = 0; i < ne; i++) {
+        size_t q = pos[ents[i].dest]++, row = ents[i].row;
+        uint8_t *o = p->sw + q * width * es;
+        p->srow[q] = (uint32_t)row;
+        memcpy(p->smeta + q * S, um + ents[i].meta, S * sizeof *um);
+        if (width == 2 * H)
+            RUN_CK(r, moe_kern_pack(xm + row * H, H, r->cfg.dtype, o));
+        RUN_CK(r, moe_kern_pack(dout + row * H, H, r->cfg.dtype, o + (width - H) * es));
+    }
+    p->q.scratch = run_hbuf(r, TS_PREQ + c % 3, run_comm_req_bytes(r->comm, 4 * G));
+    p->q.n = 0;
+    RUN_CK(r, run_comm_ialltoallv(r->comm, p->sw, k, k + G, p->rw, k + 2 * G, k + 3 * G,
+                                  RUN_TAG_PIPE_ROWS, &p->q));
+    RUN_CK(r, run_comm_ialltoallv(r->comm, p->smeta, k + 4 * G, k + 5 * G, p->rmeta, k + 6 * G,
+                                  k + 7 * G, RUN_TAG_PIPE_META, &p->q));
+}
+
+/* Serve chunk c when its rows have come and post the replies back; fly: the other chunks'
+ * transfers in flight, progressed meanwhile. Returns the bytes of the unpacked rows and
+ * replies, and of what the service restored and gathered. */
+static size_t pc_serve(run_t *r, uint32_t l, uint32_t c, grads_t *g, pchunk_t *p,
+                       run_comm_req_t *const *fly)
+{
+    const size_t H = r->H, K = r->K, es = r->esz, G = (size_t)r->G, nr = p->nr;
+    RUN_CK(r, run_comm_wait(r->comm, &p->q));
+    float *rows = run_hbuf(r, TS_RECV, (nr + 1) * p->width * sizeof *rows);
+    float *reply = run_hbuf(r, TS_RPLY, (nr + 1) * (H + K) * sizeof *reply);
+    RUN_CK(r, moe_kern_unpack(p->rw, nr * p->width, r->cfg.dtype, rows));
+    size_t held = serve_backward(r, l, c, g, rows, p->rmeta, nr, reply, fly);
+    RUN_CK(r, moe_kern_pack(reply, nr * (H + K), r->cfg.dtype, p->pw));
+    size_t *k = p->cnt + 8 * G;
+    for (size_t q = 0, acc = 0, ra = 0; q < G; q++) {
+        k[q] = p->rc[q] * (H + K) * es; /* replies: out to where the rows came from */
+        k[G + q] = acc * (H + K) * es;
+        k[2 * G + q] = p->sc[q] * (H + K) * es;
+        k[3 * G + q] = ra * (H + K) * es;
+        acc += p->rc[q];
+        ra += p->sc[q];
+        if (r->timing && q != (size_t)r->me)
+            r->bwd_bytes[run_link(r, (uint32_t)r->me, (uint32_t)q)] += (double)k[q];
+    }
+    p->q.n = 0;
+    RUN_CK(r, run_comm_ialltoallv(r->comm, p->pw, k, k + G, p->bw, k + 2 * G, k + 3 * G,
+                                  RUN_TAG_PIPE_REPLY, &p->q));
+    return held + nr * (p->width + H + K) * sizeof(float);
+}
+
+/* Take chunk c's replies: each row's input gradient and its routing weights' gradients. */
+static void pc_land(run_t *r, uint32_t l, pchunk_t *p, float *dxm, float *dw)
+{
+    const size_t H = r->H, K = r->K, S = M_HEAD + 3 * K, es = r->esz;
+    const int32_t *ids = r->tr[l].ids;
+    RUN_CK(r, run_comm_wait(r->comm, &p->q));
+    float *b = run_hbuf(r, TS_PTMP, (H + K + 1) * sizeof *b);
+    for (size_t q = 0; q < p->ne; q++) {
+        size_t i = p->srow[q];
+        const uint32_t *m = p->smeta + q * S;
+        RUN_CK(r, moe_kern_unpack(p->bw + q * (H + K) * es, H + K, r->cfg.dtype, b));
+        for (size_t h = 0; h < H; h++)
+            dxm[i * H + h] += b[h];
+        for (uint32_t t = 0; t < m[M_N]; t++)
+            for (size_t k = 0; k < K; k++)
+                if (ids[i * K + k] == (int32_t)m[M_HEAD + 3 * t])
+                    dw[i * K + k] += b[H + t];
+    }
+}
+
+/* The experts' part of layer l's backward in `chunks` chunks, pipelined. Returns the largest
+ * bytes of the buffers it held at once. */
+static size_t pipe_backward(run_t *r, uint32_t l, uint32_t chunks, const float *xm,
+                            const float *dout, grads_t *g, float *dxm, float *dw)
+{
+    const size_t n = r->nloc;
+    pchunk_t pc[3];
+    size_t live[3] = {0, 0, 0}, peak = 0;
+    for (uint32_t c = 0; c < chunks && c < 2; c++) {
+        pc_post(r, l, c, n * c / chunks, n * (c + 1) / chunks, xm, dout, &pc[c]);
+        live[c] = pc[c].bytes;
+    }
+    for (uint32_t c = 0; c < chunks; c++) {
+        run_comm_req_t *fly[2] = {c > 0 ? &pc[(c - 1) % 3].q : NULL,
+                                  c + 1 < chunks ? &pc[(c + 1) % 3].q : NULL};
+        size_t now = live[0] + live[1] + live[2] + pc_serve(r, l, c, g, &pc[c % 3], fly);
+        peak = now > peak ? now : peak;
+        if (c > 0) {
+            pc_land(r, l, &pc[(c - 1) % 3], dxm, dw);
+            live[(c - 1) % 3] = 0;
+        }
+        if (c + 2 < chunks) {
+            uint32_t d = c + 2;
+            pc_post(r, l, d, n * d / chunks, n * (d + 1) / chunks, xm, dout, &pc[d % 3]);
+            live[d % 3] = pc[d % 3].bytes;
+        }
+    }
+    pc_land(r, l, &pc[(chunks - 1) % 3], dxm, dw);
+    return peak;
 }
 
 /* Tags of the datacentric backward's point-to-point messages: the pull rounds, and each pulled
@@ -502,6 +691,7 @@ static void round_post(run_t *r, uint32_t l, dcround_t *d, const dcslots_t *s)
         at += ew;
     }
     d->q.scratch = run_hbuf(r, TS_DREQ, run_comm_req_bytes(r->comm, 2 * (size_t)G));
+    d->q.n = 0;
     RUN_CK(r, run_comm_ialltoallv(r->comm, d->sw, c, c + G, d->rw, c + 2 * G, c + 3 * G,
                                   RUN_TAG_DC_PULL, &d->q));
 }
@@ -731,6 +921,7 @@ static size_t dc_experts_backward(run_t *r, uint32_t l, const float *xm, const f
             ready[it[i].e] = 1;
         }
     dcround_t pr = {.it = it, .ni = ni};
+    size_t most = 0; /* the largest round's buffers */
     if (R)
         round_post(r, l, &pr, &s);
     dcback_t b = {0};
@@ -768,6 +959,7 @@ static size_t dc_experts_backward(run_t *r, uint32_t l, const float *xm, const f
         if (t == R)
             break;
         round_finish(r, &pr, &s, ready);
+        most = pr.bytes > most ? pr.bytes : most;
         if (t + 1 < R) {
             pr.t = t + 1;
             round_post(r, l, &pr, &s);
@@ -786,7 +978,7 @@ static size_t dc_experts_backward(run_t *r, uint32_t l, const float *xm, const f
     RUN_CK(r, run_comm_wait(r->comm, &b.sq));
     /* the pulled weights and their gradients, a round's buffers, a receive buffer per expert
      * with gradients coming back, the packed gradients sent, the pairs */
-    return 2 * s.nq * W * sizeof(float) + pr.bytes + (b.nr + sent) * W * r->esz +
+    return 2 * s.nq * W * sizeof(float) + most + (b.nr + sent) * W * r->esz +
            pairs_bytes(np, H);
 }
 
@@ -815,7 +1007,10 @@ static size_t layer_backward(run_t *r, uint32_t l, float *dout, grads_t *g)
     memset(dw, 0, n * K * sizeof *dw);
     uint32_t chunks = r->chunks_used ? r->chunks_used : 1;
     size_t peak = 0;
-    for (uint32_t c = 0; c < chunks; c++) {
+    const int pipe = r->cfg.mode == MOE_RUN_PIPELINED && chunks > 1;
+    if (pipe)
+        peak = pipe_backward(r, l, chunks, xm, dout, g, dxm, dw);
+    for (uint32_t c = 0; !pipe && c < chunks; c++) {
         size_t b = r->cfg.mode == MOE_RUN_DATACENTRIC
                        ? dc_experts_backward(r, l, xm, dout, g, dxm, dw)
                        : experts_backward(r, l, c, n * c / chunks, n * (c + 1) / chunks, xm,
