@@ -56,6 +56,6 @@ double sim_a2a(const moe_sim_t *s, const moe_acct_rank_t *rk, int ph, double uni
                moe_sim_layer_t *o);
 void sim_held_sets(const moe_sim_t *s, uint32_t j, uint64_t *held, uint64_t *node);
 double sim_dc_pulls(const moe_sim_t *s, uint32_t j, uint64_t *held, uint64_t *node,
-                    moe_acct_rank_t *rk, uint64_t *pulls);                  /* rounds */
+                    moe_acct_rank_t *rk, uint64_t *pulls, uint64_t *served); /* rounds */
 
 #endif

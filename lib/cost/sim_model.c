@@ -277,7 +277,7 @@ static void xfer_count(moe_acct_rank_t *rk, int c, uint32_t from, uint32_t to)
  * pulls into pulls[]. */
 static void pull_expert(const moe_sim_t *s, uint32_t j, uint32_t n, uint32_t e,
                         const uint64_t *held, const uint64_t *node, moe_acct_rank_t *rk,
-                        uint64_t *pulls)
+                        uint64_t *pulls, uint64_t *served)
 {
     uint32_t nc, on = UINT32_MAX, fetcher = UINT32_MAX;
     const uint16_t *cp = moe_placement_ranks(s->p, j, e, &nc);
@@ -295,6 +295,8 @@ static void pull_expert(const moe_sim_t *s, uint32_t j, uint32_t n, uint32_t e,
             fetcher = d;
         xfer_count(rk, moe_topo_class(&s->topo, src, d), src, d);
         pulls[d]++;
+        if (served)
+            served[(size_t)src * s->W + e / 64] |= bit;
     }
 }
 
@@ -303,17 +305,20 @@ static void pull_expert(const moe_sim_t *s, uint32_t j, uint32_t n, uint32_t e,
  * all-to-alls of expert weights, each rank's bytes spread evenly over them; the expert
  * compute of each rank's own tokens and its memory passes after. */
 /* Data-centric pulls of layer j as moe-run schedules them (pull_expert per node and expert):
- * each rank's transfers into rk and pulls into pulls[]; returns the rounds, R = max over ranks
- * of ceil(pulls / credits). held, node: scratch bitsets (sim_held_sets). */
+ * each rank's transfers into rk and pulls into pulls[], and (served, G bitsets of E bits, or
+ * NULL) the experts each rank sends; returns the rounds, R = max over ranks of
+ * ceil(pulls / credits). held, node: scratch bitsets (sim_held_sets). */
 double sim_dc_pulls(const moe_sim_t *s, uint32_t j, uint64_t *held, uint64_t *node,
-                    moe_acct_rank_t *rk, uint64_t *pulls)
+                    moe_acct_rank_t *rk, uint64_t *pulls, uint64_t *served)
 {
     sim_held_sets(s, j, held, node);
     memset(rk, 0, (size_t)s->G * sizeof *rk);
     memset(pulls, 0, (size_t)s->G * sizeof *pulls);
+    if (served)
+        memset(served, 0, (size_t)s->G * s->W * sizeof *served);
     for (uint32_t n = 0; n < s->N; n++)
         for (uint32_t e = 0; e < s->E; e++)
-            pull_expert(s, j, n, e, held, node, rk, pulls);
+            pull_expert(s, j, n, e, held, node, rk, pulls, served);
     uint64_t most = 0;
     for (uint32_t r = 0; r < s->G; r++)
         most = pulls[r] > most ? pulls[r] : most;
@@ -324,7 +329,7 @@ static void datacentric(const moe_sim_t *s, uint32_t j, uint64_t *held, uint64_t
                         moe_acct_rank_t *rk, uint64_t *pulls, double *work, moe_sim_layer_t *o)
 {
     memset(o, 0, sizeof *o);
-    double rounds = sim_dc_pulls(s, j, held, node, rk, pulls);
+    double rounds = sim_dc_pulls(s, j, held, node, rk, pulls, NULL);
     for (uint32_t r = 0; r < s->G; r++)
         for (int c = 0; c < MOE_LINK_CLASSES; c++)
             o->bytes[c] += (double)rk[r].sent[MOE_DISPATCH][c] * s->xbytes;

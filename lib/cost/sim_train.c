@@ -101,10 +101,11 @@ static double ep_backward(const moe_sim_t *s, int scheme, int st, uint32_t j, do
     const double H = s->H, K = s->K, e = s->vec / H, w = keeps_x(st) ? 1 : 2;
     const double chunks = scheme == MOE_SIM_PIPELINED ? s->chunks : 1;
     const moe_acct_rank_t *rk = hop_ranks(s, scheme, j);
-    /* rows (w H wide) out to the serving ranks and (H + K) back, chunk by chunk */
-    double comm = 0;
-    comm = chunks * (bhop(s, rk, w * H * e, s->meta, chunks) + bhop(s, rk, (H + K) * e, 0,
-                                                                        chunks));
+    /* rows (w H wide) out to the serving ranks and (H + K) back, chunk by chunk; pipelined,
+     * three chunks in flight (one's rows out, one served, one's replies back) */
+    const double out = bhop(s, rk, w * H * e, s->meta, chunks);
+    const double back = bhop(s, rk, (H + K) * e, 0, chunks);
+    double comm = chunks * (out + back);
     if (scheme == MOE_SIM_HIERARCHICAL) { /* the relays inside the node, rows 2 H wide */
         const moe_acct_rank_t *f = s->fwd + (size_t)j * s->G;
         comm += bhop(s, f, 2 * H * e, s->meta, 1) + bhop(s, f, (H + K) * e, 0, 1);
@@ -132,14 +133,24 @@ static double ep_backward(const moe_sim_t *s, int scheme, int st, uint32_t j, do
                   copy_time(s, host);
         if (scheme == MOE_SIM_COHERENT)
             work[r] += sim_mtime(s, 16 * c.n * H);
-        /* the buffers one chunk holds, and the rows' inputs and gradients at the home */
-        double unit = w * H * (4 + e) + s->meta + (H + K) * (4 + e);
-        double buf = (c.ne + c.nr) / chunks * unit + host / chunks + c.np / chunks * pair +
-                     (c.nf + c.ng) * (2 * H * (4 + e) + s->meta + (H + K) * (4 + e)) +
-                     c.n * (8 * H + 4 * K);
+        /* the buffers of the chunks in flight (pipelined: three, their rows and replies on
+         * the wire, one's unpacked), and the rows' inputs and gradients at the home */
+        double unit = w * H * (4 + e) + s->meta + (H + K) * (4 + e), buf;
+        if (scheme == MOE_SIM_PIPELINED && chunks > 1)
+            buf = (c.ne + c.nr) / chunks * fmin(chunks, 3) * (w * H * e + s->meta + (H + K) * e) +
+                  c.nr / chunks * (w * H + H + K) * 4 + c.ne / chunks * 4;
+        else
+            buf = (c.ne + c.nr) / chunks * unit;
+        buf += host / chunks + c.np / chunks * pair +
+               (c.nf + c.ng) * (2 * H * (4 + e) + s->meta + (H + K) * (4 + e)) +
+               c.n * (8 * H + 4 * K);
         most[r] = fmax(most[r], buf);
     }
-    return comm + sim_compute_time(s, work, work + s->G);
+    double x = sim_compute_time(s, work, work + s->G);
+    if (scheme == MOE_SIM_PIPELINED && chunks > 1) /* as the forward's pipeline (sim_model.c) */
+        return comm - chunks * (out + back) + out + x / chunks + back +
+               (chunks - 1) * sim_nmax(out + back, x / chunks);
+    return comm + x;
 }
 
 /* Datacentric's backward of layer j: each rank keeps its first `credits` pulls of the layer
@@ -147,26 +158,27 @@ static double ep_backward(const moe_sim_t *s, int scheme, int st, uint32_t j, do
  * one inter-node fetch per node; R - 1 of its R rounds when every rank kept a round's worth),
  * back-propagates every pair locally (recomputing x W1), and the pulled experts' gradients go
  * back along the schedule reversed, each as soon as it is complete (a node's ranks to its
- * fetcher, the fetcher's sum to the owner). held, node: bitsets; rk: G counts; work: 2 G;
- * pulls: G; the kept weights are added to dev[]. */
+ * fetcher, the fetcher's sum to the owner), point to point, not in rounds. held, node,
+ * served: bitsets; rk: G counts; work: 2 G; pulls: G; the kept weights are added to dev[]. */
 static double dc_backward(const moe_sim_t *s, uint32_t j, uint64_t *held, uint64_t *node,
-                          moe_acct_rank_t *rk, uint64_t *pulls, double *work, double *most,
-                          double *dev)
+                          uint64_t *served, moe_acct_rank_t *rk, uint64_t *pulls, double *work,
+                          double *most, double *dev)
 {
     const double H = s->H, W = s->mats * H * s->F, e = s->vec / H;
-    double R = sim_dc_pulls(s, j, held, node, rk, pulls);
-    double comm = R > 0 ? (2 * R - 1) * sim_a2a(s, rk, MOE_DISPATCH, s->xbytes, R, NULL) : 0;
+    double R = sim_dc_pulls(s, j, held, node, rk, pulls, served);
+    /* R - 1 rounds of pulls again, and every gradient back at once */
+    double comm = R > 0 ? (R - 1) * sim_a2a(s, rk, MOE_DISPATCH, s->xbytes, R, NULL) +
+                              sim_a2a(s, rk, MOE_DISPATCH, s->xbytes, 1, NULL)
+                        : 0;
     for (uint32_t r = 0; r < s->G; r++) {
         dev[r] += fmin((double)pulls[r], s->credits) * W * 4;
         double n = s->tok[r], pairs = (double)s->src[(size_t)j * s->G + r] * s->k;
         double moved = sim_rows(&rk[r], MOE_DISPATCH, 0) + sim_rows(&rk[r], MOE_DISPATCH, 1);
-        /* the gradients coming back: a receive buffer per expert (one at a time each), at
-         * most one per pull this rank served and per expert it holds or pulled */
-        double owned = 0, served = sim_rows(&rk[r], MOE_DISPATCH, 0);
+        /* the gradients coming back: a receive buffer (one at a time) per expert it sent */
+        double back = 0;
         for (uint32_t w = 0; w < s->W; w++)
-            for (uint64_t x = held[(size_t)r * s->W + w]; x; x &= x - 1)
-                owned++;
-        double back = fmin(served, owned + (double)pulls[r]);
+            for (uint64_t x = served[(size_t)r * s->W + w]; x; x &= x - 1)
+                back++;
         /* the pulled weights and their gradients, a round's wire buffers (the mean round's),
          * those receive buffers and the packed gradients sent (none in fp32: they go from the
          * gradients), the pairs' rows, the home's mixed rows and gradients */
@@ -242,7 +254,7 @@ int moe_sim_train(const moe_sim_t *s, int scheme, int reuse, int adam, moe_sim_s
     int st = scheme == MOE_SIM_DATACENTRIC ? MOE_REUSE_NONE
              : scheme == MOE_SIM_HIERARCHICAL ? MOE_REUSE_S4 : reuse;
     double *v = calloc(5 * (size_t)s->G, sizeof *v);
-    uint64_t *bits = calloc(((size_t)s->G + s->N + 1) * s->W, sizeof *bits);
+    uint64_t *bits = calloc((2 * (size_t)s->G + s->N + 1) * s->W, sizeof *bits);
     moe_acct_rank_t *rk = calloc(s->G, sizeof *rk);
     uint64_t *pulls = calloc(s->G, sizeof *pulls);
     if (!v || !bits || !rk || !pulls) {
@@ -261,7 +273,8 @@ int moe_sim_train(const moe_sim_t *s, int scheme, int reuse, int adam, moe_sim_s
         if (scheme == MOE_SIM_DATACENTRIC) {
             for (uint32_t r = 0; r < s->G; r++)
                 dev[r] += s->tok[r] * (4 * s->H + 8 * s->K + 4);
-            out->backward += dc_backward(s, j, bits, bits + (size_t)s->G * s->W, rk, pulls,
+            out->backward += dc_backward(s, j, bits, bits + (size_t)s->G * s->W,
+                                         bits + ((size_t)s->G + s->N) * s->W, rk, pulls,
                                          work, most, dev);
         } else {
             out->forward += forward_extra(s, scheme, st, j, work, dev, host);

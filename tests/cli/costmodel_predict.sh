@@ -74,6 +74,14 @@ awk -F '\t' '$1 == "TRAIN" { n++; s = $5 + $6 + $7
     $1 == "TRAIN" && $2 == "vanilla" { t[$3] = $6 }
     END { exit !(n == 8 && t["S3"] > t["none"]) }' "$T/timed.txt" ||
     fail "steps do not add up, or recomputing T_M (S3) costs no backward time"
+# pipelined: its backward's chunks overlap as its forward's, so where the bytes, not the
+# latencies, dominate (hidden 2048) its backward is shorter than vanilla's
+"$MOE_BIN/moe-costmodel" simulate --topology "$T/s.topo" --hidden 2048 --ffn 1408 --no-layers \
+    --chunks 3 --train --reuse none "$T/ds.mft" "$T/p8.moep" >"$T/pipe.txt" ||
+    fail "simulate --train --chunks 3 failed"
+awk -F '\t' '$1 == "TRAIN" { b[$2] = $6 } END {
+    exit !(b["pipelined"] > 0 && b["pipelined"] < b["vanilla"]) }' "$T/pipe.txt" ||
+    fail "pipelined's backward is not shorter than vanilla's"
 "$MOE_BIN/moe-costmodel" simulate --topology "$T/c.topo" --hidden 40 --ffn 16 --no-layers \
     --train --optimizer adam --json "$T/ds.mft" "$T/p8.moep" >"$T/train.json" ||
     fail "simulate --train --json failed"
