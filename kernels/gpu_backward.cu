@@ -5,7 +5,8 @@
  * FFN, SiLU or SwiGLU (five cuBLAS products: x W1 again unless the pre-activations are given,
  * dy W2^T, the two weight gradients and the input gradient; and element-wise kernels: the
  * activation, the routing weight's gradient as a row dot product, the pre-activations'
- * gradient and the row scale). */
+ * gradient and the row scale), and the combine's (the expert rows' gradients and the routing
+ * weights'). */
 #include <string.h>
 
 #include "gpu_internal.cuh"
@@ -129,6 +130,67 @@ extern "C" int moe_gpu_mixer_backward(const float *x, size_t n, uint32_t H, cons
         GPU_TRY(cudaGetLastError());
     }
     k_mixer_dx<<<gpu_blocks(total, THREADS), THREADS, 0, s>>>(x, total, H, m, dy, dx);
+    GPU_TRY(cudaGetLastError());
+    return 0;
+}
+
+/* ------------------------------------------------------------------ combine */
+
+/* One block per choice j = i K + k with a slot s: dy row s = w[j] dx row i, in dtype (the
+ * rows go back to the experts' ranks on the wire); dw[j] += dx row i . y row s, a fixed tree
+ * over the block's partial sums (deterministic). */
+template <int D>
+__global__ static void k_combine_back(const float *dx, const void *y, const uint32_t *slot,
+                                      const float *w, size_t nk, uint32_t K, uint32_t H,
+                                      void *dy, float *dw)
+{
+    __shared__ float part[THREADS];
+    for (size_t j = blockIdx.x; j < nk; j += gridDim.x) {
+        uint32_t s = slot[j];
+        if (s == MOE_GPU_NO_SLOT) /* the same for the whole block */
+            continue;
+        const float *g = dx + (j / K) * H;
+        float sum = 0.0f, wj = w[j];
+        for (uint32_t h = threadIdx.x; h < H; h += blockDim.x) {
+            sum += g[h] * gpu_load<D>(y, (size_t)s * H + h);
+            gpu_store<D>(dy, (size_t)s * H + h, wj * g[h]);
+        }
+        part[threadIdx.x] = sum;
+        __syncthreads();
+        for (unsigned v = blockDim.x / 2; v > 0; v /= 2) {
+            if (threadIdx.x < v)
+                part[threadIdx.x] += part[threadIdx.x + v];
+            __syncthreads();
+        }
+        if (threadIdx.x == 0 && dw)
+            dw[j] += part[0];
+        __syncthreads(); /* part is reused by the next choice */
+    }
+}
+
+extern "C" int moe_gpu_combine_backward(const float *dx, const void *y, int dtype,
+                                        const uint32_t *slot, const float *w, size_t n,
+                                        uint32_t K, uint32_t H, void *dy, float *dw,
+                                        void *stream)
+{
+    if (!moe_dtype_size(dtype))
+        return (int)cudaErrorInvalidValue;
+    size_t nk = n * K;
+    if (!nk || !H)
+        return 0;
+    cudaStream_t s = gpu_stream(stream);
+    unsigned b = gpu_blocks(nk, 1);
+    switch (dtype) {
+    case MOE_DTYPE_FP32:
+        k_combine_back<MOE_DTYPE_FP32><<<b, THREADS, 0, s>>>(dx, y, slot, w, nk, K, H, dy, dw);
+        break;
+    case MOE_DTYPE_BF16:
+        k_combine_back<MOE_DTYPE_BF16><<<b, THREADS, 0, s>>>(dx, y, slot, w, nk, K, H, dy, dw);
+        break;
+    default:
+        k_combine_back<MOE_DTYPE_FP16><<<b, THREADS, 0, s>>>(dx, y, slot, w, nk, K, H, dy, dw);
+        break;
+    }
     GPU_TRY(cudaGetLastError());
     return 0;
 }

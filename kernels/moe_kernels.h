@@ -140,16 +140,27 @@ int moe_gpu_gate_backward(moe_gpu_ctx_t *ctx, const float *x, size_t n, uint32_t
                           const float *w, const float *dw, float *dx, float *dWg);
 /* The backward of one expert's FFN (kind expert) on n rows, fp32, on ctx's stream: the GPU
  * twin of moe_kern_ffn_backward_scaled (moe/kern.h; the same arguments, device pointers):
- * recomputes a = x^ W1 (x^ SwiGLU's RMS-normalised rows, SiLU's x) unless a (n x C pre-activations) is
- * given; dW2 += act^T (s dy), dW1 += (x^)^T da, dx += the gradient through the norm of
- * da W1^T, with da the pre-activations' gradient through s and the activation (each output
- * may be NULL); ds[i] += dy_i . y_i, the gradient of row i's scale
+ * recomputes a = x^ W1 (x^ SwiGLU's RMS-normalised rows, SiLU's x) unless a (n x C
+ * pre-activations) is given; dW2 += act^T (s dy), dW1 += (x^)^T da, dx += the gradient
+ * through the norm of da W1^T, with da the pre-activations' gradient through s and the
+ * activation (each output may be NULL); ds[i] += dy_i . y_i, the gradient of row i's scale
  * s[i] (s NULL: 1; ds may be NULL). Products in fp32 through cuBLAS (no TF32), sums in a
  * fixed order. Returns 0, an error, or cudaErrorInvalidValue for an unknown kind. */
 int moe_gpu_ffn_backward(moe_gpu_ctx_t *ctx, const float *x, const float *a, size_t n,
                          uint32_t H, uint32_t F, int expert, const float *W1, const float *W2,
                          const float *dy, const float *s, float *dx, float *dW1, float *dW2,
                          float *ds);
+
+/* The combine's backward (moe_kern_combine_backward, moe/kern.h) on stream: dx (n x H
+ * fp32) the gradient of the combined rows, y the combined rows of dtype (the received combine
+ * buffer); dy row slot[i K + k] = w[i K + k] dx row i, written in dtype (the rows that go back
+ * to the experts' ranks), dw[i K + k] += dx row i . y row slot[i K + k] (fp32, a fixed-order
+ * tree; dw may be NULL); slots MOE_GPU_NO_SLOT are skipped. The permute's backward is
+ * moe_gpu_combine with unit weights. Returns 0, an error, or cudaErrorInvalidValue for an
+ * unknown dtype. */
+int moe_gpu_combine_backward(const float *dx, const void *y, int dtype, const uint32_t *slot,
+                             const float *w, size_t n, uint32_t K, uint32_t H, void *dy,
+                             float *dw, void *stream);
 
 /* One dense GEMM C = A B (row-major M x K times K x N, all of dtype, fp32 accumulation), the
  * baseline the benchmark compares the grouped FFN with. */

@@ -144,6 +144,17 @@ void moe_kern_init_tokens(uint64_t seed, uint64_t t0, size_t n, uint32_t H, floa
 void moe_kern_mixer_backward(const float *x, size_t n, uint32_t H, const float *m,
                              const float *dy, float *dx, float *dm);
 
+/* Backward of the combine in gather form (x row i += sum over k of w[i K + k] * y row
+ * slot[i K + k], as moe_gpu_combine; slot UINT32_MAX: none), dx the gradient of the combined
+ * rows: dy row slot[i K + k] = w[i K + k] * dx row i (each slot is one choice's: written,
+ * not added; dy rows no choice names are left as they are), dw[i K + k] += dx row i . y row
+ * slot[i K + k] (summed in ascending h; dw may be NULL). The permute's backward, the
+ * gradient of the dispatched rows back to their tokens, is the combine itself with unit
+ * weights. */
+void moe_kern_combine_backward(const float *dx, const float *y, const uint32_t *slot,
+                               const float *w, size_t n, uint32_t K, uint32_t H, float *dy,
+                               float *dw);
+
 /* Backward of step 2 through the softmax over the chosen logits, for the routing moe_kern_gate
  * returned (ids, w) and dw, the gradient of the K weights of each row: dlogit_k =
  * w_k (dw_k - sum_j w_j dw_j); dx[h] += sum_k dlogit_k Wg[h E + ids_k] and dWg[h E + ids_k]

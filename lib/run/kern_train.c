@@ -28,6 +28,25 @@ void moe_kern_mixer_backward(const float *x, size_t n, uint32_t H, const float *
     }
 }
 
+void moe_kern_combine_backward(const float *dx, const float *y, const uint32_t *slot,
+                               const float *w, size_t n, uint32_t K, uint32_t H, float *dy,
+                               float *dw)
+{
+    for (size_t j = 0; j < n * K; j++) {
+        uint32_t s = slot[j];
+        if (s == UINT32_MAX)
+            continue;
+        const float *g = dx + (j / K) * H, *yr = y + (size_t)s * H;
+        float *d = dy + (size_t)s * H, dot = 0;
+        for (uint32_t h = 0; h < H; h++) {
+            d[h] = w[j] * g[h];
+            dot += g[h] * yr[h];
+        }
+        if (dw)
+            dw[j] += dot;
+    }
+}
+
 void moe_kern_gate_backward(const float *x, size_t n, uint32_t H, const float *Wg, uint32_t E,
                             uint32_t K, const int32_t *ids, const float *w, const float *dw,
                             float *dx, float *dWg)

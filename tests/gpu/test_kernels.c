@@ -309,6 +309,54 @@ static void combine_case(uint32_t H, int dt)
     free(got);
 }
 
+/* The combine's backward against moe_kern_combine_backward: the expert rows' gradients in the
+ * wire dtype (the reference's rounded the same way), the weights' gradients added to what was
+ * there; slots are distinct, as the routing makes them, some missing. */
+static void combine_back_case(uint32_t H, int dt)
+{
+    const size_t n = 150, ny = n * 3 + 7;
+    const uint32_t K = 3;
+    float *dx = randf(n * H, 1.0), *y = randf(ny * H, 1.0), *w = randf(n * K, 0.5);
+    float *dw = randf(n * K, 1.0), *dy = calloc(ny * H, 4);
+    uint32_t *slot = malloc(n * K * 4);
+    for (size_t j = 0; j < n * K; j++) /* a distinct slot per choice, one in ten missing */
+        slot[j] = moe_rng_below(&rng, 10) == 0 ? MOE_GPU_NO_SLOT : (uint32_t)(ny - 1 - j);
+    size_t es = moe_dtype_size(dt);
+    void *yp = malloc(ny * H * es), *dyp = malloc(ny * H * es);
+    moe_kern_pack(y, ny * H, dt, yp);
+    moe_kern_unpack(yp, ny * H, dt, y); /* the reference sees what the wire carried */
+    moe_kern_pack(dy, ny * H, dt, dyp);
+    float *d_dx = to_dev(dx, n * H * 4), *d_w = to_dev(w, n * K * 4), *d_dw = to_dev(dw, n * K * 4);
+    void *d_y = to_dev(yp, ny * H * es), *d_dy = to_dev(dyp, ny * H * es);
+    uint32_t *d_slot = to_dev(slot, n * K * 4);
+    GPU_OK(moe_gpu_combine_backward(d_dx, d_y, dt, d_slot, d_w, n, K, H, d_dy, d_dw, NULL));
+    float *gdw = from_dev(d_dw, n * K * 4), *gdy = malloc(ny * H * 4);
+    void *gdyp = from_dev(d_dy, ny * H * es);
+    moe_kern_unpack(gdyp, ny * H, dt, gdy);
+    moe_kern_combine_backward(dx, y, slot, w, n, K, H, dy, dw);
+    moe_kern_pack(dy, ny * H, dt, dyp); /* the reference's rows rounded as the wire rounds */
+    moe_kern_unpack(dyp, ny * H, dt, dy);
+    CHECK(max_rel(gdy, dy, ny * H) < 1e-6);
+    CHECK(max_rel(gdw, dw, n * K) < 1e-5);
+    cudaFree(d_dx);
+    cudaFree(d_w);
+    cudaFree(d_dw);
+    cudaFree(d_y);
+    cudaFree(d_dy);
+    cudaFree(d_slot);
+    free(dx);
+    free(y);
+    free(w);
+    free(dw);
+    free(dy);
+    free(slot);
+    free(yp);
+    free(dyp);
+    free(gdw);
+    free(gdy);
+    free(gdyp);
+}
+
 static void test_permutes(void)
 {
     gather_case(132); /* 4-vectors */
@@ -316,6 +364,8 @@ static void test_permutes(void)
     for (int dt = MOE_DTYPE_FP32; dt <= MOE_DTYPE_FP16; dt++) {
         combine_case(132, dt);
         combine_case(67, dt);
+        combine_back_case(132, dt);
+        combine_back_case(67, dt);
     }
 }
 

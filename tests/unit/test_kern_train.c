@@ -2,7 +2,7 @@
  * every gradient of a tiny seeded model (2 layers, 4 experts, top 2, H 6, F 5, 7 tokens) --
  * mixers, gates, the expert matrices and the inputs -- against central finite differences of
  * the loss, the kernels' documented edge cases, and the row-scaled backward of a serving rank
- * against the plain one; SwiGLU and SiLU experts alike. */
+ * against the plain one; SwiGLU and SiLU experts alike; the combine's backward by hand. */
 #include "config.h"
 
 #include <math.h>
@@ -267,6 +267,28 @@ static void test_layer_grad(int expert)
     moe_kern_model_free(&g3);
 }
 
+/* The combine's backward on a hand-computed case: token 0 chose slots 1 and 0, token 1 slot 2
+ * and nothing; dy of a slot is its weight times its token's gradient, dw the gradient's dot
+ * with the slot's row (added), a missing choice's dw untouched, an unnamed dy row too. */
+static void test_combine_backward(void)
+{
+    const float dx[6] = {1, 2, 3, 4, 5, 6}, y[9] = {1, 0, 0, 0, 1, 0, 1, 1, 1};
+    const float w[4] = {0.5f, 2, -1, 9};
+    const uint32_t slot[4] = {1, 0, 2, UINT32_MAX};
+    float dy[12], dw[4] = {0, 0, 0, 0.25f};
+    for (int i = 0; i < 12; i++)
+        dy[i] = -7;
+    moe_kern_combine_backward(dx, y, slot, w, 2, 2, 3, dy, dw);
+    const float want_dy[12] = {2, 4, 6, 0.5f, 1, 1.5f, -4, -5, -6, -7, -7, -7};
+    const float want_dw[4] = {2, 1, 15, 0.25f};
+    for (int i = 0; i < 12; i++)
+        CHECK(dy[i] == want_dy[i]);
+    for (int i = 0; i < 4; i++)
+        CHECK(dw[i] == want_dw[i]);
+    moe_kern_combine_backward(dx, y, slot, w, 2, 2, 3, dy, NULL); /* dw may be NULL */
+    CHECK(dy[0] == 2);
+}
+
 int main(void)
 {
     for (int expert = MOE_EXPERT_SWIGLU; expert <= MOE_EXPERT_SILU; expert++) {
@@ -276,5 +298,6 @@ int main(void)
         test_layer_grad(expert);
     }
     test_edges();
+    test_combine_backward();
     return unit_done("test_kern_train");
 }
