@@ -176,44 +176,41 @@ void run_comm_req_null(run_comm_req_t *q, int n)
     q->active = 0;
 }
 
-int run_comm_isend(moe_run_comm_t *c, const void *buf, size_t bytes, int to, int tag, int at,
-                   run_comm_req_t *q)
+/* A send (recv 0) or receive of `bytes` with rank `peer` as request `at` of q. */
+static int post(moe_run_comm_t *c, void *buf, size_t bytes, int peer, int tag, int at,
+                run_comm_req_t *q, int recv)
 {
-    if (bytes > INT32_MAX || to == c->rank || to < 0 || to >= c->size || at < 0 || at > q->n)
-        return bytes > INT32_MAX ? MOE_ERANGE : MOE_EINVAL;
+    if (bytes > INT32_MAX)
+        return MOE_ERANGE;
+    if (peer == c->rank || peer < 0 || peer >= c->size || at < 0 || at > q->n)
+        return MOE_EINVAL;
 #ifdef HAVE_MPI
     MPI_Request *rq = q->scratch;
-    RUN_MPI(c, MPI_Isend(buf, (int)bytes, MPI_BYTE, to, tag, MPI_COMM_WORLD, &rq[at]));
+    if (recv)
+        RUN_MPI(c, MPI_Irecv(buf, (int)bytes, MPI_BYTE, peer, tag, MPI_COMM_WORLD, &rq[at]));
+    else
+        RUN_MPI(c, MPI_Isend(buf, (int)bytes, MPI_BYTE, peer, tag, MPI_COMM_WORLD, &rq[at]));
     q->n = at + 1 > q->n ? at + 1 : q->n;
     q->active = 1;
     return 0;
 #else
     (void)buf;
     (void)tag;
-    (void)at;
-    (void)q;
+    (void)recv;
     return MOE_EINVAL;
 #endif
+}
+
+int run_comm_isend(moe_run_comm_t *c, const void *buf, size_t bytes, int to, int tag, int at,
+                   run_comm_req_t *q)
+{
+    return post(c, (void *)buf, bytes, to, tag, at, q, 0);
 }
 
 int run_comm_irecv(moe_run_comm_t *c, void *buf, size_t bytes, int from, int tag, int at,
                    run_comm_req_t *q)
 {
-    if (bytes > INT32_MAX || from == c->rank || from < 0 || from >= c->size || at < 0 || at > q->n)
-        return bytes > INT32_MAX ? MOE_ERANGE : MOE_EINVAL;
-#ifdef HAVE_MPI
-    MPI_Request *rq = q->scratch;
-    RUN_MPI(c, MPI_Irecv(buf, (int)bytes, MPI_BYTE, from, tag, MPI_COMM_WORLD, &rq[at]));
-    q->n = at + 1 > q->n ? at + 1 : q->n;
-    q->active = 1;
-    return 0;
-#else
-    (void)buf;
-    (void)tag;
-    (void)at;
-    (void)q;
-    return MOE_EINVAL;
-#endif
+    return post(c, buf, bytes, from, tag, at, q, 1);
 }
 
 int run_comm_ialltoallv(moe_run_comm_t *c, const void *send, const size_t *sc, const size_t *sd,

@@ -349,6 +349,22 @@ static size_t relay_backward(run_t *r, uint32_t l, grads_t *g, const float *rows
     return (nf + ng) * (2 * H * (4 + r->esz) + S * 4 + (H + K) * (4 + r->esz));
 }
 
+/* A reply [dx | dweight of each entry] to local row i of layer l, sent with meta m: the input
+ * gradient added to dxm's row, each entry's weight gradient to the row's choice of its
+ * expert in dw. */
+static void add_reply(const run_t *r, uint32_t l, size_t i, const uint32_t *m, const float *b,
+                      float *dxm, float *dw)
+{
+    const size_t H = r->H, K = r->K;
+    const int32_t *ids = r->tr[l].ids;
+    for (size_t h = 0; h < H; h++)
+        dxm[i * H + h] += b[h];
+    for (uint32_t t = 0; t < m[M_N]; t++)
+        for (size_t k = 0; k < K; k++)
+            if (ids[i * K + k] == (int32_t)m[M_HEAD + 3 * t])
+                dw[i * K + k] += b[H + t];
+}
+
 /* The experts' part of the backward for chunk c, local rows [i0, i1) of layer l (xm the mixed
  * rows, dout the gradient of the layer's output): each row's gradient (and the row itself when
  * the servers restore T_DI by re-communication) to the ranks that serve its experts, their
@@ -412,17 +428,8 @@ static size_t experts_backward(run_t *r, uint32_t l, uint32_t c, size_t i0, size
     size_t nb = exchange_rows(r, reply, rc, H + K, r->cfg.dtype, &back, sc, TS_RPLY);
     if (nb != ne)
         run_die(r, "backward (replies do not match the rows sent)", MOE_EINVAL);
-    for (size_t q = 0; q < ne; q++) {
-        size_t i = srow[q];
-        const float *b = back + q * (H + K);
-        const uint32_t *m = smeta + q * S;
-        for (size_t h = 0; h < H; h++)
-            dxm[i * H + h] += b[h];
-        for (uint32_t t = 0; t < m[M_N]; t++)
-            for (size_t k = 0; k < K; k++)
-                if (ids[i * K + k] == (int32_t)m[M_HEAD + 3 * t])
-                    dw[i * K + k] += b[H + t];
-    }
+    for (size_t q = 0; q < ne; q++)
+        add_reply(r, l, srow[q], smeta + q * S, back + q * (H + K), dxm, dw);
     /* rows out and in (fp32 and wire copies), metadata, replies out and back, and what was
      * restored from host memory */
     return (ne + nr) * (width * (4 + r->esz) + S * 4) + (nr + ne) * (H + K) * (4 + r->esz) +
@@ -564,19 +571,11 @@ static size_t pc_serve(run_t *r, uint32_t l, uint32_t c, grads_t *g, pchunk_t *p
 static void pc_land(run_t *r, uint32_t l, pchunk_t *p, float *dxm, float *dw)
 {
     const size_t H = r->H, K = r->K, S = M_HEAD + 3 * K, es = r->esz;
-    const int32_t *ids = r->tr[l].ids;
     RUN_CK(r, run_comm_wait(r->comm, &p->q));
     float *b = run_hbuf(r, TS_PTMP, (H + K + 1) * sizeof *b);
     for (size_t q = 0; q < p->ne; q++) {
-        size_t i = p->srow[q];
-        const uint32_t *m = p->smeta + q * S;
         RUN_CK(r, moe_kern_unpack(p->bw + q * (H + K) * es, H + K, r->cfg.dtype, b));
-        for (size_t h = 0; h < H; h++)
-            dxm[i * H + h] += b[h];
-        for (uint32_t t = 0; t < m[M_N]; t++)
-            for (size_t k = 0; k < K; k++)
-                if (ids[i * K + k] == (int32_t)m[M_HEAD + 3 * t])
-                    dw[i * K + k] += b[H + t];
+        add_reply(r, l, p->srow[q], p->smeta + q * S, b, dxm, dw);
     }
 }
 
