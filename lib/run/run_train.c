@@ -475,7 +475,8 @@ static void pc_post(run_t *r, uint32_t l, uint32_t c, size_t i0, size_t i1, cons
     uint32_t *um;
     size_t ne = p->ne = run_ep_plan(r, l, i0, i1, r->tr[l].ids, r->tr[l].w, home, &ents, &um);
     /* the counts first: they size the chunk's buffers at both ends */
-    size_t *tc = run_hbuf(r, TS_ROW, 2 * G * sizeof *tc), *cc = run_hbuf(r, TS_CNT, 2 * G * 8);
+    size_t *tc = run_hbuf(r, TS_ROW, 2 * G * sizeof(size_t));
+    size_t *cc = run_hbuf(r, TS_CNT, 2 * G * sizeof(size_t));
     memset(tc, 0, G * sizeof *tc);
     for (size_t i = 0; i < ne; i++)
         tc[ents[i].dest]++;
