@@ -275,10 +275,13 @@ for mode in $rep_modes; do
     end
 done
 
-begin "a rank killed in its backward: every rank ends in seconds"
+# vanilla, and the two modes whose backward has point-to-point transfers in flight
+for kill_mode in vanilla "datacentric --gpus-per-node 2" "pipelined --chunks 3 --gpus-per-node 2"; do
+begin "a rank killed in its backward, --mode $kill_mode: every rank ends in seconds"
 # the victim runs with -vv and is killed as soon as it says that its backward began; the
 # backward of this shape takes far longer than the poll's 50 ms
 L="--train --hidden 128 --ffn 128 --layers 2 --tokens-per-rank 256 --iters 1000000"
+L="$L --mode $kill_mode"
 # shellcheck disable=SC2016
 victim='"$0" "$@" -vv 2>"$LOG" & p=$!
 while kill -0 $p 2>/dev/null && ! grep -q ": backward (loss" "$LOG"; do sleep 0.05; done
@@ -293,5 +296,6 @@ secs=$(($(date +%s) - t0))
 [ "$secs" -le 30 ] || fail "took $secs s (bound 30 s)"
 grep -q ": backward (loss" "$T/victim.log" || fail "the victim never reached its backward"
 end
+done
 
 finish
