@@ -169,7 +169,7 @@ end
 
 # three chunks in flight, their replies progressed between experts: the same losses as a
 # rerun, and as vanilla's to the rounding of sums in another order
-begin "pipelined, 4 chunks in flight three at a time: a rerun's losses are the same to the last digit"
+begin "pipelined, 4 chunks, three in flight: a rerun's losses are the same to the last digit"
 for i in 1 2; do
     expect_exit 0 mpi_noleak 8 --train --mode pipelined --chunks 4 --gpus-per-node 4 \
         --trace "$T/ds.mft" --placement "$T/p8.moep" --hidden 32 --ffn 24 --iters 3 \
@@ -276,7 +276,8 @@ for mode in $rep_modes; do
 done
 
 # vanilla, and the two modes whose backward has point-to-point transfers in flight
-for kill_mode in vanilla "datacentric --gpus-per-node 2" "pipelined --chunks 3 --gpus-per-node 2"; do
+for kill_mode in vanilla "datacentric --gpus-per-node 2" \
+    "pipelined --chunks 3 --gpus-per-node 2"; do
 begin "a rank killed in its backward, --mode $kill_mode: every rank ends in seconds"
 # the victim runs with -vv and is killed as soon as it says that its backward began; the
 # backward of this shape takes far longer than the poll's 50 ms
