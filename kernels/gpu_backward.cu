@@ -39,15 +39,9 @@ __global__ static void k_row_grads(float *a, const float *act, const float *d, c
     float *pr = a + r * C, sum = 0.0f, si = s ? s[r] : 1.0f;
     for (uint32_t f = threadIdx.x; f < F; f += blockDim.x)
         sum += ar[f] * dr[f];
-    part[threadIdx.x] = sum;
-    __syncthreads();
-    for (unsigned w = blockDim.x / 2; w > 0; w /= 2) { /* a fixed tree: deterministic */
-        if (threadIdx.x < w)
-            part[threadIdx.x] += part[threadIdx.x + w];
-        __syncthreads();
-    }
+    sum = gpu_block_sum(part, sum);
     if (threadIdx.x == 0 && ds)
-        ds[r] += part[0];
+        ds[r] += sum;
     for (uint32_t f = threadIdx.x; f < F; f += blockDim.x) {
         float z = pr[f], l = 1.0f / (1.0f + expf(-z)), sp = l * (1.0f + z * (1.0f - l));
         if (C == F) {
@@ -74,17 +68,9 @@ __global__ static void k_norm_back(const float *x, const float *dn, float *dx, u
         s2 += xr[h] * xr[h];
         d += xr[h] * gr[h];
     }
-    ss[threadIdx.x] = s2;
-    sd[threadIdx.x] = d;
-    __syncthreads();
-    for (unsigned w = blockDim.x / 2; w > 0; w /= 2) { /* a fixed tree: deterministic */
-        if (threadIdx.x < w) {
-            ss[threadIdx.x] += ss[threadIdx.x + w];
-            sd[threadIdx.x] += sd[threadIdx.x + w];
-        }
-        __syncthreads();
-    }
-    float ri = 1.0f / sqrtf(ss[0] / (float)H + 1e-6f), dot = sd[0] * ri / (float)H;
+    s2 = gpu_block_sum(ss, s2);
+    d = gpu_block_sum(sd, d);
+    float ri = 1.0f / sqrtf(s2 / (float)H + 1e-6f), dot = d * ri / (float)H;
     for (uint32_t h = threadIdx.x; h < H; h += blockDim.x)
         dx[r * H + h] += ri * (gr[h] - xr[h] * ri * dot);
 }
@@ -155,16 +141,9 @@ __global__ static void k_combine_back(const float *dx, const void *y, const uint
             sum += g[h] * gpu_load<D>(y, (size_t)s * H + h);
             gpu_store<D>(dy, (size_t)s * H + h, wj * g[h]);
         }
-        part[threadIdx.x] = sum;
-        __syncthreads();
-        for (unsigned v = blockDim.x / 2; v > 0; v /= 2) {
-            if (threadIdx.x < v)
-                part[threadIdx.x] += part[threadIdx.x + v];
-            __syncthreads();
-        }
+        sum = gpu_block_sum(part, sum);
         if (threadIdx.x == 0 && dw)
-            dw[j] += part[0];
-        __syncthreads(); /* part is reused by the next choice */
+            dw[j] += sum;
     }
 }
 

@@ -145,15 +145,7 @@ __global__ static void k_rmsnorm(const void *x, size_t n, uint32_t H, void *xn)
             float v = gpu_load<D>(x, r * H + h);
             sum += v * v;
         }
-        part[threadIdx.x] = sum;
-        __syncthreads();
-        for (unsigned w = blockDim.x / 2; w > 0; w /= 2) {
-            if (threadIdx.x < w)
-                part[threadIdx.x] += part[threadIdx.x + w];
-            __syncthreads();
-        }
-        float rinv = 1.0f / sqrtf(part[0] / (float)H + 1e-6f);
-        __syncthreads(); /* part[0] read by all before the next row overwrites it */
+        float rinv = 1.0f / sqrtf(gpu_block_sum(part, sum) / (float)H + 1e-6f);
         for (uint32_t h = threadIdx.x; h < H; h += blockDim.x)
             gpu_store<D>(xn, r * H + h, gpu_load<D>(x, r * H + h) * rinv);
     }

@@ -132,6 +132,23 @@ __device__ static inline float gpu_from_f16(uint16_t h)
     return gpu_bits_f32(sign | ((e + 112u) << 23) | (m << 13));
 }
 
+/* The sum of every thread's v over the block, by a fixed tree over part (blockDim.x floats of
+ * shared memory, blockDim.x a power of two): deterministic. Every thread returns it, and part
+ * may be written again after the call. */
+__device__ static inline float gpu_block_sum(float *part, float v)
+{
+    part[threadIdx.x] = v;
+    __syncthreads();
+    for (unsigned w = blockDim.x / 2; w > 0; w /= 2) {
+        if (threadIdx.x < w)
+            part[threadIdx.x] += part[threadIdx.x + w];
+        __syncthreads();
+    }
+    float s = part[0];
+    __syncthreads();
+    return s;
+}
+
 /* Element i of a buffer of dtype as float, and the store back; dtype is a template argument so
  * the kernels specialise. */
 template <int D> __device__ static inline float gpu_load(const void *p, size_t i)
