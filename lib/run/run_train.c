@@ -83,6 +83,18 @@ static void grads_zero(run_t *r, grads_t *g)
             memset(g->w1[i], 0, r->wn * sizeof *g->w1[i]);
 }
 
+/* Row counts to the other ranks: sc[p] to rank p; rc[p] comes back from it (G entries each). */
+static void exchange_counts(run_t *r, const size_t *sc, size_t *rc)
+{
+    int G = r->G;
+    size_t *c = run_hbuf(r, TS_CNT, 2 * (size_t)G * sizeof *c);
+    for (int p = 0; p < G; p++) {
+        c[p] = sizeof(size_t);
+        c[G + p] = (size_t)p * sizeof(size_t);
+    }
+    RUN_CK(r, run_comm_alltoallv(r->comm, sc, c, c + G, rc, c, c + G));
+}
+
 /* Rows of `width` floats to other ranks: sc[p] rows to rank p from send (in rank order), packed
  * in dtype (the wire type, or fp32 for what must not be rounded); the rows received land in
  * recv (unpacked), rc[p] from rank p; returns their number. sc and rc are G entries; send/recv
@@ -91,12 +103,8 @@ static size_t exchange_rows(run_t *r, const float *send, const size_t *sc, size_
                             int dtype, float **recv, size_t *rc, int slot)
 {
     int G = r->G;
+    exchange_counts(r, sc, rc);
     size_t *c = run_hbuf(r, TS_CNT, 8 * (size_t)G * sizeof *c), n = 0, ns = 0;
-    for (int p = 0; p < G; p++) {
-        c[p] = sizeof(size_t);
-        c[G + p] = (size_t)p * sizeof(size_t);
-    }
-    RUN_CK(r, run_comm_alltoallv(r->comm, sc, c, c + G, rc, c, c + G));
     size_t row = width * moe_dtype_size(dtype);
     for (int p = 0; p < G; p++) {
         c[2 * G + p] = sc[p] * row;
@@ -476,15 +484,10 @@ static void pc_post(run_t *r, uint32_t l, uint32_t c, size_t i0, size_t i1, cons
     size_t ne = p->ne = run_ep_plan(r, l, i0, i1, r->tr[l].ids, r->tr[l].w, home, &ents, &um);
     /* the counts first: they size the chunk's buffers at both ends */
     size_t *tc = run_hbuf(r, TS_ROW, 2 * G * sizeof(size_t));
-    size_t *cc = run_hbuf(r, TS_CNT, 2 * G * sizeof(size_t));
     memset(tc, 0, G * sizeof *tc);
     for (size_t i = 0; i < ne; i++)
         tc[ents[i].dest]++;
-    for (size_t q = 0; q < G; q++) {
-        cc[q] = sizeof(size_t);
-        cc[G + q] = q * sizeof(size_t);
-    }
-    RUN_CK(r, run_comm_alltoallv(r->comm, tc, cc, cc + G, tc + G, cc, cc + G));
+    exchange_counts(r, tc, tc + G);
     size_t nr = 0;
     for (size_t q = 0; q < G; q++)
         nr += tc[G + q];
