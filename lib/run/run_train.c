@@ -626,7 +626,6 @@ typedef struct dcround {
     const run_pull_t *it;
     size_t ni;
     uint32_t t;
-    size_t *cnt;      /* 4 G byte counts and displacements */
     uint8_t *sw, *rw; /* wire buffers: sent, received */
     size_t bytes;     /* of the wire buffers */
 } dcround_t;
@@ -651,7 +650,7 @@ static void round_post(run_t *r, uint32_t l, dcround_t *d, const dcslots_t *s)
     const size_t W = r->wn, ew = W * r->esz;
     const uint32_t me = (uint32_t)r->me;
     const int G = r->G;
-    size_t *c = d->cnt = run_hbuf(r, TS_DCNT, 4 * (size_t)G * sizeof *c), ns = 0, nr = 0;
+    size_t *c = run_hbuf(r, TS_DCNT, 4 * (size_t)G * sizeof *c), ns = 0, nr = 0;
     memset(c, 0, 4 * (size_t)G * sizeof *c);
     for (size_t i = 0; i < d->ni; i++) {
         if (!moves(d, i))
