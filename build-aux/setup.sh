@@ -53,13 +53,13 @@ build() {
 
 # check DIR: make check there, show failures, print one closing line; returns make's status.
 check() {
-    rc=0
-    make -C "$1" -j"$jobs" check || rc=$?
-    [ "$rc" -eq 0 ] || tail -n 200 "$1/test-suite.log" 2>/dev/null || true
+    crc=0 # not rc: the caller's status of every step lives there
+    make -C "$1" -j"$jobs" check || crc=$?
+    [ "$crc" -eq 0 ] || tail -n 200 "$1/test-suite.log" 2>/dev/null || true
     awk -v d="$1" '/^# (PASS|FAIL|SKIP|XFAIL|XPASS|ERROR):/ {n[$2]=$3}
          END {printf "%s: %d passed, %d failed, %d skipped\n", d, n["PASS:"]+n["XFAIL:"],
               n["FAIL:"]+n["XPASS:"]+n["ERROR:"], n["SKIP:"]}' "$1/test-suite.log"
-    return "$rc"
+    return "$crc"
 }
 
 build _build
