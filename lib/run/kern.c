@@ -245,9 +245,8 @@ size_t moe_kern_ffn_work_size(uint32_t F)
     return (size_t)KERN_BLK * 2 * F;
 }
 
-/* One block of b <= KERN_BLK rows. The loops run over the weight rows outermost so that each
- * weight row is read once for the block, and innermost along a contiguous row so they
- * vectorise; per output element the sums still run in ascending h (resp. f). a: b x C. */
+/* One block of b <= KERN_BLK rows: a = x^ W1 and y = act W2, each through kern_mm, whose sums
+ * run over h (resp. f) ascending per output element. a: b x C. */
 static void ffn_block(const float *restrict x, size_t b, uint32_t H, uint32_t F, int expert,
                       const float *restrict W1, const float *restrict W2, float *restrict y,
                       float *restrict a, float *restrict act)
@@ -256,13 +255,7 @@ static void ffn_block(const float *restrict x, size_t b, uint32_t H, uint32_t F,
     float rinv[KERN_BLK];
     for (size_t i = 0; i < b; i++)
         rinv[i] = expert == MOE_EXPERT_SWIGLU ? kern_rinv(x + i * H, H) : 1.0f;
-    memset(a, 0, b * C * sizeof *a);
-    for (uint32_t h = 0; h < H; h++) {
-        const float *w1 = W1 + h * C;
-        for (size_t i = 0; i < b; i++) {
-            kern_axpy(a + i * C, x[i * H + h] * rinv[i], w1, (uint32_t)C);
-        }
-    }
+    kern_mm(a, C, 0, b, (uint32_t)C, x, H, rinv, W1, C, H);
     if (act)
         memcpy(act, a, b * C * sizeof *act);
     if (expert == MOE_EXPERT_SILU) {
@@ -275,13 +268,7 @@ static void ffn_block(const float *restrict x, size_t b, uint32_t H, uint32_t F,
                 a[i * F + f] = g / (1.0f + expf(-g)) * u;
             }
     }
-    memset(y, 0, b * H * sizeof *y);
-    for (uint32_t f = 0; f < F; f++) {
-        const float *w2 = W2 + (size_t)f * H;
-        for (size_t i = 0; i < b; i++) {
-            kern_axpy(y + i * H, a[i * F + f], w2, H);
-        }
-    }
+    kern_mm(y, H, 0, b, H, a, F, NULL, W2, H, F);
 }
 
 static void ffn_rows(const float *x, size_t n, uint32_t H, uint32_t F, int expert,

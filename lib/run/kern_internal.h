@@ -1,5 +1,6 @@
 /* run/kern_internal.h -- the inner loops the reference kernels share (kern.c, kern_train.c):
- * y += a x along a row, and a dot product. Private to libmoerun. */
+ * y += a x along a row, a dot product, and a register-blocked matrix product. Private to
+ * libmoerun. */
 #ifndef MOE_KERN_INTERNAL_H
 #define MOE_KERN_INTERNAL_H
 
@@ -71,6 +72,126 @@ static inline float kern_dot(const float *restrict a, const float *restrict b, u
     for (; i < n; i++)
         t += a[i] * b[i];
     return t;
+}
+
+#if defined(__GNUC__)
+/* kern_mm's outputs y[r ldy + n], r < 4, n < 8 (y, A, B and sr already offset to the tile):
+ * the 32 sums stay in named registers across the whole k loop, so no output is stored and
+ * loaded again, and each pair of vectors of B is loaded once for the four rows. x * 1.0f is
+ * x, so sr NULL is exact. */
+static inline void kern_mm_tile4(float *restrict y, size_t ldy, int acc, const float *restrict A,
+                                 size_t lda, const float *restrict sr, const float *restrict B,
+                                 size_t ldb, uint32_t K)
+{
+    kern_v4 s00 = {0, 0, 0, 0}, s01 = s00, s10 = s00, s11 = s00, s20 = s00, s21 = s00,
+            s30 = s00, s31 = s00;
+    const float m0 = sr ? sr[0] : 1.0f, m1 = sr ? sr[1] : 1.0f, m2 = sr ? sr[2] : 1.0f,
+                m3 = sr ? sr[3] : 1.0f;
+    if (acc) {
+        memcpy(&s00, y, sizeof s00);
+        memcpy(&s01, y + 4, sizeof s01);
+        memcpy(&s10, y + ldy, sizeof s10);
+        memcpy(&s11, y + ldy + 4, sizeof s11);
+        memcpy(&s20, y + 2 * ldy, sizeof s20);
+        memcpy(&s21, y + 2 * ldy + 4, sizeof s21);
+        memcpy(&s30, y + 3 * ldy, sizeof s30);
+        memcpy(&s31, y + 3 * ldy + 4, sizeof s31);
+    }
+    for (uint32_t k = 0; k < K; k++) {
+        kern_v4 b0, b1;
+        const float c0 = A[k] * m0, c1 = A[lda + k] * m1;
+        const float c2 = A[2 * lda + k] * m2, c3 = A[3 * lda + k] * m3;
+        memcpy(&b0, B + k * ldb, sizeof b0);
+        memcpy(&b1, B + k * ldb + 4, sizeof b1);
+        s00 += c0 * b0;
+        s01 += c0 * b1;
+        s10 += c1 * b0;
+        s11 += c1 * b1;
+        s20 += c2 * b0;
+        s21 += c2 * b1;
+        s30 += c3 * b0;
+        s31 += c3 * b1;
+    }
+    memcpy(y, &s00, sizeof s00);
+    memcpy(y + 4, &s01, sizeof s01);
+    memcpy(y + ldy, &s10, sizeof s10);
+    memcpy(y + ldy + 4, &s11, sizeof s11);
+    memcpy(y + 2 * ldy, &s20, sizeof s20);
+    memcpy(y + 2 * ldy + 4, &s21, sizeof s21);
+    memcpy(y + 3 * ldy, &s30, sizeof s30);
+    memcpy(y + 3 * ldy + 4, &s31, sizeof s31);
+}
+
+/* One row of kern_mm_tile4, for the rows left over below a multiple of four. */
+static inline void kern_mm_tile1(float *restrict y, int acc, const float *restrict A, float m,
+                                 const float *restrict B, size_t ldb, uint32_t K)
+{
+    kern_v4 s0 = {0, 0, 0, 0}, s1 = s0;
+    if (acc) {
+        memcpy(&s0, y, sizeof s0);
+        memcpy(&s1, y + 4, sizeof s1);
+    }
+    for (uint32_t k = 0; k < K; k++) {
+        kern_v4 b0, b1;
+        const float c = A[k] * m;
+        memcpy(&b0, B + k * ldb, sizeof b0);
+        memcpy(&b1, B + k * ldb + 4, sizeof b1);
+        s0 += c * b0;
+        s1 += c * b1;
+    }
+    memcpy(y, &s0, sizeof s0);
+    memcpy(y + 4, &s1, sizeof s1);
+}
+#endif
+
+/* Rows of B per pass of kern_mm: a tile's column strip of that many rows (one cache line each)
+ * stays in L1 for all the tile's rows and for the tile beside it, which shares its lines. */
+#define KERN_KC 256
+
+/* y = A B (acc 0) or y += A B (acc 1), the coefficient of row r A[r lda + k] times sr[r] when
+ * sr is given: M x N outputs ldy apart, A M x K, B K x N ldb apart. Each output is one running
+ * sum over k ascending, started at 0 or at y's value (and carried through y between passes of
+ * KERN_KC rows of B): the order of the row-after-row axpy loops it replaces, so bit-identical
+ * to them. Tiles of 4 rows by 8 columns, the columns outermost within a pass. */
+static inline void kern_mm(float *restrict y, size_t ldy, int acc, size_t M, uint32_t N,
+                           const float *restrict A, size_t lda, const float *restrict sr,
+                           const float *restrict B, size_t ldb, uint32_t K)
+{
+    uint32_t n0 = 0;
+#if defined(__GNUC__)
+    for (uint32_t k0 = 0; k0 == 0 || k0 < K; k0 += KERN_KC) {
+        const uint32_t kc = K - k0 < KERN_KC ? K - k0 : KERN_KC;
+        const int add = acc || k0 > 0;
+        const float *Ak = A + k0, *Bk = B + (size_t)k0 * ldb;
+        for (n0 = 0; n0 + 8 <= N; n0 += 8) {
+            size_t r = 0;
+            for (; r + 4 <= M; r += 4)
+                kern_mm_tile4(y + r * ldy + n0, ldy, add, Ak + r * lda, lda,
+                              sr ? sr + r : NULL, Bk + n0, ldb, kc);
+            for (; r < M; r++)
+                kern_mm_tile1(y + r * ldy + n0, add, Ak + r * lda, sr ? sr[r] : 1.0f, Bk + n0,
+                              ldb, kc);
+        }
+    }
+#endif
+    for (uint32_t n = n0; n < N; n++)
+        for (size_t r = 0; r < M; r++) {
+            float t = acc ? y[r * ldy + n] : 0.0f;
+            for (uint32_t k = 0; k < K; k++)
+                t += (sr ? A[r * lda + k] * sr[r] : A[r * lda + k]) * B[k * ldb + n];
+            y[r * ldy + n] = t;
+        }
+}
+
+/* dst = the transpose of the b x n block src (rows ld apart), row i times s[i] when s is
+ * given: dst[c b + i] = src[i ld + c] s[i]. It turns a sum over rows (x^T y) into kern_mm's
+ * row-major left operand. */
+static inline void kern_transpose(float *restrict dst, const float *restrict src, size_t b,
+                                  size_t ld, uint32_t n, const float *restrict s)
+{
+    for (size_t i = 0; i < b; i++)
+        for (uint32_t c = 0; c < n; c++)
+            dst[c * b + i] = s ? src[i * ld + c] * s[i] : src[i * ld + c];
 }
 
 /* The gate's logits of row x: lg[e] = sum_h x[h] Wg[h E + e], h ascending (E floats). */

@@ -85,9 +85,9 @@ int moe_kern_ffn_backward(const float *x, size_t n, uint32_t H, uint32_t F, int 
                                         dW2, NULL, work);
 }
 
-/* One block of b <= KERN_BLK rows, as the forward's ffn_block: each weight row is read once
- * for the block. a: b x C, the pre-activations, then da; act: b x F, the hidden activation;
- * d: b x F, dy W2^T; dn: b x H, the normalised input's gradient da W1^T. */
+/* One block of b <= KERN_BLK rows, as the forward's ffn_block. a: b x C, the pre-activations,
+ * then da; act: b x F, the hidden activation; d: b x F, dy W2^T, then (act s) transposed for
+ * dW2; dn: x^ transposed for dW1, then b x H, the normalised input's gradient da W1^T. */
 static void backward_block(const float *restrict x, const float *restrict a_in, size_t b,
                            uint32_t H, uint32_t F, int expert, const float *restrict W1,
                            const float *restrict W2, const float *restrict dy,
@@ -101,11 +101,8 @@ static void backward_block(const float *restrict x, const float *restrict a_in, 
         rinv[i] = expert == MOE_EXPERT_SWIGLU ? kern_rinv(x + i * H, H) : 1.0f;
     if (a_in) {
         memcpy(a, a_in, b * C * sizeof *a);
-    } else { /* a = x^ W1, h ascending as in the forward */
-        memset(a, 0, b * C * sizeof *a);
-        for (uint32_t h = 0; h < H; h++)
-            for (size_t i = 0; i < b; i++)
-                kern_axpy(a + i * C, x[i * H + h] * rinv[i], W1 + h * C, (uint32_t)C);
+    } else { /* a = x^ W1, as the forward computes it */
+        kern_mm(a, C, 0, b, (uint32_t)C, x, H, rinv, W1, C, H);
     }
     for (size_t i = 0; i < b; i++)
         for (uint32_t f = 0; f < F; f++) {
@@ -133,15 +130,14 @@ static void backward_block(const float *restrict x, const float *restrict a_in, 
             }
         }
     }
-    if (dW2) /* dW2 += act^T (s dy), rows ascending */
-        for (uint32_t f = 0; f < F; f++)
-            for (size_t i = 0; i < b; i++)
-                kern_axpy(dW2 + (size_t)f * H, act[i * F + f] * (sc ? sc[i] : 1.0f), dy + i * H,
-                          H);
-    if (dW1) /* dW1 += x^T da, x^ the normalised rows */
-        for (uint32_t h = 0; h < H; h++)
-            for (size_t i = 0; i < b; i++)
-                kern_axpy(dW1 + h * C, x[i * H + h] * rinv[i], a + i * C, (uint32_t)C);
+    if (dW2) { /* dW2 += (act s)^T dy, rows ascending; d is free now */
+        kern_transpose(d, act, b, F, F, sc);
+        kern_mm(dW2, H, 1, F, H, d, b, NULL, dy, H, (uint32_t)b);
+    }
+    if (dW1) { /* dW1 += x^T da, x^ the normalised rows; dn is not yet in use */
+        kern_transpose(dn, x, b, H, H, rinv);
+        kern_mm(dW1, C, 1, H, (uint32_t)C, dn, b, NULL, a, C, (uint32_t)b);
+    }
     if (dx && expert == MOE_EXPERT_SILU) /* dx += da W1^T: no norm */
         for (uint32_t h = 0; h < H; h++)
             for (size_t i = 0; i < b; i++)
