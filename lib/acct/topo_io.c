@@ -19,7 +19,7 @@
  * One statement per line, words separated by blanks, '#' to the end of a line is a comment:
  *
  *   topology NAME | nodes N | gpus-per-node G | hbm-bandwidth X [UNIT] | flops X [UNIT]
- *   cores X
+ *   backward-flops X [UNIT] | cores X
  *   link CLASS [bandwidth X [UNIT]] [latency X [UNIT]]
  *   efficiency CLASS SIZE:EFF ...
  *   efficiency hbm|compute|intra-o3|hbm-o3 SIZE:EFF ...  (the cost models' curves)
@@ -51,11 +51,12 @@ static const unit_t units[] = {
 static const char *const qname[] = {"bytes/s", "seconds", "FLOP/s", "processors"};
 
 enum keyword {
-    K_TOPOLOGY, K_NODES, K_GPN, K_LINK, K_EFF, K_HBM, K_FLOPS, K_CORES, K_HBM_LAT, K_LAUNCH, K_N
+    K_TOPOLOGY, K_NODES, K_GPN, K_LINK, K_EFF, K_HBM, K_FLOPS, K_CORES, K_HBM_LAT, K_LAUNCH,
+    K_BWD_FLOPS, K_N
 };
 static const char *const keywords[K_N] = {"topology",      "nodes", "gpus-per-node", "link",
                                           "efficiency",    "hbm-bandwidth", "flops", "cores",
-                                          "hbm-latency",   "launch-overhead"};
+                                          "hbm-latency",   "launch-overhead", "backward-flops"};
 
 /* The cost models' curves an `efficiency` line may name besides the link classes. */
 static const char *const model_curves[] = {"hbm", "compute", "intra-o3", "hbm-o3"};
@@ -312,6 +313,7 @@ static int statement(trd_t *r, char **tok, size_t n)
     case K_CORES: return scalar(r, tok, n, Q_COUNT, &r->t.cores);
     case K_HBM_LAT: return scalar(r, tok, n, Q_TIME, &r->t.hbm.latency);
     case K_LAUNCH: return scalar(r, tok, n, Q_TIME, &r->t.launch);
+    case K_BWD_FLOPS: return scalar(r, tok, n, Q_FLOPS, &r->t.bwd_flops);
     default: return scalar(r, tok, n, Q_FLOPS, &r->t.flops);
     }
 }
@@ -507,6 +509,7 @@ char *moe_topo_format(const moe_topo_t *t)
         put_curve(f, model_curve((moe_topo_t *)t, i), model_curves[i]);
     put_scalar(f, "hbm-latency", t->hbm.latency);
     put_scalar(f, "launch-overhead", t->launch);
+    put_scalar(f, "backward-flops", t->bwd_flops);
     if (fclose(f) != 0) {
         free(buf);
         return NULL;

@@ -46,7 +46,9 @@ int sim_model(moe_sim_t *s);
 /* The model's pieces, for the training step (sim_train.c); each is described where it is
  * defined, in sim_model.c. Times in seconds, NaN where a speed is unknown. */
 double sim_nmax(double a, double b);
+double sim_overlap(const moe_sim_t *s, double comm, double x); /* transfers beside compute */
 double sim_ctime(const moe_sim_t *s, double pairs);                          /* FFN forward */
+double sim_btime(const moe_sim_t *s, double pairs, double recompute);        /* FFN backward */
 double sim_compute_time(const moe_sim_t *s, const double *work, double *tmp); /* a phase */
 double sim_mtime(const moe_sim_t *s, double bytes);                          /* memory passes */
 double sim_rows(const moe_acct_rank_t *x, int ph, int dir);                  /* 0 sent, 1 recv */

@@ -30,6 +30,18 @@ double sim_ctime(const moe_sim_t *s, double pairs)
     return s->topo.flops > 0 ? pairs * s->fpt / s->topo.flops : NAN;
 }
 
+/* Seconds of the FFN backward of `pairs` expert-token pairs: the forward's FLOPs twice (input
+ * and weight gradients) at the topology's backward rate (else its forward rate), and
+ * `recompute` of them again (x W1: (mats - 1) / mats, or 0 where the pre-activations are kept)
+ * at the forward rate. */
+double sim_btime(const moe_sim_t *s, double pairs, double recompute)
+{
+    if (!(pairs > 0))
+        return 0;
+    const double f = s->topo.flops, b = s->topo.bwd_flops > 0 ? s->topo.bwd_flops : f;
+    return f > 0 ? pairs * s->fpt * (2 / b + recompute / f) : NAN;
+}
+
 static int cmp_dbl(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
@@ -212,8 +224,18 @@ static void two_a2a(const moe_sim_t *s, int scheme, uint32_t j, double *work,
     o->time = o->comm + o->compute;
 }
 
+/* Seconds of transfers of `comm` seconds beside compute of `x` seconds: max(comm, x) where
+ * every rank has its own device; comm + x where the ranks share processors (topology
+ * `cores`), whose transfers are copies by the processors the compute needs. */
+double sim_overlap(const moe_sim_t *s, double comm, double x)
+{
+    double C = s->topo.cores;
+    return C > 0 && C < s->gpn ? comm + x : sim_nmax(comm, x);
+}
+
 /* Pipelined: vanilla's hops in n chunks; the network carries one chunk's dispatch and
- * another's combine while a third computes: d + c + b + (n - 1) max(d + b, c) per chunk. */
+ * another's combine while a third computes: d + c + b + (n - 1) max(d + b, c) per chunk
+ * (sim_overlap: the sum where ranks share processors). */
 static void pipelined(const moe_sim_t *s, uint32_t j, moe_sim_layer_t *o)
 {
     const moe_acct_rank_t *rk = moe_acct_ranks(s->acct, MOE_SCHEME_VANILLA, j);
@@ -223,7 +245,7 @@ static void pipelined(const moe_sim_t *s, uint32_t j, moe_sim_layer_t *o)
     memset(o->ctime, 0, sizeof o->ctime);
     double d = hop(s, rk, MOE_DISPATCH, n, o), b = hop(s, rk, MOE_COMBINE, n, o);
     double x = o->compute / n;
-    o->time = d + x + b + (n - 1) * sim_nmax(d + b, x);
+    o->time = d + x + b + (n - 1) * sim_overlap(s, d + b, x);
     o->comm = o->time - o->compute;
 }
 

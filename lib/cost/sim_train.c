@@ -129,7 +129,7 @@ static double ep_backward(const moe_sim_t *s, int scheme, int st, uint32_t j, do
         double b = H * (24 * c.n + (8 + e) * w * c.ne + (8 + e) * w * c.nr + 28 * c.np +
                         (12 + e) * c.nr + (16 + e) * c.ne +
                         (8 + e) * (2 * w + 2) * (c.nf + c.ng));
-        work[r] = sim_ctime(s, c.np) * (2 + recompute) + sim_mtime(s, b) +
+        work[r] = sim_btime(s, c.np, recompute) + sim_mtime(s, b) +
                   copy_time(s, host);
         if (scheme == MOE_SIM_COHERENT)
             work[r] += sim_mtime(s, 16 * c.n * H);
@@ -149,7 +149,7 @@ static double ep_backward(const moe_sim_t *s, int scheme, int st, uint32_t j, do
     double x = sim_compute_time(s, work, work + s->G);
     if (scheme == MOE_SIM_PIPELINED && chunks > 1) /* as the forward's pipeline (sim_model.c) */
         return comm - chunks * (out + back) + out + x / chunks + back +
-               (chunks - 1) * sim_nmax(out + back, x / chunks);
+               (chunks - 1) * sim_overlap(s, out + back, x / chunks);
     return comm + x;
 }
 
@@ -188,7 +188,7 @@ static double dc_backward(const moe_sim_t *s, uint32_t j, uint64_t *held, uint64
         /* every pair's rows gathered and gradient added, the mixer and accumulators, the
          * weights and gradients packed and unpacked both ways, the sums */
         double b = H * (28 * pairs + 24 * n) + 2 * moved * W * (4 + e) + moved * W * 12;
-        work[r] = sim_ctime(s, pairs) * (2 + (s->mats - 1) / s->mats) + sim_mtime(s, b);
+        work[r] = sim_btime(s, pairs, (s->mats - 1) / s->mats) + sim_mtime(s, b);
     }
     return comm + sim_compute_time(s, work, work + s->G);
 }

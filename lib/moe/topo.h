@@ -60,6 +60,8 @@ typedef struct moe_topo {
     moe_link_t hbm_o3;     /* device copy beside an intra-node AllGather (MoNTA O3) */
     double launch;         /* seconds of fixed cost per launched operation (MPMoE: per
                             * micro-batch and stream operation) */
+    double bwd_flops;      /* the expert FFN backward's rate, FLOP/s, its FLOPs counted as
+                            * twice the forward's (pre-activations given; 0: unknown, `flops`) */
 } moe_topo_t;
 
 /* Read the topology `arg`: a moe-topology(5) file ("-" = standard input), or, where no such

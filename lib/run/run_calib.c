@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "moe/io.h"
+#include "moe/kern.h"
 #include "moe/moe.h"
 #include "moe/topo.h"
 #include "run_report_internal.h"
@@ -156,12 +157,50 @@ static double ffn_time(run_t *r, size_t n, size_t g, float *x, int all)
     return best;
 }
 
+/* Seconds of the expert FFN's backward (moe-run --train's: routing-weight scaled, input and
+ * weight gradients, the pre-activations given as a strategy that keeps them gives them) on
+ * rank 0 alone while the others wait, the n rows spread over g experts as in ffn_time
+ * (weights: w, g experts), best of REPS. The CPU backend only: the one that trains. */
+static double ffn_backward_time(run_t *r, size_t n, size_t g, const float *w)
+{
+    const size_t H = r->H, C = moe_kern_w1_cols(r->F, r->expert);
+    const size_t ws = moe_kern_ffn_backward_work_size(r->H, r->F);
+    const size_t data = n * (3 * H + C + 2) + g * r->wn;
+    float *x = run_hbuf(r, 42, (data + ws) * sizeof *x);
+    float *dy = x + n * H, *dx = dy + n * H, *a = dx + n * H, *sc = a + n * C, *ds = sc + n;
+    float *grad = ds + n, *work = grad + g * r->wn;
+    memset(x, 0, data * sizeof *x);
+    for (size_t i = 0; i < n; i++)
+        sc[i] = 1.0f;
+    double best = INFINITY;
+    for (int i = 0; i < REPS; i++) {
+        RUN_CK(r, r->b->ops->barrier(r->b));
+        double t0 = run_now(r);
+        for (size_t e = 0; e < g && r->me == 0; e++) {
+            size_t lo = n * e / g, hi = n * (e + 1) / g;
+            const float *W1 = w + e * r->wn;
+            float *G1 = grad + e * r->wn;
+            RUN_CK(r, moe_kern_ffn_backward_scaled(x + lo * H, a + lo * C, hi - lo, r->H, r->F,
+                                                   r->expert, W1, W1 + r->w1n, dy + lo * H,
+                                                   sc + lo, dx + lo * H, G1, G1 + r->w1n,
+                                                   ds + lo, work));
+        }
+        RUN_CK(r, r->b->ops->barrier(r->b));
+        double t = run_now(r) - t0;
+        RUN_CK(r, run_comm_allreduce(r->comm, &t, 1, MOE_RUN_MAX));
+        best = fmin(best, t);
+    }
+    return best;
+}
+
 /* The FFN rate of one rank computing alone (FLOP/s, 2 x moe_expert_mats x H F per row: 6 H F
  * for SwiGLU, 4 H F for SiLU) into t->flops, as in a
  * run: the rank's E / G experts (distinct weights), about 2^26 / (H F) rows among them so that
  * a phase spans many scheduler time slices; and when the ranks of a node run slower all at
  * once than one alone (CPU ranks sharing cores), the processors they share, gpus-per-node x
- * (time alone) / (time all at once), into t->cores. */
+ * (time alone) / (time all at once), into t->cores. On the CPU backend also the backward's
+ * rate into t->bwd_flops, its FLOPs counted as twice the forward's (input and weight
+ * gradients; x W1 recomputed is the forward's work, at t->flops). */
 static void ffn_rates(run_t *r, moe_topo_t *t)
 {
     size_t H = r->H, F = r->F, n = ((size_t)1 << 26) / (H * F);
@@ -174,6 +213,9 @@ static void ffn_rates(run_t *r, moe_topo_t *t)
     t->flops = 2.0 * (double)r->wn * n / alone;
     double cores = r->gpn * alone / all;
     t->cores = cores < 0.9 * r->gpn ? cores : 0;
+    if (strcmp(r->b->name, "cpu") == 0) {
+        t->bwd_flops = 2 * 2.0 * (double)r->wn * n / ffn_backward_time(r, n, g, x + 2 * n * H);
+    }
 }
 
 int run_calibrate(run_t *r, const char *out, char *errbuf, size_t errlen)
@@ -214,8 +256,9 @@ int run_calibrate(run_t *r, const char *out, char *errbuf, size_t errlen)
       "# class; bandwidth: per rank and direction, the best of (peers x size) / (time -\n"
       "# latency); efficiency: each size's share of it (size = bytes a rank sends in the\n"
       "# collective, peers x size_B). flops: the expert FFN (%s, %u H F per row, H %u, F %u,\n"
-      "# the rank's %u experts) of one rank alone; cores: the processors a node's ranks share\n"
-      "# (when all at once run slower); hbm-bandwidth: local copies.\n#\n"
+      "# the rank's %u experts) of one rank alone; backward-flops: its backward, twice as many\n"
+      "# FLOPs (input and weight gradients; the pre-activations given); cores: the processors\n"
+      "# a node's ranks share (when all at once run slower); hbm-bandwidth: local copies.\n#\n"
       "# size_B (per peer) alltoall_intra_s alltoall_inter_s allgather_s copy16x_s\n",
       moe_expert_name(r->expert), 2 * moe_expert_mats(r->expert), r->H, r->F,
       (r->E + (uint32_t)r->G - 1) / (uint32_t)r->G);

@@ -82,6 +82,27 @@ awk -F '\t' '$1 == "TRAIN" { n++; s = $5 + $6 + $7
 awk -F '\t' '$1 == "TRAIN" { b[$2] = $6 } END {
     exit !(b["pipelined"] > 0 && b["pipelined"] < b["vanilla"]) }' "$T/pipe.txt" ||
     fail "pipelined's backward is not shorter than vanilla's"
+# ranks sharing processors (cores below gpus-per-node): a transfer is a copy by the processors
+# the compute needs, so pipelined's chunks add up instead of overlapping, forward and backward
+{ cat "$T/s.topo"; echo "cores 1"; } >"$T/shared.topo"
+"$MOE_BIN/moe-costmodel" simulate --topology "$T/shared.topo" --hidden 2048 --ffn 1408 \
+    --no-layers --chunks 3 --train --reuse none "$T/ds.mft" "$T/p8.moep" >"$T/share.txt" ||
+    fail "simulate --train on shared processors failed"
+awk -F '\t' '$1 == "TRAIN" { f[$2] = $5; b[$2] = $6 } END {
+    exit !(f["pipelined"] > f["vanilla"] && b["pipelined"] > b["vanilla"]) }' "$T/share.txt" ||
+    fail "pipelined overlaps transfers with compute on shared processors"
+# backward-flops: the backward's FLOPs (twice the forward's with T_M kept: none) at that rate;
+# at half the forward's rate, the expert part of the backward doubles
+{ cat "$T/s.topo"; echo "backward-flops 5e13"; } >"$T/bwd.topo"
+"$MOE_BIN/moe-costmodel" simulate --topology "$T/bwd.topo" --hidden 2048 --ffn 1408 \
+    --no-layers --train --reuse none "$T/ds.mft" "$T/p8.moep" >"$T/bwd.txt" ||
+    fail "simulate --train with backward-flops failed"
+"$MOE_BIN/moe-costmodel" simulate --topology "$T/s.topo" --hidden 2048 --ffn 1408 \
+    --no-layers --train --reuse none "$T/ds.mft" "$T/p8.moep" >"$T/fwdrate.txt" ||
+    fail "simulate --train failed"
+awk -F '\t' 'FNR == 1 { k++ } $1 == "TRAIN" && $2 == "vanilla" { b[k] = $6; f[k] = $5 }
+    END { exit !(f[1] == f[2] && b[1] > 1.2 * b[2]) }' "$T/bwd.txt" "$T/fwdrate.txt" ||
+    fail "backward-flops does not slow the backward, or changes the forward"
 "$MOE_BIN/moe-costmodel" simulate --topology "$T/c.topo" --hidden 40 --ffn 16 --no-layers \
     --train --optimizer adam --json "$T/ds.mft" "$T/p8.moep" >"$T/train.json" ||
     fail "simulate --train --json failed"

@@ -51,6 +51,7 @@ grep -q '^link intra bandwidth [0-9.e+]* latency' "$T/c.topo" || fail "no intra 
 grep -q '^link inter bandwidth [0-9.e+]* latency' "$T/c.topo" || fail "no inter link"
 grep -q '^efficiency intra ' "$T/c.topo" || fail "no intra curve"
 grep -q '^flops [1-9]' "$T/c.topo" || fail "no flops"
+grep -q '^backward-flops [1-9]' "$T/c.topo" || fail "no backward-flops"
 grep -q '^nodes 2$' "$T/c.topo" || fail "nodes"
 "$MOE_BIN/moe-trace" gen --no-PG -L 2 -E 8 -n 50 -o "$T/g.mft" || fail "moe-trace gen"
 "$MOE_BIN/moe-place" fit --no-PG --topology "$T/c.topo" --method contiguous -o "$T/c.moep" \

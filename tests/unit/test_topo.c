@@ -50,7 +50,7 @@ static int same_topo(const moe_topo_t *a, const moe_topo_t *b)
 {
     if (strcmp(a->name, b->name) != 0 || a->nodes != b->nodes ||
         a->gpus_per_node != b->gpus_per_node || a->hbm_bw != b->hbm_bw || a->flops != b->flops ||
-        a->cores != b->cores)
+        a->cores != b->cores || a->bwd_flops != b->bwd_flops)
         return 0;
     for (int c = 0; c < MOE_LINK_CLASSES; c++) {
         const moe_link_t *x = &a->link[c], *y = &b->link[c];
@@ -94,6 +94,7 @@ static void test_parse(void)
     CHECK(t.link[MOE_LINK_INTRA].size[3] == 67108864 && t.link[MOE_LINK_INTRA].eff[3] == 0.95);
     CHECK_EQ_INT(t.link[MOE_LINK_INTER].npoints, 0);
     CHECK(t.hbm_bw == 3.35e12 && t.flops == 989e12);
+    CHECK(t.bwd_flops == 0); /* not given: the cost models use flops */
     CHECK(t.cost[MOE_LINK_SELF] == 0 && t.cost[MOE_LINK_INTRA] == 1);
     CHECK(t.cost[MOE_LINK_INTER] == 9); /* 450e9 / 50e9 */
     /* the least a file can say */
@@ -119,8 +120,10 @@ static void test_units(void)
     CHECK(t.link[MOE_LINK_HOST].bw == 64e9 && t.link[MOE_LINK_HOST].latency == 2e-3);
     CHECK(t.hbm_bw == 3.35e12 && t.flops == 989e12);
     CHECK_EQ_INT(parse(&t, "nodes 1\ngpus-per-node 1\nlink inter bandwidth 200 Mb/s\n"
-                           "flops 1 PFLOP/s\nhbm-bandwidth 7 B/s", err, sizeof err), 0);
+                           "flops 1 PFLOP/s\nhbm-bandwidth 7 B/s\nbackward-flops 12 GFLOP/s",
+                           err, sizeof err), 0);
     CHECK(t.link[MOE_LINK_INTER].bw == 25e6 && t.flops == 1e15 && t.hbm_bw == 7);
+    CHECK(t.bwd_flops == 12e9);
     /* a unit of another quantity is not a unit here */
     CHECK_EQ_INT(parse(&t, "nodes 1\ngpus-per-node 1\nflops 5 GB/s\n", err, sizeof err),
                  MOE_EFORMAT);
@@ -155,6 +158,7 @@ static void test_round_trip(void)
     }
     t.hbm_bw = 2.0 / 7;
     t.cores = 1.0 / 3; /* CPU ranks sharing processors */
+    t.bwd_flops = 1e10 / 3;
     moe_topo_update_cost(&t);
     a = moe_topo_format(&t);
     CHECK_EQ_INT(a ? parse(&u, a, err, sizeof err) : -1, 0);
@@ -275,6 +279,7 @@ static const bad_t bad_topo[] = {
     {NG "hbm-bandwidth\n", MOE_EFORMAT, "'hbm-bandwidth' lacks a value"},
     {NG "flops 1 2\n", MOE_EFORMAT, "'flops' takes one value, found '2' after it"},
     {NG "flops 1\nflops 2\n", MOE_EFORMAT, "line 4: second 'flops' line"},
+    {NG "backward-flops 1 2\n", MOE_EFORMAT, "'backward-flops' takes one value, found '2' after it"},
     {NG "cores -2\n", MOE_ERANGE, "cores: -2 is negative"},
     {NG "cores 2 GB/s\n", MOE_EFORMAT, "'cores' takes one value, found 'GB/s' after it"},
     {NG "cores two\n", MOE_EFORMAT, "cores: expected a number of processors, found 'two'"},
