@@ -189,9 +189,12 @@ static inline void kern_mm(float *restrict y, size_t ldy, int acc, size_t M, uin
 static inline void kern_transpose(float *restrict dst, const float *restrict src, size_t b,
                                   size_t ld, uint32_t n, const float *restrict s)
 {
-    for (size_t i = 0; i < b; i++)
+    for (size_t i0 = 0; i0 < b; i0 += 8) { /* 8 source rows at a time: whole lines written */
+        const size_t i1 = b - i0 < 8 ? b : i0 + 8;
         for (uint32_t c = 0; c < n; c++)
-            dst[c * b + i] = s ? src[i * ld + c] * s[i] : src[i * ld + c];
+            for (size_t i = i0; i < i1; i++)
+                dst[c * b + i] = s ? src[i * ld + c] * s[i] : src[i * ld + c];
+    }
 }
 
 /* The gate's logits of row x: lg[e] = sum_h x[h] Wg[h E + e], h ascending (E floats). */

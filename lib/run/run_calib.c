@@ -159,8 +159,8 @@ static double ffn_time(run_t *r, size_t n, size_t g, float *x, int all)
 
 /* Seconds of the expert FFN's backward (moe-run --train's: routing-weight scaled, input and
  * weight gradients, the pre-activations given as a strategy that keeps them gives them) on
- * rank 0 alone while the others wait, the n rows spread over g experts as in ffn_time
- * (weights: w, g experts), best of REPS. The CPU backend only: the one that trains. */
+ * every rank at once, the n rows spread over g experts as in ffn_time (weights: w, g
+ * experts), best of REPS. The CPU backend only: the one that trains. */
 static double ffn_backward_time(run_t *r, size_t n, size_t g, const float *w)
 {
     const size_t H = r->H, C = moe_kern_w1_cols(r->F, r->expert);
@@ -176,7 +176,7 @@ static double ffn_backward_time(run_t *r, size_t n, size_t g, const float *w)
     for (int i = 0; i < REPS; i++) {
         RUN_CK(r, r->b->ops->barrier(r->b));
         double t0 = run_now(r);
-        for (size_t e = 0; e < g && r->me == 0; e++) {
+        for (size_t e = 0; e < g; e++) {
             size_t lo = n * e / g, hi = n * (e + 1) / g;
             const float *W1 = w + e * r->wn;
             float *G1 = grad + e * r->wn;
@@ -200,7 +200,10 @@ static double ffn_backward_time(run_t *r, size_t n, size_t g, const float *w)
  * once than one alone (CPU ranks sharing cores), the processors they share, gpus-per-node x
  * (time alone) / (time all at once), into t->cores. On the CPU backend also the backward's
  * rate into t->bwd_flops, its FLOPs counted as twice the forward's (input and weight
- * gradients; x W1 recomputed is the forward's work, at t->flops). */
+ * gradients; x W1 recomputed is the forward's work, at t->flops): timed on every rank at once
+ * as the forward's `all`, and scaled by the forward's alone / all, so that the ratio of the
+ * two rates is the one ranks sharing processors see, as they do in a run (their caches
+ * shared too). */
 static void ffn_rates(run_t *r, moe_topo_t *t)
 {
     size_t H = r->H, F = r->F, n = ((size_t)1 << 26) / (H * F);
@@ -214,7 +217,8 @@ static void ffn_rates(run_t *r, moe_topo_t *t)
     double cores = r->gpn * alone / all;
     t->cores = cores < 0.9 * r->gpn ? cores : 0;
     if (strcmp(r->b->name, "cpu") == 0) {
-        t->bwd_flops = 2 * 2.0 * (double)r->wn * n / ffn_backward_time(r, n, g, x + 2 * n * H);
+        double back = ffn_backward_time(r, n, g, x + 2 * n * H) * alone / all;
+        t->bwd_flops = 2 * 2.0 * (double)r->wn * n / back;
     }
 }
 
