@@ -165,8 +165,8 @@ void moe_kern_gate_backward(const float *x, size_t n, uint32_t H, const float *W
                             uint32_t K, const int32_t *ids, const float *w, const float *dw,
                             float *dx, float *dWg);
 
-/* Floats of scratch moe_kern_ffn_backward needs for sizes H and F (either kind): a block of
- * rows' buffers and the expert's weights transposed (3 H F floats: one SwiGLU expert's worth). */
+/* Floats of scratch moe_kern_ffn_backward needs for sizes H and F (either kind): one block of
+ * rows' buffers, nothing that grows with the weights (no per-call copy of them). */
 size_t moe_kern_ffn_backward_work_size(uint32_t H, uint32_t F);
 /* Backward of step 3 on n rows of one expert, dy the gradient of y: recomputes a = x^ W1, then
  * with act the expert's hidden activation (silu(a), or silu(g) * u) and dact = dy W2^T:

@@ -72,10 +72,9 @@ void moe_kern_gate_backward(const float *x, size_t n, uint32_t H, const float *W
     }
 }
 
-/* The block's buffers (backward_block), then W2 and W1 transposed (H x F and 2F x H at most). */
 size_t moe_kern_ffn_backward_work_size(uint32_t H, uint32_t F)
 {
-    return (size_t)KERN_BLK * (4 * (size_t)F + H) + 3 * (size_t)H * F;
+    return (size_t)KERN_BLK * (4 * (size_t)F + H);
 }
 
 int moe_kern_ffn_backward(const float *x, size_t n, uint32_t H, uint32_t F, int expert,
@@ -88,13 +87,10 @@ int moe_kern_ffn_backward(const float *x, size_t n, uint32_t H, uint32_t F, int 
 
 /* One block of b <= KERN_BLK rows, as the forward's ffn_block. a: b x C, the pre-activations,
  * then da; act: b x F, the hidden activation; d: b x F, dy W2^T, then (act s) transposed for
- * dW2; dn: x^ transposed for dW1, then b x H, the normalised input's gradient da W1^T. W2t,
- * W1t: W2 and W1 transposed, so that every product is kern_mm's (one running sum per output,
- * over its inner index ascending). */
+ * dW2; dn: x^ transposed for dW1, then b x H, the normalised input's gradient da W1^T. */
 static void backward_block(const float *restrict x, const float *restrict a_in, size_t b,
                            uint32_t H, uint32_t F, int expert, const float *restrict W1,
-                           const float *restrict W1t, const float *restrict W2t,
-                           const float *restrict dy,
+                           const float *restrict W2, const float *restrict dy,
                            const float *restrict sc, float *restrict dx, float *restrict dW1,
                            float *restrict dW2, float *restrict ds, float *restrict work)
 {
@@ -115,7 +111,9 @@ static void backward_block(const float *restrict x, const float *restrict a_in, 
             if (expert == MOE_EXPERT_SWIGLU)
                 act[i * F + f] *= a[i * C + F + f];
         }
-    kern_mm(d, F, 0, b, F, dy, H, NULL, W2t, F, H); /* d = dy W2^T */
+    for (uint32_t f = 0; f < F; f++) /* d = dy W2^T */
+        for (size_t i = 0; i < b; i++)
+            d[i * F + f] = kern_dot(dy + i * H, W2 + (size_t)f * H, H);
     for (size_t i = 0; i < b; i++) {
         const float si = sc ? sc[i] : 1.0f;
         if (ds) /* dy . y = sum_f act_f (dy W2^T)_f */
@@ -141,10 +139,14 @@ static void backward_block(const float *restrict x, const float *restrict a_in, 
         kern_mm(dW1, C, 1, H, (uint32_t)C, dn, b, NULL, a, C, (uint32_t)b);
     }
     if (dx && expert == MOE_EXPERT_SILU) /* dx += da W1^T: no norm */
-        kern_mm(dx, H, 1, b, H, a, C, NULL, W1t, H, (uint32_t)C);
+        for (uint32_t h = 0; h < H; h++)
+            for (size_t i = 0; i < b; i++)
+                dx[i * H + h] += kern_dot(a + i * C, W1 + h * C, (uint32_t)C);
     if (!dx || expert == MOE_EXPERT_SILU)
         return;
-    kern_mm(dn, H, 0, b, H, a, C, NULL, W1t, H, (uint32_t)C); /* dn = da W1^T, x^'s gradient */
+    for (uint32_t h = 0; h < H; h++) /* dn = da W1^T, the gradient of x^ */
+        for (size_t i = 0; i < b; i++)
+            dn[i * H + h] = kern_dot(a + i * C, W1 + h * C, (uint32_t)C);
     for (size_t i = 0; i < b; i++) { /* dx += r (dn - x^ (x^ . dn) / H), r = 1 / rms(x) */
         const float *xi = x + i * H, *gi = dn + i * H, r = rinv[i];
         float dot = 0;
@@ -169,13 +171,9 @@ int moe_kern_ffn_backward_scaled(const float *x, const float *a_in, size_t n, ui
         return 0;
     if (!work && !(work = own = malloc(moe_kern_ffn_backward_work_size(H, F) * sizeof *work)))
         return MOE_ENOMEM;
-    float *W2t = work + (size_t)KERN_BLK * (4 * (size_t)F + H), *W1t = W2t + (size_t)H * F;
-    kern_transpose(W2t, W2, F, H, H, NULL);
-    if (dx)
-        kern_transpose(W1t, W1, H, C, (uint32_t)C, NULL);
     for (size_t i = 0; i < n; i += KERN_BLK) {
         size_t b = n - i < KERN_BLK ? n - i : KERN_BLK;
-        backward_block(x + i * H, a_in ? a_in + i * C : NULL, b, H, F, expert, W1, W1t, W2t,
+        backward_block(x + i * H, a_in ? a_in + i * C : NULL, b, H, F, expert, W1, W2,
                        dy + i * H, sc ? sc + i : NULL, dx ? dx + i * H : NULL, dW1, dW2,
                        ds ? ds + i : NULL, work);
     }
