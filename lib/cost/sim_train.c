@@ -197,11 +197,12 @@ static double dc_backward(const moe_sim_t *s, uint32_t j, uint64_t *held, uint64
  * the mixer and gate gradients summed over the ranks (an allreduce of doubles), those of
  * replicated experts over their copies (another), and the optimizer over every weight a rank
  * holds, replicas included (SGD: read w and g, write w; Adam: also both moments, read and
- * written). held: G scratch. */
-static double update_time(const moe_sim_t *s, int adam, double *held)
+ * written), every rank's at once (a compute phase: ranks sharing processors share them).
+ * work: 2 G scratch. */
+static double update_time(const moe_sim_t *s, int adam, double *work)
 {
     /* every copy a rank holds, in one pass over the placement; and the replicated experts */
-    double shared = (double)s->L * s->H * (1 + s->E), most = 0, rep = 0;
+    double shared = (double)s->L * s->H * (1 + s->E), rep = 0, *held = work;
     memset(held, 0, s->G * sizeof *held);
     for (uint32_t j = 0; j < s->L; j++)
         for (uint32_t x = 0; x < s->E; x++) {
@@ -211,10 +212,11 @@ static double update_time(const moe_sim_t *s, int adam, double *held)
                 held[cp[i]]++;
             rep += nc > 1;
         }
-    for (uint32_t r = 0; r < s->G; r++) {
+    for (uint32_t r = 0; r < s->G; r++) { /* in place: work[r] from held[r] */
         double elems = held[r] * s->mats * s->H * s->F + shared;
-        most = fmax(most, sim_mtime(s, elems * (4 + (adam ? 28 : 12)) + shared * 24));
+        work[r] = sim_mtime(s, elems * (4 + (adam ? 28 : 12)) + shared * 24);
     }
+    double most = sim_compute_time(s, work, work + s->G);
     double red = s->G > 1 ? 2 * sim_latency(s) + sim_even(s, 2 * shared * 8 / s->G) : 0;
     /* a replicated expert's copies sum their gradients: an allreduce of doubles over every
      * replicated expert */

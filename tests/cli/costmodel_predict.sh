@@ -91,6 +91,11 @@ awk -F '\t' '$1 == "TRAIN" { b[$2] = $6 } END {
 awk -F '\t' '$1 == "TRAIN" { f[$2] = $5; b[$2] = $6 } END {
     exit !(f["pipelined"] > f["vanilla"] && b["pipelined"] > b["vanilla"]) }' "$T/share.txt" ||
     fail "pipelined overlaps transfers with compute on shared processors"
+# the optimizer runs on every rank at once: 4 ranks of a node on 1 processor take 4 times
+# as long as each alone (the allreduces' part aside)
+awk -F '\t' 'FNR == 1 { k++ } $1 == "TRAIN" && $2 == "vanilla" { u[k] = $7 }
+    END { exit !(u[1] > 3 * u[2]) }' "$T/share.txt" "$T/pipe.txt" ||
+    fail "the optimizer step does not share the processors"
 # backward-flops: the backward's FLOPs (twice the forward's with T_M kept: none) at that rate;
 # at half the forward's rate, the expert part of the backward doubles
 { cat "$T/s.topo"; echo "backward-flops 5e13"; } >"$T/bwd.topo"
