@@ -41,7 +41,7 @@ enum { TS_XM = 48, TS_HOME, TS_CNT, TS_SROW, TS_SMETA, TS_RMETA, TS_SEND, TS_REC
        TS_FRPLY2, TS_PMAP, TS_PROWS, TS_CHKY, TS_CHKV, TS_DCNT, TS_DWIRE, TS_DREQ,
        TS_DREADY, TS_DTMP, TS_DWAIT, TS_DIN, TS_DNX, TS_DCUR, TS_DRS, TS_DLAST, TS_DSLE,
        TS_DIDX, TS_DRECV, TS_DRREQ, TS_DSEND, TS_DSREQ, TS_PSET, TS_PSET2, TS_PSET3, TS_PREQ,
-       TS_PREQ2, TS_PREQ3, TS_PTMP, TS_END };
+       TS_PREQ2, TS_PREQ3, TS_PTMP, TS_TROW, TS_END };
 _Static_assert(TS_END <= RUN_HSLOTS, "run_internal.h: RUN_HSLOTS too small for training");
 
 /* Gradients of the weights: mixers and gates (every rank's, summed), experts held here. */
@@ -1215,9 +1215,26 @@ static void check_layer(run_t *r, uint32_t l, const float *dy, const float *dx)
     free(ids);
 }
 
-static double step(run_t *r, grads_t *g)
+/* The step's inputs, before its clock starts (as the forward's iterations load theirs): the
+ * tokens' rows, and the seeded targets of the rows this rank holds at the start, row i's at
+ * tgt[i H]; *start: each token's row at the start (UINT32_MAX where not here), for the loss
+ * to find them after the layers have moved rows (coherent mode). */
+static float *step_inputs(run_t *r, const uint32_t **start)
 {
+    const size_t H = r->H;
     run_load_inputs(r);
+    float *tgt = run_hbuf(r, TS_TGT, (r->nloc + 1) * H * sizeof *tgt);
+    uint32_t *st = run_hbuf(r, TS_TROW, (r->ntok + 1) * sizeof *st);
+    memcpy(st, r->tok_row, r->ntok * sizeof *st);
+    for (size_t i = 0; i < r->nloc; i++)
+        moe_kern_init_target(r->cfg.seed, r->loc[i], r->H, tgt + i * H);
+    *start = st;
+    return tgt;
+}
+
+/* One training step on the inputs step_inputs made (tgt, start). */
+static double step(run_t *r, grads_t *g, const float *tgt, const uint32_t *start)
+{
     const size_t H = r->H, K = r->K;
     if (!r->tr && !(r->tr = calloc(r->L, sizeof *r->tr)))
         run_die(r, "--train", MOE_ENOMEM);
@@ -1229,12 +1246,16 @@ static double step(run_t *r, grads_t *g)
     r->t_mark[0] = run_now(r);
     size_t n = r->nloc; /* the rows where the tokens ended */
     float *dout = run_hbuf(r, TS_OUT, (n + 1) * H * sizeof *dout);
-    float *t = run_hbuf(r, TS_TGT, (H + 1) * sizeof *t);
+    float *own = run_hbuf(r, TS_PTMP, (H + 1) * sizeof *own);
     RUN_CK(r, r->b->ops->download(r->b, dout, r->x.p, n * H * sizeof *dout));
     const double scale = 1.0 / ((double)r->ntok * H);
     double sum = 0;
     for (size_t i = 0; i < n; i++) {
-        moe_kern_init_target(r->cfg.seed, r->loc[i], r->H, t);
+        const float *t = own; /* a token that came here during the step: its target now */
+        if (start[r->loc[i]] != UINT32_MAX)
+            t = tgt + (size_t)start[r->loc[i]] * H;
+        else
+            moe_kern_init_target(r->cfg.seed, r->loc[i], r->H, own);
         for (size_t h = 0; h < H; h++) {
             double d = (double)dout[i * H + h] - t[h];
             sum += 0.5 * d * d;
@@ -1401,9 +1422,11 @@ void run_train_iterations(run_t *r)
         run_die(r, "--train", MOE_ENOMEM);
     for (int it = 0; it < total; it++) {
         r->timing = it >= r->cfg.warmup;
+        const uint32_t *start;
+        const float *tgt = step_inputs(r, &start);
         RUN_CK(r, r->b->ops->barrier(r->b));
         double t0 = run_now(r);
-        r->losses[it] = step(r, &g);
+        r->losses[it] = step(r, &g, tgt, start);
         optimizer_step(r, &g, &o);
         RUN_CK(r, r->b->ops->barrier(r->b));
         if (r->timing) {
@@ -1489,7 +1512,9 @@ double run_train_check(run_t *r)
     grads_alloc(r, &g);
     r->timing = 0;
     r->tchk = &c;
-    double loss = step(r, &g);
+    const uint32_t *start;
+    const float *tgt = step_inputs(r, &start);
+    double loss = step(r, &g, tgt, start);
     r->tchk = NULL;
     if (c.rc)
         run_die(r, "--check reference", c.rc);
