@@ -5,6 +5,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "moe/kern.h"
 #include "moe/moe.h"
@@ -411,11 +412,23 @@ void run_measure_rates(run_t *r, double *v)
  * with a the fixed cost of one all-to-all (latency, measured here with empty all-to-alls),
  * D the dispatch time of the whole layer (bytes over the measured bandwidth of a 1 MiB
  * all-to-all) and C its compute time (expert FFN rate measured on this rank). n = 1..16 with
- * the least T wins.
+ * the least T wins. Where the CPU backend's ranks on some machine outnumber its processors,
+ * a transfer is a copy by the processors the compute needs: nothing overlaps,
+ * T(n) = n * a + D + C, and 1 wins (every rank decides alike: the test is all-reduced).
  */
 uint32_t run_auto_chunks(run_t *r)
 {
-    double v[3];
+    double v[3], shared[1];
+    long procs = sysconf(_SC_NPROCESSORS_ONLN);
+    shared[0] = strcmp(r->b->name, "cpu") == 0 && procs > 0 &&
+                moe_run_comm_local_size(r->comm) > procs;
+    RUN_CK(r, run_comm_allreduce(r->comm, shared, 1, MOE_RUN_MAX));
+    if (shared[0] > 0) {
+        if (r->me == 0)
+            moe_log(MOE_LOG_INFO, "--chunks auto: 1 (ranks outnumber the processors: transfers "
+                                  "cannot overlap compute)");
+        return 1;
+    }
     run_measure_rates(r, v);
     size_t H = r->H;
     int G = r->G;

@@ -27,6 +27,20 @@ for mode in vanilla coherent "pipelined --chunks 3" ${auto:+"$auto"} hierarchica
     end
 done
 
+# --chunks auto on ranks that outnumber this machine's processors (8 here, on the 2-core CI
+# machine): a transfer needs the processors the compute runs on, so it picks 1 chunk (at this
+# size, with its own processors, the model's overlap picks more)
+if [ -n "$auto" ] && [ "$(getconf _NPROCESSORS_ONLN)" -lt 8 ]; then
+    begin "--chunks auto: 1 chunk where 8 ranks share fewer processors"
+    expect_exit 0 mpi_noleak 8 --mode pipelined --hidden 256 --ffn 256 --tokens-per-rank 200 \
+        --iters 1 --warmup 0 -v --json "$T/auto.json"
+    expect_eq "$(sed -n 's/.*"chunks": \([0-9]*\).*/\1/p' "$T/auto.json" | head -n 1)" 1 \
+        "chunks chosen"
+    expect_eq "$(grep -c '^moe-run: --chunks auto: 1 (ranks outnumber the processors' \
+        "$T/err")" 1 "one line, from rank 0"
+    end
+fi
+
 # Coherent mode moves the hidden state itself: with bf16 on the wire the residual stream is
 # rounded at every move (moe-run(1), NOTES), so its reduced-precision case is fp16, replayed.
 if [ -z "$asan" ]; then
