@@ -128,6 +128,15 @@ static double time_copy(run_t *r, size_t n)
     return best;
 }
 
+/* Seconds since t0 of the slowest rank, once every rank is done (a barrier first). */
+static double slowest_since(run_t *r, double t0)
+{
+    RUN_CK(r, r->b->ops->barrier(r->b));
+    double t = run_now(r) - t0;
+    RUN_CK(r, run_comm_allreduce(r->comm, &t, 1, MOE_RUN_MAX));
+    return t;
+}
+
 /* Seconds of the expert FFN on n rows spread over g experts of distinct weights (x: rows,
  * outputs, then the weights): on every rank at once (all), or on rank 0 while the others wait
  * (alone); from a barrier to the barrier after it, the slowest rank's time, best of REPS. */
@@ -149,10 +158,7 @@ static double ffn_time(run_t *r, size_t n, size_t g, float *x, int all)
         if (all || r->me == 0)
             RUN_CK(r, r->b->ops->ffn_grouped(r->b, x, (uint32_t)g, off, r->H, r->F, r->expert, W,
                                              W + g, x + n * H));
-        RUN_CK(r, r->b->ops->barrier(r->b));
-        double t = run_now(r) - t0;
-        RUN_CK(r, run_comm_allreduce(r->comm, &t, 1, MOE_RUN_MAX));
-        best = fmin(best, t);
+        best = fmin(best, slowest_since(r, t0));
     }
     return best;
 }
@@ -185,10 +191,7 @@ static double ffn_backward_time(run_t *r, size_t n, size_t g, const float *w)
                                                    sc + lo, dx + lo * H, G1, G1 + r->w1n,
                                                    ds + lo, work));
         }
-        RUN_CK(r, r->b->ops->barrier(r->b));
-        double t = run_now(r) - t0;
-        RUN_CK(r, run_comm_allreduce(r->comm, &t, 1, MOE_RUN_MAX));
-        best = fmin(best, t);
+        best = fmin(best, slowest_since(r, t0));
     }
     return best;
 }
