@@ -280,3 +280,95 @@ extern "C" int moe_gpu_gate_backward(moe_gpu_ctx_t *c, const float *x, size_t n,
         return err; /* dWg += x^T dlogits */
     return 0;
 }
+
+/* ------------------------------------------------------------------ grouped */
+
+static const float g_one = 1.0f; /* alpha of the looped GEMMs (host pointer mode) */
+
+/* One product of the plan over every expert with rows: a grouped GEMM, or (gemm mode loop)
+ * one GEMM after the other, as moe_gpu_ffn_backward issues them. */
+static int bwd_product(moe_gpu_ctx_t *c, int product, uint32_t G, const size_t *off,
+                       uint32_t H, uint32_t F, uint32_t C, int accumulate_dx,
+                       const moe_ffn_bwd_bufs_t *b, moe_gemm_arg_t *plan)
+{
+    int ng = moe_ffn_bwd_plan(product, G, off, H, F, C, accumulate_dx, b, plan);
+    if (ng < 0)
+        return (int)cudaErrorInvalidValue;
+    if (c->gemm_mode == MOE_GPU_GEMM_GROUPED)
+        return gpu_gemm_plan_run(c, plan, ng);
+    for (int i = 0; i < ng; i++) {
+        const moe_gemm_arg_t *g = plan + i;
+        BLAS_TRY(cublasSgemm(c->blas, g->ta ? CUBLAS_OP_T : CUBLAS_OP_N,
+                             g->tb ? CUBLAS_OP_T : CUBLAS_OP_N, g->m, g->n, g->k, &g_one, g->A,
+                             g->lda, g->B, g->ldb, &g->beta, g->C, g->ldc));
+    }
+    return 0;
+}
+
+extern "C" int moe_gpu_ffn_backward_grouped(moe_gpu_ctx_t *c, const float *x, const float *a,
+                                            uint32_t G, const size_t *off, uint32_t H,
+                                            uint32_t F, int expert, const float *const *W1,
+                                            const float *const *W2, const float *dy,
+                                            const float *s, float *dx, float *const *dW1,
+                                            float *const *dW2, float *ds)
+{
+    if (H > INT32_MAX / 2 || F > INT32_MAX / 4 || !moe_expert_mats(expert))
+        return (int)cudaErrorInvalidValue;
+    for (uint32_t g = 0; g < G; g++)
+        if (off[g + 1] < off[g] || off[g + 1] - off[g] > INT32_MAX)
+            return (int)cudaErrorInvalidValue;
+    if (!G || off[G] == off[0] || !H || !F)
+        return 0;
+    const uint32_t C = (moe_expert_mats(expert) - 1) * F;
+    const size_t R = off[G], first = off[0], n = R - first;
+    if (n > INT32_MAX) /* one thread block per row */
+        return (int)cudaErrorInvalidValue;
+    /* workspace at the rows' own positions (as the forward's): the pre-activations (then
+     * their gradient), the activation, d, s dy, x^ and its gradient dn */
+    size_t fl = R * C + 2 * R * F + 3 * R * H;
+    int err = gpu_reserve(&c->act, &c->act_bytes, fl * sizeof(float));
+    moe_gemm_arg_t *plan = (moe_gemm_arg_t *)malloc(G * sizeof *plan);
+    if (err || !plan) {
+        free(plan);
+        return err ? err : (int)cudaErrorMemoryAllocation;
+    }
+    float *pa = (float *)c->act, *act = pa + R * C, *d = act + R * F, *sdy = d + R * F;
+    float *xw = sdy + R * H, *dn = xw + R * H;
+    const int norm = expert == MOE_EXPERT_SWIGLU;
+    moe_ffn_bwd_bufs_t b = {norm ? xw : x, pa, act, d, dy, sdy, norm ? dn : dx, W1, W2, dW1, dW2};
+    cudaStream_t st = c->stream;
+    if (norm)
+        err = gpu_rmsnorm(x + first * H, n, H, MOE_DTYPE_FP32, xw + first * H, st);
+    if (!err && a)
+        err = (int)cudaMemcpyAsync(pa + first * C, a + first * C, n * C * sizeof *pa,
+                                   cudaMemcpyDeviceToDevice, st);
+    else if (!err)
+        err = bwd_product(c, MOE_BWD_RECOMPUTE, G, off, H, F, C, 0, &b, plan);
+    if (!err) {
+        k_act<<<gpu_blocks(n * F, THREADS), THREADS, 0, st>>>(pa + first * C, act + first * F,
+                                                              n, F, C);
+        err = (int)cudaGetLastError();
+    }
+    if (!err)
+        err = bwd_product(c, MOE_BWD_D, G, off, H, F, C, 0, &b, plan);
+    if (!err) {
+        k_row_grads<<<(unsigned)n, THREADS, 0, st>>>(pa + first * C, act + first * F,
+                                                     d + first * F, s ? s + first : NULL,
+                                                     ds ? ds + first : NULL, dy + first * H,
+                                                     sdy + first * H, F, C, H);
+        err = (int)cudaGetLastError();
+    }
+    if (!err && dW2)
+        err = bwd_product(c, MOE_BWD_DW2, G, off, H, F, C, 0, &b, plan);
+    if (!err && dW1)
+        err = bwd_product(c, MOE_BWD_DW1, G, off, H, F, C, 0, &b, plan);
+    if (!err && dx)
+        err = bwd_product(c, MOE_BWD_DX, G, off, H, F, C, !norm, &b, plan);
+    if (!err && dx && norm) {
+        k_norm_back<<<(unsigned)n, THREADS, 0, st>>>(x + first * H, dn + first * H,
+                                                     dx + first * H, H);
+        err = (int)cudaGetLastError();
+    }
+    free(plan);
+    return err;
+}

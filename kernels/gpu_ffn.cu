@@ -94,10 +94,11 @@ static void free_host(moe_gpu_ctx_t *c)
     free(c->halpha);
     free(c->hbeta);
     free(c->hop);
+    free(c->hopb);
     c->hptrs = NULL;
     c->hm = c->hn = c->hk = c->hlda = c->hldb = c->hldc = c->hsize = NULL;
     c->halpha = c->hbeta = NULL;
-    c->hop = NULL;
+    c->hop = c->hopb = NULL;
     c->host_cap = 0;
 }
 
@@ -146,8 +147,9 @@ static int reserve_host(moe_gpu_ctx_t *c, size_t g)
     c->halpha = (float *)malloc(g * sizeof(float));
     c->hbeta = (float *)malloc(g * sizeof(float));
     c->hop = (cublasOperation_t *)malloc(g * sizeof(cublasOperation_t));
+    c->hopb = (cublasOperation_t *)malloc(g * sizeof(cublasOperation_t));
     if (!c->hptrs || !c->hm || !c->hn || !c->hk || !c->hlda || !c->hldb || !c->hldc ||
-        !c->hsize || !c->halpha || !c->hbeta || !c->hop) {
+        !c->hsize || !c->halpha || !c->hbeta || !c->hop || !c->hopb) {
         free_host(c);
         return (int)cudaErrorMemoryAllocation;
     }
@@ -200,6 +202,42 @@ static int gemm_grouped(moe_gpu_ctx_t *c, cudaDataType_t t, int ng, const int *r
         c->blas, c->hop, c->hop, c->hm, c->hn, c->hk, c->halpha, (const void *const *)(dptrs + ng),
         t, c->hlda, (const void *const *)dptrs, t, c->hldb, c->hbeta, dptrs + 2 * ng, t, c->hldc,
         ng, c->hsize, CUBLAS_COMPUTE_32F));
+    return 0;
+}
+
+int gpu_gemm_plan_run(moe_gpu_ctx_t *c, const moe_gemm_arg_t *g, int ng)
+{
+    if (ng <= 0)
+        return 0;
+    int err = reserve_host(c, (size_t)ng);
+    if (!err)
+        err = gpu_reserve((void **)&c->ptrs, &c->ptrs_cap, 3 * (size_t)ng * sizeof(void *));
+    if (err)
+        return err;
+    void **p = c->hptrs; /* [A | B | C], ng each */
+    for (int i = 0; i < ng; i++) {
+        c->hop[i] = g[i].ta ? CUBLAS_OP_T : CUBLAS_OP_N;
+        c->hopb[i] = g[i].tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+        c->hm[i] = g[i].m;
+        c->hn[i] = g[i].n;
+        c->hk[i] = g[i].k;
+        c->hlda[i] = g[i].lda;
+        c->hldb[i] = g[i].ldb;
+        c->hldc[i] = g[i].ldc;
+        c->hsize[i] = 1;
+        c->halpha[i] = 1.0f;
+        c->hbeta[i] = g[i].beta;
+        p[i] = (void *)g[i].A;
+        p[ng + i] = (void *)g[i].B;
+        p[2 * ng + i] = (void *)g[i].C;
+    }
+    void **d = (void **)c->ptrs;
+    GPU_TRY(cudaMemcpyAsync(d, p, 3 * (size_t)ng * sizeof(void *), cudaMemcpyHostToDevice,
+                            c->stream));
+    BLAS_TRY(cublasSgemmGroupedBatched(c->blas, c->hop, c->hopb, c->hm, c->hn, c->hk, c->halpha,
+                                       (const float *const *)d, c->hlda,
+                                       (const float *const *)(d + ng), c->hldb, c->hbeta,
+                                       (float *const *)(d + 2 * ng), c->hldc, ng, c->hsize));
     return 0;
 }
 

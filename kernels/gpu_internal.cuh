@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "moe/kern.h"
+#include "gemm_plan.h"
 #include "moe_kernels.h"
 
 struct moe_gpu_ctx {
@@ -22,13 +23,13 @@ struct moe_gpu_ctx {
     size_t xn_bytes;
     void *tmp;           /* cub temporary storage and routing keys */
     size_t tmp_bytes;
-    void **ptrs;         /* device pointer arrays of the grouped GEMM (3 per group, 2 GEMMs) */
-    size_t ptrs_cap;     /* groups */
+    void **ptrs;         /* device pointer arrays of the grouped GEMMs (3 per product) */
+    size_t ptrs_cap;     /* bytes */
     /* host mirrors of the grouped GEMM arguments */
     void **hptrs;
     int *hm, *hn, *hk, *hlda, *hldb, *hldc, *hsize;
     float *halpha, *hbeta;
-    cublasOperation_t *hop;
+    cublasOperation_t *hop, *hopb; /* transa, transb */
     size_t host_cap;     /* groups */
 };
 
@@ -180,6 +181,11 @@ static inline cudaDataType_t gpu_blas_type(int dtype)
 
 /* Make sure *buf holds at least bytes device bytes (grows by doubling; contents not kept). */
 int gpu_reserve(void **buf, size_t *have, size_t bytes);
+
+/* Run the ng products of a plan (gemm_plan.h: fp32, cuBLAS's column-major arguments, alpha 1)
+ * as one cublasSgemmGroupedBatched call on ctx's stream: the operand pointers go to the
+ * device workspace ctx->ptrs in one copy. ng may be 0. */
+int gpu_gemm_plan_run(moe_gpu_ctx_t *c, const moe_gemm_arg_t *g, int ng);
 
 /* Launch the silu of n values of dtype in place (defined in gpu_elem.cu). */
 int gpu_silu(void *a, size_t n, int dtype, cudaStream_t s);

@@ -151,6 +151,21 @@ int moe_gpu_ffn_backward(moe_gpu_ctx_t *ctx, const float *x, const float *a, siz
                          const float *dy, const float *s, float *dx, float *dW1, float *dW2,
                          float *ds);
 
+/* moe_gpu_ffn_backward over G experts in the expert-sorted layout of moe_gpu_ffn_grouped
+ * (rows off[g] .. off[g+1]-1 of x, a, dy, s, dx and ds belong to expert g; off on the host,
+ * G + 1 ascending entries), fp32: each of the five products is one grouped GEMM over the
+ * experts with rows (cublasSgemmGroupedBatched, planned by kernels/gemm_plan.h), or with the
+ * context's gemm mode MOE_GPU_GEMM_LOOP one cublasSgemm per expert; the element-wise steps run
+ * once over all the rows. W1, W2, dW1 and dW2 are host tables of G device pointers (dW1, dW2:
+ * NULL tables for no weight gradients; a table's entries may be NULL for experts without
+ * rows). Each expert's results are those of moe_gpu_ffn_backward on its rows. Returns 0, an
+ * error, or cudaErrorInvalidValue for descending offsets or an unknown kind. */
+int moe_gpu_ffn_backward_grouped(moe_gpu_ctx_t *ctx, const float *x, const float *a,
+                                 uint32_t G, const size_t *off, uint32_t H, uint32_t F,
+                                 int expert, const float *const *W1, const float *const *W2,
+                                 const float *dy, const float *s, float *dx, float *const *dW1,
+                                 float *const *dW2, float *ds);
+
 /* The combine's backward (moe_kern_combine_backward, moe/kern.h) on stream: dx (n x H
  * fp32) the gradient of the combined rows, y the combined rows of dtype (the received combine
  * buffer); dy row slot[i K + k] = w[i K + k] dx row i, written in dtype (the rows that go back

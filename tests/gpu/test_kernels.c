@@ -564,6 +564,81 @@ static void test_layer_backward(void)
         free(host[i]);
 }
 
+/* The grouped backward against moe_kern_ffn_backward_scaled expert by expert, fp32, in gemm
+ * mode `mode`: experts of 37, 0, 5 and 64 rows after 3 rows of no expert's (which must keep
+ * their values), gradients accumulated onto non-zero starting values. */
+static void ffn_backward_grouped_case(int expert, int kept, int mode)
+{
+    enum { G = 4 };
+    const size_t off[G + 1] = {3, 40, 40, 45, 109}, R = 109;
+    const uint32_t H = 64, F = 48;
+    const size_t C = moe_kern_w1_cols(F, expert), HC = H * C, HF = (size_t)H * F;
+    float *x = randf(R * H, 1.0), *dy = randf(R * H, 1.0), *s = randf(R, 0.5);
+    float *a = randf(R * C, 1.0), *dx = randf(R * H, 0.1), *ds = randf(R, 0.1);
+    float *rx = malloc(R * H * 4), *rs = malloc(R * 4);
+    memcpy(rx, dx, R * H * 4);
+    memcpy(rs, ds, R * 4);
+    float *W1[G], *W2[G], *dW1[G], *dW2[G], *rW1[G], *rW2[G];
+    float *d_W1[G], *d_W2[G], *d_dW1[G], *d_dW2[G];
+    for (int g = 0; g < G; g++) {
+        size_t r0 = off[g], n = off[g + 1] - r0;
+        W1[g] = randf(HC, 1.0 / sqrt(H));
+        W2[g] = randf(HF, 1.0 / sqrt(F));
+        for (size_t i = 0; i < n * C; i++) { /* a = x W1, as the forward kept it */
+            double t = 0;
+            for (uint32_t h = 0; h < H; h++)
+                t += (double)x[(r0 + i / C) * H + h] * W1[g][(size_t)h * C + i % C];
+            a[r0 * C + i] = (float)t;
+        }
+        dW1[g] = randf(HC, 0.1);
+        dW2[g] = randf(HF, 0.1);
+        rW1[g] = malloc(HC * 4);
+        rW2[g] = malloc(HF * 4);
+        memcpy(rW1[g], dW1[g], HC * 4);
+        memcpy(rW2[g], dW2[g], HF * 4);
+        CHECK(moe_kern_ffn_backward_scaled(x + r0 * H, kept ? a + r0 * C : NULL, n, H, F, expert,
+                                           W1[g], W2[g], dy + r0 * H, s + r0, rx + r0 * H,
+                                           rW1[g], rW2[g], rs + r0, NULL) == 0);
+        d_W1[g] = to_dev(W1[g], HC * 4);
+        d_W2[g] = to_dev(W2[g], HF * 4);
+        d_dW1[g] = to_dev(dW1[g], HC * 4);
+        d_dW2[g] = to_dev(dW2[g], HF * 4);
+    }
+    float *d_x = to_dev(x, R * H * 4), *d_dy = to_dev(dy, R * H * 4), *d_s = to_dev(s, R * 4);
+    float *d_a = to_dev(a, R * C * 4), *d_dx = to_dev(dx, R * H * 4), *d_ds = to_dev(ds, R * 4);
+    moe_gpu_ctx_set_gemm_mode(ctx, mode);
+    GPU_OK(moe_gpu_ffn_backward_grouped(ctx, d_x, kept ? d_a : NULL, G, off, H, F, expert,
+                                        (const float *const *)d_W1, (const float *const *)d_W2,
+                                        d_dy, d_s, d_dx, d_dW1, d_dW2, d_ds));
+    moe_gpu_ctx_set_gemm_mode(ctx, MOE_GPU_GEMM_GROUPED);
+    float *gx = from_dev(d_dx, R * H * 4), *gs = from_dev(d_ds, R * 4);
+    double e = fmax(max_rel(gx, rx, R * H), max_rel(gs, rs, R));
+    for (int g = 0; g < G; g++) {
+        float *gW1 = from_dev(d_dW1[g], HC * 4), *gW2 = from_dev(d_dW2[g], HF * 4);
+        e = fmax(e, fmax(max_rel(gW1, rW1[g], HC), max_rel(gW2, rW2[g], HF)));
+        free(gW1);
+        free(gW2);
+    }
+    printf("  ffn backward grouped %s (a %s, %s): max rel %.3g\n", moe_expert_name(expert),
+           kept ? "kept" : "recomputed", mode == MOE_GPU_GEMM_LOOP ? "loop" : "grouped", e);
+    CHECK(e < 1e-4);
+    CHECK(memcmp(gx, dx, 3 * H * 4) == 0); /* rows of no expert untouched */
+    for (int g = 0; g < G; g++) {
+        void *p[] = {W1[g], W2[g], dW1[g], dW2[g], rW1[g], rW2[g]};
+        for (size_t i = 0; i < sizeof p / sizeof *p; i++)
+            free(p[i]);
+        void *q[] = {d_W1[g], d_W2[g], d_dW1[g], d_dW2[g]};
+        for (size_t i = 0; i < sizeof q / sizeof *q; i++)
+            cudaFree(q[i]);
+    }
+    void *dev[] = {d_x, d_dy, d_s, d_a, d_dx, d_ds};
+    for (size_t i = 0; i < sizeof dev / sizeof *dev; i++)
+        cudaFree(dev[i]);
+    void *host[] = {x, dy, s, a, dx, ds, rx, rs, gx, gs};
+    for (size_t i = 0; i < sizeof host / sizeof *host; i++)
+        free(host[i]);
+}
+
 static void test_ffn_backward(void)
 {
     for (int ex = MOE_EXPERT_SWIGLU; ex <= MOE_EXPERT_SILU; ex++)
@@ -571,11 +646,18 @@ static void test_ffn_backward(void)
             ffn_backward_case(37, 64, 48, ex, kept);
             ffn_backward_case(300, 128, 352, ex, kept); /* rows beyond one thread block of F */
             ffn_backward_case(1, 33, 17, ex, kept);     /* odd sizes, one row */
+            ffn_backward_grouped_case(ex, kept, MOE_GPU_GEMM_GROUPED);
+            ffn_backward_grouped_case(ex, kept, MOE_GPU_GEMM_LOOP);
         }
     CHECK(moe_gpu_ffn_backward(ctx, NULL, NULL, 0, 8, 8, MOE_EXPERT_SILU, NULL, NULL, NULL, NULL,
                                NULL, NULL, NULL, NULL) == 0); /* no rows: nothing to do */
     CHECK(moe_gpu_ffn_backward(ctx, NULL, NULL, 1, 8, 8, 9, NULL, NULL, NULL, NULL, NULL, NULL,
                                NULL, NULL) != 0); /* an unknown kind */
+    const size_t none[3] = {4, 4, 4}, down[3] = {0, 5, 2};
+    CHECK(moe_gpu_ffn_backward_grouped(ctx, NULL, NULL, 2, none, 8, 8, MOE_EXPERT_SILU, NULL,
+                                       NULL, NULL, NULL, NULL, NULL, NULL, NULL) == 0);
+    CHECK(moe_gpu_ffn_backward_grouped(ctx, NULL, NULL, 2, down, 8, 8, MOE_EXPERT_SILU, NULL,
+                                       NULL, NULL, NULL, NULL, NULL, NULL, NULL) != 0);
 }
 
 int main(void)

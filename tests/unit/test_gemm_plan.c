@@ -1,0 +1,172 @@
+/* tests/unit/test_gemm_plan.c -- the grouped FFN backward's GEMM plan (kernels/gemm_plan.h),
+ * without a GPU: each planned product is carried out by a column-major reference of cuBLAS's
+ * GEMM (the meaning cublasSgemmGroupedBatched gives the same arguments) and compared with the
+ * product written out row-major, expert by expert. Experts without rows and rows before the
+ * first expert's must be left alone. */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gemm_plan.h"
+#include "unit.h"
+
+enum { G = 4, H = 6, F = 5 };
+static const size_t off[G + 1] = {2, 7, 7, 10, 17}; /* rows 5, 0, 3, 7; rows 0-1 no expert's */
+#define ROWS 17
+
+static uint64_t rng = 0x9e3779b97f4a7c15u;
+
+static float *randf(size_t n)
+{
+    float *p = malloc((n ? n : 1) * sizeof *p);
+    for (size_t i = 0; i < n; i++) {
+        rng = rng * 6364136223846793005u + 1442695040888963407u;
+        p[i] = (float)((double)(rng >> 40) / (double)(1u << 24) * 2.0 - 1.0);
+    }
+    return p;
+}
+
+static float *dup(const float *p, size_t n)
+{
+    float *q = malloc((n ? n : 1) * sizeof *q);
+    memcpy(q, p, n * sizeof *q);
+    return q;
+}
+
+/* cuBLAS's C = op(A) op(B) + beta C, column-major, alpha 1, sums in double. */
+static void exec_cm(const moe_gemm_arg_t *g)
+{
+    for (int j = 0; j < g->n; j++)
+        for (int i = 0; i < g->m; i++) {
+            double t = 0;
+            for (int l = 0; l < g->k; l++) {
+                float a = g->ta ? g->A[l + (size_t)i * g->lda] : g->A[i + (size_t)l * g->lda];
+                float b = g->tb ? g->B[j + (size_t)l * g->ldb] : g->B[l + (size_t)j * g->ldb];
+                t += (double)a * b;
+            }
+            float *c = g->C + i + (size_t)j * g->ldc;
+            *c = (float)(g->beta * (double)*c + t);
+        }
+}
+
+static int close_all(const float *a, const float *b, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (fabsf(a[i] - b[i]) > 1e-5f * (1.0f + fabsf(b[i])))
+            return 0;
+    return 1;
+}
+
+/* One kind's five products, C columns of W1 (2F SwiGLU, F SiLU). */
+static void plan_case(uint32_t C)
+{
+    float *xn = randf(ROWS * H), *act = randf(ROWS * F), *dy = randf(ROWS * H);
+    float *sdy = randf(ROWS * H), *a0 = randf(ROWS * C), *d0 = randf(ROWS * F);
+    float *dx0 = randf(ROWS * H);
+    float *W1[G], *W2[G], *dW1[G], *dW2[G], *dW1r[G], *dW2r[G];
+    for (int g = 0; g < G; g++) {
+        W1[g] = randf((size_t)H * C);
+        W2[g] = randf((size_t)F * H);
+        dW1[g] = randf((size_t)H * C);
+        dW2[g] = randf((size_t)F * H);
+        dW1r[g] = dup(dW1[g], (size_t)H * C);
+        dW2r[g] = dup(dW2[g], (size_t)F * H);
+    }
+    float *a = dup(a0, ROWS * C), *d = dup(d0, ROWS * F), *dx = dup(dx0, ROWS * H);
+    float *ar = dup(a0, ROWS * C), *dr = dup(d0, ROWS * F), *dxr = dup(dx0, ROWS * H);
+    moe_ffn_bwd_bufs_t b = {xn, a, act, d, dy, sdy, dx, (const float *const *)W1,
+                            (const float *const *)W2, dW1, dW2};
+    moe_gemm_arg_t plan[G];
+
+    /* the plan, carried out as cuBLAS would */
+    for (int p = 0; p < MOE_BWD_PRODUCTS; p++) {
+        int ng = moe_ffn_bwd_plan(p, G, off, H, F, C, 1, &b, plan);
+        CHECK_EQ_INT(ng, 3); /* expert 1 has no rows */
+        for (int i = 0; i < ng; i++)
+            exec_cm(&plan[i]);
+    }
+    /* the same products written out row-major, in the same order */
+    for (int g = 0; g < G; g++)
+        for (size_t r = off[g]; r < off[g + 1]; r++)
+            for (uint32_t c = 0; c < C; c++) { /* a = x^ W1 */
+                double t = 0;
+                for (int h = 0; h < H; h++)
+                    t += (double)xn[r * H + h] * W1[g][(size_t)h * C + c];
+                ar[r * C + c] = (float)t;
+            }
+    for (int g = 0; g < G; g++)
+        for (size_t r = off[g]; r < off[g + 1]; r++)
+            for (int f = 0; f < F; f++) { /* d = dy W2^T */
+                double t = 0;
+                for (int h = 0; h < H; h++)
+                    t += (double)dy[r * H + h] * W2[g][f * H + h];
+                dr[r * F + f] = (float)t;
+            }
+    for (int g = 0; g < G; g++) {
+        for (int f = 0; f < F; f++) /* dW2 += act^T sdy */
+            for (int h = 0; h < H; h++) {
+                double t = 0;
+                for (size_t r = off[g]; r < off[g + 1]; r++)
+                    t += (double)act[r * F + f] * sdy[r * H + h];
+                dW2r[g][f * H + h] = (float)(dW2r[g][f * H + h] + t);
+            }
+        for (int h = 0; h < H; h++) /* dW1 += (x^)^T da */
+            for (uint32_t c = 0; c < C; c++) {
+                double t = 0;
+                for (size_t r = off[g]; r < off[g + 1]; r++)
+                    t += (double)xn[r * H + h] * ar[r * C + c];
+                dW1r[g][h * C + c] = (float)(dW1r[g][h * C + c] + t);
+            }
+        for (size_t r = off[g]; r < off[g + 1]; r++) /* dx += da W1^T */
+            for (int h = 0; h < H; h++) {
+                double t = 0;
+                for (uint32_t c = 0; c < C; c++)
+                    t += (double)ar[r * C + c] * W1[g][(size_t)h * C + c];
+                dxr[r * H + h] = (float)(dxr[r * H + h] + t);
+            }
+    }
+    CHECK(close_all(a, ar, ROWS * C));
+    CHECK(close_all(d, dr, ROWS * F));
+    CHECK(close_all(dx, dxr, ROWS * H));
+    for (int g = 0; g < G; g++) {
+        CHECK(close_all(dW1[g], dW1r[g], (size_t)H * C));
+        CHECK(close_all(dW2[g], dW2r[g], (size_t)F * H));
+    }
+    /* rows before the first expert's are no expert's: untouched */
+    CHECK(memcmp(a, a0, 2 * C * sizeof *a) == 0);
+    CHECK(memcmp(dx, dx0, 2 * H * sizeof *dx) == 0);
+
+    /* without accumulate_dx the input gradient is overwritten, not added to */
+    memcpy(dx, dx0, ROWS * H * sizeof *dx);
+    int ng = moe_ffn_bwd_plan(MOE_BWD_DX, G, off, H, F, C, 0, &b, plan);
+    for (int i = 0; i < ng; i++)
+        exec_cm(&plan[i]);
+    for (size_t r = off[0]; r < off[G]; r++)
+        for (int h = 0; h < H; h++)
+            dxr[r * H + h] -= dx0[r * H + h];
+    CHECK(close_all(dx + 2 * H, dxr + 2 * H, (ROWS - 2) * H));
+
+    CHECK_EQ_INT(moe_ffn_bwd_plan(MOE_BWD_PRODUCTS, G, off, H, F, C, 0, &b, plan), -1);
+    const size_t down[3] = {0, 4, 3}; /* descending offsets */
+    CHECK_EQ_INT(moe_ffn_bwd_plan(MOE_BWD_D, 2, down, H, F, C, 0, &b, plan), -1);
+
+    float *all[] = {xn, act, dy, sdy, a0, d0, dx0, a, d, dx, ar, dr, dxr};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++)
+        free(all[i]);
+    for (int g = 0; g < G; g++) {
+        free(W1[g]);
+        free(W2[g]);
+        free(dW1[g]);
+        free(dW2[g]);
+        free(dW1r[g]);
+        free(dW2r[g]);
+    }
+}
+
+int main(void)
+{
+    plan_case(2 * F); /* SwiGLU: gate and up side by side */
+    plan_case(F);     /* SiLU */
+    return unit_done("test_gemm_plan");
+}
