@@ -5,18 +5,9 @@
 void moe_gemm_arg_rm(moe_gemm_arg_t *g, int ta, int tb, int M, int N, int K, const float *A,
                      int lda, const float *B, int ldb, float beta, float *C, int ldc)
 {
-    g->ta = tb; /* C^T = op(B)^T op(A)^T: cuBLAS's first operand is B */
-    g->tb = ta;
-    g->m = N;
-    g->n = M;
-    g->k = K;
-    g->A = B;
-    g->lda = ldb;
-    g->B = A;
-    g->ldb = lda;
-    g->beta = beta;
-    g->C = C;
-    g->ldc = ldc;
+    /* C^T = op(B)^T op(A)^T: cuBLAS's first operand is B, its m and n are N and M */
+    *g = (moe_gemm_arg_t){.ta = tb, .tb = ta, .m = N, .n = M, .k = K, .lda = ldb, .ldb = lda,
+                          .ldc = ldc, .beta = beta, .A = B, .B = A, .C = C};
 }
 
 /* Row r0 of a row array of width w (NULL stays NULL: a buffer the product does not use). */
