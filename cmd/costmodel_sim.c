@@ -93,41 +93,6 @@ static void sim_usage(FILE *fp)
     moe_opts_usage(fp, MOE_OPT_OUTPUT);
 }
 
-static int parse_schemes(const char *arg, unsigned *out)
-{
-    char buf[256];
-    snprintf(buf, sizeof buf, "%s", arg);
-    *out = 0;
-    for (char *w = strtok(buf, ","); w; w = strtok(NULL, ",")) {
-        int k = moe_sim_scheme_parse(w);
-        if (!strcmp(w, "all"))
-            *out = (1u << MOE_SIM_SCHEMES) - 1;
-        else if (k < 0)
-            return -1;
-        else
-            *out |= 1u << k;
-    }
-    return *out ? 0 : -1;
-}
-
-/* --reuse: "all" or a comma-separated list of strategies. */
-static int parse_reuses(const char *arg, unsigned *out)
-{
-    char buf[256];
-    snprintf(buf, sizeof buf, "%s", arg);
-    *out = 0;
-    for (char *w = strtok(buf, ","); w; w = strtok(NULL, ",")) {
-        int k = moe_mpmoe_reuse_parse(w);
-        if (!strcmp(w, "all"))
-            *out = (1u << (MOE_REUSE_S4 + 1)) - 1;
-        else if (k < 0)
-            return -1;
-        else
-            *out |= 1u << k;
-    }
-    return *out ? 0 : -1;
-}
-
 static int sim_opt(int c, const char *arg, sim_cfg_t *g)
 {
     static const char *const src[] = {"auto", "recorded", "sequence", "token"};
@@ -147,7 +112,7 @@ static int sim_opt(int c, const char *arg, sim_cfg_t *g)
     case S_RANKS: g->ranks = 1; return 0;
     case S_TRAIN: g->train = 1; return 0;
     case S_REUSE:
-        if (parse_reuses(arg, &g->reuses))
+        if (moe_name_set_parse(arg, moe_mpmoe_reuse_parse, MOE_REUSE_STRATEGIES, &g->reuses))
             return moe_usage_error(PROG, "simulate", "unknown strategy in '%s' (all, none, S1, "
                                    "S2, S3, S4)", arg);
         return 0;
@@ -172,7 +137,7 @@ static int sim_opt(int c, const char *arg, sim_cfg_t *g)
         return 0;
     case S_GATHER: return moe_cli_gather_bytes(PROG, "simulate", arg, &g->so.gather_bytes);
     case S_SCHEME:
-        if (parse_schemes(arg, &g->so.schemes))
+        if (moe_name_set_parse(arg, moe_sim_scheme_parse, MOE_SIM_SCHEMES, &g->so.schemes))
             return moe_usage_error(PROG, "simulate", "unknown scheme in '%s'", arg);
         return 0;
     case S_SOURCE:

@@ -61,43 +61,22 @@ typedef struct job {
 /* Parse "0,3-5" into layer indices. */
 static int parse_pairs(job_t *j, const char *arg, char *err, size_t errlen)
 {
-    const char *p = arg;
-    while (*p) {
-        char *end;
-        errno = 0;
-        unsigned long a = strtoul(p, &end, 10), b = a;
-        if (end == p || errno || a >= MOE_TRACE_MAX_LAYERS)
-            goto bad;
-        if (*end == '-') {
-            p = end + 1;
-            b = strtoul(p, &end, 10);
-            if (end == p || errno || b < a || b >= MOE_TRACE_MAX_LAYERS)
-                goto bad;
+    moe_ranges_t rg = {0};
+    const char *why = moe_ranges_parse(&rg, arg, MOE_TRACE_MAX_LAYERS - 1) ? "invalid" : NULL;
+    for (size_t i = 0; !why && i < rg.n; i++)
+        for (uint32_t k = rg.r[i][0]; !why && k <= rg.r[i][1]; k++) {
+            uint32_t *q = j->npairs < 64 ? realloc(j->pairs, (j->npairs + 1) * sizeof *q) : NULL;
+            if (q)
+                (j->pairs = q)[j->npairs++] = k;
+            else
+                why = j->npairs < 64 ? "out of memory" : "--pair: at most 64 pairs";
         }
-        for (unsigned long k = a; k <= b; k++) {
-            if (j->npairs >= 64) {
-                snprintf(err, errlen, "--pair: at most 64 pairs");
-                return -1;
-            }
-            uint32_t *q = realloc(j->pairs, (j->npairs + 1) * sizeof *q);
-            if (!q) {
-                snprintf(err, errlen, "out of memory");
-                return -1;
-            }
-            j->pairs = q;
-            j->pairs[j->npairs++] = (uint32_t)k;
-        }
-        if (*end == ',' && end[1])
-            p = end + 1;
-        else if (*end)
-            goto bad;
-        else
-            p = end;
-    }
-    return 0;
-bad:
-    snprintf(err, errlen, "invalid pair list '%s' (expected layers like 0,3-5)", arg);
-    return -1;
+    moe_ranges_free(&rg);
+    if (why && why[0] == 'i')
+        snprintf(err, errlen, "invalid pair list '%s' (expected layers like 0,3-5)", arg);
+    else if (why)
+        snprintf(err, errlen, "%s", why);
+    return why ? -1 : 0;
 }
 
 static int u32_arg(const char *arg, uint64_t min, uint64_t max, const char *what, uint32_t *out,
@@ -394,23 +373,18 @@ static int run_table(int argc, char **argv)
     int rc;
     if (parse(NULL, argc, argv, &j, main_usage, &rc))
         return rc;
-    if (argc - optind > 1) {
-        free(j.pairs);
-        return usage_error(NULL, "too many arguments");
-    }
-    if (j.ao.step_window && j.summary) {
-        free(j.pairs);
-        return usage_error(NULL, "--by-step and --summary exclude each other");
-    }
     int kind = j.plot_kind >= 0 ? j.plot_kind : j.ao.step_window ? MOE_AFF_PLOT_STEPS
                                                                  : MOE_AFF_PLOT_PAIR;
-    if ((kind == MOE_AFF_PLOT_STEPS) != (j.ao.step_window != 0) && (j.png || j.svg)) {
+    const char *bad =
+        argc - optind > 1 ? "too many arguments"
+        : j.ao.step_window && j.summary ? "--by-step and --summary exclude each other"
+        : (kind == MOE_AFF_PLOT_STEPS) != (j.ao.step_window != 0) && (j.png || j.svg)
+            ? "--plot steps goes with --by-step, the other plots without"
+        : j.shuffled && !j.ao.shuffle ? "--shuffled needs the baseline (drop --no-shuffle)"
+                                      : NULL;
+    if (bad) {
         free(j.pairs);
-        return usage_error(NULL, "--plot steps goes with --by-step, the other plots without");
-    }
-    if (j.shuffled && !j.ao.shuffle) {
-        free(j.pairs);
-        return usage_error(NULL, "--shuffled needs the baseline (drop --no-shuffle)");
+        return usage_error(NULL, "%s", bad);
     }
     const char *in = optind < argc ? argv[optind] : "-";
     int want_text = j.summary || j.have_out || (!j.png && !j.svg);

@@ -282,19 +282,13 @@ static int parse(int argc, char **argv, args_t *a)
     }
     if (optind < argc)
         return moe_usage_error(prog, NULL, "unexpected argument '%s'", argv[optind]);
-    if (g->chunks_set && g->mode != MOE_RUN_PIPELINED && g->mode != MOE_RUN_HIERARCHICAL)
-        return moe_usage_error(prog, NULL, "--chunks applies to pipelined and hierarchical mode");
-    if (a->calibrate && (a->json || g->check || g->train))
-        return moe_usage_error(prog, NULL,
-                               "--calibrate takes neither --json, --check nor --train");
-    if (g->train && g->mode == MOE_RUN_HIERARCHICAL && g->reuse && g->reuse != MOE_REUSE_S4)
-        return moe_usage_error(prog, NULL, "--reuse: hierarchical mode restores by "
-                               "re-communication and re-computation only (S4)");
-    if (g->reuse && (!g->train || g->mode == MOE_RUN_DATACENTRIC))
-        return moe_usage_error(prog, NULL, "--reuse applies to training in the expert-parallel "
-                               "modes");
-    if (g->train && strcmp(a->be->name, "cpu"))
-        return moe_usage_error(prog, NULL, "--train: only the cpu backend trains so far");
+    const char *bad = moe_run_cfg_conflict(g);
+    if (!bad && a->calibrate && (a->json || g->check || g->train))
+        bad = "--calibrate takes neither --json, --check nor --train";
+    if (!bad && g->train && strcmp(a->be->name, "cpu"))
+        bad = "--train: only the cpu backend trains so far";
+    if (bad)
+        return moe_usage_error(prog, NULL, "%s", bad);
     if (a->transport < 0)
         a->transport = a->be->transport;
     else if (!a->be->module && a->transport != MOE_RUN_COMM_MPI)

@@ -1,11 +1,13 @@
 /* numparse.c -- the number syntax of command lines and config files: counts with K/M/G
- * suffixes and finite decimals, each checked against a range, and lists of id ranges. */
+ * suffixes and finite decimals, each checked against a range, lists of id ranges, and sets
+ * of names. */
 #include "config.h"
 
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "moe/moe.h"
 
@@ -95,6 +97,28 @@ int moe_ranges_parse(moe_ranges_t *l, const char *s, uint32_t max)
             return -1;
     }
     return l->n ? 0 : -1;
+}
+
+int moe_name_set_parse(const char *s, int (*parse)(const char *name), int n, unsigned *bits)
+{
+    *bits = 0;
+    for (const char *p = s; *p; p += *p == ',') {
+        size_t len = strcspn(p, ",");
+        char word[64];
+        if (len >= sizeof word)
+            return -1;
+        memcpy(word, p, len);
+        word[len] = '\0';
+        p += len;
+        int k = len ? parse(word) : -1;
+        if (!strcmp(word, "all"))
+            *bits = n >= 32 ? ~0u : (1u << n) - 1;
+        else if (k >= 0 && k < n)
+            *bits |= 1u << k;
+        else if (len)
+            return -1;
+    }
+    return *bits ? 0 : -1;
 }
 
 int moe_ranges_has(const moe_ranges_t *l, uint32_t v)

@@ -54,6 +54,11 @@ int moe_ranges_parse(moe_ranges_t *l, const char *s, uint32_t max);
 int moe_ranges_has(const moe_ranges_t *l, uint32_t v);
 /* Free l's items and empty it. */
 void moe_ranges_free(moe_ranges_t *l);
+/* A comma-separated list of names, "all" among them for every one, as a set of n <= 32 bits:
+ * bit parse(name) for each name (parse returns -1 for an unknown one), empty items skipped,
+ * as moe-costmodel simulate's --scheme and --reuse take them. 0, or -1 for an unknown name or
+ * an empty set (*bits then undefined). */
+int moe_name_set_parse(const char *s, int (*parse)(const char *name), int n, unsigned *bits);
 
 /* Status codes. Library functions return 0 (or a count) on success and one of these negative
  * values on failure; moe_strerror() gives a short lowercase description. Handles that fail keep

@@ -67,6 +67,10 @@ typedef struct moe_run_cfg {
  * the run's shape and chunks, with link and FFN rates measured at the start. */
 #define MOE_RUN_REUSE_AUTO (-1)
 void moe_run_cfg_default(moe_run_cfg_t *c);
+/* The first pair of cfg's settings that exclude each other, as a message in moe-run's option
+ * names ("--chunks applies to pipelined and hierarchical mode"), or NULL when they go
+ * together. */
+const char *moe_run_cfg_conflict(const moe_run_cfg_t *c);
 
 /* Training's optimizers: plain SGD, and Adam (beta1 0.9, beta2 0.999, eps 1e-8, with bias
  * correction). */

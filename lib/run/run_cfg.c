@@ -30,6 +30,18 @@ void moe_run_cfg_default(moe_run_cfg_t *c)
     c->prefetch = 1;
 }
 
+const char *moe_run_cfg_conflict(const moe_run_cfg_t *c)
+{
+    if (c->chunks_set && c->mode != MOE_RUN_PIPELINED && c->mode != MOE_RUN_HIERARCHICAL)
+        return "--chunks applies to pipelined and hierarchical mode";
+    if (c->train && c->mode == MOE_RUN_HIERARCHICAL && c->reuse && c->reuse != MOE_REUSE_S4)
+        return "--reuse: hierarchical mode restores by re-communication and re-computation "
+               "only (S4)";
+    if (c->reuse && (!c->train || c->mode == MOE_RUN_DATACENTRIC))
+        return "--reuse applies to training in the expert-parallel modes";
+    return NULL;
+}
+
 static const char *const mode_names[MOE_RUN_MODES] = {"vanilla", "coherent", "pipelined",
                                                   "hierarchical", "datacentric"};
 

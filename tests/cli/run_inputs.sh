@@ -72,6 +72,13 @@ expect_exit 0 "$MOE_BIN/moe-run" --comm mpi --expert silu --layers 2 --experts 4
 grep -q 'hidden 64, ffn 128 (silu)' "$T/out" || fail "the header does not name the experts"
 end
 
+begin "--chunks outside the chunked modes is refused (moe_run_cfg_conflict)"
+expect_exit 2 "$MOE_BIN/moe-run" --mode vanilla --chunks 2
+expect_tool_usage moe-run "" "--chunks applies to pipelined and hierarchical mode"
+expect_exit 2 "$MOE_BIN/moe-run" --mode datacentric --chunks auto
+expect_tool_usage moe-run "" "--chunks applies to pipelined and hierarchical mode"
+end
+
 begin "--backend cuda without its module: every rank ends, one line names the module"
 if "$MOE_BIN/moe-run" --version | grep -q '^backends:.* cuda'; then
     # a file that is not a module, found first on the search path

@@ -464,6 +464,27 @@ static void mpmoe_search(void)
 
 /* ------------------------------------------------------------------ ExFlow */
 
+/* Strategy names one at a time and as sets (moe_name_set_parse: simulate's --reuse). */
+static void mpmoe_reuse_names(void)
+{
+    unsigned b = 0;
+    for (int k = 0; k < MOE_REUSE_STRATEGIES; k++)
+        CHECK_EQ_INT(moe_mpmoe_reuse_parse(moe_mpmoe_reuse_name(k)), k);
+    CHECK_EQ_INT(moe_mpmoe_reuse_parse("s1"), -1); /* names are case-sensitive */
+    const int n = MOE_REUSE_STRATEGIES;
+    CHECK(moe_name_set_parse("none,S3", moe_mpmoe_reuse_parse, n, &b) == 0 && b == 0x9u);
+    CHECK(moe_name_set_parse("S1,,S4,", moe_mpmoe_reuse_parse, n, &b) == 0 && b == 0x12u);
+    CHECK(moe_name_set_parse("S2,all", moe_mpmoe_reuse_parse, n, &b) == 0 && b == 0x1fu);
+    CHECK(moe_name_set_parse("S2,S5", moe_mpmoe_reuse_parse, n, &b) == -1);
+    CHECK(moe_name_set_parse("S4", moe_mpmoe_reuse_parse, 4, &b) == -1); /* beyond n */
+    CHECK(moe_name_set_parse("", moe_mpmoe_reuse_parse, n, &b) == -1);
+    CHECK(moe_name_set_parse(",", moe_mpmoe_reuse_parse, n, &b) == -1);
+    char longer[100];
+    memset(longer, 'S', sizeof longer - 1);
+    longer[sizeof longer - 1] = '\0';
+    CHECK(moe_name_set_parse(longer, moe_mpmoe_reuse_parse, n, &b) == -1);
+}
+
 static void exflow_table1(void)
 {
     printf("ExFlow Table I (G 8, N 1024, L 24, p 0.875, p* 0.3):\n");
@@ -683,6 +704,7 @@ int main(void)
     mpmoe_example();
     mpmoe_phases();
     mpmoe_search();
+    mpmoe_reuse_names();
     exflow_table1();
     link_extrapolation();
     monta_o3_curves();
