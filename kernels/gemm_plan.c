@@ -1,24 +1,42 @@
-/* kernels/gemm_plan.c -- the grouped FFN backward's products in cuBLAS's argument form
- * (gemm_plan.h). */
+/* kernels/gemm_plan.c -- the grouped FFN's products, forward and backward, in cuBLAS's
+ * argument form (gemm_plan.h). */
 #include "gemm_plan.h"
 
-void moe_gemm_arg_rm(moe_gemm_arg_t *g, int ta, int tb, int M, int N, int K, const float *A,
-                     int lda, const float *B, int ldb, float beta, float *C, int ldc)
+void moe_gemm_arg_rm(moe_gemm_arg_t *g, int ta, int tb, int M, int N, int K, const void *A,
+                     int lda, const void *B, int ldb, float beta, void *C, int ldc)
 {
     /* C^T = op(B)^T op(A)^T: cuBLAS's first operand is B, its m and n are N and M */
     *g = (moe_gemm_arg_t){.ta = tb, .tb = ta, .m = N, .n = M, .k = K, .lda = ldb, .ldb = lda,
                           .ldc = ldc, .beta = beta, .A = B, .B = A, .C = C};
 }
 
-/* Row r0 of a row array of width w (NULL stays NULL: a buffer the product does not use). */
-static const float *row_of(const float *p, size_t r0, uint32_t w)
+/* Row r0 of a row array of width w, elements of es bytes (NULL stays NULL: a buffer the
+ * product does not use). */
+static void *row_at(const void *p, size_t r0, uint32_t w, size_t es)
 {
-    return p ? p + r0 * w : NULL;
+    return p ? (char *)(uintptr_t)p + r0 * w * es : NULL;
 }
 
-static float *row_mut(float *p, size_t r0, uint32_t w)
+int moe_ffn_fwd_plan(int product, uint32_t G, const size_t *off, uint32_t H, uint32_t F,
+                     uint32_t C, size_t es, const void *x, void *act, void *y,
+                     const void *const *W1, const void *const *W2, moe_gemm_arg_t *out)
 {
-    return p ? p + r0 * w : NULL;
+    if (product < 0 || product >= MOE_FWD_PRODUCTS)
+        return -1;
+    int ng = 0;
+    for (uint32_t g = 0; g < G; g++) {
+        if (off[g + 1] < off[g])
+            return -1;
+        size_t r0 = off[g];
+        int n = (int)(off[g + 1] - r0);
+        if (n && product == MOE_FWD_UP)
+            moe_gemm_arg_rm(out + ng++, 0, 0, n, (int)C, (int)H, row_at(x, r0, H, es), (int)H,
+                            W1[g], (int)C, 0.0f, row_at(act, r0, C, es), (int)C);
+        else if (n) /* y = act[:, :F] W2, act's rows C apart */
+            moe_gemm_arg_rm(out + ng++, 0, 0, n, (int)H, (int)F, row_at(act, r0, C, es), (int)C,
+                            W2[g], (int)H, 0.0f, row_at(y, r0, H, es), (int)H);
+    }
+    return ng;
 }
 
 int moe_ffn_bwd_plan(int product, uint32_t G, const size_t *off, uint32_t H, uint32_t F,
@@ -36,9 +54,11 @@ int moe_ffn_bwd_plan(int product, uint32_t G, const size_t *off, uint32_t H, uin
         int n = (int)(off[g + 1] - r0);
         if (!n)
             continue;
-        const float *xn = row_of(b->xn, r0, H), *act = row_of(b->act, r0, F);
-        const float *dy = row_of(b->dy, r0, H), *sdy = row_of(b->sdy, r0, H);
-        float *a = row_mut(b->a, r0, C), *d = row_mut(b->d, r0, F), *dxw = row_mut(b->dxw, r0, H);
+        const size_t es = sizeof(float);
+        const void *xn = row_at(b->xn, r0, H, es), *act = row_at(b->act, r0, F, es);
+        const void *dy = row_at(b->dy, r0, H, es), *sdy = row_at(b->sdy, r0, H, es);
+        void *a = row_at(b->a, r0, C, es), *d = row_at(b->d, r0, F, es);
+        void *dxw = row_at(b->dxw, r0, H, es);
         moe_gemm_arg_t *o = out + ng++;
         switch (product) {
         case MOE_BWD_RECOMPUTE: /* a = x^ W1: n x C */

@@ -1,8 +1,9 @@
-/* kernels/gemm_plan.h -- the grouped GEMMs of the experts' FFN backward, planned on the host in
- * cuBLAS's column-major argument form. Plain C with no CUDA in it, so that the CPU test suite
- * (tests/unit/test_gemm_plan) checks every operand, leading dimension and transpose of every
- * expert's product against row-major loops, without a GPU; gpu_backward.cu hands a plan to
- * cublasSgemmGroupedBatched as it is. */
+/* kernels/gemm_plan.h -- the grouped GEMMs of the experts' FFN, forward and backward, planned
+ * on the host in cuBLAS's column-major argument form. Plain C with no CUDA in it, so that the
+ * CPU test suite (tests/unit/test_gemm_plan) checks every operand, leading dimension and
+ * transpose of every expert's product against row-major loops, without a GPU; gpu_ffn.cu and
+ * gpu_backward.cu hand a plan to cublasGemmGroupedBatchedEx (or cublasGemmEx per entry) as it
+ * is. */
 #ifndef MOE_GEMM_PLAN_H
 #define MOE_GEMM_PLAN_H
 
@@ -15,21 +16,34 @@ extern "C" {
 
 /* One product in cuBLAS's terms: column-major C (m x n) = op(A) op(B) + beta C, op given by
  * ta / tb (0: as stored, 1: transposed), alpha 1; lda, ldb, ldc the column-major leading
- * dimensions. The pointers are whatever memory the executor works on (device for cuBLAS). */
+ * dimensions, in elements. The pointers are whatever memory the executor works on (device for
+ * cuBLAS), elements of the plan's type (fp32 for the backward). */
 typedef struct moe_gemm_arg {
     int ta, tb;
     int m, n, k;
     int lda, ldb, ldc;
     float beta;
-    const float *A, *B;
-    float *C;
+    const void *A, *B;
+    void *C;
 } moe_gemm_arg_t;
 
 /* Describe the row-major product C (M x N) = op(A) op(B) + beta C, A being M x K and B K x N
  * after op (ta / tb: A / B enter transposed), lda, ldb, ldc their row-major leading dimensions:
  * cuBLAS sees its column-major transpose C^T = op(B)^T op(A)^T, so its first operand is B. */
-void moe_gemm_arg_rm(moe_gemm_arg_t *g, int ta, int tb, int M, int N, int K, const float *A,
-                     int lda, const float *B, int ldb, float beta, float *C, int ldc);
+void moe_gemm_arg_rm(moe_gemm_arg_t *g, int ta, int tb, int M, int N, int K, const void *A,
+                     int lda, const void *B, int ldb, float beta, void *C, int ldc);
+
+/* The forward's two products over the G experts with rows (rows off[g] .. off[g+1]-1 of x,
+ * act and y belong to expert g; elements of es bytes; C = moe_kern_w1_cols(F, expert)):
+ *   MOE_FWD_UP    act = x^ W1, rows x C (W1[g] H x C)
+ *   MOE_FWD_DOWN  y = act W2, rows x H: the first F columns of act (the activation, which
+ *                 the caller forms in place between the two) times W2[g] (F x H)
+ * Returns the number written into out[] (at most G), or -1 for an unknown product or
+ * descending offsets. */
+enum moe_fwd_product { MOE_FWD_UP, MOE_FWD_DOWN, MOE_FWD_PRODUCTS };
+int moe_ffn_fwd_plan(int product, uint32_t G, const size_t *off, uint32_t H, uint32_t F,
+                     uint32_t C, size_t es, const void *x, void *act, void *y,
+                     const void *const *W1, const void *const *W2, moe_gemm_arg_t *out);
 
 /* The buffers of a grouped FFN backward over G experts, every row array in the expert-sorted
  * layout of the forward (rows off[g] .. off[g+1]-1 belong to expert g, at the same positions

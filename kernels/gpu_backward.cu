@@ -199,16 +199,14 @@ __global__ static void k_gate_dlogits(size_t n, uint32_t E, uint32_t K, const in
     }
 }
 
-/* Row-major C (M x N) = op(A) op(B) + beta C for row-major operands, through cuBLAS's
- * column-major view (C^T = op(B)^T op(A)^T): ta / tb say whether A / B enter transposed; A is
- * M x K after op, B K x N after op; lda, ldb, ldc are the row-major leading dimensions. */
+/* Row-major C (M x N) = op(A) op(B) + beta C for row-major fp32 operands (moe_gemm_arg_rm's
+ * meaning: ta / tb say whether A / B enter transposed), one cublasGemmEx. */
 static int gemm_rm(moe_gpu_ctx_t *c, bool ta, bool tb, int M, int N, int K, const float *A,
                    int lda, const float *B, int ldb, float beta, float *C, int ldc)
 {
-    const float one = 1.0f;
-    BLAS_TRY(cublasSgemm(c->blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N,
-                         N, M, K, &one, B, ldb, A, lda, &beta, C, ldc));
-    return 0;
+    moe_gemm_arg_t g;
+    moe_gemm_arg_rm(&g, ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc);
+    return gpu_gemm_arg_run(c, CUDA_R_32F, &g);
 }
 
 extern "C" int moe_gpu_ffn_backward(moe_gpu_ctx_t *c, const float *x, const float *a, size_t n,
@@ -283,26 +281,14 @@ extern "C" int moe_gpu_gate_backward(moe_gpu_ctx_t *c, const float *x, size_t n,
 
 /* ------------------------------------------------------------------ grouped */
 
-static const float g_one = 1.0f; /* alpha of the looped GEMMs (host pointer mode) */
-
-/* One product of the plan over every expert with rows: a grouped GEMM, or (gemm mode loop)
- * one GEMM after the other, as moe_gpu_ffn_backward issues them. */
+/* One product of the plan over every expert with rows, fp32: a grouped GEMM, or (gemm mode
+ * loop) one GEMM after the other, as moe_gpu_ffn_backward issues them. */
 static int bwd_product(moe_gpu_ctx_t *c, int product, uint32_t G, const size_t *off,
                        uint32_t H, uint32_t F, uint32_t C, int accumulate_dx,
                        const moe_ffn_bwd_bufs_t *b, moe_gemm_arg_t *plan)
 {
     int ng = moe_ffn_bwd_plan(product, G, off, H, F, C, accumulate_dx, b, plan);
-    if (ng < 0)
-        return (int)cudaErrorInvalidValue;
-    if (c->gemm_mode == MOE_GPU_GEMM_GROUPED)
-        return gpu_gemm_plan_run(c, plan, ng);
-    for (int i = 0; i < ng; i++) {
-        const moe_gemm_arg_t *g = plan + i;
-        BLAS_TRY(cublasSgemm(c->blas, g->ta ? CUBLAS_OP_T : CUBLAS_OP_N,
-                             g->tb ? CUBLAS_OP_T : CUBLAS_OP_N, g->m, g->n, g->k, &g_one, g->A,
-                             g->lda, g->B, g->ldb, &g->beta, g->C, g->ldc));
-    }
-    return 0;
+    return ng < 0 ? (int)cudaErrorInvalidValue : gpu_gemm_plan_run(c, CUDA_R_32F, plan, ng);
 }
 
 extern "C" int moe_gpu_ffn_backward_grouped(moe_gpu_ctx_t *c, const float *x, const float *a,

@@ -130,13 +130,13 @@ extern "C" int moe_gpu_ctx_gemm_mode(const moe_gpu_ctx_t *c)
     return c->gemm_mode;
 }
 
-/* Host argument arrays for g groups of the grouped GEMM (6 pointers per group: two GEMMs). */
+/* Host argument arrays for g groups of a grouped GEMM (3 pointers per group: A, B, C). */
 static int reserve_host(moe_gpu_ctx_t *c, size_t g)
 {
     if (g <= c->host_cap)
         return 0;
     free_host(c);
-    c->hptrs = (void **)malloc(6 * g * sizeof *c->hptrs);
+    c->hptrs = (void **)malloc(3 * g * sizeof *c->hptrs);
     c->hm = (int *)malloc(g * sizeof(int));
     c->hn = (int *)malloc(g * sizeof(int));
     c->hk = (int *)malloc(g * sizeof(int));
@@ -160,7 +160,8 @@ static int reserve_host(moe_gpu_ctx_t *c, size_t g)
 /* ------------------------------------------------------------------ GEMMs */
 
 /* Row-major C (M x N) = A (M x K) B (K x N) is column-major C^T = B^T A^T: cuBLAS sees
- * m = N, n = M, k = K with B as its first operand. */
+ * m = N, n = M, k = K with B as its first operand (the dense baseline; the experts' products
+ * go through gemm_plan.h). */
 static int gemm_one(moe_gpu_ctx_t *c, cudaDataType_t t, int M, int N, int K, const void *A,
                     int lda, const void *B, int ldb, void *C, int ldc)
 {
@@ -181,34 +182,31 @@ extern "C" int moe_gpu_gemm(moe_gpu_ctx_t *c, int dtype, size_t M, size_t N, siz
     return gemm_one(c, t, (int)M, (int)N, (int)K, A, (int)K, B, (int)N, C, (int)N);
 }
 
-/* One grouped GEMM over the ng groups whose pointers sit at dptrs (A, B, C arrays of ng
- * each): row-major C_i (rows_i x N) = A_i (rows_i x K, leading dimension lda) B_i (K x N). */
-static int gemm_grouped(moe_gpu_ctx_t *c, cudaDataType_t t, int ng, const int *rows, int N,
-                        int K, int lda, void **dptrs)
+static inline cublasOperation_t blas_op(int transposed)
 {
-    for (int i = 0; i < ng; i++) {
-        c->hop[i] = CUBLAS_OP_N;
-        c->hm[i] = N;
-        c->hn[i] = rows[i];
-        c->hk[i] = K;
-        c->hlda[i] = N; /* cuBLAS's A is our B (K x N row-major) */
-        c->hldb[i] = lda;
-        c->hldc[i] = N;
-        c->hsize[i] = 1;
-        c->halpha[i] = 1.0f;
-        c->hbeta[i] = 0.0f;
-    }
-    BLAS_TRY(cublasGemmGroupedBatchedEx(
-        c->blas, c->hop, c->hop, c->hm, c->hn, c->hk, c->halpha, (const void *const *)(dptrs + ng),
-        t, c->hlda, (const void *const *)dptrs, t, c->hldb, c->hbeta, dptrs + 2 * ng, t, c->hldc,
-        ng, c->hsize, CUBLAS_COMPUTE_32F));
+    return transposed ? CUBLAS_OP_T : CUBLAS_OP_N;
+}
+
+int gpu_gemm_arg_run(moe_gpu_ctx_t *c, cudaDataType_t t, const moe_gemm_arg_t *g)
+{
+    const float one = 1.0f;
+    BLAS_TRY(cublasGemmEx(c->blas, blas_op(g->ta), blas_op(g->tb), g->m, g->n, g->k, &one, g->A,
+                          t, g->lda, g->B, t, g->ldb, &g->beta, g->C, t, g->ldc,
+                          CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     return 0;
 }
 
-int gpu_gemm_plan_run(moe_gpu_ctx_t *c, const moe_gemm_arg_t *g, int ng)
+int gpu_gemm_plan_run(moe_gpu_ctx_t *c, cudaDataType_t t, const moe_gemm_arg_t *g, int ng)
 {
     if (ng <= 0)
         return 0;
+    const float one = 1.0f;
+    if (c->gemm_mode == MOE_GPU_GEMM_LOOP) {
+        int err = 0;
+        for (int i = 0; i < ng && !err; i++)
+            err = gpu_gemm_arg_run(c, t, &g[i]);
+        return err;
+    }
     int err = reserve_host(c, (size_t)ng);
     if (!err)
         err = gpu_reserve((void **)&c->ptrs, &c->ptrs_cap, 3 * (size_t)ng * sizeof(void *));
@@ -216,8 +214,8 @@ int gpu_gemm_plan_run(moe_gpu_ctx_t *c, const moe_gemm_arg_t *g, int ng)
         return err;
     void **p = c->hptrs; /* [A | B | C], ng each */
     for (int i = 0; i < ng; i++) {
-        c->hop[i] = g[i].ta ? CUBLAS_OP_T : CUBLAS_OP_N;
-        c->hopb[i] = g[i].tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+        c->hop[i] = blas_op(g[i].ta);
+        c->hopb[i] = blas_op(g[i].tb);
         c->hm[i] = g[i].m;
         c->hn[i] = g[i].n;
         c->hk[i] = g[i].k;
@@ -225,19 +223,22 @@ int gpu_gemm_plan_run(moe_gpu_ctx_t *c, const moe_gemm_arg_t *g, int ng)
         c->hldb[i] = g[i].ldb;
         c->hldc[i] = g[i].ldc;
         c->hsize[i] = 1;
-        c->halpha[i] = 1.0f;
+        c->halpha[i] = one;
         c->hbeta[i] = g[i].beta;
         p[i] = (void *)g[i].A;
         p[ng + i] = (void *)g[i].B;
-        p[2 * ng + i] = (void *)g[i].C;
+        p[2 * ng + i] = g[i].C;
     }
+    /* the pointer arrays go to the device from pageable memory, which the copy stages before
+     * it returns: p may be written again at once */
     void **d = (void **)c->ptrs;
     GPU_TRY(cudaMemcpyAsync(d, p, 3 * (size_t)ng * sizeof(void *), cudaMemcpyHostToDevice,
                             c->stream));
-    BLAS_TRY(cublasSgemmGroupedBatched(c->blas, c->hop, c->hopb, c->hm, c->hn, c->hk, c->halpha,
-                                       (const float *const *)d, c->hlda,
-                                       (const float *const *)(d + ng), c->hldb, c->hbeta,
-                                       (float *const *)(d + 2 * ng), c->hldc, ng, c->hsize));
+    BLAS_TRY(cublasGemmGroupedBatchedEx(c->blas, c->hop, c->hopb, c->hm, c->hn, c->hk, c->halpha,
+                                        (const void *const *)d, t, c->hlda,
+                                        (const void *const *)(d + ng), t, c->hldb, c->hbeta,
+                                        d + 2 * ng, t, c->hldc, ng, c->hsize,
+                                        CUBLAS_COMPUTE_32F));
     return 0;
 }
 
@@ -248,49 +249,6 @@ static int ffn_act(moe_gpu_ctx_t *c, int dtype, size_t es, size_t r0, size_t n, 
 {
     char *a = (char *)c->act + r0 * C * es;
     return C == F ? gpu_silu(a, n * F, dtype, c->stream) : gpu_swiglu(a, n, F, dtype, c->stream);
-}
-
-/* Both products of the FFN as two grouped GEMMs; the pointer arrays go to the device in one
- * copy (from pageable memory, which the copy stages before it returns). */
-static int ffn_grouped_api(moe_gpu_ctx_t *c, int dtype, size_t es, const char *x,
-                           uint32_t G, const size_t *off, uint32_t H, uint32_t F, uint32_t C,
-                           const void *const *W1, const void *const *W2, char *y, int *rows)
-{
-    int ng = 0, err;
-    if ((err = reserve_host(c, G)) != 0)
-        return err;
-    size_t need = 6 * (size_t)G * sizeof(void *);
-    if ((err = gpu_reserve((void **)&c->ptrs, &c->ptrs_cap, need)) != 0)
-        return err;
-    void **p = c->hptrs;
-    for (uint32_t g = 0; g < G; g++)
-        if (off[g + 1] > off[g])
-            rows[ng++] = (int)(off[g + 1] - off[g]);
-    /* layout: [A1 B1 C1 | A2 B2 C2], each ng long; A = activations side, B = weights */
-    for (uint32_t g = 0, i = 0; g < G; g++) {
-        size_t r0 = off[g];
-        if (off[g + 1] == r0)
-            continue;
-        char *act = (char *)c->act + r0 * C * es;
-        p[i] = (void *)(x + r0 * H * es);
-        p[ng + i] = (void *)W1[g];
-        p[2 * ng + i] = act;
-        p[3 * ng + i] = act;
-        p[4 * ng + i] = (void *)W2[g];
-        p[5 * ng + i] = (void *)(y + r0 * H * es);
-        i++;
-    }
-    if (!ng)
-        return 0;
-    void **d = (void **)c->ptrs;
-    GPU_TRY(cudaMemcpyAsync(d, p, 6 * (size_t)ng * sizeof(void *), cudaMemcpyHostToDevice,
-                            c->stream));
-    cudaDataType_t t = gpu_blas_type(dtype);
-    if ((err = gemm_grouped(c, t, ng, rows, (int)C, (int)H, (int)H, d)) != 0)
-        return err;
-    if ((err = ffn_act(c, dtype, es, off[0], off[G] - off[0], F, C)) != 0)
-        return err;
-    return gemm_grouped(c, t, ng, rows, (int)H, (int)F, (int)C, d + 3 * ng);
 }
 
 extern "C" int moe_gpu_ffn_grouped(moe_gpu_ctx_t *c, int dtype, const void *x, uint32_t G,
@@ -320,35 +278,20 @@ extern "C" int moe_gpu_ffn_grouped(moe_gpu_ctx_t *c, int dtype, const void *x, u
     if (norm && (err = gpu_rmsnorm((const char *)x + first * H * es, rows_total - first, H,
                                    dtype, (char *)c->xn + first * H * es, c->stream)) != 0)
         return err;
-    const char *xb = norm ? (const char *)c->xn : (const char *)x;
-    char *yb = (char *)y;
-    if (c->gemm_mode == MOE_GPU_GEMM_GROUPED) {
-        int *rows = (int *)malloc(G * sizeof(int));
-        if (!rows)
-            return (int)cudaErrorMemoryAllocation;
-        err = ffn_grouped_api(c, dtype, es, xb, G, off, H, F, C, W1, W2, yb, rows);
-        free(rows);
-        return err;
+    const void *xb = norm ? c->xn : x;
+    moe_gemm_arg_t *plan = (moe_gemm_arg_t *)malloc(G * sizeof *plan);
+    if (!plan)
+        return (int)cudaErrorMemoryAllocation;
+    /* act = x^ W1, the activation in place, y = act W2: each product one grouped GEMM over the
+     * experts with rows (or, gemm mode loop, one GEMM per expert) */
+    int ng = moe_ffn_fwd_plan(MOE_FWD_UP, G, off, H, F, C, es, xb, c->act, y, W1, W2, plan);
+    err = gpu_gemm_plan_run(c, t, plan, ng);
+    if (!err)
+        err = ffn_act(c, dtype, es, first, rows_total - first, F, C);
+    if (!err) {
+        ng = moe_ffn_fwd_plan(MOE_FWD_DOWN, G, off, H, F, C, es, xb, c->act, y, W1, W2, plan);
+        err = gpu_gemm_plan_run(c, t, plan, ng);
     }
-    for (uint32_t g = 0; g < G; g++) {
-        size_t r0 = off[g], n = off[g + 1] - r0;
-        if (!n)
-            continue;
-        char *act = (char *)c->act + r0 * C * es;
-        if ((err = gemm_one(c, t, (int)n, (int)C, (int)H, xb + r0 * H * es, (int)H,
-                            W1[g], (int)C, act, (int)C)) != 0)
-            return err;
-    }
-    if ((err = ffn_act(c, dtype, es, off[0], off[G] - off[0], F, C)) != 0)
-        return err;
-    for (uint32_t g = 0; g < G; g++) {
-        size_t r0 = off[g], n = off[g + 1] - r0;
-        if (!n)
-            continue;
-        const char *act = (const char *)c->act + r0 * C * es;
-        if ((err = gemm_one(c, t, (int)n, (int)H, (int)F, act, (int)C,
-                            W2[g], (int)H, yb + r0 * H * es, (int)H)) != 0)
-            return err;
-    }
-    return 0;
+    free(plan);
+    return err;
 }

@@ -182,10 +182,13 @@ static inline cudaDataType_t gpu_blas_type(int dtype)
 /* Make sure *buf holds at least bytes device bytes (grows by doubling; contents not kept). */
 int gpu_reserve(void **buf, size_t *have, size_t bytes);
 
-/* Run the ng products of a plan (gemm_plan.h: fp32, cuBLAS's column-major arguments, alpha 1)
- * as one cublasSgemmGroupedBatched call on ctx's stream: the operand pointers go to the
- * device workspace ctx->ptrs in one copy. ng may be 0. */
-int gpu_gemm_plan_run(moe_gpu_ctx_t *c, const moe_gemm_arg_t *g, int ng);
+/* Run the ng products of a plan (gemm_plan.h: cuBLAS's column-major arguments, alpha 1,
+ * operands of type t, fp32 accumulation) on ctx's stream: one cublasGemmGroupedBatchedEx call,
+ * its operand pointers copied to the device workspace ctx->ptrs first; or, in gemm mode
+ * MOE_GPU_GEMM_LOOP, one cublasGemmEx per product. ng may be 0. */
+int gpu_gemm_plan_run(moe_gpu_ctx_t *c, cudaDataType_t t, const moe_gemm_arg_t *g, int ng);
+/* One product of a plan as one cublasGemmEx (fp32 accumulation) on ctx's stream. */
+int gpu_gemm_arg_run(moe_gpu_ctx_t *c, cudaDataType_t t, const moe_gemm_arg_t *g);
 
 /* Launch the silu of n values of dtype in place (defined in gpu_elem.cu). */
 int gpu_silu(void *a, size_t n, int dtype, cudaStream_t s);

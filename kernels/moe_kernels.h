@@ -154,8 +154,8 @@ int moe_gpu_ffn_backward(moe_gpu_ctx_t *ctx, const float *x, const float *a, siz
 /* moe_gpu_ffn_backward over G experts in the expert-sorted layout of moe_gpu_ffn_grouped
  * (rows off[g] .. off[g+1]-1 of x, a, dy, s, dx and ds belong to expert g; off on the host,
  * G + 1 ascending entries), fp32: each of the five products is one grouped GEMM over the
- * experts with rows (cublasSgemmGroupedBatched, planned by kernels/gemm_plan.h), or with the
- * context's gemm mode MOE_GPU_GEMM_LOOP one cublasSgemm per expert; the element-wise steps run
+ * experts with rows (cublasGemmGroupedBatchedEx, planned by kernels/gemm_plan.h), or with the
+ * context's gemm mode MOE_GPU_GEMM_LOOP one cublasGemmEx per expert; the element-wise steps run
  * once over all the rows. W1, W2, dW1 and dW2 are host tables of G device pointers (dW1, dW2:
  * NULL tables for no weight gradients; a table's entries may be NULL for experts without
  * rows). Each expert's results are those of moe_gpu_ffn_backward on its rows. Returns 0, an

@@ -1,6 +1,6 @@
-/* tests/unit/test_gemm_plan.c -- the grouped FFN backward's GEMM plan (kernels/gemm_plan.h),
+/* tests/unit/test_gemm_plan.c -- the grouped FFN's GEMM plans (kernels/gemm_plan.h),
  * without a GPU: each planned product is carried out by a column-major reference of cuBLAS's
- * GEMM (the meaning cublasSgemmGroupedBatched gives the same arguments) and compared with the
+ * GEMM (the meaning cublasGemmGroupedBatchedEx gives the same arguments) and compared with the
  * product written out row-major, expert by expert. Experts without rows and rows before the
  * first expert's must be left alone. */
 #include <math.h>
@@ -37,15 +37,16 @@ static float *dup(const float *p, size_t n)
 /* cuBLAS's C = op(A) op(B) + beta C, column-major, alpha 1, sums in double. */
 static void exec_cm(const moe_gemm_arg_t *g)
 {
+    const float *A = g->A, *B = g->B;
     for (int j = 0; j < g->n; j++)
         for (int i = 0; i < g->m; i++) {
             double t = 0;
             for (int l = 0; l < g->k; l++) {
-                float a = g->ta ? g->A[l + (size_t)i * g->lda] : g->A[i + (size_t)l * g->lda];
-                float b = g->tb ? g->B[j + (size_t)l * g->ldb] : g->B[l + (size_t)j * g->ldb];
+                float a = g->ta ? A[l + (size_t)i * g->lda] : A[i + (size_t)l * g->lda];
+                float b = g->tb ? B[j + (size_t)l * g->ldb] : B[l + (size_t)j * g->ldb];
                 t += (double)a * b;
             }
-            float *c = g->C + i + (size_t)j * g->ldc;
+            float *c = (float *)g->C + i + (size_t)j * g->ldc;
             *c = (float)(g->beta * (double)*c + t);
         }
 }
@@ -164,8 +165,58 @@ static void plan_case(uint32_t C)
     }
 }
 
+/* The forward's two products (moe_ffn_fwd_plan), C columns of W1: act = x W1, then y = the
+ * first F columns of act times W2; rows of no expert's stay as they were. */
+static void fwd_case(uint32_t C)
+{
+    float *x = randf(ROWS * H), *act = randf(ROWS * C), *y = randf(ROWS * H);
+    float *act0 = dup(act, ROWS * C), *y0 = dup(y, ROWS * H);
+    float *ar = dup(act, ROWS * C), *yr = dup(y, ROWS * H), *W1[G], *W2[G];
+    for (int g = 0; g < G; g++) {
+        W1[g] = randf((size_t)H * C);
+        W2[g] = randf((size_t)F * H);
+    }
+    moe_gemm_arg_t plan[G];
+    for (int p = 0; p < MOE_FWD_PRODUCTS; p++) {
+        int ng = moe_ffn_fwd_plan(p, G, off, H, F, C, sizeof(float), x, act, y,
+                                  (const void *const *)W1, (const void *const *)W2, plan);
+        CHECK_EQ_INT(ng, 3);
+        for (int i = 0; i < ng; i++)
+            exec_cm(&plan[i]);
+    }
+    for (int g = 0; g < G; g++)
+        for (size_t r = off[g]; r < off[g + 1]; r++) {
+            for (uint32_t c = 0; c < C; c++) {
+                double t = 0;
+                for (int h = 0; h < H; h++)
+                    t += (double)x[r * H + h] * W1[g][(size_t)h * C + c];
+                ar[r * C + c] = (float)t;
+            }
+            for (int h = 0; h < H; h++) {
+                double t = 0;
+                for (int f = 0; f < F; f++)
+                    t += (double)ar[r * C + f] * W2[g][f * H + h];
+                yr[r * H + h] = (float)t;
+            }
+        }
+    CHECK(close_all(act, ar, ROWS * C));
+    CHECK(close_all(y, yr, ROWS * H));
+    CHECK(memcmp(act, act0, 2 * C * sizeof *act) == 0 && memcmp(y, y0, 2 * H * sizeof *y) == 0);
+    CHECK_EQ_INT(moe_ffn_fwd_plan(MOE_FWD_PRODUCTS, G, off, H, F, C, 4, x, act, y, NULL, NULL,
+                                  plan), -1);
+    float *all[] = {x, act, y, act0, y0, ar, yr};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++)
+        free(all[i]);
+    for (int g = 0; g < G; g++) {
+        free(W1[g]);
+        free(W2[g]);
+    }
+}
+
 int main(void)
 {
+    fwd_case(2 * F); /* SwiGLU */
+    fwd_case(F);     /* SiLU */
     plan_case(2 * F); /* SwiGLU: gate and up side by side */
     plan_case(F);     /* SiLU */
     return unit_done("test_gemm_plan");
