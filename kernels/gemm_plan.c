@@ -17,16 +17,23 @@ static void *row_at(const void *p, size_t r0, uint32_t w, size_t es)
     return p ? (char *)(uintptr_t)p + r0 * w * es : NULL;
 }
 
+/* Are the G + 1 offsets ascending? */
+static int ascending(uint32_t G, const size_t *off)
+{
+    for (uint32_t g = 0; g < G; g++)
+        if (off[g + 1] < off[g])
+            return 0;
+    return 1;
+}
+
 int moe_ffn_fwd_plan(int product, uint32_t G, const size_t *off, uint32_t H, uint32_t F,
                      uint32_t C, size_t es, const void *x, void *act, void *y,
                      const void *const *W1, const void *const *W2, moe_gemm_arg_t *out)
 {
-    if (product < 0 || product >= MOE_FWD_PRODUCTS)
+    if (product < 0 || product >= MOE_FWD_PRODUCTS || !ascending(G, off))
         return -1;
     int ng = 0;
     for (uint32_t g = 0; g < G; g++) {
-        if (off[g + 1] < off[g])
-            return -1;
         size_t r0 = off[g];
         int n = (int)(off[g + 1] - r0);
         if (n && product == MOE_FWD_UP)
@@ -43,13 +50,11 @@ int moe_ffn_bwd_plan(int product, uint32_t G, const size_t *off, uint32_t H, uin
                      uint32_t C, int accumulate_dx, const moe_ffn_bwd_bufs_t *b,
                      moe_gemm_arg_t *out)
 {
-    if (product < 0 || product >= MOE_BWD_PRODUCTS)
+    if (product < 0 || product >= MOE_BWD_PRODUCTS || !ascending(G, off))
         return -1;
     const int h = (int)H, f = (int)F, c = (int)C;
     int ng = 0;
     for (uint32_t g = 0; g < G; g++) {
-        if (off[g + 1] < off[g])
-            return -1;
         size_t r0 = off[g];
         int n = (int)(off[g + 1] - r0);
         if (!n)
