@@ -62,7 +62,12 @@ typedef struct job {
 static int parse_pairs(job_t *j, const char *arg, char *err, size_t errlen)
 {
     moe_ranges_t rg = {0};
-    const char *why = moe_ranges_parse(&rg, arg, MOE_TRACE_MAX_LAYERS - 1) ? "invalid" : NULL;
+    const char *why = NULL;
+    if (moe_ranges_parse(&rg, arg, MOE_TRACE_MAX_LAYERS - 1)) {
+        moe_ranges_free(&rg);
+        snprintf(err, errlen, "invalid pair list '%s' (expected layers like 0,3-5)", arg);
+        return -1;
+    }
     for (size_t i = 0; !why && i < rg.n; i++)
         for (uint32_t k = rg.r[i][0]; !why && k <= rg.r[i][1]; k++) {
             uint32_t *q = j->npairs < 64 ? realloc(j->pairs, (j->npairs + 1) * sizeof *q) : NULL;
@@ -72,9 +77,7 @@ static int parse_pairs(job_t *j, const char *arg, char *err, size_t errlen)
                 why = j->npairs < 64 ? "out of memory" : "--pair: at most 64 pairs";
         }
     moe_ranges_free(&rg);
-    if (why && why[0] == 'i')
-        snprintf(err, errlen, "invalid pair list '%s' (expected layers like 0,3-5)", arg);
-    else if (why)
+    if (why)
         snprintf(err, errlen, "%s", why);
     return why ? -1 : 0;
 }
