@@ -115,8 +115,9 @@ moe_run_t *moe_run_new(const moe_run_cfg_t *cfg, moe_run_backend_t *b);
 void moe_run_free(moe_run_t *r);
 /* Read the inputs on every rank, check their shapes before any data moves, build the model.
  * Collective. Returns 0; 1 on the rank that reports the failure (a one-line reason in
- * errbuf: rank 0 for shape errors, the failing rank for its own I/O); 2 on the others; a
- * negative status for a fatal error (moe_run_errmsg). */
+ * errbuf: rank 0 for shape errors and settings that exclude each other
+ * (moe_run_cfg_conflict), the failing rank for its own I/O); 2 on the others; a negative
+ * status for a fatal error (moe_run_errmsg). */
 int moe_run_setup(moe_run_t *r, char *errbuf, size_t errlen);
 /* The warm-up and timed iterations; statistics kept for the report. Collective. 0, or a
  * negative status for a fatal error (moe_run_errmsg). */

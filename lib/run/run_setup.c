@@ -363,6 +363,11 @@ int run_setup(run_t *r, char *errbuf, size_t errlen)
 {
     r->me = r->b->rank;
     r->G = r->b->size;
+    const char *conflict = moe_run_cfg_conflict(&r->cfg); /* the same on every rank */
+    if (conflict) {
+        snprintf(errbuf, errlen, "%s", conflict);
+        return r->me == 0 ? 1 : 2;
+    }
     r->H = r->cfg.H;
     r->F = r->cfg.F;
     r->expert = r->cfg.expert;

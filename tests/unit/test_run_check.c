@@ -7,7 +7,9 @@
 
 #include <math.h>
 #include <stdint.h>
+#include <string.h>
 
+#include "moe/cost.h"
 #include "moe/moe.h"
 #include "moe/run.h"
 #include "moe/run_backend.h"
@@ -88,6 +90,26 @@ static int run_once(moe_run_backend_t *b, int mode, double *err)
     return ok;
 }
 
+/* Settings that exclude each other are refused by the library's set-up, not only by moe-run's
+ * options (moe_run_cfg_conflict). */
+static void conflicting_settings(moe_run_backend_t *b)
+{
+    moe_run_cfg_t c;
+    moe_run_cfg_default(&c);
+    c.chunks = 2, c.chunks_set = 1; /* vanilla is not chunked */
+    CHECK_STR(moe_run_cfg_conflict(&c), "--chunks applies to pipelined and hierarchical mode");
+    moe_run_t *r = moe_run_new(&c, b);
+    char errbuf[256] = "";
+    CHECK(r && moe_run_setup(r, errbuf, sizeof errbuf) == 1 && strstr(errbuf, "--chunks"));
+    moe_run_free(r);
+    c.mode = MOE_RUN_PIPELINED;
+    CHECK(moe_run_cfg_conflict(&c) == NULL);
+    c.reuse = MOE_REUSE_S1; /* not training */
+    CHECK(moe_run_cfg_conflict(&c) != NULL);
+    c.train = 1;
+    CHECK(moe_run_cfg_conflict(&c) == NULL);
+}
+
 int main(int argc, char **argv)
 {
     setenv("OMPI_MCA_mca_base_component_disable_dlclose", "1", 0);
@@ -100,6 +122,7 @@ int main(int argc, char **argv)
     CHECK(b != NULL);
     if (!b)
         return unit_done("test_run_check");
+    conflicting_settings(b);
     cpu_ops = b->ops;
     faulty_ops = *cpu_ops;
     faulty_ops.ffn_grouped = faulty_ffn;
