@@ -68,6 +68,29 @@ int imp_comment(moe_importer_t *im, const char *fmt, ...)
     return 0;
 }
 
+int imp_layers_add(imp_layers_t *w, uint32_t i, const char *item)
+{
+    size_t n = strlen(item);
+    if (w->len > 0 && w->len + n + 2 >= sizeof w->list) {
+        int st = imp_comment(w->im, "%s: layers %u..%u are model layers %s", w->prefix,
+                             w->first, i - 1, w->list);
+        if (st < 0)
+            return st;
+        w->len = 0;
+        w->first = i;
+    }
+    w->len += (size_t)snprintf(w->list + w->len, sizeof w->list - w->len, "%s%s",
+                               w->len ? "," : "", item);
+    return 0;
+}
+
+int imp_layers_end(imp_layers_t *w, uint32_t last)
+{
+    w->list[w->len] = '\0';
+    return imp_comment(w->im, "%s: layers %u..%u are model layers %s", w->prefix, w->first,
+                       last, w->list);
+}
+
 /* ------------------------------------------------------------------ records */
 
 uint32_t imp_id_limit(const moe_importer_t *im)

@@ -55,6 +55,20 @@ int imp_fail_read(moe_importer_t *im, const char *what, int status);
 /* Append "@CO\t<text>\n" to the header lines (control characters become spaces). */
 int imp_comment(moe_importer_t *im, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/* The @CO lines "PREFIX: layers a..b are model layers LIST" that map a trace's layers to the
+ * model's: imp_layers_add appends trace layers i..j as one item of LIST ("5", "3-7",
+ * "mtp0.1"), starting a new line first when the list would pass about 800 characters;
+ * imp_layers_end writes the last line, up to trace layer `last`. 0 or a negative status. */
+typedef struct imp_layers {
+    moe_importer_t *im;
+    const char *prefix;
+    char list[800];
+    size_t len;
+    uint32_t first;
+} imp_layers_t;
+int imp_layers_add(imp_layers_t *w, uint32_t i, const char *item);
+int imp_layers_end(imp_layers_t *w, uint32_t last);
+
 /* Largest expert id + 1 accepted: opts.experts when given, else what the trace can store. */
 uint32_t imp_id_limit(const moe_importer_t *im);
 /* Size r for the header shape (experts may still be unknown). Returns 0 or MOE_ENOMEM. */

@@ -141,29 +141,22 @@ static int select_layers(moe_importer_t *im, imp_dense_t *d)
 /* "@CO dense: layers 0..3 are model layers 1-3,5" (several lines when the list is long). */
 static int layers_comment(moe_importer_t *im, const imp_dense_t *d)
 {
-    char list[800];
-    size_t len = 0;
-    uint32_t first = 0;
+    imp_layers_t w = {.im = im, .prefix = "dense"};
     for (uint32_t i = 0; i < d->layers; i++) {
         uint32_t j = i;
         while (j + 1 < d->layers && d->sel[j + 1] == d->sel[j] + 1)
             j++;
         char id[32];
-        int n = j > i ? snprintf(id, sizeof id, "%u-%u", d->sel[i], d->sel[j])
-                      : snprintf(id, sizeof id, "%u", d->sel[i]);
-        if (len > 0 && len + (size_t)n + 2 >= sizeof list) {
-            int st = imp_comment(im, "dense: layers %u..%u are model layers %s", first, i - 1,
-                                 list);
-            if (st < 0)
-                return st;
-            len = 0;
-            first = i;
-        }
-        len += (size_t)snprintf(list + len, sizeof list - len, "%s%s", len ? "," : "", id);
+        if (j > i)
+            snprintf(id, sizeof id, "%u-%u", d->sel[i], d->sel[j]);
+        else
+            snprintf(id, sizeof id, "%u", d->sel[i]);
+        int st = imp_layers_add(&w, i, id);
+        if (st < 0)
+            return st;
         i = j;
     }
-    return imp_comment(im, "dense: layers %u..%u are model layers %s", first, d->layers - 1,
-                       list);
+    return imp_layers_end(&w, d->layers - 1);
 }
 
 int imp_dense_start(moe_importer_t *im, imp_dense_t *d)

@@ -570,9 +570,8 @@ static int collect(moe_importer_t *im, jstate_t *s)
  * consecutive decoder ids shortened), several lines when the list is long. */
 static int mg_comment(moe_importer_t *im, const jstate_t *s)
 {
-    char list[900], id[48];
-    size_t len = 0;
-    uint32_t first = 0;
+    imp_layers_t w = {.im = im, .prefix = "megatron"};
+    char id[48];
     for (uint32_t i = 0; i < s->L; i++) {
         uint32_t j = i;
         while (!(s->lids[i] & MG_MTP) && j + 1 < s->L && s->lids[j + 1] == s->lids[j] + 1)
@@ -580,23 +579,15 @@ static int mg_comment(moe_importer_t *im, const jstate_t *s)
         lid_str(s->lids[i], id, sizeof id);
         size_t n = strlen(id);
         if (j > i + 1)
-            n += (size_t)snprintf(id + n, sizeof id - n, "-%llu",
-                                  (unsigned long long)s->lids[j]);
+            snprintf(id + n, sizeof id - n, "-%llu", (unsigned long long)s->lids[j]);
         else
             j = i;
-        list[len] = '\0';
-        if (len > 0 && len + n + 1 >= sizeof list) {
-            int st = imp_comment(im, "megatron: layers %u..%u are model layers %s", first, i - 1,
-                                 list);
-            if (st < 0)
-                return st;
-            len = 0;
-            first = i;
-        }
-        len += (size_t)snprintf(list + len, sizeof list - len, "%s%s", len ? "," : "", id);
+        int st = imp_layers_add(&w, i, id);
+        if (st < 0)
+            return st;
         i = j;
     }
-    return imp_comment(im, "megatron: layers %u..%u are model layers %s", first, s->L - 1, list);
+    return imp_layers_end(&w, s->L - 1);
 }
 
 /* Megatron: the distinct layer ids of the first step, ascending, are layers 0..L-1. */
