@@ -80,16 +80,17 @@ enum agree_kind {
     AG_U64,     /* uint64_t */
     AG_FLAG,    /* int, given or not */
     AG_NOFLAG,  /* int, an option that clears it (--no-prefetch) */
-    AG_MODE,    /* int, enum moe_run_mode */
-    AG_DTYPE,   /* int, enum moe_dtype */
-    AG_EXPERT,  /* int, enum moe_expert */
+    AG_NAMED,   /* int, an enumeration shown by the field's name function */
     AG_FILE,    /* const char *: compared on presence only (ranks may name their own copies) */
     AG_CHUNKS,  /* uint32_t chunks with chunks_set */
-    AG_RULE,    /* int, enum moe_replica_rule */
     AG_DBL,     /* double, compared as its shortest exact text */
-    AG_OPT,     /* int, enum moe_run_optimizer */
-    AG_REUSE,   /* int, enum moe_mpmoe_reuse or MOE_RUN_REUSE_AUTO */
 };
+
+/* --reuse: enum moe_mpmoe_reuse or MOE_RUN_REUSE_AUTO */
+static const char *reuse_name(int reuse)
+{
+    return reuse == MOE_RUN_REUSE_AUTO ? "auto" : moe_mpmoe_reuse_name(reuse);
+}
 
 /* The one table of what must agree: a rank holding another value would run another loop
  * count, message size or collective sequence and hang or misread its peers. Verbosity and
@@ -98,32 +99,33 @@ static const struct agree_field {
     const char *name;
     int kind;
     size_t off;
+    const char *(*named)(int); /* AG_NAMED: the value's name */
 } fields[] = {
-    {"--mode", AG_MODE, offsetof(moe_run_cfg_t, mode)},
-    {"--layers", AG_U32, offsetof(moe_run_cfg_t, L)},
-    {"--experts", AG_U32, offsetof(moe_run_cfg_t, E)},
-    {"--topk", AG_U32, offsetof(moe_run_cfg_t, K)},
-    {"--hidden", AG_U32, offsetof(moe_run_cfg_t, H)},
-    {"--ffn", AG_U32, offsetof(moe_run_cfg_t, F)},
-    {"--expert", AG_EXPERT, offsetof(moe_run_cfg_t, expert)},
-    {"--tokens-per-rank", AG_U64, offsetof(moe_run_cfg_t, tokens_per_rank)},
-    {"--dtype", AG_DTYPE, offsetof(moe_run_cfg_t, dtype)},
-    {"--trace", AG_FILE, offsetof(moe_run_cfg_t, trace)},
-    {"--placement", AG_FILE, offsetof(moe_run_cfg_t, placement)},
-    {"--topology", AG_FILE, offsetof(moe_run_cfg_t, topology)},
-    {"--gpus-per-node", AG_U32, offsetof(moe_run_cfg_t, gpn)},
-    {"--iters", AG_INT, offsetof(moe_run_cfg_t, iters)},
-    {"--warmup", AG_INT, offsetof(moe_run_cfg_t, warmup)},
-    {"--seed", AG_U64, offsetof(moe_run_cfg_t, seed)},
-    {"--check", AG_FLAG, offsetof(moe_run_cfg_t, check)},
-    {"--chunks", AG_CHUNKS, offsetof(moe_run_cfg_t, chunks)},
-    {"--credits", AG_U32, offsetof(moe_run_cfg_t, credits)},
-    {"--no-prefetch", AG_NOFLAG, offsetof(moe_run_cfg_t, prefetch)},
-    {"--replica-rule", AG_RULE, offsetof(moe_run_cfg_t, replica_rule)},
-    {"--train", AG_FLAG, offsetof(moe_run_cfg_t, train)},
-    {"--optimizer", AG_OPT, offsetof(moe_run_cfg_t, optimizer)},
-    {"--lr", AG_DBL, offsetof(moe_run_cfg_t, lr)},
-    {"--reuse", AG_REUSE, offsetof(moe_run_cfg_t, reuse)},
+    {"--mode", AG_NAMED, offsetof(moe_run_cfg_t, mode), moe_run_mode_name},
+    {"--layers", AG_U32, offsetof(moe_run_cfg_t, L), NULL},
+    {"--experts", AG_U32, offsetof(moe_run_cfg_t, E), NULL},
+    {"--topk", AG_U32, offsetof(moe_run_cfg_t, K), NULL},
+    {"--hidden", AG_U32, offsetof(moe_run_cfg_t, H), NULL},
+    {"--ffn", AG_U32, offsetof(moe_run_cfg_t, F), NULL},
+    {"--expert", AG_NAMED, offsetof(moe_run_cfg_t, expert), moe_expert_name},
+    {"--tokens-per-rank", AG_U64, offsetof(moe_run_cfg_t, tokens_per_rank), NULL},
+    {"--dtype", AG_NAMED, offsetof(moe_run_cfg_t, dtype), moe_dtype_name},
+    {"--trace", AG_FILE, offsetof(moe_run_cfg_t, trace), NULL},
+    {"--placement", AG_FILE, offsetof(moe_run_cfg_t, placement), NULL},
+    {"--topology", AG_FILE, offsetof(moe_run_cfg_t, topology), NULL},
+    {"--gpus-per-node", AG_U32, offsetof(moe_run_cfg_t, gpn), NULL},
+    {"--iters", AG_INT, offsetof(moe_run_cfg_t, iters), NULL},
+    {"--warmup", AG_INT, offsetof(moe_run_cfg_t, warmup), NULL},
+    {"--seed", AG_U64, offsetof(moe_run_cfg_t, seed), NULL},
+    {"--check", AG_FLAG, offsetof(moe_run_cfg_t, check), NULL},
+    {"--chunks", AG_CHUNKS, offsetof(moe_run_cfg_t, chunks), NULL},
+    {"--credits", AG_U32, offsetof(moe_run_cfg_t, credits), NULL},
+    {"--no-prefetch", AG_NOFLAG, offsetof(moe_run_cfg_t, prefetch), NULL},
+    {"--replica-rule", AG_NAMED, offsetof(moe_run_cfg_t, replica_rule), moe_replica_rule_name},
+    {"--train", AG_FLAG, offsetof(moe_run_cfg_t, train), NULL},
+    {"--optimizer", AG_NAMED, offsetof(moe_run_cfg_t, optimizer), moe_run_optimizer_name},
+    {"--lr", AG_DBL, offsetof(moe_run_cfg_t, lr), NULL},
+    {"--reuse", AG_NAMED, offsetof(moe_run_cfg_t, reuse), reuse_name},
 };
 #define NFIELDS (sizeof fields / sizeof *fields)
 
@@ -161,30 +163,9 @@ static void field_slot(const moe_run_cfg_t *c, const struct agree_field *f, agre
         memcpy(&i, p, sizeof i);
         snprintf(s->text, sizeof s->text, "%s", (f->kind == AG_FLAG) == (i != 0) ? "on" : "off");
         break;
-    case AG_MODE:
+    case AG_NAMED:
         memcpy(&i, p, sizeof i);
-        snprintf(s->text, sizeof s->text, "%s", moe_run_mode_name(i));
-        break;
-    case AG_DTYPE:
-        memcpy(&i, p, sizeof i);
-        snprintf(s->text, sizeof s->text, "%s", moe_dtype_name(i));
-        break;
-    case AG_EXPERT:
-        memcpy(&i, p, sizeof i);
-        snprintf(s->text, sizeof s->text, "%s", moe_expert_name(i));
-        break;
-    case AG_RULE:
-        memcpy(&i, p, sizeof i);
-        snprintf(s->text, sizeof s->text, "%s", moe_replica_rule_name(i));
-        break;
-    case AG_OPT:
-        memcpy(&i, p, sizeof i);
-        snprintf(s->text, sizeof s->text, "%s", moe_run_optimizer_name(i));
-        break;
-    case AG_REUSE:
-        memcpy(&i, p, sizeof i);
-        snprintf(s->text, sizeof s->text, "%s",
-                 i == MOE_RUN_REUSE_AUTO ? "auto" : moe_mpmoe_reuse_name(i));
+        snprintf(s->text, sizeof s->text, "%s", f->named(i));
         break;
     case AG_DBL: {
         double d;
