@@ -425,9 +425,9 @@ int main(int argc, char **argv)
         double bflops = 2.0 * (double)s.rows * (3.0 * c->H * C + 2.0 * c->F * c->H);
         double tbl = backward_ms(&s, MOE_GPU_GEMM_LOOP);
         double tbg = backward_ms(&s, MOE_GPU_GEMM_GROUPED);
-        printf("%-28s %10.3f %8.1f TF/s %10s\n", "FFN backward (GEMM loop)", tbl,
+        printf("%-28s %10.3f %8.1f TF/s %10s\n", "backward GEMM loop (baseline)", tbl,
                bflops / (tbl * 1e9), "1.000");
-        printf("%-28s %10.3f %8.1f TF/s %10.3f\n", "FFN backward (grouped GEMM)", tbg,
+        printf("%-28s %10.3f %8.1f TF/s %10.3f\n", "backward FFN (grouped GEMM)", tbg,
                bflops / (tbg * 1e9), tbl / tbg);
     }
     /* the whole layer: its FLOPs rate, and its share of the dense GEMM's time */
