@@ -281,14 +281,36 @@ extern "C" int moe_gpu_gate_backward(moe_gpu_ctx_t *c, const float *x, size_t n,
 
 /* ------------------------------------------------------------------ grouped */
 
-/* One product of the plan over every expert with rows, fp32: a grouped GEMM, or (gemm mode
- * loop) one GEMM after the other, as moe_gpu_ffn_backward issues them. */
-static int bwd_product(moe_gpu_ctx_t *c, int product, uint32_t G, const size_t *off,
-                       uint32_t H, uint32_t F, uint32_t C, int accumulate_dx,
-                       const moe_ffn_bwd_bufs_t *b, moe_gemm_arg_t *plan)
+/* The products of a grouped backward, planned at once: product p's ng[p] entries start at
+ * first[p] of plan (ng[p] 0 for a product the call does not run). */
+typedef struct bwd_plan {
+    moe_gemm_arg_t *plan;
+    int first[MOE_BWD_PRODUCTS], ng[MOE_BWD_PRODUCTS];
+} bwd_plan_t;
+
+/* Plan the products the call runs (want: a bit per product) and upload their pointers. */
+static int bwd_plan(moe_gpu_ctx_t *c, bwd_plan_t *bp, unsigned want, uint32_t G,
+                    const size_t *off, uint32_t H, uint32_t F, uint32_t C, int accumulate_dx,
+                    const moe_ffn_bwd_bufs_t *b)
 {
-    int ng = moe_ffn_bwd_plan(product, G, off, H, F, C, accumulate_dx, b, plan);
-    return ng < 0 ? (int)cudaErrorInvalidValue : gpu_gemm_plan_run(c, CUDA_R_32F, plan, ng);
+    int n = 0;
+    for (int p = 0; p < MOE_BWD_PRODUCTS; p++) {
+        bp->first[p] = n;
+        bp->ng[p] = want >> p & 1
+                        ? moe_ffn_bwd_plan(p, G, off, H, F, C, accumulate_dx, b, bp->plan + n)
+                        : 0;
+        if (bp->ng[p] < 0)
+            return (int)cudaErrorInvalidValue;
+        n += bp->ng[p];
+    }
+    return gpu_gemm_plan_upload(c, bp->plan, n);
+}
+
+/* Product p of the planned backward over every expert with rows, fp32: a grouped GEMM, or
+ * (gemm mode loop) one GEMM after the other, as moe_gpu_ffn_backward issues them. */
+static int bwd_product(moe_gpu_ctx_t *c, const bwd_plan_t *bp, int p)
+{
+    return gpu_gemm_plan_run(c, CUDA_R_32F, bp->plan, bp->first[p], bp->ng[p]);
 }
 
 extern "C" int moe_gpu_ffn_backward_grouped(moe_gpu_ctx_t *c, const float *x, const float *a,
@@ -313,30 +335,35 @@ extern "C" int moe_gpu_ffn_backward_grouped(moe_gpu_ctx_t *c, const float *x, co
      * their gradient), the activation, d, s dy, x^ and its gradient dn */
     size_t fl = R * C + 2 * R * F + 3 * R * H;
     int err = gpu_reserve(&c->act, &c->act_bytes, fl * sizeof(float));
-    moe_gemm_arg_t *plan = (moe_gemm_arg_t *)malloc(G * sizeof *plan);
-    if (err || !plan) {
-        free(plan);
+    bwd_plan_t bp;
+    bp.plan = (moe_gemm_arg_t *)malloc(MOE_BWD_PRODUCTS * (size_t)G * sizeof *bp.plan);
+    if (err || !bp.plan) {
+        free(bp.plan);
         return err ? err : (int)cudaErrorMemoryAllocation;
     }
     float *pa = (float *)c->act, *act = pa + R * C, *d = act + R * F, *sdy = d + R * F;
     float *xw = sdy + R * H, *dn = xw + R * H;
     const int norm = expert == MOE_EXPERT_SWIGLU;
     moe_ffn_bwd_bufs_t b = {norm ? xw : x, pa, act, d, dy, sdy, norm ? dn : dx, W1, W2, dW1, dW2};
+    unsigned want = (a ? 0u : 1u << MOE_BWD_RECOMPUTE) | 1u << MOE_BWD_D |
+                    (dW2 ? 1u << MOE_BWD_DW2 : 0u) | (dW1 ? 1u << MOE_BWD_DW1 : 0u) |
+                    (dx ? 1u << MOE_BWD_DX : 0u);
+    err = bwd_plan(c, &bp, want, G, off, H, F, C, !norm, &b);
     cudaStream_t st = c->stream;
-    if (norm)
+    if (!err && norm)
         err = gpu_rmsnorm(x + first * H, n, H, MOE_DTYPE_FP32, xw + first * H, st);
     if (!err && a)
         err = (int)cudaMemcpyAsync(pa + first * C, a + first * C, n * C * sizeof *pa,
                                    cudaMemcpyDeviceToDevice, st);
     else if (!err)
-        err = bwd_product(c, MOE_BWD_RECOMPUTE, G, off, H, F, C, 0, &b, plan);
+        err = bwd_product(c, &bp, MOE_BWD_RECOMPUTE);
     if (!err) {
         k_act<<<gpu_blocks(n * F, THREADS), THREADS, 0, st>>>(pa + first * C, act + first * F,
                                                               n, F, C);
         err = (int)cudaGetLastError();
     }
     if (!err)
-        err = bwd_product(c, MOE_BWD_D, G, off, H, F, C, 0, &b, plan);
+        err = bwd_product(c, &bp, MOE_BWD_D);
     if (!err) {
         k_row_grads<<<(unsigned)n, THREADS, 0, st>>>(pa + first * C, act + first * F,
                                                      d + first * F, s ? s + first : NULL,
@@ -344,17 +371,13 @@ extern "C" int moe_gpu_ffn_backward_grouped(moe_gpu_ctx_t *c, const float *x, co
                                                      sdy + first * H, F, C, H);
         err = (int)cudaGetLastError();
     }
-    if (!err && dW2)
-        err = bwd_product(c, MOE_BWD_DW2, G, off, H, F, C, 0, &b, plan);
-    if (!err && dW1)
-        err = bwd_product(c, MOE_BWD_DW1, G, off, H, F, C, 0, &b, plan);
-    if (!err && dx)
-        err = bwd_product(c, MOE_BWD_DX, G, off, H, F, C, !norm, &b, plan);
+    for (int p = MOE_BWD_DW2; p <= MOE_BWD_DX && !err; p++) /* dW2, dW1, dx (each if wanted) */
+        err = bwd_product(c, &bp, p);
     if (!err && dx && norm) {
         k_norm_back<<<(unsigned)n, THREADS, 0, st>>>(x + first * H, dn + first * H,
                                                      dx + first * H, H);
         err = (int)cudaGetLastError();
     }
-    free(plan);
+    free(bp.plan);
     return err;
 }

@@ -111,6 +111,8 @@ extern "C" void moe_gpu_ctx_free(moe_gpu_ctx_t *c)
     cudaFree(c->xn);
     cudaFree(c->tmp);
     cudaFree(c->ptrs);
+    if (c->ptrs_copied)
+        cudaEventDestroy(c->ptrs_copied);
     free_host(c);
     free(c);
 }
@@ -196,48 +198,68 @@ int gpu_gemm_arg_run(moe_gpu_ctx_t *c, cudaDataType_t t, const moe_gemm_arg_t *g
     return 0;
 }
 
-int gpu_gemm_plan_run(moe_gpu_ctx_t *c, cudaDataType_t t, const moe_gemm_arg_t *g, int ng)
+int gpu_gemm_plan_upload(moe_gpu_ctx_t *c, const moe_gemm_arg_t *g, int n)
+{
+    c->plan_n = 0;
+    if (c->gemm_mode == MOE_GPU_GEMM_LOOP || n <= 0)
+        return 0;
+    /* the host array is pageable: the previous call's copy from it must have been carried out
+     * before it is written again (a pageable copy may return before it reads its source) */
+    if (c->ptrs_copied)
+        GPU_TRY(cudaEventSynchronize(c->ptrs_copied));
+    else
+        GPU_TRY(cudaEventCreateWithFlags(&c->ptrs_copied, cudaEventDisableTiming));
+    int err = reserve_host(c, (size_t)n);
+    if (!err)
+        err = gpu_reserve((void **)&c->ptrs, &c->ptrs_cap, 3 * (size_t)n * sizeof(void *));
+    if (err)
+        return err;
+    void **p = c->hptrs; /* [A | B | C], n each */
+    for (int i = 0; i < n; i++) {
+        p[i] = (void *)g[i].A;
+        p[n + i] = (void *)g[i].B;
+        p[2 * n + i] = g[i].C;
+    }
+    GPU_TRY(cudaMemcpyAsync(c->ptrs, p, 3 * (size_t)n * sizeof(void *), cudaMemcpyHostToDevice,
+                            c->stream));
+    GPU_TRY(cudaEventRecord(c->ptrs_copied, c->stream));
+    c->plan_n = n;
+    return 0;
+}
+
+int gpu_gemm_plan_run(moe_gpu_ctx_t *c, cudaDataType_t t, const moe_gemm_arg_t *g, int first,
+                      int ng)
 {
     if (ng <= 0)
         return 0;
-    const float one = 1.0f;
     if (c->gemm_mode == MOE_GPU_GEMM_LOOP) {
         int err = 0;
-        for (int i = 0; i < ng && !err; i++)
+        for (int i = first; i < first + ng && !err; i++)
             err = gpu_gemm_arg_run(c, t, &g[i]);
         return err;
     }
-    int err = reserve_host(c, (size_t)ng);
-    if (!err)
-        err = gpu_reserve((void **)&c->ptrs, &c->ptrs_cap, 3 * (size_t)ng * sizeof(void *));
-    if (err)
-        return err;
-    void **p = c->hptrs; /* [A | B | C], ng each */
-    for (int i = 0; i < ng; i++) {
-        c->hop[i] = blas_op(g[i].ta);
-        c->hopb[i] = blas_op(g[i].tb);
-        c->hm[i] = g[i].m;
-        c->hn[i] = g[i].n;
-        c->hk[i] = g[i].k;
-        c->hlda[i] = g[i].lda;
-        c->hldb[i] = g[i].ldb;
-        c->hldc[i] = g[i].ldc;
+    if (first < 0 || first + ng > c->plan_n)
+        return (int)cudaErrorInvalidValue;
+    for (int i = 0; i < ng; i++) { /* host arrays, read by the call itself */
+        const moe_gemm_arg_t *a = &g[first + i];
+        c->hop[i] = blas_op(a->ta);
+        c->hopb[i] = blas_op(a->tb);
+        c->hm[i] = a->m;
+        c->hn[i] = a->n;
+        c->hk[i] = a->k;
+        c->hlda[i] = a->lda;
+        c->hldb[i] = a->ldb;
+        c->hldc[i] = a->ldc;
         c->hsize[i] = 1;
-        c->halpha[i] = one;
-        c->hbeta[i] = g[i].beta;
-        p[i] = (void *)g[i].A;
-        p[ng + i] = (void *)g[i].B;
-        p[2 * ng + i] = g[i].C;
+        c->halpha[i] = 1.0f;
+        c->hbeta[i] = a->beta;
     }
-    /* the pointer arrays go to the device from pageable memory, which the copy stages before
-     * it returns: p may be written again at once */
-    void **d = (void **)c->ptrs;
-    GPU_TRY(cudaMemcpyAsync(d, p, 3 * (size_t)ng * sizeof(void *), cudaMemcpyHostToDevice,
-                            c->stream));
+    void **d = (void **)c->ptrs + first; /* the slice of the uploaded [A | B | C] */
+    const int n = c->plan_n;
     BLAS_TRY(cublasGemmGroupedBatchedEx(c->blas, c->hop, c->hopb, c->hm, c->hn, c->hk, c->halpha,
                                         (const void *const *)d, t, c->hlda,
-                                        (const void *const *)(d + ng), t, c->hldb, c->hbeta,
-                                        d + 2 * ng, t, c->hldc, ng, c->hsize,
+                                        (const void *const *)(d + n), t, c->hldb, c->hbeta,
+                                        d + 2 * n, t, c->hldc, ng, c->hsize,
                                         CUBLAS_COMPUTE_32F));
     return 0;
 }
@@ -279,19 +301,22 @@ extern "C" int moe_gpu_ffn_grouped(moe_gpu_ctx_t *c, int dtype, const void *x, u
                                    dtype, (char *)c->xn + first * H * es, c->stream)) != 0)
         return err;
     const void *xb = norm ? c->xn : x;
-    moe_gemm_arg_t *plan = (moe_gemm_arg_t *)malloc(G * sizeof *plan);
+    moe_gemm_arg_t *plan = (moe_gemm_arg_t *)malloc(2 * (size_t)G * sizeof *plan);
     if (!plan)
         return (int)cudaErrorMemoryAllocation;
     /* act = x^ W1, the activation in place, y = act W2: each product one grouped GEMM over the
-     * experts with rows (or, gemm mode loop, one GEMM per expert) */
-    int ng = moe_ffn_fwd_plan(MOE_FWD_UP, G, off, H, F, C, es, xb, c->act, y, W1, W2, plan);
-    err = gpu_gemm_plan_run(c, t, plan, ng);
+     * experts with rows (or, gemm mode loop, one GEMM per expert); both products' operand
+     * pointers go to the device in one copy */
+    int up = moe_ffn_fwd_plan(MOE_FWD_UP, G, off, H, F, C, es, xb, c->act, y, W1, W2, plan);
+    int down = moe_ffn_fwd_plan(MOE_FWD_DOWN, G, off, H, F, C, es, xb, c->act, y, W1, W2,
+                                plan + up);
+    err = gpu_gemm_plan_upload(c, plan, up + down);
+    if (!err)
+        err = gpu_gemm_plan_run(c, t, plan, 0, up);
     if (!err)
         err = ffn_act(c, dtype, es, first, rows_total - first, F, C);
-    if (!err) {
-        ng = moe_ffn_fwd_plan(MOE_FWD_DOWN, G, off, H, F, C, es, xb, c->act, y, W1, W2, plan);
-        err = gpu_gemm_plan_run(c, t, plan, ng);
-    }
+    if (!err)
+        err = gpu_gemm_plan_run(c, t, plan, up, down);
     free(plan);
     return err;
 }

@@ -23,8 +23,11 @@ struct moe_gpu_ctx {
     size_t xn_bytes;
     void *tmp;           /* cub temporary storage and routing keys */
     size_t tmp_bytes;
-    void **ptrs;         /* device pointer arrays of the grouped GEMMs (3 per product) */
+    void **ptrs;         /* device pointer arrays of the grouped GEMMs: [A | B | C] of the
+                          * plan uploaded last, plan_n entries each */
     size_t ptrs_cap;     /* bytes */
+    int plan_n;
+    cudaEvent_t ptrs_copied; /* recorded after the upload: the host array may be rewritten */
     /* host mirrors of the grouped GEMM arguments */
     void **hptrs;
     int *hm, *hn, *hk, *hlda, *hldb, *hldc, *hsize;
@@ -182,11 +185,15 @@ static inline cudaDataType_t gpu_blas_type(int dtype)
 /* Make sure *buf holds at least bytes device bytes (grows by doubling; contents not kept). */
 int gpu_reserve(void **buf, size_t *have, size_t bytes);
 
-/* Run the ng products of a plan (gemm_plan.h: cuBLAS's column-major arguments, alpha 1,
- * operands of type t, fp32 accumulation) on ctx's stream: one cublasGemmGroupedBatchedEx call,
- * its operand pointers copied to the device workspace ctx->ptrs first; or, in gemm mode
+/* The n products of a call's plans (gemm_plan.h: cuBLAS's column-major arguments, alpha 1),
+ * every one its operations will run: their operand pointers go to the device workspace
+ * ctx->ptrs in one copy on ctx's stream (nothing in gemm mode MOE_GPU_GEMM_LOOP). */
+int gpu_gemm_plan_upload(moe_gpu_ctx_t *c, const moe_gemm_arg_t *g, int n);
+/* Products first .. first + ng - 1 of the plan uploaded last (operands of type t, fp32
+ * accumulation) on ctx's stream: one cublasGemmGroupedBatchedEx call; or, in gemm mode
  * MOE_GPU_GEMM_LOOP, one cublasGemmEx per product. ng may be 0. */
-int gpu_gemm_plan_run(moe_gpu_ctx_t *c, cudaDataType_t t, const moe_gemm_arg_t *g, int ng);
+int gpu_gemm_plan_run(moe_gpu_ctx_t *c, cudaDataType_t t, const moe_gemm_arg_t *g, int first,
+                      int ng);
 /* One product of a plan as one cublasGemmEx (fp32 accumulation) on ctx's stream. */
 int gpu_gemm_arg_run(moe_gpu_ctx_t *c, cudaDataType_t t, const moe_gemm_arg_t *g);
 

@@ -158,8 +158,9 @@ int moe_gpu_ffn_backward(moe_gpu_ctx_t *ctx, const float *x, const float *a, siz
  * context's gemm mode MOE_GPU_GEMM_LOOP one cublasGemmEx per expert; the element-wise steps run
  * once over all the rows. W1, W2, dW1 and dW2 are host tables of G device pointers (dW1, dW2:
  * NULL tables for no weight gradients; a table's entries may be NULL for experts without
- * rows). Each expert's results are those of moe_gpu_ffn_backward on its rows. Returns 0, an
- * error, or cudaErrorInvalidValue for descending offsets or an unknown kind. */
+ * rows; the gradients of experts with rows must be distinct matrices: the grouped products
+ * may run at once). Each expert's results are those of moe_gpu_ffn_backward on its rows.
+ * Returns 0, an error, or cudaErrorInvalidValue for descending offsets or an unknown kind. */
 int moe_gpu_ffn_backward_grouped(moe_gpu_ctx_t *ctx, const float *x, const float *a,
                                  uint32_t G, const size_t *off, uint32_t H, uint32_t F,
                                  int expert, const float *const *W1, const float *const *W2,
