@@ -584,7 +584,7 @@ static void ffn_backward_grouped_case(int expert, int kept, int mode)
         size_t r0 = off[g], n = off[g + 1] - r0;
         W1[g] = randf(HC, 1.0 / sqrt(H));
         W2[g] = randf(HF, 1.0 / sqrt(F));
-        for (size_t i = 0; i < n * C; i++) { /* a = x W1, as the forward kept it */
+        for (size_t i = 0; i < n * C; i++) { /* pre-activations x W1, handed to both sides */
             double t = 0;
             for (uint32_t h = 0; h < H; h++)
                 t += (double)x[(r0 + i / C) * H + h] * W1[g][(size_t)h * C + i % C];

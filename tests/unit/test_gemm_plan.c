@@ -38,6 +38,9 @@ static float *dup(const float *p, size_t n)
 static void exec_cm(const moe_gemm_arg_t *g)
 {
     const float *A = g->A, *B = g->B;
+    /* cuBLAS refuses leading dimensions below the stored rows: A is m x k (k x m transposed),
+     * B k x n (n x k), C m x n */
+    CHECK(g->lda >= (g->ta ? g->k : g->m) && g->ldb >= (g->tb ? g->n : g->k) && g->ldc >= g->m);
     for (int j = 0; j < g->n; j++)
         for (int i = 0; i < g->m; i++) {
             double t = 0;
@@ -47,7 +50,8 @@ static void exec_cm(const moe_gemm_arg_t *g)
                 t += (double)a * b;
             }
             float *c = (float *)g->C + i + (size_t)j * g->ldc;
-            *c = (float)(g->beta * (double)*c + t);
+            /* with beta 0 cuBLAS does not read C */
+            *c = g->beta == 0.0f ? (float)t : (float)(g->beta * (double)*c + t);
         }
 }
 
@@ -136,6 +140,7 @@ static void plan_case(uint32_t C)
     }
     /* rows before the first expert's are no expert's: untouched */
     CHECK(memcmp(a, a0, 2 * C * sizeof *a) == 0);
+    CHECK(memcmp(d, d0, 2 * F * sizeof *d) == 0);
     CHECK(memcmp(dx, dx0, 2 * H * sizeof *dx) == 0);
 
     /* without accumulate_dx the input gradient is overwritten, not added to */
@@ -204,6 +209,9 @@ static void fwd_case(uint32_t C)
     CHECK(memcmp(act, act0, 2 * C * sizeof *act) == 0 && memcmp(y, y0, 2 * H * sizeof *y) == 0);
     CHECK_EQ_INT(moe_ffn_fwd_plan(MOE_FWD_PRODUCTS, G, off, H, F, C, 4, x, act, y, NULL, NULL,
                                   plan), -1);
+    const size_t down[3] = {0, 4, 3}; /* descending offsets */
+    CHECK_EQ_INT(moe_ffn_fwd_plan(MOE_FWD_UP, 2, down, H, F, C, 4, x, act, y,
+                                  (const void *const *)W1, (const void *const *)W2, plan), -1);
     float *all[] = {x, act, y, act0, y0, ar, yr};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++)
         free(all[i]);
@@ -213,8 +221,35 @@ static void fwd_case(uint32_t C)
     }
 }
 
+/* Elements of 2 bytes (bf16, fp16 rows on the wire): each expert's operands start at its first
+ * row's byte offset, and the leading dimensions stay in elements. */
+static void fwd_bytes(void)
+{
+    enum { C = 2 * F };
+    static char x[ROWS * H * 2], act[ROWS * C * 2], y[ROWS * H * 2];
+    char w1[G][H * C * 2], w2[G][F * H * 2];
+    const void *W1[G], *W2[G];
+    for (int g = 0; g < G; g++)
+        W1[g] = w1[g], W2[g] = w2[g];
+    moe_gemm_arg_t up[G], dn[G];
+    CHECK_EQ_INT(moe_ffn_fwd_plan(MOE_FWD_UP, G, off, H, F, C, 2, x, act, y, W1, W2, up), 3);
+    CHECK_EQ_INT(moe_ffn_fwd_plan(MOE_FWD_DOWN, G, off, H, F, C, 2, x, act, y, W1, W2, dn), 3);
+    static const int expert[3] = {0, 2, 3}; /* the experts with rows */
+    for (int i = 0; i < 3; i++) {
+        size_t r0 = off[expert[i]];
+        /* cuBLAS's first operand is the weight, its second the rows */
+        CHECK(up[i].A == W1[expert[i]] && up[i].B == x + r0 * H * 2);
+        CHECK(up[i].C == act + r0 * C * 2);
+        CHECK(up[i].lda == C && up[i].ldb == H && up[i].ldc == C);
+        CHECK(dn[i].A == W2[expert[i]] && dn[i].B == act + r0 * C * 2);
+        CHECK(dn[i].C == y + r0 * H * 2);
+        CHECK(dn[i].lda == H && dn[i].ldb == C && dn[i].ldc == H && dn[i].k == F);
+    }
+}
+
 int main(void)
 {
+    fwd_bytes();
     fwd_case(2 * F); /* SwiGLU */
     fwd_case(F);     /* SiLU */
     plan_case(2 * F); /* SwiGLU: gate and up side by side */
