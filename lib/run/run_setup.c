@@ -363,11 +363,6 @@ int run_setup(run_t *r, char *errbuf, size_t errlen)
 {
     r->me = r->b->rank;
     r->G = r->b->size;
-    const char *conflict = moe_run_cfg_conflict(&r->cfg); /* the same on every rank */
-    if (conflict) {
-        snprintf(errbuf, errlen, "%s", conflict);
-        return r->me == 0 ? 1 : 2;
-    }
     r->H = r->cfg.H;
     r->F = r->cfg.F;
     r->expert = r->cfg.expert;
@@ -375,7 +370,10 @@ int run_setup(run_t *r, char *errbuf, size_t errlen)
     r->w1n = r->H * r->cols;
     r->wn = moe_kern_expert_floats(r->H, r->F, r->expert);
     r->esz = moe_dtype_size(r->cfg.dtype);
-    int rc = setup_inputs(r, errbuf, errlen);
+    /* settings that exclude each other, then the inputs; agreed, since ranks whose settings
+     * differ (a library caller that did not run moe_run_cfg_agree) must end alike */
+    const char *conflict = moe_run_cfg_conflict(&r->cfg);
+    int rc = conflict ? say(errbuf, errlen, "%s", conflict) : setup_inputs(r, errbuf, errlen);
     int bad = run_agree(r, rc);
     if (bad >= 0)
         return bad == r->me ? 1 : 2;
