@@ -296,64 +296,48 @@ static void setup(bench_state_t *s)
     free(wp);
 }
 
-/* The experts' backward in fp32 (training), on the FFN's routing: the rows' input, output
- * gradient and routing weights, fp32 weights, and the gradients the backward adds to. */
+/* The experts' backward in fp32 (training), on the forward's buffers of an fp32 run: its rows
+ * (xs, after the permute) as the input, its outputs (ys) as the output gradient, its routing
+ * weights, its weights; the gradients it adds to are zeroed device buffers of their own. */
 typedef struct bench_bwd {
     bench_state_t *s;
-    float *x, *dy, *sc, *dx, *ds, *W1, *W2, *dW1, *dW2;
-    float *w1[1024], *w2[1024], *g1[1024], *g2[1024];
+    float *dx, *ds;
+    float *g1[1024], *g2[1024];
 } bench_bwd_t;
 
 static void run_backward(void *p)
 {
     bench_bwd_t *b = p;
-    const bench_cfg_t *c = &b->s->c;
-    GPU_OK(moe_gpu_ffn_backward_grouped(b->s->ctx, b->x, NULL, c->G, b->s->off, c->H, c->F,
-                                        c->expert, (const float *const *)b->w1,
-                                        (const float *const *)b->w2, b->dy, b->sc, b->dx, b->g1,
-                                        b->g2, b->ds));
+    const bench_state_t *s = b->s;
+    const bench_cfg_t *c = &s->c;
+    GPU_OK(moe_gpu_ffn_backward_grouped(s->ctx, s->xs, NULL, c->G, s->off, c->H, c->F,
+                                        c->expert, (const float *const *)s->w1tab,
+                                        (const float *const *)s->w2tab, s->ys, s->w, b->dx,
+                                        b->g1, b->g2, b->ds));
 }
 
-/* A device array of n fp32 values, small and seeded (dx, ds, the gradients: start at zero). */
-static float *dev_floats(size_t n, moe_rng_t *r, double scale)
-{
-    float *h = malloc((n ? n : 1) * sizeof *h), *d = dalloc(n * sizeof *d);
-    for (size_t i = 0; i < n; i++)
-        h[i] = (float)(scale ? moe_rng_normal(r) * scale : 0.0);
-    GPU_OK(cudaMemcpy(d, h, n * sizeof *d, cudaMemcpyHostToDevice));
-    free(h);
-    return d;
-}
-
-/* Time of the grouped backward in gemm mode `mode` (recomputing the pre-activations). */
-static double backward_ms(bench_state_t *s, int mode)
+/* Times of the grouped backward with one GEMM per expert (*loop, the baseline) and grouped
+ * GEMMs (*grouped), the pre-activations recomputed; --dtype fp32 only. */
+static void backward_ms(bench_state_t *s, double *loop, double *grouped)
 {
     const bench_cfg_t *c = &s->c;
-    const size_t C = moe_kern_w1_cols(c->F, c->expert), R = s->rows;
-    moe_rng_t r;
-    moe_rng_seed(&r, c->seed + 1);
+    const size_t C = moe_kern_w1_cols(c->F, c->expert);
     bench_bwd_t b = {.s = s};
-    b.x = dev_floats(R * c->H, &r, 1.0);
-    b.dy = dev_floats(R * c->H, &r, 1.0);
-    b.sc = dev_floats(R, &r, 0.5);
-    b.dx = dev_floats(R * c->H, &r, 0.0);
-    b.ds = dev_floats(R, &r, 0.0);
-    b.W1 = dev_floats((size_t)c->G * c->H * C, &r, 0.02);
-    b.W2 = dev_floats((size_t)c->G * c->F * c->H, &r, 0.02);
-    b.dW1 = dev_floats((size_t)c->G * c->H * C, &r, 0.0);
-    b.dW2 = dev_floats((size_t)c->G * c->F * c->H, &r, 0.0);
+    b.dx = dalloc(s->rows * c->H * sizeof(float));
+    b.ds = dalloc(s->rows * sizeof(float));
+    float *dW1 = dalloc((size_t)c->G * c->H * C * sizeof(float));
+    float *dW2 = dalloc((size_t)c->G * c->F * c->H * sizeof(float));
     for (uint32_t g = 0; g < c->G; g++) {
-        b.w1[g] = b.W1 + (size_t)g * c->H * C;
-        b.w2[g] = b.W2 + (size_t)g * c->F * c->H;
-        b.g1[g] = b.dW1 + (size_t)g * c->H * C;
-        b.g2[g] = b.dW2 + (size_t)g * c->F * c->H;
+        b.g1[g] = dW1 + (size_t)g * c->H * C;
+        b.g2[g] = dW2 + (size_t)g * c->F * c->H;
     }
-    moe_gpu_ctx_set_gemm_mode(s->ctx, mode);
-    double ms = time_ms(run_backward, &b, c->iters);
-    float *all[] = {b.x, b.dy, b.sc, b.dx, b.ds, b.W1, b.W2, b.dW1, b.dW2};
+    moe_gpu_ctx_set_gemm_mode(s->ctx, MOE_GPU_GEMM_LOOP);
+    *loop = time_ms(run_backward, &b, c->iters);
+    moe_gpu_ctx_set_gemm_mode(s->ctx, MOE_GPU_GEMM_GROUPED);
+    *grouped = time_ms(run_backward, &b, c->iters);
+    float *all[] = {b.dx, b.ds, dW1, dW2};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++)
         cudaFree(all[i]);
-    return ms;
 }
 
 /* Time of a device-to-device copy of `bytes` (it reads and writes that many). */
@@ -423,8 +407,8 @@ int main(int argc, char **argv)
     if (c->dtype == MOE_DTYPE_FP32) {
         const size_t C = moe_kern_w1_cols(c->F, c->expert);
         double bflops = 2.0 * (double)s.rows * (3.0 * c->H * C + 2.0 * c->F * c->H);
-        double tbl = backward_ms(&s, MOE_GPU_GEMM_LOOP);
-        double tbg = backward_ms(&s, MOE_GPU_GEMM_GROUPED);
+        double tbl, tbg;
+        backward_ms(&s, &tbl, &tbg);
         printf("%-28s %10.3f %8.1f TF/s %10s\n", "backward GEMM loop (baseline)", tbl,
                bflops / (tbl * 1e9), "1.000");
         printf("%-28s %10.3f %8.1f TF/s %10.3f\n", "backward FFN (grouped GEMM)", tbg,
