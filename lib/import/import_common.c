@@ -79,8 +79,10 @@ int imp_layers_add(imp_layers_t *w, uint32_t i, const char *item)
         w->len = 0;
         w->first = i;
     }
-    w->len += (size_t)snprintf(w->list + w->len, sizeof w->list - w->len, "%s%s",
-                               w->len ? "," : "", item);
+    int k = snprintf(w->list + w->len, sizeof w->list - w->len, "%s%s", w->len ? "," : "",
+                     item);
+    if (k > 0) /* an item longer than the line is cut */
+        w->len = w->len + (size_t)k < sizeof w->list ? w->len + (size_t)k : sizeof w->list - 1;
     return 0;
 }
 
