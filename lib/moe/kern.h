@@ -88,8 +88,9 @@ size_t moe_kern_ffn_work_size(uint32_t F);
 /* Step 3, one expert on n rows: y = the expert of kind expert on x (above). y is overwritten
  * and must not overlap x. Each pre-activation and each output is one float sum, over h (resp.
  * f) ascending, so a row's result does not depend on n or on the other rows; the work runs in
- * blocks of rows and tiles of outputs held in registers. work holds moe_kern_ffn_work_size(F) floats, or is NULL
- * to allocate it for this call. Returns 0, MOE_EINVAL (an unknown kind) or MOE_ENOMEM. */
+ * blocks of rows and tiles of outputs held in registers. work holds moe_kern_ffn_work_size(F)
+ * floats, or is NULL to allocate it for this call. Returns 0, MOE_EINVAL (an unknown kind) or
+ * MOE_ENOMEM. */
 int moe_kern_ffn(const float *x, size_t n, uint32_t H, uint32_t F, int expert, const float *W1,
                  const float *W2, float *y, float *work);
 
