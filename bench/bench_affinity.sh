@@ -47,8 +47,7 @@ best_pair() {
     done
     ta=$(awk -v n="$ta" 'BEGIN { printf "%.4f", n / 1e9 }')
     tb=$(awk -v n="$tb" 'BEGIN { printf "%.4f", n / 1e9 }')
-    tr=$(awk '{ print $2 / $1 }' "$tmp/pairs" | LC_ALL=C sort -g | awk '{ v[NR] = $1 } END {
-        printf "%.2f", NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }')
+    tr=$(awk '{ print $2 / $1 }' "$tmp/pairs" | bench_median)
 }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; }
 check() { awk -v v="$1" -v op="$2" -v t="$3" 'BEGIN {

@@ -1,5 +1,5 @@
 # bench/bench_time.sh -- wall-clock timing of one command for the bench scripts, with as little
-# around it as the shell allows. Sourced; works under `set -eu`.
+# around it as the shell allows, and the median of ratios. Sourced; works under `set -eu`.
 #
 # The bench scripts compare commands that run for tens of milliseconds, so what surrounds a
 # command counts: reading the clock with date(1) around `sh -c CMD` added three processes and
@@ -41,4 +41,11 @@ time_cmd() {
         _t1=$(date +%s%N)
         ns=$((_t1 - _t0))
     fi
+}
+
+# bench_median: the median of the numbers on standard input, one a line, with two decimals
+# (sorted in the C locale, whatever the caller's).
+bench_median() {
+    LC_ALL=C sort -g | awk '{ v[NR] = $1 } END {
+        printf "%.2f", NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
 }

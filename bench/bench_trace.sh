@@ -39,9 +39,7 @@ best() {
 # paired I J: the median over the rounds of command I's time / command J's (columns of
 # $tmp/rounds): the figure the targets are judged by, a round's two runs being side by side.
 paired() {
-    awk -v i="$1" -v j="$2" '{ print $i / $j }' "$tmp/rounds" | LC_ALL=C sort -g |
-        awk '{ v[NR] = $1 } END {
-            printf "%.2f", NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
+    awk -v i="$1" -v j="$2" '{ print $i / $j }' "$tmp/rounds" | bench_median
 }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; }
 check() { awk -v v="$1" -v op="$2" -v t="$3" 'BEGIN {
