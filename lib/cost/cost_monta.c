@@ -260,6 +260,7 @@ int moe_monta_memory_dp(const moe_monta_mem_in_t *in, uint32_t dp, moe_monta_mem
     weights(in, dp, &out->psi1, &out->psi2);
     out->act = activations(in);
     out->total = out->psi1 + out->psi2 + out->act;
+    out->dp = dp;
     return 0;
 }
 

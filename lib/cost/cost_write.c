@@ -181,8 +181,11 @@ static int monta_table(moe_textout_t *t, const moe_monta_in_t *in, const moe_mon
           L->tokens_per_s, L->mfu);
     if (mi) {
         P("memory per GPU (ZeRO %d, activations '%s'): non-MoE %.4g GB, MoE %.4g GB, "
-          "activations %.4g GB, total %.4g GB\n", mi->zero, moe_monta_act_name(mi->act),
+          "activations %.4g GB, total %.4g GB", mi->zero, moe_monta_act_name(mi->act),
           mem->psi1 / 1e9, mem->psi2 / 1e9, mem->act / 1e9, mem->total / 1e9);
+        if (mem->dp)
+            P("; data-parallel copies %u", mem->dp);
+        P("\n");
     }
     return 0;
 }
@@ -204,6 +207,8 @@ static int monta_json(moe_textout_t *t, const moe_monta_in_t *in, const moe_mont
         if (s != MOE_MONTA_BASE && r->chunks[s])
             P(", \"aa\": %s, \"ag\": %s, \"d2d\": %s, \"r1\": %s, \"r2\": %s, \"r3\": %s",
               J(c.aa).s, J(c.ag).s, J(c.d2d).s, J(c.r1).s, J(c.r2).s, J(c.r3).s);
+        if (s == MOE_MONTA_O2 || s == MOE_MONTA_O3)
+            P(", \"at_min\": %s", r->chunks[s] && r->at_min[s] ? "true" : "false");
         P("}");
     }
     P("],\n \"selected\": \"%s\"", moe_monta_strategy_name(r->best));
@@ -212,9 +217,10 @@ static int monta_json(moe_textout_t *t, const moe_monta_in_t *in, const moe_mont
           "\"mfu\": %s}", J(L->comm).s, J(L->comp).s, J(L->total).s, J(L->tokens_per_s).s,
           J(L->mfu).s);
     if (mi)
-        P(",\n \"memory\": {\"zero\": %d, \"activation\": \"%s\", \"non_moe\": %s, \"moe\": %s, "
-          "\"activations\": %s, \"total\": %s}", mi->zero, moe_monta_act_name(mi->act),
-          J(mem->psi1).s, J(mem->psi2).s, J(mem->act).s, J(mem->total).s);
+        P(",\n \"memory\": {\"zero\": %d, \"dp\": %u, \"activation\": \"%s\", \"non_moe\": %s, "
+          "\"moe\": %s, \"activations\": %s, \"total\": %s}", mi->zero, mem->dp,
+          moe_monta_act_name(mi->act), J(mem->psi1).s, J(mem->psi2).s, J(mem->act).s,
+          J(mem->total).s);
     P("}\n");
     return 0;
 }

@@ -219,6 +219,8 @@ enum moe_monta_act {
 
 typedef struct moe_monta_mem {
     double psi1, psi2, act, total; /* bytes per GPU: eq. 1 total = psi1 + psi2 + act */
+    uint32_t dp;                   /* data-parallel copies ZeRO split over (0: the printed
+                                    * rows, moe_monta_memory) */
 } moe_monta_mem_t;
 
 /* Evaluate eq. 1 with Table 3 (its ZeRO rows as printed) and Table 4. Returns 0 or

@@ -42,11 +42,18 @@ has_line '^O2 +32 +1\.3400 '
 grep -q "moe-costmodel: warning: O2: the chunk search ended on the smallest chunk (N = 32" \
     "$T/err" || fail "no warning for O2"
 [ "$(wc -l <"$T/err")" -eq 2 ] || fail "expected one warning per searched strategy"
+# JSON names it per searched strategy: O2 and O3 both kept their smallest chunk here
+# shellcheck disable=SC2086
+expect_exit 0 cm monta $M --min-chunk=1M --json
+[ "$(grep -c '"at_min": true' "$T/out")" -eq 2 ] || fail "JSON: at_min not true for O2 and O3"
 # with the preset's curves (extrapolated below 8 MB) the search stops by itself at 8K
 MOEFLOW_TOPOLOGIES=$top_srcdir/share/topologies expect_exit 0 cm monta --topology=monta-a800 \
     --nodes=2 --seq=8Ki --hidden=8192 --elem-bytes=4
 expect_no_stderr
 has_line '^O3 +4 '
+MOEFLOW_TOPOLOGIES=$top_srcdir/share/topologies expect_exit 0 cm monta --topology=monta-a800 \
+    --nodes=2 --seq=8Ki --hidden=8192 --elem-bytes=4 --json
+[ "$(grep -c '"at_min": false' "$T/out")" -eq 2 ] || fail "JSON: at_min not false for O2 and O3"
 end
 
 begin "monta: Table 3 over --dp, the flash row"
@@ -57,6 +64,11 @@ expect_exit 0 cm monta $M --tp=1 --ep=1 --seq=4096 --hidden=8192 --params-dense=
     --params-moe=2G --layers=1 --heads=64 --zero=1 --dp=4 --activation=flash
 has_line "^memory per GPU \(ZeRO 1, activations 'flash'\): non-MoE 7 GB, MoE 14 GB, "
 has_line "activations 1\.142 GB"
+has_line "total [0-9.]* GB; data-parallel copies 4$"
+# shellcheck disable=SC2086
+expect_exit 0 cm monta $M --tp=1 --ep=1 --seq=4096 --hidden=8192 --params-dense=1G \
+    --params-moe=2G --layers=1 --heads=64 --zero=1 --dp=4 --activation=flash --json
+has_line '"memory": \{"zero": 1, "dp": 4, "activation": "flash", "non_moe": 7000000000, '
 # at --dp 1 (the default) ZeRO 1 keeps all 16 bytes: 16 GB and 32 GB
 # shellcheck disable=SC2086
 expect_exit 0 cm monta $M --tp=1 --ep=1 --seq=4096 --hidden=8192 --params-dense=1G \
