@@ -208,7 +208,7 @@ static int monta_json(moe_textout_t *t, const moe_monta_in_t *in, const moe_mont
             P(", \"aa\": %s, \"ag\": %s, \"d2d\": %s, \"r1\": %s, \"r2\": %s, \"r3\": %s",
               J(c.aa).s, J(c.ag).s, J(c.d2d).s, J(c.r1).s, J(c.r2).s, J(c.r3).s);
         if (s == MOE_MONTA_O2 || s == MOE_MONTA_O3)
-            P(", \"at_min\": %s", r->chunks[s] && r->at_min[s] ? "true" : "false");
+            P(", \"at_min\": %s", r->at_min[s] ? "true" : "false");
         P("}");
     }
     P("],\n \"selected\": \"%s\"", moe_monta_strategy_name(r->best));
