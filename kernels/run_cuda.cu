@@ -763,6 +763,8 @@ static const moe_run_backend_ops_t cuda_ops = {
     .now = cu_now,
     .destroy = cu_destroy,
     .ffn_grouped_act = NULL, /* training runs on the cpu backend */
+    .loss_grad = NULL,
+    .update = NULL,
     .kernel_seconds = cu_kernel_seconds,
 };
 

@@ -190,6 +190,17 @@ int moe_kern_ffn_backward_scaled(const float *x, const float *a, size_t n, uint3
                                  const float *dy, const float *s, float *dx, float *dW1,
                                  float *dW2, float *ds, float *work);
 
+/* The mean squared error's part of n rows y (n x H) against their targets t: *sum = the sum
+ * of (y - t)^2 / 2 over every value, in double, and dy = (y - t) * scale, the loss's gradient
+ * when the loss is that sum times scale (dy may be y). */
+void moe_kern_loss_grad(const float *y, const float *t, size_t n, uint32_t H, double scale,
+                        float *dy, double *sum);
+/* One optimizer step of n weights w from their gradients g at learning rate lr: SGD (adam 0; m
+ * and v unused), or Adam (beta1 0.9, beta2 0.999, eps 1e-8) at step t (from 1) with bias
+ * correction, the moments m and v updated in place. */
+void moe_kern_update(int adam, int t, float lr, float *w, const float *g, float *m, float *v,
+                     size_t n);
+
 /* The serial reference model with a computed gate: L layers of mixer, gate and E experts, the
  * seeded weights of moe_kern_init_* (or zeros, as a gradient). */
 typedef struct moe_kern_model {
@@ -229,10 +240,12 @@ int moe_kern_model_loss_grad_routed(const moe_kern_model_t *md, const float *x0,
  * w NULL, the gate's softmax over the logits of the given experts (so the gate's gradient
  * flows as when it chose them); dy (n x H) is the gradient of the layer's output rows. Adds
  * layer l's gradients (mixer, gate, experts) to grad, of md's shape, and writes the input
- * rows' gradient to dx (n x H). Returns 0, MOE_EINVAL or MOE_ENOMEM. */
+ * rows' gradient to dx (n x H), and with y (n x H, or NULL) the layer's own output rows, from
+ * which a check can derive the loss's gradient independently of the run it checks. Returns 0,
+ * MOE_EINVAL or MOE_ENOMEM. */
 int moe_kern_model_layer_grad(const moe_kern_model_t *md, uint32_t l, const float *xin, size_t n,
                               const int32_t *ids, const float *w, const float *dy,
-                              moe_kern_model_t *grad, float *dx);
+                              moe_kern_model_t *grad, float *dx, float *y);
 
 #ifdef __cplusplus
 }

@@ -161,6 +161,14 @@ typedef struct moe_run_backend_ops {
     int (*ffn_grouped_act)(moe_run_backend_t *b, const float *x, uint32_t G, const size_t *off,
                            uint32_t H, uint32_t F, int expert, const float *const *W1,
                            const float *const *W2, float *y, float *act);
+    /* The loss of a step on rows y (n x H) against their targets t: *sum = the sum of
+     * (y - t)^2 / 2 over every value, and dy = (y - t) * scale (dy may be y). */
+    int (*loss_grad)(moe_run_backend_t *b, const float *y, const float *t, size_t n, uint32_t H,
+                     double scale, float *dy, double *sum);
+    /* The optimizer's step on n weights w from their gradients g (moe_kern_update): SGD (adam
+     * 0), or Adam at step t (from 1) with its moments m and v. */
+    int (*update)(moe_run_backend_t *b, int adam, int t, float lr, float *w, const float *g,
+                  float *m, float *v, size_t n);
 
     /* ---- accounting (optional: NULL where the backend cannot tell) */
     /* Seconds the backend's kernels and copies (every operation above but the collectives,

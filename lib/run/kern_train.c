@@ -181,6 +181,37 @@ int moe_kern_ffn_backward_scaled(const float *x, const float *a_in, size_t n, ui
     return 0;
 }
 
+/* ------------------------------------------------------------------ loss and update */
+
+void moe_kern_loss_grad(const float *y, const float *t, size_t n, uint32_t H, double scale,
+                        float *dy, double *sum)
+{
+    double s = 0;
+    for (size_t i = 0; i < n * H; i++) {
+        double d = (double)y[i] - t[i];
+        s += 0.5 * d * d;
+        dy[i] = (float)(d * scale);
+    }
+    *sum = s;
+}
+
+void moe_kern_update(int adam, int t, float lr, float *w, const float *g, float *m, float *v,
+                     size_t n)
+{
+    if (!adam) {
+        for (size_t i = 0; i < n; i++)
+            w[i] -= lr * g[i];
+        return;
+    }
+    const float b1 = 0.9f, b2 = 0.999f, eps = 1e-8f;
+    const float c1 = 1.0f - powf(b1, (float)t), c2 = 1.0f - powf(b2, (float)t);
+    for (size_t i = 0; i < n; i++) {
+        m[i] = b1 * m[i] + (1.0f - b1) * g[i];
+        v[i] = b2 * v[i] + (1.0f - b2) * g[i] * g[i];
+        w[i] -= lr * (m[i] / c1) / (sqrtf(v[i] / c2) + eps);
+    }
+}
+
 /* ------------------------------------------------------------------ the serial model */
 
 int moe_kern_model_init(moe_kern_model_t *md, uint64_t seed, uint32_t L, uint32_t E, uint32_t K,
@@ -373,11 +404,8 @@ int moe_kern_model_loss_grad_routed(const moe_kern_model_t *md, const float *x0,
                            w ? w + (size_t)l * md->K : NULL, L * md->K, work);
     double sum = 0;
     const double scale = 1.0 / ((double)n * H);
-    for (size_t i = 0; i < n * H && rc == 0; i++) {
-        double d = (double)x[i] - target[i];
-        sum += 0.5 * d * d;
-        x[i] = (float)(d * scale); /* from here on x holds the gradient */
-    }
+    if (rc == 0) /* from here on x holds the gradient */
+        moe_kern_loss_grad(x, target, n, (uint32_t)H, scale, x, &sum);
     *loss = sum * scale;
     if (grad && rc == 0) {
         memset(grad->m, 0, L * H * sizeof *grad->m);
@@ -401,7 +429,7 @@ int moe_kern_model_loss_grad_routed(const moe_kern_model_t *md, const float *x0,
 
 int moe_kern_model_layer_grad(const moe_kern_model_t *md, uint32_t l, const float *xin, size_t n,
                               const int32_t *ids, const float *w, const float *dy,
-                              moe_kern_model_t *grad, float *dx)
+                              moe_kern_model_t *grad, float *dx, float *y)
 {
     const size_t H = md->H, K = md->K;
     if (l >= md->L || !ids || !grad || grad->L != md->L || grad->E != md->E || grad->H != md->H ||
@@ -420,6 +448,8 @@ int moe_kern_model_layer_grad(const moe_kern_model_t *md, uint32_t l, const floa
         memcpy(x, xin, n * H * sizeof *x);
         rc = layer_forward(md, l, x, n, &s, ids, w, K, work);
     }
+    if (rc == 0 && y)
+        memcpy(y, x, n * H * sizeof *y);
     if (rc == 0) {
         memcpy(dx, dy, n * H * sizeof *dx);
         rc = layer_backward(md, l, &s, n, dx, grad, dxm, dw, dv, w == NULL,

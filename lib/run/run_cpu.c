@@ -116,6 +116,20 @@ static int cpu_ffn_grouped_act(moe_run_backend_t *b, const float *x, uint32_t G,
     return rc;
 }
 
+static int cpu_loss_grad(moe_run_backend_t *b, const float *y, const float *t, size_t n,
+                         uint32_t H, double scale, float *dy, double *sum)
+{
+    TIMED(b, moe_kern_loss_grad(y, t, n, H, scale, dy, sum));
+    return 0;
+}
+
+static int cpu_update(moe_run_backend_t *b, int adam, int t, float lr, float *w, const float *g,
+                      float *m, float *v, size_t n)
+{
+    TIMED(b, moe_kern_update(adam, t, lr, w, g, m, v, n));
+    return 0;
+}
+
 static int cpu_ffn_grouped(moe_run_backend_t *b, const float *x, uint32_t G, const size_t *off,
                            uint32_t H, uint32_t F, int expert, const float *const *W1,
                            const float *const *W2, float *y)
@@ -269,6 +283,8 @@ static const moe_run_backend_ops_t cpu_ops = {
     .now = cpu_now,
     .destroy = cpu_destroy,
     .ffn_grouped_act = cpu_ffn_grouped_act,
+    .loss_grad = cpu_loss_grad,
+    .update = cpu_update,
     .kernel_seconds = cpu_kernel_seconds,
 };
 

@@ -233,8 +233,17 @@ int run_report(run_t *r, FILE *fp, double check_err, int check_ok)
     if (r->cfg.train && r->losses) {
         fprintf(fp, "# training, %s lr %g: loss per iteration (warm-up first):",
                 r->cfg.optimizer == MOE_RUN_ADAM ? "Adam" : "SGD", r->cfg.lr);
-        for (int i = 0; i < r->cfg.warmup + r->cfg.iters; i++)
-            fprintf(fp, " %.6g", r->losses[i]);
+        int diverged = -1;
+        for (int i = 0; i < r->cfg.warmup + r->cfg.iters; i++) {
+            if (isfinite(r->losses[i]))
+                fprintf(fp, " %.6g", r->losses[i]);
+            else
+                fprintf(fp, " %s", isnan(r->losses[i]) ? "nan" : "inf");
+            diverged = diverged < 0 && !isfinite(r->losses[i]) ? i : diverged;
+        }
+        if (diverged >= 0)
+            fprintf(fp, "\n# training diverged: the loss is not finite from iteration %d on "
+                        "(warm-up first; a smaller --lr may help)", diverged + 1);
         fprintf(fp, "\n# training memory, largest rank, memory reuse %s: %.0f bytes of "
                     "activations and exchange buffers held at once (the runtime's accounting), "
                     "%.0f offloaded to host, peak RSS %.0f bytes\n",
@@ -258,11 +267,30 @@ int run_report(run_t *r, FILE *fp, double check_err, int check_ok)
 
 /* ------------------------------------------------------------------ JSON */
 
+/* JSON has no NaN or infinity: a number that is not finite is written null. Each J() of one
+ * P() call gets its own buffer of the ring. */
+typedef struct jring {
+    char b[24][40];
+    unsigned i;
+} jring_t;
+
+static const char *jnum(jring_t *j, const char *fmt, double v)
+{
+    char *b = j->b[j->i++ % 24];
+    if (isfinite(v))
+        snprintf(b, sizeof j->b[0], fmt, v);
+    else
+        snprintf(b, sizeof j->b[0], "null");
+    return b;
+}
+
 static int json_body(const run_t *r, const sums_t *s, moe_textout_t *t, double check_err,
                      int check_ok)
 {
     int rc = 0;
+    jring_t jr = {0};
 #define P(...) (rc = rc ? rc : moe_textout_printf(t, __VA_ARGS__))
+#define J(fmt, v) jnum(&jr, fmt, v)
     P("{\n  \"tool\": \"moe-run\", \"version\": \"%s\", \"ranks\": %d, \"gpus_per_node\": %u,\n",
       PACKAGE_VERSION, r->G, r->gpn);
     char mpi[128];
@@ -282,20 +310,22 @@ static int json_body(const run_t *r, const sums_t *s, moe_textout_t *t, double c
         double b, alg, bus;
         bw(r, s, l, &b, &alg, &bus);
         const double *x = s->x + l * 8;
-        P("    {\"layer\": %zu, \"dispatch_ms\": %.6f, \"compute_ms\": %.6f, \"combine_ms\": "
-          "%.6f, \"dispatch_vectors\": {\"intra\": %.0f, \"inter\": %.0f}, "
+        P("    {\"layer\": %zu, \"dispatch_ms\": %s, \"compute_ms\": %s, \"combine_ms\": "
+          "%s, \"dispatch_vectors\": {\"intra\": %.0f, \"inter\": %.0f}, "
           "\"combine_vectors\": {\"intra\": %.0f, \"inter\": %.0f}, \"bytes\": {\"intra\": "
-          "%.0f, \"inter\": %.0f}, \"algbw_gbs\": %.6f, \"busbw_gbs\": %.6f, \"max_load\": "
+          "%.0f, \"inter\": %.0f}, \"algbw_gbs\": %s, \"busbw_gbs\": %s, \"max_load\": "
           "%.0f, \"total_load\": %.0f, ",
-          l, s->t[l * 3], s->t[l * 3 + 1], s->t[l * 3 + 2], x[1], x[2], x[5], x[6],
-          s->by[l * 5 + 1], s->by[l * 5 + 2], alg, bus, s->load[l * 2], s->load[l * 2 + 1]);
+          l, J("%.6f", s->t[l * 3]), J("%.6f", s->t[l * 3 + 1]), J("%.6f", s->t[l * 3 + 2]),
+          x[1], x[2], x[5], x[6], s->by[l * 5 + 1], s->by[l * 5 + 2], J("%.6f", alg),
+          J("%.6f", bus), s->load[l * 2], s->load[l * 2 + 1]);
         if (r->cfg.mode == MOE_RUN_DATACENTRIC || r->cfg.train) /* counted per iteration only */
             P("\"host_syncs\": null, \"allocs\": null, ");
         else
-            P("\"host_syncs\": %.6g, \"allocs\": %.6g, ", s->cnt[l * 2], s->cnt[l * 2 + 1]);
+            P("\"host_syncs\": %s, \"allocs\": %s, ", J("%.6g", s->cnt[l * 2]),
+              J("%.6g", s->cnt[l * 2 + 1]));
         P("\"max_rel_diff\": ");
         if (r->layer_err)
-            P("%.6g}%s\n", r->layer_err[l], l + 1 < r->L ? "," : "");
+            P("%s}%s\n", J("%.6g", r->layer_err[l]), l + 1 < r->L ? "," : "");
         else
             P("null}%s\n", l + 1 < r->L ? "," : "");
     }
@@ -316,15 +346,15 @@ static int json_body(const run_t *r, const sums_t *s, moe_textout_t *t, double c
       s->acct_equal < 0 ? "null" : s->acct_equal ? "true" : "false");
     P("  \"allgather_bytes\": {\"intra\": %.0f, \"inter\": %.0f}, \"allgather_total\": %.0f,\n",
       s->ag[1], s->ag[2], s->ag[1] + s->ag[2]);
-    P("  \"iteration_ms\": %.6f, \"tokens_per_s\": %.3f,\n", 1e3 * sec,
-      sec > 0 ? r->ntok / sec : 0);
+    P("  \"iteration_ms\": %s, \"tokens_per_s\": %s,\n", J("%.6f", 1e3 * sec),
+      J("%.3f", sec > 0 ? r->ntok / sec : 0));
     if (!r->cfg.train && isfinite(r->t_kern))
-        P("  \"kernel_ms\": %.6f,\n", 1e3 * r->t_kern / r->cfg.iters);
+        P("  \"kernel_ms\": %s,\n", J("%.6f", 1e3 * r->t_kern / r->cfg.iters));
     else
         P("  \"kernel_ms\": null,\n");
     if (!r->cfg.train)
-        P("  \"host_syncs_per_iteration\": %.6g, \"allocs_warmup\": %.0f, "
-          "\"allocs_timed\": %.0f,\n", r->syncs_it / r->cfg.iters, r->allocs_warm,
+        P("  \"host_syncs_per_iteration\": %s, \"allocs_warmup\": %.0f, "
+          "\"allocs_timed\": %.0f,\n", J("%.6g", r->syncs_it / r->cfg.iters), r->allocs_warm,
           r->allocs_timed);
     else
         P("  \"host_syncs_per_iteration\": null, \"allocs_warmup\": null, "
@@ -333,23 +363,25 @@ static int json_body(const run_t *r, const sums_t *s, moe_textout_t *t, double c
         P("  \"train\": {\"optimizer\": \"%s\", \"lr\": %.17g, \"losses\": [",
           moe_run_optimizer_name(r->cfg.optimizer), r->cfg.lr);
         for (int i = 0; i < r->cfg.warmup + r->cfg.iters; i++)
-            P("%s%.9g", i ? ", " : "", r->losses[i]);
+            P("%s%s", i ? ", " : "", J("%.9g", r->losses[i])); /* null: diverged */
         P("],\n    \"reuse\": \"%s\", \"peak_activation_bytes\": %.0f, "
           "\"peak_offload_bytes\": %.0f, \"peak_rss_bytes\": %.0f,\n    \"backward_bytes\": "
-          "{\"intra\": %.0f, \"inter\": %.0f}, \"forward_ms\": %.6f, \"backward_ms\": %.6f, "
-          "\"update_ms\": %.6f},\n",
+          "{\"intra\": %.0f, \"inter\": %.0f}, \"forward_ms\": %s, \"backward_ms\": %s, "
+          "\"update_ms\": %s},\n",
           moe_mpmoe_reuse_name(r->reuse), r->act_peak, r->off_peak, r->rss_peak,
           r->bwd_bytes[MOE_LINK_INTRA] / r->cfg.iters, r->bwd_bytes[MOE_LINK_INTER] / r->cfg.iters,
-          1e3 * r->t_part[0] / r->cfg.iters, 1e3 * r->t_part[1] / r->cfg.iters,
-          1e3 * r->t_part[2] / r->cfg.iters);
+          J("%.6f", 1e3 * r->t_part[0] / r->cfg.iters),
+          J("%.6f", 1e3 * r->t_part[1] / r->cfg.iters),
+          J("%.6f", 1e3 * r->t_part[2] / r->cfg.iters));
     } else {
         P("  \"train\": null,\n");
     }
     if (check_err >= 0 || !check_ok)
-        P("  \"check\": {\"max_rel_diff\": %.6g, \"ok\": %s}\n}\n", check_err,
+        P("  \"check\": {\"max_rel_diff\": %s, \"ok\": %s}\n}\n", J("%.6g", check_err),
           check_ok ? "true" : "false");
     else
         P("  \"check\": null\n}\n");
+#undef J
 #undef P
     return rc;
 }

@@ -373,7 +373,12 @@ int run_setup(run_t *r, char *errbuf, size_t errlen)
     /* settings that exclude each other, then the inputs; agreed, since ranks whose settings
      * differ (a library caller that did not run moe_run_cfg_agree) must end alike */
     const char *conflict = moe_run_cfg_conflict(&r->cfg);
-    int rc = conflict ? say(errbuf, errlen, "%s", conflict) : setup_inputs(r, errbuf, errlen);
+    const moe_run_backend_ops_t *o = r->b->ops;
+    int untrained = r->cfg.train && (!o->ffn_grouped_act || !o->loss_grad || !o->update);
+    int rc = conflict ? say(errbuf, errlen, "%s", conflict)
+             : untrained ? say(errbuf, errlen, "--train: the %s backend does not train",
+                               r->b->name)
+                         : setup_inputs(r, errbuf, errlen);
     int bad = run_agree(r, rc);
     if (bad >= 0)
         return bad == r->me ? 1 : 2;

@@ -41,7 +41,7 @@ enum { TS_XM = 48, TS_HOME, TS_CNT, TS_SROW, TS_SMETA, TS_RMETA, TS_SEND, TS_REC
        TS_FRPLY2, TS_PMAP, TS_PROWS, TS_CHKY, TS_CHKV, TS_DCNT, TS_DWIRE, TS_DREQ,
        TS_DREADY, TS_DTMP, TS_DWAIT, TS_DIN, TS_DNX, TS_DCUR, TS_DRS, TS_DLAST, TS_DSLE,
        TS_DIDX, TS_DRECV, TS_DRREQ, TS_DSEND, TS_DSREQ, TS_PSET, TS_PSET2, TS_PSET3, TS_PREQ,
-       TS_PREQ2, TS_PREQ3, TS_PTMP, TS_TROW, TS_END };
+       TS_PREQ2, TS_PREQ3, TS_PTMP, TS_TROW, TS_TOUT, TS_END };
 _Static_assert(TS_END <= RUN_HSLOTS, "run_internal.h: RUN_HSLOTS too small for training");
 
 /* Gradients of the weights: mixers and gates (every rank's, summed), experts held here. */
@@ -883,9 +883,9 @@ static size_t dc_experts_backward(run_t *r, uint32_t l, const float *xm, const f
     const size_t n = r->nloc, H = r->H, K = r->K, E = r->E, W = r->wn;
     const int32_t *ids = r->tr[l].ids;
     const float *w = r->tr[l].w;
-    if (!r->pulls)
+    if (!r->pull_first) /* r->pulls is NULL where nothing was pulled: one rank, say */
         run_die(r, "datacentric backward (no pull schedule kept)", MOE_EINVAL);
-    const run_pull_t *it = r->pulls + r->pull_first[l];
+    const run_pull_t *it = r->pulls ? r->pulls + r->pull_first[l] : NULL;
     const size_t ni = r->pull_first[l + 1] - r->pull_first[l];
     const uint32_t R = r->pull_rounds[l];
     /* a slot per expert pulled here: its weights and its gradient */
@@ -1134,15 +1134,21 @@ static float *homes_backward(run_t *r, uint32_t l, const float *dout)
     return dst;
 }
 
-/* One step: forward keeping the inputs and routes, the loss, the backward. Returns the loss
- * (the same on every rank); g holds the gradients. */
-/* Largest |a - b| over n values, over the largest |b| (at least tiny). */
+/* The worse of two differences: a NaN (a comparison with a non-finite value) is the worst. */
+static double worse(double a, double b)
+{
+    return isnan(a) || isnan(b) ? INFINITY : fmax(a, b);
+}
+
+/* Largest |a - b| over n values, over the largest |b| (at least tiny); infinite where any value
+ * on either side is not finite, so that a diverged run never passes. */
 static double rel_diff(const float *a, const float *b, size_t n)
 {
     double d = 0, m = 1e-30;
     for (size_t i = 0; i < n; i++) {
-        double e = fabs((double)a[i] - b[i]);
-        d = e > d || isnan(e) ? (isnan(e) ? INFINITY : e) : d;
+        if (!isfinite(a[i]) || !isfinite(b[i]))
+            return INFINITY;
+        d = fmax(d, fabs((double)a[i] - b[i]));
         m = fmax(m, fabs((double)b[i]));
     }
     return d / m;
@@ -1154,8 +1160,27 @@ static double rel_diff(const float *a, const float *b, size_t n)
 struct run_tchk {
     moe_kern_model_t md, ref; /* rank 0: the seeded model, the reference's gradients */
     double dx;                /* the largest relative difference of a layer's input gradient */
+    double dy;                /* and of the last layer's output gradient from the reference's
+                               * own loss gradient: the anchor the per-layer feeding needs */
     int rc;                   /* rank 0: a reference failure */
 };
+
+/* The loss's gradient of the last layer's output rows, from the reference's own output of that
+ * layer (y, T x H; overwritten) and the seeded targets: what the run's must equal. */
+static void ref_loss_grad(const run_t *r, float *y)
+{
+    const size_t H = r->H, T = r->ntok;
+    float *t = malloc((H + 1) * sizeof *t);
+    double sum, scale = 1.0 / ((double)T * H);
+    for (size_t i = 0; t && i < T; i++) {
+        moe_kern_init_target(r->cfg.seed, i, r->H, t);
+        moe_kern_loss_grad(y + i * H, t, 1, r->H, scale, y + i * H, &sum);
+    }
+    if (!t) /* no anchor: fail the check rather than pass it unanchored */
+        for (size_t i = 0; i < T * H; i++)
+            y[i] = NAN;
+    free(t);
+}
 
 /* Layer l of a checked step: its rows (the layer's input and routing at the start of the
  * layer, dy the gradient of its output, dx that of its input) to rank 0 by global token, one
@@ -1185,8 +1210,9 @@ static void check_layer(run_t *r, uint32_t l, const float *dy, const float *dx)
                                      MOE_RUN_SUM));
     if (r->me != 0 || c->rc)
         return;
-    float *x = malloc((T * (4 * H + K) + 1) * sizeof *x), *gy = x + T * H, *gx = gy + T * H;
-    float *rx = gx + T * H, *w = rx + T * H;
+    const int top = l + 1 == r->L; /* the last layer: its output gradient is the loss's */
+    float *x = malloc((T * (4 * H + K + (top ? H : 0)) + 1) * sizeof *x), *gy = x + T * H;
+    float *gx = gy + T * H, *rx = gx + T * H, *w = rx + T * H, *ry = top ? w + T * K : NULL;
     int32_t *ids = malloc((T * K + 1) * sizeof *ids);
     if (!x || !ids) {
         free(x), free(ids);
@@ -1208,9 +1234,13 @@ static void check_layer(run_t *r, uint32_t l, const float *dy, const float *dx)
                 w[t * K + j - 3 * H - K] = (float)u;
         }
     c->rc = moe_kern_model_layer_grad(&c->md, l, x, T, ids, r->replay ? w : NULL, gy, &c->ref,
-                                      rx);
+                                      rx, ry);
     if (!c->rc)
-        c->dx = fmax(c->dx, rel_diff(gx, rx, T * H));
+        c->dx = worse(c->dx, rel_diff(gx, rx, T * H));
+    if (!c->rc && top) {
+        ref_loss_grad(r, ry);
+        c->dy = rel_diff(gy, ry, T * H);
+    }
     free(x);
     free(ids);
 }
@@ -1246,22 +1276,17 @@ static double step(run_t *r, grads_t *g, const float *tgt, const uint32_t *start
     r->t_mark[0] = run_now(r);
     size_t n = r->nloc; /* the rows where the tokens ended */
     float *dout = run_hbuf(r, TS_OUT, (n + 1) * H * sizeof *dout);
-    float *own = run_hbuf(r, TS_PTMP, (H + 1) * sizeof *own);
     RUN_CK(r, r->b->ops->download(r->b, dout, r->x.p, n * H * sizeof *dout));
     const double scale = 1.0 / ((double)r->ntok * H);
-    double sum = 0;
+    float *trow = run_hbuf(r, TS_TOUT, (n + 1) * H * sizeof *trow); /* each row's target */
     for (size_t i = 0; i < n; i++) {
-        const float *t = own; /* a token that came here during the step: its target now */
         if (start[r->loc[i]] != UINT32_MAX)
-            t = tgt + (size_t)start[r->loc[i]] * H;
-        else
-            moe_kern_init_target(r->cfg.seed, r->loc[i], r->H, own);
-        for (size_t h = 0; h < H; h++) {
-            double d = (double)dout[i * H + h] - t[h];
-            sum += 0.5 * d * d;
-            dout[i * H + h] = (float)(d * scale);
-        }
+            memcpy(trow + i * H, tgt + (size_t)start[r->loc[i]] * H, H * sizeof *trow);
+        else /* a token that came here during the step: its target now */
+            moe_kern_init_target(r->cfg.seed, r->loc[i], r->H, trow + i * H);
     }
+    double sum = 0;
+    RUN_CK(r, r->b->ops->loss_grad(r->b, dout, trow, n, r->H, scale, dout, &sum));
     RUN_CK(r, run_comm_allreduce(r->comm, &sum, 1, MOE_RUN_SUM));
     grads_zero(r, g);
     /* what the forward kept for the backward, the output's gradient, and the largest layer */
@@ -1303,44 +1328,30 @@ typedef struct opt {
     int t;
 } opt_t;
 
-/* One tensor's update at step t (from 1): SGD, or Adam with bias correction (c1 = 1 - beta1^t,
- * c2 likewise). The serial reference of --check updates its tensors with it too. */
-static void update(const run_t *r, int t, float *w, const float *g, float *m, float *v, size_t n)
-{
-    const float lr = (float)r->cfg.lr;
-    if (r->cfg.optimizer == MOE_RUN_SGD) {
-        for (size_t i = 0; i < n; i++)
-            w[i] -= lr * g[i];
-        return;
-    }
-    const float b1 = 0.9f, b2 = 0.999f, eps = 1e-8f;
-    const float c1 = 1.0f - powf(b1, (float)t), c2 = 1.0f - powf(b2, (float)t);
-    for (size_t i = 0; i < n; i++) {
-        m[i] = b1 * m[i] + (1.0f - b1) * g[i];
-        v[i] = b2 * v[i] + (1.0f - b2) * g[i] * g[i];
-        w[i] -= lr * (m[i] / c1) / (sqrtf(v[i] / c2) + eps);
-    }
-}
-
 /* The optimizer step on the weights this rank holds (the CPU backend's buffers are host
  * memory): mixers and gates alike on every rank, the experts held here. */
 static void optimizer_step(run_t *r, const grads_t *g, opt_t *o)
 {
     size_t H = r->H, E = r->E, W1 = r->w1n, W2 = r->wn - r->w1n;
     int adam = r->cfg.optimizer == MOE_RUN_ADAM;
+    const float lr = (float)r->cfg.lr;
+    moe_run_backend_t *b = r->b;
     o->t++;
     for (uint32_t l = 0; l < r->L; l++) {
-        update(r, o->t, r->mix[l], g->mix + l * H, adam ? o->m.mix + l * H : NULL,
-               adam ? o->v.mix + l * H : NULL, H);
-        update(r, o->t, r->wg[l], g->wg + l * H * E, adam ? o->m.wg + l * H * E : NULL,
-               adam ? o->v.wg + l * H * E : NULL, H * E);
+        RUN_CK(r, b->ops->update(b, adam, o->t, lr, r->mix[l], g->mix + l * H,
+                                 adam ? o->m.mix + l * H : NULL,
+                                 adam ? o->v.mix + l * H : NULL, H));
+        RUN_CK(r, b->ops->update(b, adam, o->t, lr, r->wg[l], g->wg + l * H * E,
+                                 adam ? o->m.wg + l * H * E : NULL,
+                                 adam ? o->v.wg + l * H * E : NULL, H * E));
         for (size_t e = 0; e < E; e++) {
             size_t k = l * E + e;
             if (!r->w1[k])
                 continue;
             float *m = adam ? o->m.w1[k] : NULL, *v = adam ? o->v.w1[k] : NULL;
-            update(r, o->t, r->w1[k], g->w1[k], m, v, W1);
-            update(r, o->t, r->w2[k], g->w1[k] + W1, m ? m + W1 : NULL, v ? v + W1 : NULL, W2);
+            RUN_CK(r, b->ops->update(b, adam, o->t, lr, r->w1[k], g->w1[k], m, v, W1));
+            RUN_CK(r, b->ops->update(b, adam, o->t, lr, r->w2[k], g->w1[k] + W1,
+                                     m ? m + W1 : NULL, v ? v + W1 : NULL, W2));
         }
     }
 }
@@ -1457,40 +1468,55 @@ void run_train_iterations(run_t *r)
     r->off_peak = v[3];
 }
 
-/* The serial reference model trained from md (seeded; ref holds its first step's gradients
- * and rloss its loss) for as many steps as the run took, with the run's optimizer: the largest
- * relative difference of its losses from the run's. md is updated in place. */
-static double ref_curve(run_t *r, moe_kern_model_t *md, moe_kern_model_t *ref, const float *x0,
-                        const float *tg, const int32_t *ri, const float *rw, double rloss)
+/* The serial reference model trained from md (seeded) for as many steps as the run took, with
+ * its own gradients (g, of md's shape) and its own optimizer step (moe_kern_update): the
+ * largest relative difference of its losses from the run's, the loss after its last update
+ * compared with lfinal, the run's loss after its own, so that a wrong update shows even after
+ * one step. md is updated in place. */
+static double ref_curve(run_t *r, moe_kern_model_t *md, moe_kern_model_t *g, const float *x0,
+                        const float *tg, const int32_t *ri, const float *rw, double lfinal)
 {
     int total = r->cfg.warmup + r->cfg.iters;
     size_t nm = (size_t)r->L * r->H, ng = nm * r->E, nw = (size_t)r->L * r->E * r->wn;
     int adam = r->cfg.optimizer == MOE_RUN_ADAM;
+    const float lr = (float)r->cfg.lr;
     float *mv = adam ? calloc(2 * (nm + ng + nw) + 1, sizeof *mv) : NULL;
     if (adam && !mv)
         return INFINITY;
     float *m = mv, *v = adam ? mv + nm + ng + nw : NULL;
     double worst = 0;
-    for (int it = 0; r->losses && it < total; it++) {
-        if (it > 0 && moe_kern_model_loss_grad_routed(md, x0, r->ntok, tg, ri, rw, &rloss, ref,
-                                                      NULL)) {
+    for (int it = 0; r->losses && it <= total; it++) {
+        double rloss, loss = it < total ? r->losses[it] : lfinal;
+        if (moe_kern_model_loss_grad_routed(md, x0, r->ntok, tg, ri, rw, &rloss,
+                                            it < total ? g : NULL, NULL)) {
             worst = INFINITY;
             break;
         }
-        worst = fmax(worst, fabs(r->losses[it] - rloss) / fmax(1e-30, fabs(rloss)));
-        update(r, it + 1, md->m, ref->m, m, v, nm);
-        update(r, it + 1, md->Wg, ref->Wg, m ? m + nm : NULL, v ? v + nm : NULL, ng);
-        update(r, it + 1, md->W, ref->W, m ? m + nm + ng : NULL, v ? v + nm + ng : NULL, nw);
+        worst = worse(worst, fabs(loss - rloss) / fmax(1e-30, fabs(rloss)));
+        if (it == total)
+            break;
+        moe_kern_update(adam, it + 1, lr, md->m, g->m, m, v, nm);
+        moe_kern_update(adam, it + 1, lr, md->Wg, g->Wg, m ? m + nm : NULL, v ? v + nm : NULL,
+                        ng);
+        moe_kern_update(adam, it + 1, lr, md->W, g->W, m ? m + nm + ng : NULL,
+                        v ? v + nm + ng : NULL, nw);
     }
     free(mv);
-    return isnan(worst) ? INFINITY : worst;
+    return worst;
 }
 
 double run_train_check(run_t *r)
 {
+    size_t W = r->wn, HE = (size_t)r->H * r->E, L = r->L, E = r->E;
+    grads_t g = {0};
+    grads_alloc(r, &g);
+    r->timing = 0;
+    /* the loss of the trained weights, which the reference must reach with as many updates */
+    const uint32_t *start;
+    const float *tgt = step_inputs(r, &start);
+    double lfinal = step(r, &g, tgt, start);
     /* the seeded weights again, then one step without the update, each layer's backward
      * checked against its reference as it is taken (check_layer) */
-    size_t W = r->wn, HE = (size_t)r->H * r->E, L = r->L, E = r->E;
     for (uint32_t l = 0; l < r->L; l++) {
         moe_kern_init_mixer(r->cfg.seed, l, r->E, r->H, r->mix[l]);
         moe_kern_init_gate(r->cfg.seed, l, r->E, r->H, r->wg[l]);
@@ -1508,12 +1534,8 @@ double run_train_check(run_t *r)
         if (rc)
             run_die(r, "--check reference", rc);
     }
-    grads_t g = {0};
-    grads_alloc(r, &g);
-    r->timing = 0;
     r->tchk = &c;
-    const uint32_t *start;
-    const float *tgt = step_inputs(r, &start);
+    tgt = step_inputs(r, &start);
     double loss = step(r, &g, tgt, start);
     r->tchk = NULL;
     if (c.rc)
@@ -1570,14 +1592,15 @@ double run_train_check(run_t *r)
         double em = rel_diff(g.mix, c.ref.m, L * r->H);
         double eg = r->replay ? 0 : rel_diff(g.wg, c.ref.Wg, L * HE);
         double ee = rel_diff(ew, c.ref.W, ne), ex = c.dx;
-        /* then the loss curve: the reference trained with the run's optimizer, step by step
-         * (its first step with the per-layer gradients) */
-        double lc = ref_curve(r, &c.md, &c.ref, x0, tg, ri, rw, rloss);
-        err = fmax(fmax(fmax(le, em), fmax(eg, ee)), fmax(ex, lc));
+        /* then the loss curve: the reference trained with its own gradients and optimizer
+         * (c.ref, compared above, now holds them), and its loss after the last update */
+        double lc = ref_curve(r, &c.md, &c.ref, x0, tg, ri, rw, lfinal);
+        err = worse(worse(worse(le, em), worse(eg, ee)), worse(worse(ex, c.dy), lc));
         moe_log(MOE_LOG_INFO, "--check: loss %.9g (reference %.9g); largest relative "
                 "gradient differences, each layer's reference fed with the run's rows, routing "
-                "and output gradient: mixers %.3g, gates %.3g, experts %.3g, inputs %.3g; loss "
-                "curve %.3g", loss, rloss, em, eg, ee, ex, lc);
+                "and output gradient: mixers %.3g, gates %.3g, experts %.3g, inputs %.3g; the "
+                "output's gradient from the reference's loss %.3g; loss curve and loss after "
+                "the updates %.3g", loss, rloss, em, eg, ee, ex, c.dy, lc);
         moe_kern_model_free(&c.md);
         moe_kern_model_free(&c.ref);
         free(x0), free(tg), free(ew), free(ri), free(rw);

@@ -238,7 +238,7 @@ static void test_layer_grad(int expert)
         for (size_t h = 0; h < H; h++)
             dy[i * H + h] = (float)(((double)out[h] - t[i * H + h]) * (1.0 / ((double)N * H)));
     }
-    CHECK_EQ_INT(moe_kern_model_layer_grad(&md, 0, x, N, ids, NULL, dy, &g2, dx2), 0);
+    CHECK_EQ_INT(moe_kern_model_layer_grad(&md, 0, x, N, ids, NULL, dy, &g2, dx2, NULL), 0);
     const size_t NW = E * moe_kern_expert_floats(H, F, expert);
     int bad = 0;
     for (size_t i = 0; i < NW; i++)
@@ -253,14 +253,14 @@ static void test_layer_grad(int expert)
     /* the weights given: no gate gradient, the experts' the same */
     moe_kern_model_t g3;
     CHECK_EQ_INT(moe_kern_model_init(&g3, 0, 1, E, K, H, F, expert), 0);
-    CHECK_EQ_INT(moe_kern_model_layer_grad(&md, 0, x, N, ids, w, dy, &g3, dx2), 0);
+    CHECK_EQ_INT(moe_kern_model_layer_grad(&md, 0, x, N, ids, w, dy, &g3, dx2, NULL), 0);
     bad = 0;
     for (size_t i = 0; i < (size_t)H * E; i++)
         bad += g3.Wg[i] != 0;
     for (size_t i = 0; i < NW; i++)
         bad += fabsf(g3.W[i] - g.W[i]) > 1e-6f * (1 + fabsf(g.W[i]));
     CHECK_EQ_INT(bad, 0);
-    CHECK_EQ_INT(moe_kern_model_layer_grad(&md, 1, x, N, ids, w, dy, &g3, dx2), MOE_EINVAL);
+    CHECK_EQ_INT(moe_kern_model_layer_grad(&md, 1, x, N, ids, w, dy, &g3, dx2, NULL), MOE_EINVAL);
     moe_kern_model_free(&md);
     moe_kern_model_free(&g);
     moe_kern_model_free(&g2);

@@ -24,7 +24,10 @@ const char *__lsan_default_options(void)
     return "fast_unwind_on_malloc=0";
 }
 
-enum fault { FAULT_NONE, FAULT_FFN, FAULT_WEIGHT, FAULT_EXPERT };
+enum fault {
+    FAULT_NONE, FAULT_FFN, FAULT_WEIGHT, FAULT_EXPERT,
+    FAULT_LOSS_NEG, FAULT_LOSS_DOUBLE, FAULT_UPDATE_SIGN, FAULT_UPDATE_LR, /* training */
+};
 
 static enum fault fault;
 static const moe_run_backend_ops_t *cpu_ops;
@@ -61,6 +64,77 @@ static int faulty_gate(moe_run_backend_t *b, const float *x, size_t n, uint32_t 
         ids[K - 1] = all[E - 1];
     }
     return 0;
+}
+
+/* The loss's gradient negated or doubled (gradient ascent, a factor lost or added). */
+static int faulty_loss(moe_run_backend_t *b, const float *y, const float *t, size_t n,
+                       uint32_t H, double scale, float *dy, double *sum)
+{
+    int rc = cpu_ops->loss_grad(b, y, t, n, H, scale, dy, sum);
+    float f = fault == FAULT_LOSS_NEG ? -1.0f : fault == FAULT_LOSS_DOUBLE ? 2.0f : 1.0f;
+    for (size_t i = 0; rc == 0 && f != 1.0f && i < n * H; i++)
+        dy[i] *= f;
+    return rc;
+}
+
+/* A wrong update: up the gradient instead of down, or at twice the learning rate. */
+static int faulty_update(moe_run_backend_t *b, int adam, int t, float lr, float *w,
+                         const float *g, float *m, float *v, size_t n)
+{
+    if (fault == FAULT_UPDATE_SIGN)
+        lr = -lr;
+    else if (fault == FAULT_UPDATE_LR)
+        lr *= 2;
+    return cpu_ops->update(b, adam, t, lr, w, g, m, v, n);
+}
+
+/* One training step (fp32, the computed gate) and --train --check's verdict, the difference
+ * in *err. */
+static int train_once(moe_run_backend_t *b, int mode, int optimizer, double *err)
+{
+    moe_run_cfg_t c;
+    moe_run_cfg_default(&c);
+    c.mode = mode;
+    c.optimizer = optimizer;
+    c.train = 1;
+    c.L = 2, c.E = 8, c.K = 2, c.H = 32, c.F = 32;
+    c.tokens_per_rank = 64;
+    c.iters = 1, c.warmup = 0;
+    c.check = 1;
+    char errbuf[256];
+    double tol = 0;
+    moe_run_t *r = moe_run_new(&c, b);
+    int ok = r ? moe_run_setup(r, errbuf, sizeof errbuf) : -1;
+    CHECK_EQ_INT(ok, 0);
+    if (ok == 0 && (ok = moe_run_iterations(r)) == 0)
+        ok = moe_run_check(r, err, &tol);
+    moe_run_free(r);
+    return ok;
+}
+
+/* --train --check at one step passes the faultless run and fails each planted training bug,
+ * in every mode and with either optimizer: the per-layer references alone, fed with the run's
+ * own output gradient and updates, would pass them all. */
+static void training_faults(moe_run_backend_t *b)
+{
+    static const int modes[] = {MOE_RUN_VANILLA, MOE_RUN_COHERENT, MOE_RUN_PIPELINED,
+                                MOE_RUN_HIERARCHICAL, MOE_RUN_DATACENTRIC};
+    static const enum fault faults[] = {FAULT_NONE, FAULT_LOSS_NEG, FAULT_LOSS_DOUBLE,
+                                        FAULT_UPDATE_SIGN, FAULT_UPDATE_LR};
+    for (size_t i = 0; i < sizeof modes / sizeof *modes; i++)
+        for (int opt = MOE_RUN_SGD; opt <= MOE_RUN_ADAM; opt++)
+            for (size_t f = 0; f < sizeof faults / sizeof *faults; f++) {
+                fault = faults[f];
+                double err = -1;
+                int v = train_once(b, modes[i], opt, &err);
+                if (v != (fault == FAULT_NONE))
+                    fprintf(stderr, "training, mode %s, %s, fault %d: verdict %d, difference "
+                            "%g\n", moe_run_mode_name(modes[i]), moe_run_optimizer_name(opt),
+                            (int)fault, v, err);
+                CHECK_EQ_INT(v, fault == FAULT_NONE);
+                CHECK(fault == FAULT_NONE ? err < 1e-5 : err > 1e-3);
+            }
+    fault = FAULT_NONE;
 }
 
 /* A run of the computed gate in bf16 at a size where near-ties occur; returns moe_run_check's
@@ -127,7 +201,10 @@ int main(int argc, char **argv)
     faulty_ops = *cpu_ops;
     faulty_ops.ffn_grouped = faulty_ffn;
     faulty_ops.gate = faulty_gate;
+    faulty_ops.loss_grad = faulty_loss;
+    faulty_ops.update = faulty_update;
     b->ops = &faulty_ops;
+    training_faults(b);
 
     static const int modes[] = {MOE_RUN_VANILLA, MOE_RUN_COHERENT, MOE_RUN_DATACENTRIC};
     for (size_t i = 0; i < sizeof modes / sizeof *modes; i++) {
