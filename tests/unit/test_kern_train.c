@@ -235,10 +235,24 @@ static void test_layer_grad(int expert)
             for (size_t h = 0; h < H; h++)
                 out[h] += w[i * K + k] * y[h];
         }
-        for (size_t h = 0; h < H; h++)
+        for (size_t h = 0; h < H; h++) {
             dy[i * H + h] = (float)(((double)out[h] - t[i * H + h]) * (1.0 / ((double)N * H)));
+            xm[i * H + h] = out[h]; /* from here on the layer's output */
+        }
     }
-    CHECK_EQ_INT(moe_kern_model_layer_grad(&md, 0, x, N, ids, NULL, dy, &g2, dx2, NULL), 0);
+    float yl[N * H];
+    CHECK_EQ_INT(moe_kern_model_layer_grad(&md, 0, x, N, ids, NULL, dy, &g2, dx2, yl), 0);
+    int off = 0; /* the layer's own output rows, for a check's independent loss gradient */
+    for (size_t i = 0; i < (size_t)N * H; i++)
+        off += fabsf(yl[i] - xm[i]) > 1e-6f * (1 + fabsf(xm[i]));
+    CHECK_EQ_INT(off, 0);
+    double sum;
+    float dyl[N * H];
+    moe_kern_loss_grad(yl, t, N, H, 1.0 / ((double)N * H), dyl, &sum);
+    CHECK(fabs(sum / ((double)N * H) - loss) <= 1e-6 * loss);
+    for (size_t i = 0; i < (size_t)N * H; i++)
+        off += fabsf(dyl[i] - dy[i]) > 1e-6f * (1e-3f + fabsf(dy[i]));
+    CHECK_EQ_INT(off, 0);
     const size_t NW = E * moe_kern_expert_floats(H, F, expert);
     int bad = 0;
     for (size_t i = 0; i < NW; i++)
@@ -260,7 +274,8 @@ static void test_layer_grad(int expert)
     for (size_t i = 0; i < NW; i++)
         bad += fabsf(g3.W[i] - g.W[i]) > 1e-6f * (1 + fabsf(g.W[i]));
     CHECK_EQ_INT(bad, 0);
-    CHECK_EQ_INT(moe_kern_model_layer_grad(&md, 1, x, N, ids, w, dy, &g3, dx2, NULL), MOE_EINVAL);
+    CHECK_EQ_INT(moe_kern_model_layer_grad(&md, 1, x, N, ids, w, dy, &g3, dx2, NULL),
+                 MOE_EINVAL);
     moe_kern_model_free(&md);
     moe_kern_model_free(&g);
     moe_kern_model_free(&g2);
@@ -289,8 +304,26 @@ static void test_combine_backward(void)
     CHECK(dy[0] == 2);
 }
 
+/* The optimizer step by hand: SGD w - lr g; Adam's first step w - lr g / (|g| + eps) (m and v
+ * after bias correction are g and g^2), its second with the moments carried. */
+static void test_update(void)
+{
+    float w[3] = {1.0f, -2.0f, 0.5f}, g[3] = {0.5f, -0.25f, 0.0f}, m[3] = {0}, v[3] = {0};
+    moe_kern_update(0, 1, 0.1f, w, g, NULL, NULL, 3);
+    CHECK(w[0] == 1.0f - 0.05f && w[1] == -2.0f + 0.025f && w[2] == 0.5f);
+    float a[3] = {1.0f, -2.0f, 0.5f};
+    moe_kern_update(1, 1, 0.01f, a, g, m, v, 3);
+    CHECK(fabsf(a[0] - (1.0f - 0.01f * 0.5f / (0.5f + 1e-8f))) < 1e-6f);
+    CHECK(fabsf(a[1] - (-2.0f + 0.01f)) < 1e-6f && a[2] == 0.5f);
+    CHECK(fabsf(m[0] - 0.05f) < 1e-7f && fabsf(v[0] - 0.00025f) < 1e-4f * 0.00025f);
+    /* step 2, the same gradient: m = 0.19 g, v = 0.001999 g^2, corrected g and g^2 again */
+    moe_kern_update(1, 2, 0.01f, a, g, m, v, 3);
+    CHECK(fabsf(a[0] - (1.0f - 0.02f)) < 1e-5f && fabsf(m[0] - 0.095f) < 1e-7f);
+}
+
 int main(void)
 {
+    test_update();
     for (int expert = MOE_EXPERT_SWIGLU; expert <= MOE_EXPERT_SILU; expert++) {
         test_finite_differences(expert);
         test_scaled(expert);
