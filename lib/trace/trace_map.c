@@ -27,6 +27,7 @@
  */
 
 #define MAP_SEQ_BATCH 4096u     /* records per batch from the sequential reader */
+#define MAP_SEQ_BYTES (16u << 20) /* and at most about this many bytes of them */
 #define NO_INDEX UINT64_MAX
 
 /* A batch buffer: the public view and the arrays behind it. */
@@ -270,7 +271,7 @@ static int bbuf_reserve(const moe_trace_map_t *m, bbuf_t *b, size_t n)
 {
     if (n <= b->cap)
         return 0;
-    size_t cap = b->cap ? b->cap : 256;
+    size_t cap = b->cap ? b->cap : n < 256 ? n : 256;
     while (cap < n)
         cap *= 2;
     size_t scratch = m->ops ? m->ops->scratch : 0;
@@ -711,6 +712,16 @@ static void *worker_main(void *arg)
 
 /* ------------------------------------------------------------------ the sequential path */
 
+/* Records per batch of the sequential path: MAP_SEQ_BATCH, or fewer where that many records
+ * would pass MAP_SEQ_BYTES (a record of 4096 layers of top-256 ids is 2 MiB). */
+static size_t seq_batch_limit(const moe_trace_map_t *m)
+{
+    size_t per = m->nid * (sizeof(uint16_t) + ((m->hdr.flags & MOE_TRACE_WEIGHTS) ? 4 : 0)) +
+                 (m->ops ? m->ops->scratch : 0) + 32;
+    size_t n = MAP_SEQ_BYTES / per;
+    return n < 1 ? 1 : n > MAP_SEQ_BATCH ? MAP_SEQ_BATCH : n;
+}
+
 static void sequential_run(moe_trace_map_t *m)
 {
     wstate_t *w = &m->ws[0];
@@ -718,13 +729,16 @@ static void sequential_run(moe_trace_map_t *m)
     moe_trace_rec_t r = {0};
     uint64_t index = 0;
     int rc = 1;
+    const size_t limit = seq_batch_limit(m);
     while (b && !failed(m) && rc == 1) {
-        if (bbuf_reserve(m, b, MAP_SEQ_BATCH) || bbuf_reserve_ids(m, b, MAP_SEQ_BATCH)) {
-            fail_at(m, index, NO_INDEX, MOE_ENOMEM, "out of memory");
-            break;
-        }
         size_t n = 0;
-        while (n < MAP_SEQ_BATCH && (rc = moe_trace_read(m->seqr, &r)) == 1) {
+        /* The arrays grow with the records read, never ahead of them: a header alone
+         * (which may declare 4096 layers of top-256) reserves nothing. */
+        while (n < limit && (rc = moe_trace_read(m->seqr, &r)) == 1) {
+            if (bbuf_reserve(m, b, n + 1) || bbuf_reserve_ids(m, b, n + 1)) {
+                fail_at(m, index, NO_INDEX, MOE_ENOMEM, "out of memory");
+                break;
+            }
             b->token[n] = r.token;
             b->seq[n] = r.seq;
             b->pos[n] = r.pos;

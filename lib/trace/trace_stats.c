@@ -76,9 +76,8 @@ moe_trace_stats_t *moe_trace_stats_new(const moe_trace_hdr_t *h)
         return NULL;
     s->layers = h->layers, s->experts = h->experts, s->topk = h->topk;
     s->hidden = h->hidden, s->elem_bytes = h->elem_bytes, s->flags = h->flags;
-    s->load = calloc((size_t)h->layers * h->experts, sizeof *s->load);
     s->present = calloc(h->layers, sizeof *s->present);
-    if (!s->load || !s->present) {
+    if (!s->present) {
         moe_trace_stats_free(s);
         return NULL;
     }
@@ -109,12 +108,29 @@ static int stats_token(moe_trace_stats_t *s, unsigned miss, uint32_t seq, uint32
     return 0;
 }
 
+/* The L x E loads, made with the first record: a header alone, which may declare 4096 layers
+ * of 65535 experts, reserves nothing (tests/cli/input_bounds.sh). 0 or MOE_ENOMEM. */
+static int need_loads(moe_trace_stats_t *s)
+{
+    if (!s->load && !(s->load = calloc((size_t)s->layers * s->experts + 1, sizeof *s->load)))
+        return MOE_ENOMEM;
+    return 0;
+}
+
+/* Expert e's load in layer l (0 before any record). */
+static uint64_t load_at(const moe_trace_stats_t *s, uint32_t l, uint32_t e)
+{
+    return s->load ? s->load[(size_t)l * s->experts + e] : 0;
+}
+
 /* Count one record given as its ids (L * K, layer-major) and its sequence, step and rank. */
 static int stats_count(moe_trace_stats_t *s, const uint16_t *ids, uint32_t seq, uint32_t step,
                        uint32_t rank)
 {
     const uint32_t L = s->layers, E = s->experts, K = s->topk;
     unsigned miss = 0;
+    if (need_loads(s))
+        return MOE_ENOMEM;
     for (uint32_t l = 0; l < L; l++) {
         const uint16_t *id = ids + (size_t)l * K;
         if (id[0] == MOE_EXPERT_NONE) {
@@ -137,6 +153,8 @@ static int stats_count_raw(moe_trace_stats_t *s, const uint8_t *raw, unsigned wi
 {
     const uint32_t L = s->layers, E = s->experts, K = s->topk;
     unsigned miss = 0;
+    if (need_loads(s))
+        return MOE_ENOMEM;
     for (uint32_t l = 0; l < L; l++) {
         uint64_t *ld = s->load + (size_t)l * E;
         if (width == 1) {
@@ -178,7 +196,9 @@ static int u32set_union(u32set_t *a, const u32set_t *b)
 /* Add the counts of b (same shape) to a. */
 static int stats_merge(moe_trace_stats_t *a, const moe_trace_stats_t *b)
 {
-    for (size_t i = 0; i < (size_t)a->layers * a->experts; i++)
+    if (b->load && need_loads(a))
+        return MOE_ENOMEM;
+    for (size_t i = 0; b->load && i < (size_t)a->layers * a->experts; i++)
         a->load[i] += b->load[i];
     for (uint32_t l = 0; l < a->layers; l++)
         a->present[l] += b->present[l];
@@ -257,7 +277,6 @@ static int load_line(struct moe_textout *t, const moe_trace_stats_t *s, uint32_t
 {
     char buf[4096];
     size_t n = (size_t)snprintf(buf, sizeof buf, "load %u", l);
-    const uint64_t *ld = s->load + (size_t)l * s->experts;
     for (uint32_t e = 0; e <= s->experts; e++) {
         if (e == s->experts || n > sizeof buf - 32) {
             int st = moe_textout_write(t, buf, n);
@@ -266,7 +285,8 @@ static int load_line(struct moe_textout *t, const moe_trace_stats_t *s, uint32_t
             n = 0;
         }
         if (e < s->experts)
-            n += (size_t)snprintf(buf + n, sizeof buf - n, " %llu", (unsigned long long)ld[e]);
+            n += (size_t)snprintf(buf + n, sizeof buf - n, " %llu",
+                                  (unsigned long long)load_at(s, l, e));
     }
     return moe_textout_write(t, "\n", 1);
 }
@@ -281,21 +301,21 @@ typedef struct layer_fig {
 static layer_fig_t layer_fig(const moe_trace_stats_t *s, uint32_t l)
 {
     const uint32_t E = s->experts;
-    const uint64_t *ld = s->load + (size_t)l * E;
     layer_fig_t f = {UINT64_MAX, 0, 0, 0, 0};
     uint64_t sum = 0;
     for (uint32_t e = 0; e < E; e++) {
-        f.min = ld[e] < f.min ? ld[e] : f.min;
-        if (ld[e] > f.max) {
-            f.max = ld[e];
+        uint64_t v = load_at(s, l, e);
+        f.min = v < f.min ? v : f.min;
+        if (v > f.max) {
+            f.max = v;
             f.hot = e;
         }
-        sum += ld[e];
+        sum += v;
     }
     double var = 0;
     f.mean = (double)sum / E;
     for (uint32_t e = 0; e < E; e++)
-        var += ((double)ld[e] - f.mean) * ((double)ld[e] - f.mean);
+        var += ((double)load_at(s, l, e) - f.mean) * ((double)load_at(s, l, e) - f.mean);
     f.cv = f.mean > 0 ? sqrt(var / E) / f.mean : 0;
     return f;
 }
@@ -330,9 +350,8 @@ int moe_trace_stats_write(const moe_trace_stats_t *s, int loads, struct moe_text
 /* Layer l's loads as a JSON list. */
 static int json_loads(const moe_trace_stats_t *s, uint32_t l, struct moe_textout *t)
 {
-    const uint64_t *ld = s->load + (size_t)l * s->experts;
     for (uint32_t e = 0; e < s->experts; e++)
-        P("%s%llu", e ? "," : "[", (unsigned long long)ld[e]);
+        P("%s%llu", e ? "," : "[", (unsigned long long)load_at(s, l, e));
     P("]");
     return 0;
 }

@@ -40,15 +40,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     moe_importer_t *im = moe_import_open(&o, path, 0, &st, err, sizeof err);
     if (!im)
         return 0;
-    moe_trace_hdr_t h;
-    moe_trace_hdr_init(&h);
-    if (moe_import_header(im, &h) == 0) {
-        moe_trace_rec_t r = {0};
-        for (int n = 0; n < 100000 && moe_import_next(im, &r) == 1; n++)
-            ;
-        moe_trace_rec_release(&r);
-    }
-    moe_trace_hdr_release(&h);
+    fuzz_drain(im, size); /* every record, within the bound per input byte */
     moe_import_close(im);
     return 0;
 }
