@@ -141,6 +141,9 @@ static int quantity(trd_t *r, char **tok, size_t n, size_t *i, int q, const char
      * where 1e-300 B/s turned them into inf */
     if ((q == Q_BW || q == Q_FLOPS) && *v > 0 && *v < 1e-3)
         return tfail(r, MOE_ERANGE, "%s: %.40s is below 0.001 %s", what, tok[*i], qname[q]);
+    /* a count of processors scales a rate: the same floor (0, unset, is never written) */
+    if (q == Q_COUNT && !(*v >= 1e-3))
+        return tfail(r, MOE_ERANGE, "%s: %.40s is below 0.001 %s", what, tok[*i], qname[q]);
     *i += u != NULL;
     return 0;
 }

@@ -159,6 +159,14 @@ static int detect_format(moe_importer_t *im, size_t n, int *fmt)
     free(peek);
     if (*fmt < 0)
         return imp_fail(im, MOE_EEMPTY, "no tokens in input");
+    /* torch.save before PyTorch 1.6 (torch/serialization.py _legacy_save) pickled its magic
+     * number first: the long 0x1950a86a20f9469cfc6c, protocol 2 */
+    static const uint8_t legacy[] = {0x80, 0x02, 0x8a, 0x0a, 0x6c, 0xfc, 0x9c, 0x46,
+                                     0xf9, 0x20, 0x6a, 0xa8, 0x50, 0x19};
+    if (*fmt == MOE_IMPORT_AUTO && n >= sizeof legacy &&
+        memcmp(im->prefix, legacy, sizeof legacy) == 0)
+        return imp_fail(im, MOE_EFORMAT, "a legacy torch.save file (PyTorch before 1.6, not a "
+                        "zip archive): save it again with a current torch.save");
     if (*fmt == MOE_IMPORT_AUTO)
         return imp_fail(im, MOE_EFORMAT, "cannot detect the input format (use --format)");
     return 0;
@@ -171,14 +179,14 @@ static int open_input(moe_importer_t *im, int *fmt)
 {
     int fd = moe_open_input(im->path), st = 0;
     if (fd < 0)
-        return imp_fail(im, MOE_ESYS, "cannot open '%s': %s", im->path, strerror(errno));
+        return imp_fail_file(im, MOE_ESYS, "cannot open '%s': %s", im->path, strerror(errno));
     ptrdiff_t n = (im->prefix = calloc(1, IMP_PEEK_BYTES)) != NULL
                       ? moe_read_full(fd, im->prefix, IMP_PEEK_BYTES)
                       : 0;
     if (!im->prefix)
         st = imp_fail(im, MOE_ENOMEM, "out of memory");
     else if (n < 0)
-        st = imp_fail(im, MOE_ESYS, "cannot read '%s': %s", im->path, strerror(errno));
+        st = imp_fail_file(im, MOE_ESYS, "cannot read '%s': %s", im->path, strerror(errno));
     else if (*fmt == MOE_IMPORT_AUTO)
         st = detect_format(im, (size_t)n, fmt);
     int binary = *fmt == MOE_IMPORT_NPY || *fmt == MOE_IMPORT_SGLANG ||
@@ -187,8 +195,8 @@ static int open_input(moe_importer_t *im, int *fmt)
         st = imp_fail(im, MOE_ENOMEM, "out of memory");
     if (st == 0 && !binary &&
         !(im->lines = moe_lines_dopen(fd, im->prefix, (size_t)n, &st)))
-        st = imp_fail(im, st < 0 ? st : MOE_ENOMEM, "cannot read '%s': %s", im->path,
-                      moe_strerror(st < 0 ? st : MOE_ENOMEM));
+        st = imp_fail_file(im, st < 0 ? st : MOE_ENOMEM, "cannot read '%s': %s", im->path,
+                           moe_strerror(st < 0 ? st : MOE_ENOMEM));
     if (st < 0 && fd > 2)
         close(fd);
     return st;
@@ -209,7 +217,7 @@ static int dense_opts_check(moe_importer_t *im)
                                                                         : NULL;
     if (!bad)
         return 0;
-    return imp_fail(im, MOE_EINVAL, "'%s': %s do%s not apply to the %s format", im->path, bad,
+    return imp_fail(im, MOE_EINVAL, "%s do%s not apply to the %s format", bad,
                     strchr(bad, ' ') ? "" : "es", fmt_names[f]);
 }
 
@@ -363,11 +371,8 @@ int moe_import_loads(const char *path, const char *map, uint32_t experts, moe_lo
     if (st == 0 && mst == 0)
         st = imp_loads_read(im, mm, experts, out);
     moe_importer_t *bad = mm && (mst < 0 || mm->err[0]) ? mm : im;
-    if (st < 0 || mst < 0)
-        util_errf(errbuf, errlen, st < 0 ? st : mst, "%s%s%s%s",
-                  bad && strstr(bad->err, bad->path) ? "" : "'", /* open errors name it */
-                  bad && strstr(bad->err, bad->path) ? "" : bad ? bad->path : path,
-                  bad && strstr(bad->err, bad->path) ? "" : "': ",
+    if (st < 0 || mst < 0) /* the importer's messages name their file */
+        util_errf(errbuf, errlen, st < 0 ? st : mst, "%s",
                   bad && bad->err[0] ? bad->err : moe_strerror(st < 0 ? st : mst));
     moe_import_close(im);
     moe_import_close(mm);

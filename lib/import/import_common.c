@@ -22,6 +22,21 @@ int imp_fail(moe_importer_t *im, int status, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
+    char why[sizeof im->err]; /* the reason first: an argument may be im->err itself */
+    vsnprintf(why, sizeof why, fmt, ap);
+    va_end(ap);
+    int n = snprintf(im->err, sizeof im->err, "'%s': ", im->path ? im->path : "-");
+    if (n >= 0 && (size_t)n < sizeof im->err)
+        memcpy(im->err + n, why, strnlen(why, sizeof im->err - (size_t)n - 1) + 1);
+    im->err[sizeof im->err - 1] = '\0';
+    im->status = status;
+    return status;
+}
+
+int imp_fail_file(moe_importer_t *im, int status, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
     vsnprintf(im->err, sizeof im->err, fmt, ap);
     va_end(ap);
     im->status = status;

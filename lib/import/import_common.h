@@ -37,7 +37,7 @@ struct moe_importer {
     uint64_t next_token;    /* token id of the next record written */
     int status;             /* sticky: once a call fails, later calls fail the same way */
     int done;               /* the format reported its end */
-    char err[256];
+    char err[512];
     uint8_t *prefix;        /* raw bytes read for detection (kept alive for the line reader) */
     moe_lines_t *lines;     /* text formats */
     imp_src_t *src;         /* binary formats */
@@ -45,8 +45,14 @@ struct moe_importer {
     void *state;            /* format's own state */
 };
 
-/* Record a failure: format the one-line reason into im->err; returns status. */
+/* Record a failure: the one-line reason into im->err as "'PATH': reason", PATH the input's
+ * name ('-' for standard input); returns status. This is the one place an import message is
+ * given its file's name: readers write the reason alone, and no caller adds the name again. */
 int imp_fail(moe_importer_t *im, int status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* imp_fail for the failures whose message names the file in its own words ("cannot open
+ * 'PATH': ..."), left as they are. */
+int imp_fail_file(moe_importer_t *im, int status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 /* Fail with "PREFIX: expert id V out of range (...)" (MOE_ERANGE). */
 int imp_fail_id(moe_importer_t *im, const char *prefix, uint64_t v);

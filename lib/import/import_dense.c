@@ -83,9 +83,16 @@ static double half(uint32_t h)
     return (h & 0x8000) ? -v : v;
 }
 
-static double float_elem(int dtype, const uint8_t *b)
+/* A floating-point element, little endian, or big endian when big is set (.npy's '>f4'). */
+static double float_elem(int dtype, const uint8_t *b, int big)
 {
-    uint64_t v = le(b, dtypes[dtype].size);
+    uint32_t size = dtypes[dtype].size;
+    uint64_t v = 0;
+    if (big)
+        for (uint32_t i = 0; i < size; i++)
+            v = v << 8 | b[i];
+    else
+        v = le(b, size);
     union {
         uint32_t u;
         float f;
@@ -104,7 +111,7 @@ static double float_elem(int dtype, const uint8_t *b)
 
 double imp_dtype_value(int dtype, const uint8_t *b)
 {
-    return imp_dtype_float(dtype) ? float_elem(dtype, b) : (double)int_elem(dtype, b);
+    return imp_dtype_float(dtype) ? float_elem(dtype, b, 0) : (double)int_elem(dtype, b);
 }
 
 /* ------------------------------------------------------------------ start */
@@ -295,7 +302,7 @@ static int topk_cell(moe_importer_t *im, imp_dense_t *d, const uint8_t *cell, ui
     uint32_t E = d->width, k = d->topk, size = dtypes[d->dtype].size, have = 0;
     double mx = -INFINITY;
     for (uint32_t e = 0; e < E; e++) {
-        double x = float_elem(d->dtype, cell + (size_t)e * size);
+        double x = float_elem(d->dtype, cell + (size_t)e * size, d->big);
         if (isnan(x) || x == INFINITY)
             return imp_fail(im, MOE_ERANGE, "token %llu, layer %u, expert %u: logit %s",
                             (unsigned long long)d->t, layer, e, isnan(x) ? "NaN" : "+inf");
@@ -485,7 +492,7 @@ static void arr_free(moe_importer_t *im)
 
 static const imp_ops_t arr_ops = {arr_next, arr_free};
 
-int imp_dense_open_array(moe_importer_t *im, int dtype, int nd, const uint64_t *dim)
+int imp_dense_open_array(moe_importer_t *im, int dtype, int big, int nd, const uint64_t *dim)
 {
     arr_state_t *s = calloc(1, sizeof *s);
     if (!s)
@@ -503,6 +510,7 @@ int imp_dense_open_array(moe_importer_t *im, int dtype, int nd, const uint64_t *
     if (T > UINT32_MAX || L > MOE_TRACE_MAX_LAYERS * 16u || W > UINT32_MAX)
         return imp_fail(im, MOE_ERANGE, "array shape out of range");
     d->dtype = dtype;
+    d->big = big;
     d->tokens = T;
     d->in_layers = (uint32_t)L;
     d->width = (uint32_t)W;

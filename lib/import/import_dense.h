@@ -54,6 +54,7 @@ enum imp_dense_mode {
  */
 typedef struct imp_dense {
     int dtype;
+    int big;            /* float elements big endian (.npy '>f4'); else little endian */
     uint64_t tokens;    /* T; UINT64_MAX: until the stream ends (STREAM mode, one plane) */
     uint32_t in_layers; /* L of the input, dense layers included */
     uint32_t width;     /* elements per cell */
@@ -87,10 +88,11 @@ typedef struct imp_dense {
  * 0 or a negative status (a file or stream shorter than start + len: truncated). */
 int imp_dense_source(moe_importer_t *im, imp_dense_t *d, uint64_t start, uint64_t len);
 
-/* Open the rest of im->src as an array of element type dtype and shape dim[0..nd): [T, E]
- * logits of one layer, or [T, L, W] ([L, T, W] with --layout LTK), and make it the input's
- * reader (im->ops, im->state). For the .npy reader's float arrays. 0 or a negative status. */
-int imp_dense_open_array(moe_importer_t *im, int dtype, int nd, const uint64_t *dim);
+/* Open the rest of im->src as an array of element type dtype (big-endian floats when big is
+ * set) and shape dim[0..nd): [T, E] logits of one layer, or [T, L, W] ([L, T, W] with --layout
+ * LTK), and make it the input's reader (im->ops, im->state). For the .npy reader's float
+ * arrays. 0 or a negative status. */
+int imp_dense_open_array(moe_importer_t *im, int dtype, int big, int nd, const uint64_t *dim);
 
 /* Check the shape against the options (--moe-layers, --topk, --experts), size the buffers and
  * set im->hdr (layers, top-k, weights) and an @CO line naming the kept layers. 0 or a negative

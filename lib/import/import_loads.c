@@ -111,9 +111,15 @@ int imp_loads_read(moe_importer_t *im, moe_importer_t *map, uint32_t experts, mo
             st = imp_fail(im, MOE_EFORMAT, "window %llu layer %llu slot %llu: load %g is not "
                           "a count", (unsigned long long)(i / P / L), (unsigned long long)l,
                           (unsigned long long)s, x);
-        else
-            out->load[l * experts + (map ? (uint32_t)m.v[l * P + s] : s)] +=
-                (uint64_t)llround(x);
+        else {
+            uint64_t *to = &out->load[l * experts + (map ? (uint32_t)m.v[l * P + s] : s)];
+            uint64_t add = (uint64_t)llround(x);
+            if (*to > UINT64_MAX - add) /* a sum over windows and slots past 2^64 */
+                st = imp_fail(im, MOE_ERANGE, "layer %llu: an expert's load summed over the "
+                              "windows and slots passes 2^64", (unsigned long long)l);
+            else
+                *to += add;
+        }
     }
     if (st == 0) {
         out->layers = (uint32_t)L;

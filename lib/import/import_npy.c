@@ -88,9 +88,9 @@ static int parse_descr(moe_importer_t *im, npy_state_t *s, const char *hdr)
     size_t len = strcspn(d, "'\"");
     char order = d[0], kind = len >= 2 ? d[1] : 0;
     unsigned size = len == 3 ? (unsigned)(d[2] - '0') : 0;
-    /* With --topk, floats are router logits, little endian: '<f2', '<f4', '<f8'. */
-    s->logits = im->opts.topk && len == 3 && (order == '<' || order == '=') && kind == 'f' &&
-                (size == 2 || size == 4 || size == 8);
+    /* With --topk, floats are router logits: '<f4', '>f4' (either byte order), 2 to 8 bytes. */
+    s->logits = im->opts.topk && len == 3 && (order == '<' || order == '=' || order == '>') &&
+                kind == 'f' && (size == 2 || size == 4 || size == 8);
     int ok = s->logits ||
              (len == 3 && (order == '<' || order == '>' || order == '|' || order == '=') &&
               (kind == 'i' || kind == 'u') && (size == 1 || size == 2 || size == 4 || size == 8));
@@ -118,8 +118,10 @@ static int parse_shape(moe_importer_t *im, npy_state_t *s, const char *hdr)
             return imp_fail(im, MOE_EFORMAT, ".npy shape must be %s", axes);
         nd++;
         p = skip_ws(p + (*p == 'L')); /* Python 2 longs */
-        if (*p == ',')
+        if (*p == ',') /* a tuple's repr: "(3, 2, 2)", "(3,)"; never "(3 2 2)" */
             p++;
+        else if (*p != ')')
+            return imp_fail(im, MOE_EFORMAT, ".npy shape must be %s", axes);
     }
     if (nd != 2 && nd != 3)
         return imp_fail(im, MOE_EFORMAT, ".npy array has %d dimensions: expected %s", nd,
@@ -271,7 +273,9 @@ static int read_ltk(moe_importer_t *im, npy_state_t *s)
             n += element(s, (size_t)c * s->K + k) != -1;
         keff = n > keff ? n : keff;
     }
-    s->keff = keff ? keff : s->K;
+    if (keff == 0) /* as the SGLang .pt reader says of the same array */
+        return imp_fail(im, MOE_EEMPTY, "no tokens in input (every id is -1 padding)");
+    s->keff = keff;
     return 0;
 }
 
@@ -301,10 +305,11 @@ int imp_npy_open(moe_importer_t *im)
         return st;
     if (s->logits) { /* the dense-array reader takes over */
         int dtype = s->size == 2 ? IMP_F16 : s->size == 4 ? IMP_F32 : IMP_F64, nd = s->nd;
+        int big = s->big;
         uint64_t dim[4];
         memcpy(dim, s->dim, sizeof dim);
         npy_free(im);
-        return imp_dense_open_array(im, dtype, nd, dim);
+        return imp_dense_open_array(im, dtype, big, nd, dim);
     }
     if (s->rows == 0)
         return imp_fail(im, MOE_EEMPTY, "no tokens in input");

@@ -40,15 +40,15 @@ static int raw_shape(moe_importer_t *im, raw_state_t *s)
         return imp_fail(im, MOE_EINVAL, "unknown --dtype '%s' (int8..int64, uint8..uint64, "
                         "float16, bfloat16, float32, float64)", im->opts.dtype);
     uint64_t v[3];
-    int n = 0;
+    int n = 0, zero = 0;
     const char *p = im->opts.shape;
     while (n < 3 && parse_uint(&p, UINT32_MAX, &v[n]) == 0) {
-        n++;
-        if (*p != ',')
+        zero |= v[n++] == 0;
+        if (*p != ',' || p[1] == '\0') /* "2,2," is no shape */
             break;
         p++;
     }
-    if (*p || n < 2 || v[n - 1] == 0 || v[n - 2] == 0)
+    if (*p || n < 2 || zero)
         return imp_fail(im, MOE_EINVAL, "invalid --shape '%s' (expected [T,]L,K, sizes > 0)",
                         im->opts.shape);
     s->d.dtype = dt;

@@ -13,14 +13,12 @@
 #include "moe/trace.h"
 #include "util_internal.h"
 
-/* An importer's failure, naming the input unless the message names a file already. */
-static int input_err(char *errbuf, size_t errlen, int st, const char *input, const char *msg)
+/* An importer's failure: its message names the input (imp_fail). */
+static int input_err(char *errbuf, size_t errlen, int st, const char *msg)
 {
     char why[512];
     snprintf(why, sizeof why, "%s", msg); /* msg may be errbuf itself */
-    if (why[0] == '\'' || strstr(why, input))
-        return util_errf(errbuf, errlen, st, "%s", why);
-    return util_errf(errbuf, errlen, st, "'%s': %s", input, why);
+    return util_errf(errbuf, errlen, st, "%s", why);
 }
 
 /* A failed status for an importer that reported none (a 0 from moe_import_header is success). */
@@ -48,9 +46,9 @@ static int import_pass(const moe_import_job_t *job, const moe_trace_sink_t *out,
         moe_importer_t *im = moe_import_open(&job->io, in, (uint32_t)i, &st, errbuf, errlen);
         moe_trace_hdr_init(&h);
         if (!im) {
-            rc = input_err(errbuf, errlen, failed(st), in, errbuf);
+            rc = input_err(errbuf, errlen, failed(st), errbuf);
         } else if ((st = moe_import_header(im, &h)) < 0) {
-            rc = input_err(errbuf, errlen, st, in, moe_import_errmsg(im));
+            rc = input_err(errbuf, errlen, st, moe_import_errmsg(im));
         } else if (i == 0) {
             h.experts = experts;
             h.hidden = job->hidden;
@@ -80,7 +78,7 @@ static int import_pass(const moe_import_job_t *job, const moe_trace_sink_t *out,
                 rc = out->put(out->ctx, &r);
         }
         if (rc == 0 && st < 0)
-            rc = input_err(errbuf, errlen, st, in, moe_import_errmsg(im));
+            rc = input_err(errbuf, errlen, st, moe_import_errmsg(im));
         if (im)
             moe_import_report_add(im, total);
         moe_import_close(im);

@@ -165,7 +165,7 @@ static int st_tensor(moe_importer_t *im, st_state_t *s, const char *name, size_t
     /* Bytes the shape needs, without overflow. */
     uint64_t elems = 1;
     for (uint32_t i = 0; i < t->nd; i++) {
-        if (t->dim[i] && elems > UINT64_MAX / 8 / t->dim[i]) {
+        if (t->dim[i] && elems > UINT64_MAX / 64 / t->dim[i]) { /* bits of the widest */
             st = st_bad(im, name, nlen, "shape too large");
             goto done;
         }

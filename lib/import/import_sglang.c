@@ -157,6 +157,9 @@ static int read_record(moe_importer_t *im, sg_state_t *s, size_t ri, const pt_va
                         (unsigned long long)t->shape[1], (unsigned long long)t->shape[2], s->L,
                         s->K);
     }
+    if (t->shape[1] > UINT32_MAX)
+        return imp_fail(im, MOE_ERANGE, "record %zu: topk_ids_of_layer has %llu tokens: "
+                        "positions are 32-bit", ri, (unsigned long long)t->shape[1]);
     r->ids = t;
     r->T = t->shape[1];
     int64_t v;
@@ -351,7 +354,8 @@ static void sg_free(moe_importer_t *im)
 static const imp_ops_t sg_ops = {sg_next, sg_free};
 
 /* The dump's records, or the reason this archive holds none. */
-static int read_records(moe_importer_t *im, sg_state_t *s, const pt_val_t *root)
+static int read_records(moe_importer_t *im, sg_state_t *s, const pt_val_t *root,
+                        size_t bytes)
 {
     if (root->kind != PT_DICT)
         return imp_fail(im, MOE_EFORMAT, "torch.save archive holds a %s, not an SGLang "
@@ -373,6 +377,7 @@ static int read_records(moe_importer_t *im, sg_state_t *s, const pt_val_t *root)
     if (!(s->recs = calloc(recs->n, sizeof *s->recs)))
         return imp_fail(im, MOE_ENOMEM, "out of memory");
     s->nrecs = recs->n;
+    uint64_t cells = 0;
     for (size_t i = 0; i < recs->n; i++) {
         if (recs->items[i]->kind != PT_DICT)
             return imp_fail(im, MOE_EFORMAT, "record %zu is a %s, not a dict", i,
@@ -380,6 +385,15 @@ static int read_records(moe_importer_t *im, sg_state_t *s, const pt_val_t *root)
         int st = read_record(im, s, i, recs->items[i]);
         if (st < 0)
             return st;
+        /* Every id the records declare is read: with a record repeated through the pickle's
+         * memo, a few bytes would stand for any number of tokens. Each id the file really
+         * holds takes at least a byte of it, so more ids than bytes is refused. */
+        uint64_t per = (uint64_t)s->L * s->K; /* <= 2^28: L and K are bounded above */
+        if (s->recs[i].T > (bytes - cells) / per)
+            return imp_fail(im, MOE_EFORMAT, "record %zu: the records declare more expert ids "
+                            "than the file has bytes (%zu): a record or tensor repeated", i,
+                            bytes);
+        cells += per * s->recs[i].T;
     }
     return 0;
 }
@@ -399,7 +413,7 @@ int imp_sglang_open(moe_importer_t *im)
     if (!(s->pt = pt_open(s->buf, n, &st, err, sizeof err)))
         return imp_fail(im, st, "%s", err);
     const pt_val_t *root = pt_root(s->pt);
-    if ((st = read_records(im, s, root)) < 0 || (st = read_map(im, s, root)) < 0)
+    if ((st = read_records(im, s, root, n)) < 0 || (st = read_map(im, s, root)) < 0)
         return st;
     if (!(s->cell = malloc(s->K * sizeof *s->cell)) ||
         !(s->layers = malloc(s->L * sizeof *s->layers)))

@@ -209,6 +209,7 @@ static int int_of(const pt_val_t *v, int64_t *out)
 static int persistent_load(pt_file_t *f, const pt_val_t *pid, pt_val_t **out)
 {
     int64_t numel;
+    *out = NULL;
     if (pid->kind != PT_TUPLE || pid->n != 5 || !pt_str_eq(pid->items[0], "storage") ||
         pid->items[1]->kind != PT_GLOBAL || pid->items[2]->kind != PT_STR ||
         int_of(pid->items[4], &numel) < 0 || numel < 0)
@@ -219,19 +220,31 @@ static int persistent_load(pt_file_t *f, const pt_val_t *pid, pt_val_t **out)
     while (t < nt && !(strlen(storage_types[t].cls) == cls->n &&
                        memcmp(storage_types[t].cls, cls->s, cls->n) == 0))
         t++;
-    int cl = (int)(cls->n < 60 ? cls->n : 60);
-    if (t == nt)
-        return fail(f, MOE_EFORMAT, "data.pkl: unsupported storage type '%.*s'", cl, cls->s);
-    char name[400];
+    if (t == nt) { /* GLOBAL names are "module\nname": shown as module.name, one line */
+        const char *nl = memchr(cls->s, '\n', cls->n);
+        int ml = nl ? (int)(nl - cls->s) : 0, nlen = (int)cls->n - (nl ? ml + 1 : 0);
+        return fail(f, MOE_EFORMAT, "data.pkl: unsupported storage type '%.*s%s%.*s'",
+                    ml < 60 ? ml : 60, cls->s, nl ? "." : "", nlen < 60 ? nlen : 60,
+                    nl ? nl + 1 : cls->s);
+    }
+    /* The member's name from the whole key (a key cut short could name another member);
+     * messages show at most 60 bytes of it. */
     int kl = (int)(key->n < 60 ? key->n : 60);
-    int len = snprintf(name, sizeof name, "%s/data/%.*s", f->name, kl, key->s);
-    long m = pt_zip_find(&f->zip, name, (size_t)len);
+    const char *more = key->n > 60 ? "..." : "";
+    size_t cap = strlen(f->name) + key->n + 8;
+    char *name = malloc(cap);
+    if (!name)
+        return fail(f, MOE_ENOMEM, "out of memory");
+    int len = snprintf(name, cap, "%s/data/%.*s", f->name, (int)key->n, key->s);
+    long m = memchr(key->s, '\0', key->n) ? -1 : pt_zip_find(&f->zip, name, (size_t)len);
+    free(name);
     if (m < 0)
-        return fail(f, MOE_EFORMAT, "storage '%.*s': no member '%s' in the archive", kl, key->s,
-                    name);
+        return fail(f, MOE_EFORMAT, "storage '%.*s%s': no member '%s/data/%.*s%s' in the "
+                    "archive", kl, key->s, more, f->name, kl, key->s, more);
     if ((uint64_t)numel > f->zip.ents[m].usize / storage_types[t].elem)
-        return fail(f, MOE_EFORMAT, "storage '%.*s': %lld elements of %u bytes, but '%s' holds "
-                    "%llu bytes", kl, key->s, (long long)numel, storage_types[t].elem, name,
+        return fail(f, MOE_EFORMAT, "storage '%.*s%s': %lld elements of %u bytes, but "
+                    "'%s/data/%.*s%s' holds %llu bytes", kl, key->s, more, (long long)numel,
+                    storage_types[t].elem, f->name, kl, key->s, more,
                     (unsigned long long)f->zip.ents[m].usize);
     const uint8_t *data = f->mdata[m];
     uint8_t *owned = NULL;
@@ -303,6 +316,15 @@ static int rebuild_tensor(pt_file_t *f, const pt_val_t *args, pt_val_t **out)
     if (!empty && last >= t->numel)
         return fail(f, MOE_EFORMAT, "data.pkl: tensor reaches past its storage of %llu "
                     "elements", (unsigned long long)t->numel);
+    /* A view of more elements than its storage repeats some (stride 0: torch's expand()):
+     * legal in torch, but then the shape, not the file, would bound a reader's work. */
+    uint64_t count = empty ? 0 : 1;
+    for (int d = 0; d < nd && count; d++)
+        count = count > t->numel / t->shape[d] ? UINT64_MAX : count * t->shape[d];
+    if (count > t->numel)
+        return fail(f, MOE_EFORMAT, "data.pkl: tensor view of more elements than its storage "
+                    "of %llu (a stride-0 or overlapping view, as expand() makes): save it "
+                    "with .contiguous()", (unsigned long long)t->numel);
     *out = v;
     return 0;
 }

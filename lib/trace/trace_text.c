@@ -267,10 +267,14 @@ static int parse_group(moe_trace_t *t, const char **s, uint16_t *ids, float *w)
             if (*p++ != ':')
                 return bad_line(t, "missing gate weight");
             /* No errno test: strtof flags subnormal results (tiny weights the writer does
-             * produce) with ERANGE too; overflow shows as an infinity. */
+             * produce) with ERANGE too; overflow shows as an infinity. A weight is written
+             * in decimal (put_float): strtof's hex floats, inf and nan are refused, and so is
+             * a nonzero value below float's smallest, which would read back as 0. */
             w[k] = strtof(p, &end);
-            if (end == p || !isfinite(w[k]))
+            if (end == p || strspn(p, "0123456789.eE+-") != (size_t)(end - p) || !isfinite(w[k]))
                 return bad_line(t, "bad gate weight");
+            if (w[k] == 0 && strtod(p, NULL) != 0)
+                return bad_line(t, "gate weight below float's smallest (1.4e-45)");
             p = end;
         }
     }

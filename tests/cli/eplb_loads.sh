@@ -131,6 +131,11 @@ st_file "$T/neg.st" '{"expert_load_window":{"dtype":"I32","shape":[1,2],"data_of
     '\377\377\377\377\0\0\0\0'
 expect_exit 1 mp fit --ranks 2 --method balanced --loads "$T/neg.st"
 expect_tool_err_line moe-place "is not a count"
+# 3000 steps of 8e15 (each below 2^53): the sum over the steps passes 2^64 (issue 42, item 9)
+awk 'BEGIN { printf "{\"logical_count\":["; for (i = 0; i < 3000; i++)
+    printf "%s[[8000000000000000,1]]", i ? "," : ""; print "]}" }' >"$T/wrap.json"
+expect_exit 1 mp fit --ranks 2 --method balanced --loads "$T/wrap.json"
+expect_tool_err_line moe-place "load summed over the windows and slots passes 2^64"
 printf '{"logical_count":[[\n\n]]}\n' >"$T/empty.json" # found by the fuzzer (UBSan)
 expect_exit 1 mp fit --ranks 2 --method balanced --loads "$T/empty.json"
 expect_tool_err_line moe-place "out of range"

@@ -161,6 +161,11 @@ same_file "$T/nl.rec" "$T/np.rec" "records (pipe)"
 run moe import --topk 2 --no-renorm --no-PG -O t -o "$T/n2.txt" "$D/logits_f2.npy"
 records n2
 expect_eq "$(check_logits "$T/n2.rec" 2 0 0)" "" "f16 ids and weights"
+# big-endian float32 ('>f4'): the same tokens as the little-endian file (issue 42, item 8)
+run moe import --topk 2 --layout LTK --no-PG -O t -o "$T/nb.txt" "$D/logits_be.npy"
+expect_eq "$rc" 0 "status (big endian)"
+records nb
+same_file "$T/nl.rec" "$T/nb.rec" "records (big endian)"
 end
 
 begin "logits and ids: --topk only with floats, floats only with --topk"
@@ -261,6 +266,8 @@ bad_import "shape product and bytes disagree" \
 bad_import "bytes after the data" "has 92 bytes, its header describes 88" \
     "$D/st_bad_trailing.safetensors"
 bad_import "a name given twice" "tensor 'x': given twice" "$D/st_bad_dup.safetensors"
+bad_import "shape x dtype past 2^64 bits" "tensor 'x': shape too large" \
+    "$D/st_bad_overflow.safetensors"
 bad_import "--moe-layers past the layers" "--moe-layers names layer 4, but the input has 4" \
     "$D/sglang_routed.b64" --format base64 --shape 4,2 --dtype int32 --moe-layers 1,3-4
 bad_import "bad base64" "line 2: bad base64 at column 3" "$T/bad.b64" --format base64 \

@@ -39,6 +39,24 @@ bad_import "malformed JSON" "broken.jsonl" "$T/broken.jsonl" --format jsonl
 bad_import "malformed CSV" "broken.csv" "$T/broken.csv" --format csv
 bad_import "truncated npy header" "cut.npy" "$T/cut.npy" --format npy
 bad_import "nonexistent file" "No such file or directory" "$T/missing.tokens"
+# a torch.save file of PyTorch before 1.6: pickle.dump(MAGIC_NUMBER, f, protocol=2) first
+# (torch/serialization.py, _legacy_save), then the protocol version (1001), then the object
+printf '\200\002\212\012\154\374\234\106\371\040\152\250\120\031.\200\002M\351\003.' \
+    >"$T/legacy.pt"
+bad_import "legacy torch.save (before 1.6)" "a legacy torch.save file (PyTorch before 1.6" \
+    "$T/legacy.pt"
+# lenient shapes once accepted (issue 42, item 9): a .npy shape without commas, a --shape with a
+# trailing comma or a zero size
+h="{'descr': '<i2', 'fortran_order': False, 'shape': (2 2), }"
+h=$(printf '%s%*s' "$h" $((63 - (10 + ${#h}) % 64)) '')
+{ printf '\223NUMPY\001\000%b' "\\0$(printf '%o' $((${#h} + 1)))\\0"; printf '%s\n' "$h"
+  printf '\001\000\002\000\003\000\004\000'; } >"$T/nocomma.npy"
+bad_import ".npy shape without commas" "shape must be (tokens, layers)" "$T/nocomma.npy"
+printf '\001\000\002\000\003\000\004\000' >"$T/four.raw"
+bad_import "--shape with a trailing comma" "invalid --shape '2,2,'" "$T/four.raw" \
+    --format raw --shape 2,2, --dtype int16
+bad_import "--shape of zero tokens" "invalid --shape '0,2,1'" "$T/four.raw" \
+    --format raw --shape 0,2,1 --dtype int16
 bad_import "meta with another format" "tokens format only" "$T/broken.jsonl" \
     --format jsonl --meta "$T/good.tokens"
 

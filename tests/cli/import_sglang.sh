@@ -97,7 +97,7 @@ bad_import() {
     _what=$1 _sub=$2 _file=$3
     shift 3
     begin "sglang: $_what"
-    expect_exit 1 moe import "$@" -o "$OUT" "$_file"
+    expect_exit 1 moe import -o "$OUT" "$_file" "$@"
     expect_err_line "$_sub"
     expect_no_output "$OUT"
     end
@@ -134,6 +134,46 @@ bad_import "--experts below the ids" "expert id 3 out of range" "$D/sglang_per_t
 bad_import "--layout LTK on a .pt" "--layout does not apply to the sglang format" \
     "$D/sglang_per_token.pt" --layout LTK
 bad_import "zip that is no torch.save file" "cannot detect" "$T/notpt.zip"
+
+# Issue 42 item 1: work bounded by the bytes the file holds, not the shape it declares. A
+# stride-0 view (torch's expand()) of one element declares 2^40 tokens in 712 bytes; a map
+# (4096, 65535) over one element; one record repeated 4000 times through the pickle's memo.
+# Each is refused at once (the case's time is printed; before, the first ran for hours).
+# bounded_import WHAT SUBSTRING FILE: bad_import within 30 s (60 under valgrind).
+bounded_import() {
+    begin "sglang: $1"
+    _secs=30
+    [ -z "$MOE_VALGRIND" ] || _secs=60
+    expect_exit 1 moe_within "$_secs" import -o "$OUT" "$3"
+    expect_err_line "$2"
+    expect_no_output "$OUT"
+    end
+}
+for f in stride0 stride0_id map_stride0; do
+    bounded_import "a view repeating its storage ($f)" "tensor view of more elements than its \
+storage of 1 (a stride-0 or overlapping view, as expand() makes)" "$D/sglang_bad_$f.pt"
+done
+bounded_import "a record repeated through the memo" "the records declare more expert ids than \
+the file has bytes (10206)" "$D/sglang_bad_memo.pt"
+
+# Issue 42 item 9: SGLang's (layers, tokens, k) array of -1 padding only is refused as the .pt
+# reader refuses it, not read as tokens that route nowhere. '<i4' (2, 3, 4): 24 values of -1.
+h="{'descr': '<i4', 'fortran_order': False, 'shape': (2, 3, 4), }"
+h=$(printf '%s%*s' "$h" $((63 - (10 + ${#h}) % 64)) '')
+{ printf '\223NUMPY\001\000%b' "\\0$(printf '%o' $((${#h} + 1)))\\0"; printf '%s\n' "$h"
+  i=0; while [ $i -lt 24 ]; do printf '\377\377\377\377'; i=$((i + 1)); done; } >"$T/pad.npy"
+bad_import ".npy LTK of padding only" "no tokens in input (every id is -1 padding)" \
+    "$T/pad.npy" --layout LTK
+
+# Issue 42 item 7: among several inputs, the message names the bad one.
+bad_import "records not a list, second input" "'$D/sglang_bad_records.pt': 'records' is a \
+dict, not a list" "$D/sglang_per_token.pt" "$D/sglang_bad_records.pt"
+bad_import "a map of another layer count, first input" "'$D/sglang_bad_maplayers.pt': \
+'last_physical_to_logical_map' has 3 layers, the records 4" "$D/sglang_bad_maplayers.pt" \
+    "$D/sglang_per_token.pt"
+{ head -c 2000 "$D/sglang_per_token.pt"; } >"$T/cut2.pt"
+bad_import "a cut archive, second input" "'$T/cut2.pt': zip end record not found" \
+    "$D/sglang_per_token.pt" "$T/cut2.pt" --format sglang
 
 begin "sglang: --layout takes TLK or LTK"
 expect_exit 2 moe import --layout KLT -o "$OUT" "$D/sglang_ltk.npy"

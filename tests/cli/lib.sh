@@ -53,6 +53,19 @@ moe_tool() {
 # moe ARGS...: run moe-trace.
 moe() { moe_tool moe-trace "$@"; }
 
+# moe_within SECONDS ARGS...: moe-trace killed after SECONDS (status 124), for inputs that once
+# made it run for hours: such a case fails instead of hanging the suite.
+moe_within() {
+    _secs=$1
+    shift
+    if [ -n "$moe_libtool" ]; then
+        "$moe_libtool" --mode=execute timeout -k 2 "$_secs" $MOE_VALGRIND "$MOE_BIN/moe-trace" \
+            "$@"
+    else
+        timeout -k 2 "$_secs" $MOE_VALGRIND "$MOE_BIN/moe-trace" "$@"
+    fi
+}
+
 begin() {
     case_name=$1
     case_failed=0

@@ -102,6 +102,21 @@ expect_exit 1 mpi 6 --gpus-per-node 4 $small
 one_message "6 ranks are not a whole number of nodes of 4"
 end
 
+begin "a rank that never starts MPI: the launcher's --timeout ends the job (moe-run(1))"
+# the others wait in MPI_Init, which no rank can interrupt: the documented bound is mpirun's
+if "$MPIRUN" --version 2>&1 | grep -q 'Open MPI'; then # Open MPI's --timeout
+    t0=$(date +%s)
+    run timeout -k 5 60 "$MPIRUN" --oversubscribe --timeout 3 -np 1 "$MOE_BIN/moe-run" \
+        --iters 1 $small : -np 1 sleep 30
+    secs=$(($(date +%s) - t0))
+    [ "$rc" != 0 ] || fail "exit status 0"
+    [ "$rc" != 124 ] || fail "hung until the test's timeout"
+    [ "$secs" -lt 20 ] || fail "the job took $secs s"
+else
+    echo "  not Open MPI's mpirun: its --timeout is not checked"
+fi
+end
+
 begin "usage errors: exit 2, one message and the hint"
 expect_exit 2 mpi 4 --mode bogus
 one_message "unknown mode 'bogus'"

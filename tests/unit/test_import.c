@@ -74,7 +74,7 @@ static const char *write_gz(const char *name, const void *data, size_t len, size
  * line as "token seq pos step rank" and a cell per layer ("3,1", "3:0.75,1:0.25" or "."). */
 typedef struct result {
     int status;
-    char err[256];
+    char err[640];
     moe_trace_hdr_t h;
     moe_import_report_t rep;
     char text[8192];
@@ -102,6 +102,20 @@ static void render(result_t *res, const moe_trace_rec_t *r)
         snprintf(res->text + off, cap - off, "\n");
 }
 
+/* The library names the input first ("'PATH': reason", imp_fail's rule; messages that name it
+ * in their own words are those of "cannot open/read 'PATH'"): checked here, and the reason
+ * kept for the cases to compare. */
+static void strip_name(result_t *res, const char *path)
+{
+    char pre[1100];
+    snprintf(pre, sizeof pre, "'%s': ", path);
+    size_t n = strlen(pre);
+    if (strncmp(res->err, pre, n) == 0)
+        memmove(res->err, res->err + n, strlen(res->err + n) + 1);
+    else
+        CHECK(strncmp(res->err, "cannot ", 7) == 0 && strstr(res->err, path) != NULL);
+}
+
 /* Import a whole file. */
 static void run(result_t *res, const moe_import_opts_t *o, const char *path, uint32_t seq_base)
 {
@@ -111,6 +125,7 @@ static void run(result_t *res, const moe_import_opts_t *o, const char *path, uin
                                          sizeof res->err);
     if (!im) {
         CHECK(res->status < 0);
+        strip_name(res, path);
         return;
     }
     CHECK_EQ_INT(moe_import_header(im, &res->h), 0);
@@ -119,8 +134,10 @@ static void run(result_t *res, const moe_import_opts_t *o, const char *path, uin
     while ((st = moe_import_next(im, &r)) == 1)
         render(res, &r);
     res->status = st;
-    if (st < 0)
+    if (st < 0) {
         snprintf(res->err, sizeof res->err, "%s", moe_import_errmsg(im));
+        strip_name(res, path);
+    }
     moe_import_report(im, &res->rep);
     moe_trace_rec_release(&r);
     moe_import_close(im);

@@ -334,6 +334,55 @@ static void test_zip(void)
     CHECK_STR(err, "not a torch.save archive (no member 'x/data.pkl')");
 }
 
+/* Storage keys and classes as a hostile pickle may spell them (issue 42 items 1, 5, 9): a key
+ * of 61 bytes whose first 60 name another member, a class the reader does not know, and a
+ * view that repeats its storage's one element. */
+static void test_storages(void)
+{
+    char err[256];
+    int st;
+    static const char a60[] = "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA";
+    char pkl[512], mem[128];
+    /* _rebuild_tensor_v2((storage, IntStorage, KEY, 'cpu', 1), 0, (1,), (1,), False, OD()) */
+    static const char pre[] = "\x80\x02" "ctorch._utils\n_rebuild_tensor_v2\n((X\x07\x00\x00\x00"
+                              "storagectorch\n";
+    static const char post[] = "X\x03\x00\x00\x00" "cpuK\x01tQK\x00K\x01\x85K\x01\x85\x89"
+                               "ccollections\nOrderedDict\n)RtR.";
+    /* size (4,), stride (0,): expand() of the one element */
+    static const char wide[] = "X\x03\x00\x00\x00" "cpuK\x01tQK\x00K\x04\x85K\x00\x85\x89"
+                               "ccollections\nOrderedDict\n)RtR.";
+    const int32_t one = 7;
+    for (int c = 0; c < 3; c++) {
+        const char *cls = c == 1 ? "ComplexFloatStorage\n" : "IntStorage\n";
+        const char *key = c == 0 ? "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAB"
+                                 : "0";
+        size_t n = 0, kl = strlen(key);
+        memcpy(pkl, pre, sizeof pre - 1), n += sizeof pre - 1;
+        memcpy(pkl + n, cls, strlen(cls)), n += strlen(cls);
+        pkl[n++] = 'X';
+        pkl[n++] = (char)kl, pkl[n++] = 0, pkl[n++] = 0, pkl[n++] = 0;
+        memcpy(pkl + n, key, kl), n += kl;
+        const char *tail = c == 2 ? wide : post;
+        memcpy(pkl + n, tail, sizeof post - 1), n += sizeof post - 1;
+        snprintf(mem, sizeof mem, "archive/data/%s", c == 0 ? a60 : "0");
+        member_t m[2] = {{"archive/data.pkl", pkl, n}, {mem, &one, sizeof one}};
+        size_t zn = make_zip(zbuf, m, 2);
+        pt_file_t *f = pt_open(zbuf, zn, &st, err, sizeof err);
+        CHECK(f == NULL && st == MOE_EFORMAT);
+        pt_free(f);
+        if (c == 0) /* the 60-byte prefix names a member, the whole key none */
+            CHECK_STR(err, "storage 'AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"
+                           "...': no member 'archive/data/AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"
+                           "AAAAAAAAAAAAAAAAAAAAAA...' in the archive");
+        else if (c == 1) /* one line, module.name */
+            CHECK_STR(err, "data.pkl: unsupported storage type 'torch.ComplexFloatStorage'");
+        else
+            CHECK_STR(err, "data.pkl: tensor view of more elements than its storage of 1 (a "
+                           "stride-0 or overlapping view, as expand() makes): save it with "
+                           ".contiguous()");
+    }
+}
+
 int main(void)
 {
     check_sample("sglang_per_token.pt", "expert_distribution_recorder_1732000000.25_0");
@@ -341,5 +390,6 @@ int main(void)
     check_sample("sglang_strided.pt", "archive");
     test_pickles();
     test_zip();
+    test_storages();
     return unit_done("test_pt");
 }

@@ -281,6 +281,8 @@ static const bad_t bad_topo[] = {
     {NG "flops 1\nflops 2\n", MOE_EFORMAT, "line 4: second 'flops' line"},
     {NG "backward-flops 1 2\n", MOE_EFORMAT, "'backward-flops' takes one value, found '2' after it"},
     {NG "cores -2\n", MOE_ERANGE, "cores: -2 is negative"},
+    {NG "cores 0\n", MOE_ERANGE, "cores: 0 is below 0.001 processors"},
+    {NG "cores 1e-300\n", MOE_ERANGE, "cores: 1e-300 is below 0.001 processors"},
     {NG "cores 2 GB/s\n", MOE_EFORMAT, "'cores' takes one value, found 'GB/s' after it"},
     {NG "cores two\n", MOE_EFORMAT, "cores: expected a number of processors, found 'two'"},
 };

@@ -786,6 +786,9 @@ static void test_text_errors(void)
         {mtw, "1\t0\t0\t0\t0\t1:0.5,2:abc\t3:1,4:1\n", MOE_EFORMAT, "bad gate weight"},
         {mtw, "1\t0\t0\t0\t0\t1:0.5,2:nan\t3:1,4:1\n", MOE_EFORMAT, "bad gate weight"},
         {mtw, "1\t0\t0\t0\t0\t1:0.5,2:1e99\t3:1,4:1\n", MOE_EFORMAT, "bad gate weight"},
+        {mtw, "1\t0\t0\t0\t0\t1:0.5,2:0x1p-1\t3:1,4:1\n", MOE_EFORMAT, "bad gate weight"},
+        {mtw, "1\t0\t0\t0\t0\t1:0.5,2:1e-50\t3:1,4:1\n", MOE_EFORMAT,
+         "gate weight below float's smallest (1.4e-45)"},
         {mt, "1\t0\t0\t0\t0\t1:0.5,2\t3,4\n", MOE_EFORMAT, "wrong number of expert ids"},
     };
     const char *path = tmp_path("view.txt");

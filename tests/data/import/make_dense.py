@@ -95,6 +95,9 @@ safetensors('st_bad_dtype.safetensors', [], raw_header=json.dumps({
 safetensors('st_bad_shape.safetensors', [], raw_header=json.dumps({
     'x': {'dtype': 'I32', 'shape': [3, 1, 1], 'data_offsets': [0, 8]}}), tail=pack('i', [1, 2]))
 safetensors('st_bad_trailing.safetensors', good, tail=b'\0\0\0\0')
+# 2^58 C64 elements: 2^64 bits, which wraps to a 0-byte tensor in 64-bit arithmetic
+safetensors('st_bad_overflow.safetensors', [], raw_header=json.dumps({
+    'x': {'dtype': 'C64', 'shape': [1 << 29, 1 << 29, 1], 'data_offsets': [0, 0]}}))
 safetensors('st_bad_dup.safetensors', [], raw_header=
     '{"x":{"dtype":"I32","shape":[1,1,1],"data_offsets":[0,4]},'
     '"x":{"dtype":"I32","shape":[1,1,1],"data_offsets":[4,8]}}', tail=pack('i', [1, 2]))
@@ -111,3 +114,6 @@ def npy(path, descr, shape, blob):
 npy('logits_ltk.npy', '<f4', (3, 3, 5),
     pack('f', [x for l in (1, 2, 10) for row in logits[l] for x in row]))
 npy('logits_f2.npy', '<f2', (3, 5), pack('e', sum(logits[1], [])))
+# the same float32 logits as a big-endian array (np.dtype('>f4'), as some savers write)
+npy('logits_be.npy', '>f4', (3, 3, 5),
+    b''.join(struct.pack('>f', x) for l in (1, 2, 10) for row in logits[l] for x in row))

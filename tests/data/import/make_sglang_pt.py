@@ -195,6 +195,30 @@ def main():
         cd = b.index(b"PK\x01\x02")
         f.seek(cd + 24)
         f.write(struct.pack("<I", 0xFFFFFFF0))
+    # views that repeat one element (stride 0, as torch's expand() makes): a few hundred bytes
+    # that declare 2^40 tokens, with padding and with a real id, and a (4096, 65535) map
+    def expanded(shape, value, kind="IntStorage"):
+        return Tensor(kind, shape, [value], stride=(0,) * len(shape))
+
+    for name, value in (("sglang_bad_stride0.pt", PAD), ("sglang_bad_stride0_id.pt", 1)):
+        bad = dict(records=[dict(forward_pass_id=1, rank=0,
+                                 topk_ids_of_layer=expanded((1, 1 << 40, 1), value))])
+        save(bad, name)
+    bad = per_token()
+    bad["last_physical_to_logical_map"] = expanded((4096, 65535), 0, "LongStorage")
+    save(bad, "sglang_bad_map_stride0.pt")
+    # errors that must name their file among several inputs: records not a list, a map of
+    # another layer count
+    bad = per_token()
+    bad["records"] = {"a": 1}
+    save(bad, "sglang_bad_records.pt")
+    bad = per_token()
+    bad["last_physical_to_logical_map"] = Tensor("LongStorage", (3, P), sum(PHYS2LOG[:3], []))
+    save(bad, "sglang_bad_maplayers.pt")
+    # one record repeated 4000 times through the pickle's memo: 640,000 ids in a few KB
+    bad = per_token()
+    bad["records"] = [bad["records"][0]] * 4000
+    save(bad, "sglang_bad_memo.pt")
     # SGLang's (L, T, K) array as np.save writes it: version 1.0, '<i4', C order
     T = 5
     logical = {(l, t): [PHYS2LOG[l][s] if s >= 0 else s for s in ids]
