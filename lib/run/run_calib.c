@@ -21,7 +21,7 @@
 static double time_alltoall(run_t *r, int c, size_t n, uint32_t *peers)
 {
     int G = r->G;
-    size_t *k = run_hbuf(r, 46, 4 * (size_t)G * sizeof *k), tot = 0;
+    size_t *k = run_hbuf(r, RUN_HS_COUNTS, 4 * (size_t)G * sizeof *k), tot = 0;
     *peers = 0;
     for (int p = 0; p < G; p++) {
         int cls = run_link(r, (uint32_t)r->me, (uint32_t)p);
@@ -31,7 +31,8 @@ static double time_alltoall(run_t *r, int c, size_t n, uint32_t *peers)
         k[G + p] = k[3 * G + p] = tot;
         tot += m;
     }
-    void *s = run_dbuf(r, &r->d[40], tot + 1), *d = run_dbuf(r, &r->d[41], tot + 1);
+    void *s = run_dbuf(r, &r->d[RUN_DS_SEND], tot + 1);
+    void *d = run_dbuf(r, &r->d[RUN_DS_RECV], tot + 1);
     RUN_CK(r, r->b->ops->zero(r->b, s, tot + 1));
     double t[REPS];
     RUN_CK(r, r->b->ops->alltoallv(r->b, s, k, k + G, d, k + 2 * G, k + 3 * G)); /* warm */
@@ -97,7 +98,8 @@ static void fit_link(run_t *r, int c, moe_link_t *lk, double *raw)
 /* All-gather of n bytes per rank, median time. */
 static double time_allgather(run_t *r, size_t n)
 {
-    void *s = run_dbuf(r, &r->d[40], n + 1), *d = run_dbuf(r, &r->d[41], n * r->G + 1);
+    void *s = run_dbuf(r, &r->d[RUN_DS_SEND], n + 1);
+    void *d = run_dbuf(r, &r->d[RUN_DS_RECV], n * r->G + 1);
     RUN_CK(r, r->b->ops->zero(r->b, s, n + 1));
     double t[REPS];
     for (int i = 0; i < REPS; i++) {
@@ -116,7 +118,7 @@ static double time_allgather(run_t *r, size_t n)
 /* Local copy of n bytes (device to device), best of REPS. */
 static double time_copy(run_t *r, size_t n)
 {
-    void *s = run_dbuf(r, &r->d[40], n + 1), *d = run_dbuf(r, &r->d[41], n + 1);
+    void *s = run_dbuf(r, &r->d[RUN_DS_SEND], n + 1), *d = run_dbuf(r, &r->d[RUN_DS_RECV], n + 1);
     RUN_CK(r, r->b->ops->zero(r->b, s, n + 1));
     RUN_CK(r, r->b->ops->zero(r->b, d, n + 1));
     double best = INFINITY;
@@ -143,8 +145,8 @@ static double slowest_since(run_t *r, double t0)
 static double ffn_time(run_t *r, size_t n, size_t g, float *x, int all)
 {
     size_t H = r->H;
-    const float **W = run_hbuf(r, 45, 2 * g * sizeof *W);
-    size_t *off = run_hbuf(r, 44, (g + 1) * sizeof *off);
+    const float **W = run_hbuf(r, RUN_HS_CAL_W, 2 * g * sizeof *W);
+    size_t *off = run_hbuf(r, RUN_HS_CAL_OFF, (g + 1) * sizeof *off);
     for (size_t e = 0; e < g; e++) {
         W[e] = x + 2 * n * H + e * r->wn;
         W[g + e] = W[e] + r->w1n;
@@ -172,7 +174,7 @@ static double ffn_backward_time(run_t *r, size_t n, size_t g, const float *w)
     const size_t H = r->H, C = moe_kern_w1_cols(r->F, r->expert);
     const size_t ws = moe_kern_ffn_backward_work_size(r->H, r->F);
     const size_t data = n * (3 * H + C + 2) + g * r->wn;
-    float *x = run_hbuf(r, 42, (data + ws) * sizeof *x);
+    float *x = run_hbuf(r, RUN_HS_CAL_X, (data + ws) * sizeof *x);
     float *dy = x + n * H, *dx = dy + n * H, *a = dx + n * H, *sc = a + n * C, *ds = sc + n;
     float *grad = ds + n, *work = grad + g * r->wn;
     memset(x, 0, data * sizeof *x);
@@ -213,7 +215,7 @@ static void ffn_rates(run_t *r, moe_topo_t *t)
     size_t g = (r->E + (size_t)r->G - 1) / (size_t)r->G;
     n = n < 16 * g ? 16 * g : n > 4096 ? 4096 : n;
     size_t bytes = (2 * n * H + r->wn * g) * sizeof(float);
-    float *x = run_dbuf(r, &r->d[42], bytes);
+    float *x = run_dbuf(r, &r->d[RUN_DS_WORK], bytes);
     RUN_CK(r, r->b->ops->zero(r->b, x, bytes));
     double alone = ffn_time(r, n, g, x, 0), all = ffn_time(r, n, g, x, 1);
     t->flops = 2.0 * (double)r->wn * n / alone;

@@ -161,7 +161,7 @@ static void schedule_layer(dc_t *d, uint32_t l, const uint8_t *need)
     if (!got)
         run_die(r, "datacentric schedule", MOE_ENOMEM);
     for (size_t i = 0; i < n; i++)
-        a[i].keep = r->tr && got[a[i].dst]++ < C;
+        a[i].keep = r->train.tr && got[a[i].dst]++ < C;
     free(got);
 }
 
@@ -170,10 +170,10 @@ static void gather_needs(dc_t *d, uint32_t l0, uint32_t nl, const int32_t *ids)
 {
     run_t *r = d->r;
     size_t GE = (size_t)r->G * r->E;
-    uint8_t *mine = run_hbuf(r, 40, (size_t)nl * r->E);
+    uint8_t *mine = run_hbuf(r, RUN_HS_DC_MINE, (size_t)nl * r->E);
     for (uint32_t k = 0; k < nl; k++)
         local_needs(r, l0 + k, ids + (size_t)k * r->nloc * r->K, mine + (size_t)k * r->E);
-    uint8_t *all = run_hbuf(r, 41, (size_t)nl * GE);
+    uint8_t *all = run_hbuf(r, RUN_HS_DC_ALL, (size_t)nl * GE);
     RUN_CK(r, run_comm_allgather(r->comm, mine, (size_t)nl * r->E, all));
     for (uint32_t k = 0; k < nl; k++)
         for (size_t g = 0; g < (size_t)r->G; g++)
@@ -195,9 +195,10 @@ static void make_store(dc_t *d, uint32_t l)
     size_t n = 0, ef = r->wn;
     for (uint32_t e = 0; e < r->E; e++)
         n += need[e];
-    /* the store memory of parity p: r->d[44 + p], kept from one iteration to the next so
+    /* the store memory of parity p: r->d[RUN_DS_DC_STORE + p], kept from one iteration to the
+     * next so
      * that the steady state allocates nothing */
-    float *base = run_dbuf(r, &r->d[44 + p], (n + 1) * ef * sizeof(float));
+    float *base = run_dbuf(r, &r->d[RUN_DS_DC_STORE + p], (n + 1) * ef * sizeof(float));
     for (uint32_t e = 0, k = 0; e < r->E; e++)
         d->store[p][e] = need[e] ? base + (size_t)k++ * ef : NULL;
     d->stored[l] = 1;
@@ -245,8 +246,8 @@ static void post(dc_t *d, uint32_t l, uint32_t t)
         sd[p] = sd[p - 1] + sc[p - 1];
         rd[p] = rd[p - 1] + rc[p - 1];
     }
-    d->sendw = run_dbuf(r, &r->d[42], (ns + 1) * d->ebytes);
-    d->recvw = run_dbuf(r, &r->d[43], (nr + 1) * d->ebytes);
+    d->sendw = run_dbuf(r, &r->d[RUN_DS_DC_SENDW], (ns + 1) * d->ebytes);
+    d->recvw = run_dbuf(r, &r->d[RUN_DS_DC_RECVW], (nr + 1) * d->ebytes);
     char *sw = d->sendw;
     size_t at = 0;
     for (size_t i = d->first[l]; i < d->first[l + 1]; i++) { /* sorted by src, dst */
@@ -298,8 +299,8 @@ static void compute_expert(dc_t *d, uint32_t l, uint32_t e, const int32_t *ids, 
     run_t *r = d->r;
     const moe_run_backend_ops_t *o = r->b->ops;
     size_t n = 0, K = r->K, H = r->H;
-    uint32_t *rows = run_hbuf(r, 38, (r->nloc + 1) * sizeof *rows);
-    float *wt = run_hbuf(r, 39, (r->nloc + 1) * sizeof *wt);
+    uint32_t *rows = run_hbuf(r, RUN_HS_DC_ROWS, (r->nloc + 1) * sizeof *rows);
+    float *wt = run_hbuf(r, RUN_HS_DC_WT, (r->nloc + 1) * sizeof *wt);
     for (size_t i = 0; i < r->nloc; i++)
         for (size_t k = 0; k < K; k++)
             if (ids[i * K + k] == (int32_t)e) {
@@ -311,10 +312,10 @@ static void compute_expert(dc_t *d, uint32_t l, uint32_t e, const int32_t *ids, 
     const float *W1[1], *W2[1];
     expert_of(d, l, e, &W1[0], &W2[0]);
     size_t off[2] = {0, n};
-    uint32_t *di = run_dbuf(r, &r->d[32], n * sizeof *di);
-    float *dw = run_dbuf(r, &r->d[33], n * sizeof *dw);
-    float *xs = run_dbuf(r, &r->d[34], n * H * sizeof *xs);
-    float *ys = run_dbuf(r, &r->d[35], n * H * sizeof *ys);
+    uint32_t *di = run_dbuf(r, &r->d[RUN_DS_DC_IDX], n * sizeof *di);
+    float *dw = run_dbuf(r, &r->d[RUN_DS_DC_W], n * sizeof *dw);
+    float *xs = run_dbuf(r, &r->d[RUN_DS_DC_XS], n * H * sizeof *xs);
+    float *ys = run_dbuf(r, &r->d[RUN_DS_DC_YS], n * H * sizeof *ys);
     RUN_CK(r, o->upload(r->b, di, rows, n * sizeof *rows));
     RUN_CK(r, o->upload(r->b, dw, wt, n * sizeof *wt));
     RUN_CK(r, o->gather(r->b, r->x.p, di, n, r->H, xs));
@@ -360,7 +361,7 @@ static void dc_layer(dc_t *d, uint32_t l, int32_t *ids, float *w, int known)
         post(d, l, 0);
     run_tick(r, l, RUN_DISPATCH, t0);
     t0 = run_now(r);
-    float *acc = run_dbuf(r, &r->d[36], (n + 1) * H * sizeof *acc);
+    float *acc = run_dbuf(r, &r->d[RUN_DS_DC_ACC], (n + 1) * H * sizeof *acc);
     RUN_CK(r, o->zero(r->b, acc, n * H * sizeof *acc));
     for (uint32_t e = 0; e < r->E; e++)
         if (r->w1[(size_t)l * r->E + e])
@@ -383,10 +384,10 @@ static void dc_layer(dc_t *d, uint32_t l, int32_t *ids, float *w, int known)
         run_tick(r, l, RUN_COMPUTE, t0);
     }
     t0 = run_now(r);
-    uint32_t *iota = run_hbuf(r, 37, (n + 1) * sizeof *iota);
+    uint32_t *iota = run_hbuf(r, RUN_HS_DC_IOTA, (n + 1) * sizeof *iota);
     for (size_t i = 0; i < n; i++)
         iota[i] = (uint32_t)i;
-    uint32_t *di = run_dbuf(r, &r->d[32], (n + 1) * sizeof *di);
+    uint32_t *di = run_dbuf(r, &r->d[RUN_DS_DC_IDX], (n + 1) * sizeof *di);
     RUN_CK(r, o->upload(r->b, di, iota, n * sizeof *iota));
     RUN_CK(r, o->scatter_add(r->b, acc, di, NULL, n, r->H, r->x.p));
     run_tick(r, l, RUN_COMBINE, t0);
@@ -423,7 +424,7 @@ void run_dc_iter(run_t *r)
     for (int p = 0; p < 2; p++)
         free(d.store[p]);
     free(d.need);
-    if (r->tr) { /* training: the backward pulls along the same schedule */
+    if (r->train.tr) { /* training: the backward pulls along the same schedule */
         run_keep_pulls(r, d.it, d.first, d.rounds);
     } else {
         free(d.it);

@@ -23,9 +23,10 @@
 enum { DS_SENDX, DS_SENDW, DS_RECVW, DS_RX, DS_P, DS_XS, DS_YS, DS_IDX, DS_W, DS_CSW, DS_CRW,
        DS_CRX, DS_CIDX, DS_SLOTS };
 enum { HS_ENT, HS_SROW, HS_SMETA, HS_RMETA, HS_PAIR, HS_CMETA, HS_CRMETA, HS_TMP, HS_SLOTS };
-/* Three sets of slots: chunks alternate between sets 0 and 1, the forwarded hop of the
- * hierarchical mode uses set 2; host slots from HX on are the layer's own. */
-#define HX (3 * HS_SLOTS)
+/* RUN_EP_SETS sets of slots (run_internal.h): chunks alternate between sets 0 and 1, the
+ * forwarded hop of the hierarchical mode uses set 2; the layer's own host slots follow. */
+_Static_assert(DS_SLOTS == RUN_EP_DSET && HS_SLOTS == RUN_EP_HSET,
+               "run_internal.h: RUN_EP_DSET and RUN_EP_HSET are the hop's slots");
 
 typedef struct hop {
     run_t *r;
@@ -48,12 +49,12 @@ typedef struct hop {
 
 static void *D(run_t *r, int set, int i, size_t bytes)
 {
-    return run_dbuf(r, &r->d[set * DS_SLOTS + i], bytes);
+    return run_dbuf(r, &r->d[RUN_DS_EP + set * DS_SLOTS + i], bytes);
 }
 
 static void *Hh(run_t *r, int set, int i, size_t bytes)
 {
-    return run_hbuf(r, set * HS_SLOTS + i, bytes);
+    return run_hbuf(r, RUN_HS_EP + set * HS_SLOTS + i, bytes);
 }
 
 /* Given the send counts and displacements (rows) of cnt[0..2G), exchange them: fills the
@@ -161,8 +162,8 @@ static void hop_forward(hop_t *h)
             while (q > 0 && ents[q - 1].row == j && ents[q - 1].dest != srv)
                 q--;
             if (q == 0 || ents[q - 1].row != j || ents[q - 1].dest != srv) {
-                ents = run_hbuf(r, HX + 0, (ne + 1) * sizeof *ents);
-                um = run_hbuf(r, HX + 1, (nw + S) * sizeof *um);
+                ents = run_hbuf(r, RUN_HS_EP_ENT, (ne + 1) * sizeof *ents);
+                um = run_hbuf(r, RUN_HS_EP_META, (nw + S) * sizeof *um);
                 ents[ne] = (ent_t){srv, (uint32_t)j, nw};
                 um[nw + M_TOK] = m[M_TOK];
                 um[nw + M_RET] = (uint32_t)r->me;
@@ -178,9 +179,9 @@ static void hop_forward(hop_t *h)
         }
     }
     hop_t f = {.r = r, .set = 2, .stage = 2, .l = h->l, .S = S};
-    f.cnt = run_hbuf(r, HX + 2, 8 * (size_t)r->G * sizeof(size_t));
-    ents = run_hbuf(r, HX + 0, (ne + 1) * sizeof *ents);
-    um = run_hbuf(r, HX + 1, (nw + 1) * sizeof *um);
+    f.cnt = run_hbuf(r, RUN_HS_EP_CNT, 8 * (size_t)r->G * sizeof(size_t));
+    ents = run_hbuf(r, RUN_HS_EP_ENT, (ne + 1) * sizeof *ents);
+    um = run_hbuf(r, RUN_HS_EP_META, (nw + 1) * sizeof *um);
     hop_post(&f, h->rx, ents, ne, um);
     hop_arrive(&f);
     hop_compute(&f);
@@ -191,7 +192,7 @@ static void hop_forward(hop_t *h)
     /* map returned tokens to my received rows: the forwarded rows are unique per (row,
      * server) and each token appears once among my received rows */
     uint32_t *idx = Hh(r, h->set, HS_TMP, (f.ncr + 1) * sizeof *idx);
-    uint32_t *rowof = run_hbuf(r, HX + 3, r->ntok * sizeof *rowof);
+    uint32_t *rowof = run_hbuf(r, RUN_HS_EP_ROWOF, r->ntok * sizeof *rowof);
     for (size_t j = 0; j < h->nr; j++)
         rowof[h->rmeta[j * S + M_TOK]] = (uint32_t)j;
     for (size_t i = 0; i < f.ncr; i++)
@@ -208,7 +209,7 @@ static void hop_compute(hop_t *h)
     run_t *r = h->r;
     const moe_run_backend_ops_t *o = r->b->ops;
     size_t S = h->S, np = 0, E = r->E;
-    uint32_t *cnt = run_hbuf(r, HX + 15, (E + 1) * sizeof *cnt);
+    uint32_t *cnt = run_hbuf(r, RUN_HS_EP_ECNT, (E + 1) * sizeof *cnt);
     memset(cnt, 0, (E + 1) * sizeof *cnt);
     for (size_t j = 0; j < h->nr; j++) {
         const uint32_t *m = h->rmeta + j * S;
@@ -220,13 +221,13 @@ static void hop_compute(hop_t *h)
         }
     }
     uint32_t *pair = Hh(r, h->set, HS_PAIR, (2 * np + 1) * sizeof *pair);
-    size_t *off = run_hbuf(r, HX + 14, (E + 1) * sizeof *off);
+    size_t *off = run_hbuf(r, RUN_HS_EP_OFF, (E + 1) * sizeof *off);
     /* expert-sorted order: offsets of the experts held here, in expert order */
-    const float **W1 = run_hbuf(r, HX + 4, (E + 1) * 2 * sizeof *W1);
+    const float **W1 = run_hbuf(r, RUN_HS_EP_W1, (E + 1) * 2 * sizeof *W1);
     const float **W2 = W1 + E;
     uint32_t G = 0;
     size_t acc = 0;
-    uint32_t *start = run_hbuf(r, HX + 5, (E + 1) * sizeof *start);
+    uint32_t *start = run_hbuf(r, RUN_HS_EP_START, (E + 1) * sizeof *start);
     for (uint32_t e = 0; e < E; e++) {
         start[e] = (uint32_t)acc;
         if (!cnt[e])
@@ -339,8 +340,8 @@ size_t run_ep_plan(run_t *r, uint32_t l, size_t i0, size_t i1, const int32_t *id
     size_t K = r->K, S = M_HEAD + 3 * K, ne = 0, nw = 0;
     int coherent = r->cfg.mode == MOE_RUN_COHERENT, hier = r->cfg.mode == MOE_RUN_HIERARCHICAL;
     ent_t *ents = Hh(r, 0, HS_ENT, ((i1 - i0) * K + 1) * sizeof *ents);
-    uint32_t *um = run_hbuf(r, HX + 6, ((i1 - i0) * K * S + 1) * sizeof *um);
-    moe_route_t *rt = run_hbuf(r, HX + 7, sizeof *rt);
+    uint32_t *um = run_hbuf(r, RUN_HS_EP_UMETA, ((i1 - i0) * K * S + 1) * sizeof *um);
+    moe_route_t *rt = run_hbuf(r, RUN_HS_EP_ROUTE, sizeof *rt);
     uint16_t cell[MOE_TRACE_MAX_TOPK];
     for (size_t i = i0; i < i1; i++) {
         uint32_t t = r->loc[i], me = (uint32_t)r->me;
@@ -424,7 +425,7 @@ static void rehome(run_t *r, hop_t *h, const uint32_t *newhome)
     size_t S = h->S, H = r->H, nk = 0, na = 0;
     uint32_t *keep = Hh(r, h->set, HS_TMP, (r->nloc + h->nr + 1) * sizeof *keep);
     uint32_t *arr = keep + r->nloc;
-    uint32_t *nloc = run_hbuf(r, HX + 8, (r->ntok + 1) * sizeof *nloc);
+    uint32_t *nloc = run_hbuf(r, RUN_HS_EP_NLOC, (r->ntok + 1) * sizeof *nloc);
     for (size_t i = 0; i < r->nloc; i++)
         if (newhome[i] == (uint32_t)r->me) {
             keep[nk] = (uint32_t)i;
@@ -492,9 +493,9 @@ void run_ep_layer(run_t *r, uint32_t l)
     float *x = r->x.p;
     run_save_input(r, l, x); /* training keeps the layer's input rows, */
     RUN_CK(r, o->mixer(r->b, x, n, r->H, r->mix[l]));
-    int32_t *ids = run_hbuf(r, HX + 9, (n * K + 1) * sizeof *ids);
-    float *w = run_hbuf(r, HX + 10, (n * K + 1) * sizeof *w);
-    uint32_t *newhome = run_hbuf(r, HX + 11, (n + 1) * sizeof *newhome);
+    int32_t *ids = run_hbuf(r, RUN_HS_EP_IDS, (n * K + 1) * sizeof *ids);
+    float *w = run_hbuf(r, RUN_HS_EP_W, (n * K + 1) * sizeof *w);
+    uint32_t *newhome = run_hbuf(r, RUN_HS_EP_HOME, (n + 1) * sizeof *newhome);
     run_gate(r, l, x, n, r->loc, ids, w);
     run_save_route(r, l, ids, w); /* and their routing */
     uint32_t chunks = r->chunks_used ? r->chunks_used : 1;
@@ -507,7 +508,7 @@ void run_ep_layer(run_t *r, uint32_t l)
             uint32_t *um;
             hop_t *h = &hp[c % 2];
             *h = (hop_t){.r = r, .set = (int)(c % 2), .stage = 1, .l = l, .chunk = c, .S = S};
-            h->cnt = run_hbuf(r, HX + 12 + (int)(c % 2),
+            h->cnt = run_hbuf(r, RUN_HS_EP_HCNT + (int)(c % 2),
                               8 * (size_t)r->G * sizeof(size_t));
             size_t ne = run_ep_plan(r, l, i0, i1, ids, w, newhome, &ents, &um);
             hop_post(h, r->x.p, ents, ne, um);

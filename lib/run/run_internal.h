@@ -83,7 +83,86 @@ typedef struct run_served {
     size_t tcap, xcap, acap;
 } run_served_t;
 
-#define RUN_HSLOTS 120 /* host scratch slots (run_hbuf) */
+/* --train's state: what the forward keeps for the backward (run_keep.c), the steps' figures
+ * and the check's reference (run_train*.c, run_bwd_*.c). Empty outside training, where tr is
+ * NULL: the modes test it to know whether to keep anything. */
+typedef struct run_train {
+    run_saved_t *tr;                 /* [L] what each layer's forward kept, host memory */
+    int reuse;                       /* the memory-reuse strategy in use (auto resolved) */
+    run_served_t *served;            /* [L][chunks]: a serving rank's T_DI and T_M */
+    uint32_t served_chunks;
+    run_buf_t act;                   /* device: a chunk's T_M before it is offloaded */
+    run_pull_t *pulls;               /* datacentric: the forward's pull schedule, sorted by
+                                        (layer, round, src, dst, e) */
+    uint32_t *pull_first;            /* [L + 1] each layer's first pull */
+    uint32_t *pull_rounds;           /* [L] each layer's rounds */
+    float **kept_pull;               /* [L][E] weights (W1 then W2, fp32) of pulled experts
+                                        kept for the backward, or NULL */
+    double off_peak;                 /* bytes offloaded to host at once (this rank, then the
+                                        largest rank) */
+    double *losses;                  /* [warmup + iters] the loss of each training step */
+    double act_peak;                 /* bytes of activations and exchange buffers the training
+                                        held at once: this rank's, then the largest rank's */
+    double rss_peak;                 /* --train: the largest rank's peak RSS, bytes */
+    double t_mark[2];                /* --train: when this step's forward and backward ended */
+    double t_part[3];                /* --train: seconds of the timed steps' forward, backward
+                                        (the loss included) and update (the gradient sums and
+                                        the optimizer): this rank's, then the ranks' mean */
+    double bwd_bytes[MOE_LINK_CLASSES]; /* --train: bytes the timed backwards sent to other
+                                        ranks by link class (rows, gradients, expert weights;
+                                        not metadata): this rank's, then all ranks' */
+    struct run_tchk *tchk;           /* --check of a training step: the per-layer reference
+                                      * (run_train_check.c), during that step only */
+    /* and its comparison, called by the step after each layer's backward with the gradient of
+     * the layer's output rows (dy) and of its input rows (dx): a hook, so that the steps do
+     * not call the check that calls them */
+    void (*check_layer)(struct moe_run *r, uint32_t l, const float *dy, const float *dx);
+} run_train_t;
+
+/*
+ * Scratch buffers of the run, grown as needed and kept between layers: device slots (r->d[],
+ * run_dbuf) and host slots (r->h[], run_hbuf). Every slot has one name here, so that no two
+ * users share one unknowingly: first run_ep.c's hop sets (RUN_EP_SETS sets of RUN_EP_DSET
+ * device and RUN_EP_HSET host slots, named in run_ep.c), then each file's own. The few slots
+ * a one-off collective holds only while it runs (counts, a send and a receive buffer) are
+ * shared by whoever runs one, and named for that. A training exchange of rows uses its slot
+ * and the next (TS_RECV, TS_RECV2).
+ */
+#define RUN_EP_SETS 3  /* two for alternating chunks, one for the forwarded hop */
+#define RUN_EP_DSET 13 /* device slots of a hop (run_ep.c's DS_*) */
+#define RUN_EP_HSET 8  /* host slots of a hop (run_ep.c's HS_*) */
+enum run_dslot {
+    RUN_DS_EP = 0,                                     /* run_ep.c: the hop sets */
+    RUN_DS_DC_IDX = RUN_EP_SETS * RUN_EP_DSET,         /* run_dc.c: rows' indices, */
+    RUN_DS_DC_W, RUN_DS_DC_XS, RUN_DS_DC_YS, RUN_DS_DC_ACC, /* weights, rows in and out, sums */
+    RUN_DS_DC_SENDW, RUN_DS_DC_RECVW,                  /* the pulled experts' wire buffers */
+    RUN_DS_DC_STORE, RUN_DS_DC_STORE2,                 /* and their store, by parity */
+    RUN_DS_SEND, RUN_DS_RECV,                          /* a one-off collective's buffers */
+    RUN_DS_WORK,                                       /* rows to time the FFN on */
+    RUN_DSLOTS
+};
+enum run_hslot {
+    RUN_HS_EP = 0,                                     /* run_ep.c: the hop sets, then */
+    RUN_HS_EP_ENT = RUN_EP_SETS * RUN_EP_HSET, RUN_HS_EP_META, RUN_HS_EP_CNT, RUN_HS_EP_ROWOF,
+    RUN_HS_EP_W1, RUN_HS_EP_START, RUN_HS_EP_UMETA, RUN_HS_EP_ROUTE, RUN_HS_EP_NLOC,
+    RUN_HS_EP_IDS, RUN_HS_EP_W, RUN_HS_EP_HOME, RUN_HS_EP_HCNT, RUN_HS_EP_HCNT2, /* a chunk's */
+    RUN_HS_EP_OFF, RUN_HS_EP_ECNT,                     /* the layer's own */
+    RUN_HS_DC_IOTA, RUN_HS_DC_ROWS, RUN_HS_DC_WT, RUN_HS_DC_MINE, RUN_HS_DC_ALL, /* run_dc.c */
+    RUN_HS_COUNTS,                                     /* a one-off collective's counts */
+    RUN_HS_SUMS,                                       /* and the doubles it sums */
+    RUN_HS_ROWS, RUN_HS_BLOCK, RUN_HS_GATHER,          /* run_iter.c: rows to and on rank 0 */
+    RUN_HS_CAL_X, RUN_HS_CAL_OFF, RUN_HS_CAL_W,        /* run_calib.c: the FFN's timing */
+    /* training (run_train*.c, run_bwd_*.c) */
+    TS_XM, TS_HOME, TS_CNT, TS_SROW, TS_SMETA, TS_RMETA, TS_SEND, TS_RECV, TS_RECV2,
+    TS_RPLY, TS_RPLY2, TS_BACK, TS_DXM, TS_DW, TS_WORK, TS_REPLY, TS_ROW, TS_POS, TS_RED,
+    TS_OUT, TS_TGT, TS_PREX, TS_PREA, TS_PAIR, TS_FMAP, TS_FMETA, TS_FROW, TS_FPOS, TS_FORD,
+    TS_FSEND, TS_FSMETA, TS_FRECV, TS_FRECV2, TS_FMC, TS_FRMETA, TS_FREPLY, TS_FRPLY,
+    TS_FRPLY2, TS_PMAP, TS_PROWS, TS_CHKY, TS_CHKV, TS_DCNT, TS_DWIRE, TS_DREQ,
+    TS_DREADY, TS_DTMP, TS_DWAIT, TS_DIN, TS_DNX, TS_DCUR, TS_DRS, TS_DLAST, TS_DSLE,
+    TS_DIDX, TS_DRECV, TS_DRREQ, TS_DSEND, TS_DSREQ, TS_PSET, TS_PSET2, TS_PSET3, TS_PREQ,
+    TS_PREQ2, TS_PREQ3, TS_PTMP, TS_TROW, TS_TOUT,
+    RUN_HSLOTS
+};
 
 struct moe_run {
     run_cfg_t cfg;
@@ -116,8 +195,8 @@ struct moe_run {
     uint32_t *tok_row;               /* [ntok] local row of a token or UINT32_MAX */
     run_buf_t x, xn;                 /* local rows (fp32), the next layer's */
     /* scratch (device and host) */
-    run_buf_t d[48];
-    void *h[RUN_HSLOTS];             /* host scratch: 0..47 the modes', 48.. training's */
+    run_buf_t d[RUN_DSLOTS];         /* device scratch (enum run_dslot) */
+    void *h[RUN_HSLOTS];             /* host scratch (enum run_hslot) */
     size_t hcap[RUN_HSLOTS];
     /* statistics of the timed iterations */
     run_layer_stat_t *st;            /* [L] */
@@ -134,36 +213,10 @@ struct moe_run {
     float *out;                      /* [ntok][H] on rank 0: the rows after the last layer */
     double *layer_err;               /* [L] on rank 0: max relative difference per layer */
     struct run_ref *ref;             /* rank 0: the serial reference's state */
-    struct run_tchk *tchk;           /* --check of a training step: the per-layer reference
-                                      * (run_train.c), during that step only */
     double *chk_route;               /* --check with a computed gate: [ntok][K][2] expert + 1
                                         and weight of the layer's routing, each token's entry
                                         set on the rank that routed it (0 elsewhere) */
-    /* --train (run_train.c): what the forward keeps for the backward, host memory */
-    run_saved_t *tr;                 /* [L], NULL outside training */
-    int reuse;                       /* the memory-reuse strategy in use (auto resolved) */
-    run_served_t *served;            /* [L][chunks]: a serving rank's T_DI and T_M */
-    uint32_t served_chunks;
-    run_buf_t act;                   /* device: a chunk's T_M before it is offloaded */
-    run_pull_t *pulls;               /* datacentric: the forward's pull schedule, sorted by
-                                        (layer, round, src, dst, e) */
-    uint32_t *pull_first;            /* [L + 1] each layer's first pull */
-    uint32_t *pull_rounds;           /* [L] each layer's rounds */
-    float **kept_pull;               /* [L][E] weights (W1 then W2, fp32) of pulled experts
-                                        kept for the backward, or NULL */
-    double off_peak;                 /* bytes offloaded to host at once (this rank, then the
-                                        largest rank) */
-    double *losses;                  /* [warmup + iters] the loss of each training step */
-    double act_peak;                 /* bytes of activations and exchange buffers the training
-                                        held at once: this rank's, then the largest rank's */
-    double rss_peak;                 /* --train: the largest rank's peak RSS, bytes */
-    double t_mark[2];                /* --train: when this step's forward and backward ended */
-    double t_part[3];                /* --train: seconds of the timed steps' forward, backward
-                                        (the loss included) and update (the gradient sums and
-                                        the optimizer): this rank's, then the ranks' mean */
-    double bwd_bytes[MOE_LINK_CLASSES]; /* --train: bytes the timed backwards sent to other
-                                        ranks by link class (rows, gradients, expert weights;
-                                        not metadata): this rank's, then all ranks' */
+    run_train_t train;               /* --train's state (train.tr NULL outside training) */
     double check_err;                /* the check's result for the report (-1: no check) */
     int check_ok;
     /* the verification hook: run_check sets it, a mode that runs all layers at once

@@ -23,7 +23,7 @@ void run_load_inputs(run_t *r)
             r->loc[r->nloc++] = (uint32_t)t;
         }
     }
-    float *hx = run_hbuf(r, 47, (r->nloc + 1) * H * sizeof *hx);
+    float *hx = run_hbuf(r, RUN_HS_ROWS, (r->nloc + 1) * H * sizeof *hx);
     for (size_t i = 0; i < r->nloc; i++)
         moe_kern_init_token(r->cfg.seed, r->loc[i], r->H, hx + i * H);
     float *x = run_dbuf(r, &r->x, (r->nloc + 1) * H * sizeof *x);
@@ -36,8 +36,8 @@ static void coherent_allgather(run_t *r)
 {
     int G = r->G;
     size_t H = r->H, row = H * r->esz;
-    size_t *c = run_hbuf(r, 46, 4 * (size_t)G * sizeof *c);
-    double *n = run_hbuf(r, 45, (size_t)G * sizeof *n);
+    size_t *c = run_hbuf(r, RUN_HS_COUNTS, 4 * (size_t)G * sizeof *c);
+    double *n = run_hbuf(r, RUN_HS_SUMS, (size_t)G * sizeof *n);
     size_t total = 0;
     for (int p = 0; p < G; p++)
         n[p] = p == r->me ? (double)r->nloc : 0;
@@ -52,8 +52,8 @@ static void coherent_allgather(run_t *r)
             r->ag_bytes[run_link(r, (uint32_t)r->me, (uint32_t)p)] += r->nloc * row;
     }
     const moe_run_backend_ops_t *o = r->b->ops;
-    void *sw = run_dbuf(r, &r->d[40], (r->nloc + 1) * row);
-    void *rw = run_dbuf(r, &r->d[41], (total + 1) * row);
+    void *sw = run_dbuf(r, &r->d[RUN_DS_SEND], (r->nloc + 1) * row);
+    void *rw = run_dbuf(r, &r->d[RUN_DS_RECV], (total + 1) * row);
     RUN_CK(r, o->pack(r->b, r->x.p, r->nloc * H, r->cfg.dtype, sw));
     RUN_CK(r, o->alltoallv(r->b, sw, c, c + G, rw, c + 2 * G, c + 3 * G));
 }
@@ -63,13 +63,13 @@ static void gather_outputs(run_t *r)
 {
     int G = r->G;
     size_t H = r->H, n = r->nloc;
-    float *hx = run_hbuf(r, 47, (n + 1) * (H + 1) * sizeof *hx);
+    float *hx = run_hbuf(r, RUN_HS_ROWS, (n + 1) * (H + 1) * sizeof *hx);
     RUN_CK(r, r->b->ops->download(r->b, hx, r->x.p, n * H * sizeof *hx));
     /* token index appended after the rows, as float bits */
     uint32_t *tk = (uint32_t *)(hx + n * H);
     memcpy(tk, r->loc, n * sizeof *tk);
-    size_t *c = run_hbuf(r, 46, 4 * (size_t)G * sizeof *c);
-    double *cnt = run_hbuf(r, 45, (size_t)G * sizeof *cnt);
+    size_t *c = run_hbuf(r, RUN_HS_COUNTS, 4 * (size_t)G * sizeof *c);
+    double *cnt = run_hbuf(r, RUN_HS_SUMS, (size_t)G * sizeof *cnt);
     for (int p = 0; p < G; p++)
         cnt[p] = p == r->me ? (double)n : 0;
     RUN_CK(r, run_comm_allreduce(r->comm, cnt, G, MOE_RUN_SUM));
@@ -82,12 +82,12 @@ static void gather_outputs(run_t *r)
         total += (size_t)cnt[p];
     }
     /* rows then ids do not interleave: send rows and ids as one block per rank */
-    float *blk = run_hbuf(r, 44, (n + 1) * bytes);
+    float *blk = run_hbuf(r, RUN_HS_BLOCK, (n + 1) * bytes);
     for (size_t i = 0; i < n; i++) {
         memcpy(blk + i * (H + 1), hx + i * H, H * sizeof *blk);
         memcpy(blk + i * (H + 1) + H, &tk[i], sizeof *tk);
     }
-    float *all = r->me == 0 ? run_hbuf(r, 43, (total + 1) * bytes) : NULL;
+    float *all = r->me == 0 ? run_hbuf(r, RUN_HS_GATHER, (total + 1) * bytes) : NULL;
     RUN_CK(r, run_comm_alltoallv(r->comm, blk, c, c + G, all, c + 2 * G, c + 3 * G));
     if (r->me)
         return;
@@ -373,9 +373,10 @@ void run_measure_rates(run_t *r, double *v)
 {
     const moe_run_backend_ops_t *o = r->b->ops;
     int G = r->G;
-    size_t *c = run_hbuf(r, 46, 4 * (size_t)G * sizeof *c);
+    size_t *c = run_hbuf(r, RUN_HS_COUNTS, 4 * (size_t)G * sizeof *c);
     size_t msg = (size_t)1 << 20, per = msg / (size_t)G;
-    void *s = run_dbuf(r, &r->d[40], msg + 1), *d = run_dbuf(r, &r->d[41], msg + 1);
+    void *s = run_dbuf(r, &r->d[RUN_DS_SEND], msg + 1);
+    void *d = run_dbuf(r, &r->d[RUN_DS_RECV], msg + 1);
     double t[2];
     for (int k = 0; k < 2; k++) {
         size_t each = k ? per : 0;
@@ -392,7 +393,7 @@ void run_measure_rates(run_t *r, double *v)
     /* FFN rate on 64 rows of a fresh expert: one warm-up call (a GPU's first call sets up
      * its libraries and buffers), then the best of three */
     size_t H = r->H, bytes = (128 * H + r->wn) * sizeof(float);
-    float *x = run_dbuf(r, &r->d[42], bytes);
+    float *x = run_dbuf(r, &r->d[RUN_DS_WORK], bytes);
     RUN_CK(r, o->zero(r->b, x, bytes));
     const float *W1[1] = {x + 128 * H}, *W2[1] = {x + 128 * H + r->w1n};
     size_t off[2] = {0, 64};

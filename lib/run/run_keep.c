@@ -16,9 +16,9 @@
 
 void run_save_input(run_t *r, uint32_t l, const float *x)
 {
-    if (!r->tr)
+    if (!r->train.tr)
         return;
-    run_saved_t *s = &r->tr[l];
+    run_saved_t *s = &r->train.tr[l];
     size_t n = r->nloc, H = r->H, K = r->K;
     if (n > s->cap || !s->loc) {
         size_t cap = n + 1;
@@ -41,9 +41,9 @@ void run_save_input(run_t *r, uint32_t l, const float *x)
 
 void run_save_route(run_t *r, uint32_t l, const int32_t *ids, const float *w)
 {
-    if (!r->tr)
+    if (!r->train.tr)
         return;
-    run_saved_t *s = &r->tr[l];
+    run_saved_t *s = &r->train.tr[l];
     memcpy(s->ids, ids, s->n * r->K * sizeof *ids);
     memcpy(s->w, w, s->n * r->K * sizeof *w);
 }
@@ -51,14 +51,14 @@ void run_save_route(run_t *r, uint32_t l, const int32_t *ids, const float *w)
 run_served_t *run_served_at(run_t *r, uint32_t l, uint32_t c)
 {
     uint32_t chunks = r->chunks_used ? r->chunks_used : 1;
-    if (!r->served) {
-        if (!(r->served = calloc((size_t)r->L * chunks, sizeof *r->served)))
+    if (!r->train.served) {
+        if (!(r->train.served = calloc((size_t)r->L * chunks, sizeof *r->train.served)))
             run_die(r, "--train", MOE_ENOMEM);
-        r->served_chunks = chunks;
+        r->train.served_chunks = chunks;
     }
-    if (c >= r->served_chunks)
+    if (c >= r->train.served_chunks)
         run_die(r, "--train (chunk out of range)", MOE_EINVAL);
-    return &r->served[(size_t)l * r->served_chunks + c];
+    return &r->train.served[(size_t)l * r->train.served_chunks + c];
 }
 
 /* Size a kept array for n elements of `size` bytes (one more allocated), exactly: what is
@@ -75,10 +75,10 @@ static void *grow(run_t *r, void *p, size_t *cap, size_t n, size_t size)
 
 float *run_keep_act(run_t *r, uint32_t l, uint32_t c, size_t np)
 {
-    if (!r->tr || !moe_mpmoe_reuse_keeps(r->reuse, MOE_REUSE_TM))
+    if (!r->train.tr || !moe_mpmoe_reuse_keeps(r->train.reuse, MOE_REUSE_TM))
         return NULL;
-    if (moe_mpmoe_reuse_offloads(r->reuse)) /* written on the device, then copied out */
-        return run_dbuf(r, &r->act, (np + 1) * r->cols * sizeof(float));
+    if (moe_mpmoe_reuse_offloads(r->train.reuse)) /* written on the device, then copied out */
+        return run_dbuf(r, &r->train.act, (np + 1) * r->cols * sizeof(float));
     run_served_t *k = run_served_at(r, l, c); /* none: kept where it is written */
     k->a = grow(r, k->a, &k->acap, np * r->cols, sizeof *k->a);
     return k->a;
@@ -87,7 +87,7 @@ float *run_keep_act(run_t *r, uint32_t l, uint32_t c, size_t np)
 void run_keep_served(run_t *r, uint32_t l, uint32_t c, const float *rx, size_t nr,
                      const uint32_t *tok, size_t S, size_t np)
 {
-    if (!r->tr)
+    if (!r->train.tr)
         return;
     const moe_run_backend_ops_t *o = r->b->ops;
     run_served_t *k = run_served_at(r, l, c);
@@ -98,47 +98,47 @@ void run_keep_served(run_t *r, uint32_t l, uint32_t c, const float *rx, size_t n
         k->tok[j] = tok[j * S];
     /* T_DI: the rows received (a copy to host memory when offloaded; on the CPU backend the
      * "device" is host memory too, and so is the kept copy of none) */
-    if (moe_mpmoe_reuse_keeps(r->reuse, MOE_REUSE_TDI)) {
+    if (moe_mpmoe_reuse_keeps(r->train.reuse, MOE_REUSE_TDI)) {
         k->x = grow(r, k->x, &k->xcap, nr * r->H, sizeof *k->x);
         RUN_CK(r, o->download(r->b, k->x, rx, nr * r->H * sizeof *k->x));
     }
-    if (moe_mpmoe_reuse_keeps(r->reuse, MOE_REUSE_TM) &&
-        moe_mpmoe_reuse_offloads(r->reuse)) {
+    if (moe_mpmoe_reuse_keeps(r->train.reuse, MOE_REUSE_TM) &&
+        moe_mpmoe_reuse_offloads(r->train.reuse)) {
         k->a = grow(r, k->a, &k->acap, np * r->cols, sizeof *k->a);
-        RUN_CK(r, o->download(r->b, k->a, r->act.p, np * r->cols * sizeof *k->a));
+        RUN_CK(r, o->download(r->b, k->a, r->train.act.p, np * r->cols * sizeof *k->a));
     }
 }
 
 void run_served_bytes(const run_t *r, double *dev, double *host)
 {
     *dev = *host = 0;
-    for (size_t i = 0; r->served && i < (size_t)r->L * r->served_chunks; i++) {
-        const run_served_t *k = &r->served[i];
-        double b = (moe_mpmoe_reuse_keeps(r->reuse, MOE_REUSE_TDI) ? (double)k->nr * r->H * 4
-                                                                     : 0) +
-                   (moe_mpmoe_reuse_keeps(r->reuse, MOE_REUSE_TM) ? (double)k->np * r->cols * 4
-                                                                    : 0);
-        *(moe_mpmoe_reuse_offloads(r->reuse) ? host : dev) += b;
+    for (size_t i = 0; r->train.served && i < (size_t)r->L * r->train.served_chunks; i++) {
+        const run_served_t *k = &r->train.served[i];
+        int reuse = r->train.reuse;
+        double b = (moe_mpmoe_reuse_keeps(reuse, MOE_REUSE_TDI) ? (double)k->nr * r->H * 4 : 0) +
+                   (moe_mpmoe_reuse_keeps(reuse, MOE_REUSE_TM) ? (double)k->np * r->cols * 4 : 0);
+        *(moe_mpmoe_reuse_offloads(r->train.reuse) ? host : dev) += b;
         *dev += (double)k->nr * 4; /* the rows' tokens, which the backward checks */
     }
 }
 
 void run_keep_pulls(run_t *r, run_pull_t *pulls, uint32_t *first, uint32_t *rounds)
 {
-    free(r->pulls);
-    free(r->pull_first);
-    free(r->pull_rounds);
-    r->pulls = pulls;
-    r->pull_first = first;
-    r->pull_rounds = rounds;
+    free(r->train.pulls);
+    free(r->train.pull_first);
+    free(r->train.pull_rounds);
+    r->train.pulls = pulls;
+    r->train.pull_first = first;
+    r->train.pull_rounds = rounds;
 }
 
 void run_keep_pulled(run_t *r, uint32_t l, uint32_t e, const float *w)
 {
     size_t W = r->wn;
-    if (!r->kept_pull && !(r->kept_pull = calloc((size_t)r->L * r->E, sizeof *r->kept_pull)))
+    if (!r->train.kept_pull &&
+        !(r->train.kept_pull = calloc((size_t)r->L * r->E, sizeof *r->train.kept_pull)))
         run_die(r, "--train (keeping pulled experts)", MOE_ENOMEM);
-    float **k = &r->kept_pull[(size_t)l * r->E + e];
+    float **k = &r->train.kept_pull[(size_t)l * r->E + e];
     if (!*k && !(*k = malloc(W * sizeof **k)))
         run_die(r, "--train (keeping pulled experts)", MOE_ENOMEM);
     RUN_CK(r, r->b->ops->download(r->b, *k, w, W * sizeof **k));
@@ -147,7 +147,7 @@ void run_keep_pulled(run_t *r, uint32_t l, uint32_t e, const float *w)
 double run_kept_pull_bytes(const run_t *r)
 {
     double n = 0;
-    for (size_t i = 0; r->pulls && i < r->pull_first[r->L]; i++)
-        n += r->pulls[i].keep && r->pulls[i].dst == (uint32_t)r->me;
+    for (size_t i = 0; r->train.pulls && i < r->train.pull_first[r->L]; i++)
+        n += r->train.pulls[i].keep && r->train.pulls[i].dst == (uint32_t)r->me;
     return n * r->wn * sizeof(float);
 }

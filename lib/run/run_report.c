@@ -230,16 +230,16 @@ int run_report(run_t *r, FILE *fp, double check_err, int check_ok)
     if (s.acct_equal >= 0)
         fprintf(fp, "# bytes vs the shared accounting (%s): %s on every rank\n",
                 moe_scheme_name(acct_scheme(r)), s.acct_equal ? "equal" : "DIFFERENT");
-    if (r->cfg.train && r->losses) {
+    if (r->cfg.train && r->train.losses) {
         fprintf(fp, "# training, %s lr %g: loss per iteration (warm-up first):",
                 r->cfg.optimizer == MOE_RUN_ADAM ? "Adam" : "SGD", r->cfg.lr);
         int diverged = -1;
         for (int i = 0; i < r->cfg.warmup + r->cfg.iters; i++) {
-            if (isfinite(r->losses[i]))
-                fprintf(fp, " %.6g", r->losses[i]);
+            if (isfinite(r->train.losses[i]))
+                fprintf(fp, " %.6g", r->train.losses[i]);
             else
-                fprintf(fp, " %s", isnan(r->losses[i]) ? "nan" : "inf");
-            diverged = diverged < 0 && !isfinite(r->losses[i]) ? i : diverged;
+                fprintf(fp, " %s", isnan(r->train.losses[i]) ? "nan" : "inf");
+            diverged = diverged < 0 && !isfinite(r->train.losses[i]) ? i : diverged;
         }
         if (diverged >= 0)
             fprintf(fp, "\n# training diverged: the loss is not finite from iteration %d on "
@@ -247,15 +247,16 @@ int run_report(run_t *r, FILE *fp, double check_err, int check_ok)
         fprintf(fp, "\n# training memory, largest rank, memory reuse %s: %.0f bytes of "
                     "activations and exchange buffers held at once (the runtime's accounting), "
                     "%.0f offloaded to host, peak RSS %.0f bytes\n",
-                moe_mpmoe_reuse_name(r->reuse), r->act_peak, r->off_peak, r->rss_peak);
+                moe_mpmoe_reuse_name(r->train.reuse), r->train.act_peak, r->train.off_peak,
+                r->train.rss_peak);
         fprintf(fp, "# training, backward per step (all ranks, rows, gradients and expert "
                     "weights): %.0f bytes intra-node, %.0f inter-node\n",
-                r->bwd_bytes[MOE_LINK_INTRA] / r->cfg.iters,
-                r->bwd_bytes[MOE_LINK_INTER] / r->cfg.iters);
+                r->train.bwd_bytes[MOE_LINK_INTRA] / r->cfg.iters,
+                r->train.bwd_bytes[MOE_LINK_INTER] / r->cfg.iters);
         fprintf(fp, "# training, a step's parts (the ranks' mean): forward %.3f ms, loss and "
                     "backward %.3f ms, gradient sums and update %.3f ms\n",
-                1e3 * r->t_part[0] / r->cfg.iters, 1e3 * r->t_part[1] / r->cfg.iters,
-                1e3 * r->t_part[2] / r->cfg.iters);
+                1e3 * r->train.t_part[0] / r->cfg.iters, 1e3 * r->train.t_part[1] / r->cfg.iters,
+                1e3 * r->train.t_part[2] / r->cfg.iters);
     }
     if (check_err >= 0 || !check_ok)
         fprintf(fp, "# check against the serial %s reference: max relative difference "
@@ -359,20 +360,21 @@ static int json_body(const run_t *r, const sums_t *s, moe_textout_t *t, double c
     else
         P("  \"host_syncs_per_iteration\": null, \"allocs_warmup\": null, "
           "\"allocs_timed\": null,\n");
-    if (r->cfg.train && r->losses) {
+    if (r->cfg.train && r->train.losses) {
         P("  \"train\": {\"optimizer\": \"%s\", \"lr\": %.17g, \"losses\": [",
           moe_run_optimizer_name(r->cfg.optimizer), r->cfg.lr);
         for (int i = 0; i < r->cfg.warmup + r->cfg.iters; i++)
-            P("%s%s", i ? ", " : "", J("%.9g", r->losses[i])); /* null: diverged */
+            P("%s%s", i ? ", " : "", J("%.9g", r->train.losses[i])); /* null: diverged */
         P("],\n    \"reuse\": \"%s\", \"peak_activation_bytes\": %.0f, "
           "\"peak_offload_bytes\": %.0f, \"peak_rss_bytes\": %.0f,\n    \"backward_bytes\": "
           "{\"intra\": %.0f, \"inter\": %.0f}, \"forward_ms\": %s, \"backward_ms\": %s, "
           "\"update_ms\": %s},\n",
-          moe_mpmoe_reuse_name(r->reuse), r->act_peak, r->off_peak, r->rss_peak,
-          r->bwd_bytes[MOE_LINK_INTRA] / r->cfg.iters, r->bwd_bytes[MOE_LINK_INTER] / r->cfg.iters,
-          J("%.6f", 1e3 * r->t_part[0] / r->cfg.iters),
-          J("%.6f", 1e3 * r->t_part[1] / r->cfg.iters),
-          J("%.6f", 1e3 * r->t_part[2] / r->cfg.iters));
+          moe_mpmoe_reuse_name(r->train.reuse), r->train.act_peak, r->train.off_peak,
+          r->train.rss_peak, r->train.bwd_bytes[MOE_LINK_INTRA] / r->cfg.iters,
+          r->train.bwd_bytes[MOE_LINK_INTER] / r->cfg.iters,
+          J("%.6f", 1e3 * r->train.t_part[0] / r->cfg.iters),
+          J("%.6f", 1e3 * r->train.t_part[1] / r->cfg.iters),
+          J("%.6f", 1e3 * r->train.t_part[2] / r->cfg.iters));
     } else {
         P("  \"train\": null,\n");
     }

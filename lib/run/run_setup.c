@@ -408,7 +408,7 @@ void run_release(run_t *r)
             o->free(r->b, r->w2[(size_t)l * r->E + e]);
         }
     }
-    for (int i = 0; o && i < 48; i++)
+    for (int i = 0; o && i < RUN_DSLOTS; i++)
         o->free(r->b, r->d[i].p);
     if (o) {
         o->free(r->b, r->x.p);
@@ -416,28 +416,28 @@ void run_release(run_t *r)
     }
     for (int i = 0; i < RUN_HSLOTS; i++)
         free(r->h[i]);
-    for (uint32_t l = 0; r->tr && l < r->L; l++) {
-        free(r->tr[l].loc);
-        free(r->tr[l].xin);
-        free(r->tr[l].ids);
-        free(r->tr[l].w);
+    for (uint32_t l = 0; r->train.tr && l < r->L; l++) {
+        free(r->train.tr[l].loc);
+        free(r->train.tr[l].xin);
+        free(r->train.tr[l].ids);
+        free(r->train.tr[l].w);
     }
-    free(r->tr);
-    for (size_t i = 0; r->served && i < (size_t)r->L * r->served_chunks; i++) {
-        free(r->served[i].tok);
-        free(r->served[i].x);
-        free(r->served[i].a);
+    free(r->train.tr);
+    for (size_t i = 0; r->train.served && i < (size_t)r->L * r->train.served_chunks; i++) {
+        free(r->train.served[i].tok);
+        free(r->train.served[i].x);
+        free(r->train.served[i].a);
     }
-    free(r->served);
-    free(r->pulls);
-    free(r->pull_first);
-    free(r->pull_rounds);
-    for (size_t i = 0; r->kept_pull && i < (size_t)r->L * r->E; i++)
-        free(r->kept_pull[i]);
-    free(r->kept_pull);
+    free(r->train.served);
+    free(r->train.pulls);
+    free(r->train.pull_first);
+    free(r->train.pull_rounds);
+    for (size_t i = 0; r->train.kept_pull && i < (size_t)r->L * r->E; i++)
+        free(r->train.kept_pull[i]);
+    free(r->train.kept_pull);
     if (o)
-        o->free(r->b, r->act.p);
-    free(r->losses);
+        o->free(r->b, r->train.act.p);
+    free(r->train.losses);
     free(r->mix);
     free(r->wg);
     free(r->w1);

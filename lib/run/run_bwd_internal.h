@@ -1,0 +1,90 @@
+/* run/run_bwd_internal.h -- libmoerun's training layers (--train): the pieces every mode's
+ * backward shares (run_bwd.c), the backward of the expert-parallel modes (run_bwd_ep.c) and of
+ * the data-centric one (run_bwd_dc.c), and what the check (run_train_check.c) takes of the
+ * steps (run_train.c). Uses the state and modes layers. */
+#ifndef MOE_RUN_BWD_INTERNAL_H
+#define MOE_RUN_BWD_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "run_internal.h"
+
+/* Gradients of the weights: mixers and gates (every rank's, summed), experts held here. */
+typedef struct grads {
+    float *mix, *wg; /* [L][H], [L][H][E] */
+    float **w1;      /* [L*E]: W1 then W2 gradients of a held expert, NULL elsewhere */
+} grads_t;
+
+/* ---- run_bwd.c */
+/* Zeroed gradients of the run's shape (a fatal error on ENOMEM); zeroed again; freed. */
+void run_grads_alloc(run_t *r, grads_t *g);
+void run_grads_zero(run_t *r, grads_t *g);
+void run_grads_free(run_t *r, grads_t *g);
+/* Row counts to the other ranks: sc[p] to rank p; rc[p] comes back from it (G entries each). */
+void run_bwd_counts(run_t *r, const size_t *sc, size_t *rc);
+/* Rows of `width` floats to other ranks: sc[p] rows to rank p from send (in rank order), packed
+ * in dtype (the wire type, or fp32 for what must not be rounded); the rows received land in
+ * recv (unpacked), rc[p] from rank p; returns their number. sc and rc are G entries; send/recv
+ * grow as scratch slots `slot` and `slot + 1`. The bytes count in the backward's by link
+ * class when the step is timed. */
+size_t run_bwd_rows(run_t *r, const float *send, const size_t *sc, size_t width, int dtype,
+                    float **recv, size_t *rc, int slot);
+
+/* The expert-token pairs of a backward, grouped by expert for moe_kern_ffn_backward_scaled:
+ * each pair's input row, output gradient and routing weight, its input gradient and weight
+ * gradient (zeroed), and where they go back (row, entry). */
+typedef struct pairs {
+    float *x, *dy, *s, *dx, *ds;
+    uint32_t *row, *ent;
+} pairs_t;
+/* Room for np pairs (scratch slots TS_PROWS and TS_PMAP), dx and ds zeroed. */
+void run_pairs_get(run_t *r, size_t np, pairs_t *p);
+/* Pair `at`: input row x, output gradient dy, routing weight *w (a float's bits), and where its
+ * results go (row, entry). */
+void run_pairs_put(pairs_t *p, size_t at, size_t H, const float *x, const float *dy,
+                   const void *w, uint32_t row, uint32_t ent);
+/* The expert backward of pairs [lo, hi) of p, one expert's (weights W1, W2, their gradients
+ * G1 then G1 + w1n; a: the pairs' pre-activations, or NULL to recompute them). */
+void run_pairs_backward(run_t *r, const pairs_t *p, size_t lo, size_t hi, const float *a,
+                        const float *W1, const float *W2, float *G1, float *work);
+/* Add each of the np pairs' input gradient into its row of dx (rows `stride` floats apart)
+ * and its weight's gradient into entry `ent` of its row of ds (rows dstride apart). */
+void run_pairs_add(const pairs_t *p, size_t np, size_t H, float *dx, size_t stride, float *ds,
+                   size_t dstride);
+/* Bytes of the pairs' buffers (for the activation peak). */
+size_t run_pairs_bytes(size_t np, size_t H);
+
+/* ---- the experts' part of layer l's backward: xm the mixed input rows, dout the gradient of
+ * the layer's output rows; the experts' weight gradients go to g, the rows' input gradients
+ * are added into dxm and the routing weights' gradients into dw. Each returns the bytes of the
+ * buffers it held at once (for the activation peak). */
+/* run_bwd_ep.c: chunk c, local rows [i0, i1), along the forward's routes (vanilla, coherent,
+ * hierarchical, and pipelined with one chunk). */
+size_t run_bwd_experts(run_t *r, uint32_t l, uint32_t c, size_t i0, size_t i1, const float *xm,
+                       const float *dout, grads_t *g, float *dxm, float *dw);
+/* run_bwd_ep.c: pipelined mode's `chunks` chunks, three in flight. */
+size_t run_bwd_pipe(run_t *r, uint32_t l, uint32_t chunks, const float *xm, const float *dout,
+                    grads_t *g, float *dxm, float *dw);
+/* run_bwd_dc.c: the data-centric mode, all local rows. */
+size_t run_bwd_dc(run_t *r, uint32_t l, const float *xm, const float *dout, grads_t *g,
+                  float *dxm, float *dw);
+/* run_bwd_ep.c: coherent mode moved each token to a new home at every layer; the gradient of
+ * layer l's output rows, held where the tokens went (the current local rows, dout), goes back
+ * to the ranks that held them at the layer's start, in the order of r->train.tr[l]. Returns
+ * the rows (scratch). */
+float *run_bwd_homes(run_t *r, uint32_t l, const float *dout);
+
+/* ---- run_train.c, for the check */
+/* The step's inputs, before its clock starts (as the forward's iterations load theirs): the
+ * tokens' rows, and the seeded targets of the rows this rank holds at the start, row i's at
+ * tgt[i H]; *start: each token's row at the start (UINT32_MAX where not here). */
+float *run_train_inputs(run_t *r, const uint32_t **start);
+/* One training step (forward, loss, backward, gradient sums; no update) on those inputs; g
+ * holds the gradients. Returns the loss, the same on every rank. With r->train.tchk set, it
+ * calls r->train.check_layer after each layer's backward. */
+double run_train_step(run_t *r, grads_t *g, const float *tgt, const uint32_t *start);
+/* Does this rank hold the first copy of expert k = l E + e (the one --check reads)? */
+int run_holds_first(const run_t *r, size_t k);
+
+#endif
