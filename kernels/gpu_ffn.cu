@@ -240,6 +240,17 @@ int gpu_gemm_plan_run(moe_gpu_ctx_t *c, cudaDataType_t t, const moe_gemm_arg_t *
     }
     if (first < 0 || first + ng > c->plan_n)
         return (int)cudaErrorInvalidValue;
+    /* products whose 16-bit pointers break the grouped call's alignment rule (gemm_plan.h,
+     * moved behind the others by moe_gemm_plan_split) run one cublasGemmEx each */
+    const int grouped = moe_gemm_plan_groupable(g + first, ng, t == CUDA_R_32F ? 4 : 2);
+    for (int i = grouped; i < ng; i++) {
+        int err = gpu_gemm_arg_run(c, t, &g[first + i]);
+        if (err)
+            return err;
+    }
+    ng = grouped;
+    if (!ng)
+        return 0;
     for (int i = 0; i < ng; i++) { /* host arrays, read by the call itself */
         const moe_gemm_arg_t *a = &g[first + i];
         c->hop[i] = blas_op(a->ta);
@@ -310,6 +321,8 @@ extern "C" int moe_gpu_ffn_grouped(moe_gpu_ctx_t *c, int dtype, const void *x, u
     int up = moe_ffn_fwd_plan(MOE_FWD_UP, G, off, H, F, C, es, xb, c->act, y, W1, W2, plan);
     int down = moe_ffn_fwd_plan(MOE_FWD_DOWN, G, off, H, F, C, es, xb, c->act, y, W1, W2,
                                 plan + up);
+    moe_gemm_plan_split(plan, up, es); /* the 16-bit alignment rule: gemm_plan.h */
+    moe_gemm_plan_split(plan + up, down, es);
     err = gpu_gemm_plan_upload(c, plan, up + down);
     if (!err)
         err = gpu_gemm_plan_run(c, t, plan, 0, up);
