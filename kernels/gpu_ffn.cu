@@ -122,6 +122,11 @@ extern "C" void *moe_gpu_ctx_stream(const moe_gpu_ctx_t *c)
     return (void *)c->stream;
 }
 
+extern "C" uint64_t moe_gpu_ctx_allocs(const moe_gpu_ctx_t *c)
+{
+    return c->allocs;
+}
+
 extern "C" void moe_gpu_ctx_set_gemm_mode(moe_gpu_ctx_t *c, int mode)
 {
     c->gemm_mode = mode == MOE_GPU_GEMM_LOOP ? MOE_GPU_GEMM_LOOP : MOE_GPU_GEMM_GROUPED;
@@ -211,7 +216,8 @@ int gpu_gemm_plan_upload(moe_gpu_ctx_t *c, const moe_gemm_arg_t *g, int n)
         GPU_TRY(cudaEventCreateWithFlags(&c->ptrs_copied, cudaEventDisableTiming));
     int err = reserve_host(c, (size_t)n);
     if (!err)
-        err = gpu_reserve((void **)&c->ptrs, &c->ptrs_cap, 3 * (size_t)n * sizeof(void *));
+        err = gpu_ctx_reserve(c, (void **)&c->ptrs, &c->ptrs_cap,
+                              3 * (size_t)n * sizeof(void *));
     if (err)
         return err;
     void **p = c->hptrs; /* [A | B | C], n each */
@@ -301,9 +307,9 @@ extern "C" int moe_gpu_ffn_grouped(moe_gpu_ctx_t *c, int dtype, const void *x, u
         return 0;
     size_t rows_total = off[G];
     const int norm = expert == MOE_EXPERT_SWIGLU;
-    int err = gpu_reserve(&c->act, &c->act_bytes, rows_total * C * es);
+    int err = gpu_ctx_reserve(c, &c->act, &c->act_bytes, rows_total * C * es);
     if (!err && norm)
-        err = gpu_reserve(&c->xn, &c->xn_bytes, rows_total * H * es);
+        err = gpu_ctx_reserve(c, &c->xn, &c->xn_bytes, rows_total * H * es);
     if (err)
         return err;
     /* SwiGLU experts read their rows normalised (moe_kern_ffn): x^ at the same row positions */

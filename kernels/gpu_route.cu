@@ -183,7 +183,7 @@ extern "C" int moe_gpu_route(moe_gpu_ctx_t *ctx, const int32_t *ids, size_t n, u
                                             (uint32_t *)nullptr, (const uint32_t *)nullptr,
                                             (uint32_t *)nullptr, m, 0, bits, s));
     size_t arr = (m * sizeof(uint32_t) + 255) & ~(size_t)255;
-    int err = gpu_reserve(&ctx->tmp, &ctx->tmp_bytes, 4 * arr + cub_bytes);
+    int err = gpu_ctx_reserve(ctx, &ctx->tmp, &ctx->tmp_bytes, 4 * arr + cub_bytes);
     if (err)
         return err;
     char *base = (char *)ctx->tmp;

@@ -389,14 +389,14 @@ static int cu_gather(moe_run_backend_t *b, const float *src, const uint32_t *idx
     return 0;
 }
 
-/* Atomics: rows that hit the same target add in any order (fp32 rounding only). The targets
- * are activations, never weights, so nothing to invalidate beyond the rows written; their
- * extent is unknown without reading idx, hence the whole-row-range scan is skipped. */
+/* Deterministic, the C reference's bits (moe_gpu_scatter_add: sorted by target, no atomics).
+ * The targets are activations, never weights, so nothing to invalidate beyond the rows
+ * written; their extent is unknown without reading idx, hence the scan is skipped. */
 static int cu_scatter_add(moe_run_backend_t *b, const float *y, const uint32_t *idx,
                           const float *w, size_t n, uint32_t H, float *out)
 {
     SPAN_BEGIN(b);
-    GPU_CK(b, moe_gpu_scatter_add(y, idx, w, n, H, out, impl(b)->cs));
+    GPU_CK(b, moe_gpu_scatter_add(impl(b)->ctx, y, idx, w, n, H, out));
     SPAN_END(b);
     return 0;
 }
