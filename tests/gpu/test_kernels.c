@@ -1,6 +1,6 @@
 /* tests/gpu/test_kernels.c -- every CUDA kernel of moe-run (kernels/moe_kernels.h) against its C
- * reference in lib/run/kern.c on random data, within the moe-run tolerances (max |diff| /
- * max(1, |ref|) <= 1e-4 for fp32, 2e-2 for bf16/fp16; conversions and permutes bit-exact).
+ * reference in lib/run/kern.c on random data: conversions, permutes, the scatter-add and the
+ * combine bit-exact, the expert FFN within the error bound of its arithmetic (err_bound.h).
  * The backward kernels (training) against lib/run/kern_train.c's: mixer, gate, expert FFN.
  * Exits 77 (skip) when there is no CUDA device, 1 when a GPU is there but unusable. */
 #include "config.h"
@@ -14,6 +14,7 @@
 #include "moe/moe.h"
 #include "moe/rng.h"
 #include "moe_kernels.h"
+#include "err_bound.h"
 #include "gpu_test.h"
 #include "unit.h"
 
@@ -52,12 +53,6 @@ static void *from_dev(const void *d, size_t bytes)
     if (bytes)
         GPU_OK(cudaMemcpy(h, d, bytes, cudaMemcpyDeviceToHost));
     return h;
-}
-
-
-static double tol(int dtype)
-{
-    return dtype == MOE_DTYPE_FP32 ? 1e-4 : 2e-2;
 }
 
 /* ------------------------------------------------------------------ conversions */
@@ -377,7 +372,10 @@ static void test_permutes(void)
 
 /* ------------------------------------------------------------------ expert FFN */
 
-static void ffn_case(int dt, int mode, uint32_t H, uint32_t F, int expert)
+/* The grouped FFN in both gemm modes against the C reference on the values the GPU sees (rows
+ * and weights rounded to dt first), within the error bound of the GPU's own roundings
+ * (err_bound.h). */
+static void ffn_case(int dt, uint32_t H, uint32_t F, int expert)
 {
     const size_t HC = H * moe_kern_w1_cols(F, expert);
     enum { G = 5 };
@@ -400,7 +398,10 @@ static void ffn_case(int dt, int mode, uint32_t H, uint32_t F, int expert)
         p2[g] = W2 + (size_t)g * F * H;
     }
     float *ref = malloc(n * H * 4), *got = malloc(n * H * 4);
+    double *bound = malloc(n * H * sizeof *bound);
     CHECK_EQ_INT(moe_kern_ffn_grouped(x, G, off, H, F, expert, p1, p2, ref, NULL), 0);
+    CHECK_EQ_INT(err_ffn_grouped_bound(x, G, off, H, F, expert, p1, p2, err_unit(dt), 0, 0,
+                                       bound), 0);
     void *d_x = to_dev(xp, n * H * es), *d_w1 = to_dev(w1p, G * HC * es);
     void *d_w2 = to_dev(w2p, (size_t)G * F * H * es), *d_y = dev_alloc(n * H * es);
     const void *q1[G], *q2[G];
@@ -408,15 +409,18 @@ static void ffn_case(int dt, int mode, uint32_t H, uint32_t F, int expert)
         q1[g] = g == 1 ? NULL : (const char *)d_w1 + g * HC * es;
         q2[g] = g == 1 ? NULL : (const char *)d_w2 + (size_t)g * F * H * es;
     }
-    moe_gpu_ctx_set_gemm_mode(ctx, mode);
-    GPU_OK(moe_gpu_ffn_grouped(ctx, dt, d_x, G, off, H, F, expert, q1, q2, d_y));
-    void *yp = from_dev(d_y, n * H * es);
-    moe_kern_unpack(yp, n * H, dt, got);
-    double err = max_rel(got, ref, n * H);
-    if (!(err <= tol(dt)))
-        fprintf(stderr, "ffn %s %s mode %d H %u F %u: max rel diff %g\n", moe_expert_name(expert),
-                moe_dtype_name(dt), mode, H, F, err);
-    CHECK(err <= tol(dt));
+    for (int mode = MOE_GPU_GEMM_GROUPED; mode <= MOE_GPU_GEMM_LOOP; mode++) {
+        moe_gpu_ctx_set_gemm_mode(ctx, mode);
+        GPU_OK(moe_gpu_ffn_grouped(ctx, dt, d_x, G, off, H, F, expert, q1, q2, d_y));
+        void *yp = from_dev(d_y, n * H * es);
+        moe_kern_unpack(yp, n * H, dt, got);
+        double q = err_ratio(got, ref, bound, n * H);
+        if (!(q <= 1))
+            fprintf(stderr, "ffn %s %s mode %d H %u F %u: difference / bound %g\n",
+                    moe_expert_name(expert), moe_dtype_name(dt), mode, H, F, q);
+        CHECK(q <= 1);
+        free(yp);
+    }
     cudaFree(d_x);
     cudaFree(d_w1);
     cudaFree(d_w2);
@@ -429,17 +433,18 @@ static void ffn_case(int dt, int mode, uint32_t H, uint32_t F, int expert)
     free(w2p);
     free(ref);
     free(got);
-    free(yp);
+    free(bound);
 }
 
+/* H 66 and F 19 put 16-bit expert rows at offsets that are not multiples of 16 bytes: those
+ * products leave the grouped call (gemm_plan.h's alignment rule) */
 static void test_ffn(void)
 {
     for (int dt = MOE_DTYPE_FP32; dt <= MOE_DTYPE_FP16; dt++)
-        for (int mode = MOE_GPU_GEMM_GROUPED; mode <= MOE_GPU_GEMM_LOOP; mode++) {
-            for (int ex = MOE_EXPERT_SWIGLU; ex <= MOE_EXPERT_SILU; ex++) {
-                ffn_case(dt, mode, 128, 96, ex);
-                ffn_case(dt, mode, 72, 40, ex);
-            }
+        for (int ex = MOE_EXPERT_SWIGLU; ex <= MOE_EXPERT_SILU; ex++) {
+            ffn_case(dt, 128, 96, ex);
+            ffn_case(dt, 72, 40, ex);
+            ffn_case(dt, 66, 19, ex);
         }
     size_t bad[3] = {0, 5, 4}, good[3] = {0, 4, 5};
     CHECK(moe_gpu_ffn_grouped(ctx, MOE_DTYPE_FP32, NULL, 2, bad, 8, 8, MOE_EXPERT_SILU, NULL, NULL,
