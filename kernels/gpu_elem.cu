@@ -1,11 +1,13 @@
 /* kernels/gpu_elem.cu -- element-wise and row-moving kernels of moe-run: mixer, pack/unpack,
  * gather (permute), fused gather+pack, the deterministic scatter_add (sorted by target, no
- * atomics), the fused combine, the experts' input norm, silu and SwiGLU's activation. Rows move as 4-element vectors when H and the pointers allow it (16-byte fp32
+ * atomics), the fused combine, the experts' input norm, silu and SwiGLU's activation, and the
+ * seeded fill of the benchmark's weights. Rows move as 4-element vectors when H and the pointers allow it (16-byte fp32
  * loads, 8-byte 16-bit ones). */
 #include <cub/device/device_radix_sort.cuh>
 #include <string.h>
 
 #include "gpu_internal.cuh"
+#include "fill_plan.h"
 #include "scatter_plan.h"
 
 #define THREADS 256
@@ -362,6 +364,32 @@ extern "C" int moe_gpu_combine(const void *y, int dtype, const uint32_t *slot, c
     case MOE_DTYPE_FP32: launch_combine<MOE_DTYPE_FP32>(y, slot, w, n, K, H, x, s); break;
     case MOE_DTYPE_BF16: launch_combine<MOE_DTYPE_BF16>(y, slot, w, n, K, H, x, s); break;
     default: launch_combine<MOE_DTYPE_FP16>(y, slot, w, n, K, H, x, s); break;
+    }
+    return (int)cudaGetLastError();
+}
+
+/* ------------------------------------------------------------------ seeded fill */
+
+template <int D>
+__global__ static void k_fill(void *dst, size_t n, uint64_t seed, float scale)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        gpu_store<D>(dst, i, moe_fill_value(seed, i, scale));
+}
+
+extern "C" int moe_gpu_fill_random(void *dst, size_t n, int dtype, uint64_t seed, float scale,
+                                   void *stream)
+{
+    cudaStream_t s = gpu_stream(stream);
+    unsigned b = gpu_blocks(n, THREADS);
+    if (!n)
+        return 0;
+    switch (dtype) {
+    case MOE_DTYPE_FP32: k_fill<MOE_DTYPE_FP32><<<b, THREADS, 0, s>>>(dst, n, seed, scale); break;
+    case MOE_DTYPE_BF16: k_fill<MOE_DTYPE_BF16><<<b, THREADS, 0, s>>>(dst, n, seed, scale); break;
+    case MOE_DTYPE_FP16: k_fill<MOE_DTYPE_FP16><<<b, THREADS, 0, s>>>(dst, n, seed, scale); break;
+    default: return (int)cudaErrorInvalidValue;
     }
     return (int)cudaGetLastError();
 }

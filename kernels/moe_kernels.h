@@ -93,6 +93,12 @@ int moe_gpu_scatter_add(moe_gpu_ctx_t *ctx, const float *y, const uint32_t *idx,
 int moe_gpu_combine(const void *y, int dtype, const uint32_t *slot, const float *w, size_t n,
                     uint32_t K, uint32_t H, float *x, void *stream);
 
+/* n seeded random values of dtype at dst, value i that of kernels/fill_plan.h
+ * (moe_fill_value(seed, i, scale), converted as moe_kern_pack converts): the benchmark's
+ * weights, generated where they are used. */
+int moe_gpu_fill_random(void *dst, size_t n, int dtype, uint64_t seed, float scale,
+                        void *stream);
+
 /* ------------------------------------------------------------------ gate and routing */
 
 /* moe_kern_gate on n rows: ids[n*K], w[n*K]. The logits are summed in the reference's order

@@ -15,6 +15,7 @@
 #include "moe/rng.h"
 #include "moe_kernels.h"
 #include "err_bound.h"
+#include "fill_plan.h"
 #include "gpu_test.h"
 #include "unit.h"
 
@@ -452,6 +453,27 @@ static void test_ffn(void)
     CHECK(moe_gpu_ffn_grouped(ctx, MOE_DTYPE_FP32, NULL, 2, good, 8, 8, 9, NULL, NULL, NULL) != 0);
 }
 
+/* The seeded fill (kernels/fill_plan.h) gives the host's bits, in each dtype. */
+static void test_fill(void)
+{
+    const size_t n = 100003;
+    float *h = malloc(n * 4);
+    for (size_t i = 0; i < n; i++)
+        h[i] = moe_fill_value(42, i, 0.02f);
+    for (int dt = MOE_DTYPE_FP32; dt <= MOE_DTYPE_FP16; dt++) {
+        size_t bytes = n * moe_dtype_size(dt);
+        void *d = dev_alloc(bytes), *ref = malloc(bytes);
+        GPU_OK(moe_gpu_fill_random(d, n, dt, 42, 0.02f, NULL));
+        void *got = from_dev(d, bytes);
+        moe_kern_pack(h, n, dt, ref);
+        CHECK(memcmp(got, ref, bytes) == 0);
+        cudaFree(d);
+        free(got);
+        free(ref);
+    }
+    free(h);
+}
+
 static void test_gemm(void)
 {
     const size_t M = 64, N = 48, K = 80;
@@ -685,6 +707,7 @@ int main(void)
     test_route();
     test_permutes();
     test_ffn();
+    test_fill();
     test_gemm();
     test_layer_backward();
     test_ffn_backward();
