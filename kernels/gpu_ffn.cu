@@ -41,22 +41,6 @@ extern "C" int moe_gpu_device_name(int dev, char *buf, size_t len)
     return 0;
 }
 
-int gpu_reserve(void **buf, size_t *have, size_t bytes)
-{
-    if (bytes <= *have)
-        return 0;
-    size_t want = *have ? *have : 1 << 16;
-    while (want < bytes)
-        want *= 2;
-    if (*buf)
-        GPU_TRY(cudaFree(*buf));
-    *buf = NULL;
-    *have = 0;
-    GPU_TRY(cudaMalloc(buf, want));
-    *have = want;
-    return 0;
-}
-
 /* ------------------------------------------------------------------ context */
 
 extern "C" int moe_gpu_ctx_create(moe_gpu_ctx_t **out, void *stream)

@@ -460,6 +460,8 @@ int run_setup(run_t *r, char *errbuf, size_t errlen)
     r->st = calloc(r->L, sizeof *r->st);
     if (!r->loc || !r->tok_row || !r->st)
         run_die(r, "set-up", MOE_ENOMEM);
+    if (r->b->ops->mark) /* the backend's marks numbered from 0 with this run's (run_mark) */
+        RUN_CK(r, r->b->ops->mark(r->b, NULL));
     return 0;
 }
 
