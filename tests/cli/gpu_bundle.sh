@@ -1,7 +1,7 @@
 #!/bin/sh
 # tests/cli/gpu_bundle.sh -- the GPU bundle (build-aux/gpu-bundle.sh and its run.sh) without a
-# GPU. (1) run.sh over this build tree runs the CPU step through mpirun (with no ssh or rsh
-# needed: OMPI_MCA_plm_rsh_agent), then stops at the first GPU step with "no GPU found" and
+# GPU. (1) run.sh over this build tree runs the CPU step through mpirun, also with no ssh or rsh
+# on the PATH (where plain mpirun fails: OMPI_MCA_plm_rsh_agent), then stops at the first GPU step with "no GPU found" and
 # exit 77, its report one line a step. CUDA_VISIBLE_DEVICES= hides any GPU, so a GPU machine
 # stops there too. (2) run.sh over a stand-in build tree whose programs are scripts that act a
 # GPU machine's outcomes: the steps come in their order of value, one report line per mode
@@ -64,6 +64,27 @@ grep -q '^test_kernels  *SKIP .*no GPU found' "$rep" || fail "test_kernels is no
 grep -q -e '^gpu-' -e '^memcheck' -e '^bench' "$rep" && fail "a GPU step ran without a GPU"
 grep -q '^# nvidia-smi: ' "$rep" || fail "no device line in the report's header"
 grep -q '^# total .* stopped: no GPU' "$rep" || fail "no closing line"
+end
+
+begin "no ssh or rsh on the PATH: plain mpirun fails at once, run.sh's CPU step passes"
+# every program of the PATH's folders but ssh, rsh and slogin, as on a GPU machine without them
+mkdir -p "$T/nossh"
+for d in /usr/local/bin /usr/bin /bin; do
+    [ -d "$d" ] || continue
+    for p in "$d"/*; do
+        case ${p##*/} in ssh | rsh | slogin) continue ;; esac
+        [ -e "$T/nossh/${p##*/}" ] || ln -s "$p" "$T/nossh/${p##*/}"
+    done
+done
+run env -u OMPI_MCA_plm_rsh_agent PATH="$T/nossh" OMPI_ALLOW_RUN_AS_ROOT=1 \
+    OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun -np 1 true
+[ "$rc" != 0 ] || fail "mpirun found an ssh or rsh: the case proves nothing"
+grep -q 'plm_rsh_agent' "$T/out" "$T/err" || fail "mpirun failed otherwise: $(cat "$T/err")"
+expect_exit 77 env PATH="$T/nossh" CUDA_VISIBLE_DEVICES='' OUT="$T/nrep" \
+    MOE_GPU_RUN_ARGS='--hidden 16 --ffn 16 --tokens-per-rank 16' \
+    sh "$T/b/run.sh" --workdir "$T/nw" --builddir "$B"
+grep -q '^cpu-2rank-fwd-fp32  *PASS ' "$T/nrep/report.txt" ||
+    fail "cpu-2rank without ssh: $(grep cpu-2rank "$T/nrep/report.txt")"
 end
 
 # A stand-in build tree at $1: scripts acting a GPU machine. run_modes prints (rank 0 only)
