@@ -74,9 +74,10 @@ static void emulate(const float *x, size_t n, uint32_t H, uint32_t F, int expert
         for (size_t c = 0; c < C; c++)
             a[c] = rnd(blocked_dot(xh, w1 + c, C, H), dt);
         for (uint32_t f = 0; f < F; f++) {
-            float g = a[swap ? F + f : f];
+            int sw = swap && glu; /* (SiLU has no halves to swap) */
+            float g = a[sw ? F + f : f];
             float s = g / (1.0f + expf(-g));
-            act[f] = rnd(glu ? s * a[swap ? f : F + f] : s, dt);
+            act[f] = rnd(glu ? s * a[sw ? f : F + f] : s, dt);
         }
         for (uint32_t h = 0; h < H; h++)
             y[r * H + h] = rnd(blocked_dot(act, w2 + h, H, F), dt);
