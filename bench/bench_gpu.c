@@ -254,20 +254,17 @@ static void setup(bench_state_t *s)
     s->ys = dalloc(m * c->H * es);
     const size_t mats = moe_expert_mats(c->expert), C = moe_kern_w1_cols(c->F, c->expert);
     s->dense_c = dalloc(m * mats * c->F * es);
-    /* weights: small random values so nothing overflows in fp16; the dense GEMM reads H x mF
-     * of W1 */
+    /* weights: small seeded values (standard deviation 0.02, bounded: nothing overflows in
+     * fp16), generated on the device (kernels/fill_plan.h): gigabytes at the default shape,
+     * which the host's generator would take most of a minute to make and copy; the dense
+     * GEMM reads H x mF of W1 */
     size_t nw = (size_t)(c->G > 1 ? c->G : 2) * c->H * C;
     if (nw < mats * c->H * c->F)
         nw = mats * c->H * c->F;
-    float *wf = malloc(nw * sizeof *wf);
-    void *wp = malloc(nw * es);
-    for (size_t i = 0; i < nw; i++)
-        wf[i] = (float)(moe_rng_normal(&r) * 0.02);
-    moe_kern_pack(wf, nw, c->dtype, wp);
     s->W1 = dalloc(nw * es);
     s->W2 = dalloc(nw * es);
-    GPU_OK(cudaMemcpy(s->W1, wp, nw * es, cudaMemcpyHostToDevice));
-    GPU_OK(cudaMemcpy(s->W2, wp, nw * es, cudaMemcpyHostToDevice));
+    GPU_OK(moe_gpu_fill_random(s->W1, nw, c->dtype, c->seed * 2 + 1, 0.02f, NULL));
+    GPU_OK(moe_gpu_fill_random(s->W2, nw, c->dtype, c->seed * 2 + 2, 0.02f, NULL));
     for (uint32_t g = 0; g < c->G; g++) {
         s->w1tab[g] = (char *)s->W1 + (size_t)g * c->H * C * es;
         s->w2tab[g] = (char *)s->W2 + (size_t)g * c->F * c->H * es;
@@ -292,8 +289,6 @@ static void setup(bench_state_t *s)
     free(cnt);
     free(w);
     free(x);
-    free(wf);
-    free(wp);
 }
 
 /* The experts' backward in fp32 (training), on the forward's buffers of an fp32 run: its rows

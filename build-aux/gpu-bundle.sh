@@ -6,7 +6,8 @@
 # prefix, no root needed) and run.sh (build-aux/gpu-run.sh), which writes one report.
 # How to run it on a lent GPU machine: doc/gpu-bundle.
 #
-# usage: gpu-bundle.sh [--builddir DIR] [--tarball FILE] [--no-debs] [--deb-cache DIR] [OUTDIR]
+# usage: gpu-bundle.sh [--builddir DIR] [--tarball FILE] [--no-debs] [--deb-cache DIR]
+#                      [--check-chroot[=DIR]] [OUTDIR]
 set -eu
 
 me=gpu-bundle.sh
@@ -21,6 +22,10 @@ runs need on a bare GPU machine, and run.sh, which builds there and checks every
       --tarball=FILE   use this dist tarball instead of running 'make dist'
       --no-debs        bundle no packages (the GPU machine must have them installed)
       --deb-cache=DIR  reuse the .deb files found in DIR, and keep new downloads there
+      --check-chroot[=DIR]  then run the bundle, as far as it goes without a GPU, in a Debian
+                       12 chroot at DIR [\${TMPDIR:-/var/tmp}/moeflow-bookworm] with no ssh,
+                       MPI, zlib or lp_solve development files (made by debootstrap when
+                       missing; root needed): exit 0 when run.sh reaches its first GPU step
       --help           display this help and exit
 
 The packages are those installed on this machine (apt-get download fetches the same
@@ -34,9 +39,11 @@ die() {
     exit 1
 }
 
-out=gpu-bundle builddir=. tarball='' debs=yes cache=''
+out=gpu-bundle builddir=. tarball='' debs=yes cache='' chroot=''
 while [ $# -gt 0 ]; do
     case $1 in
+    --check-chroot) chroot=${TMPDIR:-/var/tmp}/moeflow-bookworm ;;
+    --check-chroot=*) chroot=${1#*=} ;;
     --builddir=*) builddir=${1#*=} ;;
     --tarball=*) tarball=${1#*=} ;;
     --deb-cache=*) cache=${1#*=} ;;
@@ -197,3 +204,61 @@ echo "$me: $out: $(basename "$tarball"), $n packages, run.sh;" \
     "$(awk -v k="$kib" 'BEGIN { printf "%.1f", k / 1024 }') MiB (the device tool carries 64 MiB)"
 [ -z "$unresolved" ] || echo "$me: warning: no package here provides:$unresolved" >&2
 [ "$kib" -le $((60 * 1024)) ] || die "$out is over 60 MiB: the device tool would not carry it"
+
+# ----------------------------------------------------------------- the chroot dry run
+[ -n "$chroot" ] || exit 0
+# What a bare GPU machine has that matters here: gcc and g++ (nvcc's host compiler), libc's
+# headers, python3, coreutils, dpkg; the CUDA toolkit (with NCCL) is bound in from this
+# machine read-only. What it lacks: ssh and rsh, Open MPI, the zlib and lp_solve development
+# files, autotools, make (the bundle brings them).
+[ "$(id -u)" = 0 ] || die "--check-chroot needs root (debootstrap, chroot, mounts)"
+for t in chroot unshare mount; do
+    command -v $t >/dev/null || die "$t not found"
+done
+if [ ! -x "$chroot/bin/sh" ]; then
+    command -v debootstrap >/dev/null || die "debootstrap not found (apt-get install debootstrap)"
+    echo "$me: debootstrap Debian 12 into $chroot" >&2
+    debootstrap --variant=minbase --include=gcc,g++,libc6-dev,python3,xz-utils,file \
+        bookworm "$chroot" http://deb.debian.org/debian >"$tmp/debootstrap.log" 2>&1 ||
+        die "debootstrap failed: $(tail -1 "$tmp/debootstrap.log")"
+fi
+missing=$(chroot "$chroot" sh -c 'for t in ssh rsh mpirun mpicc make autoreconf; do
+        command -v $t >/dev/null && echo "$t"; done
+    for f in /usr/include/zlib.h /usr/include/lpsolve /usr/include/mpi.h; do
+        [ -e $f ] && echo "$f"; done' 2>/dev/null | paste -sd ' ' -)
+[ -z "$missing" ] || die "the chroot $chroot has what a bare GPU machine lacks: $missing"
+cuda=$(readlink -f "$(dirname "$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)")/..")
+[ -x "$cuda/bin/nvcc" ] || die "no CUDA toolkit found (nvcc) to bind into the chroot"
+rm -rf "$chroot/root/gpu-bundle" "$chroot/root/moeflow-gpu"
+cp -r "$out" "$chroot/root/gpu-bundle" || die "cannot copy '$out' into '$chroot'"
+echo "$me: run.sh in $chroot (CUDA from $cuda; no GPU)" >&2
+rc=0
+# a private mount namespace: the mounts end with the command
+unshare -m sh -c '
+    set -e
+    c=$1 cuda=$2 budget=$3
+    mount --make-rprivate /
+    for d in proc sys dev; do mkdir -p "$c/$d"; done
+    mount -t proc proc "$c/proc"
+    mount --rbind /sys "$c/sys"
+    mount --rbind /dev "$c/dev"
+    mkdir -p "$c$cuda"
+    mount --bind "$cuda" "$c$cuda"
+    mount -o remount,bind,ro "$c$cuda"
+    ln -sfn "$cuda" "$c/usr/local/cuda"
+    set +e
+    chroot "$c" env -i PATH=/usr/local/cuda/bin:/usr/bin:/bin HOME=/root LANG=C.UTF-8 \
+        CUDA_VISIBLE_DEVICES= OUT=/root/moeflow-gpu/out \
+        sh /root/gpu-bundle/run.sh --workdir /root/moeflow-gpu --budget "$budget"
+' sh "$chroot" "$cuda" "${MOE_CHROOT_BUDGET:-3600}" || rc=$?
+rep=$chroot/root/moeflow-gpu/out/report.txt
+ok=yes
+for s in prefix configure build cpu-2rank-fwd-fp32; do
+    grep -q "^$s  *PASS " "$rep" 2>/dev/null || ok=no
+done
+grep -q '^test_kernels  *SKIP .*no GPU found' "$rep" 2>/dev/null || ok=no
+if [ "$rc" = 77 ] && [ "$ok" = yes ]; then
+    echo "$me: check-chroot: run.sh reached its first GPU step (report: $rep)"
+    exit 0
+fi
+die "check-chroot: run.sh exited $rc before its first GPU step (report: $rep)"

@@ -2,16 +2,18 @@
 # build-aux/gpu-run.sh -- run.sh of the GPU bundle (build-aux/gpu-bundle.sh): on a GPU machine
 # with CUDA, NCCL, gcc and python3 but none of the build's other dependencies, unpack the
 # bundle's Debian packages into a prefix (dpkg -x, no root), build the dist tarball with CUDA and
-# run every GPU step, each under a time limit inside one budget, writing one report line per
-# step (step, PASS/FAIL/SKIP, seconds, key figures) to report.txt and the steps' logs beside it,
-# under $OUT when set. Without a GPU it builds everything, runs the CPU steps and stops at the
-# first GPU step with "no GPU found" and exit 77. How to run it: doc/gpu-bundle.
+# run the GPU checks in the order of their value, each under a time limit cut to what is left
+# of one hard budget, writing one report line per step (step, PASS/FAIL/SKIP, seconds, key
+# figures) to report.txt and the steps' logs beside it, under $OUT when set. Without a GPU it
+# builds everything, runs the CPU step and stops at the first GPU step with "no GPU found" and
+# exit 77. How to run it: doc/gpu-bundle.
 #
 # usage: run.sh [--workdir DIR] [--builddir DIR] [--budget SECONDS]
 set -u
 
 me=run.sh
 here=$(cd "$(dirname "$0")" && pwd)
+run_args_default="--layers 4 --experts 16 --topk 2 --hidden 256 --ffn 512 --tokens-per-rank 256"
 usage() {
     cat <<EOF
 Usage: sh gpu-bundle/run.sh [OPTION]...
@@ -20,14 +22,17 @@ step, PASS/FAIL/SKIP, seconds, key figures) and the steps' logs to \$OUT [WORKDI
 
       --workdir=DIR    where the prefix, sources and build go [\${TMPDIR:-/tmp}/moeflow-gpu]
       --builddir=DIR   use this configured and built tree instead of building the tarball
-      --budget=S       end every step by S seconds after the start [570]
+      --budget=S       end every step by S seconds after the start [540]
       --help           display this help and exit
 
-Environment: MOE_GPU_RUN_ARGS, the moe-run size options of the --check runs [$run_args_default].
+Steps, in this order: prefix, configure, build, cpu-2rank, test_kernels, test_run_cuda,
+gpu-1rank-{fwd,train}-{fp32,bf16} (one mpirun, NCCL), gpu-2rank-... (one mpirun, --comm mpi),
+bench-gpu, bench-torch, memcheck-*, racecheck-*. A step the budget leaves no time for, or
+cuts short, is SKIP; one that fails or runs past its own limit is FAIL.
+Environment: MOE_GPU_RUN_ARGS, the model sizes of the --check runs [$run_args_default].
 Exit status: 0 every step passed or was skipped, 1 a step failed, 77 no GPU found, 2 usage.
 EOF
 }
-run_args_default="--layers 4 --experts 16 --topk 2 --hidden 256 --ffn 512 --tokens-per-rank 256"
 
 # ----------------------------------------------------------------- steps run in a child shell
 # (under timeout, which runs programs, not shell functions: run.sh --step NAME)
@@ -77,18 +82,19 @@ configure_step() {
         --with-lpsolve="$P/usr" CPPFLAGS="-I$P/usr/include" PKG_CONFIG=false \
         LDFLAGS="-L$P/usr/lib/$M -L$P/lib/$M"
 }
-# the GPU tests are check programs, built by name after the rest (one make at a time: two
-# goals of one parallel make would build libmoecore twice at once)
+# the GPU tests and the check driver are check programs, built by name after the rest (one
+# make at a time: two goals of one parallel make would build libmoecore twice at once)
 build_step() {
     _j=$(nproc 2>/dev/null || echo 4)
-    make -C "$B" -j "$_j" && make -C "$B" -j "$_j" tests/gpu/test_kernels tests/gpu/test_run_cuda
+    make -C "$B" -j "$_j" &&
+        make -C "$B" -j "$_j" tests/gpu/run_modes tests/gpu/test_kernels tests/gpu/test_run_cuda
 }
 if [ "${1:-}" = --step ]; then
     "$2"
     exit $?
 fi
 
-W=${MOE_GPU_WORKDIR:-${TMPDIR:-/tmp}/moeflow-gpu} B='' budget=570
+W=${MOE_GPU_WORKDIR:-${TMPDIR:-/tmp}/moeflow-gpu} B='' budget=540
 self=$here/$(basename "$0")
 while [ $# -gt 0 ]; do
     case $1 in
@@ -125,23 +131,25 @@ L=$W/logs
 mkdir -p "$R" "$L" "$W/bin" || exit 1
 : >"$R/report.txt"
 : >"$R/steps.log"
-failed=0 secs=0.0 rc=0
+failed=0 passed=0 skipped=0 secs=0.0 rc=0 cut=0 notrun=0
 
 now() { date +%s.%N; }
 # step NAME LIMIT CMD...: run CMD, its output in $L/NAME.log, with a time limit cut to what the
-# budget has left; sets $rc and $secs, and appends the log's tail to steps.log.
+# budget has left (10 s kept for the kill); sets $rc, $secs, $cut (the budget shortened the
+# limit) and $notrun (no time was left), and appends the log's tail to steps.log.
 step() {
     _n=$1 _lim=$2
     shift 2
-    _left=$((deadline - $(date +%s) - 5))
-    if [ "$_left" -lt 10 ]; then
-        rc=124 secs=0.0
+    _left=$((deadline - $(date +%s) - 10))
+    cut=0 notrun=0
+    if [ "$_left" -lt 5 ]; then
+        rc=124 secs=0.0 notrun=1
         echo "$me: not run: the budget of $budget s is spent" >"$L/$_n.log"
         return
     fi
-    [ "$_lim" -le "$_left" ] || _lim=$_left
+    [ "$_lim" -le "$_left" ] || { _lim=$_left; cut=1; }
     _t0=$(now)
-    timeout -k 10 "$_lim" "$@" >"$L/$_n.log" 2>&1
+    timeout -k 5 "$_lim" "$@" >"$L/$_n.log" 2>&1
     rc=$?
     secs=$(awk -v a="$_t0" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }')
     case $rc in
@@ -149,13 +157,32 @@ step() {
     esac
     { echo "===== $_n: exit $rc, $secs s: $*"; tail -n 80 "$L/$_n.log"; } >>"$R/steps.log"
 }
+# timed_out: the last step ran past its limit
+timed_out() { [ "$rc" = 124 ] || [ "$rc" = 137 ]; }
 # record NAME STATUS KEY: one report line (also on stdout).
 record() {
     printf '%-28s %-4s %7s  %s\n' "$1" "$2" "$secs" "$3" | tee -a "$R/report.txt"
-    [ "$2" != FAIL ] || failed=$((failed + 1))
+    case $2 in
+    FAIL) failed=$((failed + 1)) ;;
+    PASS) passed=$((passed + 1)) ;;
+    *) skipped=$((skipped + 1)) ;;
+    esac
 }
-# verdict NAME KEY: PASS on exit 0, else FAIL with the log's last line.
+# budget_skip NAME: SKIP when the budget left the last step no time or cut it short; returns
+# 1 (nothing recorded) otherwise.
+budget_skip() {
+    if [ "$notrun" = 1 ]; then
+        record "$1" SKIP "not run: the budget of $budget s was spent"
+    elif [ "$cut" = 1 ] && timed_out; then
+        record "$1" SKIP "cut short by the budget of $budget s"
+    else
+        return 1
+    fi
+}
+# verdict NAME KEY: PASS on exit 0; SKIP when the budget stopped it; else FAIL with the log's
+# last line.
 verdict() {
+    budget_skip "$1" && return
     if [ "$rc" = 0 ]; then
         record "$1" PASS "$2"
     else
@@ -167,6 +194,8 @@ skip() {
     record "$1" SKIP "$2"
 }
 header() { echo "# $*" | tee -a "$R/report.txt"; }
+# join: the input's lines as one, separated by "; "
+join() { paste -sd '|' - | sed 's/|/; /g'; }
 
 header "moeflow GPU run, $(date -u '+%Y-%m-%d %H:%M:%S UTC'), host $(uname -n), budget $budget s"
 gpu=$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null |
@@ -180,20 +209,36 @@ header "glibc: $(getconf GNU_LIBC_VERSION 2>/dev/null | sed 's/^glibc //')" \
 P=$W/prefix
 OMPI=$P/usr/lib/$M/openmpi
 export W L P OMPI
+# the machine's own library path, for the programs that must see only the machine's
+# libraries (PyTorch: the prefix's would shadow the machine's, and unsetting the variable
+# could hide the driver)
+if [ -n "${LD_LIBRARY_PATH+set}" ]; then
+    machine_ld=set machine_ld_path=$LD_LIBRARY_PATH
+else
+    machine_ld='' machine_ld_path=''
+fi
 LD_LIBRARY_PATH=$OMPI/lib:$P/usr/lib/$M:$P/lib/$M${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 PATH=$W/bin:$PATH:$P/usr/bin
 export LD_LIBRARY_PATH PATH
-# One machine: shared memory between ranks, root allowed, more ranks than cores allowed.
+# One machine: shared memory between ranks, root allowed, more ranks than cores allowed. No
+# ssh or rsh is needed to start ranks on this node, but Open MPI's rsh launcher refuses to
+# load without one ("plm_rsh_agent: ssh : rsh" not found), and mpirun and a singleton MPI_Init
+# fail at once: an agent that exists (and is never called) lets it load.
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_pml=ob1 OMPI_MCA_btl=self,vader
+export OMPI_MCA_plm_rsh_agent=false
 
 n=$(ls "$here"/debs/*.deb 2>/dev/null | wc -l | tr -d ' ')
-step prefix 120 sh "$self" --step prefix_step
+step prefix 90 sh "$self" --step prefix_step
 # Open MPI unpacked outside /usr finds its components, help files and PMIx through these
-# (only when the bundle brings it: they would mislead an Open MPI of the machine's own).
+# (only when the bundle brings it: they would mislead an Open MPI of the machine's own). PMIx
+# reads its help files from PMIX_DATADIR and its plugins (the zlib compression of its
+# start-up data) from its component path, not from PMIX_INSTALL_PREFIX: without them every
+# mpirun warns that no compression library was found.
 if [ -x "$P/usr/bin/orterun" ]; then
     export OPAL_PREFIX="$P/usr" OPAL_SYSCONFDIR="$P/etc/openmpi"
-    export PMIX_INSTALL_PREFIX="$P/usr/lib/$M/pmix2"
+    export PMIX_INSTALL_PREFIX="$P/usr/lib/$M/pmix2" PMIX_DATADIR="$P/usr/lib/$M/pmix2/share"
+    export PMIX_MCA_mca_base_component_path="$P/usr/lib/$M/pmix2/lib/pmix"
 fi
 for t in mpicc mpirun mpiexec; do
     [ -e "$P/usr/bin/$t.openmpi" ] && ln -sf "$P/usr/bin/$t.openmpi" "$W/bin/$t"
@@ -213,9 +258,15 @@ nvcc=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
 CUDA_HOME=$(dirname "$(dirname "$(readlink -f "$nvcc")")")
 # NCCL: the CUDA prefix, the system, or the pip wheel beside torch (nvidia-nccl-cu13, which has
 # no libnccl.so link); one folder of links to what is found, for configure's --with-nccl.
+machine_env() {
+    if [ -n "$machine_ld" ]; then
+        env LD_LIBRARY_PATH="$machine_ld_path" "$@"
+    else
+        env -u LD_LIBRARY_PATH "$@"
+    fi
+}
 find_nccl() {
-    _py=$(env -u LD_LIBRARY_PATH python3 -c 'import nvidia.nccl as n; print(n.__path__[0])' \
-        2>/dev/null)
+    _py=$(machine_env python3 -c 'import nvidia.nccl as n; print(n.__path__[0])' 2>/dev/null)
     for _d in "$CUDA_HOME" /usr "$_py"; do
         [ -n "$_d" ] && [ -f "$_d/include/nccl.h" ] || continue
         for _l in "$_d"/lib64/libnccl.so* "$_d"/lib/libnccl.so* "$_d/lib/$M"/libnccl.so*; do
@@ -244,10 +295,10 @@ else
     SRC=$W/src B=$W/build
     tarball=$(ls "$here"/moeflow-*.tar.gz 2>/dev/null | head -1)
     export SRC B tarball CUDA_HOME nccl
-    step configure 240 sh "$self" --step configure_step
+    step configure 180 sh "$self" --step configure_step
     cp "$B/config.log" "$R/config.log" 2>/dev/null
     verdict configure "$(sed -n 's/^ *features: *//p' "$L/configure.log" | tail -1)"
-    step build 420 sh "$self" --step build_step
+    step build 360 sh "$self" --step build_step
     verdict build "make -j$(nproc 2>/dev/null)"
 fi
 [ -n "$nccl" ] && LD_LIBRARY_PATH=${nccl%% *}/lib64:$LD_LIBRARY_PATH
@@ -261,67 +312,140 @@ if ! "$moe_run" --version >/dev/null 2>&1; then
     exit 1
 fi
 header "moe-run: $("$moe_run" --version 2>/dev/null | sed -n 's/^features: //p')"
+# libtool's wrapper or the program itself
+prog_of() {
+    if [ -x "$B/$1" ]; then echo "$B/$1"; else echo ''; fi
+}
 
-# ----------------------------------------------------------------- CPU steps
-modes="vanilla coherent pipelined hierarchical datacentric"
+# ----------------------------------------------------------------- the modes' checks
 run_args=${MOE_GPU_RUN_ARGS:-$run_args_default}
-# join: the input's lines as one, separated by "; "
-join() { paste -sd '|' - | sed 's/|/; /g'; }
-# key_run LOG: moe-run's time per iteration, the iteration over its kernels' time (on one rank:
-# the runtime's overhead, issue 21 item 7's fourth ratio, goal <= 1.15) and its check verdict.
-key_run() {
-    sed -n -e 's/^# per iteration: \([^,]*\), \([^,]*\),.*/\1, \2/p' \
-        -e 's/^# kernels and copies: .* the iteration takes \([0-9.]*x\) that.*/iteration \/ kernels \1/p' \
-        -e 's/^# check against the serial vanilla reference: /check: /p' "$1" | join
-}
-for m in $modes; do
-    # shellcheck disable=SC2086
-    step "cpu-2rank-$m" 60 mpirun -np 2 "$moe_run" --backend cpu --mode "$m" --check $run_args \
-        --iters 1 --warmup 0
-    verdict "cpu-2rank-$m" "$(key_run "$L/cpu-2rank-$m.log")"
-done
-
-# ----------------------------------------------------------------- the GPU tests
-gpu_test() {
-    if [ ! -x "$B/tests/gpu/$1" ]; then
-        record "$1" FAIL "not built: $B/tests/gpu/$1 (no CUDA kernels in this build?)"
-        echo "$me: no GPU tests in $B: the GPU steps did not run (report: $R/report.txt)"
-        exit 1
-    fi
-    step "$1" 240 "$B/tests/gpu/$1"
-    if [ "$rc" = 77 ]; then
-        record "$1" SKIP "no GPU found: $(head -1 "$L/$1.log")"
-        echo "$me: no GPU found: the GPU steps did not run (report: $R/report.txt)"
-        exit 77
-    fi
-    verdict "$1" "$(grep -e 'device 0' -e 'checks,' "$L/$1.log" | join)"
-}
-gpu_test test_kernels
-gpu_test test_run_cuda
-
-# ----------------------------------------------------------------- moe-run --check on the GPU
-comm_mpi=no
-"$moe_run" --help 2>/dev/null | grep -q -e '--comm' && comm_mpi=yes
-for np in 1 2 4; do
-    for m in $modes; do
-        for dt in fp32 bf16; do
-            s=gpu-${np}rank-$m-$dt
-            if [ "$np" != 1 ] && [ "$comm_mpi" = no ]; then
-                skip "$s" "not available: moe-run has no --comm mpi (NCCL allows one rank a GPU)"
+modes="vanilla coherent pipelined hierarchical datacentric"
+rmodes=$(prog_of tests/gpu/run_modes)
+# modes_verdicts PREFIX LOG KINDS DTYPES: one report line per kind and dtype from run_modes'
+# lines in LOG: PASS when every mode passed, SKIP when every mode was skipped (with the
+# reason), FAIL otherwise; a mode without a line did not run (the process ended first: FAIL,
+# or SKIP when the budget stopped it). Key figures per mode: the check's largest difference,
+# ms per iteration, iteration / kernel time, host waits per all-to-all.
+modes_verdicts() {
+    _pre=$1 _log=$2 _kinds=$3 _dts=$4
+    for _k in $_kinds; do
+        for _dt in $_dts; do
+            _name=$_pre-$_k-$_dt
+            if [ "$notrun" = 1 ]; then
+                record "$_name" SKIP "not run: the budget of $budget s was spent"
                 continue
             fi
-            comm=
-            [ "$np" = 1 ] || comm="--comm mpi"
-            # shellcheck disable=SC2086
-            step "$s" 120 mpirun -np "$np" "$moe_run" --backend cuda $comm --mode "$m" \
-                --dtype "$dt" --check $run_args
-            verdict "$s" "$(key_run "$L/$s.log")"
+            _lines=$(grep "^run_modes: $_k $_dt " "$_log" 2>/dev/null)
+            _st=$(echo "$_lines" | awk -v modes="$modes" -v cut="$cut" -v rc="$rc" '
+                BEGIN { n = split(modes, m, " ") }
+                NF >= 5 { st[$4] = $5; line[$4] = $0 }
+                END {
+                    pass = 0; skip = 0; fail = 0; miss = 0; why = ""
+                    for (i = 1; i <= n; i++) {
+                        s = st[m[i]]
+                        if (s == "PASS") pass++
+                        else if (s == "SKIP") { skip++; if (why == "") { why = line[m[i]]
+                            sub(/^run_modes: [^ ]+ [^ ]+ [^ ]+ SKIP /, "", why) } }
+                        else if (s == "FAIL") fail++
+                        else miss++
+                    }
+                    if (fail || (miss && !(cut && (rc == 124 || rc == 137))))
+                        print "FAIL"
+                    else if (miss)
+                        print "SKIP cut short by the budget"
+                    else if (skip == n)
+                        print "SKIP " why
+                    else
+                        print "PASS"
+                }')
+            _key=$(echo "$_lines" | awk '
+                NF >= 5 {
+                    k = $4 " " $5
+                    for (i = 6; i <= NF; i++) {
+                        split($i, kv, "=")
+                        if (kv[1] == "err") k = k " err " kv[2]
+                        if (kv[1] == "ms") { ms = kv[2]; k = k " " ms " ms" }
+                        if (kv[1] == "kern" && kv[2] != "-" && kv[2] > 0)
+                            k = k sprintf(" x%.2f", ms / kv[2])
+                        if (kv[1] == "waits" && kv[2] != "-") k = k " waits/a2a " kv[2]
+                    }
+                    if ($5 == "SKIP") k = $4 " SKIP"
+                    if ($5 == "FAIL" && $6 !~ /=/) { k = $0; sub(/^run_modes: /, "", k) }
+                    print k
+                }' | join)
+            case $_st in # (the step's seconds on its first line only)
+            PASS) record "$_name" PASS "$_key" ;;
+            SKIP*) record "$_name" SKIP "${_st#SKIP }" ;;
+            *)
+                [ -n "$_key" ] || _key="no result: run_modes ended with exit $rc: $(grep -v \
+                    '^ *$' "$_log" 2>/dev/null | tail -n 1 | cut -c1-120)"
+                record "$_name" FAIL "$_key"
+                ;;
+            esac
+            secs=0.0
         done
     done
+}
+
+# the bundled Open MPI works before any GPU time is spent: every mode on 2 CPU ranks
+if [ -n "$rmodes" ]; then
+    # shellcheck disable=SC2086
+    step cpu-2rank 60 mpirun -np 2 "$rmodes" --backend cpu --dtypes fp32 $run_args \
+        --iters 1 --warmup 0
+    modes_verdicts cpu-2rank "$L/cpu-2rank.log" fwd fp32
+else
+    record cpu-2rank-fwd-fp32 FAIL "not built: $B/tests/gpu/run_modes"
+fi
+
+# ----------------------------------------------------------------- the GPU tests
+gpu_seen=unknown
+# gpu_test NAME LIMIT: a missing test fails its step and the run goes on; the first test that
+# says "no CUDA device" (exit 77) ends the run: nothing after it can run without a GPU.
+gpu_test() {
+    if [ ! -x "$B/tests/gpu/$1" ]; then
+        secs=0.0
+        record "$1" FAIL "not built: $B/tests/gpu/$1 (no CUDA kernels in this build?)"
+        return
+    fi
+    step "$1" "$2" "$B/tests/gpu/$1"
+    if [ "$rc" = 77 ] && [ "$gpu_seen" = unknown ]; then
+        record "$1" SKIP "no GPU found: $(head -1 "$L/$1.log")"
+        echo "$me: no GPU found: the GPU steps did not run (report: $R/report.txt)"
+        header "total $(($(date +%s) - start)) s, $passed passed, $failed failed," \
+            "$skipped skipped; stopped: no GPU"
+        exit 77
+    fi
+    [ "$rc" = 77 ] || gpu_seen=yes
+    verdict "$1" "$(grep -e 'device 0' -e 'checks,' -e 'difference / bound' "$L/$1.log" |
+        join | cut -c1-400)"
+}
+gpu_test test_kernels 150
+gpu_test test_run_cuda 120
+
+# ----------------------------------------------------------------- moe-run --check on the GPU
+# one mpirun per rank count runs every mode, forward and training, fp32 and bf16: 1 rank on
+# NCCL; 2 ranks sharing the GPU over --comm mpi (NCCL allows one rank a GPU). Training steps
+# say SKIP with run_modes' reason while the cuda backend does not train (issue 39, item 10).
+for np in 1 2; do
+    comm=nccl
+    [ "$np" = 1 ] || comm=mpi
+    if [ -z "$rmodes" ]; then
+        for k in fwd train; do
+            for dt in fp32 bf16; do
+                secs=0.0
+                record "gpu-${np}rank-$k-$dt" FAIL "not built: $B/tests/gpu/run_modes"
+            done
+        done
+        continue
+    fi
+    # shellcheck disable=SC2086
+    step "gpu-${np}rank" 180 mpirun -np "$np" "$rmodes" --backend cuda --comm "$comm" --train \
+        $run_args
+    modes_verdicts "gpu-${np}rank" "$L/gpu-${np}rank.log" "fwd train" "fp32 bf16"
 done
 
 # ----------------------------------------------------------------- benchmarks
-step bench-gpu 240 make -C "$B" bench-gpu
+step bench-gpu 180 make -C "$B" bench-gpu
 cp "$L/bench-gpu.log" "$R/bench.txt"
 # key: each dtype's fractions of the baselines (expert FFN vs dense GEMM, permute and combine vs
 # the device copy)
@@ -329,8 +453,13 @@ verdict bench-gpu "$(awk '/^# dtype/ { dt = $3; sub(",", "", dt) }
     /^[a-z]/ && NF >= 4 && $NF ~ /^[0-9.]+$/ && $0 !~ /baseline/ {
         printf "%s%s %s=%s", sep, dt, $1, $NF; sep = "; " }' "$L/bench-gpu.log")"
 if [ -f "$SRC/bench/bench_torch.py" ]; then
-    step bench-torch 240 env -u LD_LIBRARY_PATH python3 "$SRC/bench/bench_torch.py" \
-        --moeflow "$L/bench-gpu.log"
+    # (timeout runs programs: the machine's environment as env's arguments)
+    if [ -n "$machine_ld" ]; then
+        set -- env LD_LIBRARY_PATH="$machine_ld_path"
+    else
+        set -- env -u LD_LIBRARY_PATH
+    fi
+    step bench-torch 120 "$@" python3 "$SRC/bench/bench_torch.py" --moeflow "$L/bench-gpu.log"
     cat "$L/bench-torch.log" >>"$R/bench.txt"
     verdict bench-torch "$(grep -v '^ *$' "$L/bench-torch.log" | tail -1 | cut -c1-160)"
 else
@@ -348,13 +477,18 @@ for tool in memcheck racecheck; do
             skip "$s" "compute-sanitizer not found"
             continue
         fi
-        step "$s" 180 "$B/libtool" --mode=execute "$san" --tool "$tool" --error-exitcode 86 \
+        if [ ! -x "$B/tests/gpu/$t" ]; then
+            secs=0.0
+            record "$s" FAIL "not built: $B/tests/gpu/$t"
+            continue
+        fi
+        step "$s" 150 "$B/libtool" --mode=execute "$san" --tool "$tool" --error-exitcode 86 \
             "$B/tests/gpu/$t"
         verdict "$s" "$(grep -o 'ERROR SUMMARY: .*' "$L/$s.log" | tail -1)"
     done
 done
 
 secs=$(awk -v a="$start" -v b="$(date +%s)" 'BEGIN { printf "%.1f", b - a }')
-header "total $secs s, $failed failed"
+header "total $secs s, $passed passed, $failed failed, $skipped skipped"
 [ "$failed" = 0 ] || exit 1
 exit 0

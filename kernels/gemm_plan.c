@@ -86,3 +86,34 @@ int moe_ffn_bwd_plan(int product, uint32_t G, const size_t *off, uint32_t H, uin
     }
     return ng;
 }
+
+static int aligned16(const void *p)
+{
+    return (uintptr_t)p % 16 == 0;
+}
+
+int moe_gemm_arg_groupable(const moe_gemm_arg_t *g, size_t es)
+{
+    return es >= 4 || (aligned16(g->A) && aligned16(g->B) && aligned16(g->C));
+}
+
+int moe_gemm_plan_split(moe_gemm_arg_t *g, int n, size_t es)
+{
+    int k = 0;
+    for (int i = 0; i < n; i++) /* stable: move each groupable product down past the others */
+        if (moe_gemm_arg_groupable(&g[i], es)) {
+            moe_gemm_arg_t t = g[i];
+            for (int j = i; j > k; j--)
+                g[j] = g[j - 1];
+            g[k++] = t;
+        }
+    return k;
+}
+
+int moe_gemm_plan_groupable(const moe_gemm_arg_t *g, int n, size_t es)
+{
+    int k = 0;
+    while (k < n && moe_gemm_arg_groupable(&g[k], es))
+        k++;
+    return k;
+}

@@ -1,9 +1,9 @@
 /* kernels/gemm_plan.h -- the grouped GEMMs of the experts' FFN, forward and backward, planned
  * on the host in cuBLAS's column-major argument form. Plain C with no CUDA in it, so that the
  * CPU test suite (tests/unit/test_gemm_plan) checks every operand, leading dimension and
- * transpose of every expert's product against row-major loops, without a GPU; gpu_ffn.cu and
- * gpu_backward.cu hand a plan to cublasGemmGroupedBatchedEx (or cublasGemmEx per entry) as it
- * is. */
+ * transpose of every expert's product against row-major loops, and which products may go
+ * into a grouped call, without a GPU; gpu_ffn.cu and gpu_backward.cu hand a plan to
+ * cublasGemmGroupedBatchedEx (or cublasGemmEx per entry) as it is. */
 #ifndef MOE_GEMM_PLAN_H
 #define MOE_GEMM_PLAN_H
 
@@ -44,6 +44,27 @@ enum moe_fwd_product { MOE_FWD_UP, MOE_FWD_DOWN, MOE_FWD_PRODUCTS };
 int moe_ffn_fwd_plan(int product, uint32_t G, const size_t *off, uint32_t H, uint32_t F,
                      uint32_t C, size_t es, const void *x, void *act, void *y,
                      const void *const *W1, const void *const *W2, moe_gemm_arg_t *out);
+
+/* The rule of the grouped call on 16-bit operands. cublasGemmGroupedBatchedEx reads the A, B
+ * and C pointers of every product from arrays in device memory, which cuBLAS does not look
+ * at when it picks its kernel; for 16-bit types (CUDA_R_16BF, CUDA_R_16F) its documentation
+ * asks that these pointers be aligned, ideally to 16 bytes, and a kernel that loads 16 bytes
+ * at a time from a pointer that is not makes a misaligned access. An expert's rows start
+ * r0 x H x 2 bytes into the row buffers (r0 x C x 2 into the pre-activations), which is a
+ * multiple of 16 for every r0 only when H (resp. C) is a multiple of 8. cublasGemmEx takes
+ * its pointers by value and checks them itself, so a product whose pointers break the rule
+ * runs on its own through it instead. */
+
+/* May product g run in a grouped call with elements of es bytes: es 4 (fp32, no TF32: no
+ * rule), or A, B and C each aligned to 16 bytes (which meets the rule whatever k is)? */
+int moe_gemm_arg_groupable(const moe_gemm_arg_t *g, size_t es);
+/* Reorder the n products so that the groupable ones come first, each part in its original
+ * order (the products of one call are independent: each writes its own C); returns how many
+ * are groupable. The executor groups those and runs the others one GEMM each. */
+int moe_gemm_plan_split(moe_gemm_arg_t *g, int n, size_t es);
+/* The length of the groupable prefix of g[0 .. n-1]: what the executor hands to one grouped
+ * call after moe_gemm_plan_split. */
+int moe_gemm_plan_groupable(const moe_gemm_arg_t *g, int n, size_t es);
 
 /* The buffers of a grouped FFN backward over G experts, every row array in the expert-sorted
  * layout of the forward (rows off[g] .. off[g+1]-1 belong to expert g, at the same positions

@@ -222,7 +222,7 @@ extern "C" int moe_gpu_ffn_backward(moe_gpu_ctx_t *c, const float *x, const floa
     /* workspace: the pre-activations (then their gradient), the activation, d, s dy, the
      * normalised rows x^ and their gradient dn */
     size_t fl = n * C + 2 * n * F + 3 * n * H;
-    int err = gpu_reserve(&c->act, &c->act_bytes, fl * sizeof(float));
+    int err = gpu_ctx_reserve(c, &c->act, &c->act_bytes, fl * sizeof(float));
     if (err)
         return err;
     float *pa = (float *)c->act, *act = pa + n * C, *d = act + n * F, *sdy = d + n * F;
@@ -265,7 +265,7 @@ extern "C" int moe_gpu_gate_backward(moe_gpu_ctx_t *c, const float *x, size_t n,
         return (int)cudaErrorInvalidValue;
     if (!n || !H)
         return 0;
-    int err = gpu_reserve(&c->act, &c->act_bytes, n * E * sizeof(float));
+    int err = gpu_ctx_reserve(c, &c->act, &c->act_bytes, n * E * sizeof(float));
     if (err)
         return err;
     float *dl = (float *)c->act;
@@ -334,7 +334,7 @@ extern "C" int moe_gpu_ffn_backward_grouped(moe_gpu_ctx_t *c, const float *x, co
     /* workspace at the rows' own positions (as the forward's): the pre-activations (then
      * their gradient), the activation, d, s dy, x^ and its gradient dn */
     size_t fl = R * C + 2 * R * F + 3 * R * H;
-    int err = gpu_reserve(&c->act, &c->act_bytes, fl * sizeof(float));
+    int err = gpu_ctx_reserve(c, &c->act, &c->act_bytes, fl * sizeof(float));
     bwd_plan_t bp;
     bp.plan = (moe_gemm_arg_t *)malloc(MOE_BWD_PRODUCTS * (size_t)G * sizeof *bp.plan);
     if (err || !bp.plan) {

@@ -1,10 +1,14 @@
 /* kernels/gpu_elem.cu -- element-wise and row-moving kernels of moe-run: mixer, pack/unpack,
- * gather (permute), fused gather+pack, scatter_add, the fused combine, the experts' input
- * norm, silu and SwiGLU's activation. Rows move as 4-element vectors when H and the pointers allow it (16-byte fp32
- * loads, 8-byte 16-bit ones). */
+ * gather (permute), fused gather+pack, the deterministic scatter_add (sorted by target, no
+ * atomics), the fused combine, the experts' input norm, silu and SwiGLU's activation, and the
+ * seeded fill of the benchmark's weights. Rows move as 4-element vectors when H and the
+ * pointers allow it (16-byte fp32 loads, 8-byte 16-bit ones). */
+#include <cub/device/device_radix_sort.cuh>
 #include <string.h>
 
 #include "gpu_internal.cuh"
+#include "fill_plan.h"
+#include "scatter_plan.h"
 
 #define THREADS 256
 
@@ -246,29 +250,60 @@ extern "C" int moe_gpu_gather(const float *src, const uint32_t *idx, size_t n, u
 
 /* ------------------------------------------------------------------ scatter_add, combine */
 
-__global__ static void k_scatter_add(const float *y, const uint32_t *idx, const float *w,
-                                     size_t n, uint32_t H, float *out)
+/* The sources 0 .. n-1 keyed by their targets, for the stable sort. */
+__global__ static void k_scatter_keys(const uint32_t *idx, size_t n, uint32_t *keys,
+                                      uint32_t *vals)
 {
-    for (size_t i = blockIdx.x; i < n; i += gridDim.x) {
-        float wi = w ? w[i] : 1.0f;
-        float *o = out + (size_t)idx[i] * H;
-        const float *yr = y + i * H;
-        for (uint32_t h = threadIdx.x; h < H; h += blockDim.x)
-            atomicAdd(o + h, wi * yr[h]);
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        keys[i] = idx[i];
+        vals[i] = (uint32_t)i;
     }
 }
 
-extern "C" int moe_gpu_scatter_add(const float *y, const uint32_t *idx, const float *w,
-                                   size_t n, uint32_t H, float *out, void *stream)
+/* One block per sorted position (grid-stride); the block of a run's first position adds the
+ * run into its target, one thread per column (scatter_plan.h), the others have nothing to do. */
+__global__ static void k_scatter_runs(const uint32_t *tgt, const uint32_t *src, size_t n,
+                                      const float *y, const float *w, uint32_t H, float *out)
 {
+    for (size_t j = blockIdx.x; j < n; j += gridDim.x) {
+        if (!moe_scatter_run_start(tgt, j))
+            continue;
+        for (uint32_t h = threadIdx.x; h < H; h += blockDim.x)
+            moe_scatter_run_col(tgt, src, n, j, y, w, H, h, out);
+    }
+}
+
+extern "C" int moe_gpu_scatter_add(moe_gpu_ctx_t *ctx, const float *y, const uint32_t *idx,
+                                   const float *w, size_t n, uint32_t H, float *out)
+{
+    cudaStream_t s = ctx->stream;
+    if (n > UINT32_MAX)
+        return (int)cudaErrorInvalidValue;
     if (!n || !H)
         return 0;
-    k_scatter_add<<<gpu_blocks(n, 1), THREADS, 0, gpu_stream(stream)>>>(y, idx, w, n, H, out);
+    size_t cub_bytes = 0;
+    GPU_TRY(cub::DeviceRadixSort::SortPairs(nullptr, cub_bytes, (const uint32_t *)nullptr,
+                                            (uint32_t *)nullptr, (const uint32_t *)nullptr,
+                                            (uint32_t *)nullptr, n, 0, 32, s));
+    size_t arr = (n * sizeof(uint32_t) + 255) & ~(size_t)255;
+    int err = gpu_ctx_reserve(ctx, &ctx->tmp, &ctx->tmp_bytes, 4 * arr + cub_bytes);
+    if (err)
+        return err;
+    char *base = (char *)ctx->tmp;
+    uint32_t *keys = (uint32_t *)base, *vals = (uint32_t *)(base + arr);
+    uint32_t *tgt = (uint32_t *)(base + 2 * arr), *src = (uint32_t *)(base + 3 * arr);
+    k_scatter_keys<<<gpu_blocks(n, THREADS), THREADS, 0, s>>>(idx, n, keys, vals);
+    GPU_TRY(cudaGetLastError());
+    GPU_TRY(cub::DeviceRadixSort::SortPairs(base + 4 * arr, cub_bytes, keys, tgt, vals, src, n, 0,
+                                            32, s));
+    k_scatter_runs<<<gpu_blocks(n, 1), THREADS, 0, s>>>(tgt, src, n, y, w, H, out);
     return (int)cudaGetLastError();
 }
 
 /* One block per token; each thread keeps its part of the row in registers while the K expert
- * outputs are added in k order, so x is read and written once. */
+ * outputs are added in k order, so x is read and written once; products and sums rounded
+ * separately, as moe_kern_scatter_add rounds them (the same bits). */
 template <int D, bool V>
 __global__ static void k_combine(const void *y, const uint32_t *slot, const float *w, size_t n,
                                  uint32_t K, uint32_t H, float *x)
@@ -286,10 +321,10 @@ __global__ static void k_combine(const void *y, const uint32_t *slot, const floa
                         continue;
                     float4 v = load4<D>(y, (size_t)s * H + h);
                     float wk = wr[k];
-                    acc.x += wk * v.x;
-                    acc.y += wk * v.y;
-                    acc.z += wk * v.z;
-                    acc.w += wk * v.w;
+                    acc.x = moe_scatter_fadd(acc.x, moe_scatter_fmul(wk, v.x));
+                    acc.y = moe_scatter_fadd(acc.y, moe_scatter_fmul(wk, v.y));
+                    acc.z = moe_scatter_fadd(acc.z, moe_scatter_fmul(wk, v.z));
+                    acc.w = moe_scatter_fadd(acc.w, moe_scatter_fmul(wk, v.w));
                 }
                 *(float4 *)(xr + h) = acc;
             }
@@ -298,7 +333,8 @@ __global__ static void k_combine(const void *y, const uint32_t *slot, const floa
                 float acc = xr[h];
                 for (uint32_t k = 0; k < K; k++)
                     if (sl[k] != MOE_GPU_NO_SLOT)
-                        acc += wr[k] * gpu_load<D>(y, (size_t)sl[k] * H + h);
+                        acc = moe_scatter_fadd(
+                            acc, moe_scatter_fmul(wr[k], gpu_load<D>(y, (size_t)sl[k] * H + h)));
                 xr[h] = acc;
             }
         }
@@ -328,6 +364,32 @@ extern "C" int moe_gpu_combine(const void *y, int dtype, const uint32_t *slot, c
     case MOE_DTYPE_FP32: launch_combine<MOE_DTYPE_FP32>(y, slot, w, n, K, H, x, s); break;
     case MOE_DTYPE_BF16: launch_combine<MOE_DTYPE_BF16>(y, slot, w, n, K, H, x, s); break;
     default: launch_combine<MOE_DTYPE_FP16>(y, slot, w, n, K, H, x, s); break;
+    }
+    return (int)cudaGetLastError();
+}
+
+/* ------------------------------------------------------------------ seeded fill */
+
+template <int D>
+__global__ static void k_fill(void *dst, size_t n, uint64_t seed, float scale)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        gpu_store<D>(dst, i, moe_fill_value(seed, i, scale));
+}
+
+extern "C" int moe_gpu_fill_random(void *dst, size_t n, int dtype, uint64_t seed, float scale,
+                                   void *stream)
+{
+    cudaStream_t s = gpu_stream(stream);
+    unsigned b = gpu_blocks(n, THREADS);
+    if (!n)
+        return 0;
+    switch (dtype) {
+    case MOE_DTYPE_FP32: k_fill<MOE_DTYPE_FP32><<<b, THREADS, 0, s>>>(dst, n, seed, scale); break;
+    case MOE_DTYPE_BF16: k_fill<MOE_DTYPE_BF16><<<b, THREADS, 0, s>>>(dst, n, seed, scale); break;
+    case MOE_DTYPE_FP16: k_fill<MOE_DTYPE_FP16><<<b, THREADS, 0, s>>>(dst, n, seed, scale); break;
+    default: return (int)cudaErrorInvalidValue;
     }
     return (int)cudaGetLastError();
 }

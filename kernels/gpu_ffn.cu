@@ -41,22 +41,6 @@ extern "C" int moe_gpu_device_name(int dev, char *buf, size_t len)
     return 0;
 }
 
-int gpu_reserve(void **buf, size_t *have, size_t bytes)
-{
-    if (bytes <= *have)
-        return 0;
-    size_t want = *have ? *have : 1 << 16;
-    while (want < bytes)
-        want *= 2;
-    if (*buf)
-        GPU_TRY(cudaFree(*buf));
-    *buf = NULL;
-    *have = 0;
-    GPU_TRY(cudaMalloc(buf, want));
-    *have = want;
-    return 0;
-}
-
 /* ------------------------------------------------------------------ context */
 
 extern "C" int moe_gpu_ctx_create(moe_gpu_ctx_t **out, void *stream)
@@ -120,6 +104,11 @@ extern "C" void moe_gpu_ctx_free(moe_gpu_ctx_t *c)
 extern "C" void *moe_gpu_ctx_stream(const moe_gpu_ctx_t *c)
 {
     return (void *)c->stream;
+}
+
+extern "C" uint64_t moe_gpu_ctx_allocs(const moe_gpu_ctx_t *c)
+{
+    return c->allocs;
 }
 
 extern "C" void moe_gpu_ctx_set_gemm_mode(moe_gpu_ctx_t *c, int mode)
@@ -211,7 +200,8 @@ int gpu_gemm_plan_upload(moe_gpu_ctx_t *c, const moe_gemm_arg_t *g, int n)
         GPU_TRY(cudaEventCreateWithFlags(&c->ptrs_copied, cudaEventDisableTiming));
     int err = reserve_host(c, (size_t)n);
     if (!err)
-        err = gpu_reserve((void **)&c->ptrs, &c->ptrs_cap, 3 * (size_t)n * sizeof(void *));
+        err = gpu_ctx_reserve(c, (void **)&c->ptrs, &c->ptrs_cap,
+                              3 * (size_t)n * sizeof(void *));
     if (err)
         return err;
     void **p = c->hptrs; /* [A | B | C], n each */
@@ -240,6 +230,17 @@ int gpu_gemm_plan_run(moe_gpu_ctx_t *c, cudaDataType_t t, const moe_gemm_arg_t *
     }
     if (first < 0 || first + ng > c->plan_n)
         return (int)cudaErrorInvalidValue;
+    /* products whose 16-bit pointers break the grouped call's alignment rule (gemm_plan.h,
+     * moved behind the others by moe_gemm_plan_split) run one cublasGemmEx each */
+    const int grouped = moe_gemm_plan_groupable(g + first, ng, t == CUDA_R_32F ? 4 : 2);
+    for (int i = grouped; i < ng; i++) {
+        int err = gpu_gemm_arg_run(c, t, &g[first + i]);
+        if (err)
+            return err;
+    }
+    ng = grouped;
+    if (!ng)
+        return 0;
     for (int i = 0; i < ng; i++) { /* host arrays, read by the call itself */
         const moe_gemm_arg_t *a = &g[first + i];
         c->hop[i] = blas_op(a->ta);
@@ -290,9 +291,9 @@ extern "C" int moe_gpu_ffn_grouped(moe_gpu_ctx_t *c, int dtype, const void *x, u
         return 0;
     size_t rows_total = off[G];
     const int norm = expert == MOE_EXPERT_SWIGLU;
-    int err = gpu_reserve(&c->act, &c->act_bytes, rows_total * C * es);
+    int err = gpu_ctx_reserve(c, &c->act, &c->act_bytes, rows_total * C * es);
     if (!err && norm)
-        err = gpu_reserve(&c->xn, &c->xn_bytes, rows_total * H * es);
+        err = gpu_ctx_reserve(c, &c->xn, &c->xn_bytes, rows_total * H * es);
     if (err)
         return err;
     /* SwiGLU experts read their rows normalised (moe_kern_ffn): x^ at the same row positions */
@@ -310,6 +311,8 @@ extern "C" int moe_gpu_ffn_grouped(moe_gpu_ctx_t *c, int dtype, const void *x, u
     int up = moe_ffn_fwd_plan(MOE_FWD_UP, G, off, H, F, C, es, xb, c->act, y, W1, W2, plan);
     int down = moe_ffn_fwd_plan(MOE_FWD_DOWN, G, off, H, F, C, es, xb, c->act, y, W1, W2,
                                 plan + up);
+    moe_gemm_plan_split(plan, up, es); /* the 16-bit alignment rule: gemm_plan.h */
+    moe_gemm_plan_split(plan + up, down, es);
     err = gpu_gemm_plan_upload(c, plan, up + down);
     if (!err)
         err = gpu_gemm_plan_run(c, t, plan, 0, up);

@@ -34,6 +34,7 @@ struct moe_gpu_ctx {
     float *halpha, *hbeta;
     cublasOperation_t *hop, *hopb; /* transa, transb */
     size_t host_cap;     /* groups */
+    uint64_t allocs;     /* device allocations of the workspaces (moe_gpu_ctx_allocs) */
 };
 
 /* Return the CUDA error of the last launch or call, or the error of an expression. */
@@ -182,8 +183,31 @@ static inline cudaDataType_t gpu_blas_type(int dtype)
     }
 }
 
-/* Make sure *buf holds at least bytes device bytes (grows by doubling; contents not kept). */
-int gpu_reserve(void **buf, size_t *have, size_t bytes);
+/* Make sure *buf holds at least bytes device bytes (grows by doubling; contents not kept).
+ * Inline: every kernel file grows workspaces, and a shared definition would tie them in a
+ * call loop. */
+static inline int gpu_reserve(void **buf, size_t *have, size_t bytes)
+{
+    if (bytes <= *have)
+        return 0;
+    size_t want = *have ? *have : 1 << 16;
+    while (want < bytes)
+        want *= 2;
+    if (*buf)
+        GPU_TRY(cudaFree(*buf));
+    *buf = NULL;
+    *have = 0;
+    GPU_TRY(cudaMalloc(buf, want));
+    *have = want;
+    return 0;
+}
+
+/* gpu_reserve of one of ctx's workspaces, counting the allocation in ctx->allocs. */
+static inline int gpu_ctx_reserve(moe_gpu_ctx_t *c, void **buf, size_t *have, size_t bytes)
+{
+    c->allocs += bytes > *have;
+    return gpu_reserve(buf, have, bytes);
+}
 
 /* The n products of a call's plans (gemm_plan.h: cuBLAS's column-major arguments, alpha 1),
  * every one its operations will run: their operand pointers go to the device workspace

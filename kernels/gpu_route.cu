@@ -53,7 +53,8 @@ __global__ static void k_gate(const float *x, size_t n, uint32_t H, const float 
                 float bv = -INFINITY;
                 int bid = INT_MAX;
                 for (uint32_t e = threadIdx.x; e < E; e += blockDim.x)
-                    if (!taken[(size_t)r * E + e] && better(lg[(size_t)r * E + e], (int)e, bv, bid)) {
+                    if (!taken[(size_t)r * E + e] &&
+                        better(lg[(size_t)r * E + e], (int)e, bv, bid)) {
                         bv = lg[(size_t)r * E + e];
                         bid = (int)e;
                     }
@@ -183,7 +184,7 @@ extern "C" int moe_gpu_route(moe_gpu_ctx_t *ctx, const int32_t *ids, size_t n, u
                                             (uint32_t *)nullptr, (const uint32_t *)nullptr,
                                             (uint32_t *)nullptr, m, 0, bits, s));
     size_t arr = (m * sizeof(uint32_t) + 255) & ~(size_t)255;
-    int err = gpu_reserve(&ctx->tmp, &ctx->tmp_bytes, 4 * arr + cub_bytes);
+    int err = gpu_ctx_reserve(ctx, &ctx->tmp, &ctx->tmp_bytes, 4 * arr + cub_bytes);
     if (err)
         return err;
     char *base = (char *)ctx->tmp;

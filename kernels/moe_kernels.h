@@ -50,6 +50,8 @@ int moe_gpu_ctx_create(moe_gpu_ctx_t **ctx, void *stream);
 void moe_gpu_ctx_free(moe_gpu_ctx_t *ctx);
 /* The stream the context's work goes to. */
 void *moe_gpu_ctx_stream(const moe_gpu_ctx_t *ctx);
+/* Device allocations the context's workspaces have made so far (each growth is one). */
+uint64_t moe_gpu_ctx_allocs(const moe_gpu_ctx_t *ctx);
 /* How moe_gpu_ffn_grouped issues its GEMMs: MOE_GPU_GEMM_GROUPED (default: one
  * cublasGemmGroupedBatchedEx call per product over all experts) or MOE_GPU_GEMM_LOOP (one
  * cublasGemmEx per expert). The environment variable MOE_GPU_GEMM=grouped|loop sets the default
@@ -75,18 +77,27 @@ int moe_gpu_gather(const float *src, const uint32_t *idx, size_t n, uint32_t H, 
 int moe_gpu_gather_pack(const float *src, const uint32_t *idx, size_t n, uint32_t H, int dtype,
                         void *dst, void *stream);
 
-/* moe_kern_scatter_add with atomics: out row idx[i] += w[i] * y row i (w NULL: 1). Rows that
- * hit the same target add in an unspecified order; use moe_gpu_combine for a fixed order. */
-int moe_gpu_scatter_add(const float *y, const uint32_t *idx, const float *w, size_t n,
-                        uint32_t H, float *out, void *stream);
+/* moe_kern_scatter_add, deterministic and bit for bit the C reference's: out row idx[i] +=
+ * w[i] * y row i (w NULL: 1), the rows that hit one target added in increasing i. The sources
+ * are sorted by target (a stable radix sort in the context's workspace, on its stream), then
+ * each target's run of rows is added by one thread per column, with no atomics
+ * (kernels/scatter_plan.h). n < 2^32. */
+int moe_gpu_scatter_add(moe_gpu_ctx_t *ctx, const float *y, const uint32_t *idx, const float *w,
+                        size_t n, uint32_t H, float *out);
 
 /* The combine fused with the un-permute and the unpack, in gather form (deterministic, no
  * atomics): for each token i < n, x row i += sum over k < K of w[i*K+k] * y row slot[i*K+k],
  * the k in ascending order, skipping slots equal to MOE_GPU_NO_SLOT; y holds rows of H values
- * of dtype (the received combine buffer). The same as moe_kern_scatter_add applied to the
+ * of dtype (the received combine buffer). The same bits as moe_kern_scatter_add applied to the
  * rows in the order of k. */
 int moe_gpu_combine(const void *y, int dtype, const uint32_t *slot, const float *w, size_t n,
                     uint32_t K, uint32_t H, float *x, void *stream);
+
+/* n seeded random values of dtype at dst, value i that of kernels/fill_plan.h
+ * (moe_fill_value(seed, i, scale), converted as moe_kern_pack converts): the benchmark's
+ * weights, generated where they are used. */
+int moe_gpu_fill_random(void *dst, size_t n, int dtype, uint64_t seed, float scale,
+                        void *stream);
 
 /* ------------------------------------------------------------------ gate and routing */
 

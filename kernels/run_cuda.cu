@@ -19,7 +19,19 @@
  * The NCCL communicator is non-blocking: every wait polls its asynchronous error state, so
  * that a peer that fails, or dies and is noticed by NCCL, ends every rank (communicator
  * aborted, job aborted) rather than leaving them in a synchronize; a wait past
- * MOE_RUN_NCCL_TIMEOUT seconds [600] ends the job too. */
+ * MOE_RUN_NCCL_TIMEOUT seconds [600] ends the job too. No copy touches pageable host memory:
+ * the driver runs such a copy synchronously, inside the call, where no polling reaches it (a
+ * copy queued behind an all-to-all whose peer died would never return). Uploads go through a
+ * pinned ring and return at once; downloads and the host-staged collectives land in pinned
+ * buffers, and the host polls for them.
+ *
+ * Host waits (moe_run_backend_t.syncs) are the calls that must wait for the device: download
+ * (1); sync, kernel_seconds and mark_time (1, none when nothing was issued since the last
+ * wait); allreduce and barrier (1); with --comm mpi every all-to-all and all-gather (1: the
+ * send rows to the host; the received rows go back asynchronously, ordered before the next
+ * collective's wait); an upload only when the ring wraps onto a copy still in flight. now,
+ * mark, wait, the NCCL all-to-alls and every kernel never wait. tests/unit/test_run_syncs
+ * drives the runtime through a CPU backend that counts by these rules. */
 #include <nccl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,16 +39,17 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "conv_cache.h"
 #include "gpu_internal.cuh"
 #include "moe/moe.h"
 #include "moe/run_backend.h"
 
-/* A converted weight matrix: n floats at src as dtype at conv. */
-typedef struct wconv {
-    const float *src;
-    size_t n;
-    void *conv;
-} wconv_t;
+/* The upload ring: pinned host memory the uploads are staged in, each region in use until
+ * the event recorded after its copy has passed. */
+typedef struct ring_use {
+    size_t at, end;
+    cudaEvent_t ev;
+} ring_use_t;
 
 typedef struct cuda_be {
     int dev, dtype, mpi;        /* mpi: the host-staged transport instead of NCCL */
@@ -44,15 +57,31 @@ typedef struct cuda_be {
     cudaStream_t cs, ns;        /* compute, NCCL */
     ncclComm_t nccl;
     moe_gpu_ctx_t *ctx;
-    wconv_t *wc;                /* weight conversions */
-    size_t nwc, capwc;
+    uint64_t ctx_allocs;        /* the context's allocations already in b->allocs */
+    uint64_t issued, waited;    /* work issued on cs, and how much of it the last wait saw */
+    moe_conv_cache_t conv;      /* weights converted to dtype */
+    char *ring;                 /* the upload ring (pinned) and its regions in flight, oldest */
+    size_t ring_cap, ring_head; /* first */
+    ring_use_t *use;
+    size_t nuse, capuse;
+    cudaEvent_t *evpool;        /* events of finished regions, for reuse */
+    size_t nev, capev;
+    char *hd;                   /* pinned landing of downloads */
+    size_t hd_cap;
+    double *redh;               /* pinned host doubles of allreduce */
+    cudaEvent_t *mev;           /* marks (phase timing): events on cs since the last reset */
+    size_t nmev, capmev;
+    cudaEvent_t base;           /* recorded while cs was idle, at host time base_t */
+    double base_t;
+    int based;
     void *xw, *yw;              /* FFN rows in dtype */
     size_t xw_bytes, yw_bytes;
     double *red;                /* device scratch of allreduce */
     int red_n;
     const void **tab;           /* host tables of converted weight pointers (2 x G) */
     size_t tab_cap;
-    char *hs, *hr;              /* transport MPI: host staging of what is sent and received */
+    char *hs, *hr;              /* transport MPI: host staging (pinned) of what is sent and
+                                 * received */
     size_t hs_cap, hr_cap;
     cudaEvent_t *kev;           /* kernel spans: start and end events of each operation */
     size_t nkev, capkev;        /* events in use (two per span), created */
@@ -156,24 +185,25 @@ static void nccl_grouped(moe_run_backend_t *b, ncclResult_t r, const char *file,
         nccl_abort(b, file, line, ncclGetErrorString(r));
 }
 
-/* Wait for the work on stream s. With an NCCL communicator the stream is polled, and so is
- * the communicator's error state: a peer that failed or died ends this rank (the communicator
- * aborted) within moments of NCCL noticing, and a wait longer than the timeout (a peer that
- * hangs, which NCCL cannot tell from a slow one) ends it too, instead of a synchronize that
- * never returns. */
-static void stream_wait(moe_run_backend_t *b, cudaStream_t s, const char *file, int line)
+/* Wait until the work on stream s (ev NULL) or event ev is done, counted as one host wait.
+ * With an NCCL communicator the stream or event is polled, and so is the communicator's error
+ * state: a peer that failed or died ends this rank (the communicator aborted) within moments
+ * of NCCL noticing, and a wait longer than the timeout (a peer that hangs, which NCCL cannot
+ * tell from a slow one) ends it too, instead of a synchronize that never returns. */
+static void poll_wait(moe_run_backend_t *b, cudaStream_t s, cudaEvent_t ev, const char *file,
+                      int line)
 {
     cuda_be_t *c = impl(b);
     b->syncs++;
     if (!c->nccl) {
-        cudaError_t e = cudaStreamSynchronize(s);
+        cudaError_t e = ev ? cudaEventSynchronize(ev) : cudaStreamSynchronize(s);
         if (e != cudaSuccess)
             be_fail(b, file, line, "CUDA", cudaGetErrorString(e));
         return;
     }
     double t0 = mono_s();
     for (unsigned i = 0;; i++) {
-        cudaError_t e = cudaStreamQuery(s);
+        cudaError_t e = ev ? cudaEventQuery(ev) : cudaStreamQuery(s);
         if (e == cudaSuccess)
             return;
         if (e != cudaErrorNotReady)
@@ -189,64 +219,95 @@ static void stream_wait(moe_run_backend_t *b, cudaStream_t s, const char *file, 
                                       "MOE_RUN_NCCL_TIMEOUT (a peer died or hangs)");
     }
 }
-#define STREAM_WAIT(b, s) stream_wait((b), (s), __FILE__, __LINE__)
+#define STREAM_WAIT(b, s) poll_wait((b), (s), NULL, __FILE__, __LINE__)
+#define EVENT_WAIT(b, ev) poll_wait((b), NULL, (ev), __FILE__, __LINE__)
+
+/* Wait for the compute stream when work was issued on it since the last such wait (with
+ * nothing issued it is idle, and nothing is waited for or counted). */
+static void cs_wait(moe_run_backend_t *b, const char *file, int line)
+{
+    cuda_be_t *c = impl(b);
+    if (c->issued == c->waited)
+        return;
+    poll_wait(b, c->cs, NULL, file, line);
+    c->waited = c->issued;
+}
+#define CS_WAIT(b) cs_wait((b), __FILE__, __LINE__)
+
+/* Is ev done (without waiting)? */
+static int event_done(moe_run_backend_t *b, cudaEvent_t ev)
+{
+    cudaError_t e = cudaEventQuery(ev);
+    if (e != cudaSuccess && e != cudaErrorNotReady)
+        be_fail(b, __FILE__, __LINE__, "CUDA", cudaGetErrorString(e));
+    return e == cudaSuccess;
+}
 
 /* ------------------------------------------------------------------ weight conversions */
 
-/* Drop the conversions whose fp32 source overlaps [p, p + bytes). */
-static void wc_invalidate(moe_run_backend_t *b, const void *p, size_t bytes)
+static void *conv_alloc(void *ctx, size_t n)
 {
-    cuda_be_t *c = impl(b);
-    const char *lo = (const char *)p, *hi = lo + bytes;
-    for (size_t i = 0; i < c->nwc;) {
-        const char *s = (const char *)c->wc[i].src, *e = s + c->wc[i].n * sizeof(float);
-        if (s < hi && lo < e) {
-            CUDA_CK(b, cudaFree(c->wc[i].conv));
-            c->wc[i] = c->wc[--c->nwc];
-        } else {
-            i++;
-        }
-    }
+    moe_run_backend_t *b = (moe_run_backend_t *)ctx;
+    void *p = NULL;
+    b->allocs++;
+    CUDA_CK(b, cudaMalloc(&p, n * moe_dtype_size(impl(b)->dtype)));
+    return p;
 }
 
-/* The dtype copy of the n floats at src, converted on first use. */
+static void conv_free(void *ctx, void *p)
+{
+    if (p)
+        CUDA_CK((moe_run_backend_t *)ctx, cudaFree(p));
+}
+
+static int conv_convert(void *ctx, const float *src, size_t n, void *dst)
+{
+    cuda_be_t *c = impl((moe_run_backend_t *)ctx);
+    return moe_gpu_pack(src, n, c->dtype, dst, c->cs);
+}
+
+/* Bytes [p, p + bytes) of a buffer are written: converted copies of them go stale. */
+static void wc_invalidate(moe_run_backend_t *b, const void *p, size_t bytes)
+{
+    moe_conv_written(&impl(b)->conv, p, bytes);
+}
+
+/* The dtype copy of the n floats at src, converted on first use and after its source changed
+ * (kernels/conv_cache.h), on the compute stream. */
 static const void *wc_get(moe_run_backend_t *b, const float *src, size_t n)
 {
+    int err = 0;
+    const void *p = moe_conv_get(&impl(b)->conv, src, n, &err);
+    if (!p)
+        be_fail(b, __FILE__, __LINE__, "CUDA", err > 0 ? moe_gpu_strerror(err) : "out of memory");
+    return p;
+}
+
+/* The context's workspace allocations since the last look, into b->allocs. */
+static void ctx_count(moe_run_backend_t *b)
+{
     cuda_be_t *c = impl(b);
-    for (size_t i = 0; i < c->nwc; i++)
-        if (c->wc[i].src == src && c->wc[i].n == n)
-            return c->wc[i].conv;
-    if (c->nwc == c->capwc) {
-        size_t cap = c->capwc ? 2 * c->capwc : 64;
-        wconv_t *w = (wconv_t *)realloc(c->wc, cap * sizeof *w);
-        if (!w)
-            be_fail(b, __FILE__, __LINE__, "host", "out of memory");
-        c->wc = w;
-        c->capwc = cap;
-    }
-    void *conv = NULL;
-    b->allocs++;
-    CUDA_CK(b, cudaMalloc(&conv, n * moe_dtype_size(c->dtype)));
-    GPU_CK(b, moe_gpu_pack(src, n, c->dtype, conv, c->cs));
-    c->wc[c->nwc++] = (wconv_t){src, n, conv};
-    return conv;
+    uint64_t a = moe_gpu_ctx_allocs(c->ctx);
+    b->allocs += a - c->ctx_allocs;
+    c->ctx_allocs = a;
 }
 
 /* ------------------------------------------------------------------ kernel time */
 
 /* Each operation that computes or copies on the compute stream is bracketed by two events (a
  * span); cu_kernel_seconds waits for the stream and adds the spans' times. The stream runs
- * one operation after another, so the spans' sum is the time the device spent on them. */
+ * one operation after another, so the spans' sum is the time the device spent on them. Every
+ * span also counts as work issued on the stream (cs_wait). */
 static double spans_fold(moe_run_backend_t *b);
 
 static void span(moe_run_backend_t *b)
 {
     cuda_be_t *c = impl(b);
     if (c->nkev == c->capkev) {
-        if (c->capkev >= 8192 && c->nkev % 2 == 0) { /* bounded: fold (and wait) */
+        if (c->capkev >= 65536 && c->nkev % 2 == 0) { /* bounded: fold (and wait) */
             spans_fold(b);
         } else {
-            size_t cap = c->capkev ? 2 * c->capkev : 64;
+            size_t cap = c->capkev ? 2 * c->capkev : 256;
             cudaEvent_t *e = (cudaEvent_t *)realloc(c->kev, cap * sizeof *e);
             if (!e)
                 be_fail(b, __FILE__, __LINE__, "host", "out of memory (kernel timing events)");
@@ -257,6 +318,7 @@ static void span(moe_run_backend_t *b)
         }
     }
     CUDA_CK(b, cudaEventRecord(c->kev[c->nkev++], c->cs));
+    c->issued++;
 }
 #define SPAN_BEGIN(b) span(b)
 #define SPAN_END(b) span(b)
@@ -264,7 +326,7 @@ static void span(moe_run_backend_t *b)
 static double spans_fold(moe_run_backend_t *b)
 {
     cuda_be_t *c = impl(b);
-    STREAM_WAIT(b, c->cs);
+    CS_WAIT(b);
     for (size_t i = 0; i + 1 < c->nkev; i += 2) {
         float ms = 0;
         CUDA_CK(b, cudaEventElapsedTime(&ms, c->kev[i], c->kev[i + 1]));
@@ -277,6 +339,109 @@ static double spans_fold(moe_run_backend_t *b)
 static double cu_kernel_seconds(moe_run_backend_t *b)
 {
     return spans_fold(b);
+}
+
+/* ------------------------------------------------------------------ pinned host memory */
+
+/* A pinned host buffer *p of at least `bytes` (grown by doubling; contents not kept). The
+ * old one may still be read or written by copies on the compute stream, so a growth waits
+ * for it first. */
+static char *pinned(moe_run_backend_t *b, char **p, size_t *cap, size_t bytes)
+{
+    if (bytes <= *cap && *p)
+        return *p;
+    size_t want = *cap ? *cap : 1 << 16;
+    while (want < bytes)
+        want *= 2;
+    CS_WAIT(b);
+    if (*p)
+        CUDA_CK(b, cudaFreeHost(*p));
+    *p = NULL;
+    *cap = 0;
+    b->allocs++;
+    CUDA_CK(b, cudaHostAlloc((void **)p, want, cudaHostAllocDefault));
+    *cap = want;
+    return *p;
+}
+
+/* An event for a ring region (from the pool of finished ones, or a new one). */
+static cudaEvent_t pool_event(moe_run_backend_t *b)
+{
+    cuda_be_t *c = impl(b);
+    if (c->nev)
+        return c->evpool[--c->nev];
+    cudaEvent_t ev;
+    CUDA_CK(b, cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+    return ev;
+}
+
+/* Retire the oldest k regions of the ring (their copies are done). */
+static void ring_retire(moe_run_backend_t *b, size_t k)
+{
+    cuda_be_t *c = impl(b);
+    for (size_t i = 0; i < k; i++) {
+        if (c->nev == c->capev) {
+            size_t cap = c->capev ? 2 * c->capev : 64;
+            cudaEvent_t *e = (cudaEvent_t *)realloc(c->evpool, cap * sizeof *e);
+            if (!e)
+                be_fail(b, __FILE__, __LINE__, "host", "out of memory (upload events)");
+            c->evpool = e;
+            c->capev = cap;
+        }
+        c->evpool[c->nev++] = c->use[i].ev;
+    }
+    memmove(c->use, c->use + k, (c->nuse - k) * sizeof *c->use);
+    c->nuse -= k;
+}
+
+#define RING_CHUNK ((size_t)16 << 20) /* an upload's largest piece */
+
+/* Room for `bytes` (<= RING_CHUNK) in the upload ring: after the newest region, or at its
+ * start when it does not fit there; regions still in flight under it are waited for (a host
+ * wait: the uploads got a ring's length ahead of the device). */
+static char *ring_take(moe_run_backend_t *b, size_t bytes, size_t *at)
+{
+    cuda_be_t *c = impl(b);
+    size_t done = 0;
+    while (done < c->nuse && event_done(b, c->use[done].ev))
+        done++;
+    ring_retire(b, done);
+    if (!c->ring) {
+        c->ring_cap = 2 * RING_CHUNK;
+        b->allocs++;
+        CUDA_CK(b, cudaHostAlloc((void **)&c->ring, c->ring_cap, cudaHostAllocDefault));
+    }
+    size_t a = c->ring_head + bytes <= c->ring_cap ? c->ring_head : 0;
+    for (;;) {
+        size_t last = c->nuse;
+        for (size_t i = 0; i < c->nuse; i++)
+            if (c->use[i].at < a + bytes && a < c->use[i].end)
+                last = i;
+        if (last == c->nuse)
+            break;
+        EVENT_WAIT(b, c->use[last].ev);
+        ring_retire(b, last + 1);
+    }
+    c->ring_head = a + bytes;
+    *at = a;
+    return c->ring + a;
+}
+
+/* The region [at, at + bytes) of the ring is in use until the copy just issued from it is. */
+static void ring_used(moe_run_backend_t *b, size_t at, size_t bytes)
+{
+    cuda_be_t *c = impl(b);
+    if (c->nuse == c->capuse) {
+        size_t cap = c->capuse ? 2 * c->capuse : 64;
+        ring_use_t *u = (ring_use_t *)realloc(c->use, cap * sizeof *u);
+        if (!u)
+            be_fail(b, __FILE__, __LINE__, "host", "out of memory (upload ring)");
+        c->use = u;
+        c->capuse = cap;
+    }
+    cudaEvent_t ev = pool_event(b);
+    CUDA_CK(b, cudaEventRecord(ev, c->cs));
+    c->use[c->nuse++] = (ring_use_t){at, at + bytes, ev};
 }
 
 /* ------------------------------------------------------------------ memory */
@@ -292,44 +457,47 @@ static void *cu_alloc(moe_run_backend_t *b, size_t bytes)
     return p;
 }
 
-/* Conversions of a freed buffer need not be dropped for correctness (whatever reuses the
- * memory writes it through an operation that invalidates them); the common case, a buffer
- * holding one weight matrix, is released at once to keep memory. */
+/* A freed buffer's converted copies are released with it. */
 static void cu_free(moe_run_backend_t *b, void *p)
 {
     if (!p)
         return;
-    cuda_be_t *c = impl(b);
-    for (size_t i = 0; i < c->nwc; i++)
-        if ((const void *)c->wc[i].src == p) {
-            wc_invalidate(b, p, 1);
-            break;
-        }
+    moe_conv_freed(&impl(b)->conv, p);
     CUDA_CK(b, cudaFree(p));
 }
 
+/* Through the pinned ring, piece by piece: the caller's memory is copied before the call
+ * returns (it may be reused at once) and the device copy runs on the compute stream, ordered
+ * before the kernels that read it; nothing waits. */
 static int cu_upload(moe_run_backend_t *b, void *dst, const void *src, size_t bytes)
 {
     cuda_be_t *c = impl(b);
-    if (!bytes)
-        return 0;
     wc_invalidate(b, dst, bytes);
-    SPAN_BEGIN(b);
-    CUDA_CK(b, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, c->cs));
-    SPAN_END(b);
-    STREAM_WAIT(b, c->cs);
+    for (size_t off = 0; off < bytes; off += RING_CHUNK) {
+        size_t k = bytes - off < RING_CHUNK ? bytes - off : RING_CHUNK, at;
+        char *h = ring_take(b, k, &at);
+        memcpy(h, (const char *)src + off, k);
+        SPAN_BEGIN(b);
+        CUDA_CK(b, cudaMemcpyAsync((char *)dst + off, h, k, cudaMemcpyHostToDevice, c->cs));
+        SPAN_END(b);
+        ring_used(b, at, k);
+    }
     return 0;
 }
 
+/* Into pinned memory, piece by piece, each waited for (polled), then to the caller's. */
 static int cu_download(moe_run_backend_t *b, void *dst, const void *src, size_t bytes)
 {
     cuda_be_t *c = impl(b);
-    if (!bytes)
-        return 0;
-    SPAN_BEGIN(b);
-    CUDA_CK(b, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, c->cs));
-    SPAN_END(b);
-    STREAM_WAIT(b, c->cs);
+    for (size_t off = 0; off < bytes; off += 4 * RING_CHUNK) {
+        size_t k = bytes - off < 4 * RING_CHUNK ? bytes - off : 4 * RING_CHUNK;
+        char *h = pinned(b, &c->hd, &c->hd_cap, k);
+        SPAN_BEGIN(b);
+        CUDA_CK(b, cudaMemcpyAsync(h, (const char *)src + off, k, cudaMemcpyDeviceToHost, c->cs));
+        SPAN_END(b);
+        CS_WAIT(b);
+        memcpy((char *)dst + off, h, k);
+    }
     return 0;
 }
 
@@ -389,15 +557,16 @@ static int cu_gather(moe_run_backend_t *b, const float *src, const uint32_t *idx
     return 0;
 }
 
-/* Atomics: rows that hit the same target add in any order (fp32 rounding only). The targets
- * are activations, never weights, so nothing to invalidate beyond the rows written; their
- * extent is unknown without reading idx, hence the whole-row-range scan is skipped. */
+/* Deterministic, the C reference's bits (moe_gpu_scatter_add: sorted by target, no atomics).
+ * The targets are activations, never weights, so nothing to invalidate beyond the rows
+ * written; their extent is unknown without reading idx, hence the scan is skipped. */
 static int cu_scatter_add(moe_run_backend_t *b, const float *y, const uint32_t *idx,
                           const float *w, size_t n, uint32_t H, float *out)
 {
     SPAN_BEGIN(b);
-    GPU_CK(b, moe_gpu_scatter_add(y, idx, w, n, H, out, impl(b)->cs));
+    GPU_CK(b, moe_gpu_scatter_add(impl(b)->ctx, y, idx, w, n, H, out));
     SPAN_END(b);
+    ctx_count(b);
     return 0;
 }
 
@@ -426,6 +595,7 @@ static int cu_ffn_grouped(moe_run_backend_t *b, const float *x, uint32_t G, cons
         GPU_CK(b, moe_gpu_ffn_grouped(c->ctx, MOE_DTYPE_FP32, x, G, off, H, F, expert,
                                       (const void *const *)W1, (const void *const *)W2, y));
         SPAN_END(b);
+        ctx_count(b);
         return 0;
     }
     if (2 * (size_t)G > c->tab_cap) {
@@ -449,6 +619,7 @@ static int cu_ffn_grouped(moe_run_backend_t *b, const float *x, uint32_t G, cons
                                   yw));
     GPU_CK(b, moe_gpu_unpack(yw + r0 * H * es, rows * H, c->dtype, y + r0 * H, c->cs));
     SPAN_END(b);
+    ctx_count(b);
     return 0;
 }
 
@@ -496,11 +667,12 @@ static cudaEvent_t ns_done(moe_run_backend_t *b)
     return ev;
 }
 
-/* The compute stream waits for ev (then ev is released). */
+/* The compute stream waits for ev (then ev is released): work issued on it. */
 static void cs_after(moe_run_backend_t *b, cudaEvent_t ev)
 {
     CUDA_CK(b, cudaStreamWaitEvent(impl(b)->cs, ev, 0));
     CUDA_CK(b, cudaEventDestroy(ev));
+    impl(b)->issued++;
 }
 
 static void issue_alltoallv(moe_run_backend_t *b, const void *send, const size_t *sc,
@@ -524,19 +696,6 @@ static void issue_alltoallv(moe_run_backend_t *b, const void *send, const size_t
 
 /* ------------------------------------------------------------------ transport MPI */
 
-/* A host staging buffer of at least `bytes` (grows; contents not kept). */
-static char *stage(moe_run_backend_t *b, char **p, size_t *cap, size_t bytes)
-{
-    if (bytes > *cap) {
-        char *q = (char *)realloc(*p, bytes);
-        if (!q)
-            be_fail(b, __FILE__, __LINE__, "host", "out of memory staging a collective");
-        *p = q;
-        *cap = bytes;
-    }
-    return *p;
-}
-
 /* The extent of an alltoallv's buffer: the end of its last block. */
 static size_t extent(const size_t *count, const size_t *displ, int n)
 {
@@ -556,31 +715,48 @@ static size_t extent(const size_t *count, const size_t *displ, int n)
                                                    : moe_strerror(m_));                      \
     } while (0)
 
-/* alltoallv through host memory: the compute stream's work done, the send buffer's extent to
- * the host, MPI, the received extent back to the device. */
+/* The send buffer's extent to pinned host memory (one host wait: the rows the kernels wrote
+ * must be there), the host communicator's collective, the received extent back to the device
+ * asynchronously: it is ordered before any later write of hr, which only a later collective
+ * makes, after its own wait. */
+static void mpi_recv_back(moe_run_backend_t *b, void *recv, size_t bytes)
+{
+    cuda_be_t *c = impl(b);
+    if (!bytes)
+        return;
+    CUDA_CK(b, cudaMemcpyAsync(recv, c->hr, bytes, cudaMemcpyHostToDevice, c->cs));
+    c->issued++;
+}
+
+static void mpi_send_out(moe_run_backend_t *b, const void *send, size_t bytes)
+{
+    cuda_be_t *c = impl(b);
+    if (bytes) {
+        CUDA_CK(b, cudaMemcpyAsync(c->hs, send, bytes, cudaMemcpyDeviceToHost, c->cs));
+        c->issued++;
+    }
+    CS_WAIT(b);
+}
+
 static void mpi_alltoallv(moe_run_backend_t *b, const void *send, const size_t *sc,
                           const size_t *sd, void *recv, const size_t *rc, const size_t *rd)
 {
     cuda_be_t *c = impl(b);
     size_t ns = extent(sc, sd, b->size), nr = extent(rc, rd, b->size);
-    char *hs = stage(b, &c->hs, &c->hs_cap, ns + 1), *hr = stage(b, &c->hr, &c->hr_cap, nr + 1);
+    pinned(b, &c->hs, &c->hs_cap, ns + 1);
+    pinned(b, &c->hr, &c->hr_cap, nr + 1);
     for (int r = 0; r < b->size; r++)
         if (rc[r])
             wc_invalidate(b, (char *)recv + rd[r], rc[r]);
-    if (ns)
-        CUDA_CK(b, cudaMemcpyAsync(hs, send, ns, cudaMemcpyDeviceToHost, c->cs));
-    CUDA_CK(b, cudaStreamSynchronize(c->cs));
-    b->syncs++;
-    COMM_CK(b, moe_run_comm_alltoallv(b->comm, hs, sc, sd, hr, rc, rd));
-    if (nr)
-        CUDA_CK(b, cudaMemcpyAsync(recv, hr, nr, cudaMemcpyHostToDevice, c->cs));
-    CUDA_CK(b, cudaStreamSynchronize(c->cs)); /* hr is reused by the next collective */
-    b->syncs++;
+    mpi_send_out(b, send, ns);
+    COMM_CK(b, moe_run_comm_alltoallv(b->comm, c->hs, sc, sd, c->hr, rc, rd));
+    mpi_recv_back(b, recv, nr);
 }
 
 static int cu_alltoallv(moe_run_backend_t *b, const void *send, const size_t *sc,
                         const size_t *sd, void *recv, const size_t *rc, const size_t *rd)
 {
+    b->alltoalls++;
     if (impl(b)->mpi) {
         mpi_alltoallv(b, send, sc, sd, recv, rc, rd);
         return 0;
@@ -599,6 +775,7 @@ static int cu_ialltoallv(moe_run_backend_t *b, const void *send, const size_t *s
     cuda_req_t *q = (cuda_req_t *)calloc(1, sizeof *q);
     if (!q)
         return MOE_ENOMEM;
+    b->alltoalls++;
     if (impl(b)->mpi) { /* host-staged: complete now, nothing left for wait */
         mpi_alltoallv(b, send, sc, sd, recv, rc, rd);
     } else {
@@ -626,16 +803,11 @@ static int cu_allgather(moe_run_backend_t *b, const void *send, size_t bytes, vo
     wc_invalidate(b, recv, bytes * (size_t)b->size);
     if (c->mpi) {
         size_t all = bytes * (size_t)b->size;
-        char *hs = stage(b, &c->hs, &c->hs_cap, bytes), *hr = stage(b, &c->hr, &c->hr_cap, all);
-        CUDA_CK(b, cudaMemcpyAsync(hs, send, bytes, cudaMemcpyDeviceToHost, c->cs));
-        CUDA_CK(b, cudaStreamSynchronize(c->cs));
-        b->syncs++;
-    b->syncs++;
-        COMM_CK(b, moe_run_comm_allgather(b->comm, hs, bytes, hr));
-        CUDA_CK(b, cudaMemcpyAsync(recv, hr, all, cudaMemcpyHostToDevice, c->cs));
-        CUDA_CK(b, cudaStreamSynchronize(c->cs));
-        b->syncs++;
-    b->syncs++;
+        pinned(b, &c->hs, &c->hs_cap, bytes);
+        pinned(b, &c->hr, &c->hr_cap, all);
+        mpi_send_out(b, send, bytes);
+        COMM_CK(b, moe_run_comm_allgather(b->comm, c->hs, bytes, c->hr));
+        mpi_recv_back(b, recv, all);
         return 0;
     }
     ns_after_cs(b);
@@ -644,6 +816,8 @@ static int cu_allgather(moe_run_backend_t *b, const void *send, size_t bytes, vo
     return 0;
 }
 
+/* NCCL: the doubles through pinned memory and a device scratch on the NCCL stream, which is
+ * polled (one host wait). */
 static int cu_allreduce(moe_run_backend_t *b, double *v, int n, int op)
 {
     cuda_be_t *c = impl(b);
@@ -654,50 +828,121 @@ static int cu_allreduce(moe_run_backend_t *b, double *v, int n, int op)
         COMM_CK(b, moe_run_comm_allreduce(b->comm, v, n, op));
         return 0;
     }
-    if (n > c->red_n) {
+    size_t bytes = (size_t)n * sizeof *v;
+    if (n > c->red_n) { /* the last allreduce was waited for: both buffers are free */
         if (c->red)
             CUDA_CK(b, cudaFree(c->red));
-        c->red = NULL;
-        CUDA_CK(b, cudaMalloc((void **)&c->red, (size_t)n * sizeof *v));
+        if (c->redh)
+            CUDA_CK(b, cudaFreeHost(c->redh));
+        c->red = c->redh = NULL;
+        c->red_n = 0;
+        b->allocs += 2;
+        CUDA_CK(b, cudaMalloc((void **)&c->red, bytes));
+        CUDA_CK(b, cudaHostAlloc((void **)&c->redh, bytes, cudaHostAllocDefault));
         c->red_n = n;
     }
-    CUDA_CK(b, cudaMemcpyAsync(c->red, v, (size_t)n * sizeof *v, cudaMemcpyHostToDevice, c->ns));
+    memcpy(c->redh, v, bytes);
+    CUDA_CK(b, cudaMemcpyAsync(c->red, c->redh, bytes, cudaMemcpyHostToDevice, c->ns));
     NCCL_CK(b, ncclAllReduce(c->red, c->red, (size_t)n, ncclFloat64, o, c->nccl, c->ns));
-    CUDA_CK(b, cudaMemcpyAsync(v, c->red, (size_t)n * sizeof *v, cudaMemcpyDeviceToHost, c->ns));
+    CUDA_CK(b, cudaMemcpyAsync(c->redh, c->red, bytes, cudaMemcpyDeviceToHost, c->ns));
     STREAM_WAIT(b, c->ns);
+    memcpy(v, c->redh, bytes);
     return 0;
 }
 
+/* Every rank's work done, then every rank here: with NCCL one allreduce on the NCCL stream
+ * ordered after the compute stream (one host wait covers both); with MPI a wait for the
+ * compute stream, then MPI's barrier. */
 static int cu_barrier(moe_run_backend_t *b)
 {
+    cuda_be_t *c = impl(b);
     double one = 1;
-    STREAM_WAIT(b, impl(b)->cs);
-    if (impl(b)->mpi) {
+    if (c->mpi) {
+        CS_WAIT(b);
         COMM_CK(b, moe_run_comm_barrier(b->comm));
         return 0;
     }
-    return cu_allreduce(b, &one, 1, MOE_RUN_SUM);
+    uint64_t issued = c->issued;
+    ns_after_cs(b);
+    cu_allreduce(b, &one, 1, MOE_RUN_SUM);
+    c->waited = issued; /* the NCCL stream ran after everything issued on cs before */
+    return 0;
 }
 
-/* ------------------------------------------------------------------ time, teardown */
+/* ------------------------------------------------------------------ time, marks */
 
 /* The compute stream holds every kernel and copy, and the synchronous collectives (it waits
  * for them); an ialltoallv not yet waited for keeps going on the NCCL stream, as an MPI
  * request progresses until its wait, so timing a phase does not cancel the overlap. */
 static int cu_sync(moe_run_backend_t *b)
 {
-    STREAM_WAIT(b, impl(b)->cs);
+    CS_WAIT(b);
     return 0;
 }
 
-/* Wall clock after syncing the compute stream: the runtime brackets phases with sync + now,
- * so a phase's time includes the GPU work it issued. */
+/* The host's clock: the runtime brackets phases with sync + now (or with marks), so now itself
+ * waits for nothing. */
 static double cu_now(moe_run_backend_t *b)
 {
-    struct timespec ts;
-    cu_sync(b);
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+    (void)b;
+    return mono_s();
+}
+
+/* The marks' origin: an event recorded while the compute stream is idle, which the device
+ * passes at once, at the host time taken with it (the two agree to the launch latency, a few
+ * microseconds). */
+static void rebase(moe_run_backend_t *b)
+{
+    cuda_be_t *c = impl(b);
+    if (!c->base)
+        CUDA_CK(b, cudaEventCreate(&c->base));
+    CUDA_CK(b, cudaEventRecord(c->base, c->cs));
+    c->base_t = mono_s();
+    c->based = 1;
+}
+
+/* An event on the compute stream per mark; the first mark after a reset needs an origin, and
+ * waits for the stream if work is in flight then (after run_now's sync it is not). */
+static int cu_mark(moe_run_backend_t *b, uint32_t *id)
+{
+    cuda_be_t *c = impl(b);
+    if (!id) {
+        c->nmev = 0;
+        c->based = 0;
+        if (c->issued == c->waited)
+            rebase(b);
+        return 0;
+    }
+    if (!c->based) {
+        CS_WAIT(b);
+        rebase(b);
+    }
+    if (c->nmev == c->capmev) {
+        size_t cap = c->capmev ? 2 * c->capmev : 256;
+        cudaEvent_t *e = (cudaEvent_t *)realloc(c->mev, cap * sizeof *e);
+        if (!e)
+            return MOE_ENOMEM;
+        c->mev = e;
+        for (size_t i = c->capmev; i < cap; i++)
+            CUDA_CK(b, cudaEventCreate(&c->mev[i]));
+        c->capmev = cap;
+    }
+    CUDA_CK(b, cudaEventRecord(c->mev[c->nmev], c->cs));
+    *id = (uint32_t)c->nmev++;
+    return 0;
+}
+
+static int cu_mark_time(moe_run_backend_t *b, uint32_t id, double *t)
+{
+    cuda_be_t *c = impl(b);
+    if (id >= c->nmev || !c->based)
+        return MOE_EINVAL;
+    if (!event_done(b, c->mev[id]))
+        EVENT_WAIT(b, c->mev[id]);
+    float ms = 0;
+    CUDA_CK(b, cudaEventElapsedTime(&ms, c->base, c->mev[id]));
+    *t = c->base_t + 1e-3 * ms;
+    return 0;
 }
 
 static void cu_destroy(moe_run_backend_t *b)
@@ -707,16 +952,29 @@ static void cu_destroy(moe_run_backend_t *b)
     cuda_be_t *c = impl(b);
     if (c && c->cs) {
         cudaStreamSynchronize(c->cs);
-        cudaStreamSynchronize(c->ns);
-        for (size_t i = 0; i < c->nwc; i++)
-            cudaFree(c->wc[i].conv);
-        free(c->wc);
+        if (c->ns)
+            cudaStreamSynchronize(c->ns);
+        moe_conv_release(&c->conv);
         free(c->tab);
         cudaFree(c->xw);
         cudaFree(c->yw);
         cudaFree(c->red);
-        free(c->hs);
-        free(c->hr);
+        cudaFreeHost(c->redh);
+        cudaFreeHost(c->hs);
+        cudaFreeHost(c->hr);
+        cudaFreeHost(c->hd);
+        cudaFreeHost(c->ring);
+        for (size_t i = 0; i < c->nuse; i++)
+            cudaEventDestroy(c->use[i].ev);
+        free(c->use);
+        for (size_t i = 0; i < c->nev; i++)
+            cudaEventDestroy(c->evpool[i]);
+        free(c->evpool);
+        for (size_t i = 0; i < c->capmev; i++)
+            cudaEventDestroy(c->mev[i]);
+        free(c->mev);
+        if (c->base)
+            cudaEventDestroy(c->base);
         for (size_t i = 0; i < c->capkev; i++)
             cudaEventDestroy(c->kev[i]);
         free(c->kev);
@@ -766,6 +1024,8 @@ static const moe_run_backend_ops_t cuda_ops = {
     .loss_grad = NULL,
     .update = NULL,
     .kernel_seconds = cu_kernel_seconds,
+    .mark = cu_mark,
+    .mark_time = cu_mark_time,
 };
 
 /* Pick the device, make the streams, the kernel context and the NCCL communicator (rank 0
@@ -837,6 +1097,8 @@ extern "C" moe_run_backend_t *moe_run_backend_cuda(moe_run_comm_t *comm, int dty
     b->impl = c;
     c->dtype = dtype;
     c->mpi = transport == MOE_RUN_COMM_MPI;
+    moe_conv_ops_t cops = {b, conv_alloc, conv_free, conv_convert};
+    moe_conv_init(&c->conv, &cops);
     const char *to = getenv("MOE_RUN_NCCL_TIMEOUT");
     char *end = NULL;
     c->timeout = to && *to ? strtod(to, &end) : 600;

@@ -174,6 +174,16 @@ typedef struct moe_run_backend_ops {
     /* Seconds the backend's kernels and copies (every operation above but the collectives,
      * alloc and free) have taken since it was made, waiting for work in flight to know. */
     double (*kernel_seconds)(moe_run_backend_t *b);
+
+    /* ---- phase timing without waiting (optional: with NULL the runtime times its phases
+     * with sync + now) */
+    /* Mark the point that the work issued so far has reached, and return at once: *id is the
+     * mark's number, 0, 1, ... counted from the last call with id NULL, which forgets every
+     * mark. mark_time gives the seconds, on now's clock, at which the device passed mark id;
+     * after a sync it returns without waiting. The runtime times its phases with marks, so
+     * that a timed iteration waits for the device no more often than an untimed one. */
+    int (*mark)(moe_run_backend_t *b, uint32_t *id);
+    int (*mark_time)(moe_run_backend_t *b, uint32_t id, double *t);
 } moe_run_backend_ops_t;
 
 struct moe_run_backend {
@@ -184,8 +194,11 @@ struct moe_run_backend {
     int rank, size;         /* copies of the communicator's */
     void *impl;             /* the backend's own state */
     uint64_t allocs;        /* counted by the backend: device allocations, its own included */
-    uint64_t syncs;         /* and waits of the host for the device (upload, download, sync,
-                             * and whatever else waits) */
+    uint64_t syncs;         /* waits of the host for the device: each call that has to
+                             * wait for device work issued since the last such wait
+                             * (download, sync, a host-staged collective, ...), counted
+                             * once whether or not the work was still running */
+    uint64_t alltoalls;     /* all-to-all(v)s issued (alltoallv and ialltoallv calls) */
 };
 
 /* The CPU reference backend (the reference kernels, MPI or the single-rank shim). Returns NULL

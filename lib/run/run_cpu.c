@@ -16,6 +16,8 @@ typedef struct cpu {
     float *work;        /* FFN scratch */
     size_t work_f;      /* its size in floats */
     double ks;          /* seconds in the kernels and copies (cpu_kernel_seconds) */
+    double *mark;       /* the marks' times since the last reset (cpu_mark) */
+    size_t nmark, capmark;
 } cpu_t;
 
 /* Run stmt, adding its time to the backend's kernel seconds. */
@@ -54,9 +56,15 @@ static int cpu_copy(moe_run_backend_t *b, void *dst, const void *src, size_t byt
     return 0;
 }
 
-/* Host memory is the device's: an upload or a download is a copy, and the wait it stands for
- * is counted as a real backend's would be. */
-static int cpu_transfer(moe_run_backend_t *b, void *dst, const void *src, size_t bytes)
+/* Host memory is the device's: an upload or a download is a copy, and the waits are counted
+ * as a device backend's would be: a download waits for the device, an upload (staged, so that
+ * the caller may reuse its memory at once) does not. */
+static int cpu_upload(moe_run_backend_t *b, void *dst, const void *src, size_t bytes)
+{
+    return cpu_copy(b, dst, src, bytes);
+}
+
+static int cpu_download(moe_run_backend_t *b, void *dst, const void *src, size_t bytes)
 {
     b->syncs++;
     return cpu_copy(b, dst, src, bytes);
@@ -154,6 +162,7 @@ static int cpu_unpack(moe_run_backend_t *b, const void *src, size_t n, int dtype
 static int cpu_alltoallv(moe_run_backend_t *b, const void *send, const size_t *sc,
                          const size_t *sd, void *recv, const size_t *rc, const size_t *rd)
 {
+    b->alltoalls++;
     return run_comm_alltoallv(b->comm, send, sc, sd, recv, rc, rd);
 }
 
@@ -164,6 +173,7 @@ static int cpu_ialltoallv(moe_run_backend_t *b, const void *send, const size_t *
     moe_run_req_t *q = calloc(1, sizeof *q);
     if (!q)
         return MOE_ENOMEM;
+    b->alltoalls++;
 #ifdef HAVE_MPI
     int G = b->size;
     q->counts = malloc(4 * (size_t)G * sizeof *q->counts);
@@ -248,13 +258,46 @@ static double cpu_kernel_seconds(moe_run_backend_t *b)
     return ((cpu_t *)b->impl)->ks;
 }
 
+/* The host computes synchronously: it is past a mark when it makes it, so a mark is the time
+ * then, and the phase timers wait for nothing, as on a device backend that marks. */
+static int cpu_mark(moe_run_backend_t *b, uint32_t *id)
+{
+    cpu_t *c = b->impl;
+    if (!id) {
+        c->nmark = 0;
+        return 0;
+    }
+    if (c->nmark == c->capmark) {
+        size_t cap = c->capmark ? 2 * c->capmark : 64;
+        double *m = realloc(c->mark, cap * sizeof *m);
+        if (!m)
+            return MOE_ENOMEM;
+        c->mark = m;
+        c->capmark = cap;
+    }
+    c->mark[c->nmark] = util_now();
+    *id = (uint32_t)c->nmark++;
+    return 0;
+}
+
+static int cpu_mark_time(moe_run_backend_t *b, uint32_t id, double *t)
+{
+    cpu_t *c = b->impl;
+    if (id >= c->nmark)
+        return MOE_EINVAL;
+    *t = c->mark[id];
+    return 0;
+}
+
 static void cpu_destroy(moe_run_backend_t *b)
 {
     if (!b)
         return;
     cpu_t *c = b->impl;
-    if (c)
+    if (c) {
         free(c->work);
+        free(c->mark);
+    }
     free(c);
     free(b);
 }
@@ -262,8 +305,8 @@ static void cpu_destroy(moe_run_backend_t *b)
 static const moe_run_backend_ops_t cpu_ops = {
     .alloc = cpu_alloc,
     .free = cpu_free,
-    .upload = cpu_transfer,
-    .download = cpu_transfer,
+    .upload = cpu_upload,
+    .download = cpu_download,
     .copy = cpu_copy,
     .zero = cpu_zero,
     .mixer = cpu_mixer,
@@ -286,6 +329,8 @@ static const moe_run_backend_ops_t cpu_ops = {
     .loss_grad = cpu_loss_grad,
     .update = cpu_update,
     .kernel_seconds = cpu_kernel_seconds,
+    .mark = cpu_mark,
+    .mark_time = cpu_mark_time,
 };
 
 moe_run_backend_t *moe_run_backend_cpu(moe_run_comm_t *c, char *errbuf, size_t errlen)

@@ -348,7 +348,7 @@ static void dc_layer(dc_t *d, uint32_t l, int32_t *ids, float *w, int known)
     run_t *r = d->r;
     const moe_run_backend_ops_t *o = r->b->ops;
     size_t n = r->nloc, H = r->H;
-    double t0 = run_now(r);
+    uint32_t t0 = run_mark(r);
     run_save_input(r, l, r->x.p); /* training keeps the layer's input rows and routing */
     RUN_CK(r, o->mixer(r->b, r->x.p, n, r->H, r->mix[l]));
     run_gate(r, l, r->x.p, n, r->loc, ids, w);
@@ -360,7 +360,7 @@ static void dc_layer(dc_t *d, uint32_t l, int32_t *ids, float *w, int known)
     if (d->rounds[l] && !d->req)
         post(d, l, 0);
     run_tick(r, l, RUN_DISPATCH, t0);
-    t0 = run_now(r);
+    t0 = run_mark(r);
     float *acc = run_dbuf(r, &r->d[RUN_DS_DC_ACC], (n + 1) * H * sizeof *acc);
     RUN_CK(r, o->zero(r->b, acc, n * H * sizeof *acc));
     for (uint32_t e = 0; e < r->E; e++)
@@ -368,7 +368,7 @@ static void dc_layer(dc_t *d, uint32_t l, int32_t *ids, float *w, int known)
             compute_expert(d, l, e, ids, w, acc);
     run_tick(r, l, RUN_COMPUTE, t0);
     for (uint32_t t = 0; t < d->rounds[l]; t++) {
-        t0 = run_now(r);
+        t0 = run_mark(r);
         arrive(d);
         uint32_t nl, nt;
         if (next_round(d, l, t, known && r->cfg.prefetch, &nl, &nt)) {
@@ -377,13 +377,13 @@ static void dc_layer(dc_t *d, uint32_t l, int32_t *ids, float *w, int known)
             post(d, nl, nt);
         }
         run_tick(r, l, RUN_DISPATCH, t0);
-        t0 = run_now(r);
+        t0 = run_mark(r);
         for (size_t i = d->first[l]; i < d->first[l + 1]; i++)
             if (d->it[i].round == t && d->it[i].dst == (uint32_t)r->me)
                 compute_expert(d, l, d->it[i].e, ids, w, acc);
         run_tick(r, l, RUN_COMPUTE, t0);
     }
-    t0 = run_now(r);
+    t0 = run_mark(r);
     uint32_t *iota = run_hbuf(r, RUN_HS_DC_IOTA, (n + 1) * sizeof *iota);
     for (size_t i = 0; i < n; i++)
         iota[i] = (uint32_t)i;
@@ -417,7 +417,10 @@ void run_dc_iter(run_t *r)
         gather_needs(&d, 0, (uint32_t)L, ids);
     }
     for (uint32_t l = 0; l < L; l++) {
+        uint64_t c0[3];
+        run_counts(r, c0);
         dc_layer(&d, l, ids + (known ? l * n * K : 0), w + (known ? l * n * K : 0), known);
+        run_count_layer(r, l, c0); /* a prefetch for layer l + 1 counts in layer l */
         if (r->layer_done)
             r->layer_done(r, l);
     }

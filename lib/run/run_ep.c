@@ -472,11 +472,21 @@ void run_gate(run_t *r, uint32_t l, const float *x, size_t n, const uint32_t *ro
         return;
     }
     const moe_run_backend_ops_t *o = r->b->ops;
-    int32_t *di = D(r, 0, DS_IDX, (n * K + 1) * sizeof *di);
-    float *dw = D(r, 0, DS_W, (n * K + 1) * sizeof *dw);
+    /* ids then weights in one buffer: one download, so the layer waits for its device once */
+    size_t nk = n * K, bytes = nk * (sizeof *ids + sizeof *w);
+    int32_t *di = D(r, 0, DS_IDX, bytes + 1);
+    float *dw = (float *)(di + nk);
     RUN_CK(r, o->gate(r->b, x, n, r->H, r->wg[l], r->E, r->K, di, dw));
-    RUN_CK(r, o->download(r->b, ids, di, n * K * sizeof *ids));
-    RUN_CK(r, o->download(r->b, w, dw, n * K * sizeof *w));
+    if (bytes > r->gate_cap) {
+        void *p = realloc(r->gate_h, bytes);
+        if (!p)
+            run_die(r, "gate", MOE_ENOMEM);
+        r->gate_h = p;
+        r->gate_cap = bytes;
+    }
+    RUN_CK(r, o->download(r->b, r->gate_h, di, bytes));
+    memcpy(ids, r->gate_h, nk * sizeof *ids);
+    memcpy(w, (const int32_t *)r->gate_h + nk, nk * sizeof *w);
     for (size_t i = 0; r->chk_route && i < n; i++) /* --check follows this routing */
         for (size_t k = 0; k < K; k++) {
             double *c = r->chk_route + ((size_t)rows[i] * K + k) * 2;
@@ -489,7 +499,7 @@ void run_ep_layer(run_t *r, uint32_t l)
 {
     const moe_run_backend_ops_t *o = r->b->ops;
     size_t K = r->K, n = r->nloc;
-    double t0 = run_now(r);
+    uint32_t t0 = run_mark(r);
     float *x = r->x.p;
     run_save_input(r, l, x); /* training keeps the layer's input rows, */
     RUN_CK(r, o->mixer(r->b, x, n, r->H, r->mix[l]));
@@ -517,13 +527,13 @@ void run_ep_layer(run_t *r, uint32_t l)
         }
         if (c > 0) {
             hop_t *h = &hp[(c - 1) % 2];
-            double t1 = run_now(r);
+            uint32_t t1 = run_mark(r);
             hop_arrive(h);
             run_tick(r, l, RUN_DISPATCH, t1);
-            t1 = run_now(r);
+            t1 = run_mark(r);
             hop_compute(h);
             run_tick(r, l, RUN_COMPUTE, t1);
-            t1 = run_now(r);
+            t1 = run_mark(r);
             hop_combine(h);
             if (r->cfg.mode == MOE_RUN_COHERENT)
                 rehome(r, h, newhome);

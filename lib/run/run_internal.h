@@ -41,9 +41,15 @@ typedef struct run_layer_stat {
     uint64_t meta_bytes;                        /* routing metadata sent */
     uint64_t load;                              /* expert-token pairs computed here */
     uint64_t experts_in[MOE_LINK_CLASSES];      /* datacentric: expert pulls received */
-    double syncs, allocs;                       /* host waits and device allocations the
-                                                 * backend counted (not datacentric) */
+    double syncs, allocs, a2a;                  /* host waits, device allocations and
+                                                 * all-to-alls the backend counted */
 } run_layer_stat_t;
+
+/* A phase's span between two marks (run_mark), added to its layer's time once the marks'
+ * times are known (at the next run_now). */
+typedef struct run_span {
+    uint32_t l, phase, from, to;
+} run_span_t;
 
 /* One device buffer that grows on demand. */
 typedef struct run_buf {
@@ -208,6 +214,14 @@ struct moe_run {
                                       * allocations in the warm-up and in the timed ones (max
                                       * over ranks, counted by the backend) */
     int timing;                      /* record statistics in this iteration */
+    double *stamp;                   /* times of the marks since the last run_now (NaN until
+                                        known: a backend's marks are read at run_now) */
+    size_t nstamp, stamp_cap;
+    run_span_t *span;                /* the timed phases waiting for their marks' times */
+    size_t nspan, span_cap;
+    void *gate_h;                    /* host staging of the gate's ids and weights (one
+                                        download for both) */
+    size_t gate_cap;
     uint32_t chunks_used;
     /* --check: a verification iteration after the timed ones, compared layer by layer */
     float *out;                      /* [ntok][H] on rank 0: the rows after the last layer */
@@ -280,9 +294,21 @@ void run_die(run_t *r, const char *what, int status) __attribute__((noreturn));
 /* Link class between two ranks. */
 int run_link(const run_t *r, uint32_t a, uint32_t b);
 
-/* Seconds on the backend's clock after waiting for its work (timings). */
+/* The backend's counters now (host waits, device allocations, all-to-alls), and their growth
+ * since c0 added to layer l's statistics when the iteration is timed. */
+void run_counts(const run_t *r, uint64_t c[3]);
+void run_count_layer(run_t *r, uint32_t l, const uint64_t c0[3]);
+
+/* Seconds on the backend's clock after waiting for its work (timings). The phases' spans
+ * recorded since the last call (run_tick) are added to their layers' times here. */
 double run_now(run_t *r);
-/* Add the seconds since t0 to phase `phase` of layer l when the iteration is timed. */
-void run_tick(run_t *r, uint32_t l, int phase, double t0);
+/* Mark this point of the run's work for a phase timer and return the mark's number: with a
+ * backend that marks its device's progress (ops->mark) at once, without waiting for it; with
+ * one that does not, the time after a sync. Outside timed iterations nothing is marked
+ * (UINT32_MAX, which run_tick ignores). */
+uint32_t run_mark(run_t *r);
+/* Add the time from mark t0 to now to phase `phase` of layer l when the iteration is timed
+ * (known, and added, at the next run_now). */
+void run_tick(run_t *r, uint32_t l, int phase, uint32_t t0);
 
 #endif

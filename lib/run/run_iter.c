@@ -125,12 +125,10 @@ void run_iterations(run_t *r)
             run_dc_iter(r);
         else
             for (uint32_t l = 0; l < r->L; l++) {
-                uint64_t la = b->allocs, ls = b->syncs;
+                uint64_t c0[3];
+                run_counts(r, c0);
                 run_ep_layer(r, l);
-                if (r->timing) { /* what the backend counted in the layer */
-                    r->st[l].allocs += (double)(b->allocs - la);
-                    r->st[l].syncs += (double)(b->syncs - ls);
-                }
+                run_count_layer(r, l, c0); /* what the backend counted in the layer */
             }
         if (r->cfg.mode == MOE_RUN_COHERENT)
             coherent_allgather(r);

@@ -19,7 +19,8 @@ typedef struct sums {
     double *x;        /* [L][2][4] vectors per iteration, all ranks */
     double *by;       /* [L][4] payload bytes per iteration */
     double *load;     /* [L][2] max, sum of expert-token pairs per iteration */
-    double *cnt;      /* [L][2] host waits, device allocations per iteration, most of a rank */
+    double *cnt;      /* [L][3] host waits, device allocations, all-to-alls per iteration, most
+                       * of a rank */
     double *rank;     /* [G][4] vector bytes sent per iteration by rank: total, intra, inter,
                        * the accounting's total (-1 unknown) */
     double ag[MOE_LINK_CLASSES];
@@ -75,7 +76,7 @@ static int reduce(run_t *r, sums_t *s)
     s->by = calloc(L * 5, sizeof *s->by);
     s->load = calloc(L * 2, sizeof *s->load);
     s->rank = calloc(G * 4, sizeof *s->rank);
-    s->cnt = calloc(L * 2, sizeof *s->cnt);
+    s->cnt = calloc(L * 3, sizeof *s->cnt);
     if (!s->t || !s->x || !s->by || !s->load || !s->rank || !s->cnt)
         return MOE_ENOMEM;
     double mine[4] = {0, 0, 0, acct_sent(r)};
@@ -95,8 +96,9 @@ static int reduce(run_t *r, sums_t *s)
             s->by[l * 5 + c] = (double)q->bytes[c] / it;
         s->by[l * 5 + 4] = (double)q->meta_bytes / it;
         s->load[l * 2] = s->load[l * 2 + 1] = (double)q->load / it;
-        s->cnt[l * 2] = q->syncs / it;
-        s->cnt[l * 2 + 1] = q->allocs / it;
+        s->cnt[l * 3] = q->syncs / it;
+        s->cnt[l * 3 + 1] = q->allocs / it;
+        s->cnt[l * 3 + 2] = q->a2a / it;
     }
     int eq = mine[3] < 0 ? -1 : mine[3] == mine[0];
     memcpy(s->rank + (size_t)r->me * 4, mine, sizeof mine);
@@ -104,7 +106,7 @@ static int reduce(run_t *r, sums_t *s)
         s->ag[c] = (double)r->ag_bytes[c] / it;
     double e[2] = {eq == 0, eq < 0};
     RUN_CK(r, run_comm_allreduce(r->comm, s->t, (int)(L * 3), MOE_RUN_MAX));
-    RUN_CK(r, run_comm_allreduce(r->comm, s->cnt, (int)(L * 2), MOE_RUN_MAX));
+    RUN_CK(r, run_comm_allreduce(r->comm, s->cnt, (int)(L * 3), MOE_RUN_MAX));
     RUN_CK(r, run_comm_allreduce(r->comm, s->x, (int)(L * 8), MOE_RUN_SUM));
     RUN_CK(r, run_comm_allreduce(r->comm, s->by, (int)(L * 5), MOE_RUN_SUM));
     RUN_CK(r, run_comm_allreduce(r->comm, s->ag, 4, MOE_RUN_SUM));
@@ -182,7 +184,7 @@ int run_report(run_t *r, FILE *fp, double check_err, int check_ok)
         return 0;
     }
     header(r, fp);
-    double T[3] = {0}, B[4] = {0}, vec = 0, lmax = 0, lsum = 0;
+    double T[3] = {0}, B[4] = {0}, vec = 0, lmax = 0, lsum = 0, waits = 0, a2a = 0;
     for (size_t l = 0; l < r->L; l++) {
         double b, alg, bus, mean = s.load[l * 2 + 1] / r->G;
         bw(r, &s, l, &b, &alg, &bus);
@@ -192,11 +194,12 @@ int run_report(run_t *r, FILE *fp, double check_err, int check_ok)
         fprintf(fp, "  %5zu %11.3f %11.3f %11.3f %12.0f %12.0f %9.3f %9.3f %8.0f %8.3f %9s\n",
                 l, s.t[l * 3], s.t[l * 3 + 1], s.t[l * 3 + 2], s.by[l * 5 + 1], s.by[l * 5 + 2],
                 alg, bus, s.load[l * 2], mean > 0 ? s.load[l * 2] / mean : 0, chk);
-        if (moe_log_get_level() <= MOE_LOG_INFO && !r->cfg.train &&
-            r->cfg.mode != MOE_RUN_DATACENTRIC) /* -v: what the backend counted */
-            fprintf(fp, "# layer %zu: %.1f host waits for the device, %.1f device allocations "
-                        "per timed iteration\n",
-                    l, s.cnt[l * 2], s.cnt[l * 2 + 1]);
+        if (moe_log_get_level() <= MOE_LOG_INFO && !r->cfg.train) /* -v: the backend's counts */
+            fprintf(fp, "# layer %zu: %.1f host waits for the device, %.1f device allocations, "
+                        "%.1f all-to-alls per timed iteration\n",
+                    l, s.cnt[l * 3], s.cnt[l * 3 + 1], s.cnt[l * 3 + 2]);
+        waits += s.cnt[l * 3];
+        a2a += s.cnt[l * 3 + 2];
         for (int p = 0; p < 3; p++)
             T[p] += s.t[l * 3 + p];
         for (int c = 0; c < 4; c++)
@@ -213,11 +216,15 @@ int run_report(run_t *r, FILE *fp, double check_err, int check_ok)
                 "and layer), %.0f metadata bytes\n",
             1e3 * sec, sec > 0 ? r->ntok / sec : 0, vec,
             r->ntok ? vec / ((double)r->ntok * r->L) : 0, s.by[4]);
-    if (!r->cfg.train)
-        fprintf(fp, "# host waits for the device: %.1f per iteration (the phase timers' "
-                    "included); device allocations: %.0f in the warm-up, %.0f in the timed "
-                    "iterations\n",
-                r->syncs_it / r->cfg.iters, r->allocs_warm, r->allocs_timed);
+    if (!r->cfg.train) {
+        char per[32] = "-";
+        if (a2a > 0)
+            snprintf(per, sizeof per, "%.2f", waits / a2a);
+        fprintf(fp, "# host waits for the device: %.1f per iteration, %s per all-to-all in the "
+                    "layers (target <= 1); device allocations: %.0f in the warm-up, %.0f in "
+                    "the timed iterations\n",
+                r->syncs_it / r->cfg.iters, per, r->allocs_warm, r->allocs_timed);
+    }
     if (!r->cfg.train && isfinite(r->t_kern) && r->t_kern > 0)
         fprintf(fp, "# kernels and copies: %.3f ms per iteration (the slowest rank's); the "
                     "iteration takes %.3fx that (runtime and communication)\n",
@@ -319,11 +326,11 @@ static int json_body(const run_t *r, const sums_t *s, moe_textout_t *t, double c
           l, J("%.6f", s->t[l * 3]), J("%.6f", s->t[l * 3 + 1]), J("%.6f", s->t[l * 3 + 2]),
           x[1], x[2], x[5], x[6], s->by[l * 5 + 1], s->by[l * 5 + 2], J("%.6f", alg),
           J("%.6f", bus), s->load[l * 2], s->load[l * 2 + 1]);
-        if (r->cfg.mode == MOE_RUN_DATACENTRIC || r->cfg.train) /* counted per iteration only */
-            P("\"host_syncs\": null, \"allocs\": null, ");
+        if (r->cfg.train) /* counted per iteration only */
+            P("\"host_syncs\": null, \"allocs\": null, \"alltoalls\": null, ");
         else
-            P("\"host_syncs\": %s, \"allocs\": %s, ", J("%.6g", s->cnt[l * 2]),
-              J("%.6g", s->cnt[l * 2 + 1]));
+            P("\"host_syncs\": %s, \"allocs\": %s, \"alltoalls\": %s, ",
+              J("%.6g", s->cnt[l * 3]), J("%.6g", s->cnt[l * 3 + 1]), J("%.6g", s->cnt[l * 3 + 2]));
         P("\"max_rel_diff\": ");
         if (r->layer_err)
             P("%s}%s\n", J("%.6g", r->layer_err[l]), l + 1 < r->L ? "," : "");

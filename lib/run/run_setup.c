@@ -3,6 +3,7 @@
 #include "config.h"
 
 #include <inttypes.h>
+#include <math.h>
 #include <setjmp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,16 +27,88 @@ void run_die(run_t *r, const char *what, int status)
     longjmp(r->fatal, 1);
 }
 
+void run_counts(const run_t *r, uint64_t c[3])
+{
+    c[0] = r->b->syncs;
+    c[1] = r->b->allocs;
+    c[2] = r->b->alltoalls;
+}
+
+void run_count_layer(run_t *r, uint32_t l, const uint64_t c0[3])
+{
+    if (!r->timing)
+        return;
+    r->st[l].syncs += (double)(r->b->syncs - c0[0]);
+    r->st[l].allocs += (double)(r->b->allocs - c0[1]);
+    r->st[l].a2a += (double)(r->b->alltoalls - c0[2]);
+}
+
+/* Grow a host array of `size`-byte items to hold n (a fatal error on ENOMEM). */
+static void *grow_items(run_t *r, void *p, size_t *cap, size_t n, size_t size)
+{
+    if (n <= *cap)
+        return p;
+    size_t c = *cap ? 2 * *cap : 64;
+    while (c < n)
+        c *= 2;
+    void *q = realloc(p, c * size);
+    if (!q)
+        run_die(r, "phase timers", MOE_ENOMEM);
+    *cap = c;
+    return q;
+}
+
+/* The spans recorded since the last run_now, now that every mark is behind the device. */
+static void spans_resolve(run_t *r)
+{
+    const moe_run_backend_ops_t *o = r->b->ops;
+    for (size_t i = 0; o->mark && i < r->nstamp; i++)
+        RUN_CK(r, o->mark_time(r->b, (uint32_t)i, &r->stamp[i]));
+    for (size_t i = 0; i < r->nspan; i++) {
+        const run_span_t *p = &r->span[i];
+        r->st[p->l].t[p->phase] += r->stamp[p->to] - r->stamp[p->from];
+    }
+    if (o->mark && r->nstamp)
+        RUN_CK(r, o->mark(r->b, NULL));
+    r->nstamp = r->nspan = 0;
+}
+
 double run_now(run_t *r)
 {
     RUN_CK(r, r->b->ops->sync(r->b));
-    return r->b->ops->now(r->b);
+    double t = r->b->ops->now(r->b);
+    spans_resolve(r);
+    return t;
 }
 
-void run_tick(run_t *r, uint32_t l, int phase, double t0)
+uint32_t run_mark(run_t *r)
 {
-    if (r->timing)
-        r->st[l].t[phase] += run_now(r) - t0;
+    const moe_run_backend_ops_t *o = r->b->ops;
+    if (!r->timing) /* nothing will be added: no mark, no wait */
+        return UINT32_MAX;
+    r->stamp = grow_items(r, r->stamp, &r->stamp_cap, r->nstamp + 1, sizeof *r->stamp);
+    uint32_t id = (uint32_t)r->nstamp;
+    if (o->mark) {
+        uint32_t got = 0;
+        RUN_CK(r, o->mark(r->b, &got));
+        if (got != id) /* the backend numbers its marks from the last reset, as r does */
+            run_die(r, "phase timers", MOE_EINVAL);
+        r->stamp[id] = NAN;
+    } else {
+        RUN_CK(r, o->sync(r->b));
+        r->stamp[id] = o->now(r->b);
+    }
+    r->nstamp++;
+    return id;
+}
+
+void run_tick(run_t *r, uint32_t l, int phase, uint32_t t0)
+{
+    if (!r->timing || t0 >= r->nstamp) /* (a mark from before the last run_now: dropped) */
+        return;
+    uint32_t t1 = run_mark(r);
+    r->span = grow_items(r, r->span, &r->span_cap, r->nspan + 1, sizeof *r->span);
+    r->span[r->nspan++] = (run_span_t){l, (uint32_t)phase, t0, t1};
 }
 
 void *run_dbuf(run_t *r, run_buf_t *bf, size_t bytes)
@@ -392,6 +465,8 @@ int run_setup(run_t *r, char *errbuf, size_t errlen)
     r->st = calloc(r->L, sizeof *r->st);
     if (!r->loc || !r->tok_row || !r->st)
         run_die(r, "set-up", MOE_ENOMEM);
+    if (r->b->ops->mark) /* the backend's marks numbered from 0 with this run's (run_mark) */
+        RUN_CK(r, r->b->ops->mark(r->b, NULL));
     return 0;
 }
 
@@ -438,6 +513,9 @@ void run_release(run_t *r)
     if (o)
         o->free(r->b, r->train.act.p);
     free(r->train.losses);
+    free(r->stamp);
+    free(r->span);
+    free(r->gate_h);
     free(r->mix);
     free(r->wg);
     free(r->w1);

@@ -247,8 +247,61 @@ static void fwd_bytes(void)
     }
 }
 
+/* The 16-bit alignment rule of the grouped call (gemm_plan.h): with the buffers where
+ * cudaMalloc puts them (256-byte aligned), a shape whose H and C are multiples of 8 groups every
+ * product; H = 66 or C = 2 x 19 puts expert rows at offsets that are not multiples of 16, and
+ * exactly those products leave the grouped prefix, the split keeping each part's order and
+ * losing none; fp32 groups everything. */
+static void align_case(uint32_t h, uint32_t f, int swiglu, size_t es)
+{
+    enum { NG = 6 };
+    static const size_t offs[NG + 1] = {0, 3, 8, 8, 12, 21, 30};
+    const uint32_t c = swiglu ? 2 * f : f;
+    static char pool[1 << 20] __attribute__((aligned(256)));
+    char *x = pool, *act = x + 4096 * 64, *y = act + 4096 * 64; /* 256-byte aligned */
+    const void *W1[NG], *W2[NG];
+    for (int g = 0; g < NG; g++) {
+        W1[g] = y + 4096 * 64 + (size_t)g * 8192;
+        W2[g] = (const char *)W1[g] + 4096;
+    }
+    moe_gemm_arg_t plan[NG], orig[NG];
+    for (int p = 0; p < MOE_FWD_PRODUCTS; p++) {
+        int n = moe_ffn_fwd_plan(p, NG, offs, h, f, c, es, x, act, y, W1, W2, plan);
+        CHECK_EQ_INT(n, NG - 1);
+        memcpy(orig, plan, sizeof plan);
+        int bad = 0;
+        for (int i = 0; i < n; i++)
+            bad += (uintptr_t)plan[i].A % 16 || (uintptr_t)plan[i].B % 16 ||
+                   (uintptr_t)plan[i].C % 16;
+        int k = moe_gemm_plan_split(plan, n, es);
+        CHECK_EQ_INT(k, es == 4 ? n : n - bad);
+        CHECK_EQ_INT(moe_gemm_plan_groupable(plan, n, es), k);
+        for (int i = 0; i < k && es < 4; i++) /* what the grouped call gets is aligned */
+            CHECK(!((uintptr_t)plan[i].A % 16 || (uintptr_t)plan[i].B % 16 ||
+                    (uintptr_t)plan[i].C % 16));
+        /* a stable partition of the same products */
+        for (int i = 0, a = 0, z = k; i < n; i++) {
+            int in = moe_gemm_arg_groupable(&orig[i], es);
+            const moe_gemm_arg_t *q = &plan[in ? a : z], *o = &orig[i];
+            CHECK(q->A == o->A && q->B == o->B && q->C == o->C && q->m == o->m &&
+                  q->n == o->n && q->k == o->k && q->lda == o->lda && q->ldb == o->ldb &&
+                  q->ldc == o->ldc && q->ta == o->ta && q->tb == o->tb && q->beta == o->beta);
+            in ? a++ : z++;
+        }
+        if (h % 8 == 0 && c % 8 == 0)
+            CHECK_EQ_INT(bad, 0);
+        else if (es == 2)
+            CHECK(bad > 0); /* the case the rule is about does occur at these offsets */
+    }
+}
+
 int main(void)
 {
+    align_case(72, 40, 1, 2); /* multiples of 8: all grouped */
+    align_case(66, 40, 1, 2); /* H = 66: rows of 132 bytes */
+    align_case(72, 19, 1, 2); /* C = 38 */
+    align_case(72, 19, 0, 2); /* SiLU, C = F = 19 */
+    align_case(66, 38, 1, 4); /* fp32: no rule */
     fwd_bytes();
     fwd_case(2 * F); /* SwiGLU */
     fwd_case(F);     /* SiLU */
