@@ -111,9 +111,10 @@ static int output_write(moe_trace_t *t, const moe_trace_rec_t *r)
 {
     if (moe_trace_write(t, r) == 0)
         return 0;
-    if (errno == EPIPE) /* reader went away (e.g. `| head`): stop quietly */
-        exit(0);
-    fail("%s", moe_trace_errmsg(t));
+    if (errno == EPIPE) /* the reader went away: fail the operation, which cleans up, quietly */
+        moe_cli_write_failed(prog, "-");
+    else
+        fail("%s", moe_trace_errmsg(t));
     return -1;
 }
 
@@ -127,11 +128,8 @@ static int output_close(moe_trace_t *t, int ok)
         moe_trace_abort(t);
         return 1;
     }
-    if (moe_trace_close(t, errbuf, sizeof errbuf) != 0) {
-        if (errno == EPIPE)
-            return 0;
-        return fail("%s", errbuf);
-    }
+    if (moe_trace_close(t, errbuf, sizeof errbuf) != 0)
+        return errno == EPIPE ? moe_cli_write_failed(prog, "-") : fail("%s", errbuf);
     return 0;
 }
 
@@ -230,11 +228,8 @@ static int textout_open(textout_t *o, const char *path)
 static int textout_close(textout_t *o, const char *path, int ok)
 {
     int bad = ferror(o->fp);
-    if (fclose(o->fp) != 0 || bad) {
-        if (errno == EPIPE)
-            exit(0);
-        ok = ok ? !fail("write error on '%s': %s", path, strerror(errno)) : 0;
-    }
+    if (fclose(o->fp) != 0 || bad)
+        ok = ok ? !moe_cli_write_failed(prog, path) && errno != EPIPE : 0;
     if (!ok) {
         moe_ofile_abort(o->of);
         return 1;

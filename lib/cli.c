@@ -201,6 +201,14 @@ void moe_cli_start(const char *prog, char **argv)
     moe_ofile_cleanup_on_signal();
 }
 
+/* A write of this run found its reader gone (moe_cli_write_failed, moe_close_stdout). */
+static int reader_gone;
+
+int moe_cli_reader_gone(void)
+{
+    return reader_gone;
+}
+
 int moe_cli_dispatch(const char *prog, int argc, char **argv, const moe_cli_cmd_t *cmds,
                      size_t n, void (*usage)(FILE *))
 {
@@ -218,15 +226,17 @@ int moe_cli_dispatch(const char *prog, int argc, char **argv, const moe_cli_cmd_
         return moe_usage_error(prog, NULL, "unknown command '%s'", argv[1]);
     if (moe_close_stdout(prog) && rc == 0)
         rc = 1;
-    return rc;
+    return reader_gone ? 0 : rc; /* the command stopped because its reader went away */
 }
 
 int moe_close_stdout(const char *prog)
 {
     int bad = ferror(stdout);
     if (fclose(stdout) != 0 || bad) {
-        if (errno == EPIPE)
+        if (errno == EPIPE) {
+            reader_gone = 1;
             return 0;
+        }
         fprintf(stderr, "%s: write error on standard output: %s\n", prog, strerror(errno));
         return -1;
     }
@@ -355,8 +365,10 @@ int moe_cli_text_close(const char *prog, struct moe_textout *t, const char *path
 
 int moe_cli_write_failed(const char *prog, const char *path)
 {
-    if (errno == EPIPE) /* the reader went away (`| head`): the tool is done, quietly */
+    if (errno == EPIPE) { /* the reader went away (`| head`): the tool is done, quietly */
+        reader_gone = 1;
         return 0;
+    }
     return moe_fail(prog, "write error on '%s': %s", path, strerror(errno));
 }
 

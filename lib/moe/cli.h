@@ -130,8 +130,13 @@ struct moe_textout *moe_cli_text_open(const char *prog, const char *path, char f
 int moe_cli_text_close(const char *prog, struct moe_textout *t, const char *path, int ok);
 /* The one rule for a failed write of a tool's output `path` (errno says why): a reader that
  * went away (EPIPE: `tool | head`) is no error, the tool stops quietly with status 0, as
- * README promises; anything else prints "prog: write error on 'path': reason" and gives 1. */
+ * README promises; anything else prints "prog: write error on 'path': reason" and gives 1.
+ * A write deep inside a library operation (a trace sink) calls it too and then fails the
+ * operation, so that the operation cleans up what it made (a spool, a temporary output) on
+ * its way out: moe_cli_dispatch's status is 0 once a reader went away. */
 int moe_cli_write_failed(const char *prog, const char *path);
+/* Whether a write of this run found its reader gone (moe_cli_write_failed saw EPIPE). */
+int moe_cli_reader_gone(void);
 /* End a text output after writing it: werr is the writers' result (0, or nonzero after a
  * failed write with errno set). Commits on success; else removes the output and returns
  * moe_cli_write_failed(). Returns the exit status. */

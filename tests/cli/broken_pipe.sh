@@ -35,6 +35,17 @@ quiet() {
     done
 }
 
+begin "moe-trace import into a closed pipe: quiet, and no spool left in TMPDIR"
+# the import spools its records to TMPDIR until it knows the experts; a reader that goes away
+# mid-copy must not leave the spool behind (issue 44, item 2: it exited from the sink)
+moe view --no-header "$T/t.moet" | cut -f 6- | tr '\t' ' ' >"$T/t.tokens"
+mkdir -p "$T/spool"
+for form in t u; do
+    TMPDIR=$T/spool quiet moe-trace import --format tokens -O $form "$T/t.tokens"
+    [ -z "$(ls "$T/spool")" ] || fail "left in TMPDIR (-O $form): $(ls "$T/spool")"
+done
+end
+
 begin "moe-place eval into a closed pipe"
 quiet moe-place eval "$T/p.moep" "$T/t.moet"
 quiet moe-place eval --json "$T/p.moep" "$T/t.moet"

@@ -36,20 +36,23 @@ for sig in INT TERM HUP; do
     end
 done
 
-begin "import interrupted by SIGINT: no output, spool removed"
 mkdir -p "$T/spool"
 moe gen -L 8 -E 64 -k 4 -n 50k -s 50 -O t --no-PG -o "$T/big.txt"
 awk '!/^@/ { s = $6; for (i = 7; i <= NF; i++) s = s " " $i; print s }' "$T/big.txt" \
     >"$T/big.tokens"
-# The input pipe stays open: import has spooled everything and waits for more when signalled.
 mkfifo "$T/fifo"
-{ cat "$T/big.tokens"; exec sleep 30; } >"$T/fifo" &
-feeder=$!
-TMPDIR=$T/spool interrupt INT import --format tokens -o "$T/out.moet" "$T/fifo"
-kill "$feeder" 2>/dev/null
-expect_no_output "$T/out.moet"
-[ -z "$(ls "$T/spool")" ] || fail "spool left behind: $(ls "$T/spool")"
-end
+for sig in INT TERM; do
+    begin "import interrupted by SIG$sig: no output, spool removed"
+    # The input pipe stays open: import has spooled everything and waits for more when
+    # signalled.
+    { cat "$T/big.tokens"; exec sleep 30; } >"$T/fifo" &
+    feeder=$!
+    TMPDIR=$T/spool interrupt $sig import --format tokens -o "$T/out.moet" "$T/fifo"
+    kill "$feeder" 2>/dev/null
+    expect_no_output "$T/out.moet"
+    [ -z "$(ls "$T/spool")" ] || fail "spool left behind: $(ls "$T/spool")"
+    end
+done
 
 begin "import completes: spool removed, output equal to the text view's ids"
 TMPDIR=$T/spool run moe import --format tokens --no-PG -o "$T/imp.moet" "$T/big.tokens"
