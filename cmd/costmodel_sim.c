@@ -233,8 +233,10 @@ int costmodel_simulate(int argc, char **argv)
     if ((st = moe_acct_inputs(ppath, tpath, g.o.threads, &p, &m, err, sizeof err)) != 0)
         return st == MOE_ESHAPE ? sfail("'%s' on '%s': %s", tpath, ppath, err) : sfail("%s", err);
     moe_sim_t *s = NULL;
-    if (!(s = moe_sim_run(p, &topo, m, &g.so, &st, err, sizeof err)))
-        rc = err[0] == '\'' ? sfail("%s", err) : sfail("'%s' on '%s': %s", tpath, ppath, err);
+    if (moe_sim_check(p, &topo, moe_trace_map_header(m), &g.so, err, sizeof err))
+        rc = sfail("'%s' on '%s': %s", tpath, ppath, err); /* of the inputs together */
+    else if (!(s = moe_sim_run(p, &topo, m, &g.so, &st, err, sizeof err)))
+        rc = sfail("%s", err); /* of the trace's records: named by the trace map */
     if (s)
         rc = write_outputs(s, &g, tpath, ppath, p, &topo);
     moe_sim_free(s);

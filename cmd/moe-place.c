@@ -579,8 +579,7 @@ static int run_eval(int argc, char **argv)
     if (a) {
         moe_progress_t *pg = moe_progress_new("eval", 0, g.o.progress);
         if (moe_acct_scan(a, m, pg ? moe_progress_cb : NULL, pg)) {
-            const char *msg = moe_trace_map_errmsg(m); /* read errors name the file already */
-            rc = msg[0] == '\'' ? fail("%s", msg) : fail("'%s': %s", tpath, msg);
+            rc = fail("%s", moe_trace_map_errmsg(m)); /* it names the trace */
         }
         moe_progress_free(pg);
     }

@@ -438,8 +438,7 @@ static int cmd_stats(int argc, char **argv)
     if (!s)
         rc = fail("out of memory");
     else if (moe_trace_stats_scan(s, m, pg ? moe_progress_cb : NULL, pg)) {
-        const char *msg = moe_trace_map_errmsg(m); /* read errors name the file already */
-        rc = msg[0] == '\'' ? fail("%s", msg) : fail("'%s': %s", path, msg);
+        rc = fail("%s", moe_trace_map_errmsg(m)); /* it names the file (doc/ARCHITECTURE) */
     }
     moe_progress_free(pg);
     if (rc == 0) {

@@ -162,9 +162,7 @@ int moe_exflow_measure_files(const char *ppath, const char *tpath, uint32_t topk
         rc = util_errf(err, errlen, st ? st : MOE_EINVAL, "'%s' on '%s': %s", ppath, tpath,
                        why);
     else if (moe_acct_scan(a, m, NULL, NULL)) {
-        const char *msg = moe_trace_map_errmsg(m);
-        rc = msg[0] == '\'' ? util_errf(err, errlen, MOE_EFORMAT, "%s", msg)
-                            : util_errf(err, errlen, MOE_EFORMAT, "'%s': %s", tpath, msg);
+        rc = util_errf(err, errlen, MOE_EFORMAT, "%s", moe_trace_map_errmsg(m)); /* named */
     }
     if (!rc) {
         ms->K = topk ? topk : h->topk;

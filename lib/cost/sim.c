@@ -251,8 +251,8 @@ static int scan_trace(moe_sim_t *s, moe_trace_map_t *m, const moe_trace_hdr_t *h
 
 /* ------------------------------------------------------------------ set-up */
 
-static int sim_check(const moe_placement_t *p, const moe_topo_t *t, const moe_trace_hdr_t *h,
-                     const moe_sim_opts_t *o, char *errbuf, size_t errlen)
+int moe_sim_check(const moe_placement_t *p, const moe_topo_t *t, const moe_trace_hdr_t *h,
+                  const moe_sim_opts_t *o, char *errbuf, size_t errlen)
 {
     if (moe_topo_ranks(t) != p->ranks) {
         snprintf(errbuf, errlen, "placement has %u ranks, the topology %u", p->ranks,
@@ -329,7 +329,7 @@ moe_sim_t *moe_sim_run(const moe_placement_t *p, const moe_topo_t *t, moe_trace_
                        const moe_sim_opts_t *o, int *status, char *errbuf, size_t errlen)
 {
     const moe_trace_hdr_t *h = moe_trace_map_header(m);
-    *status = sim_check(p, t, h, o, errbuf, errlen);
+    *status = moe_sim_check(p, t, h, o, errbuf, errlen);
     if (*status)
         return NULL;
     moe_sim_t *s = calloc(1, sizeof *s);

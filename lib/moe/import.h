@@ -92,7 +92,8 @@ int moe_import_next(moe_importer_t *im, moe_trace_rec_t *r);
 void moe_import_report(const moe_importer_t *im, moe_import_report_t *rep);
 /* Add the counts so far to *total, for an import of several inputs (max_id: the largest). */
 void moe_import_report_add(const moe_importer_t *im, moe_import_report_t *total);
-/* One-line reason of the last failure ("line 12: ragged row: 25 groups, expected 26"). */
+/* One-line reason of the last failure, naming the input (doc/ARCHITECTURE, "Messages"):
+ * "'in.tokens': line 12: 25 groups, expected 26", or "cannot open 'in.tokens': ...". */
 const char *moe_import_errmsg(const moe_importer_t *im);
 /* Close; NULL is a no-op. */
 void moe_import_close(moe_importer_t *im);

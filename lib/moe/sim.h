@@ -86,9 +86,15 @@ typedef struct moe_sim_layer {
 
 typedef struct moe_sim moe_sim_t;
 
+/* Whether placement p, topology t, the trace's header h and the options fit together (the same
+ * ranks, a hidden size known): 0, or a status and a one-line reason that names no file, for
+ * the caller to say which inputs it concerns. moe_sim_run checks the same first. */
+int moe_sim_check(const moe_placement_t *p, const moe_topo_t *t, const moe_trace_hdr_t *h,
+                  const moe_sim_opts_t *o, char *errbuf, size_t errlen);
 /* Simulate placement p on topology t (same ranks) over every record of trace map m (its
- * workers run the scan). Returns NULL with *status and a one-line reason: shape mismatch,
- * hidden size unknown, a recorded source rank out of range, a read error of the trace. */
+ * workers run the scan). Returns NULL with *status and a one-line reason: moe_sim_check's, or
+ * one about the trace's records (a recorded source rank out of range, a read error), which
+ * names the trace as the trace map does. */
 moe_sim_t *moe_sim_run(const moe_placement_t *p, const moe_topo_t *t, moe_trace_map_t *m,
                        const moe_sim_opts_t *o, int *status, char *errbuf, size_t errlen);
 /* Free; NULL is a no-op. */

@@ -118,7 +118,8 @@ int moe_trace_write(moe_trace_t *t, const moe_trace_rec_t *r);
 int moe_trace_close(moe_trace_t *t, char *errbuf, size_t errlen);
 /* Close a writer discarding its output (temporary file removed). NULL is a no-op. */
 void moe_trace_abort(moe_trace_t *t);
-/* One-line reason of the last failure, e.g. "record 12: expert id 70 out of range (E = 64)". */
+/* One-line reason of the last failure, naming the file (doc/ARCHITECTURE, "Messages"), e.g.
+ * "'t.moet': record 12: layer 3: expert id 70 out of range (64 experts)". */
 const char *moe_trace_errmsg(const moe_trace_t *t);
 /* Format of the open stream (enum moe_trace_fmt). */
 int moe_trace_format(const moe_trace_t *t);

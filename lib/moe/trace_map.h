@@ -110,11 +110,13 @@ int moe_trace_map_parallel(const moe_trace_map_t *m);
 int moe_trace_map_run(moe_trace_map_t *m, const moe_trace_map_ops_t *ops, void *arg);
 /* Records delivered by the last run. */
 uint64_t moe_trace_map_count(const moe_trace_map_t *m);
-/* For callbacks: record why they are about to fail (printf-style; the first message wins).
- * Returns rc. */
+/* For callbacks: record why they are about to fail (printf-style; the first message wins): the
+ * reason alone, the map puts the trace's name in front. Returns rc. */
 int moe_trace_map_fail(moe_trace_map_t *m, int rc, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
-/* One-line reason of the last failure, "" if none. */
+/* One-line reason of the last failure, "" if none. It names the trace's file, as every message
+ * of a reader does (doc/ARCHITECTURE, "Messages"): "'PATH': reason" ("'PATH': record N: ..."
+ * for a bad record), or "cannot open 'PATH': ..." and the like; callers print it as it is. */
 const char *moe_trace_map_errmsg(const moe_trace_map_t *m);
 /* Close; NULL is a no-op. */
 void moe_trace_map_close(moe_trace_map_t *m);

@@ -296,11 +296,7 @@ static int account(const moe_place_cv_t *cv, const moe_topo_t *topo, const moe_p
         ops.batch = scan_batch;
         ops.fields = MOE_MAP_TOKEN | MOE_MAP_SEQ | MOE_MAP_RANK;
         if ((st = moe_trace_map_run(m, &ops, &sc)) != 0) {
-            const char *msg = moe_trace_map_errmsg(m); /* read errors name the file already */
-            if (msg[0] == '\'')
-                util_errf(errbuf, errlen, st, "%s", msg);
-            else
-                util_errf(errbuf, errlen, st, "'%s': %s", cv->path, msg);
+            util_errf(errbuf, errlen, st, "%s", moe_trace_map_errmsg(m)); /* names the trace */
         }
     }
     for (int w = 0; w < nw && sc.acc; w++)

@@ -72,10 +72,7 @@ static int token_at(replay_t *r, uint64_t i, moe_trace_rec_t **rec)
         return 1;
     int rc = r->eof ? 0 : moe_trace_read(r->in, *rec);
     if (rc < 0) {
-        const char *msg = moe_trace_errmsg(r->in); /* read errors name the file already */
-        if (msg[0] == '\'')
-            return util_errf(r->errbuf, r->errlen, rc, "%s", msg);
-        return util_errf(r->errbuf, r->errlen, rc, "'%s': %s", r->path, msg);
+        return util_errf(r->errbuf, r->errlen, rc, "%s", moe_trace_errmsg(r->in)); /* named */
     }
     r->read += rc == 1;
     r->eof = rc == 0;

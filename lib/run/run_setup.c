@@ -158,19 +158,6 @@ int run_agree(run_t *r, int failed)
 /* A set-up failure: the message into the caller's buffer, and 1 (the set-up steps' "failed"). */
 #define say(errbuf, errlen, ...) util_errf(errbuf, errlen, 1, __VA_ARGS__)
 
-/* A reader's message about the file at path, naming the file once: the trace reader names it
- * in some messages ("'f': truncated file") and not in others ("record 7: ..."). */
-static int file_msg(char *errbuf, size_t errlen, const char *path, const char *msg)
-{
-    size_t n = strlen(path);
-    const char *p = msg;
-    while (n && (p = strstr(p, path)) != NULL) {
-        if (p > msg && p[-1] == '\'' && p[n] == '\'')
-            return say(errbuf, errlen, "%s", msg);
-        p++;
-    }
-    return say(errbuf, errlen, "'%s': %s", path, msg);
-}
 
 /* Weights renormalised to sum 1 (1/K each without weights or with a zero sum). */
 static void renormalise(float *w, const float *src, uint32_t K)
@@ -213,7 +200,7 @@ static int read_tokens(run_t *r, moe_trace_t *t, uint64_t max, char *errbuf, siz
     }
     moe_trace_rec_release(&rec);
     if (rc < 0)
-        return file_msg(errbuf, errlen, r->cfg.trace, moe_trace_errmsg(t));
+        return say(errbuf, errlen, "%s", moe_trace_errmsg(t)); /* it names the trace */
     if (!r->ntok)
         return say(errbuf, errlen, "'%s': the trace holds no tokens", r->cfg.trace);
     return 0;
@@ -230,7 +217,7 @@ static moe_trace_t *open_trace(run_t *r, char *errbuf, size_t errlen)
         return NULL;
     }
     if (moe_trace_read_header(t, &r->hdr)) {
-        file_msg(errbuf, errlen, r->cfg.trace, moe_trace_errmsg(t));
+        say(errbuf, errlen, "%s", moe_trace_errmsg(t)); /* it names the trace */
         moe_trace_close(t, NULL, 0);
         return NULL;
     }

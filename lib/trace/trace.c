@@ -72,8 +72,8 @@ static moe_trace_t *open_write(moe_trace_t *t, const char *mode, int threads, in
     int level = (mode[1] && mode[2] >= '0' && mode[2] <= '9') ? mode[2] - '0' : -1;
     if (fmt != MOE_FMT_BINARY && fmt != MOE_FMT_UNCOMP && fmt != MOE_FMT_TEXT &&
         fmt != MOE_FMT_TEXTGZ)
-        return open_fail(t, trace_fail(t, MOE_EINVAL, "invalid mode '%s'", mode), status,
-                         errbuf, errlen);
+        return open_fail(t, trace_fail(t, MOE_EINVAL, "'%s': invalid mode '%s'", t->path, mode),
+                         status, errbuf, errlen);
     t->fmt = fmt;
     int rc = 0;
     t->of = moe_ofile_open(t->path, &rc, t->msg, sizeof t->msg);
@@ -119,14 +119,14 @@ moe_trace_t *moe_trace_open(const char *path, const char *mode, int threads, int
         return open_read(t, threads, status, errbuf, errlen);
     if (mode[0] == 'w')
         return open_write(t, mode, threads, status, errbuf, errlen);
-    return open_fail(t, trace_fail(t, MOE_EINVAL, "invalid mode '%s'", mode), status, errbuf,
-                     errlen);
+    return open_fail(t, trace_fail(t, MOE_EINVAL, "'%s': invalid mode '%s'", t->path, mode),
+                     status, errbuf, errlen);
 }
 
 int moe_trace_read_header(moe_trace_t *t, moe_trace_hdr_t *h)
 {
     if (t->mode != 'r' || t->have_hdr)
-        return trace_fail(t, MOE_EINVAL, "header already read");
+        return trace_fail(t, MOE_EINVAL, "'%s': header already read", t->path);
     int rc = t->bz ? trace_bin_read_header(t) : trace_text_read_header(t);
     if (rc < 0)
         return rc;
@@ -141,18 +141,18 @@ int moe_trace_read(moe_trace_t *t, moe_trace_rec_t *r)
     if (t->err)
         return t->err;
     if (!t->have_hdr)
-        return trace_fail(t, MOE_EINVAL, "records read before the header");
+        return trace_fail(t, MOE_EINVAL, "'%s': records read before the header", t->path);
     int rc = moe_trace_rec_init(r, &t->hdr);
     if (rc)
-        return trace_fail(t, rc, "out of memory");
+        return trace_fail(t, rc, "'%s': out of memory", t->path);
     t->rec_valid = 0;
     rc = t->bz ? trace_bin_read(t, r) : trace_text_read(t, r);
     if (rc == 1 && !t->rec_valid) {
         char msg[160];
         int crc = moe_trace_rec_check(r, &t->hdr, msg, sizeof msg);
         if (crc)
-            return trace_fail(t, crc, "record %llu: %s", (unsigned long long)t->count + 1,
-                              msg);
+            return trace_fail(t, crc, "'%s': record %llu: %s", t->path,
+                              (unsigned long long)t->count + 1, msg);
     }
     t->count += rc == 1;
     return rc;
@@ -161,13 +161,13 @@ int moe_trace_read(moe_trace_t *t, moe_trace_rec_t *r)
 int moe_trace_write_header(moe_trace_t *t, const moe_trace_hdr_t *h)
 {
     if (t->mode != 'w' || t->have_hdr)
-        return trace_fail(t, MOE_EINVAL, "header already written");
+        return trace_fail(t, MOE_EINVAL, "'%s': header already written", t->path);
     int rc = moe_trace_hdr_check(h);
     if (rc)
-        return trace_fail(t, rc, "invalid header: %u layers, %u experts, top-%u",
-                          h->layers, h->experts, h->topk);
+        return trace_fail(t, rc, "'%s': invalid header: %u layers, %u experts, top-%u",
+                          t->path, h->layers, h->experts, h->topk);
     if ((rc = moe_trace_hdr_copy(&t->hdr, h)))
-        return trace_fail(t, rc, "out of memory");
+        return trace_fail(t, rc, "'%s': out of memory", t->path);
     t->have_hdr = 1;
     t->idw = trace_id_width(h);
     t->rec_size = trace_rec_size(h);
@@ -186,11 +186,12 @@ int moe_trace_write(moe_trace_t *t, const moe_trace_rec_t *r)
     if (t->err)
         return t->err;
     if (!t->have_hdr)
-        return trace_fail(t, MOE_EINVAL, "records written before the header");
+        return trace_fail(t, MOE_EINVAL, "'%s': records written before the header", t->path);
     char msg[160];
     int rc = moe_trace_rec_check(r, &t->hdr, msg, sizeof msg);
     if (rc)
-        return trace_fail(t, rc, "%s", msg);
+        return trace_fail(t, rc, "'%s': record %llu: %s", t->path,
+                          (unsigned long long)t->count + 1, msg);
     t->count++;
     if (t->bz)
         return trace_bin_write(t, r);

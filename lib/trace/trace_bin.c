@@ -87,7 +87,7 @@ int trace_bin_parse_header(const uint8_t *p, size_t n, const char *path, moe_tra
         return hdr_fail(msg, msglen, MOE_ECORRUPT, "'%s': corrupt trace header", path);
     if (tlen) {
         if (!(h->text = malloc((size_t)tlen + 1)))
-            return hdr_fail(msg, msglen, MOE_ENOMEM, "out of memory");
+            return hdr_fail(msg, msglen, MOE_ENOMEM, "'%s': out of memory", path);
         memcpy(h->text, b + TRACE_HDR_FIXED, tlen);
         h->text[tlen] = '\0';
     }
@@ -167,9 +167,10 @@ int trace_bin_write_header(moe_trace_t *t)
     size_t tlen = h->text ? strlen(h->text) : 0;
     size_t n = TRACE_PREFIX_SIZE + TRACE_HDR_FIXED + tlen;
     if (n > MOE_BGZ_MAX_BLOCK)
-        return trace_fail(t, MOE_ERANGE, "header text too long (%zu bytes)", tlen);
+        return trace_fail(t, MOE_ERANGE, "'%s': header text too long (%zu bytes)", t->path,
+                          tlen);
     if (trace_reserve(t, n))
-        return trace_fail(t, MOE_ENOMEM, "out of memory");
+        return trace_fail(t, MOE_ENOMEM, "'%s': out of memory", t->path);
     uint8_t *p = t->buf;
     memcpy(p, TRACE_MAGIC, 4);
     p[4] = TRACE_KIND;
@@ -190,7 +191,7 @@ int trace_bin_write(moe_trace_t *t, const moe_trace_rec_t *r)
 {
     size_t n = 4 + t->rec_size;
     if (trace_reserve(t, n))
-        return trace_fail(t, MOE_ENOMEM, "out of memory");
+        return trace_fail(t, MOE_ENOMEM, "'%s': out of memory", t->path);
     uint8_t *p = t->buf;
     put32(p, (uint32_t)t->rec_size);
     put64(p + 4, r->token);

@@ -171,7 +171,6 @@ static int fail_locked(moe_trace_map_t *m, uint64_t index, uint64_t rec, int rc,
     vfail_at(m, index, rec, rc, fmt, ap);
     if (m->locks)
         pthread_mutex_unlock(&m->mu);
-    va_end(ap);
     wake_waiters(m);
     return rc;
 }
@@ -184,12 +183,14 @@ int moe_trace_map_fail(moe_trace_map_t *m, int rc, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
+    char why[sizeof m->msg - 64]; /* the caller's reason, named by the trace's file */
+    vsnprintf(why, sizeof why, fmt, ap);
+    va_end(ap);
     if (m->locks)
         pthread_mutex_lock(&m->mu);
-    vfail_at(m, tls_index, NO_INDEX, rc, fmt, ap);
+    fail_at(m, tls_index, NO_INDEX, rc, "'%s': %s", m->path, why);
     if (m->locks)
         pthread_mutex_unlock(&m->mu);
-    va_end(ap);
     wake_waiters(m);
     return rc;
 }
@@ -229,7 +230,7 @@ static int read_member(moe_trace_map_t *m, wstate_t *w, uint64_t index)
 {
     int rc = moe_bgz_read_member(m->bz, &w->cbuf, &w->ccap, &w->clen, &w->coff);
     if (rc == MOE_ENOMEM)
-        return fail_at(m, index, NO_INDEX, rc, "out of memory");
+        return fail_at(m, index, NO_INDEX, rc, "'%s': out of memory", m->path);
     if (rc < 0)
         return fail_at(m, index, NO_INDEX, rc, "'%s': %s", m->path, moe_bgz_errmsg(m->bz));
     return rc;
@@ -243,7 +244,7 @@ static ptrdiff_t inflate_member(moe_trace_map_t *m, wstate_t *w, uint64_t index)
     ptrdiff_t n = moe_bgz_inflate_member(w->inf, w->cbuf, w->clen, w->coff, &w->ubuf, &w->ucap,
                                          msg, sizeof msg);
     if (n == MOE_ENOMEM)
-        return fail_locked(m, index, NO_INDEX, MOE_ENOMEM, "out of memory");
+        return fail_locked(m, index, NO_INDEX, MOE_ENOMEM, "'%s': out of memory", m->path);
     if (n < 0)
         return fail_locked(m, index, NO_INDEX, (int)n, "'%s': %s", m->path, msg);
     return n;
@@ -381,7 +382,7 @@ static ptrdiff_t decode_block(moe_trace_map_t *m, const uint8_t *p, size_t len, 
     }
     const int raw = uniform && m->ops->raw_ids;
     if (bbuf_reserve(m, b, n) || (!raw && bbuf_reserve_ids(m, b, n)))
-        return fail_locked(m, index, NO_INDEX, MOE_ENOMEM, "out of memory");
+        return fail_locked(m, index, NO_INDEX, MOE_ENOMEM, "'%s': out of memory", m->path);
     const size_t nid = m->nid;
     const unsigned want = m->ops->fields ? m->ops->fields : 0x1f;
     size_t off = 0;
@@ -407,7 +408,7 @@ static ptrdiff_t decode_block(moe_trace_map_t *m, const uint8_t *p, size_t len, 
         }
         if (!valid) { /* the full check, which names a bad id or weight */
             if (raw && bbuf_reserve_ids(m, b, n))
-                return fail_locked(m, index, NO_INDEX, MOE_ENOMEM, "out of memory");
+                return fail_locked(m, index, NO_INDEX, MOE_ENOMEM, "'%s': out of memory", m->path);
             if (raw)
                 decode_ids(m, q + TRACE_REC_FIXED, b->ids + r * nid);
             if (check_record(m, b, r, index))
@@ -432,7 +433,7 @@ static void order_count(moe_trace_map_t *m, uint64_t index, uint64_t n)
             size_t cap = m->done_cap ? 2 * m->done_cap : 16;
             done_ent_t *d = realloc(m->done, cap * sizeof *d);
             if (!d) { /* cannot happen in practice: a handful of entries */
-                fail_locked(m, index, NO_INDEX, MOE_ENOMEM, "out of memory");
+                fail_locked(m, index, NO_INDEX, MOE_ENOMEM, "'%s': out of memory", m->path);
                 return;
             }
             m->done = d;
@@ -465,7 +466,7 @@ static void order_deliver(moe_trace_map_t *m, int wid, bbuf_t *b)
         tls_index = b->b.index;
         int rc = m->ops->ordered(m->arg, wid, &b->b);
         if (rc < 0)
-            fail_locked(m, b->b.index, NO_INDEX, rc, "%s", moe_strerror(rc));
+            fail_locked(m, b->b.index, NO_INDEX, rc, "'%s': %s", m->path, moe_strerror(rc));
         tls_index = NO_INDEX;
     }
 }
@@ -525,7 +526,7 @@ static bbuf_t *get_buffer(moe_trace_map_t *m, wstate_t *w)
     if (m->locks)
         pthread_mutex_unlock(&m->omu);
     if (!b && !stopped(m))
-        fail_locked(m, NO_INDEX, NO_INDEX, MOE_ENOMEM, "out of memory");
+        fail_locked(m, NO_INDEX, NO_INDEX, MOE_ENOMEM, "'%s': out of memory", m->path);
     w->cur = b;
     return b;
 }
@@ -587,7 +588,7 @@ static int run_batch(moe_trace_map_t *m, int wid, bbuf_t *b)
     int rc = m->ops->batch(m->arg, wid, &b->b);
     tls_index = NO_INDEX;
     if (rc < 0) {
-        fail_locked(m, b->b.index, NO_INDEX, rc, "%s", moe_strerror(rc));
+        fail_locked(m, b->b.index, NO_INDEX, rc, "'%s': %s", m->path, moe_strerror(rc));
         return rc;
     }
     return 0;
@@ -611,7 +612,7 @@ static void end_of_input(moe_trace_map_t *m, int wid)
             if (m->locks)
                 pthread_mutex_unlock(&m->omu);
             if (rc < 0)
-                fail_locked(m, NO_INDEX, NO_INDEX, rc, "%s", moe_strerror(rc));
+                fail_locked(m, NO_INDEX, NO_INDEX, rc, "'%s': %s", m->path, moe_strerror(rc));
         }
         if (m->locks)
             pthread_mutex_lock(&m->mu);
@@ -629,7 +630,7 @@ static void end_of_input(moe_trace_map_t *m, int wid)
     if (m->ops->finish && !failed(m)) {
         int rc = m->ops->finish(m->arg, wid);
         if (rc < 0)
-            fail_locked(m, NO_INDEX, NO_INDEX, rc, "%s", moe_strerror(rc));
+            fail_locked(m, NO_INDEX, NO_INDEX, rc, "'%s': %s", m->path, moe_strerror(rc));
     }
 }
 
@@ -653,7 +654,7 @@ static void parallel_worker(moe_trace_map_t *m, int wid)
             if (w->ccap < m->firstc_len) {
                 uint8_t *q = realloc(w->cbuf, m->firstc_len);
                 if (!q) {
-                    fail_locked(m, index, NO_INDEX, MOE_ENOMEM, "out of memory");
+                    fail_locked(m, index, NO_INDEX, MOE_ENOMEM, "'%s': out of memory", m->path);
                     break;
                 }
                 w->cbuf = q;
@@ -736,7 +737,7 @@ static void sequential_run(moe_trace_map_t *m)
          * (which may declare 4096 layers of top-256) reserves nothing. */
         while (n < limit && (rc = moe_trace_read(m->seqr, &r)) == 1) {
             if (bbuf_reserve(m, b, n + 1) || bbuf_reserve_ids(m, b, n + 1)) {
-                fail_at(m, index, NO_INDEX, MOE_ENOMEM, "out of memory");
+                fail_at(m, index, NO_INDEX, MOE_ENOMEM, "'%s': out of memory", m->path);
                 break;
             }
             b->token[n] = r.token;
@@ -769,8 +770,10 @@ static void sequential_run(moe_trace_map_t *m)
 static moe_trace_map_t *open_fail(moe_trace_map_t *m, int rc, int *status, char *errbuf,
                                   size_t errlen)
 {
-    if (errbuf && errlen)
-        snprintf(errbuf, errlen, "%s", m->msg[0] ? m->msg : moe_strerror(rc));
+    if (errbuf && errlen && m->msg[0])
+        snprintf(errbuf, errlen, "%s", m->msg);
+    else if (errbuf && errlen) /* every failure names the file, this one too */
+        snprintf(errbuf, errlen, "'%s': %s", m->path ? m->path : "-", moe_strerror(rc));
     *status = rc;
     moe_trace_map_close(m);
     return NULL;
@@ -941,7 +944,7 @@ static void finish_message(moe_trace_map_t *m)
         if (strncmp(tmp, "'", 1) == 0) /* framing: "'path': corrupt record (block ...)" */
             snprintf(m->msg, sizeof m->msg, "'%s': corrupt record %llu", m->path, rec);
         else
-            snprintf(m->msg, sizeof m->msg, "record %llu: %.280s", rec, tmp);
+            snprintf(m->msg, sizeof m->msg, "'%s': record %llu: %.280s", m->path, rec, tmp);
     }
 }
 
@@ -981,7 +984,7 @@ int moe_trace_map_run(moe_trace_map_t *m, const moe_trace_map_ops_t *ops, void *
     }
     finish_message(m);
     if (m->err && !m->msg[0])
-        snprintf(m->msg, sizeof m->msg, "%s", moe_strerror(m->err));
+        snprintf(m->msg, sizeof m->msg, "'%s': %s", m->path, moe_strerror(m->err));
     return m->err;
 }
 

@@ -43,7 +43,7 @@ ptrdiff_t trace_text_format_header(moe_trace_t *t, const moe_trace_hdr_t *h)
 {
     size_t tlen = h->text ? strlen(h->text) : 0;
     if (trace_reserve(t, tlen + 256))
-        return trace_fail(t, MOE_ENOMEM, "out of memory");
+        return trace_fail(t, MOE_ENOMEM, "'%s': out of memory", t->path);
     int n = snprintf((char *)t->buf, 256,
                      "@MT\tVN:%d.%d\tlayers:%u\texperts:%u\ttopk:%u\thidden:%u\telem_bytes:%u"
                      "\tranks:%u\tweights:%d\n",
@@ -58,7 +58,7 @@ ptrdiff_t trace_text_format_rec(moe_trace_t *t, const moe_trace_hdr_t *h,
 {
     size_t nid = (size_t)h->layers * h->topk;
     if (trace_reserve(t, 128 + nid * (r->weights ? 24 : 7) + h->layers * 2))
-        return trace_fail(t, MOE_ENOMEM, "out of memory");
+        return trace_fail(t, MOE_ENOMEM, "'%s': out of memory", t->path);
     char *p = (char *)t->buf;
     p = put_u64(p, r->token);
     *p++ = '\t';
@@ -217,7 +217,7 @@ int trace_text_read_header(moe_trace_t *t)
     /* Header text: following '@' lines; the first record line is kept pending. */
     while ((rc = next_line(t, &line)) == 1 && line[0] == '@') {
         if (moe_trace_hdr_add_line(&t->hdr, line))
-            return trace_fail(t, MOE_ENOMEM, "out of memory");
+            return trace_fail(t, MOE_ENOMEM, "'%s': out of memory", t->path);
     }
     while (rc == 1 && (line[0] == '#' || line[0] == '\0')) /* comments, blank lines */
         rc = next_line(t, &line);
