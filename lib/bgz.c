@@ -17,6 +17,7 @@
 #include "moe/bgz.h"
 #include "moe/io.h"
 #include "moe/moe.h"
+#include "pool_internal.h"
 #include "util_internal.h"
 
 /* The end-of-file marker: an empty member (one empty final fixed-Huffman block, 03 00). */
@@ -67,7 +68,8 @@ struct moe_bgz {
     codec_t main_codec;
     /* workers */
     int nthreads;
-    pthread_t *threads;
+    pool_team_t team;       /* the workers: shares 1..nthreads (lib/pool.c) */
+    int team_up;
     pthread_mutex_t mu;
     pthread_cond_t cv_work, cv_done;
     int stop;
@@ -286,8 +288,10 @@ static slot_t *next_loaded(moe_bgz_t *bz)
     return NULL;
 }
 
-static void *worker_main(void *arg)
+/* A worker: blocks as they are loaded, until the handle stops (any share). */
+static void worker_main(void *arg, int share)
 {
+    (void)share;
     moe_bgz_t *bz = arg;
     codec_t c;
     int crc = codec_init(&c, bz->mode, bz->level);
@@ -308,7 +312,6 @@ static void *worker_main(void *arg)
     }
     pthread_mutex_unlock(&bz->mu);
     codec_release(&c);
-    return NULL;
 }
 
 /* Make slot s DONE: process it here if no worker has taken it; while a worker has it, process
@@ -421,14 +424,11 @@ moe_bgz_t *moe_bgz_dopen(int fd, char mode, int level, int threads, const char *
         pthread_mutex_init(&bz->mu, NULL);
         pthread_cond_init(&bz->cv_work, NULL);
         pthread_cond_init(&bz->cv_done, NULL);
-        bz->threads = calloc((size_t)bz->nthreads, sizeof *bz->threads);
-        if (!bz->threads)
-            rc = MOE_ENOMEM;
-        for (int i = 0; rc == 0 && i < bz->nthreads; i++)
-            if (pthread_create(&bz->threads[i], NULL, worker_main, bz) != 0) {
-                bz->nthreads = i;
-                rc = MOE_ESYS;
-            }
+        /* share 0 is no thread's: this one works on blocks only while it waits for one */
+        rc = pool_team_start(&bz->team, bz->nthreads + 1, worker_main, bz);
+        bz->team_up = rc == 0;
+        if (rc == 0 && bz->team.started < bz->nthreads)
+            rc = MOE_ESYS;
     }
     if (rc != 0) {
         bz->fd = -1; /* the caller keeps fd on failure */
@@ -736,14 +736,12 @@ int moe_bgz_close(moe_bgz_t *bz)
             bgz_fail(bz, rc, strerror(errno));
         }
     }
-    if (bz->threads) {
+    if (bz->team_up) {
         pthread_mutex_lock(&bz->mu);
         bz->stop = 1;
         pthread_cond_broadcast(&bz->cv_work);
         pthread_mutex_unlock(&bz->mu);
-        for (int i = 0; i < bz->nthreads; i++)
-            pthread_join(bz->threads[i], NULL);
-        free(bz->threads);
+        pool_team_join(&bz->team, 0);
     }
     if (bz->nthreads) {
         pthread_mutex_destroy(&bz->mu);

@@ -15,6 +15,7 @@
 #include "moe/io.h"
 #include "moe/moe.h"
 #include "parse_internal.h"
+#include "pool_internal.h"
 #include "textbuf_internal.h"
 #include "util_internal.h"
 
@@ -357,8 +358,10 @@ static int claim_chunk(rows_job_t *job, int from_back, size_t *c)
     return ok;
 }
 
-static void *rows_helper(void *arg)
+/* A helper of the writer: chunks from the back until none is left (any share). */
+static void rows_helper(void *arg, int share)
 {
+    (void)share;
     rows_job_t *job = arg;
     out_t *o = malloc(sizeof *o);
     size_t c;
@@ -372,7 +375,6 @@ static void *rows_helper(void *arg)
         job->chunks[c].err = tb_end(o);
     }
     free(o);
-    return NULL;
 }
 
 int moe_affinity_write(const moe_affinity_t *a, const char *text, moe_affinity_sink_fn fn,
@@ -391,15 +393,17 @@ int moe_affinity_write(const moe_affinity_t *a, const char *text, moe_affinity_s
     job.R = count_rows(a, &tc, &ts);
     job.nchunks = job.back = (job.R + ROWS_PER_CHUNK - 1) / ROWS_PER_CHUNK;
     int T = a->threads > 1 ? a->threads : 1, nh = 0;
-    pthread_t tid[15];
+    pool_team_t team;
     if (T > 16)
         T = 16;
     if (T > 1 && job.R >= 1024 && (job.chunks = calloc(job.nchunks, sizeof *job.chunks)) &&
         pthread_mutex_init(&job.mu, NULL) == 0) {
-        for (int k = 1; k < T; k++)
-            nh += pthread_create(&tid[nh], NULL, rows_helper, &job) == 0;
-        if (!nh)
+        /* helpers take chunks from the back while this thread writes the front */
+        nh = pool_team_start(&team, T, rows_helper, &job) == 0 ? team.started : 0;
+        if (!nh) {
+            pool_team_join(&team, 0);
             pthread_mutex_destroy(&job.mu);
+        }
     }
     write_header(o, a, text);
     write_layers(o, a);
@@ -412,8 +416,7 @@ int moe_affinity_write(const moe_affinity_t *a, const char *text, moe_affinity_s
         size_t c;
         while (claim_chunk(&job, 0, &c))
             format_chunk(o, &job, c);
-        for (int k = 0; k < nh; k++)
-            pthread_join(tid[k], NULL);
+        pool_team_join(&team, 0); /* the chunks left are this thread's, claimed above */
         pthread_mutex_destroy(&job.mu);
         tb_flush(o);
         for (size_t k = job.front; k < job.nchunks; k++) {

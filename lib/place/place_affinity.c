@@ -3,7 +3,6 @@
 #include "config.h"
 
 #include <math.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,6 +13,7 @@
 #include "moe/rng.h"
 #include "acct/acct_internal.h"
 #include "place_internal.h"
+#include "pool_internal.h"
 #include "util_internal.h"
 
 /*
@@ -749,9 +749,10 @@ typedef struct worker {
     int id;
 } worker_t;
 
-static void *run_worker(void *arg)
+/* Share `share` of the job: candidates c = share mod nthreads, the workers w[] its array. */
+static void run_share(void *arg, int share)
 {
-    worker_t *w = arg;
+    const worker_t *w = (const worker_t *)arg + share;
     job_t *jb = w->job;
     for (uint32_t c = (uint32_t)w->id; c < jb->ncand; c += (uint32_t)jb->nthreads) {
         const model_t *m = &jb->models[c % jb->nweights];
@@ -764,37 +765,20 @@ static void *run_worker(void *arg)
         if (!jb->rc[c])
             jb->modelled[c] = state_cost(&jb->st[c]);
     }
-    return NULL;
 }
 
 static int run_candidates(job_t *jb, int threads)
 {
     worker_t *w = calloc((size_t)threads + 1, sizeof *w);
-    pthread_t *th = calloc((size_t)threads + 1, sizeof *th);
-    char *up = calloc((size_t)threads + 1, 1);
-    if (!w || !th || !up) {
-        free(w);
-        free(th);
-        free(up);
+    if (!w)
         return MOE_ENOMEM;
-    }
     /* candidate c runs on worker c mod (threads + 1) whatever happens, so the result does not
      * depend on which threads could be started: the calling thread runs the others' share */
     jb->nthreads = threads + 1;
     for (int t = 0; t <= threads; t++)
         w[t] = (worker_t){jb, t};
-    for (int t = 1; t <= threads; t++)
-        up[t] = pthread_create(&th[t], NULL, run_worker, &w[t]) == 0;
-    run_worker(&w[0]);
-    for (int t = 1; t <= threads; t++) {
-        if (up[t])
-            pthread_join(th[t], NULL);
-        else
-            run_worker(&w[t]);
-    }
+    pool_run(threads + 1, run_share, w);
     free(w);
-    free(th);
-    free(up);
     return 0;
 }
 

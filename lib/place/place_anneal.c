@@ -11,6 +11,7 @@
 #include "moe/rng.h"
 #include "acct/acct_internal.h"
 #include "place_internal.h"
+#include "pool_internal.h"
 
 /*
  * Why: a token's transfers at a layer grow with the ranks (and nodes) its set is spread over --
@@ -319,8 +320,10 @@ static void anneal_run(anneal_t *a, uint64_t seed)
     }
 }
 
-static void *layer_worker(void *arg)
+/* A worker of the job: layers from the common counter until none is left (any share). */
+static void layer_share(void *arg, int share)
 {
+    (void)share;
     layer_job_t *jb = arg;
     const moe_place_layers_t *m = jb->m;
     anneal_t a;
@@ -341,7 +344,6 @@ static void *layer_worker(void *arg)
     }
     if (!rc)
         anneal_free(&a);
-    return NULL;
 }
 
 int moe_place_anneal(const moe_place_layers_t *m, const moe_place_sample_t *x, uint64_t seed, int threads,
@@ -350,22 +352,10 @@ int moe_place_anneal(const moe_place_layers_t *m, const moe_place_sample_t *x, u
     if (!x || !x->n || x->layers != m->L)
         return 0;
     layer_job_t jb = {.m = m, .x = x, .seed = seed, .rank = rank};
-    pthread_t *th = calloc((size_t)threads + 1, sizeof *th);
-    char *up = calloc((size_t)threads + 1, 1);
-    if (!th || !up || pthread_mutex_init(&jb.lock, NULL)) {
-        free(th);
-        free(up);
+    if (pthread_mutex_init(&jb.lock, NULL))
         return MOE_ENOMEM;
-    }
-    for (int i = 0; i < threads; i++)
-        up[i] = pthread_create(&th[i], NULL, layer_worker, &jb) == 0;
-    layer_worker(&jb);
-    for (int i = 0; i < threads; i++)
-        if (up[i])
-            pthread_join(th[i], NULL);
+    pool_run(threads + 1, layer_share, &jb);
     pthread_mutex_destroy(&jb.lock);
-    free(th);
-    free(up);
     return jb.rc;
 }
 

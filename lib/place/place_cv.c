@@ -4,7 +4,6 @@
 
 #include <inttypes.h>
 #include <math.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +15,7 @@
 #include "moe/placement.h"
 #include "moe/rng.h"
 #include "moe/trace.h"
+#include "pool_internal.h"
 #include "util_internal.h"
 
 #define CV_MAX_FOLDS 16u
@@ -331,13 +331,15 @@ typedef struct folds_job {
     uint32_t next;
 } folds_job_t;
 
-static void *folds_worker(void *arg)
+/* A worker of the job: folds from the common counter until none is left (any share). */
+static void folds_share(void *arg, int share)
 {
+    (void)share;
     folds_job_t *jb = arg;
     for (;;) {
         uint32_t f = __atomic_fetch_add(&jb->next, 1, __ATOMIC_RELAXED);
         if (f >= jb->cv->k)
-            return NULL;
+            return;
         double t = util_now();
         jb->rc[f] = fold_fit(jb->cv, jb->topo, &jb->o, f, &jb->fits[f], jb->err[f],
                              sizeof jb->err[f]);
@@ -359,18 +361,11 @@ static int fit_folds(const moe_place_cv_t *cv, const moe_topo_t *topo,
     *jb = (folds_job_t){.cv = &one, .topo = topo, .o = *o, .fits = fits};
     int workers = o->threads > 0 ? o->threads + 1 : 1;
     workers = workers > (int)cv->k ? (int)cv->k : workers;
-    pthread_t th[CV_MAX_FOLDS];
-    int up[CV_MAX_FOLDS] = {0};
     if (workers > 1) {
         one.threads = 0;
         jb->o.threads = 0;
-        for (int t = 1; t < workers; t++)
-            up[t] = pthread_create(&th[t], NULL, folds_worker, jb) == 0;
     }
-    folds_worker(jb);
-    for (int t = 1; t < workers; t++)
-        if (up[t])
-            pthread_join(th[t], NULL);
+    pool_run(workers, folds_share, jb);
     int rc = 0;
     for (uint32_t f = 0; f < cv->k && !rc; f++)
         if ((rc = jb->rc[f]) != 0)

@@ -4,13 +4,13 @@
 #include "config.h"
 
 #include <math.h>
-#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "moe/acct.h"
 #include "moe/moe.h"
 #include "place_internal.h"
+#include "pool_internal.h"
 
 /*
  * One layer at a time, in order (a token's coherent home at layer j depends on the layers
@@ -154,10 +154,10 @@ typedef struct worker {
     pass_t *out;
 } worker_t;
 
-/* Chunk c of the tokens, for every c = id mod nthreads. */
-static void *pass_worker(void *arg)
+/* Chunk c of the tokens, for every c = id mod nthreads: share id of the workers w[]. */
+static void pass_share(void *arg, int share)
 {
-    const worker_t *w = arg;
+    const worker_t *w = (const worker_t *)arg + share;
     const rep_t *r = w->r;
     for (uint32_t c = w->id; c < PASS_CHUNKS; c += w->nthreads) {
         pass_zero(r, &r->part[c]);
@@ -165,7 +165,6 @@ static void *pass_worker(void *arg)
                     (uint32_t)((uint64_t)r->x->n * (c + 1) / PASS_CHUNKS), &r->part[c],
                     w->out->home);
     }
-    return NULL;
 }
 
 /* Route every token at layer j under the current copies into *s: PASS_CHUNKS fixed chunks of
@@ -175,19 +174,9 @@ static void run_pass(const rep_t *r, uint32_t j, pass_t *s)
 {
     uint32_t nt = (uint32_t)r->threads + 1 < PASS_CHUNKS ? (uint32_t)r->threads + 1 : PASS_CHUNKS;
     worker_t w[PASS_CHUNKS];
-    pthread_t th[PASS_CHUNKS];
-    int up[PASS_CHUNKS] = {0};
     for (uint32_t i = 0; i < nt; i++)
         w[i] = (worker_t){r, j, i, nt, s};
-    for (uint32_t i = 1; i < nt; i++)
-        up[i] = pthread_create(&th[i], NULL, pass_worker, &w[i]) == 0;
-    pass_worker(&w[0]);
-    for (uint32_t i = 1; i < nt; i++) {
-        if (up[i])
-            pthread_join(th[i], NULL);
-        else
-            pass_worker(&w[i]);
-    }
+    pool_run((int)nt, pass_share, w);
     pass_zero(r, s);
     size_t nl = (size_t)r->ng * r->G, eg = (size_t)r->E * r->G;
     for (uint32_t c = 0; c < PASS_CHUNKS; c++) {

@@ -15,6 +15,7 @@
 #include "moe/io.h"
 #include "moe/moe.h"
 #include "moe/trace_map.h"
+#include "pool_internal.h"
 #include "trace_internal.h"
 #include "util_internal.h"
 
@@ -51,8 +52,6 @@ typedef struct wstate {
     uint64_t coff; /* file offset of the member in cbuf */
     bbuf_t *cur;
     struct moe_trace_map *m;
-    pthread_t tid;
-    int started;
 } wstate_t;
 
 typedef struct done_ent {
@@ -704,11 +703,10 @@ static void parallel_worker(moe_trace_map_t *m, int wid)
     end_of_input(m, wid);
 }
 
-static void *worker_main(void *arg)
+/* Worker `share` of the map (share 0 is the thread that runs the map). */
+static void worker_share(void *arg, int share)
 {
-    wstate_t *w = arg;
-    parallel_worker(w->m, (int)(w - w->m->ws));
-    return NULL;
+    parallel_worker(arg, share);
 }
 
 /* ------------------------------------------------------------------ the sequential path */
@@ -962,21 +960,17 @@ int moe_trace_map_run(moe_trace_map_t *m, const moe_trace_map_ops_t *ops, void *
         pthread_cond_init(&m->cv_end, NULL);
         pthread_cond_init(&m->cv_buf, NULL);
         m->locks = 1;
-        for (int i = 1; i < m->nworkers; i++) {
+        for (int i = 1; i < m->nworkers; i++)
             m->ws[i].m = m;
-            if (pthread_create(&m->ws[i].tid, NULL, worker_main, &m->ws[i]) != 0) {
-                /* run with the workers started so far; the others count as exited */
-                pthread_mutex_lock(&m->mu);
-                m->nexited += m->nworkers - i;
-                pthread_mutex_unlock(&m->mu);
-                break;
-            }
-            m->ws[i].started = 1;
+        pool_team_t team;
+        int started = pool_team_start(&team, m->nworkers, worker_share, m) == 0 ? team.started : 0;
+        if (started < m->nworkers - 1) { /* run with those started; the others count as exited */
+            pthread_mutex_lock(&m->mu);
+            m->nexited += m->nworkers - 1 - started;
+            pthread_mutex_unlock(&m->mu);
         }
         parallel_worker(m, 0);
-        for (int i = 1; i < m->nworkers; i++)
-            if (m->ws[i].started)
-                pthread_join(m->ws[i].tid, NULL);
+        pool_team_join(&team, 0);
     } else if (m->seqr) {
         sequential_run(m);
     } else {
