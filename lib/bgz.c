@@ -17,6 +17,7 @@
 #include "moe/bgz.h"
 #include "moe/io.h"
 #include "moe/moe.h"
+#include "bsrc_internal.h"
 #include "pool_internal.h"
 #include "util_internal.h"
 
@@ -54,8 +55,7 @@ struct moe_bgz {
     int level;
     char name[256];
     /* sniffed bytes to consume before fd (reading) */
-    uint8_t *prefix;
-    size_t prefix_len, prefix_off;
+    bsrc_t src;             /* reading: the sniffed prefix, then fd (bsrc.c) */
     uint64_t pos;       /* compressed bytes consumed / written */
     int file_eof;       /* reader: no more members */
     int last_empty;     /* reader: the last member read was empty (the EOF marker) */
@@ -412,14 +412,10 @@ moe_bgz_t *moe_bgz_dopen(int fd, char mode, int level, int threads, const char *
     /* Enough blocks in flight to keep every thread busy while the caller consumes in order. */
     bz->nslots = bz->nthreads ? 4 * (unsigned)(bz->nthreads + 1) : 1;
     bz->slots = calloc(bz->nslots, sizeof *bz->slots);
-    if (prefix_len) {
-        bz->prefix = malloc(prefix_len);
-        if (bz->prefix)
-            memcpy(bz->prefix, prefix, prefix_len);
-        bz->prefix_len = prefix_len;
-    }
-    int rc = (!bz->slots || (prefix_len && !bz->prefix)) ? MOE_ENOMEM
-             : codec_init(&bz->main_codec, mode, bz->level);
+    int rc = !bz->slots ? MOE_ENOMEM
+             : mode == 'r' ? bsrc_init(&bz->src, fd, prefix, prefix_len, BSRC_RAW) : 0;
+    if (rc == 0)
+        rc = codec_init(&bz->main_codec, mode, bz->level);
     if (rc == 0 && bz->nthreads) {
         pthread_mutex_init(&bz->mu, NULL);
         pthread_cond_init(&bz->cv_work, NULL);
@@ -443,21 +439,7 @@ moe_bgz_t *moe_bgz_dopen(int fd, char mode, int level, int threads, const char *
 
 static ptrdiff_t bgz_raw(moe_bgz_t *bz, uint8_t *dst, size_t n)
 {
-    size_t got = 0;
-    if (bz->prefix_off < bz->prefix_len) {
-        size_t k = bz->prefix_len - bz->prefix_off;
-        k = k < n ? k : n;
-        memcpy(dst, bz->prefix + bz->prefix_off, k);
-        bz->prefix_off += k;
-        got = k;
-    }
-    if (got < n) {
-        ptrdiff_t r = moe_read_full(bz->fd, dst + got, n - got);
-        if (r < 0)
-            return -1;
-        got += (size_t)r;
-    }
-    return (ptrdiff_t)got;
+    return bsrc_raw(&bz->src, dst, n);
 }
 
 /* Read one member, whole (header, data, footer), into *buf (capacity *cap, grown as needed):
@@ -756,7 +738,7 @@ int moe_bgz_close(moe_bgz_t *bz)
         free(bz->slots[i].udata);
     }
     free(bz->slots);
-    free(bz->prefix);
+    bsrc_release(&bz->src);
     if (rc == 0)
         rc = bz->err;
     free(bz);

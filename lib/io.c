@@ -13,28 +13,14 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
-#include <zlib.h>
 
+#include "bsrc_internal.h"
 #include "moe/io.h"
 #include "moe/moe.h"
 
 /* ------------------------------------------------------------------ raw I/O */
 
-ptrdiff_t moe_read_full(int fd, void *buf, size_t n)
-{
-    size_t got = 0;
-    while (got < n) {
-        ssize_t r = read(fd, (char *)buf + got, n - got);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r < 0)
-            return -1;
-        if (r == 0)
-            break;
-        got += (size_t)r;
-    }
-    return (ptrdiff_t)got;
-}
+/* moe_read_full is bsrc.c's, below this file: the byte source reads with it. */
 
 int moe_write_full(int fd, const void *buf, size_t n)
 {
@@ -259,60 +245,12 @@ void moe_ofile_abort(moe_ofile_t *f)
 #define LINES_CHUNK (1u << 20)
 
 struct moe_lines {
-    int fd;
-    uint8_t *prefix; /* sniffed bytes still to be consumed before fd */
-    size_t prefix_len, prefix_off;
-    int gz;          /* input is gzip (possibly several members) */
-    z_stream zs;
-    uint8_t *zin;    /* compressed input buffer */
-    char *buf;       /* decompressed text; lines are cut from [start, end) */
+    bsrc_t src;      /* the sniffed prefix, then the descriptor, gzip inflated (bsrc.c) */
+    char *buf;       /* the text; lines are cut from [start, end) */
     size_t cap, start, end;
     int eof;
     uint64_t lineno, bytes;
 };
-
-/* Raw bytes: the sniffed prefix first, then the descriptor. */
-static ptrdiff_t lines_raw(moe_lines_t *l, uint8_t *dst, size_t n)
-{
-    if (l->prefix_off < l->prefix_len) {
-        size_t k = l->prefix_len - l->prefix_off;
-        k = k < n ? k : n;
-        memcpy(dst, l->prefix + l->prefix_off, k);
-        l->prefix_off += k;
-        return (ptrdiff_t)k;
-    }
-    return l->fd < 0 ? 0 : moe_read_full(l->fd, dst, n);
-}
-
-/* Inflate into dst; handles concatenated gzip members. Returns bytes produced or < 0. */
-static ptrdiff_t lines_inflate(moe_lines_t *l, uint8_t *dst, size_t n)
-{
-    l->zs.next_out = dst;
-    l->zs.avail_out = (uInt)n;
-    while (l->zs.avail_out == n) {
-        if (l->zs.avail_in == 0) {
-            ptrdiff_t r = lines_raw(l, l->zin, LINES_CHUNK);
-            if (r < 0)
-                return MOE_ESYS;
-            if (r == 0)
-                return l->zs.total_out == 0 && l->zs.total_in == 0 ? 0 : MOE_ETRUNC;
-            l->zs.next_in = l->zin;
-            l->zs.avail_in = (uInt)r;
-        }
-        int rc = inflate(&l->zs, Z_NO_FLUSH);
-        if (rc == Z_STREAM_END) {
-            size_t produced = n - l->zs.avail_out;
-            inflateReset(&l->zs);
-            l->zs.total_in = l->zs.total_out = 0;
-            if (produced)
-                return (ptrdiff_t)produced;
-            continue;
-        }
-        if (rc != Z_OK && rc != Z_BUF_ERROR)
-            return MOE_ECORRUPT;
-    }
-    return (ptrdiff_t)(n - l->zs.avail_out);
-}
 
 moe_lines_t *moe_lines_dopen(int fd, const uint8_t *prefix, size_t prefix_len, int *status)
 {
@@ -321,38 +259,16 @@ moe_lines_t *moe_lines_dopen(int fd, const uint8_t *prefix, size_t prefix_len, i
         *status = MOE_ENOMEM;
         return NULL;
     }
-    l->fd = fd;
     l->cap = LINES_CHUNK;
     l->buf = malloc(l->cap + 1);
-    uint8_t head[2];
-    size_t have = prefix_len;
-    l->prefix = malloc(prefix_len + 2);
-    if (!l->buf || !l->prefix)
-        goto nomem;
-    if (prefix_len)
-        memcpy(l->prefix, prefix, prefix_len);
-    if (have < 2 && fd >= 0) { /* need two bytes to recognise gzip */
-        ptrdiff_t r = moe_read_full(fd, head, 2 - have);
-        if (r < 0) {
-            *status = MOE_ESYS;
-            moe_lines_close(l);
-            return NULL;
-        }
-        memcpy(l->prefix + have, head, (size_t)r);
-        have += (size_t)r;
-    }
-    l->prefix_len = have;
-    l->gz = have >= 2 && l->prefix[0] == 0x1f && l->prefix[1] == 0x8b;
-    if (l->gz) {
-        l->zin = malloc(LINES_CHUNK);
-        if (!l->zin || inflateInit2(&l->zs, 15 + 16) != Z_OK)
-            goto nomem;
+    int st = l->buf ? bsrc_init(&l->src, fd, prefix, prefix_len, BSRC_DETECT) : MOE_ENOMEM;
+    if (st) {
+        *status = st;
+        l->src.fd = -1; /* the caller keeps fd on failure */
+        moe_lines_close(l);
+        return NULL;
     }
     return l;
-nomem:
-    *status = MOE_ENOMEM;
-    moe_lines_close(l);
-    return NULL;
 }
 
 moe_lines_t *moe_lines_open(const char *path, int *status, char *errbuf, size_t errlen)
@@ -388,8 +304,7 @@ static int lines_fill(moe_lines_t *l)
         l->buf = nb;
         l->cap *= 2;
     }
-    ptrdiff_t r = l->gz ? lines_inflate(l, (uint8_t *)l->buf + l->end, l->cap - l->end)
-                        : lines_raw(l, (uint8_t *)l->buf + l->end, l->cap - l->end);
+    ptrdiff_t r = bsrc_read(&l->src, (uint8_t *)l->buf + l->end, l->cap - l->end);
     if (r < 0)
         return (int)r;
     if (r == 0)
@@ -438,12 +353,9 @@ void moe_lines_close(moe_lines_t *l)
 {
     if (!l)
         return;
-    if (l->gz && l->zin)
-        inflateEnd(&l->zs);
-    if (l->fd >= 0)
-        close(l->fd);
-    free(l->zin);
-    free(l->prefix);
+    if (l->src.fd >= 0)
+        close(l->src.fd);
+    bsrc_release(&l->src);
     free(l->buf);
     free(l);
 }

@@ -10,8 +10,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <zlib.h>
 
+#include "bsrc_internal.h"
 #include "import_common.h"
 #include "parse_internal.h"
 #include "util_internal.h"
@@ -438,14 +438,9 @@ int imp_grid_next(moe_importer_t *im, imp_grid_t *g, moe_trace_rec_t *r, const i
 
 /* ------------------------------------------------------------------ byte source (npy) */
 
+/* The importers' binary source: the one byte source of the readers (bsrc_internal.h). */
 struct imp_src {
-    int fd;
-    const uint8_t *pre;
-    size_t pre_n, pre_off;
-    int gz, raw_eof, z_live;
-    z_stream z;
-    uint8_t in[64 * 1024];
-    uint64_t bytes;
+    bsrc_t b;
 };
 
 int imp_is_gzip(const uint8_t *b, size_t n)
@@ -456,90 +451,17 @@ int imp_is_gzip(const uint8_t *b, size_t n)
 imp_src_t *imp_src_new(int fd, const uint8_t *prefix, size_t n)
 {
     imp_src_t *s = calloc(1, sizeof *s);
-    if (!s)
+    if (s && bsrc_init(&s->b, fd, prefix, n, imp_is_gzip(prefix, n) ? BSRC_DETECT : BSRC_RAW)) {
+        bsrc_release(&s->b);
+        free(s);
         return NULL;
-    s->fd = fd;
-    s->pre = prefix;
-    s->pre_n = n;
-    s->gz = imp_is_gzip(prefix, n);
-    if (s->gz) {
-        if (inflateInit2(&s->z, 15 + 16) != Z_OK) {
-            free(s);
-            return NULL;
-        }
-        s->z_live = 1;
     }
     return s;
 }
 
-/* Raw (possibly compressed) bytes: the prefix first, then the descriptor. */
-static ptrdiff_t src_raw(imp_src_t *s, uint8_t *buf, size_t n)
-{
-    if (s->pre_off < s->pre_n) {
-        size_t k = s->pre_n - s->pre_off < n ? s->pre_n - s->pre_off : n;
-        memcpy(buf, s->pre + s->pre_off, k);
-        s->pre_off += k;
-        return (ptrdiff_t)k;
-    }
-    ptrdiff_t k = moe_read_full(s->fd, buf, n);
-    return k < 0 ? MOE_ESYS : k;
-}
-
-/* More compressed input when inflate has used what it had: 0 or a negative status. */
-static int src_refill(imp_src_t *s)
-{
-    if (s->z.avail_in > 0 || s->raw_eof)
-        return 0;
-    ptrdiff_t k = src_raw(s, s->in, sizeof s->in);
-    if (k < 0)
-        return (int)k;
-    s->raw_eof = k == 0;
-    s->z.next_in = s->in;
-    s->z.avail_in = (uInt)k;
-    return 0;
-}
-
-static ptrdiff_t src_gz(imp_src_t *s, uint8_t *buf, size_t n)
-{
-    s->z.next_out = buf;
-    s->z.avail_out = (uInt)n;
-    while (s->z.avail_out > 0) {
-        int st = src_refill(s);
-        if (st < 0)
-            return st;
-        int ret = inflate(&s->z, Z_NO_FLUSH);
-        if (ret == Z_STREAM_END) {
-            /* Concatenated members (BGZF-style files) continue the same stream; a member
-             * that ends with the bytes read so far may also end the input, which only a
-             * further read tells (readers that ask past the end, as .pt's does, meet it). */
-            if ((st = src_refill(s)) < 0)
-                return st;
-            if (s->z.avail_in == 0 && s->raw_eof)
-                break;
-            inflateReset(&s->z);
-        } else if (ret == Z_BUF_ERROR && s->z.avail_in == 0 && s->raw_eof) {
-            return MOE_ETRUNC;
-        } else if (ret != Z_OK && ret != Z_BUF_ERROR) {
-            return MOE_ECORRUPT;
-        }
-    }
-    return (ptrdiff_t)(n - s->z.avail_out);
-}
-
 ptrdiff_t imp_src_read(imp_src_t *s, void *buf, size_t n)
 {
-    ptrdiff_t got = 0;
-    while ((size_t)got < n) {
-        ptrdiff_t k = s->gz ? src_gz(s, (uint8_t *)buf + got, n - (size_t)got)
-                            : src_raw(s, (uint8_t *)buf + got, n - (size_t)got);
-        if (k < 0)
-            return k;
-        if (k == 0)
-            break;
-        got += k;
-    }
-    s->bytes += (uint64_t)got;
-    return got;
+    return bsrc_read(&s->b, buf, n);
 }
 
 int imp_src_slurp(imp_src_t *s, size_t max, uint8_t **out, size_t *n)
@@ -578,25 +500,24 @@ int imp_src_slurp(imp_src_t *s, size_t max, uint8_t **out, size_t *n)
 
 uint64_t imp_src_bytes(const imp_src_t *s)
 {
-    return s->bytes;
+    return s->b.bytes;
 }
 
 int imp_src_file(const imp_src_t *s, uint64_t *size)
 {
     struct stat sb;
-    if (s->gz || fstat(s->fd, &sb) != 0 || !S_ISREG(sb.st_mode))
+    if (s->b.gz || fstat(s->b.fd, &sb) != 0 || !S_ISREG(sb.st_mode))
         return -1;
     *size = (uint64_t)sb.st_size;
-    return s->fd;
+    return s->b.fd;
 }
 
 void imp_src_free(imp_src_t *s)
 {
     if (!s)
         return;
-    if (s->z_live)
-        inflateEnd(&s->z);
-    if (s->fd > 2)
-        close(s->fd);
+    if (s->b.fd > 2)
+        close(s->b.fd);
+    bsrc_release(&s->b);
     free(s);
 }
