@@ -82,3 +82,66 @@ const char *moe_link_name(int c)
     static const char *const names[MOE_LINK_CLASSES] = {"self", "intra", "inter", "host"};
     return c >= 0 && c < MOE_LINK_CLASSES ? names[c] : "?";
 }
+
+/* ------------------------------------------------------------------ per-operation costs */
+
+static const char *const coll_names[MOE_COLLS] = {"alltoall", "allgather", "reducescatter",
+                                                  "allreduce"};
+
+const char *moe_coll_name(int op)
+{
+    return op >= 0 && op < MOE_COLLS ? coll_names[op] : "?";
+}
+
+int moe_coll_parse(const char *s)
+{
+    for (int i = 0; i < MOE_COLLS; i++)
+        if (!strcmp(s, coll_names[i]))
+            return i;
+    return -1;
+}
+
+moe_link_t moe_topo_coll(const moe_topo_t *t, int op, int c)
+{
+    moe_link_t l = t->link[c];
+    if (op < 0 || op >= MOE_COLLS || c <= MOE_LINK_SELF || c >= MOE_LINK_CLASSES)
+        return l;
+    const moe_link_t *o = &t->coll[op][c];
+    if (o->npoints) {
+        l.npoints = o->npoints;
+        memcpy(l.size, o->size, sizeof l.size);
+        memcpy(l.eff, o->eff, sizeof l.eff);
+    }
+    if (t->coll_lat >> (op * MOE_LINK_CLASSES + c) & 1u)
+        l.latency = o->latency;
+    return l;
+}
+
+double moe_topo_coll_time(const moe_topo_t *t, int op, int c, double size, uint32_t n)
+{
+    if (n <= 1 || !(size > 0) || c == MOE_LINK_SELF)
+        return 0;
+    moe_link_t l = moe_topo_coll(t, op, c);
+    if (!(l.bw > 0))
+        return NAN;
+    /* nccl-tests' bus bandwidth factors (PERFORMANCE.md): (n - 1) / n of the buffer crosses
+     * the links in an all-to-all, all-gather or reduce-scatter, twice that in an all-reduce */
+    double f = (n - 1.0) / n * (op == MOE_COLL_ALLREDUCE ? 2 : 1);
+    return l.latency + size * f / (l.bw * moe_link_efficiency(&l, size));
+}
+
+double moe_topo_gemm_time(const moe_topo_t *t, double m, double n, double k, double groups,
+                          double elem_bytes)
+{
+    double rate = elem_bytes <= 1 && t->fp8_flops > 0 ? t->fp8_flops : t->flops;
+    if (!(m > 0) || !(n > 0) || !(k > 0) || !(groups > 0))
+        return 0;
+    if (!(rate > 0))
+        return NAN;
+    double flop = 2 * groups * m * n * k;
+    double time = flop / (rate * moe_link_efficiency(&t->compute, flop));
+    /* the memory bound: both operands read and the product written once */
+    if (t->hbm_bw > 0)
+        time = fmax(time, groups * (m * k + k * n + m * n) * elem_bytes / t->hbm_bw);
+    return time + t->gemm_latency;
+}
