@@ -24,6 +24,17 @@ int moe_topo_uniform(moe_topo_t *t, uint32_t nodes, uint32_t gpus_per_node)
     return 0;
 }
 
+int moe_topo_resize(moe_topo_t *t, uint32_t nodes, uint32_t gpus_per_node)
+{
+    uint64_t n = nodes ? nodes : t->nodes, g = gpus_per_node ? gpus_per_node : t->gpus_per_node;
+    if (n * g > MOE_MAX_RANKS)
+        return MOE_ERANGE;
+    t->nodes = (uint32_t)n;
+    t->gpus_per_node = (uint32_t)g;
+    moe_topo_update_cost(t);
+    return 0;
+}
+
 void moe_topo_update_cost(moe_topo_t *t)
 {
     double intra = t->link[MOE_LINK_INTRA].bw, inter = t->link[MOE_LINK_INTER].bw;

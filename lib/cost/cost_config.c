@@ -506,13 +506,9 @@ int moe_costcfg_topo(const moe_costcfg_t *g, moe_topo_t *t, char *err, size_t er
     } else if (moe_topo_uniform(t, 1, g->gpn ? g->gpn : 1)) {
         return util_errf(err, errlen, MOE_EINVAL, "invalid topology");
     }
-    if (g->nodes)
-        t->nodes = g->nodes;
-    if (g->gpn)
-        t->gpus_per_node = g->gpn;
-    if ((uint64_t)t->nodes * t->gpus_per_node > MOE_MAX_RANKS)
+    if (moe_topo_resize(t, g->nodes, g->gpn))
         return util_errf(err, errlen, MOE_ERANGE, "topology of %u x %u ranks is too large",
-                         t->nodes, t->gpus_per_node);
+                         g->nodes ? g->nodes : t->nodes, g->gpn ? g->gpn : t->gpus_per_node);
     for (int c = MOE_LINK_INTRA; c < MOE_LINK_CLASSES; c++)
         if (g->bw[c] > 0)
             t->link[c].bw = g->bw[c];

@@ -107,6 +107,10 @@ int moe_topo_parse(moe_topo_t *t, const char *text, size_t len, const char *name
                    size_t errlen);
 /* Write the text form (moe-topology(5)) into a malloc'd NUL-terminated string; NULL on ENOMEM. */
 char *moe_topo_format(const moe_topo_t *t);
+/* Give t `nodes` nodes of `gpus_per_node` GPUs (0 keeps that dimension), as --nodes and
+ * --gpus-per-node do to a preset of one node; cost[] is recomputed. 0, or MOE_ERANGE (t
+ * unchanged) when that is more than MOE_MAX_RANKS ranks. */
+int moe_topo_resize(moe_topo_t *t, uint32_t nodes, uint32_t gpus_per_node);
 /* Recompute cost[] from the link bandwidths (called by the readers; call after editing). */
 void moe_topo_update_cost(moe_topo_t *t);
 
