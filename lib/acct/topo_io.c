@@ -27,7 +27,7 @@
  *   version 1.1                                     (1.1: the per-operation costs below)
  *   latency COLLECTIVE CLASS X [UNIT] | latency gemm X [UNIT]
  *   efficiency COLLECTIVE CLASS SIZE:EFF ...
- *   fp8-flops X [UNIT]
+ *   fp8-flops X [UNIT] | sms N
  *
  * Numbers are plain decimals (bytes/s, seconds, FLOP/s) or carry one of the unit words below,
  * which only shift the decimal exponent (and divide by 8 for bits), so "450 GB/s" reads as
@@ -56,12 +56,12 @@ static const char *const qname[] = {"bytes/s", "seconds", "FLOP/s", "processors"
 
 enum keyword {
     K_TOPOLOGY, K_NODES, K_GPN, K_LINK, K_EFF, K_HBM, K_FLOPS, K_CORES, K_HBM_LAT, K_LAUNCH,
-    K_BWD_FLOPS, K_VERSION, K_LATENCY, K_FP8, K_N
+    K_BWD_FLOPS, K_VERSION, K_LATENCY, K_FP8, K_SMS, K_N
 };
 static const char *const keywords[K_N] = {"topology",      "nodes", "gpus-per-node", "link",
                                           "efficiency",    "hbm-bandwidth", "flops", "cores",
                                           "hbm-latency",   "launch-overhead", "backward-flops",
-                                          "version",       "latency", "fp8-flops"};
+                                          "version",       "latency", "fp8-flops", "sms"};
 /* The keywords a line may repeat (once per class, curve or operation). */
 #define REPEATABLE (1u << K_LINK | 1u << K_EFF | 1u << K_LATENCY)
 
@@ -416,6 +416,7 @@ static int statement(trd_t *r, char **tok, size_t n)
     case K_VERSION: return version_line(r, tok, n);
     case K_LATENCY: return latency_line(r, tok, n);
     case K_FP8: return scalar(r, tok, n, Q_FLOPS, &r->t.fp8_flops);
+    case K_SMS: return scalar(r, tok, n, Q_COUNT, &r->t.sms);
     default: return scalar(r, tok, n, Q_FLOPS, &r->t.flops);
     }
 }
@@ -577,7 +578,7 @@ static void put_link(FILE *f, const moe_link_t *l, const char *name)
 /* Whether t has a statement of version 1.1. */
 static int uses_1_1(const moe_topo_t *t)
 {
-    if (t->coll_lat || t->gemm_latency != 0 || t->fp8_flops != 0)
+    if (t->coll_lat || t->gemm_latency != 0 || t->fp8_flops != 0 || t->sms != 0)
         return 1;
     for (int op = 0; op < MOE_COLLS; op++)
         for (int c = MOE_LINK_INTRA; c <= MOE_LINK_INTER; c++)
@@ -604,6 +605,7 @@ static void put_ops(FILE *f, const moe_topo_t *t)
         }
     put_scalar(f, "latency gemm", t->gemm_latency);
     put_scalar(f, "fp8-flops", t->fp8_flops);
+    put_scalar(f, "sms", t->sms);
 }
 
 char *moe_topo_format(const moe_topo_t *t)

@@ -86,6 +86,8 @@ typedef struct moe_topo {
     unsigned coll_lat;
     double gemm_latency;   /* seconds of fixed cost per GEMM (or grouped GEMM) launch */
     double fp8_flops;      /* dense FP8 tensor-core rate per GPU, FLOP/s (0: unknown) */
+    double sms;            /* streaming multiprocessors per GPU (0: unknown): what a
+                            * communication kernel running beside the GEMMs takes a share of */
 } moe_topo_t;
 
 /* Read the topology `arg`: a moe-topology(5) file ("-" = standard input), or, where no such

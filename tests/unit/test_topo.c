@@ -51,7 +51,7 @@ static int same_topo(const moe_topo_t *a, const moe_topo_t *b)
     if (strcmp(a->name, b->name) != 0 || a->nodes != b->nodes ||
         a->gpus_per_node != b->gpus_per_node || a->hbm_bw != b->hbm_bw || a->flops != b->flops ||
         a->cores != b->cores || a->bwd_flops != b->bwd_flops || a->coll_lat != b->coll_lat ||
-        a->gemm_latency != b->gemm_latency || a->fp8_flops != b->fp8_flops)
+        a->gemm_latency != b->gemm_latency || a->fp8_flops != b->fp8_flops || a->sms != b->sms)
         return 0;
     for (int op = 0; op < MOE_COLLS; op++)
         for (int c = 0; c < MOE_LINK_CLASSES; c++) {
@@ -248,7 +248,7 @@ static void test_ops(void)
         "efficiency allgather intra 1000000:0.5 100000000:0.8\n"
         "latency alltoall inter 20us\n" /* units may touch the number only as words: no */
         "latency gemm 5 us\n"
-        "flops 100e12\nfp8-flops 200e12\nhbm-bandwidth 1e12\n"
+        "flops 100e12\nfp8-flops 200e12\nhbm-bandwidth 1e12\nsms 132\n"
         "efficiency compute 1e9:0.5 1e12:0.8\n";
     /* "20us" is not a number */
     CHECK_EQ_INT(parse(&t, v11, err, sizeof err), MOE_EFORMAT);
@@ -263,7 +263,7 @@ static void test_ops(void)
     CHECK(t.coll[MOE_COLL_ALLGATHER][I].latency == 30e-6 && t.gemm_latency == 5e-6);
     CHECK(t.coll_lat == (1u << (MOE_COLL_ALLGATHER * MOE_LINK_CLASSES + I) |
                          1u << (MOE_COLL_ALLTOALL * MOE_LINK_CLASSES + X)));
-    CHECK(t.fp8_flops == 200e12);
+    CHECK(t.fp8_flops == 200e12 && t.sms == 132);
     /* the collective's own cost where given, the class's where not */
     moe_link_t ag = moe_topo_coll(&t, MOE_COLL_ALLGATHER, I);
     moe_link_t rs = moe_topo_coll(&t, MOE_COLL_REDUCESCATTER, I);
@@ -291,7 +291,7 @@ static void test_ops(void)
     char *a = moe_topo_format(&t);
     CHECK(a && strstr(a, "\nversion 1.1\n") && strstr(a, "\nlatency alltoall inter 2e-05\n") &&
           strstr(a, "\nefficiency allgather intra 1000000:0.5 100000000:0.8\n") &&
-          strstr(a, "\nlatency gemm 5e-06\nfp8-flops 200000000000000\n"));
+          strstr(a, "\nlatency gemm 5e-06\nfp8-flops 200000000000000\nsms 132\n"));
     CHECK_EQ_INT(a ? parse(&u, a, err, sizeof err) : -1, 0);
     CHECK(same_topo(&t, &u));
     char *b = moe_topo_format(&u);
