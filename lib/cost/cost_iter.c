@@ -9,6 +9,7 @@
 #include "moe/cost.h"
 #include "moe/costcfg.h"
 #include "moe/io.h"
+#include "moe/mcore.h"
 #include "moe/moe.h"
 #include "moe/placement.h"
 #include "moe/sim.h"
@@ -190,7 +191,9 @@ const int moe_iter_keys[] = {MOE_CK_LAYERS, MOE_CK_BLOCKS, MOE_CK_HIDDEN, MOE_CK
     MOE_CK_FFN, MOE_CK_EXPERTS, MOE_CK_EPW, MOE_CK_TOPK, MOE_CK_SEQ, MOE_CK_BATCH,
     MOE_CK_ELEM_BYTES, MOE_CK_COMPUTE_EFF, MOE_CK_INFERENCE, MOE_CK_TOPOLOGY, MOE_CK_NODES,
     MOE_CK_GPN, MOE_CK_FLOPS, MOE_CK_BW_INTER, MOE_CK_BW_HOST, MOE_CK_PER_SWITCH, MOE_CK_SKEW,
-    MOE_CK_THRESHOLD, MOE_CK_CHUNKS, MOE_CK_TRACE, MOE_CK_PLACEMENT, MOE_CK_JSON, 0};
+    MOE_CK_THRESHOLD, MOE_CK_CHUNKS, MOE_CK_TRACE, MOE_CK_PLACEMENT, MOE_CK_JSON,
+    MOE_CK_MODEL, MOE_CK_PARALLEL, MOE_CK_MICRO_BATCH, MOE_CK_GLOBAL_BATCH, MOE_CK_RECOMPUTE,
+    MOE_CK_DIST_OPT, MOE_CK_DTYPE, MOE_CK_GRAD_BF16, MOE_CK_BW_INTRA, MOE_CK_BW_HBM, 0};
 
 #define usage(...) util_errf(err, errlen, MOE_EINVAL, __VA_ARGS__)
 
@@ -235,6 +238,45 @@ static int sim_a2a(const moe_costcfg_t *g, const moe_topo_t *topo, moe_iter_in_t
     return st;
 }
 
+/* The keys of the shape-only iteration that --model replaces, and the reverse. */
+static int mcore_conflict(const moe_costcfg_t *g, char *err, size_t errlen)
+{
+    const char *k = !isnan(g->layers) ? "layers" : !isnan(g->hidden) ? "hidden"
+                    : !isnan(g->batch) ? "batch" : g->blocks ? "blocks"
+                    : !isnan(g->heads) ? "heads" : !isnan(g->ffn) ? "ffn" : g->topk ? "topk"
+                    : !isnan(g->experts) ? "experts" : g->nepw ? "experts-per-worker"
+                    : g->inference ? "inference" : g->chunks ? "chunks"
+                    : g->trace ? "trace" : g->placement ? "placement" : NULL;
+    if (k)
+        return usage("--%s does not go with --model (the config.json and --parallel give the "
+                     "shape)", k);
+    return 0;
+}
+
+int moe_mcore_inputs(const moe_costcfg_t *g, moe_model_t *m, moe_layout_t *l, moe_topo_t *t,
+                     char *err, size_t errlen)
+{
+    int st = mcore_conflict(g, err, errlen);
+    if (st)
+        return st;
+    if ((st = moe_model_read(m, g->model, err, errlen)) != 0)
+        return st == MOE_EINVAL ? MOE_ERANGE : st; /* the file's fault, not the command's */
+    moe_layout_init(l);
+    if (g->parallel && moe_layout_parse(l, g->parallel, err, errlen))
+        return MOE_EINVAL;
+    if (isnan(g->seq) || g->seq != floor(g->seq) || g->seq > 16777216)
+        return usage("--seq (a whole number of tokens) is required with --model");
+    l->seq = (uint32_t)g->seq;
+    l->micro_batch = g->micro_batch;
+    l->global_batch = g->global_batch;
+    l->recompute = g->recompute >= 0 ? g->recompute : MOE_RECOMPUTE_NONE;
+    l->dist_opt = g->dist_opt;
+    l->fp8 = g->fp8 > 0;
+    l->grad_bytes = g->grad_bf16 ? 2 : 4;
+    st = moe_costcfg_topo(g, t, err, errlen);
+    return st == MOE_EINVAL ? MOE_ERANGE : st;
+}
+
 moe_janus_path_t moe_janus_path_of(const moe_costcfg_t *g, const moe_topo_t *topo)
 {
     return (moe_janus_path_t){topo->link[MOE_LINK_INTER].bw, topo->link[MOE_LINK_HOST].bw,
@@ -247,8 +289,14 @@ int moe_iter_inputs(const moe_costcfg_t *g, moe_iter_in_t *in, char *err, size_t
     int st = moe_costcfg_topo(g, topo, err, errlen);
     if (st) /* a file's or a preset's fault, never the command line's */
         return st == MOE_EINVAL ? MOE_ERANGE : st;
+    const char *only = g->parallel ? "parallel" : g->micro_batch ? "micro-batch"
+                       : g->global_batch ? "global-batch" : g->recompute >= 0 ? "recompute"
+                       : g->dist_opt ? "distributed-optimizer" : g->fp8 >= 0 ? "dtype"
+                       : g->grad_bf16 ? "grad-reduce-in-bf16" : NULL;
+    if (only)
+        return usage("--%s needs --model", only);
     if (isnan(g->layers) || isnan(g->hidden) || isnan(g->seq) || isnan(g->batch))
-        return usage("--layers, --hidden, --seq and --batch are required");
+        return usage("--layers, --hidden, --seq and --batch are required (or --model)");
     if (!isnan(g->experts) && g->nepw)
         return usage("give --experts or --experts-per-worker, not both");
     if (!g->trace != !g->placement)
