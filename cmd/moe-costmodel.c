@@ -363,7 +363,7 @@ static void janus_usage(FILE *fp)
           "      --gpus-per-node=M  workers per machine m [topology's, else 8]\n"
           "      --nodes=N          machines n [topology's]\n"
           "      --elem-bytes=B     bytes per element [4]\n"
-          "      --threshold=R      choose data-centric where R exceeds this [1]\n"
+          "      --threshold=R      choose data-centric where R exceeds this [by time]\n"
           "      --topology=FILE    moe-topology(5) file or preset, for times\n"
           "      --bw-inter=BW      inter-node bandwidth per GPU, for times\n"
           "      --bw-host=BW --gpus-per-switch=N --skew=X  PCIe uplink to host memory, GPUs\n"
@@ -414,7 +414,7 @@ static int run_janus(int argc, char **argv)
     }
     moe_janus_path_t path = moe_janus_path_of(&g, &topo);
     moe_textout_t *t = out_open();
-    return t ? out_close(t, moe_janus_write(t, g.json, &in, E, blocks, or_default(g.threshold, 1),
+    return t ? out_close(t, moe_janus_write(t, g.json, &in, E, blocks, g.threshold,
                                             or_default(g.prefetch, 0), &path)) : 1;
 }
 

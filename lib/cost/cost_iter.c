@@ -5,6 +5,7 @@
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "moe/cost.h"
 #include "moe/costcfg.h"
@@ -67,7 +68,7 @@ static int block_costs(const moe_iter_in_t *in, uint32_t i, int switch_aware, bl
     moe_janus_in_t j = {in->batch, in->seq, in->topk, h, F, in->epw[i], in->m, in->n,
                         in->elem_bytes};
     moe_janus_out_t o;
-    if (moe_janus_eval(&j, in->threshold, &o))
+    if (moe_janus_eval(&j, isnan(in->threshold) ? 1 : in->threshold, &o))
         return MOE_EINVAL;
     b->comp = tok * layer_flops(in, in->epw[i] * in->m * in->n) / rate;
     b->expert = tok * in->topk * 4 * h * F / rate;
@@ -109,7 +110,7 @@ static int is_moe(const moe_iter_in_t *in, uint32_t j, uint32_t next)
  * compute and exposed communication; *link is when the pull path (forward) or the gradient
  * push path (backward) next frees. */
 static int pass(const moe_iter_in_t *in, int scheme, int bwd, double *t, double *link,
-                double dense)
+                double dense, const unsigned char *janus_dc)
 {
     uint32_t L = (uint32_t)in->layers, nb = (uint32_t)in->blocks;
     uint32_t pos[MAX_BLOCKS]; /* the layer of each block */
@@ -130,7 +131,7 @@ static int pass(const moe_iter_in_t *in, int scheme, int bwd, double *t, double 
         if (block_costs(in, b, aware, &c))
             return MOE_EINVAL;
         int dc = scheme == MOE_ITER_DC || scheme == MOE_ITER_DC_PRE ||
-                 (scheme == MOE_ITER_JANUS && c.dc);
+                 (scheme == MOE_ITER_JANUS && janus_dc[b]);
         if (scheme == MOE_ITER_EXFLOW)
             c.a2a = in->a2a_coherent;
         if (!dc && scheme == MOE_ITER_PIPE) {
@@ -152,6 +153,70 @@ static int pass(const moe_iter_in_t *in, int scheme, int bwd, double *t, double 
     return 0;
 }
 
+/* The iteration's seconds with the MoE blocks' paradigms `dc` (JANUS; ignored otherwise). */
+static int timeline(const moe_iter_in_t *in, int scheme, const unsigned char *dc, double dense,
+                    double *time)
+{
+    double t = 0, link = 0;
+    if (pass(in, scheme, 0, &t, &link, dense, dc))
+        return MOE_EINVAL;
+    if (in->training) {
+        link = 0;
+        if (pass(in, scheme, 1, &t, &link, dense, dc))
+            return MOE_EINVAL;
+        t = fmax(t, link);
+    }
+    if (scheme == MOE_ITER_EXFLOW) /* the new tokens go to every GPU once per iteration */
+        t += in->gather;
+    *time = t;
+    return 0;
+}
+
+/* Janus's per-block paradigms: with a --threshold, the paper's rule (R above it); else by the
+ * predicted time of the whole iteration: from every block expert-centric, each block in turn
+ * goes data-centric where that makes the iteration shorter, until a sweep changes none (the
+ * blocks interact through the prefetch queue, so each choice is made on the whole). */
+static int janus_choice(const moe_iter_in_t *in, double dense, unsigned char *dc, double *time)
+{
+    uint32_t nb = (uint32_t)in->blocks;
+    memset(dc, 0, MAX_BLOCKS);
+    if (!isnan(in->threshold)) {
+        for (uint32_t i = 0; i < nb; i++) {
+            block_t c;
+            if (block_costs(in, i, 1, &c))
+                return MOE_EINVAL;
+            dc[i] = (unsigned char)c.dc;
+        }
+        return timeline(in, MOE_ITER_JANUS, dc, dense, time);
+    }
+    if (timeline(in, MOE_ITER_JANUS, dc, dense, time))
+        return MOE_EINVAL;
+    for (int changed = 1, sweep = 0; changed && sweep < 8; sweep++) {
+        changed = 0;
+        for (uint32_t i = 0; i < nb; i++) {
+            double t;
+            dc[i] ^= 1;
+            if (timeline(in, MOE_ITER_JANUS, dc, dense, &t))
+                return MOE_EINVAL;
+            if (t < *time * (1 - 1e-12)) {
+                *time = t;
+                changed = 1;
+            } else {
+                dc[i] ^= 1;
+            }
+        }
+    }
+    return 0;
+}
+
+int moe_iter_janus_choice(const moe_iter_in_t *in, unsigned char *dc)
+{
+    double rate = in->flops * in->eff, t;
+    if (!valid(in) || in->blocks > MAX_BLOCKS)
+        return MOE_EINVAL;
+    return janus_choice(in, in->batch * in->seq * layer_flops(in, 0) / rate, dc, &t);
+}
+
 int moe_iter_eval(const moe_iter_in_t *in, int scheme, moe_iter_out_t *out)
 {
     if (!valid(in) || scheme < 0 || scheme >= MOE_ITER_SCHEMES ||
@@ -163,17 +228,12 @@ int moe_iter_eval(const moe_iter_in_t *in, int scheme, moe_iter_out_t *out)
     for (uint32_t i = 0; i < nb; i++)
         fwd_flops += tok * layer_flops(in, in->epw[i] * in->m * in->n);
     fwd_flops += (in->layers - nb) * tok * layer_flops(in, 0);
-    double t = 0, link = 0;
-    if (pass(in, scheme, 0, &t, &link, dense))
-        return MOE_EINVAL;
-    if (in->training) {
-        link = 0;
-        if (pass(in, scheme, 1, &t, &link, dense))
-            return MOE_EINVAL;
-        t = fmax(t, link);
-    }
-    if (scheme == MOE_ITER_EXFLOW) /* the new tokens go to every GPU once per iteration */
-        t += in->gather;
+    unsigned char dc[MAX_BLOCKS] = {0};
+    double t = 0;
+    int rc = scheme == MOE_ITER_JANUS ? janus_choice(in, dense, dc, &t)
+                                      : timeline(in, scheme, dc, dense, &t);
+    if (rc)
+        return rc;
     double mult = in->training ? 3 : 1;
     out->model_flops = mult * fwd_flops;
     out->time = t;
@@ -317,7 +377,7 @@ int moe_iter_inputs(const moe_costcfg_t *g, moe_iter_in_t *in, char *err, size_t
                                                       (in->ffn > 0 ? in->ffn : 4 * g->hidden));
     in->m = topo->gpus_per_node, in->n = topo->nodes;
     in->path = moe_janus_path_of(g, topo);
-    in->threshold = isnan(g->threshold) ? 1 : g->threshold;
+    in->threshold = g->threshold; /* NaN: Janus chooses by predicted time */
     in->chunks = g->chunks ? g->chunks : 4;
     if (in->layers < 1 || in->layers != floor(in->layers))
         return usage("--layers (%g) must be a whole number of at least 1", in->layers);
@@ -393,7 +453,18 @@ int moe_iter_write(moe_textout_t *t, int json, const moe_iter_in_t *in)
               o[s].time * 1e3, o[s].compute * 1e3, o[s].comm * 1e3, 100 * o[s].comm_share,
               o[s].tokens_per_s, o[s].mfu, sp);
     }
+    unsigned char dc[MAX_BLOCKS];
+    if (moe_iter_janus_choice(in, dc))
+        return MOE_EINVAL;
+    char pick[MAX_BLOCKS + 1];
+    for (uint32_t i = 0; i < (uint32_t)in->blocks; i++)
+        pick[i] = dc[i] ? 'D' : 'E';
+    pick[(uint32_t)in->blocks] = '\0';
+    const char *how = isnan(in->threshold) ? "by predicted time" : "by R above the threshold";
     if (json)
-        P("]}\n");
+        P("],\n \"janus_blocks\": \"%s\", \"janus_rule\": \"%s\"}\n", pick, how);
+    else
+        P("# janus per MoE block (D data-centric with prefetch, E expert-centric), %s: %s\n",
+          how, pick);
     return 0;
 }
