@@ -156,3 +156,23 @@ double moe_topo_gemm_time(const moe_topo_t *t, double m, double n, double k, dou
         time = fmax(time, groups * (m * k + k * n + m * n) * elem_bytes / t->hbm_bw);
     return time + t->gemm_latency;
 }
+
+int moe_topo_sweep_check(const double *t, const double *lo, const double *hi, int n, int *at)
+{
+    int bits = 0, first = -1;
+    double slowest = 0; /* the largest median time of the smaller sizes */
+    for (int i = 0; i < n; i++) {
+        int b = 0;
+        if (i > 0 && t[i] < 0.75 * slowest)
+            b |= MOE_SWEEP_NONMONO;
+        if (lo && hi && hi[i] > 2 * lo[i])
+            b |= MOE_SWEEP_SPREAD;
+        if (b && first < 0)
+            first = i;
+        bits |= b;
+        slowest = fmax(slowest, t[i]);
+    }
+    if (at)
+        *at = first;
+    return bits;
+}

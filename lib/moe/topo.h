@@ -168,6 +168,16 @@ int moe_coll_parse(const char *s);
 double moe_topo_gemm_time(const moe_topo_t *t, double m, double n, double k, double groups,
                           double elem_bytes);
 
+/* Checks a measured sweep (moe-run --calibrate): n sizes ascending, t[i] the median time of
+ * size i, lo[i] and hi[i] the second-fastest and second-slowest of its repeats (one stray
+ * repeat either way left out). MOE_SWEEP_NONMONO: a larger size took less than 3/4 of a
+ * smaller one's time (a busy machine, not the link); MOE_SWEEP_SPREAD: a size's repeats
+ * disagree, hi over twice lo. Returns the bits found, 0 for a clean sweep; *at (when given)
+ * the first size at fault. */
+#define MOE_SWEEP_NONMONO 1
+#define MOE_SWEEP_SPREAD 2
+int moe_topo_sweep_check(const double *t, const double *lo, const double *hi, int n, int *at);
+
 #ifdef __cplusplus
 }
 #endif

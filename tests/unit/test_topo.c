@@ -482,6 +482,37 @@ static void test_presets(void)
     CHECK(count >= 9);
 }
 
+/* moe-run --calibrate's sweep check, on made-up sweeps of 8 sizes 64 B .. 1 MiB per peer: a
+ * clean one (20 us + size / 10 GB/s, repeats within 10%), the busy machine of issue 41 (the
+ * small sizes' medians pushed up past the larger ones' by other jobs), and one whose
+ * repeats disagree (the middle repeats of 16 KiB 3x apart). */
+static void test_sweep(void)
+{
+    double t[8], lo[8], hi[8];
+    for (int i = 0; i < 8; i++) {
+        t[i] = 20e-6 + 7 * 64.0 * (1 << (2 * i)) / 10e9;
+        lo[i] = 0.95 * t[i];
+        hi[i] = 1.05 * t[i];
+    }
+    int at = -2;
+    CHECK_EQ_INT(moe_topo_sweep_check(t, lo, hi, 8, &at), 0);
+    CHECK_EQ_INT(at, -1);
+    /* the latency-bound sizes within noise of each other do not count as non-monotonic */
+    t[1] = 0.9 * t[0];
+    CHECK_EQ_INT(moe_topo_sweep_check(t, lo, hi, 8, NULL), 0);
+    double busy[8] = {410e-6, 95e-6, 380e-6, 60e-6, 140e-6, 520e-6, 2.1e-3, 8.3e-3};
+    CHECK_EQ_INT(moe_topo_sweep_check(busy, NULL, NULL, 8, &at), MOE_SWEEP_NONMONO);
+    CHECK_EQ_INT(at, 1);
+    double spread[8];
+    memcpy(spread, t, sizeof t);
+    lo[5] = 0.5 * t[5];
+    hi[5] = 1.5 * t[5];
+    CHECK_EQ_INT(moe_topo_sweep_check(spread, lo, hi, 8, &at), MOE_SWEEP_SPREAD);
+    CHECK_EQ_INT(at, 5);
+    CHECK_EQ_INT(moe_topo_sweep_check(busy, lo, hi, 8, &at), MOE_SWEEP_NONMONO | MOE_SWEEP_SPREAD);
+    CHECK_EQ_INT(at, 1);
+}
+
 int main(void)
 {
     const char *t = getenv("TMPDIR");
@@ -498,6 +529,7 @@ int main(void)
     test_ops();
     test_errors();
     test_presets();
+    test_sweep();
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
     if (system(cmd) != 0)
