@@ -305,12 +305,60 @@ static int mcore_conflict(const moe_costcfg_t *g, char *err, size_t errlen)
                     : !isnan(g->batch) ? "batch" : g->blocks ? "blocks"
                     : !isnan(g->heads) ? "heads" : !isnan(g->ffn) ? "ffn" : g->topk ? "topk"
                     : !isnan(g->experts) ? "experts" : g->nepw ? "experts-per-worker"
-                    : g->inference ? "inference" : g->chunks ? "chunks"
-                    : g->trace ? "trace" : g->placement ? "placement" : NULL;
+                    : g->inference ? "inference" : g->chunks ? "chunks" : NULL;
     if (k)
         return usage("--%s does not go with --model (the config.json and --parallel give the "
                      "shape)", k);
     return 0;
+}
+
+/* The EP all-to-all and the experts' imbalance measured on a trace and placement over the EP
+ * group's ranks (the topology cut to them: ep / epn nodes of epn): simulate's vanilla scheme,
+ * or its hierarchical one (once per node over the network, forwarded inside) for DeepEP; the
+ * critical-path communication per layer over the tokens per rank, so that the iteration scales
+ * it to its own. */
+static int mcore_sim(const moe_costcfg_t *g, const moe_model_t *md, moe_layout_t *l,
+                     const moe_topo_t *t, char *err, size_t errlen)
+{
+    moe_placement_t *p = NULL;
+    moe_trace_map_t *m = NULL;
+    moe_sim_t *s = NULL;
+    int st = moe_acct_inputs(g->placement, g->trace, 0, &p, &m, err, errlen);
+    uint32_t epn = t->gpus_per_node / l->etp;
+    epn = epn < 1 ? 1 : epn > l->ep ? l->ep : epn;
+    if (!st && p->ranks != l->ep)
+        st = usage("'%s' places experts on %u ranks, the EP group has %u (--parallel ep)",
+                   g->placement, p->ranks, l->ep);
+    if (!st && p->experts != md->experts)
+        moe_log(MOE_LOG_WARN, "'%s' has %u experts a layer, the model %u: its routing stands in "
+                "for the model's", g->trace, p->experts, md->experts);
+    int scheme = l->dispatcher == MOE_DISPATCH_DEEPEP ? MOE_SIM_HIERARCHICAL : MOE_SIM_VANILLA;
+    moe_topo_t ept = *t;
+    if (!st && moe_topo_resize(&ept, l->ep / epn, epn))
+        st = usage("the EP group (%u) does not fill its nodes of %u", l->ep, epn);
+    if (!st) {
+        moe_sim_opts_t o;
+        moe_sim_opts_default(&o);
+        o.hidden = md->hidden;
+        o.ffn = md->moe_ffn;
+        o.elem_bytes = 2;
+        o.schemes = 1u << scheme;
+        s = moe_sim_run(p, &ept, m, &o, &st, err, errlen);
+    }
+    if (s) {
+        moe_sim_layer_t tot;
+        moe_sim_total(s, scheme, &tot);
+        double tokens = (double)moe_acct_tokens(moe_sim_acct(s));
+        l->a2a_token = tot.comm / p->layers / (tokens / p->ranks);
+        l->imbalance = tot.imbalance;
+        if (!(l->a2a_token > 0))
+            st = util_errf(err, errlen, MOE_ERANGE, "simulate priced no all-to-all time on "
+                           "'%s' (the topology's bandwidths?)", g->trace);
+    }
+    moe_sim_free(s);
+    moe_trace_map_close(m);
+    moe_placement_free(p);
+    return st;
 }
 
 int moe_mcore_inputs(const moe_costcfg_t *g, moe_model_t *m, moe_layout_t *l, moe_topo_t *t,
@@ -334,7 +382,11 @@ int moe_mcore_inputs(const moe_costcfg_t *g, moe_model_t *m, moe_layout_t *l, mo
     l->fp8 = g->fp8 > 0;
     l->grad_bytes = g->grad_bf16 ? 2 : 4;
     st = moe_costcfg_topo(g, t, err, errlen);
-    return st == MOE_EINVAL ? MOE_ERANGE : st;
+    if (st)
+        return st == MOE_EINVAL ? MOE_ERANGE : st;
+    if (!g->trace != !g->placement)
+        return usage("--trace and --placement go together");
+    return g->trace ? mcore_sim(g, m, l, t, err, errlen) : 0;
 }
 
 moe_janus_path_t moe_janus_path_of(const moe_costcfg_t *g, const moe_topo_t *topo)

@@ -225,7 +225,9 @@ static double ffn_fwd(const mc_t *x, double F)
 static double experts_fwd(const mc_t *x)
 {
     const moe_model_t *m = x->m;
-    double local = m->experts / (double)x->l->ep, per = x->pairs / local, h = m->hidden;
+    double local = m->experts / (double)x->l->ep, h = m->hidden;
+    /* the grouped GEMM of the most loaded rank, which the all-to-all waits for */
+    double per = x->pairs / local * (x->l->imbalance > 1 ? x->l->imbalance : 1);
     double F = m->moe_ffn / (double)x->l->etp;
     double router = moe_topo_gemm_time(x->t, x->Tr, m->experts, h, 1, 2);
     return router + gemm(x, per, 2 * F, h, local) + gemm(x, per, h, F, local);
@@ -354,8 +356,11 @@ static void layer(const mc_t *x, int moe, layer_cost_t *c, double *remote)
     c->tp = 2 * tp_fwd(x, moe);
     c->cp = 2 * cp_fwd(x, core);
     double a = 0;
-    if (moe)
+    if (moe) {
         a = a2a(x, x->l->fp8 ? 1 : 2, remote) + a2a(x, 2, remote); /* dispatch, combine */
+        if (x->l->a2a_token > 0) /* a trace's, its FP8 dispatch at half the bytes */
+            a = x->l->a2a_token * x->Tr * x->l->etp * (x->l->fp8 ? 0.75 : 1);
+    }
     c->ep_total = 2 * a;
     if (x->l->recompute == MOE_RECOMPUTE_FULL) { /* the forward again, its collectives too */
         c->bwd += c->fwd;

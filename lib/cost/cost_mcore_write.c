@@ -57,8 +57,9 @@ static int write_json(moe_textout_t *t, const moe_model_t *m, const moe_layout_t
       "\"a2a_buffers\": %s, \"logits\": %s, \"params_per_gpu\": %s},\n", jnum(b[0], o->m_weights),
       jnum(b[1], o->m_grads), jnum(b[2], o->m_optimizer), jnum(b[3], o->m_activations),
       jnum(b[4], o->m_a2a), jnum(b[5], o->m_logits), jnum(b[6], o->params_gpu));
-    P(" \"experts_per_gpu\": %u, \"a2a_remote_nodes_per_token\": %s}\n", o->experts_per_gpu,
-      jnum(b[0], o->a2a_nodes));
+    P(" \"experts_per_gpu\": %u, \"a2a_remote_nodes_per_token\": %s, \"a2a_from\": \"%s\", "
+      "\"imbalance\": %s}\n", o->experts_per_gpu, jnum(b[0], o->a2a_nodes),
+      l->a2a_token > 0 ? "trace" : "model", jnum(b[1], l->imbalance > 1 ? l->imbalance : 1));
     return 0;
 }
 
@@ -73,11 +74,16 @@ int moe_mcore_write(moe_textout_t *t, int json, const moe_model_t *m, const moe_
     P("# layout: tp %u cp %u pp %u vpp %u dp %u ep %u etp %u edp %u; micro-batch %u, global "
       "batch %u, seq %u: %u micro-batches per iteration\n", l->tp, l->cp, l->pp, l->vpp, o->dp,
       l->ep, l->etp, o->edp, l->micro_batch, l->global_batch, l->seq, o->micro_batches);
+    char imb[120] = "experts balanced, all-to-all by the routing model";
+    if (l->a2a_token > 0)
+        snprintf(imb, sizeof imb, "all-to-all and expert load from the trace (most loaded rank "
+                 "%.3fx the mean)", l->imbalance > 1 ? l->imbalance : 1);
     P("# assumptions: %s GEMMs at the topology's compute curve, core attention BF16; recompute "
       "%s; %s optimizer; gradients reduced in %s, bucketed and overlapped; %s schedule; %s "
-      "dispatcher%s; stages balanced\n", l->fp8 ? "FP8" : "BF16", moe_recompute_name(l->recompute),
-      l->dist_opt ? "distributed" : "replicated", l->grad_bytes == 2 ? "BF16" : "FP32",
-      sched_name(l), disp_name(l), l->ep_overlap ? ", all-to-all overlapped" : "");
+      "dispatcher%s; %s; stages balanced\n", l->fp8 ? "FP8" : "BF16",
+      moe_recompute_name(l->recompute), l->dist_opt ? "distributed" : "replicated",
+      l->grad_bytes == 2 ? "BF16" : "FP32", sched_name(l), disp_name(l),
+      l->ep_overlap ? ", all-to-all overlapped" : "", imb);
     P("flops_per_token\t%.6g\nmfu\t%.4f\niteration_s\t%.6g\nmemory_per_gpu_bytes\t%.6g\n"
       "tokens_per_s_per_gpu\t%.6g\ntflops_per_gpu\t%.2f\n", o->flops_per_token, o->mfu,
       o->iteration_s, o->memory, o->tokens_per_s_gpu, o->tflops_gpu);

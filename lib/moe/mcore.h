@@ -106,6 +106,11 @@ typedef struct moe_layout {
     int tp_overlap;   /* TP collectives behind the GEMMs (--tp-comm-overlap) */
     int comm_sms;     /* SMs an overlapped all-to-all takes from the GEMMs beside it [-1: 24
                        * with DeepEP (DeepEP's example Buffer.set_num_sms(24)), else 0] */
+    /* measured on a routing trace and placement (moe-costmodel iteration --trace): */
+    double a2a_token; /* seconds of one MoE layer's forward all-to-alls (dispatch and combine,
+                       * BF16) per token a rank routes, as simulate prices them [0: the
+                       * analytic model] */
+    double imbalance; /* the most loaded EP rank's token-expert pairs over the mean [0: 1] */
 } moe_layout_t;
 
 /* Defaults: every degree 1 (dp 0: from the world), no micro-batch or global batch, no

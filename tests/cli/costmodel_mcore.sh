@@ -60,6 +60,47 @@ n=$(tr ',' '\n' <"$T/out" | awk -F': ' '$1 ~ /remote_nodes_per_token"$/ { print 
 awk -v n="$n" 'BEGIN { exit !(n > 3 && n < 4) }' || fail "remote nodes per token $n"
 end
 
+begin "iteration --model: the all-to-alls and the load from a trace"
+toy_sim_inputs || fail "cannot make the test inputs"
+# a toy Mixtral-shaped model of the trace's shape: h 64, expert FFN 128, 16 experts, top-2,
+# 4 MoE layers; 8 GPUs = the placement's 8 ranks = the EP group; 375 tokens a rank, the
+# trace's 3000 over 8: simulate's vanilla communication as it is, forward and backward
+cat >"$T/toy.json" <<'JSON'
+{"model_type": "mixtral", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 4,
+ "num_attention_heads": 4, "num_key_value_heads": 4, "vocab_size": 1000,
+ "num_local_experts": 16, "num_experts_per_tok": 2}
+JSON
+expect_exit 0 cm simulate --json --scheme vanilla --no-layers --topology "$T/c.topo" \
+    --hidden 64 --ffn 128 "$T/t.moet" "$T/a.moep"
+sim=$(tr ',' '\n' <"$T/out" | awk -F': ' '$1 ~ /"comm"$/ { print $2; exit }')
+imb=$(tr ',' '\n' <"$T/out" | awk -F': ' '$1 ~ /"imbalance"$/ { print $2; exit }')
+expect_exit 0 cm iteration --model "$T/toy.json" --parallel tp=1,ep=8 --topology "$T/c.topo" \
+    --seq 375 --micro-batch 1 --global-batch 8 --trace "$T/t.moet" --placement "$T/a.moep" --json
+expect_no_stderr
+has_line '"a2a_from": "trace"'
+got=$(tr ',' '\n' <"$T/out" | awk -F': ' '$1 ~ /"ep_before_overlap"$/ { print $2 }')
+awk -v s="$sim" -v g="$got" 'BEGIN { d = g / (2 * s) - 1; exit !(s > 0 && d < 1e-5 && d > -1e-5) }' ||
+    fail "all-to-alls $got are not twice simulate's $sim"
+got=$(tr ',' '\n' <"$T/out" | awk -F': ' '$1 ~ /"imbalance"$/ { sub(/}/, "", $2); print $2 }')
+[ "$got" = "$imb" ] || fail "imbalance $got, simulate's $imb"
+awk -v i="$imb" 'BEGIN { exit !(i > 1) }' || fail "the toy trace is balanced ($imb)"
+# the most loaded rank's experts take longer than the balanced model's
+cp "$T/out" "$T/traced.json"
+expect_exit 0 cm iteration --model "$T/toy.json" --parallel tp=1,ep=8 --topology "$T/c.topo" \
+    --seq 375 --micro-batch 1 --global-batch 8 --json
+has_line '"a2a_from": "model", "imbalance": 1}'
+c0=$(sed -n 's/.*"time": {"compute": \([^,]*\),.*/\1/p' "$T/out")
+c1=$(sed -n 's/.*"time": {"compute": \([^,]*\),.*/\1/p' "$T/traced.json")
+awk -v a="$c0" -v b="$c1" 'BEGIN { exit !(b > a) }' || fail "compute $c1 not above balanced $c0"
+# the placement must be over the EP group's ranks
+expect_exit 2 cm iteration --model "$T/toy.json" --parallel tp=1,ep=4 --topology "$T/c.topo" \
+    --seq 375 --micro-batch 1 --global-batch 8 --trace "$T/t.moet" --placement "$T/a.moep"
+expect_tool_usage moe-costmodel iteration "places experts on 8 ranks, the EP group has 4"
+expect_exit 2 cm iteration --model "$T/toy.json" --parallel tp=1,ep=8 --topology "$T/c.topo" \
+    --seq 375 --micro-batch 1 --global-batch 8 --trace "$T/t.moet"
+expect_tool_usage moe-costmodel iteration "--trace and --placement go together"
+end
+
 begin "iteration --model: bad input and usage"
 expect_exit 2 cm iteration --model "$HF/mixtral-8x7b.json" --layers 4 --seq 4096
 expect_tool_usage moe-costmodel iteration "does not go with --model"
