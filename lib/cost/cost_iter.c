@@ -445,6 +445,11 @@ int moe_iter_inputs(const moe_costcfg_t *g, moe_iter_in_t *in, char *err, size_t
     for (uint32_t i = 0; i < (uint32_t)in->blocks; i++)
         in->epw[i] = g->nepw ? g->epw[g->nepw == 1 ? 0 : i]
                  : isnan(g->experts) ? 1 : g->experts / ((double)in->m * in->n);
+    double G = (double)in->m * in->n;
+    if (!isnan(g->experts) && g->experts / G != floor(g->experts / G))
+        moe_log(MOE_LOG_WARN, "--experts %g over %g GPUs: %g experts a GPU, each GPU priced "
+                "with that fraction of the experts' weights and pairs (--model and --parallel "
+                "give expert data parallelism)", g->experts, G, g->experts / G);
     for (uint32_t i = 0; i < (uint32_t)in->blocks; i++)
         if (in->topk > in->epw[i] * in->m * in->n)
             return usage("top-k %g exceeds the %g experts of MoE block %u", in->topk,

@@ -60,6 +60,16 @@ expect_exit 0 cm iteration $TOY --layers=4 --bw-inter=100M --inference --json
 has_line '"name": "data-centric", "time": 0\.010568, "compute": 0\.009768'
 end
 
+begin "iteration: fewer experts than GPUs is said"
+# 8 experts over 2 x 2 GPUs: two a GPU, silent; 2 experts: half an expert a GPU, a warning
+# shellcheck disable=SC2086
+expect_exit 0 cm iteration $TOY --experts=8
+expect_no_stderr
+# shellcheck disable=SC2086
+expect_exit 0 cm iteration $TOY --experts=2
+expect_tool_err_line moe-costmodel "warning: --experts 2 over 4 GPUs: 0.5 experts a GPU"
+end
+
 begin "janus: the host path and the skew in its times"
 expect_exit 0 cm janus --batch=1 --seq=10 --hidden=100 --ffn=400 --nodes=2 --gpus-per-node=2 \
     --bw-inter=1M --elem-bytes=1 --bw-host=1M --skew=1.5
