@@ -144,13 +144,15 @@ double moe_topo_coll_time(const moe_topo_t *t, int op, int c, double size, uint3
 double moe_topo_gemm_time(const moe_topo_t *t, double m, double n, double k, double groups,
                           double elem_bytes)
 {
-    double rate = elem_bytes <= 1 && t->fp8_flops > 0 ? t->fp8_flops : t->flops;
+    int fp8 = elem_bytes <= 1 && t->fp8_flops > 0;
+    double rate = fp8 ? t->fp8_flops : t->flops;
+    const moe_link_t *curve = fp8 && t->compute_fp8.npoints ? &t->compute_fp8 : &t->compute;
     if (!(m > 0) || !(n > 0) || !(k > 0) || !(groups > 0))
         return 0;
     if (!(rate > 0))
         return NAN;
     double flop = 2 * groups * m * n * k;
-    double time = flop / (rate * moe_link_efficiency(&t->compute, flop));
+    double time = flop / (rate * moe_link_efficiency(curve, flop));
     /* the memory bound: both operands read and the product written once */
     if (t->hbm_bw > 0)
         time = fmax(time, groups * (m * k + k * n + m * n) * elem_bytes / t->hbm_bw);

@@ -27,7 +27,7 @@
  *   version 1.1                                     (1.1: the per-operation costs below)
  *   latency COLLECTIVE CLASS X [UNIT] | latency gemm X [UNIT]
  *   efficiency COLLECTIVE CLASS SIZE:EFF ...
- *   fp8-flops X [UNIT] | sms N
+ *   fp8-flops X [UNIT] | sms N | efficiency compute-fp8 FLOPS:EFF ...
  *
  * Numbers are plain decimals (bytes/s, seconds, FLOP/s) or carry one of the unit words below,
  * which only shift the decimal exponent (and divide by 8 for bits), so "450 GB/s" reads as
@@ -66,12 +66,14 @@ static const char *const keywords[K_N] = {"topology",      "nodes", "gpus-per-no
 #define REPEATABLE (1u << K_LINK | 1u << K_EFF | 1u << K_LATENCY)
 
 /* The cost models' curves an `efficiency` line may name besides the link classes. */
-static const char *const model_curves[] = {"hbm", "compute", "intra-o3", "hbm-o3"};
-#define MODEL_CURVES 4
+static const char *const model_curves[] = {"hbm", "compute", "intra-o3", "hbm-o3",
+                                           "compute-fp8"};
+#define MODEL_CURVES 5 /* the last one is version 1.1's */
 
 static moe_link_t *model_curve(moe_topo_t *t, int i)
 {
-    moe_link_t *const c[MODEL_CURVES] = {&t->hbm, &t->compute, &t->intra_o3, &t->hbm_o3};
+    moe_link_t *const c[MODEL_CURVES] = {&t->hbm, &t->compute, &t->intra_o3, &t->hbm_o3,
+                                         &t->compute_fp8};
     return c[i];
 }
 
@@ -578,7 +580,8 @@ static void put_link(FILE *f, const moe_link_t *l, const char *name)
 /* Whether t has a statement of version 1.1. */
 static int uses_1_1(const moe_topo_t *t)
 {
-    if (t->coll_lat || t->gemm_latency != 0 || t->fp8_flops != 0 || t->sms != 0)
+    if (t->coll_lat || t->gemm_latency != 0 || t->fp8_flops != 0 || t->sms != 0 ||
+        t->compute_fp8.npoints)
         return 1;
     for (int op = 0; op < MOE_COLLS; op++)
         for (int c = MOE_LINK_INTRA; c <= MOE_LINK_INTER; c++)

@@ -88,6 +88,8 @@ typedef struct moe_topo {
     double fp8_flops;      /* dense FP8 tensor-core rate per GPU, FLOP/s (0: unknown) */
     double sms;            /* streaming multiprocessors per GPU (0: unknown): what a
                             * communication kernel running beside the GEMMs takes a share of */
+    moe_link_t compute_fp8; /* FP8 GEMM efficiency (of fp8_flops) against the FLOPs of one
+                             * GEMM (npoints 0: the compute curve) */
 } moe_topo_t;
 
 /* Read the topology `arg`: a moe-topology(5) file ("-" = standard input), or, where no such
@@ -160,8 +162,8 @@ const char *moe_coll_name(int op);
 int moe_coll_parse(const char *s);
 
 /* Seconds of one (grouped) GEMM: `groups` products of m x k by k x n at `elem_bytes` per
- * element (FP8 when 1, at fp8-flops, else at flops), the launch's 2 groups m n k FLOPs at
- * flops x the compute curve's efficiency at those FLOPs, no faster than reading both operands
+ * element (FP8 when 1, at fp8-flops and its compute-fp8 curve where given, else at flops),
+ * the launch's 2 groups m n k FLOPs at the rate x the compute curve's efficiency at those FLOPs, no faster than reading both operands
  * and writing the product at hbm-bandwidth once (the bound a decode-sized m meets: every
  * expert's weights read for a few tokens), plus gemm-latency. A grouped GEMM of experts with
  * m tokens each is `groups` experts. NaN when the rate is unknown. */

@@ -72,6 +72,16 @@ static int same_topo(const moe_topo_t *a, const moe_topo_t *b)
             if (x->size[i] != y->size[i] || x->eff[i] != y->eff[i])
                 return 0;
     }
+    /* the cost models' curves */
+    const moe_link_t *ma[] = {&a->hbm, &a->compute, &a->intra_o3, &a->hbm_o3, &a->compute_fp8};
+    const moe_link_t *mb[] = {&b->hbm, &b->compute, &b->intra_o3, &b->hbm_o3, &b->compute_fp8};
+    for (int c = 0; c < 5; c++) {
+        if (ma[c]->latency != mb[c]->latency || ma[c]->npoints != mb[c]->npoints)
+            return 0;
+        for (uint32_t i = 0; i < ma[c]->npoints; i++)
+            if (ma[c]->size[i] != mb[c]->size[i] || ma[c]->eff[i] != mb[c]->eff[i])
+                return 0;
+    }
     return 1;
 }
 
@@ -249,7 +259,8 @@ static void test_ops(void)
         "latency alltoall inter 20us\n" /* units may touch the number only as words: no */
         "latency gemm 5 us\n"
         "flops 100e12\nfp8-flops 200e12\nhbm-bandwidth 1e12\nsms 132\n"
-        "efficiency compute 1e9:0.5 1e12:0.8\n";
+        "efficiency compute 1e9:0.5 1e12:0.8\n"
+        "efficiency compute-fp8 1e9:0.25 1e12:0.6\n";
     /* "20us" is not a number */
     CHECK_EQ_INT(parse(&t, v11, err, sizeof err), MOE_EFORMAT);
     CHECK(strstr(err, "line 8: latency: expected a number of seconds, found '20us'"));
@@ -282,7 +293,14 @@ static void test_ops(void)
     double e = 0.5 + 0.3 * (fl - 1e9) / (1e12 - 1e9);
     want = fl / (100e12 * e) + 5e-6;
     CHECK(fabs(moe_topo_gemm_time(&t, 1024, 1024, 1024, 4, 2) - want) < 1e-15);
-    CHECK(fabs(moe_topo_gemm_time(&t, 1024, 1024, 1024, 4, 1) - (fl / (200e12 * e) + 5e-6)) <
+    /* FP8: at fp8-flops and the compute-fp8 curve */
+    double e8 = 0.25 + 0.35 * (fl - 1e9) / (1e12 - 1e9);
+    CHECK(fabs(moe_topo_gemm_time(&t, 1024, 1024, 1024, 4, 1) - (fl / (200e12 * e8) + 5e-6)) <
+          1e-15);
+    /* without its own curve FP8 reads the compute curve */
+    u = t;
+    u.compute_fp8.npoints = 0;
+    CHECK(fabs(moe_topo_gemm_time(&u, 1024, 1024, 1024, 4, 1) - (fl / (200e12 * e) + 5e-6)) <
           1e-15);
     /* one token through 8 experts of 4096 x 14336: the weights' bytes bound it */
     want = 8 * (4096.0 + 4096.0 * 14336 + 14336) * 2 / 1e12 + 5e-6;
@@ -291,7 +309,8 @@ static void test_ops(void)
     char *a = moe_topo_format(&t);
     CHECK(a && strstr(a, "\nversion 1.1\n") && strstr(a, "\nlatency alltoall inter 2e-05\n") &&
           strstr(a, "\nefficiency allgather intra 1000000:0.5 100000000:0.8\n") &&
-          strstr(a, "\nlatency gemm 5e-06\nfp8-flops 200000000000000\nsms 132\n"));
+          strstr(a, "\nlatency gemm 5e-06\nfp8-flops 200000000000000\nsms 132\n") &&
+          strstr(a, "\nefficiency compute-fp8 1000000000:0.25 1000000000000:0.6\n"));
     CHECK_EQ_INT(a ? parse(&u, a, err, sizeof err) : -1, 0);
     CHECK(same_topo(&t, &u));
     char *b = moe_topo_format(&u);
