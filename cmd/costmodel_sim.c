@@ -22,18 +22,23 @@
 #define PROG COSTMODEL_PROG
 #define sfail(...) moe_fail(PROG, __VA_ARGS__)
 
-/* The topology `arg`, a moe-topology(5) file or a preset name (moe_topo_load); 0, or 1 after
- * the message. */
-static int sim_topology(const char *arg, moe_topo_t *t)
+/* The topology `arg`, a moe-topology(5) file or a preset name (moe_topo_load), with `nodes`
+ * nodes when not 0 (--nodes); 0, or 1 after the message. */
+static int sim_topology(const char *arg, uint32_t nodes, moe_topo_t *t)
 {
     char err[512];
-    return moe_topo_load(t, arg, err, sizeof err) ? sfail("%s", err) : 0;
+    if (moe_topo_load(t, arg, err, sizeof err))
+        return sfail("%s", err);
+    if (moe_topo_resize(t, nodes, 0))
+        return sfail("'%s' with %u nodes: more than %u ranks", arg, nodes, MOE_MAX_RANKS);
+    return 0;
 }
 
 enum {
     S_TOPOLOGY = MOE_OPTC_TOOL + 0x80, S_HIDDEN, S_FFN, S_DTYPE, S_CHUNKS, S_SCHEME, S_BEST,
     S_JSON, S_PLOT, S_TOPK, S_SOURCE, S_NO_LAYERS, S_LOADS, S_NCCL, S_CLASS, S_POINTS, S_TOL,
     S_CREDITS, S_RANKS, S_REPLICA_RULE, S_GATHER, S_TRAIN, S_REUSE, S_OPTIMIZER, S_EXPERT,
+    S_NODES,
 };
 
 static const struct option sim_long[] = {
@@ -47,11 +52,12 @@ static const struct option sim_long[] = {
     {"ranks", no_argument, 0, S_RANKS}, {"replica-rule", required_argument, 0, S_REPLICA_RULE},
     {"gather-bytes", required_argument, 0, S_GATHER}, {"train", no_argument, 0, S_TRAIN},
     {"reuse", required_argument, 0, S_REUSE}, {"optimizer", required_argument, 0, S_OPTIMIZER},
-    MOE_OPTS_LONG, {0, 0, 0, 0}};
+    {"nodes", required_argument, 0, S_NODES}, MOE_OPTS_LONG, {0, 0, 0, 0}};
 
 typedef struct sim_cfg {
     moe_opts_t o;
     const char *topology, *plot;
+    uint32_t nodes; /* --nodes, 0: the topology's */
     moe_sim_opts_t so;
     int best, json, no_layers, loads, ranks, train, adam;
     unsigned reuses; /* bit per MOE_REUSE_* strategy */
@@ -64,6 +70,7 @@ static void sim_usage(FILE *fp)
           "link class and the time of every dispatch scheme (the trace is one batch).\n"
           "\n"
           "      --topology=T       topology file (moe-topology(5)) or preset name (required)\n"
+          "      --nodes=N          override the topology's node count\n"
           "      --hidden=H         hidden size [the trace's]\n"
           "      --ffn=F            expert inner size [4 x hidden]\n"
           "      --expert=X         expert FFN: swiglu (3 H x F matrices) or silu (2) [swiglu]\n"
@@ -98,6 +105,8 @@ static int sim_opt(int c, const char *arg, sim_cfg_t *g)
     static const char *const src[] = {"auto", "recorded", "sequence", "token"};
     switch (c) {
     case S_TOPOLOGY: g->topology = arg; return 0;
+    case S_NODES:
+        return moe_cli_u32(PROG, "simulate", arg, 1, MOE_MAX_RANKS, "node count", &g->nodes);
     case S_HIDDEN:
         return moe_cli_u32(PROG, "simulate", arg, 1, 1u << 24, "hidden size", &g->so.hidden);
     case S_FFN:
@@ -224,7 +233,7 @@ int costmodel_simulate(int argc, char **argv)
     if ((rc = moe_cli_distinct(PROG, "simulate", files, 4)))
         return rc;
     moe_topo_t topo;
-    if (sim_topology(g.topology, &topo))
+    if (sim_topology(g.topology, g.nodes, &topo))
         return 1;
     int st;
     char err[512];
@@ -250,8 +259,8 @@ int costmodel_simulate(int argc, char **argv)
 static const struct option fit_long[] = {
     {"nccl-tests", required_argument, 0, S_NCCL}, {"class", required_argument, 0, S_CLASS},
     {"topology", required_argument, 0, S_TOPOLOGY}, {"points", required_argument, 0, S_POINTS},
-    {"tolerance", required_argument, 0, S_TOL}, {"json", no_argument, 0, S_JSON}, MOE_OPTS_LONG,
-    {0, 0, 0, 0}};
+    {"tolerance", required_argument, 0, S_TOL}, {"json", no_argument, 0, S_JSON},
+    {"nodes", required_argument, 0, S_NODES}, MOE_OPTS_LONG, {0, 0, 0, 0}};
 
 static void fit_usage(FILE *fp)
 {
@@ -264,6 +273,7 @@ static void fit_usage(FILE *fp)
           "      --class=C          link class to fit: intra or inter\n"
           "      --topology=T       topology to start from (file or preset) [one node of the\n"
           "                         table's ranks, no speeds]\n"
+          "      --nodes=N          override the topology's node count\n"
           "      --points=N         most points of the curve, 2..64 [16]\n"
           "      --tolerance=X      stop adding points when no measured efficiency is off by\n"
           "                         more than this fraction of itself [0.05]\n"
@@ -274,6 +284,7 @@ static void fit_usage(FILE *fp)
 typedef struct fit_cfg {
     moe_opts_t o;
     const char *nccl, *topology;
+    uint32_t nodes;
     int cls;
     uint32_t points;
     double tol;
@@ -288,6 +299,7 @@ static int fit_opt(int c, const char *arg, fit_cfg_t *g)
     case S_NCCL: g->nccl = arg; return 0;
     case S_JSON: g->json = 1; return 0;
     case S_TOPOLOGY: g->topology = arg; return 0;
+    case S_NODES: return moe_cli_u32(PROG, "fit", arg, 1, MOE_MAX_RANKS, "node count", &g->nodes);
     case S_CLASS:
         g->cls = !strcmp(arg, "intra") ? MOE_LINK_INTRA : !strcmp(arg, "inter") ? MOE_LINK_INTER
                                                                                : -1;
@@ -341,9 +353,12 @@ int costmodel_fit(int argc, char **argv)
         return sfail("%s", err);
     moe_topo_t t;
     if (g.topology)
-        rc = sim_topology(g.topology, &t);
+        rc = sim_topology(g.topology, g.nodes, &t);
+    else if (g.nodes && tab.ranks % g.nodes)
+        rc = sfail("'%s' has %u ranks: not %u nodes of equal size", g.nccl, tab.ranks, g.nodes);
     else
-        moe_topo_uniform(&t, 1, tab.ranks ? tab.ranks : 1);
+        moe_topo_uniform(&t, g.nodes ? g.nodes : 1,
+                         tab.ranks ? tab.ranks / (g.nodes ? g.nodes : 1) : 1);
     double worst = 0;
     if (!rc && moe_nccl_fit(&t, g.cls, &tab, g.points, g.tol, &worst, err, sizeof err))
         rc = sfail("'%s': %s", g.nccl, err);

@@ -13,6 +13,7 @@
 #include "moe/cost.h"
 #include "moe/costcfg.h"
 #include "moe/io.h"
+#include "moe/mcore.h"
 #include "moe/moe.h"
 #include "moe/plot.h"
 #include "moe/topo.h"
@@ -108,10 +109,15 @@ static moe_textout_t *out_open(void)
     return moe_cli_text_open(prog, opts.out, 't', -1);
 }
 
-/* End the report; werr is its writer's result. Returns the exit status. */
+/* End the report; werr is its writer's result: a write error, or the model refusing an input
+ * (MOE_EINVAL, MOE_ENOMEM), which is no write error. Returns the exit status. */
 static int out_close(moe_textout_t *t, int werr)
 {
-    return moe_cli_text_finish(prog, t, opts.out, werr);
+    if (werr != MOE_EINVAL && werr != MOE_ENOMEM)
+        return moe_cli_text_finish(prog, t, opts.out, werr);
+    moe_textout_close(t, 0);
+    return fail("%s", werr == MOE_ENOMEM ? moe_strerror(werr)
+                                         : "the model refuses these inputs (a size or speed)");
 }
 
 /* The help lines every subcommand ends with: --config, --json and the shared options. */
@@ -265,66 +271,6 @@ static void monta_usage(FILE *fp)
 }
 
 /* A resource from an efficiency option, else the topology link's curve. */
-static void monta_res(moe_monta_res_t *r, const moe_link_t *link, double bw,
-                      const moe_costcfg_eff_t *e)
-{
-    memset(r, 0, sizeof *r);
-    if (link)
-        *r = *link;
-    r->bw = bw;
-    if (e->n) {
-        r->npoints = e->n;
-        memcpy(r->size, e->size, sizeof r->size);
-        memcpy(r->eff, e->eff, sizeof r->eff);
-    }
-}
-
-static int monta_inputs(const cfg_t *g, const moe_topo_t *topo, moe_monta_in_t *in)
-{
-    memset(in, 0, sizeof *in);
-    in->b = or_default(g->batch, 1);
-    in->s = or_default(g->seq, 0);
-    in->h = or_default(g->hidden, 0);
-    in->bpe = or_default(g->elem_bytes, 2);
-    in->volume = or_default(g->volume, 0);
-    if (!(in->volume > 0) && !(in->s > 0 && in->h > 0))
-        return usage_error("monta", "give --seq and --hidden (or --volume)");
-    in->t = g->tp ? g->tp : topo->gpus_per_node;
-    in->e = g->ep ? g->ep : topo->nodes;
-    monta_res(&in->aa, &topo->link[MOE_LINK_INTER], topo->link[MOE_LINK_INTER].bw, &g->r[0]);
-    monta_res(&in->ag, &topo->link[MOE_LINK_INTRA], topo->link[MOE_LINK_INTRA].bw, &g->r[1]);
-    monta_res(&in->d2d, &topo->hbm, topo->hbm_bw, &g->r[2]);
-    in->ag_o3 = topo->intra_o3, in->d2d_o3 = topo->hbm_o3;
-    in->i_minimal = or_default(g->min_chunk, 1048576);
-    in->max_chunks = g->max_chunks;
-    const char *miss = !(in->aa.bw > 0) ? "inter-node (B1, --bw-inter)"
-                       : !(in->ag.bw > 0) ? "intra-node (B2, --bw-intra)"
-                       : !(in->d2d.bw > 0) ? "memory (B3, --bw-hbm)" : NULL;
-    if (miss)
-        return fail("the %s bandwidth is unknown: give --topology or the option", miss);
-    return 0;
-}
-
-/* Memory model inputs, when asked for. Returns 1 with *have = 0 when not. */
-static int monta_mem_inputs(const cfg_t *g, const moe_monta_in_t *in, moe_monta_mem_in_t *m)
-{
-    memset(m, 0, sizeof *m);
-    if (isnan(g->params_dense) && isnan(g->params_moe) && isnan(g->layers))
-        return 0;
-    m->P1 = or_default(g->params_dense, 0);
-    m->P2 = or_default(g->params_moe, 0);
-    m->b = in->b, m->s = in->s, m->h = in->h;
-    m->a = or_default(g->heads, 0);
-    m->l = or_default(g->layers, 0);
-    m->k = g->topk ? g->topk : 1;
-    m->p = g->pp ? g->pp : 1;
-    m->t = in->t;
-    m->c = in->e;
-    m->zero = g->zero < 0 ? 0 : g->zero;
-    m->act = g->act < 0 ? MOE_ACT_SP : g->act;
-    return 1;
-}
-
 static int monta_plot(const char *path, const moe_monta_in_t *in, const moe_monta_result_t *r)
 {
     moe_canvas_t *cv = NULL;
@@ -376,14 +322,16 @@ static int run_monta(int argc, char **argv)
         return rc;
     moe_topo_t topo;
     moe_monta_in_t in;
-    if (make_topo(&g, &topo) || (rc = monta_inputs(&g, &topo, &in)) != 0)
-        return rc ? rc : 1;
+    moe_monta_mem_in_t mi;
+    int have_mem = 0;
+    if (make_topo(&g, &topo))
+        return 1;
+    if ((rc = moe_costcfg_monta(&g, &topo, &in, &mi, &have_mem, errbuf, sizeof errbuf)) != 0)
+        return rc == MOE_EINVAL ? usage_error("monta", "%s", errbuf) : fail("%s", errbuf);
     moe_monta_result_t r;
     if (moe_monta_eval(&in, g.chunks, &r))
         return fail("invalid MoNTA inputs");
-    moe_monta_mem_in_t mi;
     moe_monta_mem_t mem = {0};
-    int have_mem = monta_mem_inputs(&g, &in, &mi);
     if (have_mem && moe_monta_memory_dp(&mi, g.dp ? g.dp : 1, &mem))
         return fail("invalid memory model inputs");
     moe_monta_layer_t L;
@@ -415,7 +363,7 @@ static void janus_usage(FILE *fp)
           "      --gpus-per-node=M  workers per machine m [topology's, else 8]\n"
           "      --nodes=N          machines n [topology's]\n"
           "      --elem-bytes=B     bytes per element [4]\n"
-          "      --threshold=R      choose data-centric where R exceeds this [1]\n"
+          "      --threshold=R      choose data-centric where R exceeds this [by time]\n"
           "      --topology=FILE    moe-topology(5) file or preset, for times\n"
           "      --bw-inter=BW      inter-node bandwidth per GPU, for times\n"
           "      --bw-host=BW --gpus-per-switch=N --skew=X  PCIe uplink to host memory, GPUs\n"
@@ -440,15 +388,8 @@ static int run_janus(int argc, char **argv)
     if (!isnan(g.experts) && g.nepw)
         return usage_error("janus", "give --experts or --experts-per-worker, not both");
     moe_topo_t topo;
-    if (g.topology) {
-        if (make_topo(&g, &topo))
-            return 1;
-    } else if (moe_topo_uniform(&topo, g.nodes ? g.nodes : 1, g.gpn ? g.gpn : 8) == 0) {
-        topo.link[MOE_LINK_INTER].bw = g.bw[MOE_LINK_INTER];
-        topo.link[MOE_LINK_HOST].bw = g.bw[MOE_LINK_HOST];
-    }
-    if (!g.topology && !g.nodes)
-        return usage_error("janus", "--nodes (or --topology) is required");
+    if ((rc = moe_costcfg_janus_topo(&g, &topo, errbuf, sizeof errbuf)) != 0)
+        return rc == MOE_EINVAL ? usage_error("janus", "%s", errbuf) : fail("%s", errbuf);
     moe_janus_in_t in = {g.batch, g.seq, g.topk ? g.topk : 1, g.hidden,
                          or_default(g.ffn, 0), 1, topo.gpus_per_node, topo.nodes,
                          or_default(g.elem_bytes, 4)};
@@ -473,7 +414,7 @@ static int run_janus(int argc, char **argv)
     }
     moe_janus_path_t path = moe_janus_path_of(&g, &topo);
     moe_textout_t *t = out_open();
-    return t ? out_close(t, moe_janus_write(t, g.json, &in, E, blocks, or_default(g.threshold, 1),
+    return t ? out_close(t, moe_janus_write(t, g.json, &in, E, blocks, g.threshold,
                                             or_default(g.prefetch, 0), &path)) : 1;
 }
 
@@ -564,13 +505,41 @@ static int run_mpmoe(int argc, char **argv)
 /* moe-costmodel iteration: its inputs and report are lib/cost/cost_iter.c's. */
 static void iter_usage(FILE *fp)
 {
-    fputs("Usage: moe-costmodel iteration [options]\n"
-          "A training iteration (or --inference pass) per MoE scheme; see moe-costmodel(1).\n\n"
+    fputs("Usage: moe-costmodel iteration --model=config.json --parallel=tp=T,ep=E,pp=P,dp=D\n"
+          "         --topology=T --nodes=N --seq=S --micro-batch=M --global-batch=B [options]\n"
+          "       moe-costmodel iteration --layers=L --hidden=H --seq=S --batch=B [options]\n"
+          "A Megatron-Core training iteration of a Hugging Face model (--model), or one\n"
+          "iteration per MoE scheme of a shape; see moe-costmodel(1).\n\n"
+          "      --model=FILE       the model's config.json\n"
+          "      --parallel=SPEC    tp, cp, pp, vpp, dp, ep, etp=N, schedule=1f1b|dualpipe,\n"
+          "                         dispatcher=alltoall|deepep, ep-overlap, tp-overlap=0|1\n"
+          "      --micro-batch=M --global-batch=B  sequences per micro-batch, per iteration\n"
+          "      --recompute=R      none, selective or full [none]\n"
+          "      --distributed-optimizer  optimizer states sharded over the data-parallel GPUs\n"
+          "      --dtype=D          bf16 or fp8 GEMMs [bf16]\n"
+          "      --grad-reduce-in-bf16  reduce gradients in BF16 [FP32, as Megatron-LM]\n"
           "      --layers=L --hidden=H --seq=S --batch=B --blocks=N --heads=A --ffn=F --topk=K\n"
           "      --experts=X --experts-per-worker=E,... --elem-bytes=B --compute-eff=E --chunks=N\n"
           "      --topology=FILE --nodes=N --gpus-per-node=M --flops=F --bw-inter=BW --bw-host=BW\n"
-          "      --gpus-per-switch=N --skew=X --threshold=R --trace=FILE --placement=FILE\n", fp);
+          "      --bw-intra=BW --bw-hbm=BW --gpus-per-switch=N --skew=X --threshold=R\n"
+          "      --trace=FILE --placement=FILE --inference\n", fp);
     usage_end(fp);
+}
+
+/* iteration --model: lib/cost/cost_mcore.c's. */
+static int run_mcore(const cfg_t *g)
+{
+    static moe_model_t m;
+    static moe_layout_t l;
+    static moe_topo_t topo;
+    static moe_mcore_out_t o;
+    int rc = moe_mcore_inputs(g, &m, &l, &topo, errbuf, sizeof errbuf);
+    if (rc)
+        return rc == MOE_EINVAL ? usage_error("iteration", "%s", errbuf) : fail("%s", errbuf);
+    if (moe_mcore_eval(&m, &l, &topo, &o, errbuf, sizeof errbuf))
+        return fail("%s", errbuf);
+    moe_textout_t *t = out_open();
+    return t ? out_close(t, moe_mcore_write(t, g->json, &m, &l, &topo, &o)) : 1;
 }
 
 static int run_iteration(int argc, char **argv)
@@ -580,6 +549,8 @@ static int run_iteration(int argc, char **argv)
     int rc = 0;
     if (parse("iteration", argc, argv, &g, moe_iter_keys, iter_usage, &rc))
         return rc;
+    if (g.model)
+        return run_mcore(&g);
     if ((rc = moe_iter_inputs(&g, &in, errbuf, sizeof errbuf)) != 0)
         return rc == MOE_EINVAL ? usage_error("iteration", "%s", errbuf) : fail("%s", errbuf);
     moe_textout_t *t = out_open();

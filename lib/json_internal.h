@@ -34,8 +34,9 @@ typedef struct jval {
     uint32_t planes;     /* J_ARR3: planes of rows x cols (rows may be 0 only if cols is) */
 } jval_t;
 
-/* Keys kept per object; further keys are checked and skipped. */
-#define J_MAXF 32
+/* Keys kept per object; further keys are checked and skipped. A Hugging Face config.json
+ * has 30 to 60 (DeepSeek-V3's 48). */
+#define J_MAXF 96
 
 typedef struct jobj {
     struct {

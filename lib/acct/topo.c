@@ -24,6 +24,17 @@ int moe_topo_uniform(moe_topo_t *t, uint32_t nodes, uint32_t gpus_per_node)
     return 0;
 }
 
+int moe_topo_resize(moe_topo_t *t, uint32_t nodes, uint32_t gpus_per_node)
+{
+    uint64_t n = nodes ? nodes : t->nodes, g = gpus_per_node ? gpus_per_node : t->gpus_per_node;
+    if (n * g > MOE_MAX_RANKS)
+        return MOE_ERANGE;
+    t->nodes = (uint32_t)n;
+    t->gpus_per_node = (uint32_t)g;
+    moe_topo_update_cost(t);
+    return 0;
+}
+
 void moe_topo_update_cost(moe_topo_t *t)
 {
     double intra = t->link[MOE_LINK_INTRA].bw, inter = t->link[MOE_LINK_INTER].bw;
@@ -81,4 +92,89 @@ const char *moe_link_name(int c)
 {
     static const char *const names[MOE_LINK_CLASSES] = {"self", "intra", "inter", "host"};
     return c >= 0 && c < MOE_LINK_CLASSES ? names[c] : "?";
+}
+
+/* ------------------------------------------------------------------ per-operation costs */
+
+static const char *const coll_names[MOE_COLLS] = {"alltoall", "allgather", "reducescatter",
+                                                  "allreduce"};
+
+const char *moe_coll_name(int op)
+{
+    return op >= 0 && op < MOE_COLLS ? coll_names[op] : "?";
+}
+
+int moe_coll_parse(const char *s)
+{
+    for (int i = 0; i < MOE_COLLS; i++)
+        if (!strcmp(s, coll_names[i]))
+            return i;
+    return -1;
+}
+
+moe_link_t moe_topo_coll(const moe_topo_t *t, int op, int c)
+{
+    moe_link_t l = t->link[c];
+    if (op < 0 || op >= MOE_COLLS || c <= MOE_LINK_SELF || c >= MOE_LINK_CLASSES)
+        return l;
+    const moe_link_t *o = &t->coll[op][c];
+    if (o->npoints) {
+        l.npoints = o->npoints;
+        memcpy(l.size, o->size, sizeof l.size);
+        memcpy(l.eff, o->eff, sizeof l.eff);
+    }
+    if (t->coll_lat >> (op * MOE_LINK_CLASSES + c) & 1u)
+        l.latency = o->latency;
+    return l;
+}
+
+double moe_topo_coll_time(const moe_topo_t *t, int op, int c, double size, uint32_t n)
+{
+    if (n <= 1 || !(size > 0) || c == MOE_LINK_SELF)
+        return 0;
+    moe_link_t l = moe_topo_coll(t, op, c);
+    if (!(l.bw > 0))
+        return NAN;
+    /* nccl-tests' bus bandwidth factors (PERFORMANCE.md): (n - 1) / n of the buffer crosses
+     * the links in an all-to-all, all-gather or reduce-scatter, twice that in an all-reduce */
+    double f = (n - 1.0) / n * (op == MOE_COLL_ALLREDUCE ? 2 : 1);
+    return l.latency + size * f / (l.bw * moe_link_efficiency(&l, size));
+}
+
+double moe_topo_gemm_time(const moe_topo_t *t, double m, double n, double k, double groups,
+                          double elem_bytes)
+{
+    int fp8 = elem_bytes <= 1 && t->fp8_flops > 0;
+    double rate = fp8 ? t->fp8_flops : t->flops;
+    const moe_link_t *curve = fp8 && t->compute_fp8.npoints ? &t->compute_fp8 : &t->compute;
+    if (!(m > 0) || !(n > 0) || !(k > 0) || !(groups > 0))
+        return 0;
+    if (!(rate > 0))
+        return NAN;
+    double flop = 2 * groups * m * n * k;
+    double time = flop / (rate * moe_link_efficiency(curve, flop));
+    /* the memory bound: both operands read and the product written once */
+    if (t->hbm_bw > 0)
+        time = fmax(time, groups * (m * k + k * n + m * n) * elem_bytes / t->hbm_bw);
+    return time + t->gemm_latency;
+}
+
+int moe_topo_sweep_check(const double *t, const double *lo, const double *hi, int n, int *at)
+{
+    int bits = 0, first = -1;
+    double slowest = 0; /* the largest median time of the smaller sizes */
+    for (int i = 0; i < n; i++) {
+        int b = 0;
+        if (i > 0 && t[i] < 0.75 * slowest)
+            b |= MOE_SWEEP_NONMONO;
+        if (lo && hi && hi[i] > 2 * lo[i])
+            b |= MOE_SWEEP_SPREAD;
+        if (b && first < 0)
+            first = i;
+        bits |= b;
+        slowest = fmax(slowest, t[i]);
+    }
+    if (at)
+        *at = first;
+    return bits;
 }

@@ -24,6 +24,10 @@
  *   efficiency CLASS SIZE:EFF ...
  *   efficiency hbm|compute|intra-o3|hbm-o3 SIZE:EFF ...  (the cost models' curves)
  *   hbm-latency X [UNIT] | launch-overhead X [UNIT]
+ *   version 1.1                                     (1.1: the per-operation costs below)
+ *   latency COLLECTIVE CLASS X [UNIT] | latency gemm X [UNIT]
+ *   efficiency COLLECTIVE CLASS SIZE:EFF ...
+ *   fp8-flops X [UNIT] | sms N | efficiency compute-fp8 FLOPS:EFF ...
  *
  * Numbers are plain decimals (bytes/s, seconds, FLOP/s) or carry one of the unit words below,
  * which only shift the decimal exponent (and divide by 8 for bits), so "450 GB/s" reads as
@@ -52,19 +56,24 @@ static const char *const qname[] = {"bytes/s", "seconds", "FLOP/s", "processors"
 
 enum keyword {
     K_TOPOLOGY, K_NODES, K_GPN, K_LINK, K_EFF, K_HBM, K_FLOPS, K_CORES, K_HBM_LAT, K_LAUNCH,
-    K_BWD_FLOPS, K_N
+    K_BWD_FLOPS, K_VERSION, K_LATENCY, K_FP8, K_SMS, K_N
 };
 static const char *const keywords[K_N] = {"topology",      "nodes", "gpus-per-node", "link",
                                           "efficiency",    "hbm-bandwidth", "flops", "cores",
-                                          "hbm-latency",   "launch-overhead", "backward-flops"};
+                                          "hbm-latency",   "launch-overhead", "backward-flops",
+                                          "version",       "latency", "fp8-flops", "sms"};
+/* The keywords a line may repeat (once per class, curve or operation). */
+#define REPEATABLE (1u << K_LINK | 1u << K_EFF | 1u << K_LATENCY)
 
 /* The cost models' curves an `efficiency` line may name besides the link classes. */
-static const char *const model_curves[] = {"hbm", "compute", "intra-o3", "hbm-o3"};
-#define MODEL_CURVES 4
+static const char *const model_curves[] = {"hbm", "compute", "intra-o3", "hbm-o3",
+                                           "compute-fp8"};
+#define MODEL_CURVES 5 /* the last one is version 1.1's */
 
 static moe_link_t *model_curve(moe_topo_t *t, int i)
 {
-    moe_link_t *const c[MODEL_CURVES] = {&t->hbm, &t->compute, &t->intra_o3, &t->hbm_o3};
+    moe_link_t *const c[MODEL_CURVES] = {&t->hbm, &t->compute, &t->intra_o3, &t->hbm_o3,
+                                         &t->compute_fp8};
     return c[i];
 }
 
@@ -76,6 +85,9 @@ typedef struct trd {
     uint64_t line;
     unsigned seen;  /* keywords met (bit per enum keyword) */
     unsigned links; /* link lines (bit per class), efficiency lines (bit per class << 4) */
+    unsigned colls; /* collectives' efficiency lines (bit op * MOE_LINK_CLASSES + class) */
+    int gemm_lat;   /* a 'latency gemm' line came */
+    uint32_t minor; /* the file's minor version (with major 1), 0 without a version line */
     int failed;     /* msg holds the reason */
 } trd_t;
 
@@ -277,23 +289,108 @@ static moe_link_t *model_curve_of(trd_t *r, char **tok, size_t n, int *rc)
     return NULL;
 }
 
+/* The class of a collective's `latency` or `efficiency` line (tok[2]): intra or inter. */
+static int coll_class(trd_t *r, char **tok, size_t n)
+{
+    if (n < 3)
+        return tfail(r, MOE_EFORMAT, "'%s %s' lacks a link class (intra, inter)", tok[0],
+                     tok[1]);
+    int c = !strcmp(tok[2], "intra") ? MOE_LINK_INTRA : !strcmp(tok[2], "inter") ? MOE_LINK_INTER
+                                                                                : -1;
+    return c >= 0 ? c : tfail(r, MOE_EFORMAT, "unknown link class '%.40s' for %s (intra, inter)",
+                              tok[2], tok[1]);
+}
+
+/* The points of a curve, tok[first..n). */
+static int curve_points(trd_t *r, char **tok, size_t n, size_t first, moe_link_t *l)
+{
+    int rc = 0;
+    if (n <= first)
+        return tfail(r, MOE_EFORMAT, "'%s %s' has no SIZE:EFFICIENCY points", tok[0], tok[1]);
+    if (n - first > MOE_TOPO_MAX_CURVE)
+        return tfail(r, MOE_ERANGE, "more than %u efficiency points", MOE_TOPO_MAX_CURVE);
+    for (size_t i = first; i < n && !rc; i++)
+        rc = eff_point(r, l, tok[i]);
+    return rc;
+}
+
+/* efficiency COLLECTIVE CLASS SIZE:EFF ... (version 1.1) */
+static int coll_eff_line(trd_t *r, char **tok, size_t n, int op)
+{
+    int c = coll_class(r, tok, n);
+    if (c < 0)
+        return c;
+    unsigned bit = 1u << (op * MOE_LINK_CLASSES + c);
+    if (r->colls & bit)
+        return tfail(r, MOE_EFORMAT, "second 'efficiency %s %s' line", tok[1], tok[2]);
+    r->colls |= bit;
+    return curve_points(r, tok, n, 3, &r->t.coll[op][c]);
+}
+
 /* efficiency CLASS SIZE:EFF ... */
 static int eff_line(trd_t *r, char **tok, size_t n)
 {
-    int rc = 0;
+    int rc = 0, op = n >= 2 ? moe_coll_parse(tok[1]) : -1;
+    if (op >= 0)
+        return coll_eff_line(r, tok, n, op);
     moe_link_t *l = model_curve_of(r, tok, n, &rc);
     int c = l || rc ? 0 : link_class(r, tok, n, 16u);
     if (rc || c < 0)
         return rc ? rc : c;
     if (!l)
         l = &r->t.link[c];
-    if (n < 3)
-        return tfail(r, MOE_EFORMAT, "'efficiency %s' has no SIZE:EFFICIENCY points", tok[1]);
-    if (n - 2 > MOE_TOPO_MAX_CURVE)
-        return tfail(r, MOE_ERANGE, "more than %u efficiency points", MOE_TOPO_MAX_CURVE);
-    for (size_t i = 2; i < n && !rc; i++)
-        rc = eff_point(r, l, tok[i]);
+    return curve_points(r, tok, n, 2, l);
+}
+
+/* latency COLLECTIVE CLASS X [UNIT] | latency gemm X [UNIT] (version 1.1) */
+static int latency_line(trd_t *r, char **tok, size_t n)
+{
+    int op = n >= 2 ? moe_coll_parse(tok[1]) : -1, gemm = n >= 2 && !strcmp(tok[1], "gemm");
+    if (op < 0 && !gemm)
+        return n < 2 ? tfail(r, MOE_EFORMAT, "'latency' lacks an operation")
+                     : tfail(r, MOE_EFORMAT, "unknown operation '%.40s' (alltoall, allgather, "
+                             "reducescatter, allreduce, gemm)", tok[1]);
+    int c = gemm ? 0 : coll_class(r, tok, n);
+    if (c < 0)
+        return c;
+    unsigned bit = gemm ? 0 : 1u << (op * MOE_LINK_CLASSES + c);
+    if (gemm ? r->gemm_lat : (r->t.coll_lat & bit) != 0)
+        return gemm ? tfail(r, MOE_EFORMAT, "second 'latency gemm' line")
+                    : tfail(r, MOE_EFORMAT, "second 'latency %s %s' line", tok[1], tok[2]);
+    size_t i = gemm ? 2 : 3;
+    if (n <= i)
+        return tfail(r, MOE_EFORMAT, "'latency %s' lacks a value", tok[1]);
+    double *v = gemm ? &r->t.gemm_latency : &r->t.coll[op][c].latency;
+    int rc = quantity(r, tok, n, &i, Q_TIME, "latency", v);
+    if (!rc && i + 1 != n)
+        return tfail(r, MOE_EFORMAT, "'latency %s' takes one value, found '%.40s' after it",
+                     tok[1], tok[i + 1]);
+    if (!rc && gemm)
+        r->gemm_lat = 1;
+    else if (!rc)
+        r->t.coll_lat |= bit;
     return rc;
+}
+
+/* version MAJOR.MINOR: the first statement when given; a newer major version is refused, a
+ * newer minor one read as far as its statements are known. */
+static int version_line(trd_t *r, char **tok, size_t n)
+{
+    int rc = one_word(r, tok, n), len = 0;
+    unsigned major, minor;
+    if (rc)
+        return rc;
+    if (r->seen != 1u << K_VERSION)
+        return tfail(r, MOE_EFORMAT, "'version' must be the first statement");
+    const char *s = tok[1];
+    if (strspn(s, "0123456789.") != strlen(s) || strlen(s) > 9 ||
+        sscanf(s, "%u.%u%n", &major, &minor, &len) != 2 || s[len])
+        return tfail(r, MOE_EFORMAT, "expected a version MAJOR.MINOR, found '%.40s'", s);
+    if (major != MOE_TOPO_MAJOR)
+        return tfail(r, MOE_EFORMAT, "version %s is not %d.x: this reader knows topology "
+                     "files up to %d.%d", s, MOE_TOPO_MAJOR, MOE_TOPO_MAJOR, MOE_TOPO_MINOR);
+    r->minor = minor;
+    return 0;
 }
 
 static int statement(trd_t *r, char **tok, size_t n)
@@ -301,9 +398,13 @@ static int statement(trd_t *r, char **tok, size_t n)
     int k = 0;
     while (k < K_N && strcmp(tok[0], keywords[k]) != 0)
         k++;
+    if (k == K_N && r->minor > MOE_TOPO_MINOR)
+        return tfail(r, MOE_EFORMAT, "unknown keyword '%.40s' (the file is version %d.%u, "
+                     "this reader knows %d.%d)", tok[0], MOE_TOPO_MAJOR, r->minor,
+                     MOE_TOPO_MAJOR, MOE_TOPO_MINOR);
     if (k == K_N)
         return tfail(r, MOE_EFORMAT, "unknown keyword '%.40s'", tok[0]);
-    if (k != K_LINK && k != K_EFF && (r->seen & 1u << k))
+    if (!(REPEATABLE >> k & 1u) && (r->seen & 1u << k))
         return tfail(r, MOE_EFORMAT, "second '%s' line", tok[0]);
     r->seen |= 1u << k;
     switch (k) {
@@ -317,6 +418,10 @@ static int statement(trd_t *r, char **tok, size_t n)
     case K_HBM_LAT: return scalar(r, tok, n, Q_TIME, &r->t.hbm.latency);
     case K_LAUNCH: return scalar(r, tok, n, Q_TIME, &r->t.launch);
     case K_BWD_FLOPS: return scalar(r, tok, n, Q_FLOPS, &r->t.bwd_flops);
+    case K_VERSION: return version_line(r, tok, n);
+    case K_LATENCY: return latency_line(r, tok, n);
+    case K_FP8: return scalar(r, tok, n, Q_FLOPS, &r->t.fp8_flops);
+    case K_SMS: return scalar(r, tok, n, Q_COUNT, &r->t.sms);
     default: return scalar(r, tok, n, Q_FLOPS, &r->t.flops);
     }
 }
@@ -475,6 +580,40 @@ static void put_link(FILE *f, const moe_link_t *l, const char *name)
     put_curve(f, l, name);
 }
 
+/* Whether t has a statement of version 1.1. */
+static int uses_1_1(const moe_topo_t *t)
+{
+    if (t->coll_lat || t->gemm_latency != 0 || t->fp8_flops != 0 || t->sms != 0 ||
+        t->compute_fp8.npoints)
+        return 1;
+    for (int op = 0; op < MOE_COLLS; op++)
+        for (int c = MOE_LINK_INTRA; c <= MOE_LINK_INTER; c++)
+            if (t->coll[op][c].npoints)
+                return 1;
+    return 0;
+}
+
+/* The per-operation costs of version 1.1: each collective's latency and curve per class, the
+ * GEMM latency, the FP8 rate. */
+static void put_ops(FILE *f, const moe_topo_t *t)
+{
+    char name[64];
+    for (int op = 0; op < MOE_COLLS; op++)
+        for (int c = MOE_LINK_INTRA; c <= MOE_LINK_INTER; c++) {
+            const moe_link_t *l = &t->coll[op][c];
+            if (t->coll_lat >> (op * MOE_LINK_CLASSES + c) & 1u) {
+                fprintf(f, "latency %s %s ", moe_coll_name(op), moe_link_name(c));
+                put_double(f, l->latency);
+                fputc('\n', f);
+            }
+            snprintf(name, sizeof name, "%s %s", moe_coll_name(op), moe_link_name(c));
+            put_curve(f, l, name);
+        }
+    put_scalar(f, "latency gemm", t->gemm_latency);
+    put_scalar(f, "fp8-flops", t->fp8_flops);
+    put_scalar(f, "sms", t->sms);
+}
+
 char *moe_topo_format(const moe_topo_t *t)
 {
     char *buf = NULL, name[sizeof t->name];
@@ -483,6 +622,9 @@ char *moe_topo_format(const moe_topo_t *t)
     if (!f)
         return NULL;
     fputs("# moeflow topology, moe-topology(5); bandwidths in bytes/s, latencies in s\n", f);
+    int v11 = uses_1_1(t);
+    if (v11) /* files without the 1.1 statements stay 1.0, for 1.0 readers */
+        fprintf(f, "version %d.%d\n", MOE_TOPO_MAJOR, MOE_TOPO_MINOR);
     memcpy(name, t->name, sizeof name);
     name[sizeof name - 1] = '\0';
     for (char *c = name; *c; c++)
@@ -513,6 +655,8 @@ char *moe_topo_format(const moe_topo_t *t)
     put_scalar(f, "hbm-latency", t->hbm.latency);
     put_scalar(f, "launch-overhead", t->launch);
     put_scalar(f, "backward-flops", t->bwd_flops);
+    if (v11)
+        put_ops(f, t);
     if (fclose(f) != 0) {
         free(buf);
         return NULL;

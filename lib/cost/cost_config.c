@@ -12,6 +12,7 @@
 
 #include "moe/costcfg.h"
 #include "moe/io.h"
+#include "moe/mcore.h"
 #include "moe/moe.h"
 #include "util_internal.h"
 
@@ -23,7 +24,7 @@
 /* How a key's value reads. */
 enum kind {
     K_CONFIG, K_FLAG, K_STR, K_U32, K_QTY, K_FRAC, K_EFF, K_ALPHA, K_LIST, K_ZERO, K_ACT,
-    K_REUSE, K_SOURCE, K_TIME, K_GATHER
+    K_REUSE, K_SOURCE, K_TIME, K_GATHER, K_RECOMPUTE, K_DTYPE
 };
 
 typedef struct key {
@@ -49,7 +50,7 @@ static const ckey_t keys[MOE_CK_COUNT] = {
     [MOE_CK_GPN] = {"gpus-per-node", K_U32, F(gpn), 1, MOE_MAX_RANKS, "GPUs per node"},
     [MOE_CK_BW_INTRA] = {"bw-intra", K_QTY, F(bw[MOE_LINK_INTRA]), 1, RATE, "bandwidth"},
     [MOE_CK_BW_INTER] = {"bw-inter", K_QTY, F(bw[MOE_LINK_INTER]), 1, RATE, "bandwidth"},
-    [MOE_CK_BW_HOST] = {"bw-host", K_QTY, F(bw[MOE_LINK_HOST]), 1, RATE, "bandwidth"},
+    [MOE_CK_BW_HOST] = {"bw-host", K_QTY, F(bw[MOE_LINK_HOST]), 0, RATE, "bandwidth"},
     [MOE_CK_BW_HBM] = {"bw-hbm", K_QTY, F(hbm), 1, RATE, "bandwidth"},
     [MOE_CK_FLOPS] = {"flops", K_QTY, F(flops), 1, RATE, "compute rate"},
     [MOE_CK_TRACE] = {"trace", K_STR, F(trace), 0, 0, NULL},
@@ -119,6 +120,16 @@ static const ckey_t keys[MOE_CK_COUNT] = {
     [MOE_CK_P_INTER] = {"p-inter", K_FRAC, F(p_inter), 0, 1, "fraction p_inter"},
     [MOE_CK_P_STAR_INTER] = {"p-star-inter", K_FRAC, F(p_star_inter), 0, 2,
                              "fraction p*_inter"},
+    /* iteration --model (issue 41) */
+    [MOE_CK_MODEL] = {"model", K_STR, F(model), 0, 0, NULL},
+    [MOE_CK_PARALLEL] = {"parallel", K_STR, F(parallel), 0, 0, NULL},
+    [MOE_CK_MICRO_BATCH] = {"micro-batch", K_U32, F(micro_batch), 1, 1u << 24, "micro-batch"},
+    [MOE_CK_GLOBAL_BATCH] = {"global-batch", K_U32, F(global_batch), 1, 1u << 30,
+                             "global batch"},
+    [MOE_CK_RECOMPUTE] = {"recompute", K_RECOMPUTE, F(recompute), 0, 0, NULL},
+    [MOE_CK_DIST_OPT] = {"distributed-optimizer", K_FLAG, F(dist_opt), 0, 0, NULL},
+    [MOE_CK_DTYPE] = {"dtype", K_DTYPE, F(fp8), 0, 0, NULL},
+    [MOE_CK_GRAD_BF16] = {"grad-reduce-in-bf16", K_FLAG, F(grad_bf16), 0, 0, NULL},
 };
 
 const char *moe_costcfg_key_name(int key, int *has_arg)
@@ -145,7 +156,7 @@ void moe_costcfg_init(moe_costcfg_t *g)
         if (keys[k].kind == K_QTY || keys[k].kind == K_FRAC || keys[k].kind == K_TIME ||
             keys[k].kind == K_GATHER)
             *(double *)((char *)g + keys[k].off) = NAN;
-    g->act = g->reuse = g->zero = -1;
+    g->act = g->reuse = g->zero = g->recompute = g->fp8 = -1;
     for (int y = 0; y < MOE_MP_STREAMS; y++)
         for (int x = 0; x < 4; x++)
             g->alpha[y][x] = 1;
@@ -349,6 +360,12 @@ int moe_costcfg_set(moe_costcfg_t *g, int key, const char *val, const int *takes
         return set_word(field, moe_mpmoe_reuse_parse(val), "unknown reuse strategy\0none, S1, "
                         "S2, S3, S4", val, err, errlen);
     case K_GATHER: return moe_exflow_gather_parse(val, field, err, errlen);
+    case K_RECOMPUTE:
+        return set_word(field, moe_recompute_parse(val), "unknown recompute granularity\0none, "
+                        "selective, full", val, err, errlen);
+    case K_DTYPE:
+        return set_word(field, !strcmp(val, "bf16") ? 0 : !strcmp(val, "fp8") ? 1 : -1,
+                        "unknown dtype\0bf16, fp8", val, err, errlen);
     default:
         return set_word(field, source_parse(val), "unknown source\0auto, recorded, sequence, "
                         "token", val, err, errlen);
@@ -506,13 +523,9 @@ int moe_costcfg_topo(const moe_costcfg_t *g, moe_topo_t *t, char *err, size_t er
     } else if (moe_topo_uniform(t, 1, g->gpn ? g->gpn : 1)) {
         return util_errf(err, errlen, MOE_EINVAL, "invalid topology");
     }
-    if (g->nodes)
-        t->nodes = g->nodes;
-    if (g->gpn)
-        t->gpus_per_node = g->gpn;
-    if ((uint64_t)t->nodes * t->gpus_per_node > MOE_MAX_RANKS)
+    if (moe_topo_resize(t, g->nodes, g->gpn))
         return util_errf(err, errlen, MOE_ERANGE, "topology of %u x %u ranks is too large",
-                         t->nodes, t->gpus_per_node);
+                         g->nodes ? g->nodes : t->nodes, g->gpn ? g->gpn : t->gpus_per_node);
     for (int c = MOE_LINK_INTRA; c < MOE_LINK_CLASSES; c++)
         if (g->bw[c] > 0)
             t->link[c].bw = g->bw[c];
@@ -521,6 +534,84 @@ int moe_costcfg_topo(const moe_costcfg_t *g, moe_topo_t *t, char *err, size_t er
     if (g->flops > 0)
         t->flops = g->flops;
     cfg_model_topo(g, t);
+    moe_topo_update_cost(t);
+    return 0;
+}
+
+static double or_nan(double v, double d)
+{
+    return isnan(v) ? d : v;
+}
+
+/* A MoNTA resource: a link's cost, with an efficiency key over its curve. */
+static void monta_res(moe_monta_res_t *r, moe_link_t l, double bw, const moe_costcfg_eff_t *e)
+{
+    *r = l;
+    r->bw = bw;
+    put_curve(r, e);
+}
+
+static void monta_mem(const moe_costcfg_t *g, const moe_monta_in_t *in, moe_monta_mem_in_t *m)
+{
+    memset(m, 0, sizeof *m);
+    m->P1 = or_nan(g->params_dense, 0);
+    m->P2 = or_nan(g->params_moe, 0);
+    m->b = in->b, m->s = in->s, m->h = in->h;
+    m->a = or_nan(g->heads, 0);
+    m->l = or_nan(g->layers, 0);
+    m->k = g->topk ? g->topk : 1;
+    m->p = g->pp ? g->pp : 1;
+    m->t = in->t;
+    m->c = in->e;
+    m->zero = g->zero < 0 ? 0 : g->zero;
+    m->act = g->act < 0 ? MOE_ACT_SP : g->act;
+}
+
+int moe_costcfg_monta(const moe_costcfg_t *g, const moe_topo_t *t, moe_monta_in_t *in,
+                      moe_monta_mem_in_t *mem, int *have_mem, char *err, size_t errlen)
+{
+    memset(in, 0, sizeof *in);
+    in->b = or_nan(g->batch, 1);
+    in->s = or_nan(g->seq, 0);
+    in->h = or_nan(g->hidden, 0);
+    in->bpe = or_nan(g->elem_bytes, 2);
+    in->volume = or_nan(g->volume, 0);
+    if (!(in->volume > 0) && !(in->s > 0 && in->h > 0))
+        return bad("give --seq and --hidden (or --volume)");
+    in->t = g->tp ? g->tp : t->gpus_per_node;
+    in->e = g->ep ? g->ep : t->nodes;
+    monta_res(&in->aa, moe_topo_coll(t, MOE_COLL_ALLTOALL, MOE_LINK_INTER),
+              t->link[MOE_LINK_INTER].bw, &g->r[0]);
+    monta_res(&in->ag, moe_topo_coll(t, MOE_COLL_ALLGATHER, MOE_LINK_INTRA),
+              t->link[MOE_LINK_INTRA].bw, &g->r[1]);
+    monta_res(&in->d2d, t->hbm, t->hbm_bw, &g->r[2]);
+    in->ag_o3 = t->intra_o3, in->d2d_o3 = t->hbm_o3;
+    in->i_minimal = or_nan(g->min_chunk, 1048576);
+    in->max_chunks = g->max_chunks;
+    *have_mem = !isnan(g->params_dense) || !isnan(g->params_moe) || !isnan(g->layers);
+    if (*have_mem)
+        monta_mem(g, in, mem);
+    const char *miss = !(in->aa.bw > 0) ? "inter-node (B1, --bw-inter)"
+                       : !(in->ag.bw > 0) ? "intra-node (B2, --bw-intra)"
+                       : !(in->d2d.bw > 0) ? "memory (B3, --bw-hbm)" : NULL;
+    return miss ? util_errf(err, errlen, MOE_ERANGE, "the %s bandwidth is unknown: give "
+                            "--topology or the option", miss) : 0;
+}
+
+int moe_costcfg_janus_topo(const moe_costcfg_t *g, moe_topo_t *t, char *err, size_t errlen)
+{
+    if (g->topology) {
+        int rc = moe_costcfg_topo(g, t, err, errlen);
+        return rc == MOE_EINVAL ? MOE_ERANGE : rc;
+    }
+    if (!g->nodes)
+        return bad("--nodes (or --topology) is required");
+    if (moe_topo_uniform(t, g->nodes, g->gpn ? g->gpn : 8))
+        return bad("%u machines of %u workers is more than %u ranks", g->nodes,
+                   g->gpn ? g->gpn : 8, MOE_MAX_RANKS);
+    /* unset bandwidths stay 0 (unknown), never NaN: the times then are left out */
+    for (int c = MOE_LINK_INTER; c <= MOE_LINK_HOST; c++)
+        t->link[c].bw = g->bw[c] > 0 ? g->bw[c] : 0;
     moe_topo_update_cost(t);
     return 0;
 }

@@ -5,10 +5,12 @@
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "moe/cost.h"
 #include "moe/costcfg.h"
 #include "moe/io.h"
+#include "moe/mcore.h"
 #include "moe/moe.h"
 #include "moe/placement.h"
 #include "moe/sim.h"
@@ -66,7 +68,7 @@ static int block_costs(const moe_iter_in_t *in, uint32_t i, int switch_aware, bl
     moe_janus_in_t j = {in->batch, in->seq, in->topk, h, F, in->epw[i], in->m, in->n,
                         in->elem_bytes};
     moe_janus_out_t o;
-    if (moe_janus_eval(&j, in->threshold, &o))
+    if (moe_janus_eval(&j, isnan(in->threshold) ? 1 : in->threshold, &o))
         return MOE_EINVAL;
     b->comp = tok * layer_flops(in, in->epw[i] * in->m * in->n) / rate;
     b->expert = tok * in->topk * 4 * h * F / rate;
@@ -108,7 +110,7 @@ static int is_moe(const moe_iter_in_t *in, uint32_t j, uint32_t next)
  * compute and exposed communication; *link is when the pull path (forward) or the gradient
  * push path (backward) next frees. */
 static int pass(const moe_iter_in_t *in, int scheme, int bwd, double *t, double *link,
-                double dense)
+                double dense, const unsigned char *janus_dc)
 {
     uint32_t L = (uint32_t)in->layers, nb = (uint32_t)in->blocks;
     uint32_t pos[MAX_BLOCKS]; /* the layer of each block */
@@ -129,7 +131,7 @@ static int pass(const moe_iter_in_t *in, int scheme, int bwd, double *t, double 
         if (block_costs(in, b, aware, &c))
             return MOE_EINVAL;
         int dc = scheme == MOE_ITER_DC || scheme == MOE_ITER_DC_PRE ||
-                 (scheme == MOE_ITER_JANUS && c.dc);
+                 (scheme == MOE_ITER_JANUS && janus_dc[b]);
         if (scheme == MOE_ITER_EXFLOW)
             c.a2a = in->a2a_coherent;
         if (!dc && scheme == MOE_ITER_PIPE) {
@@ -151,6 +153,70 @@ static int pass(const moe_iter_in_t *in, int scheme, int bwd, double *t, double 
     return 0;
 }
 
+/* The iteration's seconds with the MoE blocks' paradigms `dc` (JANUS; ignored otherwise). */
+static int timeline(const moe_iter_in_t *in, int scheme, const unsigned char *dc, double dense,
+                    double *time)
+{
+    double t = 0, link = 0;
+    if (pass(in, scheme, 0, &t, &link, dense, dc))
+        return MOE_EINVAL;
+    if (in->training) {
+        link = 0;
+        if (pass(in, scheme, 1, &t, &link, dense, dc))
+            return MOE_EINVAL;
+        t = fmax(t, link);
+    }
+    if (scheme == MOE_ITER_EXFLOW) /* the new tokens go to every GPU once per iteration */
+        t += in->gather;
+    *time = t;
+    return 0;
+}
+
+/* Janus's per-block paradigms: with a --threshold, the paper's rule (R above it); else by the
+ * predicted time of the whole iteration: from every block expert-centric, each block in turn
+ * goes data-centric where that makes the iteration shorter, until a sweep changes none (the
+ * blocks interact through the prefetch queue, so each choice is made on the whole). */
+static int janus_choice(const moe_iter_in_t *in, double dense, unsigned char *dc, double *time)
+{
+    uint32_t nb = (uint32_t)in->blocks;
+    memset(dc, 0, MAX_BLOCKS);
+    if (!isnan(in->threshold)) {
+        for (uint32_t i = 0; i < nb; i++) {
+            block_t c;
+            if (block_costs(in, i, 1, &c))
+                return MOE_EINVAL;
+            dc[i] = (unsigned char)c.dc;
+        }
+        return timeline(in, MOE_ITER_JANUS, dc, dense, time);
+    }
+    if (timeline(in, MOE_ITER_JANUS, dc, dense, time))
+        return MOE_EINVAL;
+    for (int changed = 1, sweep = 0; changed && sweep < 8; sweep++) {
+        changed = 0;
+        for (uint32_t i = 0; i < nb; i++) {
+            double t;
+            dc[i] ^= 1;
+            if (timeline(in, MOE_ITER_JANUS, dc, dense, &t))
+                return MOE_EINVAL;
+            if (t < *time * (1 - 1e-12)) {
+                *time = t;
+                changed = 1;
+            } else {
+                dc[i] ^= 1;
+            }
+        }
+    }
+    return 0;
+}
+
+int moe_iter_janus_choice(const moe_iter_in_t *in, unsigned char *dc)
+{
+    double rate = in->flops * in->eff, t;
+    if (!valid(in) || in->blocks > MAX_BLOCKS)
+        return MOE_EINVAL;
+    return janus_choice(in, in->batch * in->seq * layer_flops(in, 0) / rate, dc, &t);
+}
+
 int moe_iter_eval(const moe_iter_in_t *in, int scheme, moe_iter_out_t *out)
 {
     if (!valid(in) || scheme < 0 || scheme >= MOE_ITER_SCHEMES ||
@@ -162,17 +228,12 @@ int moe_iter_eval(const moe_iter_in_t *in, int scheme, moe_iter_out_t *out)
     for (uint32_t i = 0; i < nb; i++)
         fwd_flops += tok * layer_flops(in, in->epw[i] * in->m * in->n);
     fwd_flops += (in->layers - nb) * tok * layer_flops(in, 0);
-    double t = 0, link = 0;
-    if (pass(in, scheme, 0, &t, &link, dense))
-        return MOE_EINVAL;
-    if (in->training) {
-        link = 0;
-        if (pass(in, scheme, 1, &t, &link, dense))
-            return MOE_EINVAL;
-        t = fmax(t, link);
-    }
-    if (scheme == MOE_ITER_EXFLOW) /* the new tokens go to every GPU once per iteration */
-        t += in->gather;
+    unsigned char dc[MAX_BLOCKS] = {0};
+    double t = 0;
+    int rc = scheme == MOE_ITER_JANUS ? janus_choice(in, dense, dc, &t)
+                                      : timeline(in, scheme, dc, dense, &t);
+    if (rc)
+        return rc;
     double mult = in->training ? 3 : 1;
     out->model_flops = mult * fwd_flops;
     out->time = t;
@@ -190,7 +251,9 @@ const int moe_iter_keys[] = {MOE_CK_LAYERS, MOE_CK_BLOCKS, MOE_CK_HIDDEN, MOE_CK
     MOE_CK_FFN, MOE_CK_EXPERTS, MOE_CK_EPW, MOE_CK_TOPK, MOE_CK_SEQ, MOE_CK_BATCH,
     MOE_CK_ELEM_BYTES, MOE_CK_COMPUTE_EFF, MOE_CK_INFERENCE, MOE_CK_TOPOLOGY, MOE_CK_NODES,
     MOE_CK_GPN, MOE_CK_FLOPS, MOE_CK_BW_INTER, MOE_CK_BW_HOST, MOE_CK_PER_SWITCH, MOE_CK_SKEW,
-    MOE_CK_THRESHOLD, MOE_CK_CHUNKS, MOE_CK_TRACE, MOE_CK_PLACEMENT, MOE_CK_JSON, 0};
+    MOE_CK_THRESHOLD, MOE_CK_CHUNKS, MOE_CK_TRACE, MOE_CK_PLACEMENT, MOE_CK_JSON,
+    MOE_CK_MODEL, MOE_CK_PARALLEL, MOE_CK_MICRO_BATCH, MOE_CK_GLOBAL_BATCH, MOE_CK_RECOMPUTE,
+    MOE_CK_DIST_OPT, MOE_CK_DTYPE, MOE_CK_GRAD_BF16, MOE_CK_BW_INTRA, MOE_CK_BW_HBM, 0};
 
 #define usage(...) util_errf(err, errlen, MOE_EINVAL, __VA_ARGS__)
 
@@ -235,6 +298,97 @@ static int sim_a2a(const moe_costcfg_t *g, const moe_topo_t *topo, moe_iter_in_t
     return st;
 }
 
+/* The keys of the shape-only iteration that --model replaces, and the reverse. */
+static int mcore_conflict(const moe_costcfg_t *g, char *err, size_t errlen)
+{
+    const char *k = !isnan(g->layers) ? "layers" : !isnan(g->hidden) ? "hidden"
+                    : !isnan(g->batch) ? "batch" : g->blocks ? "blocks"
+                    : !isnan(g->heads) ? "heads" : !isnan(g->ffn) ? "ffn" : g->topk ? "topk"
+                    : !isnan(g->experts) ? "experts" : g->nepw ? "experts-per-worker"
+                    : g->inference ? "inference" : g->chunks ? "chunks" : NULL;
+    if (k)
+        return usage("--%s does not go with --model (the config.json and --parallel give the "
+                     "shape)", k);
+    return 0;
+}
+
+/* The EP all-to-all and the experts' imbalance measured on a trace and placement over the EP
+ * group's ranks (the topology cut to them: ep / epn nodes of epn): simulate's vanilla scheme,
+ * or its hierarchical one (once per node over the network, forwarded inside) for DeepEP; the
+ * critical-path communication per layer over the tokens per rank, so that the iteration scales
+ * it to its own. */
+static int mcore_sim(const moe_costcfg_t *g, const moe_model_t *md, moe_layout_t *l,
+                     const moe_topo_t *t, char *err, size_t errlen)
+{
+    moe_placement_t *p = NULL;
+    moe_trace_map_t *m = NULL;
+    moe_sim_t *s = NULL;
+    int st = moe_acct_inputs(g->placement, g->trace, 0, &p, &m, err, errlen);
+    uint32_t epn = t->gpus_per_node / l->etp;
+    epn = epn < 1 ? 1 : epn > l->ep ? l->ep : epn;
+    if (!st && p->ranks != l->ep)
+        st = usage("'%s' places experts on %u ranks, the EP group has %u (--parallel ep)",
+                   g->placement, p->ranks, l->ep);
+    if (!st && p->experts != md->experts)
+        moe_log(MOE_LOG_WARN, "'%s' has %u experts a layer, the model %u: its routing stands in "
+                "for the model's", g->trace, p->experts, md->experts);
+    int scheme = l->dispatcher == MOE_DISPATCH_DEEPEP ? MOE_SIM_HIERARCHICAL : MOE_SIM_VANILLA;
+    moe_topo_t ept = *t;
+    if (!st && moe_topo_resize(&ept, l->ep / epn, epn))
+        st = usage("the EP group (%u) does not fill its nodes of %u", l->ep, epn);
+    if (!st) {
+        moe_sim_opts_t o;
+        moe_sim_opts_default(&o);
+        o.hidden = md->hidden;
+        o.ffn = md->moe_ffn;
+        o.elem_bytes = 2;
+        o.schemes = 1u << scheme;
+        s = moe_sim_run(p, &ept, m, &o, &st, err, errlen);
+    }
+    if (s) {
+        moe_sim_layer_t tot;
+        moe_sim_total(s, scheme, &tot);
+        double tokens = (double)moe_acct_tokens(moe_sim_acct(s));
+        l->a2a_token = tot.comm / p->layers / (tokens / p->ranks);
+        l->imbalance = tot.imbalance;
+        if (!(l->a2a_token > 0))
+            st = util_errf(err, errlen, MOE_ERANGE, "simulate priced no all-to-all time on "
+                           "'%s' (the topology's bandwidths?)", g->trace);
+    }
+    moe_sim_free(s);
+    moe_trace_map_close(m);
+    moe_placement_free(p);
+    return st;
+}
+
+int moe_mcore_inputs(const moe_costcfg_t *g, moe_model_t *m, moe_layout_t *l, moe_topo_t *t,
+                     char *err, size_t errlen)
+{
+    int st = mcore_conflict(g, err, errlen);
+    if (st)
+        return st;
+    if ((st = moe_model_read(m, g->model, err, errlen)) != 0)
+        return st == MOE_EINVAL ? MOE_ERANGE : st; /* the file's fault, not the command's */
+    moe_layout_init(l);
+    if (g->parallel && moe_layout_parse(l, g->parallel, err, errlen))
+        return MOE_EINVAL;
+    if (isnan(g->seq) || g->seq != floor(g->seq) || g->seq > 16777216)
+        return usage("--seq (a whole number of tokens) is required with --model");
+    l->seq = (uint32_t)g->seq;
+    l->micro_batch = g->micro_batch;
+    l->global_batch = g->global_batch;
+    l->recompute = g->recompute >= 0 ? g->recompute : MOE_RECOMPUTE_NONE;
+    l->dist_opt = g->dist_opt;
+    l->fp8 = g->fp8 > 0;
+    l->grad_bytes = g->grad_bf16 ? 2 : 4;
+    st = moe_costcfg_topo(g, t, err, errlen);
+    if (st)
+        return st == MOE_EINVAL ? MOE_ERANGE : st;
+    if (!g->trace != !g->placement)
+        return usage("--trace and --placement go together");
+    return g->trace ? mcore_sim(g, m, l, t, err, errlen) : 0;
+}
+
 moe_janus_path_t moe_janus_path_of(const moe_costcfg_t *g, const moe_topo_t *topo)
 {
     return (moe_janus_path_t){topo->link[MOE_LINK_INTER].bw, topo->link[MOE_LINK_HOST].bw,
@@ -247,8 +401,14 @@ int moe_iter_inputs(const moe_costcfg_t *g, moe_iter_in_t *in, char *err, size_t
     int st = moe_costcfg_topo(g, topo, err, errlen);
     if (st) /* a file's or a preset's fault, never the command line's */
         return st == MOE_EINVAL ? MOE_ERANGE : st;
+    const char *only = g->parallel ? "parallel" : g->micro_batch ? "micro-batch"
+                       : g->global_batch ? "global-batch" : g->recompute >= 0 ? "recompute"
+                       : g->dist_opt ? "distributed-optimizer" : g->fp8 >= 0 ? "dtype"
+                       : g->grad_bf16 ? "grad-reduce-in-bf16" : NULL;
+    if (only)
+        return usage("--%s needs --model", only);
     if (isnan(g->layers) || isnan(g->hidden) || isnan(g->seq) || isnan(g->batch))
-        return usage("--layers, --hidden, --seq and --batch are required");
+        return usage("--layers, --hidden, --seq and --batch are required (or --model)");
     if (!isnan(g->experts) && g->nepw)
         return usage("give --experts or --experts-per-worker, not both");
     if (!g->trace != !g->placement)
@@ -269,7 +429,7 @@ int moe_iter_inputs(const moe_costcfg_t *g, moe_iter_in_t *in, char *err, size_t
                                                       (in->ffn > 0 ? in->ffn : 4 * g->hidden));
     in->m = topo->gpus_per_node, in->n = topo->nodes;
     in->path = moe_janus_path_of(g, topo);
-    in->threshold = isnan(g->threshold) ? 1 : g->threshold;
+    in->threshold = g->threshold; /* NaN: Janus chooses by predicted time */
     in->chunks = g->chunks ? g->chunks : 4;
     if (in->layers < 1 || in->layers != floor(in->layers))
         return usage("--layers (%g) must be a whole number of at least 1", in->layers);
@@ -285,6 +445,11 @@ int moe_iter_inputs(const moe_costcfg_t *g, moe_iter_in_t *in, char *err, size_t
     for (uint32_t i = 0; i < (uint32_t)in->blocks; i++)
         in->epw[i] = g->nepw ? g->epw[g->nepw == 1 ? 0 : i]
                  : isnan(g->experts) ? 1 : g->experts / ((double)in->m * in->n);
+    double G = (double)in->m * in->n;
+    if (!isnan(g->experts) && g->experts / G != floor(g->experts / G))
+        moe_log(MOE_LOG_WARN, "--experts %g over %g GPUs: %g experts a GPU, each GPU priced "
+                "with that fraction of the experts' weights and pairs (--model and --parallel "
+                "give expert data parallelism)", g->experts, G, g->experts / G);
     for (uint32_t i = 0; i < (uint32_t)in->blocks; i++)
         if (in->topk > in->epw[i] * in->m * in->n)
             return usage("top-k %g exceeds the %g experts of MoE block %u", in->topk,
@@ -345,7 +510,18 @@ int moe_iter_write(moe_textout_t *t, int json, const moe_iter_in_t *in)
               o[s].time * 1e3, o[s].compute * 1e3, o[s].comm * 1e3, 100 * o[s].comm_share,
               o[s].tokens_per_s, o[s].mfu, sp);
     }
+    unsigned char dc[MAX_BLOCKS];
+    if (moe_iter_janus_choice(in, dc))
+        return MOE_EINVAL;
+    char pick[MAX_BLOCKS + 1];
+    for (uint32_t i = 0; i < (uint32_t)in->blocks; i++)
+        pick[i] = dc[i] ? 'D' : 'E';
+    pick[(uint32_t)in->blocks] = '\0';
+    const char *how = isnan(in->threshold) ? "by predicted time" : "by R above the threshold";
     if (json)
-        P("]}\n");
+        P("],\n \"janus_blocks\": \"%s\", \"janus_rule\": \"%s\"}\n", pick, how);
+    else
+        P("# janus per MoE block (D data-centric with prefetch, E expert-centric), %s: %s\n",
+          how, pick);
     return 0;
 }

@@ -55,18 +55,22 @@ static double a2a_time(const moe_topo_t *t, double bytes)
 {
     uint32_t G = moe_topo_ranks(t), g = t->gpus_per_node;
     double intra = bytes * (g - 1) / G, inter = bytes * (double)(G - g) / G, ti = 0, te = 0;
+    /* the topology's all-to-all cost on each class where it gives one (version 1.1) */
+    moe_link_t li = moe_topo_coll(t, MOE_COLL_ALLTOALL, MOE_LINK_INTRA);
+    moe_link_t le = moe_topo_coll(t, MOE_COLL_ALLTOALL, MOE_LINK_INTER);
     if (intra > 0)
-        ti = link_time(&t->link[MOE_LINK_INTRA], intra);
+        ti = link_time(&li, intra);
     if (inter > 0)
-        te = link_time(&t->link[MOE_LINK_INTER], inter);
+        te = link_time(&le, inter);
     return ti > te ? ti : te; /* NaN when a needed bandwidth is unknown */
 }
 
 /* Seconds of one expert GEMM of `flop` FLOPs at the rate fl and the topology's compute
- * efficiency curve (read against the GEMM's FLOPs; 1 without one). */
+ * efficiency curve (read against the GEMM's FLOPs; 1 without one), plus its launch cost
+ * (latency gemm). */
 static double gemm_time(const moe_topo_t *t, double flop, double fl)
 {
-    return flop / (fl * moe_link_efficiency(&t->compute, flop));
+    return flop / (fl * moe_link_efficiency(&t->compute, flop)) + t->gemm_latency;
 }
 
 static double flops_of(const moe_mpmoe_in_t *in)

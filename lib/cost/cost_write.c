@@ -62,7 +62,12 @@ static int exflow_table(moe_textout_t *t, const moe_exflow_in_t *in, const moe_e
         else
             P(" %16s\n", "-");
     }
-    P("reduction DeepSpeed-MoE / ExFlow: %.4g\n", o->reduction);
+    /* Table I's ratio counts an all-gathered token id as a transfer, as the paper does; the
+     * bytes' ratio (and the times below) is the one to compare with a speedup */
+    P("Table I transfer ratio DeepSpeed-MoE / ExFlow: %.4g (an all-gathered item counted as "
+      "one transfer)\n", o->reduction);
+    if (in->vec_bytes > 0)
+        P("bytes DeepSpeed-MoE / ExFlow: %.4g\n", o->b_deepspeed / o->b_exflow);
     if (in->vec_bytes > 0)
         P("all-to-all traffic saved: %.4g%%; all-gather priced at %g bytes an item%s\n",
           100 * o->a2a_reduction, o->gather_bytes,
@@ -92,6 +97,8 @@ static int exflow_json(moe_textout_t *t, const moe_exflow_in_t *in, const moe_ex
       J(o->allgather).s, J(o->reduction).s);
     P(",\n \"alltoall_reduction\": %s, \"gather_bytes\": %s", J(o->a2a_reduction).s,
       J(o->gather_bytes).s);
+    if (in->vec_bytes > 0)
+        P(", \"bytes_reduction\": %s", J(o->b_deepspeed / o->b_exflow).s);
     if (in->vec_bytes > 0)
         P(",\n \"bytes\": {\"deepspeed\": %s, \"exflow\": %s, \"exflow_alltoall\": %s, "
           "\"allgather\": %s}", J(o->b_deepspeed).s, J(o->b_exflow).s, J(o->b_a2a).s,
@@ -143,6 +150,16 @@ static int monta_rows(moe_textout_t *t, const moe_monta_in_t *in, const moe_mont
     return 0;
 }
 
+/* The second fastest of Alg. 3's strategies (O1, O2, O3), the choice's runner-up. */
+static int monta_runner_up(const moe_monta_result_t *r)
+{
+    int ru = -1;
+    for (int s = MOE_MONTA_O1; s <= MOE_MONTA_O3; s++)
+        if (s != r->best && (ru < 0 || r->time[s] < r->time[ru]))
+            ru = s;
+    return ru;
+}
+
 static int monta_table(moe_textout_t *t, const moe_monta_in_t *in, const moe_monta_result_t *r,
                        const moe_monta_layer_t *L, const moe_monta_mem_in_t *mi,
                        const moe_monta_mem_t *mem)
@@ -174,7 +191,10 @@ static int monta_table(moe_textout_t *t, const moe_monta_in_t *in, const moe_mon
             P("%-10s %8u %12.4f %12s\n", moe_monta_strategy_name(s), r->chunks[s],
               r->time[s] * 1e3, "-");
     }
-    P("selected (Alg. 3): %s\n", moe_monta_strategy_name(r->best));
+    int ru = monta_runner_up(r);
+    P("selected (Alg. 3): %s, %.4f ms; runner-up %s, %.4f ms\n",
+      moe_monta_strategy_name(r->best), r->time[r->best] * 1e3, moe_monta_strategy_name(ru),
+      r->time[ru] * 1e3);
     if (L->have)
         P("MoE layer forward (2 AllToAlls + experts): comm %.4f ms, compute %.4f ms, total "
           "%.4f ms, %.6g tokens/s, MFU %.3f\n", L->comm * 1e3, L->comp * 1e3, L->total * 1e3,
@@ -211,7 +231,9 @@ static int monta_json(moe_textout_t *t, const moe_monta_in_t *in, const moe_mont
             P(", \"at_min\": %s", r->at_min[s] ? "true" : "false");
         P("}");
     }
-    P("],\n \"selected\": \"%s\"", moe_monta_strategy_name(r->best));
+    int ru = monta_runner_up(r);
+    P("],\n \"selected\": \"%s\", \"runner_up\": {\"name\": \"%s\", \"time\": %s}",
+      moe_monta_strategy_name(r->best), moe_monta_strategy_name(ru), J(r->time[ru]).s);
     if (L->have)
         P(",\n \"layer\": {\"comm\": %s, \"compute\": %s, \"total\": %s, \"tokens_per_s\": %s, "
           "\"mfu\": %s}", J(L->comm).s, J(L->comp).s, J(L->total).s, J(L->tokens_per_s).s,
@@ -308,16 +330,20 @@ int moe_janus_write(moe_textout_t *t, int json, const moe_janus_in_t *base, cons
     janus_tot_t tot = {0};
     if (json) {
         P("{\"model\": \"janus\", \"B\": %s, \"S\": %s, \"k\": %s, \"H\": %s, \"F\": %s, "
-          "\"m\": %u, \"n\": %u, \"elem_bytes\": %s, \"threshold\": %s,\n \"blocks\": [",
-          J(base->B).s, J(base->S).s, J(base->k).s, J(base->H).s,
+          "\"m\": %u, \"n\": %u, \"elem_bytes\": %s, \"threshold\": %s, \"rule\": \"%s\",\n"
+          " \"blocks\": [", J(base->B).s, J(base->S).s, J(base->k).s, J(base->H).s,
           J(base->F > 0 ? base->F : 4 * base->H).s, base->m, base->n, J(base->elem_bytes).s,
-          J(threshold).s);
+          J(threshold).s, isnan(threshold) && bw > 0 ? "time" : "threshold");
     } else {
         P("# Janus: expert-centric (E.C.) against data-centric (D.C.) traffic, forward pass,\n"
           "# per machine per MoE block (GiB = 2^30 bytes)\n");
-        P("B %g  S %g  k %g  H %g  F %g  m %u  n %u  element %g bytes  threshold R > %g\n",
-          base->B, base->S, base->k, base->H, base->F > 0 ? base->F : 4 * base->H, base->m,
-          base->n, base->elem_bytes, threshold);
+        P("B %g  S %g  k %g  H %g  F %g  m %u  n %u  element %g bytes  ", base->B, base->S,
+          base->k, base->H, base->F > 0 ? base->F : 4 * base->H, base->m, base->n,
+          base->elem_bytes);
+        if (isnan(threshold))
+            P("paradigm by predicted time%s\n", bw > 0 ? "" : " (none: R > 1)");
+        else
+            P("threshold R > %g\n", threshold);
         P("%5s %6s %9s %10s %10s %12s  %-15s", "block", "E", "R", "EC_GiB", "DC_GiB",
           "DC_nocache", "paradigm");
         if (bw > 0)
@@ -328,13 +354,15 @@ int moe_janus_write(moe_textout_t *t, int json, const moe_janus_in_t *base, cons
         moe_janus_in_t in = *base;
         in.E = E[i];
         moe_janus_out_t o;
-        if (moe_janus_eval(&in, threshold, &o))
+        if (moe_janus_eval(&in, isnan(threshold) ? 1 : threshold, &o))
             return MOE_EINVAL;
         double tec = NAN, tdc = NAN;
         if (bw > 0 && moe_janus_times(&in, &o, path, &tec, &tdc))
             return MOE_EINVAL;
         if (bw > 0) /* the pull can start during the compute before the block */
             tdc = tdc > prefetch ? tdc - prefetch : 0;
+        if (bw > 0 && isnan(threshold) && in.n > 1) /* by predicted time */
+            o.data_centric = tdc < tec;
         tot.ec += o.comm_ec;
         tot.dc += o.comm_dc;
         tot.nocache += o.comm_dc_nocache;
@@ -445,6 +473,24 @@ static int mpmoe_cfg_row(moe_textout_t *t, int json, int first, const moe_mpmoe_
     return 0;
 }
 
+/* The fastest (n, S) of S1-S4 within the memory limit other than best; 0 when none. */
+static int mpmoe_second(const moe_mpmoe_in_t *in, uint32_t nlo, uint32_t nhi, double mem_limit,
+                        const moe_mpmoe_cfg_t *best, moe_mpmoe_cfg_t *second)
+{
+    int found = 0;
+    for (uint32_t n = nlo; n <= nhi; n++)
+        for (int s = MOE_REUSE_S1; s <= MOE_REUSE_S4; s++) {
+            moe_mpmoe_cfg_t c;
+            if ((n == best->n && s == best->reuse) || moe_mpmoe_eval(in, n, s, &c) ||
+                (mem_limit > 0 && c.memory > mem_limit))
+                continue;
+            if (!found || c.time < second->time)
+                *second = c;
+            found = 1;
+        }
+    return found;
+}
+
 int moe_mpmoe_write(moe_textout_t *t, int json, const moe_mpmoe_in_t *in, uint32_t nlo,
                     uint32_t nhi, int reuse, double mem_limit, struct moe_mpmoe_profile *prof)
 {
@@ -492,16 +538,23 @@ int moe_mpmoe_write(moe_textout_t *t, int json, const moe_mpmoe_in_t *in, uint32
                 return st;
             first = 0;
         }
-    moe_mpmoe_cfg_t best;
+    moe_mpmoe_cfg_t best, second;
     int brc = moe_mpmoe_best(in, nlo, nhi, mem_limit > 0 ? mem_limit : 0, &best);
+    int have2 = !brc && mpmoe_second(in, nlo, nhi, mem_limit, &best, &second);
     if (json) {
         P("]");
         if (!brc)
             P(",\n \"best\": {\"n\": %u, \"reuse\": \"%s\", \"time\": %s, \"memory\": %s}",
               best.n, moe_mpmoe_reuse_name(best.reuse), J(best.time).s, J(best.memory).s);
+        if (have2)
+            P(", \"runner_up\": {\"n\": %u, \"reuse\": \"%s\", \"time\": %s}", second.n,
+              moe_mpmoe_reuse_name(second.reuse), J(second.time).s);
     } else if (!brc) {
         P("best by the performance model (S1-S4): n = %u, %s: %.4f ms, %.2f MiB\n", best.n,
           moe_mpmoe_reuse_name(best.reuse), best.time * 1e3, best.memory / 1048576.0);
+        if (have2)
+            P("runner-up: n = %u, %s: %.4f ms\n", second.n, moe_mpmoe_reuse_name(second.reuse),
+              second.time * 1e3);
     } else {
         P("best by the performance model: no configuration fits the memory limit\n");
     }

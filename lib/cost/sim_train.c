@@ -193,16 +193,57 @@ static double dc_backward(const moe_sim_t *s, uint32_t j, uint64_t *held, uint64
     return comm + sim_compute_time(s, work, work + s->G);
 }
 
-/* Seconds of the rest of a step on every rank: the loss (an allreduce), the gradients zeroed,
- * the mixer and gate gradients summed over the ranks (an allreduce of doubles), those of
- * replicated experts over their copies (another), and the optimizer over every weight a rank
- * holds, replicas included (SGD: read w and g, write w; Adam: also both moments, read and
- * written), every rank's at once (a compute phase: ranks sharing processors share them).
- * work: 2 G scratch. */
-static double update_time(const moe_sim_t *s, int adam, double *work)
+/* Megatron-Core's gradient buckets: max(4e7, 1e6 x the group's ranks) elements each
+ * (megatron/core/distributed/distributed_data_parallel.py). The seconds of all-reducing
+ * `elems` elements of e bytes among g ranks over class c, bucket by bucket (a ring all-reduce
+ * of each bucket at the topology's all-reduce cost); *nb counts the buckets. */
+static double bucketed(const moe_sim_t *s, double elems, uint32_t g, int c, double *nb)
 {
-    /* every copy a rank holds, in one pass over the placement; and the replicated experts */
-    double shared = (double)s->L * s->H * (1 + s->E), rep = 0, *held = work;
+    if (g <= 1 || !(elems > 0))
+        return 0;
+    double n = ceil(elems / fmax(4e7, 1e6 * g)), e = s->vec / s->H;
+    *nb += n;
+    return n * moe_topo_coll_time(&s->topo, MOE_COLL_ALLREDUCE, c, elems / n * e, g);
+}
+
+/* The gradient reduce of rank r, before overlap: each expert copy it holds whose expert has
+ * g > 1 copies is all-reduced among those copies (its expert-data-parallel group: over the
+ * network when one is on another node), a rank's experts of one group size and class sharing
+ * buckets; the mixer and gate weights (L H (1 + E)) among all G ranks. */
+static double rank_reduce(const moe_sim_t *s, uint32_t r, double *nb)
+{
+    double elems[2][65] = {{0}}, t = 0, per = s->mats * s->H * s->F;
+    uint32_t node = moe_topo_node(&s->topo, r);
+    for (uint32_t j = 0; j < s->L; j++)
+        for (uint32_t x = 0; x < s->E; x++) {
+            uint32_t nc, mine = 0, far = 0;
+            const uint16_t *cp = moe_placement_ranks(s->p, j, x, &nc);
+            for (uint32_t i = 0; i < nc; i++) {
+                mine |= cp[i] == r;
+                far |= moe_topo_node(&s->topo, cp[i]) != node;
+            }
+            if (mine && nc > 1)
+                elems[far][nc < 64 ? nc : 64] += per;
+        }
+    for (int far = 0; far < 2; far++)
+        for (uint32_t g = 2; g <= 64; g++)
+            t += bucketed(s, elems[far][g], g, far ? MOE_LINK_INTER : MOE_LINK_INTRA, nb);
+    double shared = (double)s->L * s->H * (1 + s->E);
+    return t + bucketed(s, shared, s->G, s->topo.nodes > 1 ? MOE_LINK_INTER : MOE_LINK_INTRA,
+                        nb);
+}
+
+/* Seconds of the rest of a step on every rank: the gradient reduce left after the backward
+ * (rank_reduce, started layer by layer as the backward completes each layer's gradients, as
+ * Megatron-Core's --overlap-grad-reduce does: what the backward of the layers after the first
+ * reduced one cannot hide, at least the last bucket), the optimizer over every weight a rank
+ * holds, replicas included (SGD: read w and g, write w; Adam: also both moments, read and
+ * written), every rank's at once (a compute phase: ranks sharing processors share them), and
+ * the loss (an allreduce's latency). backward: the step's backward seconds; work: 2 G
+ * scratch. */
+static double update_time(const moe_sim_t *s, int adam, double backward, double *work)
+{
+    double *held = work, exposed = 0;
     memset(held, 0, s->G * sizeof *held);
     for (uint32_t j = 0; j < s->L; j++)
         for (uint32_t x = 0; x < s->E; x++) {
@@ -210,19 +251,19 @@ static double update_time(const moe_sim_t *s, int adam, double *work)
             const uint16_t *cp = moe_placement_ranks(s->p, j, x, &nc);
             for (uint32_t i = 0; i < nc; i++)
                 held[cp[i]]++;
-            rep += nc > 1;
         }
+    double window = s->L > 1 ? backward * (s->L - 1.0) / s->L : 0;
+    for (uint32_t r = 0; r < s->G; r++) {
+        double nb = 0, red = s->G > 1 ? rank_reduce(s, r, &nb) : 0;
+        if (nb > 0)
+            exposed = sim_nmax(exposed, fmax(red / nb, red - window));
+    }
+    double shared = (double)s->L * s->H * (1 + s->E);
     for (uint32_t r = 0; r < s->G; r++) { /* in place: work[r] from held[r] */
         double elems = held[r] * s->mats * s->H * s->F + shared;
         work[r] = sim_mtime(s, elems * (4 + (adam ? 28 : 12)) + shared * 24);
     }
-    double most = sim_compute_time(s, work, work + s->G);
-    double red = s->G > 1 ? 2 * sim_latency(s) + sim_even(s, 2 * shared * 8 / s->G) : 0;
-    /* a replicated expert's copies sum their gradients: an allreduce of doubles over every
-     * replicated expert */
-    if (rep > 0 && s->G > 1)
-        red += 2 * sim_latency(s) + sim_even(s, 2 * rep * s->mats * s->H * s->F * 8 / s->G);
-    return most + red + sim_latency(s);
+    return exposed + sim_compute_time(s, work, work + s->G) + sim_latency(s);
 }
 
 /* What the forward adds in training, per layer: the inputs and routes kept at the home, and
@@ -283,7 +324,7 @@ int moe_sim_train(const moe_sim_t *s, int scheme, int reuse, int adam, moe_sim_s
             out->backward += ep_backward(s, scheme, st, j, work, most);
         }
     }
-    out->update = update_time(s, adam, work);
+    out->update = update_time(s, adam, out->backward, work);
     out->time = out->forward + out->backward + out->update;
     for (uint32_t r = 0; r < s->G; r++) {
         /* the output's gradient: the rows where the tokens ended */

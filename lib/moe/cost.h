@@ -430,7 +430,8 @@ typedef struct moe_iter_in {
     double flops, eff;         /* peak FLOP/s per GPU; the fraction the layers achieve */
     uint32_t m, n;             /* GPUs per machine, machines */
     moe_janus_path_t path;     /* the links (Janus) */
-    double threshold;          /* R above which Janus pulls experts */
+    double threshold;          /* R above which Janus pulls experts (the paper's rule); NaN:
+                                * Janus chooses each block's paradigm by predicted time */
     uint32_t chunks;           /* micro-batches of the pipelined scheme */
     double a2a;                /* > 0: seconds of one MoE block's forward all-to-alls priced
                                 * by `simulate` on a trace (replaces skew x Comm_EC/(m bw)) */
@@ -448,7 +449,8 @@ enum moe_iter_scheme {
     MOE_ITER_DC = 2,     /* data-centric, plain: each block pulls its experts when reached */
     MOE_ITER_DC_PRE = 3, /* data-centric with Janus's prefetch (pulls start at the iteration's
                           * start, in block order) and PCIe-switch-aware scheduling */
-    MOE_ITER_JANUS = 4,  /* Janus unified: DC_PRE where R > threshold, else EC */
+    MOE_ITER_JANUS = 4,  /* Janus unified, per block: DC_PRE or EC, whichever makes the
+                          * iteration shorter (moe_iter_janus_choice), or by R > threshold */
     MOE_ITER_EXFLOW = 5, /* ExFlow's context coherence, as EC with simulate's coherent prices
                           * and the all-gather once at the end (needs in->coherent) */
     MOE_ITER_SCHEMES = 6,
@@ -469,6 +471,11 @@ typedef struct moe_iter_out {
  * MOE_EINVAL (a size not positive, blocks above layers, a bandwidth or the compute rate
  * unknown, eff outside (0, 1]). */
 int moe_iter_eval(const moe_iter_in_t *in, int scheme, moe_iter_out_t *out);
+/* Janus's paradigm of each MoE block (dc[i] 1: data-centric with prefetch, 0: expert-centric;
+ * room for MOE_ITER_MAX_BLOCKS): with in->threshold, R above it (the paper's rule); NaN, by
+ * the iteration's predicted time, each block going data-centric where that shortens the whole
+ * iteration, sweep after sweep until none changes. Returns 0 or MOE_EINVAL. */
+int moe_iter_janus_choice(const moe_iter_in_t *in, unsigned char *dc);
 struct moe_costcfg;
 /* The keys (moe/costcfg.h) moe-costmodel iteration takes, 0-terminated. */
 extern const int moe_iter_keys[];
@@ -529,7 +536,8 @@ int moe_monta_write(moe_textout_t *t, int json, const moe_monta_in_t *in,
 int moe_monta_plan_write(moe_textout_t *t, int json, const moe_monta_plan_in_t *in,
                          const moe_monta_plan_t *o);
 /* Janus per block (E[i] experts per worker of `blocks` blocks, the rest as base): traffic, R,
- * the paradigm chosen above `threshold`, and with path->bw_inter > 0 the times
+ * the paradigm chosen by predicted time (threshold NaN, with times) or above `threshold` (R > 1
+ * without times), and with path->bw_inter > 0 the times
  * (moe_janus_times), the data-centric ones less the prefetch window; then the totals. path
  * NULL: no times. */
 int moe_janus_write(moe_textout_t *t, int json, const moe_janus_in_t *base, const double *E,

@@ -39,6 +39,9 @@ enum moe_costcfg_key {
     MOE_CK_LAUNCH, MOE_CK_COMPUTE_EFF,
     /* ExFlow's pricing (issue 20): the all-gathered item, the inter-node parts */
     MOE_CK_GATHER_BYTES, MOE_CK_P_INTER, MOE_CK_P_STAR_INTER,
+    /* iteration --model (issue 41): a config.json and a Megatron-Core layout */
+    MOE_CK_MODEL, MOE_CK_PARALLEL, MOE_CK_MICRO_BATCH, MOE_CK_GLOBAL_BATCH, MOE_CK_RECOMPUTE,
+    MOE_CK_DIST_OPT, MOE_CK_DTYPE, MOE_CK_GRAD_BF16,
     MOE_CK_COUNT
 };
 
@@ -74,6 +77,12 @@ typedef struct moe_costcfg {
     moe_costcfg_eff_t r_o3[2], compute_eff;
     double lat[3], launch;
     uint32_t dp;
+    /* iteration --model: the config.json and --parallel (strings), micro-batch and global
+     * batch in sequences (0: not given), recompute (-1: not given), the flags, fp8 (-1 not
+     * given, 0 bf16, 1 fp8) */
+    const char *model, *parallel;
+    uint32_t micro_batch, global_batch;
+    int recompute, dist_opt, fp8, grad_bf16;
     /* private: config nesting and the copies of file values */
     int depth;
     char **kept;
@@ -115,6 +124,24 @@ int moe_costcfg_parse(moe_costcfg_t *g, const char *text, size_t len, const char
  * status with err. */
 int moe_costcfg_topo(const moe_costcfg_t *g, moe_topo_t *t, char *err, size_t errlen);
 
+/* monta's inputs from the keys and topology t: the volume (--volume, or --batch [1] x --seq
+ * x --hidden x --elem-bytes [2]), t [gpus-per-node] and e [nodes], the resources -- B1 the
+ * inter-node AllToAll with the topology's alltoall cost on that class (its latency and curve,
+ * else the class's), B2 the intra-node AllGather likewise, B3 the device copy -- with
+ * --r1/--r2/--r3 over their curves, O3's curves, I_minimal [1 MiB], --max-chunks; and when
+ * --params-dense, --params-moe or --layers is given (*have_mem = 1) the memory model's inputs.
+ * 0; MOE_EINVAL without a volume (a usage error); MOE_ERANGE when a bandwidth is unknown, err
+ * saying which. */
+int moe_costcfg_monta(const moe_costcfg_t *g, const moe_topo_t *t, moe_monta_in_t *in,
+                      moe_monta_mem_in_t *mem, int *have_mem, char *err, size_t errlen);
+
+/* janus's cluster: the topology of --topology with the overrides (moe_costcfg_topo), or
+ * without one --nodes machines of --gpus-per-node [8] workers with --bw-inter and --bw-host
+ * where given (0 and unset: unknown, no host path). 0; MOE_EINVAL (a usage error, err says
+ * which) without --topology or --nodes; another negative status for a topology that cannot be
+ * read. */
+int moe_costcfg_janus_topo(const moe_costcfg_t *g, moe_topo_t *t, char *err, size_t errlen);
+
 /* ExFlow's inputs beyond p, p* and the sizes, into pr: the all-gathered item
  * (--gather-bytes), the inter-node parts (--p-inter, --p-star-inter; else measured by ms when
  * it has them, else the uniform split) and, when --topology, --nodes or --gpus-per-node is
@@ -125,6 +152,16 @@ int moe_costcfg_topo(const moe_costcfg_t *g, moe_topo_t *t, char *err, size_t er
 int moe_costcfg_exflow(const moe_costcfg_t *g, const moe_exflow_meas_t *ms, moe_topo_t *topo,
                        moe_exflow_in_t *in, moe_exflow_pricing_t *pr, char *err,
                        size_t errlen);
+
+struct moe_model;
+struct moe_layout;
+/* iteration --model's inputs: the config.json (moe_model_read), the layout of --parallel with
+ * --seq, --micro-batch, --global-batch, --recompute, --distributed-optimizer, --dtype and
+ * --grad-reduce-in-bf16 over it, and the topology (moe_costcfg_topo). 0; MOE_EINVAL for a
+ * usage error (a key of the shape-only iteration beside --model, a layout that does not
+ * parse), err saying which; another negative status for a file that cannot be read. */
+int moe_mcore_inputs(const moe_costcfg_t *g, struct moe_model *m, struct moe_layout *l,
+                     moe_topo_t *t, char *err, size_t errlen);
 
 /* ------------------------------------------------------------------ MPMoE profiles */
 

@@ -38,6 +38,23 @@ typedef struct moe_link {
     double eff[MOE_TOPO_MAX_CURVE];  /* efficiency in (0, 1] at each size */
 } moe_link_t;
 
+/* Collectives that may carry their own per-operation cost on a link class (moe-topology(5),
+ * "Per-operation costs"): a latency per launch and an efficiency curve in nccl-tests' sense,
+ * bus bandwidth over the class bandwidth against nccl-tests' size. */
+enum moe_coll {
+    MOE_COLL_ALLTOALL = 0,
+    MOE_COLL_ALLGATHER = 1,
+    MOE_COLL_REDUCESCATTER = 2,
+    MOE_COLL_ALLREDUCE = 3,
+    MOE_COLLS = 4,
+};
+
+/* The topology format's version this reader writes and knows: 1.1 added the per-operation
+ * costs (latency and efficiency per collective, the GEMM latency, the FP8 rate). Files without
+ * a `version` line are 1.0; a newer major version is refused. */
+#define MOE_TOPO_MAJOR 1
+#define MOE_TOPO_MINOR 1
+
 typedef struct moe_topo {
     char name[64];           /* preset or file name, for reports */
     uint32_t nodes;          /* >= 1 */
@@ -62,6 +79,17 @@ typedef struct moe_topo {
                             * micro-batch and stream operation) */
     double bwd_flops;      /* the expert FFN backward's rate, FLOP/s, its FLOPs counted as
                             * twice the forward's (pre-activations given; 0: unknown, `flops`) */
+    /* Version 1.1: per-operation costs. coll[op][c] is collective op on class c (intra or
+     * inter): its curve (npoints 0: the class's) and, where bit op * MOE_LINK_CLASSES + c of
+     * coll_lat is set, its latency (else the class's); bw unused (the class's). */
+    moe_link_t coll[MOE_COLLS][MOE_LINK_CLASSES];
+    unsigned coll_lat;
+    double gemm_latency;   /* seconds of fixed cost per GEMM (or grouped GEMM) launch */
+    double fp8_flops;      /* dense FP8 tensor-core rate per GPU, FLOP/s (0: unknown) */
+    double sms;            /* streaming multiprocessors per GPU (0: unknown): what a
+                            * communication kernel running beside the GEMMs takes a share of */
+    moe_link_t compute_fp8; /* FP8 GEMM efficiency (of fp8_flops) against the FLOPs of one
+                             * GEMM (npoints 0: the compute curve) */
 } moe_topo_t;
 
 /* Read the topology `arg`: a moe-topology(5) file ("-" = standard input), or, where no such
@@ -83,6 +111,10 @@ int moe_topo_parse(moe_topo_t *t, const char *text, size_t len, const char *name
                    size_t errlen);
 /* Write the text form (moe-topology(5)) into a malloc'd NUL-terminated string; NULL on ENOMEM. */
 char *moe_topo_format(const moe_topo_t *t);
+/* Give t `nodes` nodes of `gpus_per_node` GPUs (0 keeps that dimension), as --nodes and
+ * --gpus-per-node do to a preset of one node; cost[] is recomputed. 0, or MOE_ERANGE (t
+ * unchanged) when that is more than MOE_MAX_RANKS ranks. */
+int moe_topo_resize(moe_topo_t *t, uint32_t nodes, uint32_t gpus_per_node);
 /* Recompute cost[] from the link bandwidths (called by the readers; call after editing). */
 void moe_topo_update_cost(moe_topo_t *t);
 
@@ -113,6 +145,40 @@ double moe_link_efficiency(const moe_link_t *l, double size);
 double moe_topo_time(const moe_topo_t *t, int c, double bytes);
 /* Name of a link class: "self", "intra", "inter", "host". */
 const char *moe_link_name(int c);
+
+/* The cost of collective op on class c as the models read it: the class's bandwidth, the
+ * collective's latency and curve where the topology gives them, else the class's. */
+moe_link_t moe_topo_coll(const moe_topo_t *t, int op, int c);
+/* Seconds of one collective op over class c among n ranks, in nccl-tests' terms: `size` is
+ * its size column (an all-to-all's or all-gather's whole buffer per rank, an all-reduce's or
+ * reduce-scatter's input), the bus bandwidth is bw x efficiency(size), and the time
+ * latency + size x f / busbw with f = (n - 1) / n, twice that for an all-reduce. Efficiency as
+ * moe_link_efficiency() reads it. 0 for n <= 1 or size <= 0; NaN when the bandwidth is
+ * unknown. */
+double moe_topo_coll_time(const moe_topo_t *t, int op, int c, double size, uint32_t n);
+/* Name of a collective: "alltoall", "allgather", "reducescatter", "allreduce"; and the
+ * reverse (-1 when unknown). */
+const char *moe_coll_name(int op);
+int moe_coll_parse(const char *s);
+
+/* Seconds of one (grouped) GEMM: `groups` products of m x k by k x n at `elem_bytes` per
+ * element (FP8 when 1, at fp8-flops and its compute-fp8 curve where given, else at flops),
+ * the launch's 2 groups m n k FLOPs at the rate x the compute curve's efficiency at those FLOPs, no faster than reading both operands
+ * and writing the product at hbm-bandwidth once (the bound a decode-sized m meets: every
+ * expert's weights read for a few tokens), plus gemm-latency. A grouped GEMM of experts with
+ * m tokens each is `groups` experts. NaN when the rate is unknown. */
+double moe_topo_gemm_time(const moe_topo_t *t, double m, double n, double k, double groups,
+                          double elem_bytes);
+
+/* Checks a measured sweep (moe-run --calibrate): n sizes ascending, t[i] the median time of
+ * size i, lo[i] and hi[i] the second-fastest and second-slowest of its repeats (one stray
+ * repeat either way left out). MOE_SWEEP_NONMONO: a larger size took less than 3/4 of a
+ * smaller one's time (a busy machine, not the link); MOE_SWEEP_SPREAD: a size's repeats
+ * disagree, hi over twice lo. Returns the bits found, 0 for a clean sweep; *at (when given)
+ * the first size at fault. */
+#define MOE_SWEEP_NONMONO 1
+#define MOE_SWEEP_SPREAD 2
+int moe_topo_sweep_check(const double *t, const double *lo, const double *hi, int n, int *at);
 
 #ifdef __cplusplus
 }

@@ -17,8 +17,9 @@
 #define REPS 5
 
 /* Median-of-REPS time of an all-to-all where each rank sends n bytes to each peer of class c
- * (the slowest rank's). Returns seconds and the number of peers in *peers. */
-static double time_alltoall(run_t *r, int c, size_t n, uint32_t *peers)
+ * (the slowest rank's). Returns seconds and the number of peers in *peers; lh[0] and lh[1]
+ * the second-fastest and second-slowest repeat (for moe_topo_sweep_check). */
+static double time_alltoall(run_t *r, int c, size_t n, uint32_t *peers, double *lh)
 {
     int G = r->G;
     size_t *k = run_hbuf(r, RUN_HS_COUNTS, 4 * (size_t)G * sizeof *k), tot = 0;
@@ -49,6 +50,8 @@ static double time_alltoall(run_t *r, int c, size_t n, uint32_t *peers)
             t[j] = t[j - 1];
             t[j - 1] = x;
         }
+    lh[0] = t[1];
+    lh[1] = t[REPS - 2];
     return t[REPS / 2];
 }
 
@@ -56,13 +59,16 @@ static double time_alltoall(run_t *r, int c, size_t n, uint32_t *peers)
  * latency is taken off, efficiency(n) = what size n achieved of it, n being the bytes one rank
  * sends in the collective (peers x per-peer size), as moe-costmodel and nccl-tests' size
  * column index curves. Every rank takes part. */
-static void fit_link(run_t *r, int c, moe_link_t *lk, double *raw)
+static void fit_link(run_t *r, int c, moe_link_t *lk, double *raw, double *lo, double *hi)
 {
     double sz[NSIZES], rate[NSIZES], best = 0;
     uint32_t peers = 0;
     for (int i = 0; i < NSIZES; i++) {
         sz[i] = 64.0 * pow(4, i);
-        raw[i] = time_alltoall(r, c, (size_t)sz[i], &peers);
+        double lh[2];
+        raw[i] = time_alltoall(r, c, (size_t)sz[i], &peers, lh);
+        lo[i] = lh[0];
+        hi[i] = lh[1];
     }
     double peers_d = peers;
     RUN_CK(r, run_comm_allreduce(r->comm, &peers_d, 1, MOE_RUN_MAX));
@@ -233,11 +239,11 @@ int run_calibrate(run_t *r, const char *out, char *errbuf, size_t errlen)
     memset(&t, 0, sizeof t);
     moe_topo_uniform(&t, (uint32_t)r->G / r->gpn, r->gpn);
     snprintf(t.name, sizeof t.name, "moe-run-calibrated");
-    double raw[2][NSIZES] = {{0}}, ag[NSIZES], cp[NSIZES];
-    if (r->gpn > 1)
-        fit_link(r, MOE_LINK_INTRA, &t.link[MOE_LINK_INTRA], raw[0]);
-    if (r->G > (int)r->gpn)
-        fit_link(r, MOE_LINK_INTER, &t.link[MOE_LINK_INTER], raw[1]);
+    double raw[2][NSIZES] = {{0}}, lo[2][NSIZES], hi[2][NSIZES], ag[NSIZES], cp[NSIZES];
+    int fitted[2] = {r->gpn > 1, r->G > (int)r->gpn}, cls[2] = {MOE_LINK_INTRA, MOE_LINK_INTER};
+    for (int c = 0; c < 2; c++)
+        if (fitted[c])
+            fit_link(r, cls[c], &t.link[cls[c]], raw[c], lo[c], hi[c]);
     for (int i = 0; i < NSIZES; i++) {
         ag[i] = time_allgather(r, (size_t)(64.0 * pow(4, i)));
         cp[i] = time_copy(r, (size_t)(64.0 * pow(4, i)) * 16);
@@ -247,6 +253,25 @@ int run_calibrate(run_t *r, const char *out, char *errbuf, size_t errlen)
     moe_topo_update_cost(&t);
     if (r->me)
         return 0;
+    /* a sweep that a busy machine bent says so, in the log and in the file's comments */
+    char warn[3][200];
+    int nw = 0;
+    for (int c = 0; c < 2; c++) {
+        int at, bits = fitted[c] ? moe_topo_sweep_check(raw[c], lo[c], hi[c], NSIZES, &at) : 0;
+        if (bits)
+            snprintf(warn[nw++], sizeof warn[0], "%s all-to-all sweep %s%s%s from %.0f B per "
+                     "peer: the machine was busy, rerun it on a quiet one", moe_link_name(cls[c]),
+                     bits & MOE_SWEEP_NONMONO ? "not monotonic" : "",
+                     bits == (MOE_SWEEP_NONMONO | MOE_SWEEP_SPREAD) ? " and " : "",
+                     bits & MOE_SWEEP_SPREAD ? "repeats disagreeing (over 2x)" : "",
+                     64.0 * pow(4, at));
+    }
+    double li = t.link[MOE_LINK_INTRA].latency, lx = t.link[MOE_LINK_INTER].latency;
+    if (fitted[0] && fitted[1] && lx > 0 && li > 2 * lx)
+        snprintf(warn[nw++], sizeof warn[0], "intra-node latency %.3g s is %.1fx the "
+                 "inter-node one", li, li / lx);
+    for (int i = 0; i < nw; i++)
+        moe_log(MOE_LOG_WARN, "--calibrate: %s", warn[i]);
     char *text = moe_topo_format(&t);
     int st, rc = 0;
     moe_textout_t *o = text ? moe_textout_open(out, -1, &st, errbuf, errlen) : NULL;
@@ -271,6 +296,8 @@ int run_calibrate(run_t *r, const char *out, char *errbuf, size_t errlen)
       "# size_B (per peer) alltoall_intra_s alltoall_inter_s allgather_s copy16x_s\n",
       moe_expert_name(r->expert), 2 * moe_expert_mats(r->expert), r->H, r->F,
       (r->E + (uint32_t)r->G - 1) / (uint32_t)r->G);
+    for (int i = 0; i < nw; i++)
+        P("# warning: %s\n", warn[i]);
     for (int i = 0; i < NSIZES; i++)
         P("# %.0f %.3e %.3e %.3e %.3e\n", 64.0 * pow(4, i), raw[0][i], raw[1][i], ag[i],
           cp[i]);

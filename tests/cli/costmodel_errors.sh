@@ -93,4 +93,18 @@ err1 "one replica needs 32 nodes, only 8 available" cm monta plan --seq=128Ki --
 err1 "cannot create" cm janus --batch=1 --seq=1 --hidden=8 --nodes=2 -o "$T/nodir/x.txt"
 end
 
+begin "D1: janus without a topology or a host bandwidth, and --bw-host=0"
+# --bw-inter alone once passed an unset (NaN) host bandwidth to the writer, which ended with
+# "write error on '-': Success"; --bw-host=0 (no host path, as moe-costmodel(1) says) was
+# refused as an invalid bandwidth
+for h in "" "--bw-host=0"; do
+    # shellcheck disable=SC2086
+    expect_exit 0 cm janus --batch=32 --seq=256 --hidden=512 --experts=16 --nodes=2 \
+        --bw-inter=25G $h
+    expect_no_stderr
+    has_line '^time over 8 x 25 GB/s: E\.C\. 0\.6711 ms, D\.C\. 0\.3355 ms'
+    has_line '^D\.C\. pulls over the network only \(no host bandwidth\)'
+done
+end
+
 finish

@@ -156,4 +156,20 @@ expect_exit 1 cm exflow --trace="$T/g.moet" --placement="$T/p.moep" --nodes=1 --
 expect_tool_err_line moe-costmodel "the placement has 2 GPUs per node, the topology 4"
 end
 
+begin "D2: the report names Table I's transfer ratio and gives the bytes' ratio beside a speedup"
+# many ranks, few layers: the all-gather's G N G token ids outnumber the all-to-all's transfers,
+# so Table I's transfer ratio falls below 1 while the bytes (and time) favour ExFlow. G 64, N
+# 1024, L 2, p 63/64, p* 0.5: DeepSpeed-MoE 2 x 64 x 1024 x 2 x 63/64 = 258048 transfers;
+# ExFlow 64 x 1024 x (2 x 0.5 + 64) = 4259840; ratio 0.060577. Bytes: 258048 x 2048 =
+# 528482304 against 65536 x 2048 + 4194304 x 4 = 150994944: ratio 3.5.
+expect_exit 0 cm exflow --ranks=64 --tokens-per-rank=1024 --layers=2 --p=0.984375 \
+    --p-star=0.5 --hidden=1024 --elem-bytes=2
+has_line '^Table I transfer ratio DeepSpeed-MoE / ExFlow: 0\.06058 \(an all-gathered item counted as one transfer\)$'
+has_line '^bytes DeepSpeed-MoE / ExFlow: 3\.5$'
+grep -q '^reduction' "$T/out" && fail "an unlabelled 'reduction' line is still printed"
+expect_exit 0 cm exflow --ranks=64 --tokens-per-rank=1024 --layers=2 --p=0.984375 \
+    --p-star=0.5 --hidden=1024 --elem-bytes=2 --json
+near bytes_reduction 3.5
+end
+
 finish

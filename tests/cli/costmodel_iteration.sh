@@ -60,6 +60,16 @@ expect_exit 0 cm iteration $TOY --layers=4 --bw-inter=100M --inference --json
 has_line '"name": "data-centric", "time": 0\.010568, "compute": 0\.009768'
 end
 
+begin "iteration: fewer experts than GPUs is said"
+# 8 experts over 2 x 2 GPUs: two a GPU, silent; 2 experts: half an expert a GPU, a warning
+# shellcheck disable=SC2086
+expect_exit 0 cm iteration $TOY --experts=8
+expect_no_stderr
+# shellcheck disable=SC2086
+expect_exit 0 cm iteration $TOY --experts=2
+expect_tool_err_line moe-costmodel "warning: --experts 2 over 4 GPUs: 0.5 experts a GPU"
+end
+
 begin "janus: the host path and the skew in its times"
 expect_exit 0 cm janus --batch=1 --seq=10 --hidden=100 --ffn=400 --nodes=2 --gpus-per-node=2 \
     --bw-inter=1M --elem-bytes=1 --bw-host=1M --skew=1.5
@@ -69,10 +79,11 @@ expect_exit 0 cm janus --batch=1 --seq=10 --hidden=100 --ffn=400 --nodes=2 --gpu
     --bw-inter=1M --elem-bytes=1 --bw-host=1M --gpus-per-switch=1 --json
 has_line '"time_ec": 0\.001, "time_dc": 0\.2\}'
 # the paper's MoE-GPT on its cluster: rdma 4.447 ms, pcie 2 x 0.4219 GiB / 32 GB/s = 28.31 ms,
-# over 24 external experts: 28.31 + 4.447/24 = 28.50 ms
+# over 24 external experts: 28.31 + 4.447/24 = 28.50 ms; the all-to-alls take 23.71 ms, so by
+# predicted time the block stays expert-centric (R = 5.33 > 1 took it data-centric before)
 expect_exit 0 cm janus --batch=256 --seq=64 --topk=4 --hidden=768 --experts=32 \
     --topology=janus-a100 --nodes=4
-has_line '^ +0 +1 +5\.333 .* data-centric +23\.7087 +28\.4968$'
+has_line '^ +0 +1 +5\.333 .* expert-centric +23\.7087 +28\.4968$'
 end
 
 begin "iteration: the all-to-alls priced by simulate on a trace"

@@ -17,7 +17,10 @@ begin "monta: O3's own AllGather efficiency turns Alg. 3 from O3 to O2"
 # shellcheck disable=SC2086
 expect_exit 0 cm monta $M --chunks=4
 has_line '^O3 +4 +1\.3300 +0\.2598$'
-has_line '^selected \(Alg\. 3\): O3$'
+has_line '^selected \(Alg\. 3\): O3, 1\.3300 ms; runner-up O2, 1\.4800 ms$'
+# shellcheck disable=SC2086
+expect_exit 0 cm monta $M --chunks=4 --json
+has_line '"selected": "O3", "runner_up": \{"name": "O2", "time": 0\.00148\}'
 # r2 0.5 for O3 only: AG_j 0.56 ms, O3 = 0.16 + 2.24 + 0.05 = 2.45 ms (0.4785); O2 unchanged
 # shellcheck disable=SC2086
 expect_exit 0 cm monta $M --chunks=4 --r2-o3=0.5
@@ -25,7 +28,7 @@ expect_no_stderr
 has_line '^O2 +4 +1\.4800 +0\.2891$'
 has_line '^O3 +4 +2\.4500 +0\.4785$'
 has_line '^O3 \(N=4\) +AllGather per chunk +64\.000 +0\.5000 +0\.5600$'
-has_line '^selected \(Alg\. 3\): O2$'
+has_line '^selected \(Alg\. 3\): O2, '
 # a 10 us D2D latency: O3 + 10 us (one copy shows) = 2.46 ms, O2 + 4 x 10 us = 1.52 ms
 # shellcheck disable=SC2086
 expect_exit 0 cm monta $M --chunks=4 --r2-o3=0.5 --latency-hbm=10us

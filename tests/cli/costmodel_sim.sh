@@ -125,6 +125,22 @@ awk -v a="$slow" -v b="$fast" 'BEGIN { exit !(a > 2 * b) }' ||
     fail "communication with the fitted curve ($slow ms) not well above the bare link's ($fast)"
 end
 
+begin "--nodes: a one-node preset as N nodes, for simulate and fit"
+# c.topo's 2 x 4 as a file of one node: --nodes 2 restores it, byte for byte
+sed 's/^nodes 2$/nodes 1/' "$T/c.topo" >"$T/c1.topo"
+expect_exit 0 cm simulate --no-layers --topology "$T/c.topo" "$T/t.moet" "$T/a.moep"
+cp "$T/out" "$T/two"
+expect_exit 0 cm simulate --no-layers --topology "$T/c1.topo" --nodes 2 "$T/t.moet" "$T/a.moep"
+sed 's|c1\.topo|c.topo|' "$T/out" >"$T/two1"
+same_file "$T/two1" "$T/two" "--nodes 2 of the one-node file"
+expect_exit 1 cm simulate --no-layers --topology "$T/c1.topo" "$T/t.moet" "$T/a.moep"
+expect_exit 2 cm simulate --topology "$T/c1.topo" --nodes 0 "$T/t.moet" "$T/a.moep"
+expect_exit 0 cm fit --nccl-tests "$NCCL/all_gather_8.txt" --class intra --points 3 --nodes 2
+grep -q '^nodes 2$' "$T/out" && grep -q '^gpus-per-node 4$' "$T/out" ||
+    fail "fit --nodes 2 without a topology: 2 nodes of 4"
+expect_exit 1 cm fit --nccl-tests "$NCCL/all_gather_8.txt" --class intra --nodes 3
+end
+
 begin "fit: all_gather, no base topology, fewer points"
 expect_exit 0 cm fit --nccl-tests "$NCCL/all_gather_8.txt" --class intra --points 3
 grep -q '^gpus-per-node 8' "$T/out" || fail "ranks from the table's header"

@@ -19,7 +19,7 @@ has_line '^O1 +AllGather +256\.000 +0\.7760 +1\.4433$'
 has_line '^O2 \(N=4\) +AllToAll per chunk +8\.000 +0\.4270 +0\.3747$'
 has_line '^O3 \(N=4\) +AllGather per chunk +64\.000 +0\.7260 +0\.3857$'
 has_line '^O3 \(N=4\) +D2D copy per chunk +64\.000 +0\.8000 +0\.0500$'
-has_line '^selected \(Alg\. 3\): O3$'
+has_line '^selected \(Alg\. 3\): O3, '
 end
 
 begin "monta: Table 8 from a moe-topology(5) file with efficiency curves"
@@ -105,11 +105,21 @@ has_line '"R": 5\.333333333'
 end
 
 begin "janus: per-block choice (PR-MoE) and times from a preset"
+# by predicted time (issue 40): R = 4 pulls 0.0625 GiB per GPU, two GPUs per 32 GB/s uplink:
+# 4.28 ms against the all-to-alls' 2.68 ms, so every block stays expert-centric; the paper's
+# rule (--threshold 1) takes the R = 4 blocks data-centric
 expect_exit 0 cm janus --batch=32 --seq=256 --topk=2 --hidden=512 \
     --experts-per-worker=1,1,4,4 --nodes=2 --topology=exflow-a100 --gpus-per-node=8
-has_line '^ +1 +1 +4 .*data-centric'
+has_line '^ +1 +1 +4 .*expert-centric +2\.6844 +4\.2782$'
 has_line '^ +3 +4 +1 .*expert-centric'
 has_line '^time over 8 x 12\.5 GB/s'
+has_line 'paradigm by predicted time$'
+expect_exit 0 cm janus --batch=32 --seq=256 --topk=2 --hidden=512 \
+    --experts-per-worker=1,1,4,4 --nodes=2 --topology=exflow-a100 --gpus-per-node=8 \
+    --threshold=1
+has_line '^ +1 +1 +4 .*data-centric'
+has_line '^ +3 +4 +1 .*expert-centric'
+has_line 'threshold R > 1$'
 end
 
 begin "mpmoe: eq. 1-6 worked example and the configuration table"
@@ -118,6 +128,12 @@ expect_exit 0 cm mpmoe --tokens=4096 --hidden=1024 --ffn=4096 --experts=8 \
 has_line '^M_ms 3\.35872e\+07  M_act 3\.35544e\+07  M_buf 2\.09715e\+07'
 has_line '^ +4 +1\.67772e\+07 +0\.3332$'
 has_line '^best by the performance model \(S1-S4\): n = [1-8], S[1-4]'
+has_line '^runner-up: n = [1-8], S[1-4]: '
+# the runner-up is the second fastest (n, S) of the table: never faster than the best
+best=$(sed -n 's/^best by the performance model (S1-S4): n = .*: \([0-9.]*\) ms.*/\1/p' "$T/out")
+second=$(sed -n 's/^runner-up: n = .*: \([0-9.]*\) ms$/\1/p' "$T/out")
+awk -v b="$best" -v s="$second" 'BEGIN { exit !(b != "" && s != "" && s + 0 >= b + 0) }' ||
+    fail "runner-up $second ms faster than the best $best ms"
 end
 
 begin "mpmoe: Alg. 1 over a profile"

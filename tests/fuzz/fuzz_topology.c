@@ -2,6 +2,7 @@
  * the exact round trip of what it accepts through the writer. */
 #include "config.h"
 
+#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,6 +38,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             if (!(e > 0 && e <= 1))
                 abort();
         }
+    /* version 1.1's per-operation costs: never negative, NaN only without a bandwidth */
+    for (int op = 0; op < MOE_COLLS; op++)
+        for (int c = MOE_LINK_INTRA; c <= MOE_LINK_INTER; c++)
+            for (double bytes = 0.5; bytes < 1e12; bytes *= 37) {
+                double x = moe_topo_coll_time(&t, op, c, bytes, 8);
+                if (x < 0 || (isnan(x) && t.link[c].bw > 0))
+                    abort();
+            }
+    if (moe_topo_gemm_time(&t, 7, 4096, 2048, 3, 2) < 0)
+        abort();
     free(a);
     free(b);
     return 0;

@@ -59,6 +59,8 @@ printf 'batch = 8\nseq = 1024\nexperts-per-worker = 1,2,4\nalpha = comm,all=0.8\
     >"$work/corpus/costcfg/janus.conf"
 printf 'config = x.conf\nbw-inter = 200Gb/s\nzero = 1\nactivation = full\nsource = token\n' \
     >"$work/corpus/costcfg/nest.conf"
+seed hfmodel
+cp "$src"/tests/data/hf/*.json "$work/corpus/hfmodel/"
 seed mpmoe_profile
 printf '# S B n seconds\nS1 4096 1 0.0021\nS1 4096 2 0.0018\nnone 8192 4 0.004\nS4 2048 8 1e-3\n' \
     >"$work/corpus/mpmoe_profile/a.prof"
@@ -70,7 +72,7 @@ targets="trace import_tokens import_jsonl import_csv import_npy import_npy_ltk i
     import_sglang pt import_raw import_base64 safetensors
     affinity_table placement_text placement_exflow placement_eplb placement_sglang topology
     nccl costcfg
-    mpmoe_profile"
+    mpmoe_profile hfmodel"
 # fuzz_one TARGET: fuzz it; its log is $work/TARGET.log, its verdict (0 or 1) $work/TARGET.rc.
 fuzz_one() {
     _c=$work/corpus/${1#import_}

@@ -432,6 +432,15 @@ static void mpmoe_phases(void)
     printf("MPMoE best of the phase example: n = %u, %s, %.4f ms\n", best.n,
            moe_mpmoe_reuse_name(best.reuse), best.time * 1e3);
     CHECK(moe_mpmoe_best(&in, 1, 8, 1, &best) == MOE_ERANGE);
+    /* version 1.1's per-operation costs: the topology's all-to-all latency on the class (20 us)
+     * and a 5 us GEMM launch add to each micro-batch's dispatch and each of its two GEMMs */
+    t.coll[MOE_COLL_ALLTOALL][MOE_LINK_INTRA].latency = 20e-6;
+    t.coll_lat = 1u << (MOE_COLL_ALLTOALL * MOE_LINK_CLASSES + MOE_LINK_INTRA);
+    t.gemm_latency = 5e-6;
+    CHECK(moe_mpmoe_eval(&in, 4, MOE_REUSE_S4, &c) == 0);
+    CHECK_NEAR(c.fwd.ts, 0.52e-3, 1e-12);
+    CHECK_NEAR(c.fwd.tc, 8.01e-3, 1e-12);
+    t.coll_lat = 0, t.gemm_latency = 0;
     in.alpha[0][0] = 0;
     CHECK(moe_mpmoe_eval(&in, 4, MOE_REUSE_S4, &c) == MOE_EINVAL);
 }

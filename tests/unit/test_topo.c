@@ -50,8 +50,19 @@ static int same_topo(const moe_topo_t *a, const moe_topo_t *b)
 {
     if (strcmp(a->name, b->name) != 0 || a->nodes != b->nodes ||
         a->gpus_per_node != b->gpus_per_node || a->hbm_bw != b->hbm_bw || a->flops != b->flops ||
-        a->cores != b->cores || a->bwd_flops != b->bwd_flops)
+        a->cores != b->cores || a->bwd_flops != b->bwd_flops || a->coll_lat != b->coll_lat ||
+        a->gemm_latency != b->gemm_latency || a->fp8_flops != b->fp8_flops || a->sms != b->sms)
         return 0;
+    for (int op = 0; op < MOE_COLLS; op++)
+        for (int c = 0; c < MOE_LINK_CLASSES; c++) {
+            const moe_link_t *x = &a->coll[op][c], *y = &b->coll[op][c];
+            if (x->npoints != y->npoints ||
+                (a->coll_lat >> (op * MOE_LINK_CLASSES + c) & 1u && x->latency != y->latency))
+                return 0;
+            for (uint32_t i = 0; i < x->npoints; i++)
+                if (x->size[i] != y->size[i] || x->eff[i] != y->eff[i])
+                    return 0;
+        }
     for (int c = 0; c < MOE_LINK_CLASSES; c++) {
         const moe_link_t *x = &a->link[c], *y = &b->link[c];
         if (x->bw != y->bw || x->latency != y->latency || x->npoints != y->npoints ||
@@ -59,6 +70,16 @@ static int same_topo(const moe_topo_t *a, const moe_topo_t *b)
             return 0;
         for (uint32_t i = 0; i < x->npoints; i++)
             if (x->size[i] != y->size[i] || x->eff[i] != y->eff[i])
+                return 0;
+    }
+    /* the cost models' curves */
+    const moe_link_t *ma[] = {&a->hbm, &a->compute, &a->intra_o3, &a->hbm_o3, &a->compute_fp8};
+    const moe_link_t *mb[] = {&b->hbm, &b->compute, &b->intra_o3, &b->hbm_o3, &b->compute_fp8};
+    for (int c = 0; c < 5; c++) {
+        if (ma[c]->latency != mb[c]->latency || ma[c]->npoints != mb[c]->npoints)
+            return 0;
+        for (uint32_t i = 0; i < ma[c]->npoints; i++)
+            if (ma[c]->size[i] != mb[c]->size[i] || ma[c]->eff[i] != mb[c]->eff[i])
                 return 0;
     }
     return 1;
@@ -222,6 +243,100 @@ static void test_efficiency(void)
     CHECK(t.cost[MOE_LINK_INTER] == 10);
 }
 
+/* Version 1.1's per-operation costs: read, written losslessly (a 1.0 file stays 1.0), and
+ * priced: collective times in nccl-tests' terms, GEMM times with the memory bound. */
+static void test_ops(void)
+{
+    moe_topo_t t, u;
+    char err[256];
+    static const char v11[] =
+        "version 1.1\n"
+        "nodes 2\ngpus-per-node 8\n"
+        "link intra bandwidth 100 GB/s latency 2 us\n"
+        "link inter bandwidth 10 GB/s\n"
+        "latency allgather intra 30 us\n"
+        "efficiency allgather intra 1000000:0.5 100000000:0.8\n"
+        "latency alltoall inter 20us\n" /* units may touch the number only as words: no */
+        "latency gemm 5 us\n"
+        "flops 100e12\nfp8-flops 200e12\nhbm-bandwidth 1e12\nsms 132\n"
+        "efficiency compute 1e9:0.5 1e12:0.8\n"
+        "efficiency compute-fp8 1e9:0.25 1e12:0.6\n";
+    /* "20us" is not a number */
+    CHECK_EQ_INT(parse(&t, v11, err, sizeof err), MOE_EFORMAT);
+    CHECK(strstr(err, "line 8: latency: expected a number of seconds, found '20us'"));
+    char fixed[sizeof v11 + 8];
+    snprintf(fixed, sizeof fixed, "%s", v11);
+    char *p = strstr(fixed, "20us");
+    memmove(p + 3, p + 2, strlen(p + 2) + 1);
+    p[2] = ' ';
+    CHECK_EQ_INT(parse(&t, fixed, err, sizeof err), 0);
+    const int I = MOE_LINK_INTRA, X = MOE_LINK_INTER;
+    CHECK(t.coll[MOE_COLL_ALLGATHER][I].latency == 30e-6 && t.gemm_latency == 5e-6);
+    CHECK(t.coll_lat == (1u << (MOE_COLL_ALLGATHER * MOE_LINK_CLASSES + I) |
+                         1u << (MOE_COLL_ALLTOALL * MOE_LINK_CLASSES + X)));
+    CHECK(t.fp8_flops == 200e12 && t.sms == 132);
+    /* the collective's own cost where given, the class's where not */
+    moe_link_t ag = moe_topo_coll(&t, MOE_COLL_ALLGATHER, I);
+    moe_link_t rs = moe_topo_coll(&t, MOE_COLL_REDUCESCATTER, I);
+    CHECK(ag.bw == 100e9 && ag.latency == 30e-6 && ag.npoints == 2);
+    CHECK(rs.bw == 100e9 && rs.latency == 2e-6 && rs.npoints == 0);
+    /* 8 ranks all-gather 100 MB: 30 us + 1e8 * 7/8 / (100e9 * 0.8) */
+    double want = 30e-6 + 1e8 * 7.0 / 8 / (100e9 * 0.8);
+    CHECK(fabs(moe_topo_coll_time(&t, MOE_COLL_ALLGATHER, I, 1e8, 8) - want) < 1e-15);
+    /* an all-reduce moves twice that; no curve: efficiency 1 */
+    want = 2e-6 + 1e8 * 2 * 7.0 / 8 / 100e9;
+    CHECK(fabs(moe_topo_coll_time(&t, MOE_COLL_ALLREDUCE, I, 1e8, 8) - want) < 1e-15);
+    CHECK(moe_topo_coll_time(&t, MOE_COLL_ALLREDUCE, I, 1e8, 1) == 0);
+    CHECK(isnan(moe_topo_coll_time(&t, MOE_COLL_ALLREDUCE, MOE_LINK_HOST, 1e8, 8)));
+    /* GEMM: 2 x 1024^3 x 4 FLOPs = 8.59e9, efficiency 0.5 + 0.3 * (8.59e9 - 1e9)/(1e12 - 1e9) */
+    double fl = 2.0 * 1024 * 1024 * 1024 * 4;
+    double e = 0.5 + 0.3 * (fl - 1e9) / (1e12 - 1e9);
+    want = fl / (100e12 * e) + 5e-6;
+    CHECK(fabs(moe_topo_gemm_time(&t, 1024, 1024, 1024, 4, 2) - want) < 1e-15);
+    /* FP8: at fp8-flops and the compute-fp8 curve */
+    double e8 = 0.25 + 0.35 * (fl - 1e9) / (1e12 - 1e9);
+    CHECK(fabs(moe_topo_gemm_time(&t, 1024, 1024, 1024, 4, 1) - (fl / (200e12 * e8) + 5e-6)) <
+          1e-15);
+    /* without its own curve FP8 reads the compute curve */
+    u = t;
+    u.compute_fp8.npoints = 0;
+    CHECK(fabs(moe_topo_gemm_time(&u, 1024, 1024, 1024, 4, 1) - (fl / (200e12 * e) + 5e-6)) <
+          1e-15);
+    /* one token through 8 experts of 4096 x 14336: the weights' bytes bound it */
+    want = 8 * (4096.0 + 4096.0 * 14336 + 14336) * 2 / 1e12 + 5e-6;
+    CHECK(fabs(moe_topo_gemm_time(&t, 1, 14336, 4096, 8, 2) - want) < 1e-15);
+    /* lossless: written as 1.1, read back equal, written again the same */
+    char *a = moe_topo_format(&t);
+    CHECK(a && strstr(a, "\nversion 1.1\n") && strstr(a, "\nlatency alltoall inter 2e-05\n") &&
+          strstr(a, "\nefficiency allgather intra 1000000:0.5 100000000:0.8\n") &&
+          strstr(a, "\nlatency gemm 5e-06\nfp8-flops 200000000000000\nsms 132\n") &&
+          strstr(a, "\nefficiency compute-fp8 1000000000:0.25 1000000000000:0.6\n"));
+    CHECK_EQ_INT(a ? parse(&u, a, err, sizeof err) : -1, 0);
+    CHECK(same_topo(&t, &u));
+    char *b = moe_topo_format(&u);
+    CHECK_STR(b, a);
+    free(a);
+    free(b);
+    /* a zero latency given is kept (it differs from "the class's") */
+    CHECK_EQ_INT(parse(&t, "nodes 1\ngpus-per-node 2\nlink intra bandwidth 1e9 latency 1e-6\n"
+                           "latency allreduce intra 0\n", err, sizeof err), 0);
+    a = moe_topo_format(&t);
+    CHECK(a && strstr(a, "\nlatency allreduce intra 0\n"));
+    CHECK_EQ_INT(a ? parse(&u, a, err, sizeof err) : -1, 0);
+    CHECK(same_topo(&t, &u) && moe_topo_coll(&u, MOE_COLL_ALLREDUCE, I).latency == 0);
+    free(a);
+    /* a 1.0 topology is written without a version line; a newer minor version reads */
+    CHECK_EQ_INT(parse(&t, example, err, sizeof err), 0);
+    a = moe_topo_format(&t);
+    CHECK(a && !strstr(a, "version"));
+    free(a);
+    CHECK_EQ_INT(parse(&t, "version 1.7\nnodes 1\ngpus-per-node 1\n", err, sizeof err), 0);
+    CHECK_EQ_INT(parse(&t, "version 1.7\nnodes 1\ngpus-per-node 1\nwarp 9\n", err,
+                       sizeof err), MOE_EFORMAT);
+    CHECK(strstr(err, "line 4: unknown keyword 'warp' (the file is version 1.7, this reader "
+                      "knows 1.1)"));
+}
+
 typedef struct bad {
     const char *text;
     int status;
@@ -285,6 +400,34 @@ static const bad_t bad_topo[] = {
     {NG "cores 1e-300\n", MOE_ERANGE, "cores: 1e-300 is below 0.001 processors"},
     {NG "cores 2 GB/s\n", MOE_EFORMAT, "'cores' takes one value, found 'GB/s' after it"},
     {NG "cores two\n", MOE_EFORMAT, "cores: expected a number of processors, found 'two'"},
+    /* version 1.1 */
+    {"version 2.0\n" NG, MOE_EFORMAT, "line 1: version 2.0 is not 1.x: this reader knows "
+                                       "topology files up to 1.1"},
+    {NG "version 1.1\n", MOE_EFORMAT, "line 3: 'version' must be the first statement"},
+    {"version 1\n" NG, MOE_EFORMAT, "expected a version MAJOR.MINOR, found '1'"},
+    {"version 1.1.2\n" NG, MOE_EFORMAT, "found '1.1.2'"},
+    {"version 1.1\nversion 1.1\n" NG, MOE_EFORMAT, "line 2: second 'version' line"},
+    {NG "latency\n", MOE_EFORMAT, "'latency' lacks an operation"},
+    {NG "latency broadcast intra 1\n", MOE_EFORMAT,
+     "unknown operation 'broadcast' (alltoall, allgather, reducescatter, allreduce, gemm)"},
+    {NG "latency alltoall\n", MOE_EFORMAT, "'latency alltoall' lacks a link class"},
+    {NG "latency alltoall host 1\n", MOE_EFORMAT,
+     "unknown link class 'host' for alltoall (intra, inter)"},
+    {NG "latency alltoall inter\n", MOE_EFORMAT, "'latency alltoall' lacks a value"},
+    {NG "latency alltoall inter 1 2\n", MOE_EFORMAT,
+     "'latency alltoall' takes one value, found '2' after it"},
+    {NG "latency alltoall inter -1\n", MOE_ERANGE, "latency: -1 is negative"},
+    {NG "latency alltoall inter 1 us\nlatency alltoall inter 2 us\n", MOE_EFORMAT,
+     "line 4: second 'latency alltoall inter' line"},
+    {NG "latency gemm 1 us\nlatency gemm 1 us\n", MOE_EFORMAT, "second 'latency gemm' line"},
+    {NG "latency gemm\n", MOE_EFORMAT, "'latency gemm' lacks a value"},
+    {NG "efficiency allreduce inter\n", MOE_EFORMAT,
+     "'efficiency allreduce' has no SIZE:EFFICIENCY points"},
+    {NG "efficiency allreduce\n", MOE_EFORMAT, "'efficiency allreduce' lacks a link class"},
+    {NG "efficiency allreduce inter 1:0.5\nefficiency allreduce inter 2:0.5\n", MOE_EFORMAT,
+     "second 'efficiency allreduce inter' line"},
+    {NG "efficiency allreduce inter 1:2\n", MOE_ERANGE, "efficiency 2 at size 1 is not in"},
+    {NG "fp8-flops 1\nfp8-flops 1\n", MOE_EFORMAT, "second 'fp8-flops' line"},
 };
 
 static void test_errors(void)
@@ -350,10 +493,45 @@ static void test_presets(void)
         CHECK_EQ_INT(t.nodes, 1);
         CHECK(t.link[MOE_LINK_INTRA].bw > 0 && t.link[MOE_LINK_INTER].bw > 0);
         CHECK(t.hbm_bw > 0 && t.flops > 0);
+        /* the DGX presets carry the measured per-operation costs of version 1.1 */
+        if (!strncmp(de->d_name, "dgx-", 4))
+            CHECK(t.fp8_flops > 0 && t.compute.npoints > 0 &&
+                  t.coll[MOE_COLL_ALLTOALL][MOE_LINK_INTER].npoints > 0);
         count++;
     }
     closedir(d);
-    CHECK(count >= 5);
+    CHECK(count >= 9);
+}
+
+/* moe-run --calibrate's sweep check, on made-up sweeps of 8 sizes 64 B .. 1 MiB per peer: a
+ * clean one (20 us + size / 10 GB/s, repeats within 10%), the busy machine of issue 41 (the
+ * small sizes' medians pushed up past the larger ones' by other jobs), and one whose
+ * repeats disagree (the middle repeats of 16 KiB 3x apart). */
+static void test_sweep(void)
+{
+    double t[8], lo[8], hi[8];
+    for (int i = 0; i < 8; i++) {
+        t[i] = 20e-6 + 7 * 64.0 * (1 << (2 * i)) / 10e9;
+        lo[i] = 0.95 * t[i];
+        hi[i] = 1.05 * t[i];
+    }
+    int at = -2;
+    CHECK_EQ_INT(moe_topo_sweep_check(t, lo, hi, 8, &at), 0);
+    CHECK_EQ_INT(at, -1);
+    /* the latency-bound sizes within noise of each other do not count as non-monotonic */
+    t[1] = 0.9 * t[0];
+    CHECK_EQ_INT(moe_topo_sweep_check(t, lo, hi, 8, NULL), 0);
+    double busy[8] = {410e-6, 95e-6, 380e-6, 60e-6, 140e-6, 520e-6, 2.1e-3, 8.3e-3};
+    CHECK_EQ_INT(moe_topo_sweep_check(busy, NULL, NULL, 8, &at), MOE_SWEEP_NONMONO);
+    CHECK_EQ_INT(at, 1);
+    double spread[8];
+    memcpy(spread, t, sizeof t);
+    lo[5] = 0.5 * t[5];
+    hi[5] = 1.5 * t[5];
+    CHECK_EQ_INT(moe_topo_sweep_check(spread, lo, hi, 8, &at), MOE_SWEEP_SPREAD);
+    CHECK_EQ_INT(at, 5);
+    CHECK_EQ_INT(moe_topo_sweep_check(busy, lo, hi, 8, &at), MOE_SWEEP_NONMONO | MOE_SWEEP_SPREAD);
+    CHECK_EQ_INT(at, 1);
 }
 
 int main(void)
@@ -369,8 +547,10 @@ int main(void)
     test_units();
     test_round_trip();
     test_efficiency();
+    test_ops();
     test_errors();
     test_presets();
+    test_sweep();
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
     if (system(cmd) != 0)
