@@ -437,8 +437,11 @@ static int fit_input(const char *in, cfg_t *gp, const moe_topo_t *topo_in)
     if (!rc && !p)
         rc = fail("'%s': %s", in, errbuf);
     if (p) {
-        moe_log(MOE_LOG_INFO, "%s: objective %.4f %s, bound %.4f, %s, %.2f s",
-                moe_place_method_name(g.po.method), res.objective, res.units, res.bound,
+        char bound[48] = ""; /* a method without a lower bound leaves it NaN */
+        if (isfinite(res.bound))
+            snprintf(bound, sizeof bound, ", bound %.4f", res.bound);
+        moe_log(MOE_LOG_INFO, "%s: objective %.4f %s%s, %s, %.2f s",
+                moe_place_method_name(g.po.method), res.objective, res.units, bound,
                 res.status, res.seconds);
         if (cvr.folds)
             moe_log(MOE_LOG_INFO, "%s transfers per token and layer: in-sample %.4f (load "

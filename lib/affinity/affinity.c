@@ -1227,8 +1227,8 @@ int moe_affinity_scan(moe_affinity_t *a, moe_trace_map_t *m,
     a->scan = &sc;
     unsigned fields = (a->o.bands ? MOE_MAP_SEQ : 0) | (a->o.step_window ? MOE_MAP_STEP : 0) |
                       (a->o.keep ? MOE_MAP_TOKEN | MOE_MAP_SEQ : 0);
-    moe_trace_map_ops_t ops = {scan_batch, NULL, NULL, scan_progress, 0, a->s.mask,
-                               fields ? fields : MOE_MAP_NO_FIELDS};
+    moe_trace_map_ops_t ops = {.batch = scan_batch, .progress = scan_progress,
+                               .raw_ids = a->s.mask, .fields = fields ? fields : MOE_MAP_NO_FIELDS};
     if (sc.windows || a->o.bands)
         ops.ordered = scan_ordered;
     if (sc.windows) {

@@ -189,7 +189,8 @@ static void check_map(const char *path, int threads, int raw, int expect_paralle
     c.order_ok = 1;
     const moe_trace_hdr_t *h = moe_trace_map_header(m);
     c.nid = (size_t)h->layers * h->topk;
-    moe_trace_map_ops_t ops = {on_batch, on_ordered, on_finish, NULL, 8, raw, 0};
+    moe_trace_map_ops_t ops = {.batch = on_batch, .ordered = on_ordered, .finish = on_finish,
+                               .scratch = 8, .raw_ids = raw};
     CHECK_EQ_INT(moe_trace_map_run(m, &ops, &c), 0);
     uint64_t sum = 0, n = 0;
     for (int i = 0; i < nw; i++) {
@@ -254,7 +255,8 @@ static void check_error_like_reader(const char *path, int threads)
         pthread_mutex_init(&c.mu, NULL);
         c.order_ok = 1;
         c.nid = (size_t)moe_trace_map_header(m)->layers * moe_trace_map_header(m)->topk;
-        moe_trace_map_ops_t ops = {on_batch, on_ordered, NULL, NULL, 8, 1, 0};
+        moe_trace_map_ops_t ops = {.batch = on_batch, .ordered = on_ordered, .scratch = 8,
+                                   .raw_ids = 1};
         got = moe_trace_map_run(m, &ops, &c);
         msg = moe_trace_map_errmsg(m);
         pthread_mutex_destroy(&c.mu);
@@ -317,7 +319,7 @@ static void test_callback_failure(void)
     for (int threads = 0; threads <= 2; threads++) {
         int st;
         moe_trace_map_t *m = moe_trace_map_open(tmp_path("b.moet"), threads, &st, NULL, 0);
-        moe_trace_map_ops_t ops = {failing_batch, NULL, NULL, NULL, 0, 0, 0};
+        moe_trace_map_ops_t ops = {.batch = failing_batch};
         CHECK_EQ_INT(moe_trace_map_run(m, &ops, m), MOE_ERANGE);
         char want[1100]; /* the map names its file first (doc/ARCHITECTURE's message rule) */
         snprintf(want, sizeof want, "'%s': stop at batch 3", tmp_path("b.moet"));
