@@ -47,6 +47,7 @@ void moe_placement_free(moe_placement_t *p)
     free(p->nrep);
     free(p->rank);
     free(p->text);
+    free(p->model_layer);
     free(p);
 }
 
@@ -60,10 +61,14 @@ moe_placement_t *moe_placement_dup(const moe_placement_t *p)
     size_t cells = (size_t)p->layers * p->experts;
     memcpy(q->nrep, p->nrep, cells);
     memcpy(q->rank, p->rank, cells * p->maxrep * sizeof *p->rank);
-    if (p->text && !(q->text = strdup(p->text))) {
+    if ((p->text && !(q->text = strdup(p->text))) ||
+        (p->model_layer && !(q->model_layer = malloc(p->layers * sizeof *q->model_layer)))) {
         moe_placement_free(q);
         return NULL;
     }
+    if (p->model_layer)
+        memcpy(q->model_layer, p->model_layer, p->layers * sizeof *q->model_layer);
+    q->model_layers = p->model_layers;
     return q;
 }
 
@@ -143,4 +148,103 @@ int moe_placement_add_line(moe_placement_t *p, const char *line)
     t[old + n + 1] = 0;
     p->text = t;
     return 0;
+}
+
+/* ------------------------------------------------------------------ model layers */
+
+int moe_placement_set_layers(moe_placement_t *p, const moe_layer_map_t *m, char *errbuf,
+                             size_t errlen)
+{
+    if (m->layers != p->layers)
+        return util_errf(errbuf, errlen, MOE_EINVAL, "a mapping of %u layers for a placement "
+                         "of %u", m->layers, p->layers);
+    int rc = moe_layer_map_check(m, errbuf, errlen);
+    if (rc)
+        return rc == MOE_ENOMEM ? rc : MOE_EINVAL;
+    uint32_t *ids = NULL;
+    if (m->id && !(ids = malloc(p->layers * sizeof *ids)))
+        return util_errf(errbuf, errlen, MOE_ENOMEM, "out of memory");
+    if (ids)
+        memcpy(ids, m->id, p->layers * sizeof *ids);
+    free(p->model_layer);
+    p->model_layer = ids;
+    p->model_layers = m->model_layers;
+    return 0;
+}
+
+int moe_placement_layers(const moe_placement_t *p, moe_layer_map_t *m)
+{
+    moe_layer_map_t t = {p->layers, p->model_layers, p->model_layer};
+    return moe_layer_map_copy(m, &t);
+}
+
+/* p's rows rows[0..n) (p's layer of each) as a new placement with mapping tm. */
+static moe_placement_t *pick_rows(const moe_placement_t *p, const uint32_t *rows,
+                                  const moe_layer_map_t *tm, int *status)
+{
+    moe_placement_t *q = moe_placement_new(tm->layers, p->experts, p->ranks, p->gpus_per_node,
+                                           p->capacity, p->maxrep, status);
+    if (!q)
+        return NULL;
+    size_t E = p->experts;
+    for (uint32_t l = 0; l < tm->layers; l++) {
+        memcpy(q->nrep + l * E, p->nrep + rows[l] * E, E);
+        memcpy(q->rank + l * E * p->maxrep, p->rank + rows[l] * E * p->maxrep,
+               E * p->maxrep * sizeof *q->rank);
+    }
+    if ((p->text && !(q->text = strdup(p->text))) ||
+        moe_placement_set_layers(q, tm, NULL, 0)) {
+        moe_placement_free(q);
+        *status = MOE_ENOMEM;
+        return NULL;
+    }
+    return q;
+}
+
+moe_placement_t *moe_placement_for_layers(const moe_placement_t *p, const moe_layer_map_t *tm,
+                                          int *status, char *errbuf, size_t errlen)
+{
+    moe_layer_map_t pm = {p->layers, p->model_layers, p->model_layer};
+    if (tm->layers == p->layers) {
+        for (uint32_t l = 0; tm->id && p->model_layer && l < p->layers; l++)
+            if (tm->id[l] != p->model_layer[l]) {
+                *status = util_errf(errbuf, errlen, MOE_ESHAPE, "layer %u is model layer %u in "
+                                    "the placement, %u in the trace", l, p->model_layer[l],
+                                    tm->id[l]);
+                return NULL;
+            }
+        moe_placement_t *q = moe_placement_dup(p);
+        *status = q ? 0 : MOE_ENOMEM;
+        return q;
+    }
+    if (!tm->id) {
+        *status = util_errf(errbuf, errlen, MOE_ESHAPE, "placement is for %u layers, the trace "
+                            "has %u and records no model layers", p->layers, tm->layers);
+        return NULL;
+    }
+    uint32_t *rows = malloc(tm->layers * sizeof *rows);
+    if (!rows) {
+        *status = MOE_ENOMEM;
+        return NULL;
+    }
+    uint32_t r = 0;
+    for (uint32_t l = 0; l < tm->layers; l++) {
+        while (r < p->layers && moe_layer_map_model(&pm, r) < tm->id[l])
+            r++;
+        if (r == p->layers || moe_layer_map_model(&pm, r) != tm->id[l]) {
+            free(rows);
+            *status = util_errf(errbuf, errlen, MOE_ESHAPE, "trace layer %u is model layer %u, "
+                                "which the placement (%u layers) does not place", l, tm->id[l],
+                                p->layers);
+            return NULL;
+        }
+        rows[l] = r;
+    }
+    moe_layer_map_t qm = *tm;
+    qm.model_layers = tm->model_layers ? tm->model_layers : p->model_layers;
+    if (qm.model_layers && tm->id[tm->layers - 1] >= qm.model_layers)
+        qm.model_layers = 0;
+    moe_placement_t *q = pick_rows(p, rows, &qm, status);
+    free(rows);
+    return q;
 }

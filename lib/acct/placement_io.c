@@ -110,9 +110,24 @@ int moe_placement_write(const moe_placement_t *p, moe_placement_sink_fn fn, void
     pout_t *o = po_new(fn, ctx);
     if (!o)
         return MOE_ENOMEM;
-    tb_fmt(o, "@PL\tVN:%d.%d\tlayers:%u\texperts:%u\tranks:%u\tgpus_per_node:%u\tcapacity:%u\n",
-           MOE_PLACEMENT_MAJOR, MOE_PLACEMENT_MINOR, p->layers, p->experts, p->ranks,
+    int v11 = p->model_layers || p->model_layer; /* else 1.0: every reader takes it */
+    tb_fmt(o, "@PL\tVN:%d.%d\tlayers:%u\texperts:%u\tranks:%u\tgpus_per_node:%u\tcapacity:%u",
+           MOE_PLACEMENT_MAJOR, v11 ? MOE_PLACEMENT_MINOR : 0, p->layers, p->experts, p->ranks,
            p->gpus_per_node, p->capacity);
+    if (p->model_layers)
+        tb_fmt(o, "\tmodel_layers:%u", p->model_layers);
+    if (p->model_layer) {
+        moe_layer_map_t m = {p->layers, p->model_layers, p->model_layer};
+        char *list = moe_layer_map_list(&m);
+        if (!list) {
+            po_done(o);
+            return MOE_ENOMEM;
+        }
+        tb_str(o, "\tmoe_layers:");
+        tb_str(o, list);
+        free(list);
+    }
+    tb_mem(o, "\n", 1);
     if (p->text)
         tb_mem(o, p->text, strlen(p->text));
     static const char cols[] = "#layer\texpert\tranks\n";
@@ -192,6 +207,8 @@ typedef struct prd {
     size_t npool, nrep_cap, pool_cap;
     uint32_t *held;         /* [G] experts on each rank in the current layer */
     uint32_t maxrep;
+    uint32_t model_layers;  /* 1.1: @PL model_layers (0: none) */
+    char *moe_layers;       /* 1.1: @PL moe_layers, or NULL */
 } prd_t;
 
 /* The next line of l into *line (and *len): 1, 0 at the end, or a negative status with the
@@ -232,6 +249,28 @@ static const char *const pl_keys[] = {"VN", "layers", "experts", "ranks", "gpus_
                                       "capacity"};
 #define PL_KEYS 6
 
+/* The optional fields of 1.1: model_layers, moe_layers. 1 taken, 0 not one of them, or a
+ * negative status. */
+static int pl_layers_field(prd_t *r, const char *key, const char *v)
+{
+    uint64_t n;
+    if (!strcmp(key, "model_layers")) {
+        if (r->model_layers)
+            return fail(&r->e, MOE_EFORMAT, "@PL field 'model_layers' given twice");
+        if (parse_whole_uint(v, MOE_LAYER_MAP_MAX, &n) < 0 || !n)
+            return fail(&r->e, MOE_EFORMAT, "invalid @PL field 'model_layers:%.20s'", v);
+        r->model_layers = (uint32_t)n;
+        return 1;
+    }
+    if (strcmp(key, "moe_layers"))
+        return 0;
+    if (r->moe_layers)
+        return fail(&r->e, MOE_EFORMAT, "@PL field 'moe_layers' given twice");
+    if (!(r->moe_layers = strdup(v)))
+        return fail(&r->e, MOE_ENOMEM, "out of memory");
+    return 1;
+}
+
 /* One key:value field of @PL into val[] (VN handled apart); unknown keys are ignored. */
 static int pl_field(prd_t *r, char *f, uint32_t *val, int *have)
 {
@@ -239,6 +278,9 @@ static int pl_field(prd_t *r, char *f, uint32_t *val, int *have)
     if (!colon)
         return fail(&r->e, MOE_EFORMAT, "invalid @PL field '%.40s' (not key:value)", f);
     *colon = '\0';
+    int lf = pl_layers_field(r, f, colon + 1);
+    if (lf)
+        return lf < 0 ? lf : 0;
     for (int k = 0; k < PL_KEYS; k++) {
         if (strcmp(f, pl_keys[k]) != 0)
             continue;
@@ -434,6 +476,19 @@ static moe_placement_t *prd_finish(prd_t *r, int *rc)
     p->text = r->text;
     r->text = NULL;
     char msg[200];
+    moe_layer_map_t m;
+    moe_layer_map_init(&m, r->L);
+    if ((r->model_layers || r->moe_layers) &&
+        ((*rc = moe_layer_map_set(&m, r->model_layers, -1, r->moe_layers, msg, sizeof msg)) ||
+         (*rc = moe_placement_set_layers(p, &m, msg, sizeof msg)))) {
+        moe_layer_map_release(&m);
+        fail(&r->e, *rc == MOE_ENOMEM ? *rc : MOE_EFORMAT, "@PL model_layers/moe_layers: %s",
+             msg);
+        *rc = *rc == MOE_ENOMEM ? *rc : MOE_EFORMAT;
+        moe_placement_free(p);
+        return NULL;
+    }
+    moe_layer_map_release(&m);
     if ((*rc = moe_placement_check(p, msg, sizeof msg)) != 0) {
         fail(&r->e, *rc, "%s", msg);
         moe_placement_free(p);
@@ -460,6 +515,7 @@ static moe_placement_t *prd_run(moe_lines_t *l, const char *name, int *status, c
     free(r.nrep);
     free(r.pool);
     free(r.held);
+    free(r.moe_layers);
     *status = rc;
     return p;
 }
@@ -763,11 +819,26 @@ static int eplb_export(const moe_placement_t *p, pout_t *o)
  * so a -1 would silently land on the last expert -- or logical_count, loads for its own
  * rebalancing. Every slot is a loaded expert weight, so a placement exports only when every
  * rank holds exactly `capacity` experts in every layer; the slots are laid out as eplb_layer
- * does, which is what the import reads back.
+ * does, which is what the import reads back. The rows are indexed by model layer, dense layers
+ * included: the model config's num_hidden_layers (ModelConfigForExpertLocation.num_layers)
+ * rows, and FusedMoE.weight_loader looks its layer up by its own layer_id; a placement that
+ * records its model layers gets a row for each, the dense ones as init_trivial fills them.
  */
 static int sg_export(const moe_placement_t *p, pout_t *o, char *errbuf, size_t errlen)
 {
     const size_t P = (size_t)p->ranks * p->capacity;
+    if (p->model_layer && !p->model_layers) {
+        moe_layer_map_t m = {p->layers, 0, p->model_layer};
+        char *list = moe_layer_map_list(&m);
+        int rc = util_errf(errbuf, errlen, MOE_EINVAL, "its layers are model layers %.60s, but "
+                           "the model's layer count is unknown; SGLang's map has a row for "
+                           "every model layer (give --model-layers)", list ? list : "");
+        free(list);
+        return rc;
+    }
+    /* one row per model layer; those the placement does not hold (dense layers) as SGLang's
+     * own ExpertLocationMetadata.init_trivial lays them out: slot s holds expert s mod E */
+    const uint32_t rows = p->model_layers ? p->model_layers : p->layers;
     int32_t *phy = malloc(P * sizeof *phy);
     uint32_t *slot = malloc((size_t)p->experts * p->maxrep * sizeof *slot);
     uint32_t *fill = malloc(p->ranks * sizeof *fill);
@@ -783,10 +854,15 @@ static int sg_export(const moe_placement_t *p, pout_t *o, char *errbuf, size_t e
     }
     if (!rc)
         tb_fmt(o, "{\"physical_to_logical_map\":[\n");
-    for (uint32_t l = 0; l < p->layers && !rc; l++) {
-        eplb_layer(p, l, phy, slot, fill);
+    for (uint32_t m = 0, l = 0; m < rows && !rc; m++) {
+        if (l < p->layers && (!p->model_layer || p->model_layer[l] == m)) {
+            eplb_layer(p, l++, phy, slot, fill);
+        } else {
+            for (size_t s = 0; s < P; s++)
+                phy[s] = (int32_t)(s % p->experts);
+        }
         po_ints(o, phy, P);
-        tb_fmt(o, "%s\n", l + 1 < p->layers ? "," : "");
+        tb_fmt(o, "%s\n", m + 1 < rows ? "," : "");
     }
     if (!rc)
         tb_fmt(o, "]}\n");
@@ -1172,7 +1248,10 @@ static moe_placement_t *sg_build(perr_t *e, const jobj_t *o, const uint32_t arg[
                    "record its EP size; give it)");
         return NULL;
     }
-    return eplb_build(e, o, v, arg, "sglang", rc);
+    moe_placement_t *p = eplb_build(e, o, v, arg, "sglang", rc);
+    if (p) /* SGLang's rows are the model's layers, dense ones included */
+        p->model_layers = p->layers;
+    return p;
 }
 
 static moe_placement_t *sg_import(moe_lines_t *l, perr_t *e, const uint32_t arg[3], int *rc)

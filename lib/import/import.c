@@ -202,8 +202,6 @@ static int dense_opts_check(moe_importer_t *im)
                                                              f == MOE_IMPORT_BASE64;
     const char *bad = o->tensor && !st                                 ? "--tensor"
                       : (o->shape || o->dtype) && !rb                   ? "--shape and --dtype"
-                      : o->moe_layers && !st && !rb && !(f == MOE_IMPORT_NPY && o->topk)
-                          ? "--moe-layers"
                       : o->topk && !st && !rb && f != MOE_IMPORT_NPY    ? "--topk"
                       : o->layout && !st && f != MOE_IMPORT_NPY         ? "--layout"
                                                                         : NULL;

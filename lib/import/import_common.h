@@ -58,13 +58,15 @@ int imp_comment(moe_importer_t *im, const char *fmt, ...) __attribute__((format(
 /* The @CO lines "PREFIX: layers a..b are model layers LIST" that map a trace's layers to the
  * model's: imp_layers_add appends trace layers i..j as one item of LIST ("5", "3-7",
  * "mtp0.1"), starting a new line first when the list would pass about 800 characters;
- * imp_layers_end writes the last line, up to trace layer `last`. 0 or a negative status. */
+ * imp_layers_end writes the last line, up to trace layer `last` (" of N" after it when
+ * model_layers is set). 0 or a negative status. */
 typedef struct imp_layers {
     moe_importer_t *im;
     const char *prefix;
     char list[800];
     size_t len;
     uint32_t first;
+    uint32_t model_layers; /* > 0: " of N" ends the last line (the model's layer count) */
 } imp_layers_t;
 int imp_layers_add(imp_layers_t *w, uint32_t i, const char *item);
 int imp_layers_end(imp_layers_t *w, uint32_t last);

@@ -109,11 +109,29 @@ double imp_dtype_value(int dtype, const uint8_t *b)
 
 /* ------------------------------------------------------------------ start */
 
-/* The kept input layers: all, or those --moe-layers lists (each must exist). */
+/* The kept input layers: all, those --moe-layers lists (each must exist), or those from
+ * --first-moe-layer on. */
 static int select_layers(moe_importer_t *im, imp_dense_t *d)
 {
     moe_ranges_t rg = {0};
     const char *list = im->opts.moe_layers;
+    if (list && im->opts.first_moe_given)
+        return imp_fail(im, MOE_EINVAL, "give --first-moe-layer or --moe-layers, not both");
+    if (im->opts.model_layers && im->opts.model_layers != d->in_layers)
+        return imp_fail(im, MOE_ESHAPE, "--model-layers %u, but the input holds %u layers",
+                        im->opts.model_layers, d->in_layers);
+    if (im->opts.first_moe_given) {
+        if (im->opts.first_moe_layer >= d->in_layers)
+            return imp_fail(im, MOE_ERANGE, "--first-moe-layer %u, but the input has %u "
+                            "layers (0..%u)", im->opts.first_moe_layer, d->in_layers,
+                            d->in_layers - 1);
+        if (!(d->sel = malloc((size_t)d->in_layers * sizeof *d->sel)))
+            return imp_fail(im, MOE_ENOMEM, "out of memory");
+        d->layers = 0;
+        for (uint32_t l = im->opts.first_moe_layer; l < d->in_layers; l++)
+            d->sel[d->layers++] = l;
+        return 0;
+    }
     if (list && moe_ranges_parse(&rg, list, UINT32_MAX - 1) < 0) {
         moe_ranges_free(&rg);
         return imp_fail(im, MOE_EINVAL, "invalid --moe-layers list '%s' (ids and ranges: "
@@ -156,6 +174,7 @@ static int layers_comment(moe_importer_t *im, const imp_dense_t *d)
             return st;
         i = j;
     }
+    w.model_layers = d->in_layers; /* the input holds every model layer */
     return imp_layers_end(&w, d->layers - 1);
 }
 
@@ -220,7 +239,7 @@ int imp_dense_start(moe_importer_t *im, imp_dense_t *d)
                                        im->opts.no_renorm ? " over all experts"
                                                           : " renormalised over the top k")) < 0)
         return st;
-    return im->opts.moe_layers ? layers_comment(im, d) : 0;
+    return im->opts.moe_layers || im->opts.first_moe_given ? layers_comment(im, d) : 0;
 }
 
 /* ------------------------------------------------------------------ reading */

@@ -105,10 +105,12 @@ typedef struct moe_acct_layer {
 typedef struct moe_acct moe_acct_t;
 
 /* Open what an accounting of placement ppath on trace tpath needs: the placement and a trace
- * map (`threads` workers), checked to have the same layers and experts. Returns 0 with *p and
- * *m set (the caller frees both), or a negative status with a one-line reason in err: the
- * reader's own message (it names the file), or for MOE_ESHAPE "placement is for L layers x E
- * experts, the trace has ...", which the caller prefixes with the two names. */
+ * map (`threads` workers), checked to have the same layers and experts. A placement of more
+ * layers (SGLang's, a row per model layer) gives the rows of the model layers the trace records
+ * (moe_placement_for_layers). Returns 0 with *p and *m set (the caller frees both), or a
+ * negative status with a one-line reason in err: the reader's own message (it names the file),
+ * or for MOE_ESHAPE "placement is for L layers x E experts, the trace has ...", which the
+ * caller prefixes with the two names. */
 int moe_acct_inputs(const char *ppath, const char *tpath, int threads, moe_placement_t **p,
                     moe_trace_map_t **m, char *err, size_t errlen);
 

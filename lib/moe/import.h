@@ -48,8 +48,16 @@ typedef struct moe_import_opts {
     const char *shape;      /* raw, base64: "[T,]L,K" (T inferred when absent) */
     const char *dtype;      /* raw, base64: int8..int64, uint8..uint64, float16, bfloat16,
                              * float32, float64 */
-    const char *moe_layers; /* keep these input layers ("1-3,5": model-layer ids), drop the
-                             * others (dense layers); NULL keeps all */
+    const char *moe_layers; /* the MoE layers' model-layer ids ("1-3,5"): of an input holding
+                             * every model layer (safetensors, raw, base64, .npy) the layers
+                             * kept, the others (dense layers) dropped; of any other, the
+                             * labels moe_import_run records; NULL: all kept, none given */
+    uint32_t model_layers;  /* the model's layers, dense ones included (0: not given); what
+                             * moe_import_run records (it must agree with the input) */
+    int first_moe_given;    /* first_moe_layer is given: the MoE layers are model layers
+                             * first_moe_layer, first_moe_layer + 1, ... (kept, of an input
+                             * holding every layer) */
+    uint32_t first_moe_layer;
     uint32_t topk;          /* float router logits: experts taken per token (0: ids input) */
     int no_renorm;          /* logits: gate weights are the softmax over all E, not
                              * renormalised over the top k (Mixtral's default) */
@@ -109,7 +117,9 @@ typedef struct moe_import_job {
 } moe_import_job_t;
 
 /* Read every input of job into one trace written to out (moe/trace.h). Its header is the first
- * input's (shape and '@CO' lines) with E = io.experts, hidden and elem_bytes; every other input
+ * input's (shape and '@CO' lines) with E = io.experts, hidden and elem_bytes, and the model
+ * layers of io.moe_layers, first_moe_layer and model_layers added as "@CO\tmodel-layers: ..."
+ * lines (moe_layer_map_comment) where the input records less; every other input
  * must have the same layers, top-k and weights, and ids below E; token ids number the output's
  * tokens from 0, unique across the inputs. Without io.experts, E is known only at the end: the
  * records are spooled to a scratch trace in $TMPDIR (or /tmp) first, then written to out with E

@@ -23,7 +23,8 @@ extern "C" {
  * "layer<TAB>expert<TAB>rank[,rank...]" per expert, layer-major. Plain or gzipped.
  */
 #define MOE_PLACEMENT_MAJOR 1
-#define MOE_PLACEMENT_MINOR 0
+#define MOE_PLACEMENT_MINOR 1 /* 1.1: @PL model_layers and moe_layers; a file without them is
+                               * written as 1.0 */
 #define MOE_PLACEMENT_MAX_RANKS MOE_MAX_RANKS /* the one rank limit, moe/moe.h */
 
 typedef struct moe_placement {
@@ -36,6 +37,11 @@ typedef struct moe_placement {
                              * first copy is the primary one */
     char *text;             /* '@' lines after @PL (each '\n'-terminated), NUL-terminated, or
                              * NULL */
+    uint32_t model_layers;  /* the model's layers, dense ones included (SGLang's rows); 0:
+                             * unknown */
+    uint32_t *model_layer;  /* [layers] the model layer each layer is, ascending; NULL:
+                             * unknown (layer i is model layer i). moe_placement_set_layers
+                             * sets both. */
 } moe_placement_t;
 
 /* A placement with no expert placed yet (room for maxrep copies each, at most 255). Returns
@@ -87,6 +93,22 @@ uint32_t moe_placement_slots(const moe_placement_t *p, uint32_t layer);
 int moe_placement_check(const moe_placement_t *p, char *errbuf, size_t errlen);
 /* Append one '@' text line (without '\n'). 0 or MOE_ENOMEM / MOE_EFORMAT (no leading '@'). */
 int moe_placement_add_line(moe_placement_t *p, const char *line);
+
+/* The model layers of p's layers (moe/trace.h's mapping, for m->layers == p->layers), replacing
+ * what p had; an unknown mapping clears them. 0, MOE_EINVAL with a reason (a mapping that fails
+ * moe_layer_map_check or is of another layer count) or MOE_ENOMEM. */
+struct moe_layer_map;
+int moe_placement_set_layers(moe_placement_t *p, const struct moe_layer_map *m, char *errbuf,
+                             size_t errlen);
+/* p's mapping as a moe_layer_map_t (ids copied; release it). 0 or MOE_ENOMEM. */
+int moe_placement_layers(const moe_placement_t *p, struct moe_layer_map *m);
+/* The placement of the layers a trace with mapping tm has: a copy of p when the layer counts
+ * agree (the mappings must then agree where both are known), else the rows of p whose model
+ * layers are tm's (p's layer i taken as model layer i when p records none): SGLang's map holds
+ * every model layer, a trace only the MoE ones. NULL with *status (MOE_ESHAPE and a reason
+ * naming the first layer without a row, MOE_ENOMEM). */
+moe_placement_t *moe_placement_for_layers(const moe_placement_t *p, const struct moe_layer_map *tm,
+                                          int *status, char *errbuf, size_t errlen);
 
 /* moe-place check's report on one placement file: "NAME: ok: L layers x E experts on G ranks
  * (g per node), capacity C, R replicas" (R: copies beyond the first, all layers), or with `json`

@@ -188,7 +188,7 @@ want "$T/sg.want" \
     "3 1 0 0 0 8,13 10,15" \
     "4 1 1 0 0 11,0 13,2"
 same_file "$T/sg.want" "$T/sg.rec" "records"
-expect_eq "$(grep -c "^@CO${tab}dense: layers 0..1 are model layers 1,3$" "$T/sg.txt")" 1 \
+expect_eq "$(grep -c "^@CO${tab}dense: layers 0..1 are model layers 1,3 of 4$" "$T/sg.txt")" 1 \
     "model layer ids in the header"
 # Without --moe-layers the dense layers stay (all zeros).
 run moe import --format base64 --shape 4,2 --dtype int32 --no-PG -O t -o "$T/sga.txt" \

@@ -71,7 +71,8 @@ begin "import --format sglang reads the hand-written map value by value"
 run mp import --format sglang --ranks 4 --gpus-per-node 2 --no-PG "$D/sglang_map.json"
 expect_eq "$rc" 0 "import"
 cp "$T/out" "$T/sg.moep"
-printf '@PL\tVN:1.0\tlayers:2\texperts:6\tranks:4\tgpus_per_node:2\tcapacity:2\n' >"$T/want"
+printf '@PL\tVN:1.1\tlayers:2\texperts:6\tranks:4\tgpus_per_node:2\tcapacity:2\tmodel_layers:2\n' \
+    >"$T/want"
 # layer 0: slots 0..7 hold 0 1 | 2 3 | 4 5 | 1 4 on ranks 0..3 (two slots each)
 printf '0\t0\t0\n0\t1\t0,3\n0\t2\t1\n0\t3\t1\n0\t4\t2,3\n0\t5\t2\n' >>"$T/want"
 # layer 1: 5 5 | 0 1 | 2 3 | 4 5: expert 5 twice on rank 0 is one copy there

@@ -11,6 +11,7 @@
 
 #include "moe/moe.h"
 #include "moe/placement.h"
+#include "moe/trace.h"
 #include "unit.h"
 
 static char tmpdir[512];
@@ -811,6 +812,90 @@ static void test_sglang(void)
     }
 }
 
+/* ------------------------------------------------------------------ model layers (1.1) */
+
+/* The @PL model fields round-trip; SGLang's export writes a row per model layer; a placement of
+ * every model layer gives the rows of a trace's. */
+static void test_model_layers(void)
+{
+    moe_placement_t *p = sample();
+    char err[256];
+    moe_layer_map_t m;
+    moe_layer_map_init(&m, 2);
+    CHECK_EQ_INT(moe_layer_map_set(&m, 4, -1, "1,3", err, sizeof err), 0);
+    CHECK_EQ_INT(moe_placement_set_layers(p, &m, err, sizeof err), 0);
+    char *text = to_text(p);
+    CHECK(text && !strncmp(text, "@PL\tVN:1.1\tlayers:2\texperts:4\tranks:4\tgpus_per_node:2"
+                                 "\tcapacity:2\tmodel_layers:4\tmoe_layers:1,3\n", 90));
+    int st;
+    moe_placement_t *q = text ? moe_placement_parse(text, strlen(text), "m", &st, err,
+                                                    sizeof err) : NULL;
+    CHECK(q && same_placement(p, q) && q->model_layers == 4 && q->model_layer &&
+          q->model_layer[0] == 1 && q->model_layer[1] == 3);
+    char *again = q ? to_text(q) : NULL;
+    CHECK(again && text && !strcmp(again, text));
+    moe_placement_t *d = q ? moe_placement_dup(q) : NULL;
+    CHECK(d && d->model_layer && d->model_layer[1] == 3 && d->model_layers == 4);
+    /* SGLang: rows 0 and 2 dense (slot s holds expert s mod 4), 1 and 3 the layers */
+    moe_placement_t *f = moe_placement_new(2, 4, 2, 2, 2, 1, &st);
+    for (uint32_t e = 0; f && e < 4; e++) {
+        moe_placement_add(f, 0, e, e / 2);
+        moe_placement_add(f, 1, e, 1 - e / 2);
+    }
+    CHECK(f && moe_placement_set_layers(f, &m, err, sizeof err) == 0);
+    char *js = f ? to_format(f, MOE_PLACEMENT_SGLANG, err, sizeof err) : NULL;
+    CHECK_STR(js, "{\"physical_to_logical_map\":[\n[0,1,2,3],\n[0,1,2,3],\n[0,1,2,3],\n"
+                  "[2,3,0,1]\n]}\n");
+    moe_placement_free(f);
+    /* the rows of a trace of model layers 3 (layer 1 of p) */
+    moe_layer_map_t tm;
+    moe_layer_map_init(&tm, 1);
+    CHECK_EQ_INT(moe_layer_map_set(&tm, 4, 3, NULL, err, sizeof err), 0);
+    moe_placement_t *r = moe_placement_for_layers(p, &tm, &st, err, sizeof err);
+    CHECK(r && r->layers == 1 && r->model_layer && r->model_layer[0] == 3);
+    uint32_t n;
+    const uint16_t *rk = r ? moe_placement_ranks(r, 0, 0, &n) : NULL;
+    CHECK(rk && n == 3 && rk[0] == 1 && rk[1] == 3 && rk[2] == 0);
+    moe_placement_free(r);
+    /* model layer 2 is not placed */
+    moe_layer_map_release(&tm);
+    moe_layer_map_init(&tm, 1);
+    CHECK_EQ_INT(moe_layer_map_set(&tm, 4, 2, NULL, err, sizeof err), 0);
+    CHECK(moe_placement_for_layers(p, &tm, &st, err, sizeof err) == NULL);
+    CHECK_EQ_INT(st, MOE_ESHAPE);
+    CHECK_STR(err, "trace layer 0 is model layer 2, which the placement (2 layers) does not "
+                   "place");
+    /* the same layer count with other model layers */
+    moe_layer_map_release(&tm);
+    moe_layer_map_init(&tm, 2);
+    CHECK_EQ_INT(moe_layer_map_set(&tm, 0, 0, NULL, err, sizeof err), 0);
+    CHECK(moe_placement_for_layers(p, &tm, &st, err, sizeof err) == NULL);
+    CHECK_STR(err, "layer 0 is model layer 1 in the placement, 0 in the trace");
+    /* ids without the count: SGLang's export refuses */
+    moe_layer_map_release(&m);
+    moe_layer_map_init(&m, 2);
+    CHECK_EQ_INT(moe_layer_map_set(&m, 0, 5, NULL, err, sizeof err), 0);
+    CHECK_EQ_INT(moe_placement_set_layers(p, &m, err, sizeof err), 0);
+    CHECK(to_format(p, MOE_PLACEMENT_SGLANG, err, sizeof err) == NULL);
+    CHECK(strstr(err, "its layers are model layers 5-6, but the model's layer count is "
+                      "unknown") != NULL);
+    /* an unknown mapping clears it: 1.0 again */
+    moe_layer_map_release(&m);
+    moe_layer_map_init(&m, 2);
+    CHECK_EQ_INT(moe_placement_set_layers(p, &m, err, sizeof err), 0);
+    char *plain = to_text(p);
+    CHECK_STR(plain, sample_text);
+    free(plain);
+    free(js);
+    free(again);
+    free(text);
+    moe_layer_map_release(&m);
+    moe_layer_map_release(&tm);
+    moe_placement_free(d);
+    moe_placement_free(q);
+    moe_placement_free(p);
+}
+
 int main(void)
 {
     const char *t = getenv("TMPDIR");
@@ -833,6 +918,7 @@ int main(void)
     test_eplb_errors();
     test_eplb_two_slots();
     test_sglang();
+    test_model_layers();
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
     if (system(cmd) != 0)
