@@ -157,7 +157,7 @@ head -n 1 "$T/map4.moep" | grep -q "${tab}layers:4${tab}.*${tab}model_layers:4\$
 expect_exit 0 mp eval --json "$T/map4.moep" "$T/sg.moet"
 cp "$T/out" "$T/e4.json"
 # the same as a hand-cut placement of rows 1..3
-{ printf '@PL\tVN:1.0\tlayers:3\texperts:4\tranks:2\tgpus_per_node:2\tcapacity:3\n'
+{ printf '@PL\tVN:1.1\tlayers:3\texperts:4\tranks:2\tgpus_per_node:2\tcapacity:3\n'
   grep -v '^[@#]' "$T/map4.moep" | awk -F'\t' '$1 > 0 { $1 = $1 - 1; print }' OFS='\t'
 } >"$T/rows13.moep"
 expect_exit 0 mp eval --json "$T/rows13.moep" "$T/sg.moet"

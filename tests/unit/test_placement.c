@@ -234,9 +234,10 @@ static void test_read_forms(void)
         CHECK_EQ_INT(p->gpus_per_node, 1);
     }
     moe_placement_free(p);
-    /* a newer minor version may add @PL keys and record fields */
+    /* a newer minor version may add @PL keys and record fields (after 1.1's fourth, the
+     * slots) */
     const char *newer = "@PL\tVN:1.7\tlayers:1\texperts:1\tranks:1\tgpus_per_node:1\t"
-                        "capacity:1\tnew:x\n0\t0\t0\textra\n";
+                        "capacity:1\tnew:x\n0\t0\t0\t0\textra\n";
     p = moe_placement_parse(newer, strlen(newer), "newer", &st, err, sizeof err);
     CHECK(p != NULL && p->text == NULL); /* no header lines: no text */
     moe_placement_free(p);
@@ -733,8 +734,8 @@ static void test_eplb_errors(void)
     CHECK(st == MOE_EINVAL && strstr(err, "'num_logical_experts' is 3 in the file, 2 requested"));
 }
 
-/* rebalance_experts may give an expert two slots on one rank: one copy there, the capacity
- * still counting both slots, and a comment saying so. */
+/* rebalance_experts may give an expert two slots on one rank: one copy there, both slots kept
+ * (in the slots' order), the capacity counting both; the text form and EPLB give them back. */
 static void test_eplb_two_slots(void)
 {
     int st;
@@ -747,10 +748,52 @@ static void test_eplb_two_slots(void)
     uint32_t n;
     const uint16_t *rk = moe_placement_ranks(p, 0, 0, &n);
     CHECK(p->capacity == 3 && n == 2 && rk[0] == 0 && rk[1] == 1);
+    rk = moe_placement_slot_ranks(p, 0, 0, &n);
+    CHECK(n == 3 && rk[0] == 0 && rk[1] == 0 && rk[2] == 1);
     rk = moe_placement_ranks(p, 0, 2, &n);
     CHECK(n == 1 && rk[0] == 1);
-    CHECK(p->text && strstr(p->text, "@CO\tslots: 1 second slot of an expert on a rank"));
+    CHECK_EQ_INT(moe_placement_slots(p, 0), 6);
+    CHECK(!p->text || !strstr(p->text, "second slot"));
     CHECK(moe_placement_check(p, err, sizeof err) == 0);
+    char *text = to_text(p);
+    CHECK(text && strstr(text, "\n0\t0\t0,1\t0,0,1\n0\t1\t0,1\n0\t2\t1\n"));
+    CHECK(text && !strncmp(text, "@PL\tVN:1.1\t", 11));
+    moe_placement_t *q = text ? moe_placement_parse(text, strlen(text), "t", &st, err,
+                                                    sizeof err) : NULL;
+    char *again = q ? to_text(q) : NULL;
+    CHECK(again && text && !strcmp(again, text));
+    char *js = to_format(p, MOE_PLACEMENT_EPLB, err, sizeof err);
+    /* the same slots on each GPU, each rank's in expert order: GPU 1 holds 1, 2, 0 */
+    CHECK(js && strstr(js, "\"phy2log\":[\n[0,0,1,0,1,2]\n]"));
+    CHECK(js && strstr(js, "\"log2phy\":[\n[[0,1,3],[2,4,-1],[5,-1,-1]]\n]"));
+    CHECK(js && strstr(js, "\"logcnt\":[\n[3,2,1]\n]"));
+    /* slots that are not the copies, slots over capacity */
+    static const char *const bad[][2] = {
+        {"0\t0\t0,1\t1,0,0\n", "the slots' ranks '1,0,0' are not the copies"},
+        {"0\t0\t0,1\t0,0\n", "the slots' ranks '0,0' are not the copies"},
+        {"0\t0\t0\t0,0,0,0\n", "layer 0: rank 0 holds more than 3 experts"},
+        {"0\t0\t0\t0,9\n", "slot on rank 9 out of range (2 ranks)"},
+        {"0\t0\t0\t0,x\n", "invalid slot list '0,x'"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        char buf[256];
+        snprintf(buf, sizeof buf, "@PL\tVN:1.1\tlayers:1\texperts:3\tranks:2\tgpus_per_node:2"
+                 "\tcapacity:3\n%s0\t1\t0,1\n0\t2\t1\n", bad[i][0]);
+        moe_placement_t *b = moe_placement_parse(buf, strlen(buf), "b", &st, err, sizeof err);
+        CHECK(b == NULL && strstr(err, bad[i][1]));
+        if (b || !strstr(err, bad[i][1]))
+            fprintf(stderr, "  case %zu: %s\n", i, err);
+        moe_placement_free(b);
+    }
+    /* a 1.0 file has three fields */
+    const char *old = "@PL\tVN:1.0\tlayers:1\texperts:1\tranks:1\tgpus_per_node:1\t"
+                      "capacity:1\n0\t0\t0\t0\n";
+    CHECK(moe_placement_parse(old, strlen(old), "o", &st, err, sizeof err) == NULL);
+    CHECK(strstr(err, "more than 3 TAB-separated fields (layer, expert, ranks)") != NULL);
+    free(js);
+    free(again);
+    free(text);
+    moe_placement_free(q);
     moe_placement_free(p);
 }
 
