@@ -216,7 +216,8 @@ int moe_cli_replica_rule(const char *prog, const char *sub, const char *arg, int
 {
     int r = moe_replica_rule_parse(arg);
     if (r < 0)
-        return moe_usage_error(prog, sub, "unknown replica rule '%s' (nearest, even)", arg);
+        return moe_usage_error(prog, sub, "unknown replica rule '%s' (nearest, even, "
+                               "positional, sglang-static)", arg);
     *out = r;
     return 0;
 }

@@ -130,7 +130,9 @@ int moe_cli_double(const char *prog, const char *sub, const char *arg, double mi
  * after moe_usage_error(prog, sub, ...). */
 #define MOE_CLI_REPLICA_RULE_HELP                                                             \
     "      --replica-rule=R   copy of a replicated expert a token uses: nearest (on or\n"      \
-    "                         near its home) or even (spread as vLLM's EPLB) [nearest]\n"
+    "                         near its home), even (vLLM's EPLB since PR 40810),\n"          \
+    "                         positional (vLLM 0.11 to PR 40810) or sglang-static\n"          \
+    "                         (SGLang's default) [nearest]\n"
 int moe_cli_replica_rule(const char *prog, const char *sub, const char *arg, int *out);
 /* --gather-bytes=B|hidden (moe_exflow_gather_parse): 0, or 2 after moe_usage_error. */
 int moe_cli_gather_bytes(const char *prog, const char *sub, const char *arg, double *out);
