@@ -674,8 +674,8 @@ static int run_import(int argc, char **argv)
     if (argc - optind != 1)
         return usage_error("import", "expected one input");
     int st;
-    moe_placement_t *p = moe_placement_import(argv[optind], g.format, g.experts, g.ranks, g.gpn,
-                                              &st, errbuf, sizeof errbuf);
+    moe_placement_t *p = moe_place_import(argv[optind], g.format, g.experts, g.ranks, g.gpn,
+                                          &st, errbuf, sizeof errbuf);
     if (!p)
         return fail("%s", errbuf);
     rc = write_placement(p, &g, MOE_PLACEMENT_TEXT);

@@ -901,8 +901,7 @@ static void import_usage(FILE *fp)
     fprintf(fp, "Usage: %s import [options] INPUT...\n"
                 "Convert router logs of other systems into a routing trace.\n\n"
                 "      --format=F         auto, tokens, jsonl, csv, npy, megatron, sglang,\n"
-                "                         safetensors, raw or base64 [auto; raw, base64 never\n"
-                "                         detected]\n"
+                "                         safetensors, torch, vllm, raw or base64 [auto]\n"
                 "      --meta=FILE        tokens format: 'sequence phase position' per row\n"
                 "      --weights=FILE     tokens format: gate weights, same shape as the ids\n"
                 "      --experts=E        experts per layer [inferred: largest id + 1]\n"
@@ -917,6 +916,9 @@ static void import_usage(FILE *fp)
                 "      --shape=[T,]L,K    raw, base64: the array's shape [T from the size]\n"
                 "      --dtype=TYPE       raw, base64: int8..int64, uint8..uint64, float16,\n"
                 "                         bfloat16, float32, float64\n"
+                "      --physical-map=FILE  ids are physical slots (EPLB): SGLang's or EPLB's map\n"
+                "                         of them (JSON, .pt, inline JSON; raw, base64, npy,\n"
+                "                         safetensors, torch)\n"
                 "      --topk=K           float router logits: take each token's top K experts,\n"
                 "                         gate weights from the softmax\n"
                 "      --no-renorm        softmax over all experts [renormalised over the K]\n"
@@ -928,7 +930,7 @@ static void import_usage(FILE *fp)
 static int cmd_import(int argc, char **argv)
 {
     enum { O_FMT = MOE_OPTC_TOOL, O_META, O_W, O_E, O_DROP, O_HID, O_EB, O_MTP, O_TENSOR,
-           O_SHAPE, O_DTYPE, O_LAYOUT, O_TOPK, O_NORENORM };
+           O_SHAPE, O_DTYPE, O_LAYOUT, O_TOPK, O_NORENORM, O_PMAP };
     static const struct option lo[] = {
         {"format", required_argument, 0, O_FMT}, {"meta", required_argument, 0, O_META},
         {"weights", required_argument, 0, O_W}, {"experts", required_argument, 0, O_E},
@@ -936,7 +938,7 @@ static int cmd_import(int argc, char **argv)
         {"elem-bytes", required_argument, 0, O_EB}, {"mtp", no_argument, 0, O_MTP},
         {"tensor", required_argument, 0, O_TENSOR}, {"shape", required_argument, 0, O_SHAPE},
         {"dtype", required_argument, 0, O_DTYPE}, {"layout", required_argument, 0, O_LAYOUT},
-        {"topk", required_argument, 0, O_TOPK},
+        {"topk", required_argument, 0, O_TOPK}, {"physical-map", required_argument, 0, O_PMAP},
         {"no-renorm", no_argument, 0, O_NORENORM}, MOE_OPTS_LONG, {0}};
     const char *sub = "import";
     moe_opts_t o;
@@ -964,6 +966,7 @@ static int cmd_import(int argc, char **argv)
         case O_SHAPE: job.io.shape = optarg; break;
         case O_DTYPE: job.io.dtype = optarg; break;
         case O_NORENORM: job.io.no_renorm = 1; break;
+        case O_PMAP: job.io.physical_map = optarg; break;
         case O_LAYOUT:
             if ((job.io.layout = moe_import_layout_parse(optarg)) < 0)
                 return usage_error(sub, "unknown layout '%s' (TLK or LTK)", optarg);

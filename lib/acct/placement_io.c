@@ -1274,6 +1274,47 @@ static moe_placement_t *eplb_import(moe_lines_t *l, perr_t *e, const uint32_t ar
 
 /* ------------------------------------------------------------------ SGLang JSON: import */
 
+/* SGLang's map of rows x cols ids (every one an expert), then the EPLB reader's checks. */
+static moe_placement_t *sg_map(perr_t *e, const double *ids, uint32_t rows, uint32_t cols,
+                               const uint32_t arg[3], int *rc)
+{
+    int64_t id;
+    for (size_t i = 0; i < (size_t)rows * cols; i++)
+        if (as_int(ids[i], 0, MOE_TRACE_MAX_EXPERTS - 1, &id) < 0) {
+            *rc = fail(e, MOE_EFORMAT, "layer %zu slot %zu: '%g' is not an expert id (SGLang "
+                       "loads no empty slot)", i / cols, i % cols, ids[i]);
+            return NULL;
+        }
+    if (!arg[1]) {
+        *rc = fail(e, MOE_EINVAL, "the number of ranks is unknown (SGLang's map does not "
+                   "record its EP size; give it)");
+        return NULL;
+    }
+    jobj_t o; /* the EPLB reader's view: no keys, the ids as one list of rows */
+    memset(&o, 0, sizeof o);
+    o.nums = (double *)(uintptr_t)ids;
+    jval_t v = {.kind = J_ARR, .off = 0, .n = (size_t)rows * cols, .rows = rows, .cols = cols};
+    moe_placement_t *p = eplb_build(e, &o, &v, arg, "sglang", rc);
+    if (p) /* SGLang's rows are the model's layers, dense ones included */
+        p->model_layers = p->layers;
+    return p;
+}
+
+moe_placement_t *moe_placement_from_sglang(const double *ids, uint32_t rows, uint32_t cols,
+                                           const char *name, uint32_t experts, uint32_t ranks,
+                                           uint32_t gpus_per_node, int *status, char *errbuf,
+                                           size_t errlen)
+{
+    perr_t e = {name, errbuf, errlen, 0};
+    const uint32_t arg[3] = {experts, ranks, gpus_per_node};
+    if (!rows || !cols || rows > MAX_LAYERS || cols > MOE_TRACE_MAX_EXPERTS * MAX_COPIES) {
+        *status = fail(&e, MOE_EFORMAT, "'physical_to_logical_map' of %u x %u slots is out of "
+                       "range", rows, cols);
+        return NULL;
+    }
+    return sg_map(&e, ids, rows, cols, arg, status);
+}
+
 /* The one key, its shape and its ids (see sg_export), then the EPLB reader's checks. */
 static moe_placement_t *sg_build(perr_t *e, const jobj_t *o, const uint32_t arg[3], int *rc)
 {
@@ -1300,23 +1341,7 @@ static moe_placement_t *sg_build(perr_t *e, const jobj_t *o, const uint32_t arg[
                    "equally many slots");
         return NULL;
     }
-    const double *ids = numbers(o, v);
-    int64_t id;
-    for (size_t i = 0; i < v->n; i++)
-        if (as_int(ids[i], 0, MOE_TRACE_MAX_EXPERTS - 1, &id) < 0) {
-            *rc = fail(e, MOE_EFORMAT, "layer %zu slot %zu: '%g' is not an expert id (SGLang "
-                       "loads no empty slot)", i / v->cols, i % v->cols, ids[i]);
-            return NULL;
-        }
-    if (!arg[1]) {
-        *rc = fail(e, MOE_EINVAL, "the number of ranks is unknown (SGLang's map does not "
-                   "record its EP size; give it)");
-        return NULL;
-    }
-    moe_placement_t *p = eplb_build(e, o, v, arg, "sglang", rc);
-    if (p) /* SGLang's rows are the model's layers, dense ones included */
-        p->model_layers = p->layers;
-    return p;
+    return sg_map(e, numbers(o, v), v->rows, v->cols, arg, rc);
 }
 
 static moe_placement_t *sg_import(moe_lines_t *l, perr_t *e, const uint32_t arg[3], int *rc)

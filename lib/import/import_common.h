@@ -71,6 +71,23 @@ typedef struct imp_layers {
 int imp_layers_add(imp_layers_t *w, uint32_t i, const char *item);
 int imp_layers_end(imp_layers_t *w, uint32_t last);
 
+/* A physical map (--physical-map): per row (layer), the logical expert of each physical slot,
+ * for ids recorded after EPLB's logical-to-physical step (SGLang's and vLLM's routed experts
+ * with redundant experts). */
+typedef struct imp_pmap {
+    uint32_t rows, cols;
+    int32_t *id; /* [rows][cols], each 0 <= id < MOE_TRACE_MAX_EXPERTS */
+} imp_pmap_t;
+
+/* The logical expert of physical slot v in row `row`: 0, or -1 when v is past the slots. */
+static inline int imp_pmap_id(const imp_pmap_t *m, uint32_t row, int64_t v, int64_t *out)
+{
+    if (v < 0 || v >= (int64_t)m->cols)
+        return -1;
+    *out = m->id[(size_t)row * m->cols + (size_t)v];
+    return 0;
+}
+
 /* Largest expert id + 1 accepted: opts.experts when given, else what the trace can store. */
 uint32_t imp_id_limit(const moe_importer_t *im);
 /* Size r for the header shape (experts may still be unknown). Returns 0 or MOE_ENOMEM. */

@@ -42,6 +42,9 @@ typedef struct npy_state {
     int ltk;
     uint64_t r;      /* tokens read */
     int64_t *cell;   /* one cell's K values */
+    uint32_t *sel, nl; /* the input layers kept (--moe-layers, --first-moe-layer) */
+    imp_pmap_t pmap; /* --physical-map, or no ids */
+    int pmap_by_input;
 } npy_state_t;
 
 /* Read exactly n bytes of the header; a short read is a truncated file. */
@@ -202,12 +205,19 @@ static int convert_token(moe_importer_t *im, npy_state_t *s, uint64_t t, uint16_
                          uint32_t *missing)
 {
     uint32_t lim = imp_id_limit(im), miss = 0;
-    for (uint32_t l = 0; l < s->L; l++) {
+    for (uint32_t j = 0; j < s->nl; j++) {
+        uint32_t l = s->sel[j];
         size_t at = cell_at(s, t, l);
-        for (uint32_t k = 0; k < s->K; k++)
-            s->cell[k] = element(s, at + k);
+        for (uint32_t k = 0; k < s->K; k++) {
+            int64_t v = element(s, at + k), phys = v;
+            if (v >= 0 && s->pmap.id && imp_pmap_id(&s->pmap, s->pmap_by_input ? l : j, phys, &v))
+                return imp_fail(im, MOE_ERANGE, "%s %llu, layer %u: physical slot %lld out of "
+                                "range (%u slots in --physical-map)", s->ltk ? "token" : "row",
+                                (unsigned long long)t, l, (long long)phys, s->pmap.cols);
+            s->cell[k] = v;
+        }
         int64_t bad;
-        int c = imp_cell_ids(s->cell, s->K, s->keff, lim, ids + (size_t)l * s->keff,
+        int c = imp_cell_ids(s->cell, s->K, s->keff, lim, ids + (size_t)j * s->keff,
                              &im->rep.max_id, &bad);
         if (c < 0) {
             char where[64];
@@ -217,7 +227,7 @@ static int convert_token(moe_importer_t *im, npy_state_t *s, uint64_t t, uint16_
         }
         if (c == 1) {
             for (uint32_t k = 0; k < s->keff; k++)
-                ids[(size_t)l * s->keff + k] = MOE_EXPERT_NONE;
+                ids[(size_t)j * s->keff + k] = MOE_EXPERT_NONE;
             miss++;
         }
     }
@@ -282,6 +292,8 @@ static void npy_free(moe_importer_t *im)
         return;
     free(s->row);
     free(s->cell);
+    free(s->sel);
+    imp_pmap_free(&s->pmap);
     free(s);
     im->state = NULL;
 }
@@ -318,7 +330,13 @@ int imp_npy_open(moe_importer_t *im)
         return imp_fail(im, MOE_ENOMEM, "out of memory");
     if (s->ltk && (st = read_ltk(im, s)) < 0)
         return st;
-    im->hdr.layers = s->L;
+    /* an array over every model layer (SGLang's recorder ids): the MoE ones kept */
+    if ((st = imp_select_layers(im, s->L, &s->sel, &s->nl)) < 0 ||
+        (st = imp_pmap_load(im, s->L, s->nl, &s->pmap, &s->pmap_by_input)) < 0)
+        return st;
+    if (s->nl == 0)
+        return imp_fail(im, MOE_ERANGE, "no layer kept of the array's %u", s->L);
+    im->hdr.layers = s->nl;
     im->hdr.topk = s->keff;
     im->rep.sequences = 1;
     st = imp_comment(im, "npy: %llu tokens x %u layers x top-%u, %s%u-byte %s integers%s",
@@ -327,5 +345,11 @@ int imp_npy_open(moe_importer_t *im)
                      s->ltk ? ", layout LTK (layers, tokens, k)" : "");
     if (st == 0 && s->keff < s->K)
         st = imp_comment(im, "npy: -1 padding: top-%u of %u columns", s->keff, s->K);
+    if (st == 0 && (im->opts.moe_layers || im->opts.first_moe_given))
+        st = imp_layers_comment(im, s->sel, s->nl, s->L);
+    if (st == 0 && s->pmap.id)
+        st = imp_comment(im, "npy: ids are physical slots, mapped to logical experts by "
+                         "--physical-map %.200s (%u slots)", im->opts.physical_map,
+                         s->pmap.cols);
     return st;
 }

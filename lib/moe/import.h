@@ -24,6 +24,10 @@ enum moe_import_fmt {
     MOE_IMPORT_RAW,      /* headerless little-endian array [tokens, layers, k] (--shape) */
     MOE_IMPORT_BASE64,   /* one base64 blob of such an array per line (a request each): SGLang's
                           * and vLLM's "return routed experts" */
+    MOE_IMPORT_TORCH,    /* torch.save of a tuple of per-layer [tokens, E] tensors: Hugging
+                          * Face's router logits (output_router_logits), or [tokens, k] ids */
+    MOE_IMPORT_VLLM,     /* vLLM's HTTP response with routed experts (JSON; a response per
+                          * line for several) */
 };
 
 /* Axis order of a 3-D array (moe-trace import --layout; .npy and safetensors). */
@@ -62,6 +66,11 @@ typedef struct moe_import_opts {
     int no_renorm;          /* logits: gate weights are the softmax over all E, not
                              * renormalised over the top k (Mixtral's default) */
     int layout;             /* enum moe_import_layout */
+    const char *physical_map; /* ids are physical slots (EPLB on): SGLang's or EPLB's map of
+                               * them to logical experts, a row per input layer (SGLang's
+                               * model layers) or per kept layer (vLLM's MoE layers); NULL:
+                               * the ids are logical. raw, base64, safetensors, .npy and torch
+                               * ids */
 } moe_import_opts_t;
 
 /* What an import found, for the report on stderr and for tests. */
@@ -147,6 +156,27 @@ typedef struct moe_loads {
 int moe_import_loads(const char *path, const char *map, uint32_t experts, moe_loads_t *out,
                      char *errbuf, size_t errlen);
 void moe_loads_free(moe_loads_t *l);
+
+/* A table of numbers found under one of the caller's keys, in any form SGLang's
+ * --init-expert-location takes: a torch.save archive of a dict (the stat recorder's dump
+ * included) whose value is a tensor or nested lists, a JSON file, or -- for a name that is no
+ * file and starts with '{' -- the JSON text itself. */
+typedef struct moe_table {
+    int key;          /* index into the caller's keys of the one found (the first present) */
+    uint32_t nd;      /* 2 or 3 */
+    uint64_t dim[3];  /* the shape (dim[2] = 1 for 2-D) */
+    uint64_t n;       /* numbers */
+    double *v;        /* n numbers, C order */
+    uint32_t nkeys;   /* keys of the dict or object */
+    char other[48];   /* a key that is none of the caller's, "" if none */
+    int torch;        /* read from a torch.save archive */
+} moe_table_t;
+
+/* Read path's table under the first of keys[0..nkeys) it holds. 0 or a negative status with a
+ * one-line reason naming the input in errbuf. */
+int moe_import_table(const char *path, const char *const *keys, int nkeys, moe_table_t *out,
+                     char *errbuf, size_t errlen);
+void moe_table_free(moe_table_t *t);
 
 #ifdef __cplusplus
 }

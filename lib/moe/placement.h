@@ -197,6 +197,12 @@ int moe_placement_export(const moe_placement_t *p, int format, moe_placement_sin
 moe_placement_t *moe_placement_import(const char *path, int format, uint32_t experts,
                                       uint32_t ranks, uint32_t gpus_per_node, int *status,
                                       char *errbuf, size_t errlen);
+/* SGLang's physical_to_logical_map given as numbers, rows x cols (from a torch.save dict or
+ * inline JSON: moe_place_import), with the SGLANG import's rules; `name` labels messages. */
+moe_placement_t *moe_placement_from_sglang(const double *ids, uint32_t rows, uint32_t cols,
+                                           const char *name, uint32_t experts, uint32_t ranks,
+                                           uint32_t gpus_per_node, int *status, char *errbuf,
+                                           size_t errlen);
 
 #ifdef __cplusplus
 }
