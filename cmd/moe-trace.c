@@ -923,14 +923,16 @@ static void import_usage(FILE *fp)
                 "                         gate weights from the softmax\n"
                 "      --no-renorm        softmax over all experts [renormalised over the K]\n"
                 "      --hidden=H         hidden size recorded in the header [0: unknown]\n"
-                "      --elem-bytes=B     bytes per element recorded in the header [0]\n", prog);
+                "      --elem-bytes=B     bytes per element recorded in the header [0]\n"
+                "      --pipeline-stages=S  the inputs are pipelines of S stage files, in\n"
+                "                         stage order, joined as layers (megatron) [1]\n", prog);
     moe_opts_usage(fp, MOE_OPT_ALL | MOE_OPT_LAYERS);
 }
 
 static int cmd_import(int argc, char **argv)
 {
     enum { O_FMT = MOE_OPTC_TOOL, O_META, O_W, O_E, O_DROP, O_HID, O_EB, O_MTP, O_TENSOR,
-           O_SHAPE, O_DTYPE, O_LAYOUT, O_TOPK, O_NORENORM, O_PMAP };
+           O_SHAPE, O_DTYPE, O_LAYOUT, O_TOPK, O_NORENORM, O_PMAP, O_PP };
     static const struct option lo[] = {
         {"format", required_argument, 0, O_FMT}, {"meta", required_argument, 0, O_META},
         {"weights", required_argument, 0, O_W}, {"experts", required_argument, 0, O_E},
@@ -939,7 +941,8 @@ static int cmd_import(int argc, char **argv)
         {"tensor", required_argument, 0, O_TENSOR}, {"shape", required_argument, 0, O_SHAPE},
         {"dtype", required_argument, 0, O_DTYPE}, {"layout", required_argument, 0, O_LAYOUT},
         {"topk", required_argument, 0, O_TOPK}, {"physical-map", required_argument, 0, O_PMAP},
-        {"no-renorm", no_argument, 0, O_NORENORM}, MOE_OPTS_LONG, {0}};
+        {"no-renorm", no_argument, 0, O_NORENORM}, {"pipeline-stages", required_argument, 0, O_PP},
+        MOE_OPTS_LONG, {0}};
     const char *sub = "import";
     moe_opts_t o;
     moe_opts_init(&o);
@@ -973,6 +976,9 @@ static int cmd_import(int argc, char **argv)
             break;
         case O_TOPK:
             rc = moe_cli_u32(prog, sub, optarg, 1, MOE_TRACE_MAX_TOPK, "top-k", &job.io.topk);
+            break;
+        case O_PP:
+            rc = moe_cli_u32(prog, sub, optarg, 1, 4096, "stage count", &job.pipeline_stages);
             break;
         case O_HID:
             rc = moe_cli_u32(prog, sub, optarg, 0, UINT32_MAX, "hidden size", &job.hidden);

@@ -42,5 +42,9 @@ int imp_torch_open(moe_importer_t *im);
 /* vLLM's HTTP responses with routed experts (import_vllm.c). */
 int imp_vllm_open(moe_importer_t *im);
 int imp_base64_open(moe_importer_t *im);
+/* moe_import_run's pass over the inputs as whole pipelines of job->pipeline_stages stage files,
+ * each stage's layers joined to the others' (import_stages.c; import_run.c calls it). */
+int imp_stages_pass(const moe_import_job_t *job, const moe_trace_sink_t *out, uint32_t experts,
+                    moe_import_report_t *total, uint32_t *max_rank, char *errbuf, size_t errlen);
 
 #endif

@@ -1,6 +1,7 @@
 /* import/import_npy.c -- ExFlow-style NumPy .npy integer arrays [tokens, layers(, k)] import. */
 #include "config.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -45,6 +46,8 @@ typedef struct npy_state {
     uint32_t *sel, nl; /* the input layers kept (--moe-layers, --first-moe-layer) */
     imp_pmap_t pmap; /* --physical-map, or no ids */
     int pmap_by_input;
+    uint64_t repeats; /* 2-D: repeated ids in the rows looked at (topk_look) */
+    int64_t top;      /* and the largest id in them */
 } npy_state_t;
 
 /* Read exactly n bytes of the header; a short read is a truncated file. */
@@ -235,6 +238,39 @@ static int convert_token(moe_importer_t *im, npy_state_t *s, uint64_t t, uint16_
     return 0;
 }
 
+/*
+ * A 2-D array is (tokens, layers) of top-1 ids; one layer's (tokens, k) top-k array has the
+ * same shape and would read as k top-1 layers. A top-k row never repeats an id; L layers'
+ * top-1 ids over E experts do, in a row with chance 1 - prod_{i<L} (1 - i/E) where they are
+ * independent and uniform (21% for 6 of 64), more where routing is skewed. One warning comes
+ * when none of the first rows (up to 4096, columns 2..16) repeats an id and that chance of
+ * none is below 1/1000.
+ */
+#define TOPK_LOOK_ROWS 4096
+
+static void topk_look(moe_importer_t *im, npy_state_t *s)
+{
+    if (s->nd != 2 || s->ltk || s->L < 2 || s->L > 16 || s->r > TOPK_LOOK_ROWS || s->repeats)
+        return;
+    for (uint32_t a = 0; a < s->L; a++) {
+        int64_t v = element(s, a);
+        s->top = v > s->top ? v : s->top;
+        for (uint32_t b = a + 1; b < s->L; b++)
+            s->repeats += v >= 0 && element(s, b) == v;
+    }
+    if (s->repeats || (s->r != TOPK_LOOK_ROWS && s->r != s->rows))
+        return;
+    double ln = 0, E = (double)s->top + 1; /* ln of the chance that a row repeats none */
+    for (uint32_t i = 1; i < s->L && ln > -INFINITY; i++)
+        ln += i < E ? log1p(-(double)i / E) : -INFINITY;
+    if ((double)s->r * ln < log(1e-3))
+        moe_log(MOE_LOG_WARN, "'%s': a 2-D array reads as %u layers of top-1 ids, but none "
+                "of its first %llu rows repeats an id, as one layer's top-%u rows never do: "
+                "if it is one layer, save it as [tokens, 1, %u] (a[:, None, :] in NumPy); "
+                "stack per-layer files along axis 1", im->path, s->L,
+                (unsigned long long)s->r, s->L, s->L);
+}
+
 static int npy_next(moe_importer_t *im, moe_trace_rec_t *r)
 {
     npy_state_t *s = im->state;
@@ -253,6 +289,7 @@ static int npy_next(moe_importer_t *im, moe_trace_rec_t *r)
             return st;
         r->seq = im->seq_base;
         r->pos = (uint32_t)s->r++;
+        topk_look(im, s);
         r->step = r->rank = 0;
         if (imp_keep(im, r, missing))
             return 1;

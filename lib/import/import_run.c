@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "import_internal.h"
 #include "moe/import.h"
 #include "moe/io.h"
 #include "moe/moe.h"
@@ -63,6 +64,8 @@ static int import_pass(const moe_import_job_t *job, const moe_trace_sink_t *out,
                        uint32_t experts, moe_import_report_t *total, uint32_t *max_rank,
                        char *errbuf, size_t errlen)
 {
+    if (job->pipeline_stages > 1)
+        return imp_stages_pass(job, out, experts, total, max_rank, errbuf, errlen);
     moe_trace_hdr_t first, h;
     moe_trace_hdr_init(&first);
     moe_trace_rec_t r = {0};

@@ -123,6 +123,12 @@ typedef struct moe_import_job {
     /* Called after each input with (inputs done, ninputs); optional. */
     void (*progress)(void *arg, uint64_t done, uint64_t total);
     void *progress_arg;
+    /* 0 or 1: the inputs' tokens follow one another. S > 1: the inputs are whole pipelines of
+     * S stage files in stage order (Megatron's pipeline parallelism: each stage holds its own
+     * layers of the same tokens, numbered from 0), each pipeline's stages joined as layers:
+     * model layers from io.model_layers (an even split) or each stage ending with its last
+     * MoE layer, or io.moe_layers (imp_stages_pass, import_stages.c). */
+    uint32_t pipeline_stages;
 } moe_import_job_t;
 
 /* Read every input of job into one trace written to out (moe/trace.h). Its header is the first
