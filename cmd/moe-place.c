@@ -308,7 +308,7 @@ static void fit_usage(FILE *fp)
           "      --time-limit=S     seconds for the fit (exflow: per solver stage) [60]\n"
           "      --seed=S           seed of random layouts and starts [1]\n"
           "  -@, --threads=N        additional threads [0]\n", fp);
-    output_usage(fp, MOE_OPT_PG | MOE_OPT_PROGRESS);
+    output_usage(fp, MOE_OPT_PG | MOE_OPT_PROGRESS | MOE_OPT_LAYERS);
 }
 
 /* Routing statistics from a trace or an affinity table; *is_trace tells which. */
@@ -368,7 +368,7 @@ static int run_fit(int argc, char **argv)
     cfg_t g;
     int rc = 0;
     if (parse("fit", argc, argv, &g, MOE_OPT_OUTPUT | MOE_OPT_FORMAT | MOE_OPT_THREADS |
-              MOE_OPT_PG | MOE_OPT_PROGRESS, takes, fit_usage, &rc))
+              MOE_OPT_PG | MOE_OPT_PROGRESS | MOE_OPT_LAYERS, takes, fit_usage, &rc))
         return rc;
     if (g.loads && (argc - optind || g.po.method > MOE_PLACE_BALANCED || g.topk))
         return usage_error("fit", "--loads is the input, for the methods contiguous, "
@@ -449,7 +449,8 @@ static int fit_input(const char *in, cfg_t *gp, const moe_topo_t *topo_in)
                     "%.4f; %.2f s", moe_scheme_name(g.po.scheme), cvr.in_xfer[g.po.scheme],
                     cvr.in_load[g.po.scheme], cvr.out_xfer[g.po.scheme],
                     cvr.out_load[g.po.scheme], cvr.done, cvr.folds, cvr.ref_xfer, cvr.seconds);
-        rc = write_placement(p, &g, MOE_PLACEMENT_TEXT);
+        if (!(rc = moe_cli_placement_layers(prog, &g.o, in, p)))
+            rc = write_placement(p, &g, MOE_PLACEMENT_TEXT);
     }
     moe_placement_free(p);
     moe_place_tokens_free(s);
@@ -624,7 +625,7 @@ static void export_usage(FILE *fp)
           "      --format=F         text (moe-place(5)), exflow (CSV Expert,Node), eplb\n"
           "                         (JSON phy2log/log2phy/logcnt) or sglang (JSON\n"
           "                         physical_to_logical_map) [text]\n", fp);
-    output_usage(fp, 0);
+    output_usage(fp, MOE_OPT_LAYERS);
 }
 
 static int run_export(int argc, char **argv)
@@ -632,8 +633,8 @@ static int run_export(int argc, char **argv)
     static const int takes[] = {O_FORMAT, 0};
     cfg_t g;
     int rc = 0;
-    if (parse("export", argc, argv, &g, MOE_OPT_OUTPUT | MOE_OPT_FORMAT, takes, export_usage,
-              &rc))
+    if (parse("export", argc, argv, &g, MOE_OPT_OUTPUT | MOE_OPT_FORMAT | MOE_OPT_LAYERS, takes,
+              export_usage, &rc))
         return rc;
     if (argc - optind != 1)
         return usage_error("export", "expected one placement");
@@ -642,7 +643,8 @@ static int run_export(int argc, char **argv)
     if (!p)
         return fail("%s", errbuf);
     g.o.no_pg = 1; /* a conversion adds no history */
-    rc = write_placement(p, &g, g.format < 0 ? MOE_PLACEMENT_TEXT : g.format);
+    if (!(rc = moe_cli_placement_layers(prog, &g.o, argv[optind], p)))
+        rc = write_placement(p, &g, g.format < 0 ? MOE_PLACEMENT_TEXT : g.format);
     moe_placement_free(p);
     return rc;
 }
@@ -674,8 +676,8 @@ static int run_import(int argc, char **argv)
     if (argc - optind != 1)
         return usage_error("import", "expected one input");
     int st;
-    moe_placement_t *p = moe_placement_import(argv[optind], g.format, g.experts, g.ranks, g.gpn,
-                                              &st, errbuf, sizeof errbuf);
+    moe_placement_t *p = moe_place_import(argv[optind], g.format, g.experts, g.ranks, g.gpn,
+                                          &st, errbuf, sizeof errbuf);
     if (!p)
         return fail("%s", errbuf);
     rc = write_placement(p, &g, MOE_PLACEMENT_TEXT);

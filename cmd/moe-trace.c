@@ -351,7 +351,8 @@ static int cmd_view(int argc, char **argv)
 /* ------------------------------------------------------------------ stats */
 
 /* stats writes a text report: no trace-format or @PG options. */
-#define STATS_OPTS (MOE_OPT_OUTPUT | MOE_OPT_THREADS | MOE_OPT_PROGRESS | MOE_OPT_FORCE)
+#define STATS_OPTS (MOE_OPT_OUTPUT | MOE_OPT_THREADS | MOE_OPT_PROGRESS | MOE_OPT_FORCE | \
+                    MOE_OPT_LAYERS)
 
 static void stats_usage(FILE *fp)
 {
@@ -425,6 +426,8 @@ static int cmd_stats(int argc, char **argv)
         return usage_error("stats", "too many arguments");
     if ((window || o.force) && form != 3)
         return usage_error("stats", "--window and -f apply to --format=vllm");
+    if ((o.model_layers || o.first_moe_layer >= 0 || o.moe_layers) && form != MOE_STATS_SGLANG)
+        return usage_error("stats", "the model-layer options apply to --format=sglang");
     moe_opts_apply_log(&o);
     const char *path = optind < argc ? argv[optind] : "-";
     if (form == 3)
@@ -441,11 +444,16 @@ static int cmd_stats(int argc, char **argv)
         rc = fail("%s", moe_trace_map_errmsg(m)); /* it names the file (doc/ARCHITECTURE) */
     }
     moe_progress_free(pg);
-    if (rc == 0) {
-        const char *out = o.out ? o.out : "-";
-        moe_textout_t *t = moe_cli_text_open(prog, out, 't', -1);
-        rc = t ? moe_cli_text_finish(prog, t, out,
-                                             moe_trace_stats_write_as(s, form, loads, t)) : 1;
+    moe_textout_t *t = rc ? NULL : moe_cli_text_open(prog, o.out ? o.out : "-", 't', -1);
+    if (t) { /* SGLang's rows are the model's layers */
+        int w = form != MOE_STATS_SGLANG ? moe_trace_stats_write_as(s, form, loads, t)
+                : moe_trace_stats_write_sglang(s, moe_trace_map_header(m), o.model_layers,
+                                               o.first_moe_layer, o.moe_layers, t, errbuf,
+                                               sizeof errbuf);
+        rc = w == MOE_EINVAL ? (fail("'%s': %s", path, errbuf), moe_textout_close(t, 0), 1)
+             : moe_cli_text_finish(prog, t, o.out ? o.out : "-", w);
+    } else if (rc == 0) {
+        rc = 1;
     }
     moe_trace_stats_free(s);
     moe_trace_map_close(m);
@@ -542,10 +550,11 @@ static int cmd_slice(int argc, char **argv)
         rc = fail("'%s': layer range %u-%u outside the trace's %u layers", in.path, a, b,
                   in.h.layers);
     } else {
-        moe_trace_hdr_t oh = in.h; /* shallow: same text */
-        oh.layers = b - a + 1;
+        moe_trace_hdr_t oh; /* the same text, which model layers these are added */
         slice_ctx_t ctx = {a, b - a + 1, in.h.topk};
-        rc = filter_run(&o, 'b', &oh, slice_keep, &ctx, UINT64_MAX, &in);
+        rc = moe_layer_map_slice(&in.h, a, b - a + 1, &oh) ? fail("out of memory")
+             : filter_run(&o, 'b', &oh, slice_keep, &ctx, UINT64_MAX, &in);
+        moe_trace_hdr_release(&oh);
     }
     input_close(&in);
     return rc;
@@ -886,8 +895,7 @@ static void import_usage(FILE *fp)
     fprintf(fp, "Usage: %s import [options] INPUT...\n"
                 "Convert router logs of other systems into a routing trace.\n\n"
                 "      --format=F         auto, tokens, jsonl, csv, npy, megatron, sglang,\n"
-                "                         safetensors, raw or base64 [auto; raw, base64 never\n"
-                "                         detected]\n"
+                "                         safetensors, torch, vllm, raw or base64 [auto]\n"
                 "      --meta=FILE        tokens format: 'sequence phase position' per row\n"
                 "      --weights=FILE     tokens format: gate weights, same shape as the ids\n"
                 "      --experts=E        experts per layer [inferred: largest id + 1]\n"
@@ -902,19 +910,23 @@ static void import_usage(FILE *fp)
                 "      --shape=[T,]L,K    raw, base64: the array's shape [T from the size]\n"
                 "      --dtype=TYPE       raw, base64: int8..int64, uint8..uint64, float16,\n"
                 "                         bfloat16, float32, float64\n"
-                "      --moe-layers=LIST  keep these input layers (MoE ones: '1-3,5') [all]\n"
+                "      --physical-map=FILE  ids are physical slots (EPLB): SGLang's or EPLB's map\n"
+                "                         of them (JSON, .pt, inline JSON; raw, base64, npy,\n"
+                "                         safetensors, torch)\n"
                 "      --topk=K           float router logits: take each token's top K experts,\n"
                 "                         gate weights from the softmax\n"
                 "      --no-renorm        softmax over all experts [renormalised over the K]\n"
                 "      --hidden=H         hidden size recorded in the header [0: unknown]\n"
-                "      --elem-bytes=B     bytes per element recorded in the header [0]\n", prog);
-    moe_opts_usage(fp, MOE_OPT_ALL);
+                "      --elem-bytes=B     bytes per element recorded in the header [0]\n"
+                "      --pipeline-stages=S  the inputs are pipelines of S stage files, in\n"
+                "                         stage order, joined as layers (megatron) [1]\n", prog);
+    moe_opts_usage(fp, MOE_OPT_ALL | MOE_OPT_LAYERS);
 }
 
 static int cmd_import(int argc, char **argv)
 {
     enum { O_FMT = MOE_OPTC_TOOL, O_META, O_W, O_E, O_DROP, O_HID, O_EB, O_MTP, O_TENSOR,
-           O_SHAPE, O_DTYPE, O_LAYOUT, O_MOEL, O_TOPK, O_NORENORM };
+           O_SHAPE, O_DTYPE, O_LAYOUT, O_TOPK, O_NORENORM, O_PMAP, O_PP };
     static const struct option lo[] = {
         {"format", required_argument, 0, O_FMT}, {"meta", required_argument, 0, O_META},
         {"weights", required_argument, 0, O_W}, {"experts", required_argument, 0, O_E},
@@ -922,11 +934,13 @@ static int cmd_import(int argc, char **argv)
         {"elem-bytes", required_argument, 0, O_EB}, {"mtp", no_argument, 0, O_MTP},
         {"tensor", required_argument, 0, O_TENSOR}, {"shape", required_argument, 0, O_SHAPE},
         {"dtype", required_argument, 0, O_DTYPE}, {"layout", required_argument, 0, O_LAYOUT},
-        {"moe-layers", required_argument, 0, O_MOEL}, {"topk", required_argument, 0, O_TOPK},
-        {"no-renorm", no_argument, 0, O_NORENORM}, MOE_OPTS_LONG, {0}};
+        {"topk", required_argument, 0, O_TOPK}, {"physical-map", required_argument, 0, O_PMAP},
+        {"no-renorm", no_argument, 0, O_NORENORM}, {"pipeline-stages", required_argument, 0, O_PP},
+        MOE_OPTS_LONG, {0}};
     const char *sub = "import";
     moe_opts_t o;
     moe_opts_init(&o);
+    o.allowed |= MOE_OPT_LAYERS;
     moe_import_job_t job;
     memset(&job, 0, sizeof job);
     int c, rc = 0;
@@ -948,14 +962,17 @@ static int cmd_import(int argc, char **argv)
         case O_TENSOR: job.io.tensor = optarg; break;
         case O_SHAPE: job.io.shape = optarg; break;
         case O_DTYPE: job.io.dtype = optarg; break;
-        case O_MOEL: job.io.moe_layers = optarg; break;
         case O_NORENORM: job.io.no_renorm = 1; break;
+        case O_PMAP: job.io.physical_map = optarg; break;
         case O_LAYOUT:
             if ((job.io.layout = moe_import_layout_parse(optarg)) < 0)
                 return usage_error(sub, "unknown layout '%s' (TLK or LTK)", optarg);
             break;
         case O_TOPK:
             rc = moe_cli_u32(prog, sub, optarg, 1, MOE_TRACE_MAX_TOPK, "top-k", &job.io.topk);
+            break;
+        case O_PP:
+            rc = moe_cli_u32(prog, sub, optarg, 1, 4096, "stage count", &job.pipeline_stages);
             break;
         case O_HID:
             rc = moe_cli_u32(prog, sub, optarg, 0, UINT32_MAX, "hidden size", &job.hidden);
@@ -973,6 +990,10 @@ static int cmd_import(int argc, char **argv)
     if ((job.io.meta || job.io.weights) && argc - optind > 1)
         return usage_error(sub, "--meta and --weights take a single input");
     moe_opts_apply_log(&o);
+    job.io.moe_layers = o.moe_layers;
+    job.io.model_layers = o.model_layers;
+    job.io.first_moe_given = o.first_moe_layer >= 0;
+    job.io.first_moe_layer = (uint32_t)(o.first_moe_layer < 0 ? 0 : o.first_moe_layer);
     job.inputs = argv + optind;
     job.ninputs = argc - optind;
     moe_progress_t *pg = moe_progress_new("import", (uint64_t)job.ninputs, o.progress);

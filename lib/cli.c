@@ -28,6 +28,7 @@ void moe_opts_init(moe_opts_t *o)
     o->level = -1;
     o->progress = -1;
     o->allowed = MOE_OPT_ALL;
+    o->first_moe_layer = -1;
 }
 
 /* The group of a shared option code and its name for messages; 0 if not shared. */
@@ -42,6 +43,9 @@ static unsigned opt_group(int c, const char **name)
     case MOE_OPTC_NO_PG: *name = "--no-PG"; return MOE_OPT_PG;
     case MOE_OPTC_PROGRESS: *name = "--progress"; return MOE_OPT_PROGRESS;
     case MOE_OPTC_NO_PROGRESS: *name = "--no-progress"; return MOE_OPT_PROGRESS;
+    case MOE_OPTC_MODEL_LAYERS: *name = "--model-layers"; return MOE_OPT_LAYERS;
+    case MOE_OPTC_FIRST_MOE_LAYER: *name = "--first-moe-layer"; return MOE_OPT_LAYERS;
+    case MOE_OPTC_MOE_LAYERS: *name = "--moe-layers"; return MOE_OPT_LAYERS;
     default: return 0;
     }
 }
@@ -82,8 +86,45 @@ int moe_opts_parse(moe_opts_t *o, int c, const char *arg, char *err, size_t errl
     case MOE_OPTC_NO_PG: o->no_pg = 1; return 1;
     case MOE_OPTC_PROGRESS: o->progress = 1; return 1;
     case MOE_OPTC_NO_PROGRESS: o->progress = 0; return 1;
+    case MOE_OPTC_MODEL_LAYERS:
+        if (moe_parse_u64(arg, 1, MOE_LAYER_MAP_MAX, &v, "model layer count", err, errlen))
+            return -1;
+        o->model_layers = (uint32_t)v;
+        return 1;
+    case MOE_OPTC_FIRST_MOE_LAYER:
+        if (moe_parse_u64(arg, 0, MOE_LAYER_MAP_MAX - 1, &v, "first MoE layer", err, errlen))
+            return -1;
+        o->first_moe_layer = (int64_t)v;
+        return 1;
+    case MOE_OPTC_MOE_LAYERS: o->moe_layers = arg; return 1;
     default: return 0;
     }
+}
+
+int moe_cli_placement_layers(const char *prog, const moe_opts_t *o, const char *name,
+                             moe_placement_t *p)
+{
+    moe_layer_map_t m;
+    char err[256];
+    if (moe_placement_layers(p, &m))
+        return moe_fail(prog, "out of memory");
+    int rc = moe_cli_layers(prog, o, name, &m);
+    if (!rc && moe_placement_set_layers(p, &m, err, sizeof err))
+        rc = moe_fail(prog, "'%s': %s", name, err);
+    moe_layer_map_release(&m);
+    return rc;
+}
+
+int moe_cli_layers(const char *prog, const moe_opts_t *o, const char *name,
+                   moe_layer_map_t *m)
+{
+    char err[256];
+    if (!o->model_layers && o->first_moe_layer < 0 && !o->moe_layers)
+        return 0;
+    if (moe_layer_map_set(m, o->model_layers, o->first_moe_layer, o->moe_layers, err,
+                          sizeof err))
+        return moe_fail(prog, "'%s': %s", name, err);
+    return 0;
 }
 
 void moe_opts_apply_log(const moe_opts_t *o)
@@ -108,6 +149,12 @@ void moe_opts_usage(FILE *fp, unsigned groups)
         fputs("      --progress         show a progress meter on standard error\n"
               "      --no-progress      never show the progress meter [shown on a terminal]\n",
               fp);
+    if (groups & MOE_OPT_LAYERS)
+        fputs("      --model-layers=N   the model's layers, dense ones included [the input's]\n"
+              "      --first-moe-layer=F  the MoE layers are model layers F, F+1, ... [the\n"
+              "                         input's; else 0]\n"
+              "      --moe-layers=LIST  the MoE layers' model layers ('1-3,5'); of an input\n"
+              "                         holding every layer, the ones kept [the input's]\n", fp);
     fputs("  -v, --verbose          more messages (repeatable)\n"
           "  -q, --quiet            fewer messages (errors only)\n"
           "      --help             display this help and exit\n"
@@ -169,7 +216,8 @@ int moe_cli_replica_rule(const char *prog, const char *sub, const char *arg, int
 {
     int r = moe_replica_rule_parse(arg);
     if (r < 0)
-        return moe_usage_error(prog, sub, "unknown replica rule '%s' (nearest, even)", arg);
+        return moe_usage_error(prog, sub, "unknown replica rule '%s' (nearest, even, "
+                               "positional, sglang-static)", arg);
     *out = r;
     return 0;
 }

@@ -22,6 +22,8 @@ struct moe_acct {
     uint64_t *mat[MOE_SCHEMES];            /* [G][G] or NULL */
     moe_acct_rank_t *rk[MOE_SCHEMES];      /* [L][G] or NULL */
     moe_route_t *route;                    /* per-token scratch */
+    acct_static_t *tab;                    /* sglang-static: SGLang's dispatch table */
+    int own_tab;                           /* ... built by this accumulator (else shared) */
 };
 
 void moe_acct_opts_default(moe_acct_opts_t *o)
@@ -45,7 +47,9 @@ int moe_scheme_parse(const char *s)
 
 const char *moe_replica_rule_name(int rule)
 {
-    return rule == MOE_REPLICA_NEAREST ? "nearest" : rule == MOE_REPLICA_EVEN ? "even" : "?";
+    static const char *const names[MOE_REPLICA_RULES] = {"nearest", "even", "positional",
+                                                         "sglang-static"};
+    return rule >= 0 && rule < MOE_REPLICA_RULES ? names[rule] : "?";
 }
 
 int moe_replica_rule_parse(const char *s)
@@ -131,6 +135,12 @@ moe_acct_t *moe_acct_new(const moe_placement_t *p, const moe_topo_t *topo,
     a->source = source;
     a->weights = (h->flags & MOE_TRACE_WEIGHTS) != 0;
     a->rule = o->replica_rule;
+    if (a->rule == MOE_REPLICA_SGLANG_STATIC && !(a->tab = acct_static_new(p, status))) {
+        moe_acct_free(a);
+        snprintf(errbuf, errlen, "%s", moe_strerror(*status));
+        return NULL;
+    }
+    a->own_tab = 1;
     *status = 0;
     return a;
 }
@@ -146,6 +156,8 @@ void moe_acct_free(moe_acct_t *a)
         free(a->rk[s]);
     }
     free(a->route);
+    if (a->own_tab)
+        acct_static_free(a->tab);
     free(a);
 }
 
@@ -192,19 +204,24 @@ static inline int holds(const uint16_t *rk, uint32_t n, uint32_t r)
     return 0;
 }
 
-/* The even rule (moe/acct.h): copy ((token x 2654435769) mod 2^32) mod c of each expert's c
- * copies, as vLLM's EPLB maps a logical expert to a physical one (the Knuth multiplicative
- * hash of the token's index in its batch: eplb_map_to_physical_and_record, whose Triton kernel
- * _eplb_map_and_record_i32_kernel computes `(token_idx * 2654435769) & 0xFFFFFFFF` modulo the
- * replica count). The low 32 bits of the product depend only on the id's low 32 bits. */
-static void pick_even(const moe_acct_t *a, uint32_t layer, uint64_t token, moe_route_t *r,
-                      uint32_t n)
+/* The rules that pick one of an expert's physical slots by index (moe/acct.h), as vLLM's
+ * EplbState picks logical_to_physical_map[expert][index % logical_replica_count[expert]]:
+ *  even        index ((token x 2654435769) mod 2^32): the Knuth multiplicative hash of the
+ *              token's index in its batch, vLLM after PR #40810 (April 2026); the low 32 bits
+ *              of the product depend only on the id's low 32 bits;
+ *  positional  index token x k + i, the expert's position in the flattened [tokens, k] top-k
+ *              ids (eplb_map_to_physical_and_record's pos_indices % replica_count, and its
+ *              Triton kernel's offs % replica_count), vLLM from PR #24573 (September 2025,
+ *              v0.11) until #40810. */
+static void pick_indexed(const moe_acct_t *a, uint32_t layer, uint64_t token, moe_route_t *r,
+                         uint32_t n)
 {
     uint32_t x = (uint32_t)token * 2654435769u;
     for (uint32_t i = 0; i < n; i++) {
-        uint32_t nc;
-        const uint16_t *rk = moe_placement_ranks(a->p, layer, r->expert[i], &nc);
-        r->rank[i] = rk[x % nc];
+        uint32_t ns;
+        const uint16_t *sl = moe_placement_slot_ranks(a->p, layer, r->expert[i], &ns);
+        uint64_t at = a->rule == MOE_REPLICA_EVEN ? x : token * a->k + i;
+        r->rank[i] = sl[at % ns];
     }
 }
 
@@ -216,8 +233,13 @@ static void pick_even(const moe_acct_t *a, uint32_t layer, uint64_t token, moe_r
 static void pick_copies(const moe_acct_t *a, uint32_t layer, uint32_t h, uint64_t token,
                         moe_route_t *r, uint32_t n)
 {
-    if (a->rule == MOE_REPLICA_EVEN) {
-        pick_even(a, layer, token, r, n);
+    if (a->rule == MOE_REPLICA_EVEN || a->rule == MOE_REPLICA_POSITIONAL) {
+        pick_indexed(a, layer, token, r, n);
+        return;
+    }
+    if (a->rule == MOE_REPLICA_SGLANG_STATIC) { /* the table row of the home's GPU */
+        for (uint32_t i = 0; i < n; i++)
+            r->rank[i] = acct_static_rank(a->tab, layer, r->expert[i], h);
         return;
     }
     const uint16_t *rk[MOE_TRACE_MAX_TOPK];
@@ -481,6 +503,7 @@ int moe_acct_scan(moe_acct_t *a, moe_trace_map_t *m,
             c.w[i]->source = a->source;
             c.w[i]->weights = a->weights;
             c.w[i]->rule = a->rule;
+            c.w[i]->tab = a->tab; /* shared, read only */
         }
     }
     if (!rc) {

@@ -18,4 +18,13 @@ uint32_t acct_serve_add(served_t *srv, uint32_t ns, uint32_t r, float w);
  * then (with weights) the highest weight, then the lowest rank. */
 uint32_t acct_new_home(const served_t *srv, uint32_t ns, uint32_t h, int weights);
 
+/* SGLang's static dispatch table of placement p (acct_replica.c, moe/acct.h's sglang-static
+ * rule): for every layer, expert and source rank, the rank whose slot serves it. NULL with
+ * *status MOE_ENOMEM. */
+struct moe_placement;
+typedef struct acct_static acct_static_t;
+acct_static_t *acct_static_new(const struct moe_placement *p, int *status);
+void acct_static_free(acct_static_t *t);
+uint32_t acct_static_rank(const acct_static_t *t, uint32_t layer, uint32_t expert, uint32_t gpu);
+
 #endif

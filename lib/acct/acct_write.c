@@ -53,11 +53,12 @@ static int write_table(textbuf_t *out, const moe_acct_t *a, const char *ppath,
                             ppath, p->layers, p->experts, p->ranks, topo->nodes,
                             topo->nodes == 1 ? "" : "s", topo->gpus_per_node, p->capacity);
     /* the default rule is not named, so that reports made before the option stay the same */
-    int even = moe_acct_replica_rule(a) == MOE_REPLICA_EVEN;
+    int rule = moe_acct_replica_rule(a);
     rc = rc ? rc : tb_fmt(out, "# trace: %s: %" PRIu64 " tokens, top-%u of %u (%u used), "
-                                  "source ranks: %s%s\n", tpath, moe_acct_tokens(a), h->topk,
+                                  "source ranks: %s%s%s\n", tpath, moe_acct_tokens(a), h->topk,
                                   h->experts, g->topk ? g->topk : h->topk, src_names[source],
-                                  even ? ", replica rule: even" : "");
+                                  rule ? ", replica rule: " : "",
+                                  rule ? moe_replica_rule_name(rule) : "");
     if (!rc && vec > 0)
         rc = tb_fmt(out, "# transfer: %.0f bytes (hidden %u x %u bytes)\n", vec,
                             g->hidden ? g->hidden : h->hidden,
@@ -113,12 +114,13 @@ static int write_json(textbuf_t *out, const moe_acct_t *a, const moe_placement_t
                      const moe_trace_hdr_t *h, const moe_acct_write_opts_t *g, double vec)
 {
     char b[12][32];
+    int rule = moe_acct_replica_rule(a);
     int rc = tb_fmt(out, "{\"tokens\": %" PRIu64 ", \"layers\": %u, \"experts\": %u, "
-                            "\"topk\": %u, \"ranks\": %u, %s\"transfer_bytes\": %s, "
+                            "\"topk\": %u, \"ranks\": %u, %s%s%s\"transfer_bytes\": %s, "
                             "\"schemes\": {", moe_acct_tokens(a), p->layers, p->experts,
                             g->topk ? g->topk : h->topk, p->ranks,
-                            moe_acct_replica_rule(a) == MOE_REPLICA_EVEN
-                                ? "\"replica_rule\": \"even\", " : "",
+                            rule ? "\"replica_rule\": \"" : "",
+                            rule ? moe_replica_rule_name(rule) : "", rule ? "\", " : "",
                             jnum(b[0], 32, vec > 0 ? vec : NAN));
     for (int s = 0; s < MOE_SCHEMES && !rc; s++) {
         moe_acct_summary_t m;

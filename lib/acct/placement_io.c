@@ -89,13 +89,25 @@ static int check_for_write(const moe_placement_t *p, char *msg, size_t len)
     return rc == MOE_ENOMEM || rc == 0 ? rc : MOE_EINVAL;
 }
 
+/* Whether any cell keeps slots of its own (a 1.1 file's fourth field). */
+static int has_slots(const moe_placement_t *p)
+{
+    for (size_t c = 0; p->nslot && c < (size_t)p->layers * p->experts; c++)
+        if (p->nslot[c])
+            return 1;
+    return 0;
+}
+
 static void write_cell(pout_t *o, const moe_placement_t *p, uint32_t l, uint32_t e)
 {
-    uint32_t n;
+    uint32_t n, ns;
     const uint16_t *rk = moe_placement_ranks(p, l, e, &n);
+    const uint16_t *sl = moe_placement_slot_ranks(p, l, e, &ns);
     tb_fmt(o, "%u\t%u\t%u", l, e, rk[0]);
     for (uint32_t c = 1; c < n; c++)
         tb_fmt(o, ",%u", rk[c]);
+    for (uint32_t c = 0; sl != rk && c < ns; c++) /* the slots, where they are not the copies */
+        tb_fmt(o, "%c%u", c ? ',' : '\t', sl[c]);
     tb_mem(o, "\n", 1);
 }
 
@@ -110,13 +122,28 @@ int moe_placement_write(const moe_placement_t *p, moe_placement_sink_fn fn, void
     pout_t *o = po_new(fn, ctx);
     if (!o)
         return MOE_ENOMEM;
-    tb_fmt(o, "@PL\tVN:%d.%d\tlayers:%u\texperts:%u\tranks:%u\tgpus_per_node:%u\tcapacity:%u\n",
-           MOE_PLACEMENT_MAJOR, MOE_PLACEMENT_MINOR, p->layers, p->experts, p->ranks,
+    int slots = has_slots(p);
+    int v11 = p->model_layers || p->model_layer || slots; /* else 1.0: every reader takes it */
+    tb_fmt(o, "@PL\tVN:%d.%d\tlayers:%u\texperts:%u\tranks:%u\tgpus_per_node:%u\tcapacity:%u",
+           MOE_PLACEMENT_MAJOR, v11 ? MOE_PLACEMENT_MINOR : 0, p->layers, p->experts, p->ranks,
            p->gpus_per_node, p->capacity);
+    if (p->model_layers)
+        tb_fmt(o, "\tmodel_layers:%u", p->model_layers);
+    if (p->model_layer) {
+        moe_layer_map_t m = {p->layers, p->model_layers, p->model_layer};
+        char *list = moe_layer_map_list(&m);
+        if (!list) {
+            po_done(o);
+            return MOE_ENOMEM;
+        }
+        tb_str(o, "\tmoe_layers:");
+        tb_str(o, list);
+        free(list);
+    }
+    tb_mem(o, "\n", 1);
     if (p->text)
         tb_mem(o, p->text, strlen(p->text));
-    static const char cols[] = "#layer\texpert\tranks\n";
-    tb_mem(o, cols, sizeof cols - 1);
+    tb_str(o, slots ? "#layer\texpert\tranks\tslots\n" : "#layer\texpert\tranks\n");
     for (uint32_t l = 0; l < p->layers; l++)
         for (uint32_t e = 0; e < p->experts; e++)
             write_cell(o, p, l, e);
@@ -183,6 +210,7 @@ typedef struct prd {
     perr_t e;
     int have_pl, in_records;
     int newer;              /* a newer minor version: records may have more fields */
+    int minor;              /* the file's minor version (1.1: a fourth field, the slots) */
     uint32_t L, E, G, g, C;
     char *text;             /* header lines after @PL */
     size_t tlen, tcap;
@@ -192,6 +220,12 @@ typedef struct prd {
     size_t npool, nrep_cap, pool_cap;
     uint32_t *held;         /* [G] experts on each rank in the current layer */
     uint32_t maxrep;
+    uint32_t model_layers;  /* 1.1: @PL model_layers (0: none) */
+    char *moe_layers;       /* 1.1: @PL moe_layers, or NULL */
+    uint64_t *slot_cell;    /* 1.1: the cells with a slots field, */
+    uint8_t *slot_n;        /* their slot counts */
+    uint16_t *slot_pool;    /* and ranks, cell after cell */
+    size_t nslot_cells, slot_cells_cap, slot_n_cap, nslot_pool, slot_pool_cap;
 } prd_t;
 
 /* The next line of l into *line (and *len): 1, 0 at the end, or a negative status with the
@@ -225,12 +259,35 @@ static int pl_version(prd_t *r, const char *v)
         return fail(&r->e, MOE_EVERSION, "written by a newer version %" PRIu64 ".%" PRIu64
                     " of the format (this reads %d.x)", major, minor, MOE_PLACEMENT_MAJOR);
     r->newer = major == MOE_PLACEMENT_MAJOR && minor > MOE_PLACEMENT_MINOR;
+    r->minor = (int)minor;
     return 0;
 }
 
 static const char *const pl_keys[] = {"VN", "layers", "experts", "ranks", "gpus_per_node",
                                       "capacity"};
 #define PL_KEYS 6
+
+/* The optional fields of 1.1: model_layers, moe_layers. 1 taken, 0 not one of them, or a
+ * negative status. */
+static int pl_layers_field(prd_t *r, const char *key, const char *v)
+{
+    uint64_t n;
+    if (!strcmp(key, "model_layers")) {
+        if (r->model_layers)
+            return fail(&r->e, MOE_EFORMAT, "@PL field 'model_layers' given twice");
+        if (parse_whole_uint(v, MOE_LAYER_MAP_MAX, &n) < 0 || !n)
+            return fail(&r->e, MOE_EFORMAT, "invalid @PL field 'model_layers:%.20s'", v);
+        r->model_layers = (uint32_t)n;
+        return 1;
+    }
+    if (strcmp(key, "moe_layers"))
+        return 0;
+    if (r->moe_layers)
+        return fail(&r->e, MOE_EFORMAT, "@PL field 'moe_layers' given twice");
+    if (!(r->moe_layers = strdup(v)))
+        return fail(&r->e, MOE_ENOMEM, "out of memory");
+    return 1;
+}
 
 /* One key:value field of @PL into val[] (VN handled apart); unknown keys are ignored. */
 static int pl_field(prd_t *r, char *f, uint32_t *val, int *have)
@@ -239,6 +296,9 @@ static int pl_field(prd_t *r, char *f, uint32_t *val, int *have)
     if (!colon)
         return fail(&r->e, MOE_EFORMAT, "invalid @PL field '%.40s' (not key:value)", f);
     *colon = '\0';
+    int lf = pl_layers_field(r, f, colon + 1);
+    if (lf)
+        return lf < 0 ? lf : 0;
     for (int k = 0; k < PL_KEYS; k++) {
         if (strcmp(f, pl_keys[k]) != 0)
             continue;
@@ -339,14 +399,61 @@ static int rec_copy(prd_t *r, uint64_t v, const uint16_t *rk, uint32_t k, uint32
     for (uint32_t j = 0; j < k; j++)
         if (rk[j] == v)
             return fail(&r->e, MOE_EFORMAT, "rank %" PRIu64 " listed twice", v);
-    if (++r->held[v] > r->C)
-        return fail(&r->e, MOE_ERANGE, "layer %u: rank %" PRIu64 " holds more than %u experts",
-                    l, v, r->C);
     return 0;
 }
 
-/* "3" or "3,5,0": the copies of (l, e), primary first. */
-static int rec_ranks(prd_t *r, const char *s, uint32_t l, uint32_t e)
+/* The slots ranks[0..n) take from their ranks' capacity in layer l. */
+static int rec_held(prd_t *r, const uint16_t *ranks, uint32_t n, uint32_t l)
+{
+    for (uint32_t i = 0; i < n; i++)
+        if (++r->held[ranks[i]] > r->C)
+            return fail(&r->e, MOE_ERANGE, "layer %u: rank %u holds more than %u experts", l,
+                        ranks[i], r->C);
+    return 0;
+}
+
+/* 1.1's fourth field, "0,0,1": the physical slots of (l, e) on ranks that may repeat, whose
+ * distinct ranks in order of first appearance must be its copies rk[0..k). */
+static int rec_slots(prd_t *r, const char *s, const uint16_t *rk, uint32_t k, uint32_t l)
+{
+    if (util_grow((void **)&r->slot_pool, &r->slot_pool_cap, r->nslot_pool + MAX_COPIES,
+                  sizeof *r->slot_pool) ||
+        util_grow((void **)&r->slot_cell, &r->slot_cells_cap, r->nslot_cells + 1,
+                  sizeof *r->slot_cell) ||
+        util_grow((void **)&r->slot_n, &r->slot_n_cap, r->nslot_cells + 1, 1))
+        return fail(&r->e, MOE_ENOMEM, "out of memory");
+    uint16_t *sl = r->slot_pool + r->nslot_pool;
+    uint32_t n = 0, seen = 0;
+    for (const char *p = s;; p++) {
+        uint64_t v;
+        if (parse_uint(&p, UINT32_MAX, &v) < 0 || (*p && *p != ','))
+            return fail(&r->e, MOE_EFORMAT, "invalid slot list '%.40s'", s);
+        if (v >= r->G)
+            return fail(&r->e, MOE_ERANGE, "slot on rank %" PRIu64 " out of range (%u ranks)",
+                        v, r->G);
+        if (n == MAX_COPIES)
+            return fail(&r->e, MOE_ERANGE, "more than %u slots", MAX_COPIES);
+        uint32_t j = 0;
+        while (j < n && sl[j] != v)
+            j++;
+        if (j == n && (seen == k || rk[seen++] != v))
+            return fail(&r->e, MOE_EFORMAT, "the slots' ranks '%.40s' are not the copies (each "
+                        "copy's rank, in order of first appearance)", s);
+        sl[n++] = (uint16_t)v;
+        if (!*p)
+            break;
+    }
+    if (seen != k)
+        return fail(&r->e, MOE_EFORMAT, "the slots' ranks '%.40s' are not the copies (each "
+                    "copy's rank, in order of first appearance)", s);
+    r->slot_cell[r->nslot_cells] = r->next - 1;
+    r->slot_n[r->nslot_cells++] = (uint8_t)n;
+    r->nslot_pool += n;
+    return rec_held(r, sl, n, l);
+}
+
+/* "3" or "3,5,0": the copies of (l, e), primary first; slots (1.1's fourth field) or NULL. */
+static int rec_ranks(prd_t *r, const char *s, const char *slots, uint32_t l, uint32_t e)
 {
     if (util_grow((void **)&r->pool, &r->pool_cap, r->npool + MAX_COPIES, sizeof *r->pool) ||
         util_grow((void **)&r->nrep, &r->nrep_cap, r->next + 1, 1))
@@ -367,16 +474,17 @@ static int rec_ranks(prd_t *r, const char *s, uint32_t l, uint32_t e)
     r->nrep[r->next++] = (uint8_t)k;
     r->npool += k;
     r->maxrep = k > r->maxrep ? k : r->maxrep;
-    return 0;
+    return slots ? rec_slots(r, slots, rk, k, l) : rec_held(r, rk, k, l);
 }
 
 static int parse_record(prd_t *r, char *line)
 {
-    char *f[4];
-    size_t n = parse_split_tabs(line, f, 4);
-    if (n < 3 || (n > 3 && !r->newer))
-        return fail(&r->e, MOE_EFORMAT, "%s 3 TAB-separated fields (layer, expert, ranks)",
-                    n < 3 ? "fewer than" : "more than");
+    char *f[5];
+    size_t n = parse_split_tabs(line, f, 5);
+    if (n < 3 || (n > 3 && r->minor < 1) || (n > 4 && !r->newer))
+        return fail(&r->e, MOE_EFORMAT, "%s %d TAB-separated fields (layer, expert, ranks%s)",
+                    n < 3 ? "fewer than" : "more than", r->minor < 1 ? 3 : 4,
+                    r->minor < 1 ? "" : ", slots");
     uint32_t l, e;
     int rc;
     if ((rc = rec_index(r, f[0], r->L, "layer", &l)) != 0 ||
@@ -392,7 +500,7 @@ static int parse_record(prd_t *r, char *line)
     r->in_records = 1;
     if (e == 0)
         memset(r->held, 0, r->G * sizeof *r->held);
-    return rec_ranks(r, f[2], l, e);
+    return rec_ranks(r, f[2], n > 3 ? f[3] : NULL, l, e);
 }
 
 static int prd_line(prd_t *r, char *line)
@@ -433,7 +541,28 @@ static moe_placement_t *prd_finish(prd_t *r, int *rc)
     }
     p->text = r->text;
     r->text = NULL;
+    for (size_t i = 0, at = 0; i < r->nslot_cells; at += r->slot_n[i++])
+        if ((*rc = moe_placement_set_slots(p, (uint32_t)(r->slot_cell[i] / r->E),
+                                           (uint32_t)(r->slot_cell[i] % r->E),
+                                           r->slot_pool + at, r->slot_n[i])) != 0) {
+            fail(&r->e, *rc, "%s", moe_strerror(*rc));
+            moe_placement_free(p);
+            return NULL;
+        }
     char msg[200];
+    moe_layer_map_t m;
+    moe_layer_map_init(&m, r->L);
+    if ((r->model_layers || r->moe_layers) &&
+        ((*rc = moe_layer_map_set(&m, r->model_layers, -1, r->moe_layers, msg, sizeof msg)) ||
+         (*rc = moe_placement_set_layers(p, &m, msg, sizeof msg)))) {
+        moe_layer_map_release(&m);
+        fail(&r->e, *rc == MOE_ENOMEM ? *rc : MOE_EFORMAT, "@PL model_layers/moe_layers: %s",
+             msg);
+        *rc = *rc == MOE_ENOMEM ? *rc : MOE_EFORMAT;
+        moe_placement_free(p);
+        return NULL;
+    }
+    moe_layer_map_release(&m);
     if ((*rc = moe_placement_check(p, msg, sizeof msg)) != 0) {
         fail(&r->e, *rc, "%s", msg);
         moe_placement_free(p);
@@ -460,6 +589,10 @@ static moe_placement_t *prd_run(moe_lines_t *l, const char *name, int *status, c
     free(r.nrep);
     free(r.pool);
     free(r.held);
+    free(r.moe_layers);
+    free(r.slot_cell);
+    free(r.slot_n);
+    free(r.slot_pool);
     *status = rc;
     return p;
 }
@@ -675,25 +808,33 @@ static int xf_export(const moe_placement_t *p, pout_t *o, char *errbuf, size_t e
  * EPLB (DeepSeek's eplb.py, vLLM's expert load balancer) numbers physical expert slots rank
  * after rank, slots_per_rank per rank, and maps each to a logical expert (phy2log); log2phy
  * lists each expert's slots padded with -1 and logcnt counts them. Slots are filled rank by
- * rank in expert order, and log2phy lists the copies in the placement's order, primary first,
- * which is how an import gets the primary back.
+ * rank in expert order, and log2phy lists the expert's slots in the placement's order (its
+ * copies, primary first, or the slots it keeps: two of one expert on one rank stay two), which
+ * is how an import gets them back.
  */
 
-/* Physical slots of layer l: phy[G * C] (-1: empty) and the slot of each copy. */
+/* Room for the slots of any one cell. */
+static uint32_t slot_room(const moe_placement_t *p)
+{
+    return p->maxslot > p->maxrep ? p->maxslot : p->maxrep;
+}
+
+/* Physical slots of layer l: phy[G * C] (-1: empty) and, at slot[e * slot_room + k], the
+ * physical slot of expert e's k-th slot. */
 static void eplb_layer(const moe_placement_t *p, uint32_t l, int32_t *phy, uint32_t *slot,
                        uint32_t *fill)
 {
-    const uint32_t C = p->capacity;
+    const uint32_t C = p->capacity, W = slot_room(p);
     for (uint32_t s = 0; s < p->ranks * C; s++)
         phy[s] = -1;
     memset(fill, 0, p->ranks * sizeof *fill);
     for (uint32_t e = 0; e < p->experts; e++) {
         uint32_t n;
-        const uint16_t *rk = moe_placement_ranks(p, l, e, &n);
+        const uint16_t *rk = moe_placement_slot_ranks(p, l, e, &n);
         for (uint32_t c = 0; c < n; c++) {
             uint32_t s = rk[c] * C + fill[rk[c]]++;
             phy[s] = (int32_t)e;
-            slot[(size_t)e * p->maxrep + c] = s;
+            slot[(size_t)e * W + c] = s;
         }
     }
 }
@@ -716,10 +857,11 @@ static void eplb_rows(const moe_placement_t *p, pout_t *o, int what, uint32_t ma
         if (what == 0)
             po_ints(o, phy, (size_t)p->ranks * p->capacity);
         for (uint32_t e = 0; what && e < p->experts; e++) {
-            uint32_t n = p->nrep[(size_t)l * p->experts + e];
+            uint32_t n;
+            moe_placement_slot_ranks(p, l, e, &n);
             int32_t row[MAX_COPIES];
             for (uint32_t c = 0; c < maxcnt; c++)
-                row[c] = c < n ? (int32_t)slot[(size_t)e * p->maxrep + c] : -1;
+                row[c] = c < n ? (int32_t)slot[(size_t)e * slot_room(p) + c] : -1;
             tb_mem(o, e == 0 ? "[" : ",", 1);
             if (what == 1)
                 po_ints(o, row, maxcnt);
@@ -733,11 +875,14 @@ static void eplb_rows(const moe_placement_t *p, pout_t *o, int what, uint32_t ma
 
 static int eplb_export(const moe_placement_t *p, pout_t *o)
 {
-    uint32_t maxcnt = 1;
-    for (size_t i = 0; i < (size_t)p->layers * p->experts; i++)
-        maxcnt = p->nrep[i] > maxcnt ? p->nrep[i] : maxcnt;
+    uint32_t maxcnt = 1, n;
+    for (uint32_t l = 0; l < p->layers; l++)
+        for (uint32_t e = 0; e < p->experts; e++) {
+            moe_placement_slot_ranks(p, l, e, &n);
+            maxcnt = n > maxcnt ? n : maxcnt;
+        }
     int32_t *phy = malloc((size_t)p->ranks * p->capacity * sizeof *phy);
-    uint32_t *slot = malloc((size_t)p->experts * p->maxrep * sizeof *slot);
+    uint32_t *slot = malloc((size_t)p->experts * slot_room(p) * sizeof *slot);
     uint32_t *fill = malloc(p->ranks * sizeof *fill);
     int rc = phy && slot && fill ? 0 : MOE_ENOMEM;
     if (!rc) {
@@ -763,30 +908,50 @@ static int eplb_export(const moe_placement_t *p, pout_t *o)
  * so a -1 would silently land on the last expert -- or logical_count, loads for its own
  * rebalancing. Every slot is a loaded expert weight, so a placement exports only when every
  * rank holds exactly `capacity` experts in every layer; the slots are laid out as eplb_layer
- * does, which is what the import reads back.
+ * does, which is what the import reads back. The rows are indexed by model layer, dense layers
+ * included: the model config's num_hidden_layers (ModelConfigForExpertLocation.num_layers)
+ * rows, and FusedMoE.weight_loader looks its layer up by its own layer_id; a placement that
+ * records its model layers gets a row for each, the dense ones as init_trivial fills them.
  */
 static int sg_export(const moe_placement_t *p, pout_t *o, char *errbuf, size_t errlen)
 {
     const size_t P = (size_t)p->ranks * p->capacity;
+    if (p->model_layer && !p->model_layers) {
+        moe_layer_map_t m = {p->layers, 0, p->model_layer};
+        char *list = moe_layer_map_list(&m);
+        int rc = util_errf(errbuf, errlen, MOE_EINVAL, "its layers are model layers %.60s, but "
+                           "the model's layer count is unknown; SGLang's map has a row for "
+                           "every model layer (give --model-layers)", list ? list : "");
+        free(list);
+        return rc;
+    }
+    /* one row per model layer; those the placement does not hold (dense layers) as SGLang's
+     * own ExpertLocationMetadata.init_trivial lays them out: slot s holds expert s mod E */
+    const uint32_t rows = p->model_layers ? p->model_layers : p->layers;
     int32_t *phy = malloc(P * sizeof *phy);
-    uint32_t *slot = malloc((size_t)p->experts * p->maxrep * sizeof *slot);
+    uint32_t *slot = malloc((size_t)p->experts * slot_room(p) * sizeof *slot);
     uint32_t *fill = malloc(p->ranks * sizeof *fill);
     int rc = phy && slot && fill ? 0 : MOE_ENOMEM;
     for (uint32_t l = 0; l < p->layers && !rc; l++) {
         eplb_layer(p, l, phy, slot, fill);
         for (uint32_t r = 0; r < p->ranks && !rc; r++)
             if (fill[r] < p->capacity)
-                rc = util_errf(errbuf, errlen, MOE_EINVAL, "layer %u: rank %u holds %u experts "
-                               "in %u slots; SGLang's map has no empty slot (give every rank "
+                rc = util_errf(errbuf, errlen, MOE_EINVAL, "layer %u: rank %u fills %u of its "
+                               "%u slots; SGLang's map has no empty slot (give every rank "
                                "exactly %u: fit --method balanced --replicas)", l, r, fill[r],
                                p->capacity, p->capacity);
     }
     if (!rc)
         tb_fmt(o, "{\"physical_to_logical_map\":[\n");
-    for (uint32_t l = 0; l < p->layers && !rc; l++) {
-        eplb_layer(p, l, phy, slot, fill);
+    for (uint32_t m = 0, l = 0; m < rows && !rc; m++) {
+        if (l < p->layers && (!p->model_layer || p->model_layer[l] == m)) {
+            eplb_layer(p, l++, phy, slot, fill);
+        } else {
+            for (size_t s = 0; s < P; s++)
+                phy[s] = (int32_t)(s % p->experts);
+        }
         po_ints(o, phy, P);
-        tb_fmt(o, "%s\n", l + 1 < p->layers ? "," : "");
+        tb_fmt(o, "%s\n", m + 1 < rows ? "," : "");
     }
     if (!rc)
         tb_fmt(o, "]}\n");
@@ -829,7 +994,6 @@ typedef struct eplb {
     const double *l2p;            /* [L][E][M] or NULL */
     const double *cnt;            /* [L][E] or NULL */
     uint32_t *copies;             /* [L * E] slots of each expert in phy2log */
-    uint64_t merged;              /* second slots of an expert on a rank that holds it */
 } eplb_t;
 
 /* The numbers of an array value, NULL if it has none. */
@@ -990,48 +1154,26 @@ static int eplb_agree(perr_t *e, const jobj_t *o, eplb_t *x, uint32_t maxrep)
     return 0;
 }
 
-/* Slot s of layer l as a copy on rank s / C. A second slot of the expert on that rank
- * (rebalance_experts makes them) adds no copy: the slot stays counted in the rank's capacity,
- * and tokens for the expert on that rank are served there either way. */
-static int eplb_add(perr_t *e, moe_placement_t *p, eplb_t *x, uint32_t l, uint32_t s)
-{
-    uint32_t id = (uint32_t)x->phy[(size_t)l * x->P + s];
-    int rc = moe_placement_add(p, l, id, s / x->C);
-    if (rc == MOE_EINVAL) {
-        x->merged++;
-        return 0;
-    }
-    return rc ? fail(e, rc, "%s", moe_strerror(rc)) : 0;
-}
-
-/* Copies in log2phy order when it is there (primary first), else in slot order. */
+/* Each expert's slots, in log2phy order when it is there (primary first), else in slot order,
+ * as its slots on ranks s / C: a second slot of an expert on one rank (rebalance_experts makes
+ * them) stays a slot of its own (moe_placement_set_slots). */
 static int eplb_fill(perr_t *e, moe_placement_t *p, eplb_t *x)
 {
     int rc = 0;
-    for (uint32_t l = 0; l < x->L && !rc; l++) {
-        if (!x->l2p) {
-            for (uint32_t s = 0; s < x->P && !rc; s++)
-                rc = x->phy[(size_t)l * x->P + s] >= 0 ? eplb_add(e, p, x, l, s) : 0;
-            continue;
-        }
+    uint16_t ranks[MAX_COPIES];
+    for (uint32_t l = 0; l < x->L && !rc; l++)
         for (uint32_t i = 0; i < x->E && !rc; i++) {
-            const double *row = x->l2p + ((size_t)l * x->E + i) * x->M;
-            for (uint32_t k = 0; k < x->copies[(size_t)l * x->E + i] && !rc; k++)
-                rc = eplb_add(e, p, x, l, (uint32_t)row[k]);
+            uint32_t n = 0;
+            const double *row = x->l2p ? x->l2p + ((size_t)l * x->E + i) * x->M : NULL;
+            for (uint32_t s = 0; s < x->P && !row; s++)
+                if (x->phy[(size_t)l * x->P + s] == i)
+                    ranks[n++] = (uint16_t)(s / x->C);
+            for (uint32_t k = 0; row && k < x->copies[(size_t)l * x->E + i]; k++)
+                ranks[n++] = (uint16_t)((uint32_t)row[k] / x->C);
+            if ((rc = moe_placement_set_slots(p, l, i, ranks, n)) != 0)
+                rc = fail(e, rc, "%s", moe_strerror(rc));
         }
-    }
     return rc;
-}
-
-/* "@CO\tslots: N ..." when eplb_add merged slots, so that the text form says why a rank
- * holds fewer experts than its capacity. */
-static int note_merged(moe_placement_t *p, uint64_t merged)
-{
-    char line[160];
-    snprintf(line, sizeof line, "@CO\tslots: %" PRIu64 " second slot%s of an expert on a rank "
-             "that holds it (one copy there, the slots counted in its capacity)", merged,
-             merged == 1 ? "" : "s");
-    return merged ? moe_placement_add_line(p, line) : 0;
 }
 
 static moe_placement_t *eplb_build(perr_t *e, const jobj_t *o, const jval_t *phy,
@@ -1052,8 +1194,7 @@ static moe_placement_t *eplb_build(perr_t *e, const jobj_t *o, const jval_t *phy
         else if (!p)
             fail(e, *rc, "out of memory");
         else if ((*rc = eplb_fill(e, p, &x)) != 0 ||
-                 (*rc = add_source(p, fmt, e->name)) != 0 ||
-                 (*rc = note_merged(p, x.merged)) != 0) {
+                 (*rc = add_source(p, fmt, e->name)) != 0) {
             if (*rc == MOE_ENOMEM)
                 fail(e, *rc, "out of memory");
             moe_placement_free(p);
@@ -1133,6 +1274,47 @@ static moe_placement_t *eplb_import(moe_lines_t *l, perr_t *e, const uint32_t ar
 
 /* ------------------------------------------------------------------ SGLang JSON: import */
 
+/* SGLang's map of rows x cols ids (every one an expert), then the EPLB reader's checks. */
+static moe_placement_t *sg_map(perr_t *e, const double *ids, uint32_t rows, uint32_t cols,
+                               const uint32_t arg[3], int *rc)
+{
+    int64_t id;
+    for (size_t i = 0; i < (size_t)rows * cols; i++)
+        if (as_int(ids[i], 0, MOE_TRACE_MAX_EXPERTS - 1, &id) < 0) {
+            *rc = fail(e, MOE_EFORMAT, "layer %zu slot %zu: '%g' is not an expert id (SGLang "
+                       "loads no empty slot)", i / cols, i % cols, ids[i]);
+            return NULL;
+        }
+    if (!arg[1]) {
+        *rc = fail(e, MOE_EINVAL, "the number of ranks is unknown (SGLang's map does not "
+                   "record its EP size; give it)");
+        return NULL;
+    }
+    jobj_t o; /* the EPLB reader's view: no keys, the ids as one list of rows */
+    memset(&o, 0, sizeof o);
+    o.nums = (double *)(uintptr_t)ids;
+    jval_t v = {.kind = J_ARR, .off = 0, .n = (size_t)rows * cols, .rows = rows, .cols = cols};
+    moe_placement_t *p = eplb_build(e, &o, &v, arg, "sglang", rc);
+    if (p) /* SGLang's rows are the model's layers, dense ones included */
+        p->model_layers = p->layers;
+    return p;
+}
+
+moe_placement_t *moe_placement_from_sglang(const double *ids, uint32_t rows, uint32_t cols,
+                                           const char *name, uint32_t experts, uint32_t ranks,
+                                           uint32_t gpus_per_node, int *status, char *errbuf,
+                                           size_t errlen)
+{
+    perr_t e = {name, errbuf, errlen, 0};
+    const uint32_t arg[3] = {experts, ranks, gpus_per_node};
+    if (!rows || !cols || rows > MAX_LAYERS || cols > MOE_TRACE_MAX_EXPERTS * MAX_COPIES) {
+        *status = fail(&e, MOE_EFORMAT, "'physical_to_logical_map' of %u x %u slots is out of "
+                       "range", rows, cols);
+        return NULL;
+    }
+    return sg_map(&e, ids, rows, cols, arg, status);
+}
+
 /* The one key, its shape and its ids (see sg_export), then the EPLB reader's checks. */
 static moe_placement_t *sg_build(perr_t *e, const jobj_t *o, const uint32_t arg[3], int *rc)
 {
@@ -1159,20 +1341,7 @@ static moe_placement_t *sg_build(perr_t *e, const jobj_t *o, const uint32_t arg[
                    "equally many slots");
         return NULL;
     }
-    const double *ids = numbers(o, v);
-    int64_t id;
-    for (size_t i = 0; i < v->n; i++)
-        if (as_int(ids[i], 0, MOE_TRACE_MAX_EXPERTS - 1, &id) < 0) {
-            *rc = fail(e, MOE_EFORMAT, "layer %zu slot %zu: '%g' is not an expert id (SGLang "
-                       "loads no empty slot)", i / v->cols, i % v->cols, ids[i]);
-            return NULL;
-        }
-    if (!arg[1]) {
-        *rc = fail(e, MOE_EINVAL, "the number of ranks is unknown (SGLang's map does not "
-                   "record its EP size; give it)");
-        return NULL;
-    }
-    return eplb_build(e, o, v, arg, "sglang", rc);
+    return sg_map(e, numbers(o, v), v->rows, v->cols, arg, rc);
 }
 
 static moe_placement_t *sg_import(moe_lines_t *l, perr_t *e, const uint32_t arg[3], int *rc)

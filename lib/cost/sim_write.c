@@ -74,11 +74,12 @@ static int table_head(textbuf_t *out, const moe_sim_t *s, const char *tpath,
 {
     const moe_acct_t *a = moe_sim_acct(s);
     /* the default rule is not named, so that reports made before the option stay the same */
+    int rule = moe_acct_replica_rule(a);
     int rc = tb_fmt(out, "# moe-costmodel simulate\n# trace: %s: %" PRIu64
-                                " tokens%s\n# placement: %s: %u layers x %u experts on %u ranks "
+                                " tokens%s%s\n# placement: %s: %u layers x %u experts on %u ranks "
                                 "(%u node%s x %u)\n", tpath, moe_acct_tokens(a),
-                                moe_acct_replica_rule(a) == MOE_REPLICA_EVEN
-                                    ? ", replica rule: even" : "", ppath,
+                                rule ? ", replica rule: " : "",
+                                rule ? moe_replica_rule_name(rule) : "", ppath,
                                 p->layers, p->experts, p->ranks, t->nodes,
                                 t->nodes == 1 ? "" : "s", t->gpus_per_node);
     rc = rc ? rc : tb_fmt(out, "# topology: %s\n# transfer: %.0f bytes; expert: "
@@ -357,13 +358,14 @@ static int write_json(textbuf_t *out, const moe_sim_t *s, const moe_sim_write_op
                       const moe_placement_t *p, const moe_topo_t *t, char *err,
                       size_t errlen)
 {
+    int rule = moe_acct_replica_rule(moe_sim_acct(s)); /* the default unnamed, as before */
     int rc = tb_fmt(out, "{\"tokens\": %" PRIu64 ", \"layers\": %u, \"experts\": %u, "
-                                "\"ranks\": %u, \"nodes\": %u, %s\"transfer_bytes\": %.0f, "
+                                "\"ranks\": %u, \"nodes\": %u, %s%s%s\"transfer_bytes\": %.0f, "
                                 "\"expert_bytes\": %.0f, \"chunks\": %u, \"gather_bytes\": "
                                 "%.0f, \"schemes\": {",
                                 moe_acct_tokens(moe_sim_acct(s)), p->layers, p->experts, p->ranks,
-                                t->nodes, moe_acct_replica_rule(moe_sim_acct(s)) ==
-                                MOE_REPLICA_EVEN ? "\"replica_rule\": \"even\", " : "",
+                                t->nodes, rule ? "\"replica_rule\": \"" : "",
+                                rule ? moe_replica_rule_name(rule) : "", rule ? "\", " : "",
                                 moe_sim_vector_bytes(s), moe_sim_expert_bytes(s),
                                 moe_sim_chunks(s), moe_sim_gather_bytes(s));
     int first = 1;

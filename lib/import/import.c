@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <zlib.h>
@@ -13,7 +14,8 @@
 #include "util_internal.h"
 
 static const char *const fmt_names[] = {"auto", "tokens", "jsonl", "csv", "npy", "megatron",
-                                         "sglang", "safetensors", "raw", "base64"};
+                                         "sglang", "safetensors", "raw", "base64", "torch",
+                                         "vllm"};
 #define N_FMTS (sizeof fmt_names / sizeof fmt_names[0])
 
 const char *moe_import_fmt_name(int fmt)
@@ -114,18 +116,27 @@ static int detect(const uint8_t *b, size_t n, int whole)
 {
     if (n >= 6 && memcmp(b, "\x93NUMPY", 6) == 0)
         return MOE_IMPORT_NPY;
-    /* torch.save writes ARCHIVE/data.pkl as the zip's first member. */
+    /* torch.save writes ARCHIVE/data.pkl as the zip's first member, stored: a pickle whose
+     * first opcode after PROTO is EMPTY_DICT for a dict (SGLang's dumps), another for a tuple
+     * or list (Hugging Face's router logits). */
     if (n >= 30 && memcmp(b, "PK\3\4", 4) == 0) {
-        size_t nl = (size_t)b[26] | (size_t)b[27] << 8;
-        return n >= 30 + nl && nl >= 9 && memcmp(b + 30 + nl - 9, "/data.pkl", 9) == 0
-                   ? MOE_IMPORT_SGLANG
-                   : MOE_IMPORT_AUTO;
+        size_t nl = (size_t)b[26] | (size_t)b[27] << 8, xl = (size_t)b[28] | (size_t)b[29] << 8;
+        if (n < 30 + nl || nl < 9 || memcmp(b + 30 + nl - 9, "/data.pkl", 9) != 0)
+            return MOE_IMPORT_AUTO;
+        const uint8_t *pk = b + 30 + nl + xl;
+        int stored = !b[8] && !b[9];
+        return stored && n >= 30 + nl + xl + 3 && pk[0] == 0x80 && pk[2] != '}'
+                   ? MOE_IMPORT_TORCH
+                   : MOE_IMPORT_SGLANG;
     }
     /* safetensors: a little-endian header length below 2^32 (the format allows 10^8), then
      * the JSON object. */
     if (n >= 9 && b[8] == '{' && !b[4] && !b[5] && !b[6] && !b[7])
         return MOE_IMPORT_SAFETENSORS;
     const char *s = (const char *)b, *end = s + n;
+    /* vLLM's responses: a JSON object with routed experts, whatever its first line */
+    if (has_str(s, n, "\"routed_experts\"") || has_str(s, n, "\"prompt_routed_experts\""))
+        return MOE_IMPORT_VLLM;
     while (s < end) {
         const char *nl = memchr(s, '\n', (size_t)(end - s));
         const char *e = nl ? nl : end;
@@ -190,7 +201,8 @@ static int open_input(moe_importer_t *im, int *fmt)
     else if (*fmt == MOE_IMPORT_AUTO)
         st = detect_format(im, (size_t)n, fmt);
     int binary = *fmt == MOE_IMPORT_NPY || *fmt == MOE_IMPORT_SGLANG ||
-                 *fmt == MOE_IMPORT_SAFETENSORS || *fmt == MOE_IMPORT_RAW;
+                 *fmt == MOE_IMPORT_SAFETENSORS || *fmt == MOE_IMPORT_RAW ||
+                 *fmt == MOE_IMPORT_TORCH;
     if (st == 0 && binary && !(im->src = imp_src_new(fd, im->prefix, (size_t)n)))
         st = imp_fail(im, MOE_ENOMEM, "out of memory");
     if (st == 0 && !binary &&
@@ -210,10 +222,11 @@ static int dense_opts_check(moe_importer_t *im)
                                                              f == MOE_IMPORT_BASE64;
     const char *bad = o->tensor && !st                                 ? "--tensor"
                       : (o->shape || o->dtype) && !rb                   ? "--shape and --dtype"
-                      : o->moe_layers && !st && !rb && !(f == MOE_IMPORT_NPY && o->topk)
-                          ? "--moe-layers"
-                      : o->topk && !st && !rb && f != MOE_IMPORT_NPY    ? "--topk"
+                      : o->topk && !st && !rb && f != MOE_IMPORT_NPY &&
+                        f != MOE_IMPORT_TORCH                           ? "--topk"
                       : o->layout && !st && f != MOE_IMPORT_NPY         ? "--layout"
+                      : o->physical_map && !st && !rb && f != MOE_IMPORT_NPY &&
+                        f != MOE_IMPORT_TORCH && f != MOE_IMPORT_VLLM   ? "--physical-map"
                                                                         : NULL;
     if (!bad)
         return 0;
@@ -233,6 +246,8 @@ static int open_format(moe_importer_t *im)
     case MOE_IMPORT_SAFETENSORS: return imp_safetensors_open(im);
     case MOE_IMPORT_RAW: return imp_raw_open(im);
     case MOE_IMPORT_BASE64: return imp_base64_open(im);
+    case MOE_IMPORT_TORCH: return imp_torch_open(im);
+    case MOE_IMPORT_VLLM: return imp_vllm_open(im);
     default: return imp_fail(im, MOE_EINVAL, "unknown import format %d", im->fmt);
     }
 }
@@ -255,8 +270,8 @@ moe_importer_t *moe_import_open(const moe_import_opts_t *o, const char *path, ui
                           MOE_TRACE_MAX_EXPERTS);
         else if ((st = open_input(im, &im->fmt)) == 0 && im->fmt != MOE_IMPORT_TOKENS &&
                  (o->meta || o->weights))
-            st = imp_fail(im, MOE_EINVAL, "'%s': --meta and --weights apply to the tokens "
-                          "format only (this input is %s)", path, fmt_names[im->fmt]);
+            st = imp_fail(im, MOE_EINVAL, "--meta and --weights apply to the tokens format only "
+                          "(this input is %s)", fmt_names[im->fmt]);
         else if (st == 0 && (st = dense_opts_check(im)) < 0)
             ;
         else if (st == 0 &&
@@ -362,14 +377,63 @@ static moe_importer_t *open_bytes(const char *path, int *st)
     return im;
 }
 
+/* Whether path is no file and starts, after white space, with '{': JSON given inline, as
+ * SGLang's --init-expert-location takes it. */
+static int inline_json(const char *path)
+{
+    struct stat sb;
+    const char *p = path;
+    while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r')
+        p++;
+    return *p == '{' && stat(path, &sb) != 0;
+}
+
+/* A bare importer over path's bytes, or over nothing for JSON given inline (its name says so
+ * in messages). */
+static moe_importer_t *open_any(const char *path, int *st)
+{
+    if (!inline_json(path))
+        return open_bytes(path, st);
+    moe_importer_t *im = calloc(1, sizeof *im);
+    *st = im && (im->path = strdup("(inline JSON)")) ? 0 : MOE_ENOMEM;
+    return im;
+}
+
+int moe_import_table(const char *path, const char *const *keys, int nkeys, moe_table_t *out,
+                     char *errbuf, size_t errlen)
+{
+    int st;
+    memset(out, 0, sizeof *out);
+    moe_importer_t *im = open_any(path, &st);
+    if (st == 0)
+        st = im->src ? imp_table_read(im, keys, nkeys, out) : imp_table_json(im, path, keys,
+                                                                             nkeys, out);
+    if (st < 0) {
+        if (im && im->err[0]) /* the importer's messages name their file (imp_fail) */
+            util_errf(errbuf, errlen, st, "%s", im->err);
+        else
+            util_errf(errbuf, errlen, st, "'%s': %s", path, moe_strerror(st));
+        moe_table_free(out);
+    }
+    moe_import_close(im);
+    return st;
+}
+
 int moe_import_loads(const char *path, const char *map, uint32_t experts, moe_loads_t *out,
                      char *errbuf, size_t errlen)
 {
+    static const char *const map_keys[] = {"physical_to_logical_map", "phy2log"};
     int st, mst = 0;
     memset(out, 0, sizeof *out);
-    moe_importer_t *im = open_bytes(path, &st), *mm = map ? open_bytes(map, &mst) : NULL;
+    moe_table_t mt;
+    memset(&mt, 0, sizeof mt);
+    moe_importer_t *im = open_any(path, &st), *mm = map ? open_any(map, &mst) : NULL;
+    if (mm && mst == 0)
+        mst = mm->src ? imp_table_read(mm, map_keys, 2, &mt)
+                      : imp_table_json(mm, map, map_keys, 2, &mt);
     if (st == 0 && mst == 0)
-        st = imp_loads_read(im, mm, experts, out);
+        st = imp_loads_read(im, im->src ? NULL : path, mm, mm ? &mt : NULL, experts, out);
+    moe_table_free(&mt);
     moe_importer_t *bad = mm && (mst < 0 || mm->err[0]) ? mm : im;
     if (st < 0 || mst < 0) /* the importer's messages name their file */
         util_errf(errbuf, errlen, st < 0 ? st : mst, "%s",

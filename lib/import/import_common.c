@@ -104,8 +104,11 @@ int imp_layers_add(imp_layers_t *w, uint32_t i, const char *item)
 int imp_layers_end(imp_layers_t *w, uint32_t last)
 {
     w->list[w->len] = '\0';
-    return imp_comment(w->im, "%s: layers %u..%u are model layers %s", w->prefix, w->first,
-                       last, w->list);
+    char of[24] = "";
+    if (w->model_layers)
+        snprintf(of, sizeof of, " of %u", w->model_layers);
+    return imp_comment(w->im, "%s: layers %u..%u are model layers %s%s", w->prefix, w->first,
+                       last, w->list, of);
 }
 
 /* ------------------------------------------------------------------ records */

@@ -64,16 +64,35 @@ int imp_comment(moe_importer_t *im, const char *fmt, ...) __attribute__((format(
 /* The @CO lines "PREFIX: layers a..b are model layers LIST" that map a trace's layers to the
  * model's: imp_layers_add appends trace layers i..j as one item of LIST ("5", "3-7",
  * "mtp0.1"), starting a new line first when the list would pass about 800 characters;
- * imp_layers_end writes the last line, up to trace layer `last`. 0 or a negative status. */
+ * imp_layers_end writes the last line, up to trace layer `last` (" of N" after it when
+ * model_layers is set). 0 or a negative status. */
 typedef struct imp_layers {
     moe_importer_t *im;
     const char *prefix;
     char list[800];
     size_t len;
     uint32_t first;
+    uint32_t model_layers; /* > 0: " of N" ends the last line (the model's layer count) */
 } imp_layers_t;
 int imp_layers_add(imp_layers_t *w, uint32_t i, const char *item);
 int imp_layers_end(imp_layers_t *w, uint32_t last);
+
+/* A physical map (--physical-map): per row (layer), the logical expert of each physical slot,
+ * for ids recorded after EPLB's logical-to-physical step (SGLang's and vLLM's routed experts
+ * with redundant experts). */
+typedef struct imp_pmap {
+    uint32_t rows, cols;
+    int32_t *id; /* [rows][cols], each 0 <= id < MOE_TRACE_MAX_EXPERTS */
+} imp_pmap_t;
+
+/* The logical expert of physical slot v in row `row`: 0, or -1 when v is past the slots. */
+static inline int imp_pmap_id(const imp_pmap_t *m, uint32_t row, int64_t v, int64_t *out)
+{
+    if (v < 0 || v >= (int64_t)m->cols)
+        return -1;
+    *out = m->id[(size_t)row * m->cols + (size_t)v];
+    return 0;
+}
 
 /* Largest expert id + 1 accepted: opts.experts when given, else what the trace can store. */
 uint32_t imp_id_limit(const moe_importer_t *im);

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "import_dense.h"
+#include "import_internal.h"
 #include "util_internal.h"
 
 /* A token row may not be larger than this (a corrupt shape would ask for gigabytes). */
@@ -116,54 +117,74 @@ double imp_dtype_value(int dtype, const uint8_t *b)
 
 /* ------------------------------------------------------------------ start */
 
-/* The kept input layers: all, or those --moe-layers lists (each must exist). */
-static int select_layers(moe_importer_t *im, imp_dense_t *d)
+int imp_select_layers(moe_importer_t *im, uint32_t in_layers, uint32_t **sel, uint32_t *n)
 {
     moe_ranges_t rg = {0};
     const char *list = im->opts.moe_layers;
+    if (list && im->opts.first_moe_given)
+        return imp_fail(im, MOE_EINVAL, "give --first-moe-layer or --moe-layers, not both");
+    if (im->opts.model_layers && im->opts.model_layers != in_layers)
+        return imp_fail(im, MOE_ESHAPE, "--model-layers %u, but the input holds %u layers",
+                        im->opts.model_layers, in_layers);
+    if (im->opts.first_moe_given && im->opts.first_moe_layer >= in_layers)
+        return imp_fail(im, MOE_ERANGE, "--first-moe-layer %u, but the input has %u layers "
+                        "(0..%u)", im->opts.first_moe_layer, in_layers, in_layers - 1);
     if (list && moe_ranges_parse(&rg, list, UINT32_MAX - 1) < 0) {
         moe_ranges_free(&rg);
         return imp_fail(im, MOE_EINVAL, "invalid --moe-layers list '%s' (ids and ranges: "
                         "1-3,5)", list);
     }
     for (size_t i = 0; i < rg.n; i++)
-        if (rg.r[i][1] >= d->in_layers) {
+        if (rg.r[i][1] >= in_layers) {
             uint32_t bad = rg.r[i][1];
             moe_ranges_free(&rg);
             return imp_fail(im, MOE_ERANGE, "--moe-layers names layer %u, but the input has "
-                            "%u layers (0..%u)", bad, d->in_layers, d->in_layers - 1);
+                            "%u layers (0..%u)", bad, in_layers, in_layers - 1);
         }
-    if (!(d->sel = malloc((size_t)d->in_layers * sizeof *d->sel))) {
+    if (!(*sel = malloc((size_t)in_layers * sizeof **sel))) {
         moe_ranges_free(&rg);
         return imp_fail(im, MOE_ENOMEM, "out of memory");
     }
-    d->layers = 0;
-    for (uint32_t l = 0; l < d->in_layers; l++)
-        if (!list || moe_ranges_has(&rg, l))
-            d->sel[d->layers++] = l;
+    *n = 0;
+    for (uint32_t l = 0; l < in_layers; l++)
+        if ((!list || moe_ranges_has(&rg, l)) &&
+            (!im->opts.first_moe_given || l >= im->opts.first_moe_layer))
+            (*sel)[(*n)++] = l;
     moe_ranges_free(&rg);
     return 0;
 }
 
-/* "@CO dense: layers 0..3 are model layers 1-3,5" (several lines when the list is long). */
-static int layers_comment(moe_importer_t *im, const imp_dense_t *d)
+/* The kept input layers (imp_select_layers). */
+static int select_layers(moe_importer_t *im, imp_dense_t *d)
+{
+    return imp_select_layers(im, d->in_layers, &d->sel, &d->layers);
+}
+
+int imp_layers_comment(moe_importer_t *im, const uint32_t *sel, uint32_t n, uint32_t in_layers)
 {
     imp_layers_t w = {.im = im, .prefix = "dense"};
-    for (uint32_t i = 0; i < d->layers; i++) {
+    for (uint32_t i = 0; i < n; i++) {
         uint32_t j = i;
-        while (j + 1 < d->layers && d->sel[j + 1] == d->sel[j] + 1)
+        while (j + 1 < n && sel[j + 1] == sel[j] + 1)
             j++;
         char id[32];
         if (j > i)
-            snprintf(id, sizeof id, "%u-%u", d->sel[i], d->sel[j]);
+            snprintf(id, sizeof id, "%u-%u", sel[i], sel[j]);
         else
-            snprintf(id, sizeof id, "%u", d->sel[i]);
+            snprintf(id, sizeof id, "%u", sel[i]);
         int st = imp_layers_add(&w, i, id);
         if (st < 0)
             return st;
         i = j;
     }
-    return imp_layers_end(&w, d->layers - 1);
+    w.model_layers = in_layers; /* the input holds every model layer */
+    return imp_layers_end(&w, n - 1);
+}
+
+/* "@CO dense: layers 0..3 are model layers 1-3,5 of 6" (several lines when the list is long). */
+static int layers_comment(moe_importer_t *im, const imp_dense_t *d)
+{
+    return imp_layers_comment(im, d->sel, d->layers, d->in_layers);
 }
 
 int imp_dense_start(moe_importer_t *im, imp_dense_t *d)
@@ -220,6 +241,19 @@ int imp_dense_start(moe_importer_t *im, imp_dense_t *d)
         return imp_fail(im, MOE_ENOMEM, "out of memory");
     im->hdr.layers = d->layers;
     im->hdr.topk = k;
+    if (d->logits && im->opts.physical_map)
+        return imp_fail(im, MOE_EINVAL, "--physical-map applies to expert ids, not to router "
+                        "logits");
+    if ((st = imp_pmap_load(im, d->in_layers, d->layers, &d->pmap_own, &d->pmap_by_input)) < 0)
+        return st;
+    if (d->pmap_own.id) {
+        d->pmap = &d->pmap_own;
+        if ((st = imp_comment(im, "dense: ids are physical slots, mapped to logical experts "
+                              "by --physical-map %.200s (%u slots, a row per %s layer)",
+                              im->opts.physical_map, d->pmap->cols,
+                              d->pmap_by_input ? "input" : "kept")) < 0)
+            return st;
+    }
     if (d->logits)
         im->hdr.flags |= MOE_TRACE_WEIGHTS;
     if (d->logits && (st = imp_comment(im, "dense: top-%u of %u router logits, gate weights "
@@ -227,7 +261,7 @@ int imp_dense_start(moe_importer_t *im, imp_dense_t *d)
                                        im->opts.no_renorm ? " over all experts"
                                                           : " renormalised over the top k")) < 0)
         return st;
-    return im->opts.moe_layers ? layers_comment(im, d) : 0;
+    return im->opts.moe_layers || im->opts.first_moe_given ? layers_comment(im, d) : 0;
 }
 
 /* ------------------------------------------------------------------ reading */
@@ -335,24 +369,34 @@ static int topk_cell(moe_importer_t *im, imp_dense_t *d, const uint8_t *cell, ui
     return 0;
 }
 
-/* Ids of a cell; 1 when a negative id marks it missing, 0, or a negative status. */
+/* Ids of a cell of input layer `layer` (kept layer j); 1 when a negative id marks it missing,
+ * 0, or a negative status. Physical slots go through the map; an expert twice in one cell is
+ * no top-k (SGLang's and vLLM's buffers over every layer hold zeros in the dense ones). */
 static int id_cell(moe_importer_t *im, imp_dense_t *d, const uint8_t *cell, uint16_t *ids,
-                   uint32_t layer)
+                   uint32_t layer, uint32_t j)
 {
     uint32_t lim = imp_id_limit(im), size = dtypes[d->dtype].size;
     int gone = 0;
+    char where[64];
+    snprintf(where, sizeof where, "token %llu, layer %u", (unsigned long long)d->t, layer);
     for (uint32_t k = 0; k < d->topk; k++) {
-        int64_t v = int_elem(d->dtype, cell + (size_t)k * size);
+        int64_t v = int_elem(d->dtype, cell + (size_t)k * size), phys = v;
+        if (v >= 0 && d->pmap && imp_pmap_id(d->pmap, d->pmap_by_input ? layer : j, phys, &v))
+            return imp_fail(im, MOE_ERANGE, "%s: physical slot %lld out of range (%u slots in "
+                            "--physical-map)", where, (long long)phys, d->pmap->cols);
         if (v < 0) {
             gone = 1;
         } else if ((uint64_t)v >= lim) {
-            char where[64];
-            snprintf(where, sizeof where, "token %llu, layer %u", (unsigned long long)d->t,
-                     layer);
             return imp_fail_id(im, where, (uint64_t)v);
         } else {
             ids[k] = (uint16_t)v;
             im->rep.max_id = (uint32_t)v > im->rep.max_id ? (uint32_t)v : im->rep.max_id;
+            for (uint32_t q = 0; q < k; q++)
+                if (ids[q] == ids[k])
+                    return imp_fail(im, MOE_EFORMAT, "%s: expert %lld twice in one cell (a "
+                                    "dense layer? SGLang's and vLLM's routed experts leave "
+                                    "dense layers 0: keep the MoE layers with --moe-layers "
+                                    "or --first-moe-layer)", where, (long long)v);
         }
     }
     return gone;
@@ -375,7 +419,7 @@ int imp_dense_next(moe_importer_t *im, imp_dense_t *d, moe_trace_rec_t *r)
             uint16_t *ids = r->ids + (size_t)j * d->topk;
             if (d->logits) {
                 st = topk_cell(im, d, cell, ids, r->weights + (size_t)j * d->topk, l);
-            } else if ((st = id_cell(im, d, cell, ids, l)) == 1) {
+            } else if ((st = id_cell(im, d, cell, ids, l, j)) == 1) {
                 imp_set_missing(r, j, d->topk, 0);
                 missing++;
                 st = 0;
@@ -414,6 +458,7 @@ void imp_dense_free(imp_dense_t *d)
     free(d->x);
     free(d->top);
     free(d->own);
+    imp_pmap_free(&d->pmap_own);
     memset(d, 0, sizeof *d);
 }
 

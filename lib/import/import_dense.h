@@ -66,6 +66,9 @@ typedef struct imp_dense {
     uint64_t mem_off, mem_len;
     uint8_t *own;       /* MEM: the buffer imp_dense_source read (freed here) */
     uint32_t seq;       /* seq of the records */
+    const imp_pmap_t *pmap; /* ids are physical slots: their logical experts (NULL: logical) */
+    imp_pmap_t pmap_own;    /* what pmap points to, loaded by imp_dense_start */
+    int pmap_by_input;  /* the map has a row per input layer (else per kept layer) */
 
     /* set by imp_dense_start */
     uint64_t stride;    /* bytes of a plane's row */
@@ -93,6 +96,14 @@ int imp_dense_source(moe_importer_t *im, imp_dense_t *d, uint64_t start, uint64_
  * LTK), and make it the input's reader (im->ops, im->state). For the .npy reader's float
  * arrays. 0 or a negative status. */
 int imp_dense_open_array(moe_importer_t *im, int dtype, int big, int nd, const uint64_t *dim);
+
+/* The input layers kept of in_layers, into a new array *sel of *n: all, those --moe-layers
+ * lists (each must exist), or those from --first-moe-layer on; --model-layers must be
+ * in_layers. 0 or a negative status with im->err set. */
+int imp_select_layers(moe_importer_t *im, uint32_t in_layers, uint32_t **sel, uint32_t *n);
+/* "@CO dense: layers 0..n-1 are model layers LIST of in_layers" for the kept layers sel[0..n)
+ * of an input holding every model layer. 0 or a negative status. */
+int imp_layers_comment(moe_importer_t *im, const uint32_t *sel, uint32_t n, uint32_t in_layers);
 
 /* Check the shape against the options (--moe-layers, --topk, --experts), size the buffers and
  * set im->hdr (layers, top-k, weights) and an @CO line naming the kept layers. 0 or a negative

@@ -10,64 +10,32 @@
 #include "import_internal.h"
 #include "json_internal.h"
 
-/* A JSON input's text, NUL-terminated (at most 1 GiB). */
-static int json_text(moe_importer_t *im, char **text)
+/* A table as a tensor (the shapes and numbers moved). */
+static void from_table(moe_table_t *tb, imp_tensor_t *t)
 {
-    uint8_t *buf = NULL;
-    size_t n = 0;
-    int st = imp_src_slurp(im->src, (size_t)1 << 30, &buf, &n);
-    if (st < 0)
-        return imp_fail_read(im, "input", st);
-    char *t = realloc(buf, n + 1);
-    if (!t) {
-        free(buf);
-        return imp_fail(im, MOE_ENOMEM, "out of memory");
-    }
-    t[n] = '\0';
-    *text = t;
-    return 0;
+    t->nd = tb->nd;
+    memcpy(t->dim, tb->dim, sizeof tb->dim);
+    t->n = tb->n;
+    t->v = tb->v;
+    tb->v = NULL;
 }
 
-/* The first of keys[] that the object holds as a 2-D or 3-D array of numbers, as a tensor. */
-static int json_array(moe_importer_t *im, const char *const *keys, int nkeys, imp_tensor_t *out)
-{
-    char *text = NULL;
-    int st = json_text(im, &text);
-    jobj_t o = {0};
-    const char *at;
-    if (st == 0 && jtok_obj_parse(&o, text, &at) < 0)
-        st = o.oom ? imp_fail(im, MOE_ENOMEM, "out of memory")
-                   : imp_fail(im, MOE_EFORMAT, "malformed JSON at byte %zu",
-                              (size_t)(at - text));
-    const jval_t *v = NULL;
-    for (int i = 0; st == 0 && !v && i < nkeys; i++)
-        v = jtok_get(&o, keys[i]);
-    if (st == 0 && (!v || (v->kind != J_ARR3 && (v->kind != J_ARR || !v->rows))))
-        st = imp_fail(im, MOE_EFORMAT, "no \"%s\" array of [layers][experts] (or [steps]"
-                      "[layers][experts]) numbers", keys[0]);
-    if (st == 0 && !(out->v = malloc((v->n ? v->n : 1) * sizeof *out->v)))
-        st = imp_fail(im, MOE_ENOMEM, "out of memory");
-    if (st == 0) {
-        out->nd = v->kind == J_ARR3 ? 3 : 2;
-        out->dim[0] = v->kind == J_ARR3 ? v->planes : v->rows;
-        out->dim[1] = v->kind == J_ARR3 ? v->rows : v->cols;
-        out->dim[2] = v->cols;
-        out->n = v->n;
-        if (v->n) /* an empty array has no numbers at all (o.nums NULL) */
-            memcpy(out->v, o.nums + v->off, v->n * sizeof *out->v);
-    }
-    free(o.nums);
-    free(text);
-    return st;
-}
-
-int imp_loads_read(moe_importer_t *im, moe_importer_t *map, uint32_t experts, moe_loads_t *out)
+int imp_loads_read(moe_importer_t *im, const char *text, moe_importer_t *map, moe_table_t *mt,
+                   uint32_t experts, moe_loads_t *out)
 {
     static const char *const count_keys[] = {"logical_count"};
-    static const char *const map_keys[] = {"physical_to_logical_map", "phy2log"};
     imp_tensor_t t = {0}, m = {0};
-    int st = im->prefix[0] == '{' ? json_array(im, count_keys, 1, &t)
-                                  : imp_safetensors_tensor(im, "expert_load_window", &t);
+    moe_table_t tb;
+    memset(&tb, 0, sizeof tb);
+    int st = text ? imp_table_json(im, text, count_keys, 1, &tb)
+             : im->prefix[0] == '{' || !memcmp(im->prefix, "PK\3\4", 4)
+                 ? imp_table_read(im, count_keys, 1, &tb) /* SGLang: JSON, .pt, stat dump */
+                 : imp_safetensors_tensor(im, "expert_load_window", &t);
+    if (st == 0 && tb.v)
+        from_table(&tb, &t);
+    moe_table_free(&tb);
+    if (st == 0 && mt)
+        from_table(mt, &m);
     if (st == 0 && t.nd != 2 && t.nd != 3)
         st = imp_fail(im, MOE_EFORMAT, "loads must be [windows, layers, slots] or [layers, "
                       "slots], not %u-D", t.nd);
@@ -78,9 +46,8 @@ int imp_loads_read(moe_importer_t *im, moe_importer_t *map, uint32_t experts, mo
                     P > 255u * MOE_TRACE_MAX_EXPERTS))
         st = imp_fail(im, MOE_EFORMAT, "loads of shape [%llu, %llu, %llu] out of range",
                       (unsigned long long)W, (unsigned long long)L, (unsigned long long)P);
-    if (st == 0 && map) {
-        st = json_array(map, map_keys, 2, &m);
-        if (st == 0 && (m.nd != 2 || m.dim[0] != L || m.dim[1] != P))
+    if (st == 0 && mt) {
+        if (m.nd != 2 || m.dim[0] != L || m.dim[1] != P)
             st = imp_fail(map, MOE_EFORMAT, "the physical map must be [%llu layers][%llu "
                           "slots], as the loads", (unsigned long long)L, (unsigned long long)P);
         uint32_t top = 0;
@@ -100,7 +67,7 @@ int imp_loads_read(moe_importer_t *im, moe_importer_t *map, uint32_t experts, mo
         st = imp_fail(im, MOE_EINVAL, "%llu slots per layer for %u experts: give the slots' "
                       "experts with a physical map", (unsigned long long)P, experts);
     }
-    if (st == 0 && !map)
+    if (st == 0 && !mt)
         experts = (uint32_t)P;
     if (st == 0 && !(out->load = calloc(L * experts, sizeof *out->load)))
         st = imp_fail(im, MOE_ENOMEM, "out of memory");
@@ -112,7 +79,7 @@ int imp_loads_read(moe_importer_t *im, moe_importer_t *map, uint32_t experts, mo
                           "a count", (unsigned long long)(i / P / L), (unsigned long long)l,
                           (unsigned long long)s, x);
         else {
-            uint64_t *to = &out->load[l * experts + (map ? (uint32_t)m.v[l * P + s] : s)];
+            uint64_t *to = &out->load[l * experts + (mt ? (uint32_t)m.v[l * P + s] : s)];
             uint64_t add = (uint64_t)llround(x);
             if (*to > UINT64_MAX - add) /* a sum over windows and slots past 2^64 */
                 st = imp_fail(im, MOE_ERANGE, "layer %llu: an expert's load summed over the "

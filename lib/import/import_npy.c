@@ -1,6 +1,7 @@
 /* import/import_npy.c -- ExFlow-style NumPy .npy integer arrays [tokens, layers(, k)] import. */
 #include "config.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -42,6 +43,11 @@ typedef struct npy_state {
     int ltk;
     uint64_t r;      /* tokens read */
     int64_t *cell;   /* one cell's K values */
+    uint32_t *sel, nl; /* the input layers kept (--moe-layers, --first-moe-layer) */
+    imp_pmap_t pmap; /* --physical-map, or no ids */
+    int pmap_by_input;
+    uint64_t repeats; /* 2-D: repeated ids in the rows looked at (topk_look) */
+    int64_t top;      /* and the largest id in them */
 } npy_state_t;
 
 /* Read exactly n bytes of the header; a short read is a truncated file. */
@@ -204,12 +210,19 @@ static int convert_token(moe_importer_t *im, npy_state_t *s, uint64_t t, uint16_
                          uint32_t *missing)
 {
     uint32_t lim = imp_id_limit(im), miss = 0;
-    for (uint32_t l = 0; l < s->L; l++) {
+    for (uint32_t j = 0; j < s->nl; j++) {
+        uint32_t l = s->sel[j];
         size_t at = cell_at(s, t, l);
-        for (uint32_t k = 0; k < s->K; k++)
-            s->cell[k] = element(s, at + k);
+        for (uint32_t k = 0; k < s->K; k++) {
+            int64_t v = element(s, at + k), phys = v;
+            if (v >= 0 && s->pmap.id && imp_pmap_id(&s->pmap, s->pmap_by_input ? l : j, phys, &v))
+                return imp_fail(im, MOE_ERANGE, "%s %llu, layer %u: physical slot %lld out of "
+                                "range (%u slots in --physical-map)", s->ltk ? "token" : "row",
+                                (unsigned long long)t, l, (long long)phys, s->pmap.cols);
+            s->cell[k] = v;
+        }
         int64_t bad;
-        int c = imp_cell_ids(s->cell, s->K, s->keff, lim, ids + (size_t)l * s->keff,
+        int c = imp_cell_ids(s->cell, s->K, s->keff, lim, ids + (size_t)j * s->keff,
                              &im->rep.max_id, &bad);
         if (c < 0) {
             char where[64];
@@ -219,12 +232,45 @@ static int convert_token(moe_importer_t *im, npy_state_t *s, uint64_t t, uint16_
         }
         if (c == 1) {
             for (uint32_t k = 0; k < s->keff; k++)
-                ids[(size_t)l * s->keff + k] = MOE_EXPERT_NONE;
+                ids[(size_t)j * s->keff + k] = MOE_EXPERT_NONE;
             miss++;
         }
     }
     *missing = miss;
     return 0;
+}
+
+/*
+ * A 2-D array is (tokens, layers) of top-1 ids; one layer's (tokens, k) top-k array has the
+ * same shape and would read as k top-1 layers. A top-k row never repeats an id; L layers'
+ * top-1 ids over E experts do, in a row with chance 1 - prod_{i<L} (1 - i/E) where they are
+ * independent and uniform (21% for 6 of 64), more where routing is skewed. One warning comes
+ * when none of the first rows (up to 4096, columns 2..16) repeats an id and that chance of
+ * none is below 1/1000.
+ */
+#define TOPK_LOOK_ROWS 4096
+
+static void topk_look(moe_importer_t *im, npy_state_t *s)
+{
+    if (s->nd != 2 || s->ltk || s->L < 2 || s->L > 16 || s->r > TOPK_LOOK_ROWS || s->repeats)
+        return;
+    for (uint32_t a = 0; a < s->L; a++) {
+        int64_t v = element(s, a);
+        s->top = v > s->top ? v : s->top;
+        for (uint32_t b = a + 1; b < s->L; b++)
+            s->repeats += v >= 0 && element(s, b) == v;
+    }
+    if (s->repeats || (s->r != TOPK_LOOK_ROWS && s->r != s->rows))
+        return;
+    double ln = 0, E = (double)s->top + 1; /* ln of the chance that a row repeats none */
+    for (uint32_t i = 1; i < s->L && ln > -INFINITY; i++)
+        ln += i < E ? log1p(-(double)i / E) : -INFINITY;
+    if ((double)s->r * ln < log(1e-3))
+        moe_log(MOE_LOG_WARN, "'%s': a 2-D array reads as %u layers of top-1 ids, but none "
+                "of its first %llu rows repeats an id, as one layer's top-%u rows never do: "
+                "if it is one layer, save it as [tokens, 1, %u] (a[:, None, :] in NumPy); "
+                "stack per-layer files along axis 1", im->path, s->L,
+                (unsigned long long)s->r, s->L, s->L);
 }
 
 static int npy_next(moe_importer_t *im, moe_trace_rec_t *r)
@@ -245,6 +291,7 @@ static int npy_next(moe_importer_t *im, moe_trace_rec_t *r)
             return st;
         r->seq = im->seq_base;
         r->pos = (uint32_t)s->r++;
+        topk_look(im, s);
         r->step = r->rank = 0;
         if (imp_keep(im, r, missing))
             return 1;
@@ -286,6 +333,8 @@ static void npy_free(moe_importer_t *im)
         return;
     free(s->row);
     free(s->cell);
+    free(s->sel);
+    imp_pmap_free(&s->pmap);
     free(s);
     im->state = NULL;
 }
@@ -323,7 +372,13 @@ int imp_npy_open(moe_importer_t *im)
         return imp_fail(im, MOE_ENOMEM, "out of memory");
     if (s->ltk && (st = read_ltk(im, s)) < 0)
         return st;
-    im->hdr.layers = s->L;
+    /* an array over every model layer (SGLang's recorder ids): the MoE ones kept */
+    if ((st = imp_select_layers(im, s->L, &s->sel, &s->nl)) < 0 ||
+        (st = imp_pmap_load(im, s->L, s->nl, &s->pmap, &s->pmap_by_input)) < 0)
+        return st;
+    if (s->nl == 0)
+        return imp_fail(im, MOE_ERANGE, "no layer kept of the array's %u", s->L);
+    im->hdr.layers = s->nl;
     im->hdr.topk = s->keff;
     im->rep.sequences = 1;
     st = imp_comment(im, "npy: %llu tokens x %u layers x top-%u, %s%u-byte %s integers%s",
@@ -332,5 +387,11 @@ int imp_npy_open(moe_importer_t *im)
                      s->ltk ? ", layout LTK (layers, tokens, k)" : "");
     if (st == 0 && s->keff < s->K)
         st = imp_comment(im, "npy: -1 padding: top-%u of %u columns", s->keff, s->K);
+    if (st == 0 && (im->opts.moe_layers || im->opts.first_moe_given))
+        st = imp_layers_comment(im, s->sel, s->nl, s->L);
+    if (st == 0 && s->pmap.id)
+        st = imp_comment(im, "npy: ids are physical slots, mapped to logical experts by "
+                         "--physical-map %.200s (%u slots)", im->opts.physical_map,
+                         s->pmap.cols);
     return st;
 }

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "import_internal.h"
 #include "moe/import.h"
 #include "moe/io.h"
 #include "moe/moe.h"
@@ -27,12 +28,42 @@ static int failed(int st)
     return st < 0 ? st : MOE_EFORMAT;
 }
 
+/* The model layers the options give (io.moe_layers, first_moe_layer, model_layers) added to
+ * h as @CO lines where the input's own lines record less; they must agree with them. */
+static int label_layers(const moe_import_job_t *job, const char *in, moe_trace_hdr_t *h,
+                        char *errbuf, size_t errlen)
+{
+    const moe_import_opts_t *o = &job->io;
+    if (!o->moe_layers && !o->model_layers && !o->first_moe_given)
+        return 0;
+    moe_layer_map_t m;
+    char why[256];
+    int rc = moe_layer_map_read(h->text, h->layers, &m, why, sizeof why);
+    uint32_t had_n = m.model_layers;
+    int had_ids = m.id != NULL;
+    if (!rc)
+        rc = moe_layer_map_set(&m, o->model_layers,
+                               o->first_moe_given ? (int64_t)o->first_moe_layer : -1,
+                               o->moe_layers, why, sizeof why);
+    if (rc == MOE_ENOMEM)
+        rc = util_errf(errbuf, errlen, rc, "out of memory");
+    else if (rc)
+        rc = util_errf(errbuf, errlen, rc, "'%s': %s", in, why);
+    else if (((!had_ids && m.id) || had_n != m.model_layers) &&
+             (rc = moe_layer_map_comment(&m, h)) != 0)
+        rc = util_errf(errbuf, errlen, rc, "out of memory");
+    moe_layer_map_release(&m);
+    return rc;
+}
+
 /* One pass over every input into out, whose header is the first input's shape with E =
  * experts. *max_rank receives the largest source rank seen. */
 static int import_pass(const moe_import_job_t *job, const moe_trace_sink_t *out,
                        uint32_t experts, moe_import_report_t *total, uint32_t *max_rank,
                        char *errbuf, size_t errlen)
 {
+    if (job->pipeline_stages > 1)
+        return imp_stages_pass(job, out, experts, total, max_rank, errbuf, errlen);
     moe_trace_hdr_t first, h;
     moe_trace_hdr_init(&first);
     moe_trace_rec_t r = {0};
@@ -53,7 +84,9 @@ static int import_pass(const moe_import_job_t *job, const moe_trace_sink_t *out,
             h.experts = experts;
             h.hidden = job->hidden;
             h.elem_bytes = job->elem_bytes;
-            if (moe_trace_hdr_copy(&first, &h) != 0)
+            if ((rc = label_layers(job, in, &h, errbuf, errlen)) != 0)
+                ;
+            else if (moe_trace_hdr_copy(&first, &h) != 0)
                 rc = util_errf(errbuf, errlen, MOE_ENOMEM, "out of memory");
             else
                 rc = out->begin(out->ctx, &first);

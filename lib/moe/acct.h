@@ -38,17 +38,28 @@ extern "C" {
  *           fewest ranks), ties broken by the home's node, then by the least
  *           hash(token, layer << 32 | rank) -- deterministic, and spreading tokens evenly
  *           over equivalent copies.
- *  even     the token's copy of every expert of the cell is copy number
- *           ((token x 2654435769) mod 2^32) mod c_e of e's c_e copies, in the order the
- *           placement lists them, wherever the home is: vLLM's EPLB rule (the Knuth
- *           multiplicative hash of the token's index in its batch, in
- *           eplb_map_to_physical_and_record / _eplb_map_and_record_i32_kernel,
- *           vllm/distributed/eplb/), with the trace's token id as that index. An expert's
- *           tokens spread over its copies regardless of locality (with 2^n copies, any 2^n
- *           consecutive ids use each once), as SGLang's `dynamic` dispatch (a random copy per
- *           token and expert, python/sglang/srt/eplb/expert_location_dispatch.py) does in
- *           expectation; SGLang's default `static` (one copy per source rank and expert) is
- *           neither rule.
+ *  even     the token's slot of every expert of the cell is slot number
+ *           ((token x 2654435769) mod 2^32) mod c_e of e's c_e physical slots
+ *           (moe_placement_slot_ranks: its copies, or the slots a cell keeps, in the
+ *           placement's order, EPLB's log2phy), wherever the home is: vLLM's EPLB rule since
+ *           its PR #40810 (April 2026; the Knuth multiplicative hash of the token's index in
+ *           its batch in eplb_map_to_physical_and_record), with the trace's token id as that
+ *           index. An expert's tokens spread over its slots regardless of locality (with 2^n
+ *           slots, any 2^n consecutive ids use each once), as SGLang's `dynamic` dispatch (a
+ *           random slot per token and expert, python/sglang/srt/eplb/
+ *           expert_location_dispatch.py) does in expectation.
+ *  positional  slot number (token x k + i) mod c_e for the i-th of the cell's k experts: the
+ *           position in the flattened [tokens, k] top-k ids, vLLM's rule from PR #24573
+ *           (September 2025, v0.11: pos_indices % replica_count in
+ *           eplb_map_to_physical_and_record, vllm/model_executor/layers/fused_moe/router/
+ *           base_router.py, and offs % replica_count in its Triton kernel) until #40810.
+ *  sglang-static  SGLang's default with EPLB or --init-expert-location (ep_dispatch_algorithm
+ *           "static"): the token's GPU (its home: s for vanilla) takes its own slot of e when
+ *           it holds one, else the slot SGLang's compute_logical_to_rank_dispatch_physical_map
+ *           gives that GPU for (layer, e): a fair choice among e's slots drawn from one
+ *           random.Random(42) over every row of the map, dense model layers included; moeflow
+ *           computes the same table (CPython's generator restated) from the placement's SGLang
+ *           export, so the choice is SGLang's for the same map.
  *
  * Load is counted in expert-token pairs: rank r processes one unit per expert of S_j it serves.
  *
@@ -73,9 +84,11 @@ enum moe_phase { MOE_DISPATCH = 0, MOE_COMBINE = 1, MOE_PHASES = 2 };
 
 /* Which copy of a replicated expert serves a token (see above). */
 enum moe_replica_rule {
-    MOE_REPLICA_NEAREST = 0, /* on or nearest the token's home, fewest ranks (moeflow) */
-    MOE_REPLICA_EVEN = 1,    /* spread evenly by a hash of the token id (vLLM's EPLB) */
-    MOE_REPLICA_RULES = 2,
+    MOE_REPLICA_NEAREST = 0,       /* on or nearest the token's home, fewest ranks (moeflow) */
+    MOE_REPLICA_EVEN = 1,          /* slot by a hash of the token id (vLLM after #40810) */
+    MOE_REPLICA_POSITIONAL = 2,    /* slot by the position in the top-k ids (vLLM 0.11-#40810) */
+    MOE_REPLICA_SGLANG_STATIC = 3, /* SGLang's static table per source GPU (its default) */
+    MOE_REPLICA_RULES = 4,
 };
 
 typedef struct moe_acct_opts {
@@ -105,10 +118,12 @@ typedef struct moe_acct_layer {
 typedef struct moe_acct moe_acct_t;
 
 /* Open what an accounting of placement ppath on trace tpath needs: the placement and a trace
- * map (`threads` workers), checked to have the same layers and experts. Returns 0 with *p and
- * *m set (the caller frees both), or a negative status with a one-line reason in err: the
- * reader's own message (it names the file), or for MOE_ESHAPE "placement is for L layers x E
- * experts, the trace has ...", which the caller prefixes with the two names. */
+ * map (`threads` workers), checked to have the same layers and experts. A placement of more
+ * layers (SGLang's, a row per model layer) gives the rows of the model layers the trace records
+ * (moe_placement_for_layers). Returns 0 with *p and *m set (the caller frees both), or a
+ * negative status with a one-line reason in err: the reader's own message (it names the file),
+ * or for MOE_ESHAPE "placement is for L layers x E experts, the trace has ...", which the
+ * caller prefixes with the two names. */
 int moe_acct_inputs(const char *ppath, const char *tpath, int threads, moe_placement_t **p,
                     moe_trace_map_t **m, char *err, size_t errlen);
 

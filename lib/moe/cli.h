@@ -23,6 +23,8 @@ enum moe_opt_group {
     MOE_OPT_PROGRESS = 1u << 4, /* --progress, --no-progress */
     MOE_OPT_FORCE = 1u << 5,   /* -f */
     MOE_OPT_ALL = 0x3f,
+    MOE_OPT_LAYERS = 1u << 6,  /* --model-layers, --first-moe-layer, --moe-layers (not in
+                                * MOE_OPT_ALL: only the commands that map layers take them) */
 };
 
 /* Values of the shared options after parsing. */
@@ -36,6 +38,9 @@ typedef struct moe_opts {
     int force;       /* -f: write binary to a terminal anyway */
     int progress;    /* -1 auto (stderr is a terminal), 0 off, 1 on */
     unsigned allowed; /* groups the command accepts (set before parsing) [MOE_OPT_ALL] */
+    uint32_t model_layers;   /* --model-layers: the model's layers, 0 = not given */
+    int64_t first_moe_layer; /* --first-moe-layer, -1 = not given */
+    const char *moe_layers;  /* --moe-layers LIST, NULL = not given */
 } moe_opts_t;
 
 /* Long-option codes above the char range, for tools' own switch statements. */
@@ -45,6 +50,9 @@ enum {
     MOE_OPTC_NO_PROGRESS,
     MOE_OPTC_HELP,
     MOE_OPTC_VERSION,
+    MOE_OPTC_MODEL_LAYERS,
+    MOE_OPTC_FIRST_MOE_LAYER,
+    MOE_OPTC_MOE_LAYERS,
     MOE_OPTC_TOOL = 0x1100, /* first code free for a tool's own long options */
 };
 
@@ -58,7 +66,10 @@ enum {
         {"force", no_argument, 0, 'f'}, {"no-PG", no_argument, 0, MOE_OPTC_NO_PG},           \
         {"progress", no_argument, 0, MOE_OPTC_PROGRESS},                                     \
         {"no-progress", no_argument, 0, MOE_OPTC_NO_PROGRESS},                               \
-        {"help", no_argument, 0, MOE_OPTC_HELP}, {"version", no_argument, 0, MOE_OPTC_VERSION}
+        {"help", no_argument, 0, MOE_OPTC_HELP}, {"version", no_argument, 0, MOE_OPTC_VERSION}, \
+        {"model-layers", required_argument, 0, MOE_OPTC_MODEL_LAYERS},                       \
+        {"first-moe-layer", required_argument, 0, MOE_OPTC_FIRST_MOE_LAYER},                 \
+        {"moe-layers", required_argument, 0, MOE_OPTC_MOE_LAYERS}
 
 /* Defaults: out "-", fmt 0, level -1, threads 0, verbosity 0, progress -1, all groups allowed.
  */
@@ -87,6 +98,16 @@ void moe_opts_apply_log(const moe_opts_t *o);
 /* Print the help lines of the selected groups, GNU layout, two-space indent. */
 void moe_opts_usage(FILE *fp, unsigned groups);
 
+/* The MOE_OPT_LAYERS options applied to m, the mapping the input `name` records
+ * (moe_layer_map_set). 0, or 1 after a "prog: 'name': reason" message. */
+struct moe_layer_map;
+int moe_cli_layers(const char *prog, const moe_opts_t *o, const char *name,
+                   struct moe_layer_map *m);
+/* The same applied to placement p's model layers (moe_placement_set_layers). */
+struct moe_placement;
+int moe_cli_placement_layers(const char *prog, const moe_opts_t *o, const char *name,
+                             struct moe_placement *p);
+
 /* "moe-trace (moeflow) 0.1.0\nlibmoecore 0.1.0\nfeatures: ...\n" */
 void moe_print_version(FILE *fp, const char *prog);
 
@@ -109,7 +130,9 @@ int moe_cli_double(const char *prog, const char *sub, const char *arg, double mi
  * after moe_usage_error(prog, sub, ...). */
 #define MOE_CLI_REPLICA_RULE_HELP                                                             \
     "      --replica-rule=R   copy of a replicated expert a token uses: nearest (on or\n"      \
-    "                         near its home) or even (spread as vLLM's EPLB) [nearest]\n"
+    "                         near its home), even (vLLM's EPLB since PR 40810),\n"          \
+    "                         positional (vLLM 0.11 to PR 40810) or sglang-static\n"          \
+    "                         (SGLang's default) [nearest]\n"
 int moe_cli_replica_rule(const char *prog, const char *sub, const char *arg, int *out);
 /* --gather-bytes=B|hidden (moe_exflow_gather_parse): 0, or 2 after moe_usage_error. */
 int moe_cli_gather_bytes(const char *prog, const char *sub, const char *arg, double *out);

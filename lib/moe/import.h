@@ -24,6 +24,10 @@ enum moe_import_fmt {
     MOE_IMPORT_RAW,      /* headerless little-endian array [tokens, layers, k] (--shape) */
     MOE_IMPORT_BASE64,   /* one base64 blob of such an array per line (a request each): SGLang's
                           * and vLLM's "return routed experts" */
+    MOE_IMPORT_TORCH,    /* torch.save of a tuple of per-layer [tokens, E] tensors: Hugging
+                          * Face's router logits (output_router_logits), or [tokens, k] ids */
+    MOE_IMPORT_VLLM,     /* vLLM's HTTP response with routed experts (JSON; a response per
+                          * line for several) */
 };
 
 /* Axis order of a 3-D array (moe-trace import --layout; .npy and safetensors). */
@@ -48,12 +52,25 @@ typedef struct moe_import_opts {
     const char *shape;      /* raw, base64: "[T,]L,K" (T inferred when absent) */
     const char *dtype;      /* raw, base64: int8..int64, uint8..uint64, float16, bfloat16,
                              * float32, float64 */
-    const char *moe_layers; /* keep these input layers ("1-3,5": model-layer ids), drop the
-                             * others (dense layers); NULL keeps all */
+    const char *moe_layers; /* the MoE layers' model-layer ids ("1-3,5"): of an input holding
+                             * every model layer (safetensors, raw, base64, .npy) the layers
+                             * kept, the others (dense layers) dropped; of any other, the
+                             * labels moe_import_run records; NULL: all kept, none given */
+    uint32_t model_layers;  /* the model's layers, dense ones included (0: not given); what
+                             * moe_import_run records (it must agree with the input) */
+    int first_moe_given;    /* first_moe_layer is given: the MoE layers are model layers
+                             * first_moe_layer, first_moe_layer + 1, ... (kept, of an input
+                             * holding every layer) */
+    uint32_t first_moe_layer;
     uint32_t topk;          /* float router logits: experts taken per token (0: ids input) */
     int no_renorm;          /* logits: gate weights are the softmax over all E, not
                              * renormalised over the top k (Mixtral's default) */
     int layout;             /* enum moe_import_layout */
+    const char *physical_map; /* ids are physical slots (EPLB on): SGLang's or EPLB's map of
+                               * them to logical experts, a row per input layer (SGLang's
+                               * model layers) or per kept layer (vLLM's MoE layers); NULL:
+                               * the ids are logical. raw, base64, safetensors, .npy and torch
+                               * ids */
 } moe_import_opts_t;
 
 /* What an import found, for the report on stderr and for tests. */
@@ -107,10 +124,18 @@ typedef struct moe_import_job {
     /* Called after each input with (inputs done, ninputs); optional. */
     void (*progress)(void *arg, uint64_t done, uint64_t total);
     void *progress_arg;
+    /* 0 or 1: the inputs' tokens follow one another. S > 1: the inputs are whole pipelines of
+     * S stage files in stage order (Megatron's pipeline parallelism: each stage holds its own
+     * layers of the same tokens, numbered from 0), each pipeline's stages joined as layers:
+     * model layers from io.model_layers (an even split) or each stage ending with its last
+     * MoE layer, or io.moe_layers (imp_stages_pass, import_stages.c). */
+    uint32_t pipeline_stages;
 } moe_import_job_t;
 
 /* Read every input of job into one trace written to out (moe/trace.h). Its header is the first
- * input's (shape and '@CO' lines) with E = io.experts, hidden and elem_bytes; every other input
+ * input's (shape and '@CO' lines) with E = io.experts, hidden and elem_bytes, and the model
+ * layers of io.moe_layers, first_moe_layer and model_layers added as "@CO\tmodel-layers: ..."
+ * lines (moe_layer_map_comment) where the input records less; every other input
  * must have the same layers, top-k and weights, and ids below E; token ids number the output's
  * tokens from 0, unique across the inputs. Without io.experts, E is known only at the end: the
  * records are spooled to a scratch trace in $TMPDIR (or /tmp) first, then written to out with E
@@ -138,6 +163,27 @@ typedef struct moe_loads {
 int moe_import_loads(const char *path, const char *map, uint32_t experts, moe_loads_t *out,
                      char *errbuf, size_t errlen);
 void moe_loads_free(moe_loads_t *l);
+
+/* A table of numbers found under one of the caller's keys, in any form SGLang's
+ * --init-expert-location takes: a torch.save archive of a dict (the stat recorder's dump
+ * included) whose value is a tensor or nested lists, a JSON file, or -- for a name that is no
+ * file and starts with '{' -- the JSON text itself. */
+typedef struct moe_table {
+    int key;          /* index into the caller's keys of the one found (the first present) */
+    uint32_t nd;      /* 2 or 3 */
+    uint64_t dim[3];  /* the shape (dim[2] = 1 for 2-D) */
+    uint64_t n;       /* numbers */
+    double *v;        /* n numbers, C order */
+    uint32_t nkeys;   /* keys of the dict or object */
+    char other[48];   /* a key that is none of the caller's, "" if none */
+    int torch;        /* read from a torch.save archive */
+} moe_table_t;
+
+/* Read path's table under the first of keys[0..nkeys) it holds. 0 or a negative status with a
+ * one-line reason naming the input in errbuf. */
+int moe_import_table(const char *path, const char *const *keys, int nkeys, moe_table_t *out,
+                     char *errbuf, size_t errlen);
+void moe_table_free(moe_table_t *t);
 
 #ifdef __cplusplus
 }

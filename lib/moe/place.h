@@ -306,6 +306,15 @@ int moe_place_replay(const char *path, const moe_topo_t *topo, const moe_placeme
                      int (*fn)(void *ctx, const void *buf, size_t len), void *ctx,
                      char *errbuf, size_t errlen);
 
+/* moe_placement_import for every form a placement is handed over in: SGLang's
+ * --init-expert-location also as a torch.save archive of a dict (a tensor or lists under
+ * physical_to_logical_map) or as inline JSON (a `path` that is no file and starts with '{');
+ * a logical_count is refused (loads: moe_import_loads). Other formats as moe_placement_import.
+ * NULL with *status and a one-line reason naming the input. */
+moe_placement_t *moe_place_import(const char *path, int format, uint32_t experts, uint32_t ranks,
+                                  uint32_t gpus_per_node, int *status, char *errbuf,
+                                  size_t errlen);
+
 #ifdef __cplusplus
 }
 #endif

@@ -16,14 +16,23 @@ extern "C" {
  * normally, several when hot experts are replicated (EPLB's redundant experts). Each rank has
  * `capacity` expert slots per layer (the memory it sets aside for expert weights); a valid
  * placement gives every expert at least one rank, never the same rank twice, and no rank more
- * than `capacity` experts in any layer. Ranks are grouped into nodes of gpus_per_node.
+ * than `capacity` slots in any layer. Ranks are grouped into nodes of gpus_per_node.
+ *
+ * Physical slots: a copy takes one slot, except where a placement read from EPLB or SGLang
+ * gives an expert several slots on one rank (DeepSeek's rebalance_experts does): such a cell
+ * keeps its slots, in the file's order (EPLB's log2phy), as ranks that may repeat
+ * (moe_placement_set_slots, moe_placement_slot_ranks); its copies are their distinct ranks in
+ * order of first appearance. Every slot counts in its rank's capacity; the rules that pick one
+ * of an expert's replicas by index (vLLM's, SGLang's) pick among slots, the others among
+ * copies.
  *
  * Text form (moe-place(5)): '@' header lines -- @PL with the shape first, then free @CO
  * comments, @FT (how it was fitted) and @PG (the command lines that made it) -- and one line
  * "layer<TAB>expert<TAB>rank[,rank...]" per expert, layer-major. Plain or gzipped.
  */
 #define MOE_PLACEMENT_MAJOR 1
-#define MOE_PLACEMENT_MINOR 0
+#define MOE_PLACEMENT_MINOR 1 /* 1.1: @PL model_layers and moe_layers; a file without them is
+                               * written as 1.0 */
 #define MOE_PLACEMENT_MAX_RANKS MOE_MAX_RANKS /* the one rank limit, moe/moe.h */
 
 typedef struct moe_placement {
@@ -36,6 +45,15 @@ typedef struct moe_placement {
                              * first copy is the primary one */
     char *text;             /* '@' lines after @PL (each '\n'-terminated), NUL-terminated, or
                              * NULL */
+    uint32_t model_layers;  /* the model's layers, dense ones included (SGLang's rows); 0:
+                             * unknown */
+    uint32_t *model_layer;  /* [layers] the model layer each layer is, ascending; NULL:
+                             * unknown (layer i is model layer i). moe_placement_set_layers
+                             * sets both. */
+    uint8_t *nslot;         /* [layers * experts] slots of a cell that keeps its own (0: one
+                             * per copy, in copy order); NULL: none does */
+    uint16_t *slot;         /* [(layer * experts + expert) * maxslot + i] rank of slot i */
+    uint32_t maxslot;       /* room for slots per cell */
 } moe_placement_t;
 
 /* A placement with no expert placed yet (room for maxrep copies each, at most 255). Returns
@@ -49,9 +67,16 @@ void moe_placement_free(moe_placement_t *p);
 /* Deep copy, or NULL on ENOMEM. */
 moe_placement_t *moe_placement_dup(const moe_placement_t *p);
 
-/* Add rank r as a copy of (layer, expert). Returns 0, MOE_ERANGE (index out of range, no room
- * for another copy) or MOE_EINVAL (r already holds it). Capacity is not checked here. */
+/* Add rank r as a copy of (layer, expert) (and a slot, for a cell keeping its slots). Returns 0,
+ * MOE_ERANGE (index out of range, no room for another copy) or MOE_EINVAL (r already holds
+ * it). Capacity is not checked here. */
 int moe_placement_add(moe_placement_t *p, uint32_t layer, uint32_t expert, uint32_t r);
+/* Give (layer, expert) the n physical slots on ranks[0..n) (a rank may repeat, 1 <= n <= 255):
+ * its copies become their distinct ranks in order of first appearance (at most maxrep), the
+ * cell keeps the slots when a rank repeats. Returns 0, MOE_ERANGE (an index or rank out of
+ * range, n or the copies too many) or MOE_ENOMEM. Capacity is not checked here. */
+int moe_placement_set_slots(moe_placement_t *p, uint32_t layer, uint32_t expert,
+                            const uint16_t *ranks, uint32_t n);
 /* Remove every copy of every expert (keeps shape and text). */
 void moe_placement_clear(moe_placement_t *p);
 /* The ranks holding (layer, expert): *n of them. */
@@ -73,13 +98,26 @@ static inline int moe_placement_holds(const moe_placement_t *p, uint32_t layer, 
             return 1;
     return 0;
 }
+/* The physical slots of (layer, expert): the ranks of its *n slots, in order (a rank repeats
+ * where it holds several); one per copy, the copies', where the cell keeps none. */
+static inline const uint16_t *moe_placement_slot_ranks(const moe_placement_t *p, uint32_t layer,
+                                                       uint32_t expert, uint32_t *n)
+{
+    size_t i = (size_t)layer * p->experts + expert;
+    if (p->nslot && p->nslot[i]) {
+        *n = p->nslot[i];
+        return p->slot + i * p->maxslot;
+    }
+    return moe_placement_ranks(p, layer, expert, n);
+}
 /* Rank of the primary copy of (layer, expert). */
 static inline uint32_t moe_placement_primary(const moe_placement_t *p, uint32_t layer,
                                              uint32_t expert)
 {
     return p->rank[((size_t)layer * p->experts + expert) * p->maxrep];
 }
-/* Total copies in a layer (experts + replicas). */
+/* Total physical slots in a layer (experts + replicas, a second slot of an expert on a rank
+ * included). */
 uint32_t moe_placement_slots(const moe_placement_t *p, uint32_t layer);
 
 /* Check validity (see above). Returns 0 or MOE_EFORMAT with a one-line reason, e.g.
@@ -87,6 +125,22 @@ uint32_t moe_placement_slots(const moe_placement_t *p, uint32_t layer);
 int moe_placement_check(const moe_placement_t *p, char *errbuf, size_t errlen);
 /* Append one '@' text line (without '\n'). 0 or MOE_ENOMEM / MOE_EFORMAT (no leading '@'). */
 int moe_placement_add_line(moe_placement_t *p, const char *line);
+
+/* The model layers of p's layers (moe/trace.h's mapping, for m->layers == p->layers), replacing
+ * what p had; an unknown mapping clears them. 0, MOE_EINVAL with a reason (a mapping that fails
+ * moe_layer_map_check or is of another layer count) or MOE_ENOMEM. */
+struct moe_layer_map;
+int moe_placement_set_layers(moe_placement_t *p, const struct moe_layer_map *m, char *errbuf,
+                             size_t errlen);
+/* p's mapping as a moe_layer_map_t (ids copied; release it). 0 or MOE_ENOMEM. */
+int moe_placement_layers(const moe_placement_t *p, struct moe_layer_map *m);
+/* The placement of the layers a trace with mapping tm has: a copy of p when the layer counts
+ * agree (the mappings must then agree where both are known), else the rows of p whose model
+ * layers are tm's (p's layer i taken as model layer i when p records none): SGLang's map holds
+ * every model layer, a trace only the MoE ones. NULL with *status (MOE_ESHAPE and a reason
+ * naming the first layer without a row, MOE_ENOMEM). */
+moe_placement_t *moe_placement_for_layers(const moe_placement_t *p, const struct moe_layer_map *tm,
+                                          int *status, char *errbuf, size_t errlen);
 
 /* moe-place check's report on one placement file: "NAME: ok: L layers x E experts on G ranks
  * (g per node), capacity C, R replicas" (R: copies beyond the first, all layers), or with `json`
@@ -143,6 +197,12 @@ int moe_placement_export(const moe_placement_t *p, int format, moe_placement_sin
 moe_placement_t *moe_placement_import(const char *path, int format, uint32_t experts,
                                       uint32_t ranks, uint32_t gpus_per_node, int *status,
                                       char *errbuf, size_t errlen);
+/* SGLang's physical_to_logical_map given as numbers, rows x cols (from a torch.save dict or
+ * inline JSON: moe_place_import), with the SGLANG import's rules; `name` labels messages. */
+moe_placement_t *moe_placement_from_sglang(const double *ids, uint32_t rows, uint32_t cols,
+                                           const char *name, uint32_t experts, uint32_t ranks,
+                                           uint32_t gpus_per_node, int *status, char *errbuf,
+                                           size_t errlen);
 
 #ifdef __cplusplus
 }

@@ -130,6 +130,61 @@ uint64_t moe_trace_tell(const moe_trace_t *t);
 /* Size of the input file in bytes, 0 if unknown (pipe). */
 uint64_t moe_trace_size(const moe_trace_t *t);
 
+/* ------------------------------------------------------------------ model layers */
+
+/*
+ * Which layers of the model a trace's MoE layers are. DeepSeek-V2-Lite has 27 layers, the
+ * first dense: its 26 MoE layers are model layers 1..26. SGLang indexes its expert maps and
+ * loads by model layer (num_hidden_layers rows, dense ones included: FusedMoE.weight_loader
+ * asks logical_to_all_physical(self.layer_id, ...)), so a placement handed to it must say where
+ * each of its layers goes. Traces record the mapping in @CO lines (the Megatron, SGLang and
+ * dense-array importers write them, moe-trace import --model-layers/--first-moe-layer adds
+ * one); placements in their @PL line (moe-place(5)).
+ */
+#define MOE_LAYER_MAP_MAX (1u << 20) /* model layer ids and counts stay below this */
+
+typedef struct moe_layer_map {
+    uint32_t layers;       /* MoE layers L */
+    uint32_t model_layers; /* the model's layers, dense ones included; 0: unknown */
+    uint32_t *id;          /* [L] model layer of each MoE layer, strictly ascending; NULL:
+                            * unknown (MoE layer i taken as model layer i) */
+} moe_layer_map_t;
+
+/* An unknown mapping of `layers` MoE layers. */
+void moe_layer_map_init(moe_layer_map_t *m, uint32_t layers);
+/* Free the ids (the mapping becomes unknown). */
+void moe_layer_map_release(moe_layer_map_t *m);
+/* Deep copy; 0 or MOE_ENOMEM. */
+int moe_layer_map_copy(moe_layer_map_t *dst, const moe_layer_map_t *src);
+/* Ids ascending and below the model's layer count; a known count other than L needs the ids.
+ * 0 or a negative status with a one-line reason. */
+int moe_layer_map_check(const moe_layer_map_t *m, char *err, size_t errlen);
+/* Model layer of MoE layer i (i itself when unknown). */
+uint32_t moe_layer_map_model(const moe_layer_map_t *m, uint32_t layer);
+/* Whether MoE layer i is model layer i for every i and no dense layer follows (all that a
+ * mapping can say is "no dense layers"). */
+int moe_layer_map_identity(const moe_layer_map_t *m);
+/* The mapping of a header's text (the @CO lines above) for `layers` MoE layers: unknown when
+ * the text records none; MOE_EFORMAT with a reason when its lines do not map every layer to one
+ * decoder layer (MTP layers, a cut list) or disagree. */
+int moe_layer_map_read(const char *text, uint32_t layers, moe_layer_map_t *m, char *err,
+                       size_t errlen);
+/* Apply the options: model_layers (0: not given), first (-1: not given: MoE layers first,
+ * first + 1, ...) or list (NULL: not given; "1-3,5": the model layers of the MoE layers, as many
+ * as there are). What m already records must agree. 0 or MOE_EINVAL/ERANGE with a reason. */
+int moe_layer_map_set(moe_layer_map_t *m, uint32_t model_layers, int64_t first, const char *list,
+                      char *err, size_t errlen);
+/* The model layers as a list of ids and ranges ("1-26"), malloc'd; NULL when out of memory. */
+char *moe_layer_map_list(const moe_layer_map_t *m);
+/* Append "@CO\tmodel-layers: layers A..B are model layers LIST[ of N]" lines to h (none for an
+ * unknown mapping). 0 or MOE_ENOMEM. */
+int moe_layer_map_comment(const moe_layer_map_t *m, moe_trace_hdr_t *h);
+/* The header of layers first .. first + count - 1 of a trace of header `in` (moe-trace slice):
+ * a copy of `in` with that layer count and, when `in` records its model layers, model-layers
+ * lines saying which those layers are. 0 or MOE_ENOMEM (out released). */
+int moe_layer_map_slice(const moe_trace_hdr_t *in, uint32_t first, uint32_t count,
+                        moe_trace_hdr_t *out);
+
 /* Write the text form of a header (the @MT line and text lines) to fp; 0 or MOE_ESYS. */
 int moe_trace_hdr_print(FILE *fp, const moe_trace_hdr_t *h);
 /* Write the text form of one record (one line) to fp; 0 or MOE_ESYS. */
@@ -206,6 +261,16 @@ enum moe_stats_form {
  * sink's first error, or MOE_EINVAL for an unknown form. */
 int moe_trace_stats_write_as(const moe_trace_stats_t *s, int form, int loads,
                              struct moe_textout *t);
+/* SGLang's logical_count indexed, as SGLang indexes it, by model layer: a row per model layer
+ * of the trace of header h (its @CO lines, moe_layer_map_read, with the options model_layers,
+ * first and list of moe_layer_map_set applied), the rows of layers the trace does not hold
+ * (dense ones) zero, as its own recorder leaves them (_LayerBasedCpuSinglePassGatherer.
+ * _collect_objects, expert_distribution.py); the trace's layers when it records none. Nothing
+ * written and MOE_EINVAL with a reason in err for a mapping that cannot be read or completed
+ * (the model layers known, not how many the model has); else 0 or the sink's first error. */
+int moe_trace_stats_write_sglang(const moe_trace_stats_t *s, const moe_trace_hdr_t *h,
+                                 uint32_t model_layers, int64_t first, const char *list,
+                                 struct moe_textout *t, char *err, size_t errlen);
 /* Number of distinct sequence ids counted. */
 size_t moe_trace_stats_sequences(const moe_trace_stats_t *s);
 /* The distinct sequence ids, in no particular order, into ids (room for

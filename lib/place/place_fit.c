@@ -227,6 +227,23 @@ static int add_fit_line(moe_placement_t *p, const moe_place_opts_t *o, const moe
     return moe_placement_add_line(p, line);
 }
 
+/* The model layers of the trace (or table) fitted, as its @CO lines record them: what SGLang's
+ * map needs (moe/trace.h). Lines that do not map the layers leave them unknown, said once. */
+static int fit_layers(moe_placement_t *p, const moe_affinity_t *a)
+{
+    moe_layer_map_t m;
+    char why[200];
+    int rc = moe_layer_map_read(moe_affinity_text(a), p->layers, &m, why, sizeof why);
+    if (rc == MOE_ENOMEM)
+        return rc;
+    if (rc)
+        moe_log(MOE_LOG_WARN, "the fitted input's model layers are unknown: %s", why);
+    else
+        rc = moe_placement_set_layers(p, &m, why, sizeof why);
+    moe_layer_map_release(&m);
+    return rc == MOE_ENOMEM ? rc : 0;
+}
+
 /* Run the method on p (the shape of topo). */
 static int place_run(const moe_affinity_t *a, const moe_topo_t *topo, const moe_place_opts_t *o,
                      moe_placement_t *p, moe_place_result_t *res, char *errbuf, size_t errlen)
@@ -338,6 +355,8 @@ moe_placement_t *moe_place_fit(const moe_affinity_t *a, const moe_topo_t *topo,
                 moe_place_method_name(o->method), errbuf);
     if (!rc)
         rc = add_fit_line(p, o, topo, res, &in);
+    if (!rc)
+        rc = fit_layers(p, a);
     if (rc) {
         if (rc == MOE_ENOMEM)
             snprintf(errbuf, errlen, "%s", moe_strerror(rc));

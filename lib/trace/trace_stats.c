@@ -13,6 +13,7 @@
 #include "moe/moe.h"
 #include "moe/rng.h"
 #include "moe/trace.h"
+#include "util_internal.h"
 #include "moe/trace_map.h"
 #include "util_internal.h"
 
@@ -387,18 +388,48 @@ static int stats_json(const moe_trace_stats_t *s, int loads, struct moe_textout 
 }
 
 /* SGLang's logical_count (see moe/trace.h): its stat-mode recorder dumps (steps, layers,
- * experts) and its init_by_eplb sums over the steps, so one step carries the whole trace. */
-static int stats_sglang(const moe_trace_stats_t *s, struct moe_textout *t)
+ * experts) and its init_by_eplb sums over the steps, so one step carries the whole trace. One
+ * row per model layer of m (the trace's layers when m is NULL or unknown), zero for those the
+ * trace does not hold. */
+static int stats_sglang(const moe_trace_stats_t *s, const moe_layer_map_t *m,
+                        struct moe_textout *t)
 {
+    uint32_t rows = m && m->model_layers ? m->model_layers : s->layers;
     P("{\"logical_count\":[[\n");
-    for (uint32_t l = 0; l < s->layers; l++) {
-        int st = json_loads(s, l, t);
-        if (st)
-            return st;
-        P("%s\n", l + 1 < s->layers ? "," : "");
+    for (uint32_t r = 0, l = 0; r < rows; r++) {
+        if (l < s->layers && (!m || !m->id || m->id[l] == r)) {
+            int st = json_loads(s, l++, t);
+            if (st)
+                return st;
+        } else {
+            for (uint32_t e = 0; e < s->experts; e++)
+                P("%s0", e ? "," : "[");
+            P("]");
+        }
+        P("%s\n", r + 1 < rows ? "," : "");
     }
     P("]]}\n");
     return 0;
+}
+
+int moe_trace_stats_write_sglang(const moe_trace_stats_t *s, const moe_trace_hdr_t *h,
+                                 uint32_t model_layers, int64_t first, const char *list,
+                                 struct moe_textout *t, char *err, size_t errlen)
+{
+    moe_layer_map_t m;
+    int rc = moe_layer_map_read(h->text, s->layers, &m, err, errlen);
+    if (!rc && (model_layers || first >= 0 || list))
+        rc = moe_layer_map_set(&m, model_layers, first, list, err, errlen);
+    if (!rc && m.id && !m.model_layers)
+        rc = util_errf(err, errlen, MOE_EINVAL, "the trace records its model layers but not "
+                       "how many the model has; SGLang's logical_count has a row for every "
+                       "model layer (give --model-layers)");
+    if (!rc)
+        rc = stats_sglang(s, &m, t);
+    else if (rc != MOE_ENOMEM)
+        rc = MOE_EINVAL;
+    moe_layer_map_release(&m);
+    return rc;
 }
 
 int moe_trace_stats_write_as(const moe_trace_stats_t *s, int form, int loads,
@@ -407,7 +438,7 @@ int moe_trace_stats_write_as(const moe_trace_stats_t *s, int form, int loads,
     switch (form) {
     case MOE_STATS_TEXT: return moe_trace_stats_write(s, loads, t);
     case MOE_STATS_JSON: return stats_json(s, loads, t);
-    case MOE_STATS_SGLANG: return stats_sglang(s, t);
+    case MOE_STATS_SGLANG: return stats_sglang(s, NULL, t);
     }
     return MOE_EINVAL;
 }

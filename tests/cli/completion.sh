@@ -1,6 +1,7 @@
 #!/bin/sh
 # tests/cli/completion.sh -- the bash completion (share/bash-completion/moeflow) completes
-# commands, options and the choices an option's --help lists, from the tools' own --help.
+# commands, options and the choices an option's --help lists, from the tools' own --help
+# (after '=' or as the next word).
 
 . "$(dirname "$0")/lib.sh"
 
@@ -42,6 +43,39 @@ moe-costmodel sim -> simulate
 moe-affinity co -> compare converge 
 moe-trace stats r -> run.moet 
 moe-place eval --placement=f -> fit.moep 
+WANT
+same_file "$T/want" "$T/got" "completions"
+end
+
+# issue 38, item 7: choices written otherwise than "a, b or c" (remarks in parentheses, nested
+# ones too, a list after other words, codes with their meanings, ranges of widths) and values
+# given as the next word, after a long or a short option; a FILE and a two-item phrase are no
+# choices.
+begin "choices as --help writes them, values as the next word"
+complete_lines "moe-trace import --layout=" "moe-trace stats --format=" \
+    "moe-place export --format=" "moe-trace view -O " "moe-trace view --output-fmt=" \
+    "moe-trace import --dtype=u" "moe-place eval --replica-rule=" \
+    "moe-trace import --format sg" "moe-place fit --method r" "moe-trace import --layout L" \
+    "moe-place eval --replica-rule s" "moe-place fit --physical-map f" \
+    "moe-place fit --loads=r" "moe-costmodel monta --elem-bytes=" "moe-trace stats --format" \
+    >"$T/got" 2>"$T/err"
+expect_no_stderr
+cat >"$T/want" <<'WANT'
+moe-trace import --layout= -> LTK TLK 
+moe-trace stats --format= -> json sglang text vllm 
+moe-place export --format= -> eplb exflow sglang text 
+moe-trace view -O  -> b t u z 
+moe-trace view --output-fmt= -> b t u z 
+moe-trace import --dtype=u -> uint16 uint32 uint64 uint8 
+moe-place eval --replica-rule= -> even nearest positional sglang-static 
+moe-trace import --format sg -> sglang 
+moe-place fit --method r -> random round-robin 
+moe-trace import --layout L -> LTK 
+moe-place eval --replica-rule s -> sglang-static 
+moe-place fit --physical-map f -> fit.moep 
+moe-place fit --loads=r -> run.moet 
+moe-costmodel monta --elem-bytes= -> fit.moep run.moet 
+moe-trace stats --format -> --format= 
 WANT
 same_file "$T/want" "$T/got" "completions"
 end

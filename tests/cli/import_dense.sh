@@ -193,15 +193,15 @@ want "$T/sg.want" \
     "3 1 0 0 0 8,13 10,15" \
     "4 1 1 0 0 11,0 13,2"
 same_file "$T/sg.want" "$T/sg.rec" "records"
-expect_eq "$(grep -c "^@CO${tab}dense: layers 0..1 are model layers 1,3$" "$T/sg.txt")" 1 \
+expect_eq "$(grep -c "^@CO${tab}dense: layers 0..1 are model layers 1,3 of 4$" "$T/sg.txt")" 1 \
     "model layer ids in the header"
-# Without --moe-layers the dense layers stay (all zeros).
+# Without --moe-layers the dense layers' zeros are no top-2 (expert 0 twice): refused, not
+# read as routing to expert 0 (issue 38, item 2).
 run moe import --format base64 --shape 4,2 --dtype int32 --no-PG -O t -o "$T/sga.txt" \
     "$D/sglang_routed.b64"
-records sga
-want "$T/sga.want" "3 1 0 0 0 0,0 8,13 0,0 10,15"
-sed -n 4p "$T/sga.rec" >"$T/sga4.rec"
-same_file "$T/sga.want" "$T/sga4.rec" "all four layers"
+expect_eq "$rc" 1 "status without --moe-layers"
+expect_err_line "token 0, layer 0: expert 0 twice in one cell (a dense layer? SGLang's and vLLM's routed experts leave dense layers 0: keep the MoE layers with --moe-layers or --first-moe-layer)"
+expect_no_output "$T/sga.txt"
 end
 
 begin "raw: vLLM's int16 [tokens, MoE layers, k], T inferred or given, file or pipe"

@@ -71,20 +71,31 @@ begin "import --format sglang reads the hand-written map value by value"
 run mp import --format sglang --ranks 4 --gpus-per-node 2 --no-PG "$D/sglang_map.json"
 expect_eq "$rc" 0 "import"
 cp "$T/out" "$T/sg.moep"
-printf '@PL\tVN:1.0\tlayers:2\texperts:6\tranks:4\tgpus_per_node:2\tcapacity:2\n' >"$T/want"
+printf '@PL\tVN:1.1\tlayers:2\texperts:6\tranks:4\tgpus_per_node:2\tcapacity:2\tmodel_layers:2\n' \
+    >"$T/want"
 # layer 0: slots 0..7 hold 0 1 | 2 3 | 4 5 | 1 4 on ranks 0..3 (two slots each)
 printf '0\t0\t0\n0\t1\t0,3\n0\t2\t1\n0\t3\t1\n0\t4\t2,3\n0\t5\t2\n' >>"$T/want"
-# layer 1: 5 5 | 0 1 | 2 3 | 4 5: expert 5 twice on rank 0 is one copy there
-printf '1\t0\t1\n1\t1\t1\n1\t2\t2\n1\t3\t2\n1\t4\t3\n1\t5\t0,3\n' >>"$T/want"
+# layer 1: 5 5 | 0 1 | 2 3 | 4 5: expert 5 twice on rank 0 is one copy there, its three
+# slots kept (0, 0, 3)
+printf '1\t0\t1\n1\t1\t1\n1\t2\t2\n1\t3\t2\n1\t4\t3\n1\t5\t0,3\t0,0,3\n' >>"$T/want"
 records "$T/sg.moep" >"$T/got"
 same_file "$T/got" "$T/want" "imported records"
 grep -q '^@CO	source: .*sglang_map.json (format sglang)$' "$T/sg.moep" || fail "no source line"
-grep -q '^@CO	slots: 1 second slot of an expert on a rank that holds it' "$T/sg.moep" ||
-    fail "no line about the merged slot"
-# the merged slot leaves rank 0 of layer 1 with an empty slot, which SGLang cannot load
+grep -q 'second slot' "$T/sg.moep" && fail "a line about merged slots"
+# both slots of expert 5 on rank 0 export again: every slot filled, the same map
 run mp export --format sglang "$T/sg.moep"
+expect_eq "$rc" 0 "export of the imported map"
+tr -d ' ' <"$D/sglang_map.json" | tr -d '\n' >"$T/want"
+tr -d '\n' <"$T/out" >"$T/got"
+same_file "$T/got" "$T/want" "SGLang -> moeflow -> SGLang"
+end
+
+begin "a placement with an empty slot does not export to SGLang"
+printf '@PL\tVN:1.0\tlayers:1\texperts:3\tranks:2\tgpus_per_node:2\tcapacity:2\n0\t0\t0\n0\t1\t0\n0\t2\t1\n' \
+    >"$T/empty.moep"
+run mp export --format sglang "$T/empty.moep"
 expect_eq "$rc" 1 "export with an empty slot"
-expect_one_line "layer 1: rank 0 holds 1 experts in 2 slots; SGLang's map has no empty slot"
+expect_one_line "layer 0: rank 1 fills 1 of its 2 slots; SGLang's map has no empty slot"
 end
 
 begin "round trip trace -> fit -> SGLang JSON -> import -> eval keeps every figure"
@@ -169,9 +180,7 @@ expect_eq "$rc" 0 "import"
 cp "$T/out" "$T/two.moep"
 records "$T/two.moep" >"$T/got"
 records "$D/eplb_two_slots.moep" >"$T/want"
-same_file "$T/got" "$T/want" "records: one copy per rank"
-grep -q '^@CO	slots: 2 second slots of an expert on a rank that holds it' "$T/two.moep" ||
-    fail "no line about the two merged slots"
+same_file "$T/got" "$T/want" "records: one copy per rank, every slot kept"
 run mp check "$T/two.moep"
 expect_eq "$rc" 0 "check"
 moe gen -L 2 -E 4 -k 2 -n 1500 -s 12 -r 2 -S 9 --no-PG -o "$T/t4.moet" || fail "gen"
@@ -212,7 +221,7 @@ run mp check --json "$D/full_6x4.moep" "$D/eplb_two_slots.moep"
 expect_eq "$rc" 0 "check --json"
 cp "$T/out" "$T/ck.json"
 json_ok "$T/ck.json" '(len(d) == 2 and d[0]["ok"] and d[0]["replicas"] == 4 and
-    d[0]["capacity"] == 2 and d[1]["ranks"] == 2 and d[1]["replicas"] == 2)'
+    d[0]["capacity"] == 2 and d[1]["ranks"] == 2 and d[1]["replicas"] == 4)'
 printf 'not a placement\n' >"$T/bad.moep"
 run mp check --json "$D/full_6x4.moep" "$T/bad.moep"
 expect_eq "$rc" 1 "check --json of a bad file"

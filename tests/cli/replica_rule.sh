@@ -1,10 +1,11 @@
 #!/bin/sh
-# tests/cli/replica_rule.sh -- --replica-rule nearest|even (moeflow(7), "Replicas") in
-# moe-place eval and fit, moe-costmodel simulate and moe-run: nearest is the default, byte for
-# byte; even changes the counts, and under each rule simulate's counts equal eval's and
-# moe-run's measured bytes per rank (4 MPI ranks replaying 96 tokens on a placement with
-# replicas) equal eval's prediction; ranks given different rules are refused. The MPI cases
-# skip without mpirun or an MPI build; the rest always run.
+# tests/cli/replica_rule.sh -- --replica-rule nearest|even|positional|sglang-static
+# (moeflow(7), "Replicas") in moe-place eval and fit, moe-costmodel simulate and moe-run:
+# nearest is the default, byte for byte; the others change the counts, and under each rule
+# simulate's counts equal eval's and moe-run's measured bytes per rank (4 MPI ranks replaying
+# 96 tokens on a placement with replicas) equal eval's prediction; ranks given different rules
+# are refused. The MPI cases skip without mpirun or an MPI build; the rest always run.
+# tests/cli/replica_ref.sh checks the rules themselves against vLLM's and SGLang's.
 . "${top_srcdir:-.}/tests/cli/lib.sh"
 
 mp() { moe_tool moe-place "$@"; }
@@ -32,10 +33,15 @@ for fmt in "" --json; do
     cp "$T/out" "$T/default"
     expect_exit 0 mp eval $fmt --replica-rule nearest "$T/p.moep" "$T/t.moet"
     same_file "$T/out" "$T/default" "eval $fmt --replica-rule nearest"
-    expect_exit 0 mp eval $fmt --replica-rule even "$T/p.moep" "$T/t.moet"
-    differ_file "$T/out" "$T/default" "eval $fmt --replica-rule even"
+    for rule in even positional sglang-static; do
+        expect_exit 0 mp eval $fmt --replica-rule $rule "$T/p.moep" "$T/t.moet"
+        differ_file "$T/out" "$T/default" "eval $fmt --replica-rule $rule"
+    done
 done
-grep -q '"replica_rule": "even"' "$T/out" || fail "the JSON does not name the even rule"
+for rule in even positional sglang-static; do
+    expect_exit 0 mp eval --json --replica-rule $rule "$T/p.moep" "$T/t.moet"
+    grep -q "\"replica_rule\": \"$rule\"" "$T/out" || fail "the JSON does not name $rule"
+done
 grep -q 'replica_rule' "$T/default" && fail "the default JSON names a rule"
 expect_exit 0 mp eval --replica-rule even "$T/p.moep" "$T/t.moet"
 grep -q '^# trace: .*, replica rule: even$' "$T/out" || fail "the table does not name the rule"
@@ -53,7 +59,8 @@ begin "a bad rule is a usage error"
 for cmd in "mp eval" "cm simulate --topology $T/c.topo"; do
     run $cmd --replica-rule random "$T/p.moep" "$T/t.moet"
     expect_eq "$rc" 2 "$cmd: exit status"
-    grep -q "unknown replica rule 'random' (nearest, even)" "$T/err" ||
+    grep -q "unknown replica rule 'random' (nearest, even, positional, sglang-static)" \
+        "$T/err" ||
         fail "$cmd: $(head -n 1 "$T/err")"
     expect_eq "$(wc -l <"$T/err" | tr -d ' ')" 2 "$cmd: stderr lines"
 done
@@ -71,7 +78,7 @@ cp "$T/out" "$T/default"
 expect_exit 0 cm simulate --topology "$T/c.topo" --replica-rule nearest "$T/t.moet" "$T/p.moep"
 same_file "$T/out" "$T/default" "simulate --replica-rule nearest"
 grep -q '^# trace: .* tokens$' "$T/out" || fail "the default names a rule"
-for rule in nearest even; do
+for rule in nearest even positional sglang-static; do
     expect_exit 0 mp eval --json --replica-rule $rule "$T/p.moep" "$T/t.moet"
     counts "$T/out" >"$T/eval.$rule"
     expect_exit 0 cm simulate --json --topology "$T/c.topo" --replica-rule $rule \
@@ -81,12 +88,18 @@ for rule in nearest even; do
     same_file "$T/sim.$rule" "$T/eval.$rule" "simulate's counts differ from eval's ($rule)"
 done
 differ_file "$T/eval.even" "$T/eval.nearest" "the two rules' counts"
+differ_file "$T/eval.positional" "$T/eval.even" "positional against even"
+differ_file "$T/eval.sglang-static" "$T/eval.nearest" "sglang-static against nearest"
+expect_exit 0 cm simulate --topology "$T/c.topo" --replica-rule sglang-static "$T/t.moet" \
+    "$T/p.moep"
+grep -q '^# trace: .* tokens, replica rule: sglang-static$' "$T/out" ||
+    fail "the table lacks the sglang-static rule"
 expect_exit 0 cm simulate --topology "$T/c.topo" --replica-rule even "$T/t.moet" "$T/p.moep"
 grep -q '^# trace: .* tokens, replica rule: even$' "$T/out" || fail "the table lacks the rule"
 end
 
 begin "fit: nearest is the default; even is named in @FT and the placement is valid"
-for rule in "" "--replica-rule nearest" "--replica-rule even"; do
+for rule in "" "--replica-rule nearest" "--replica-rule even" "--replica-rule sglang-static"; do
     expect_exit 0 mp fit --no-PG --ranks 4 --gpus-per-node 2 --replicas 2 --time-limit 5 \
         $rule -o "$T/f${rule##* }.moep" "$T/t.moet"
 done
@@ -94,6 +107,8 @@ same_file "$T/fnearest.moep" "$T/f.moep" "fit --replica-rule nearest"
 grep -q '^@FT.*	replica_rule:even	' "$T/feven.moep" || fail "@FT does not name the rule"
 grep -q 'replica_rule' "$T/f.moep" && fail "the default @FT names a rule"
 expect_exit 0 mp check "$T/feven.moep"
+grep -q '^@FT.*	replica_rule:sglang-static	' "$T/fsglang-static.moep" ||
+    fail "@FT does not name sglang-static"
 end
 
 # ------------------------------------------------------------------ moe-run
@@ -111,7 +126,7 @@ for scheme in vanilla coherent; do
     begin "moe-run $scheme: bytes per rank equal eval's under each rule"
     expect_exit 0 mpi_noleak 4 --mode $scheme $A --json "$T/r.json"
     json_list "$T/r.json" sent >"$T/sent.default"
-    for rule in nearest even; do
+    for rule in nearest even positional sglang-static; do
         expect_exit 0 mpi_noleak 4 --mode $scheme --replica-rule $rule $A --json "$T/r.json"
         grep -q 'equal on every rank' "$T/out" || fail "$rule: the report does not say equal"
         grep -q "\"replica_rule\": \"$rule\"" "$T/r.json" || fail "$rule: not in the JSON"

@@ -19,7 +19,9 @@ seed trace
 "$mt" gen -n 20 -s 4 -L 2 -E 300 -k 3 -w --no-PG -O u -o "$work/corpus/trace/u.moet"
 "$mt" gen -n 10 -s 2 -L 2 -E 8 -k 2 -w -O t -o "$work/corpus/trace/t.txt"
 "$mt" gen -n 10 -s 2 -L 2 -E 8 -k 2 -O z -o "$work/corpus/trace/z.txt.gz"
-for f in tokens jsonl csv npy npy_ltk megatron sglang pt raw base64 safetensors; do seed "$f"; done
+for f in tokens jsonl csv npy npy_ltk megatron sglang pt raw base64 safetensors torch vllm; do
+    seed "$f"
+done
 seed affinity_table
 "$build/cmd/moe-affinity" --no-PG -o "$work/corpus/affinity_table/small.aff" \
     "$work/corpus/trace/b.moet"
@@ -41,6 +43,13 @@ cp "$d"/*.safetensors "$d"/logits_*.npy "$work/corpus/safetensors/" 2>/dev/null 
     "$work/corpus/trace/b.moet"
 cp "$d"/*.raw "$work/corpus/raw/" 2>/dev/null || true
 cp "$d"/*.b64 "$work/corpus/base64/" 2>/dev/null || true
+cp "$d"/*.pt "$work/corpus/torch/"
+cp "$d"/vllm_response.json "$d"/exec_order.jsonl "$work/corpus/vllm/"
+# what is handed over besides traces: SGLang's maps (JSON, .pt, inline), EPLB's, loads
+seed handoff
+cp "$d"/*map*.json "$d"/sglang_stat_dump.* "$src"/tests/data/place/sglang_map* \
+    "$work/corpus/handoff/"
+cp "$work/corpus/safetensors/logical_count.json" "$work/corpus/handoff/"
 for f in placement_text placement_exflow placement_eplb placement_sglang topology; do
     seed "$f"
 done
@@ -69,7 +78,7 @@ printf '# S B n seconds\nS1 4096 1 0.0021\nS1 4096 2 0.0018\nnone 8192 4 0.004\n
 # fuzzing per target as one after another, in a fraction of the time. Reports come in list order.
 jobs=${MOE_FUZZ_JOBS:-$(nproc 2>/dev/null || echo 2)}
 targets="trace import_tokens import_jsonl import_csv import_npy import_npy_ltk import_megatron
-    import_sglang pt import_raw import_base64 safetensors
+    import_sglang pt import_raw import_base64 safetensors import_torch import_vllm handoff
     affinity_table placement_text placement_exflow placement_eplb placement_sglang topology
     nccl costcfg
     mpmoe_profile hfmodel"

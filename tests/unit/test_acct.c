@@ -1160,6 +1160,92 @@ static void test_replica_rule(void)
     moe_placement_free(p);
 }
 
+/* The rules that pick among an expert's physical slots, by hand. Three ranks; expert 0 keeps
+ * three slots on ranks 0, 1, 0 (rebalance_experts' two slots on one GPU), expert 1 one on rank
+ * 2; top-2 cells.
+ *  positional: the slot is (t x 2 + i) mod 3, i the expert's place in the cell. Cell {0, 1}:
+ *        t = 0, 1, 2, 3, 4, 5 give slots 0, 2, 1, 0, 2, 1: ranks 0, 0, 1, 0, 0, 1. Cell {1, 0}
+ *        (expert 0 second): t = 0 gives slot 1 (rank 1), t = 1 slot 0 (rank 0).
+ *  even: slot (t x 2654435769 mod 2^32) mod 3; digit sums 51 (t = 1), 26 (t = 2, 1013904242)
+ *        and 32 (t = 3, 3668340011): slots 0, 2, 2, ranks 0, 0, 0 -- picked among the three
+ *        slots: among the two copies {0, 1} the odd product of t = 3 would pick rank 1.
+ *  nearest keeps to the copies: the home's. */
+static void test_slot_rules(void)
+{
+    moe_placement_t *p = place(1, 2, 3, 3, 3, 3, NULL);
+    CHECK_EQ_INT(moe_placement_set_slots(p, 0, 0, (const uint16_t[]){0, 1, 0}, 3), 0);
+    set_copies(p, 0, 1, 1, (const uint16_t[]){2});
+    char err[200];
+    CHECK_EQ_INT(moe_placement_check(p, err, sizeof err), 0);
+    CHECK_STR(moe_replica_rule_name(MOE_REPLICA_POSITIONAL), "positional");
+    CHECK_EQ_INT(moe_replica_rule_parse("positional"), MOE_REPLICA_POSITIONAL);
+    moe_acct_t *a = rule_acct(p, 2, MOE_REPLICA_POSITIONAL);
+    const uint16_t e01[] = {0, 1}, e10[] = {1, 0};
+    static const uint32_t want[6] = {0, 0, 1, 0, 0, 1};
+    moe_route_t rt;
+    for (uint64_t t = 0; t < 6; t++) {
+        moe_acct_route(a, 0, e01, NULL, 2, t, &rt);
+        CHECK_EQ_INT(rt.rank[0], want[t]);
+        CHECK_EQ_INT(rt.rank[1], 2);
+    }
+    moe_acct_route(a, 0, e10, NULL, 0, 0, &rt);
+    CHECK_EQ_INT(rt.rank[1], 1);
+    moe_acct_route(a, 0, e10, NULL, 0, 1, &rt);
+    CHECK_EQ_INT(rt.rank[1], 0);
+    /* six tokens from rank 2: expert 0 served 4 times on rank 0, twice on rank 1 */
+    for (uint64_t t = 0; t < 6; t++)
+        CHECK_EQ_INT(moe_acct_token(a, e01, NULL, t, 0, 2), 0);
+    CHECK_LOAD(a, V, 0, 3, 4, 2, 6);
+    moe_acct_free(a);
+    a = rule_acct(p, 2, MOE_REPLICA_EVEN);
+    for (uint64_t t = 0; t < 4; t++) {
+        moe_acct_route(a, 0, e01, NULL, 1, t, &rt);
+        CHECK_EQ_INT(rt.rank[0], 0);
+    }
+    moe_acct_free(a);
+    a = rule_acct(p, 2, MOE_REPLICA_NEAREST);
+    moe_acct_route(a, 0, e01, NULL, 1, 3, &rt);
+    CHECK_EQ_INT(rt.rank[0], 1);
+    moe_acct_free(a);
+    moe_placement_free(p);
+}
+
+/* SGLang's static table by hand (expert_location.py, compute_logical_to_rank_dispatch_
+ * physical_map with random.Random(42), whose first getrandbits(32) are 2746317213,
+ * 478163327, 107420369, 3184935163, 1181241943 in CPython). Four GPUs; expert 0 on GPUs 0
+ * and 1, expert 1 on GPU 2, one layer (no dense one).
+ *  expert 0: GPUs 0 and 1 take their own slots; GPUs 2 and 3 get _fair_choices([0, 1], 2):
+ *        [0, 1] shuffled by _randbelow(2) = getrandbits(2): 2746317213 >> 30 = 2, rejected,
+ *        then 478163327 >> 30 = 0, so swap: [1, 0]: GPU 2 -> rank 1, GPU 3 -> rank 0.
+ *  expert 1: GPU 2 its own, the others [2, 2, 2] (the shuffle draws, changes nothing).
+ * The token's GPU is its home: vanilla's source. */
+static void test_sglang_static(void)
+{
+    moe_placement_t *p = place(1, 2, 4, 4, 2, 2, (const uint16_t[]){0, 2});
+    set_copies(p, 0, 0, 2, (const uint16_t[]){0, 1});
+    CHECK_STR(moe_replica_rule_name(MOE_REPLICA_SGLANG_STATIC), "sglang-static");
+    CHECK_EQ_INT(moe_replica_rule_parse("sglang-static"), MOE_REPLICA_SGLANG_STATIC);
+    moe_acct_t *a = rule_acct(p, 2, MOE_REPLICA_SGLANG_STATIC);
+    const uint16_t e01[] = {0, 1};
+    static const uint32_t want0[4] = {0, 1, 1, 0};
+    moe_route_t rt;
+    for (uint32_t g = 0; g < 4; g++) {
+        moe_acct_route(a, 0, e01, NULL, g, 7, &rt);
+        CHECK_EQ_INT(rt.rank[0], want0[g]);
+        CHECK_EQ_INT(rt.rank[1], 2);
+    }
+    /* the same for any token id: the table has no per-token part */
+    moe_acct_route(a, 0, e01, NULL, 3, 12345, &rt);
+    CHECK_EQ_INT(rt.rank[0], 0);
+    /* tokens from ranks 2 and 3: expert 0 on ranks 1 and 0 */
+    CHECK_EQ_INT(moe_acct_token(a, e01, NULL, 0, 0, 2), 0);
+    CHECK_EQ_INT(moe_acct_token(a, e01, NULL, 1, 0, 3), 0);
+    CHECK_LOAD(a, V, 0, 4, 1, 1, 2, 0);
+    CHECK_MATRIX(a, V, 4, {2, 1, 1}, {1, 2, 1}, {3, 0, 1}, {0, 3, 1}, {3, 2, 1}, {2, 3, 1});
+    moe_acct_free(a);
+    moe_placement_free(p);
+}
+
 /* Per-rank counts (opts.ranks): per layer, summed over ranks, sent and received each equal the
  * layer's transfers; per rank over layers and phases they are the matrix's row and column
  * sums; merged halves equal the whole; without the option the reader gives NULL. */
@@ -1252,6 +1338,8 @@ int main(void)
     test_sums();
     test_route();
     test_replica_rule();
+    test_slot_rules();
+    test_sglang_static();
     test_ranks();
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);

@@ -177,13 +177,14 @@ static int has_line(const moe_trace_hdr_t *h, const char *line)
 static void test_names(void)
 {
     static const char *const names[] = {"auto", "tokens", "jsonl", "csv", "npy", "megatron",
-                                         "sglang", "safetensors", "raw", "base64"};
-    for (int i = 0; i < 10; i++) {
+                                         "sglang", "safetensors", "raw", "base64", "torch",
+                                         "vllm"};
+    for (int i = 0; i < 12; i++) {
         CHECK_STR(moe_import_fmt_name(i), names[i]);
         CHECK_EQ_INT(moe_import_fmt_parse(names[i]), i);
     }
     CHECK_EQ_INT(moe_import_fmt_parse("parquet"), -1);
-    CHECK(moe_import_fmt_name(10) == NULL);
+    CHECK(moe_import_fmt_name(12) == NULL);
     CHECK(moe_import_fmt_name(-1) == NULL);
 }
 

@@ -11,6 +11,7 @@
 
 #include "moe/moe.h"
 #include "moe/placement.h"
+#include "moe/trace.h"
 #include "unit.h"
 
 static char tmpdir[512];
@@ -233,9 +234,10 @@ static void test_read_forms(void)
         CHECK_EQ_INT(p->gpus_per_node, 1);
     }
     moe_placement_free(p);
-    /* a newer minor version may add @PL keys and record fields */
+    /* a newer minor version may add @PL keys and record fields (after 1.1's fourth, the
+     * slots) */
     const char *newer = "@PL\tVN:1.7\tlayers:1\texperts:1\tranks:1\tgpus_per_node:1\t"
-                        "capacity:1\tnew:x\n0\t0\t0\textra\n";
+                        "capacity:1\tnew:x\n0\t0\t0\t0\textra\n";
     p = moe_placement_parse(newer, strlen(newer), "newer", &st, err, sizeof err);
     CHECK(p != NULL && p->text == NULL); /* no header lines: no text */
     moe_placement_free(p);
@@ -732,8 +734,8 @@ static void test_eplb_errors(void)
     CHECK(st == MOE_EINVAL && strstr(err, "'num_logical_experts' is 3 in the file, 2 requested"));
 }
 
-/* rebalance_experts may give an expert two slots on one rank: one copy there, the capacity
- * still counting both slots, and a comment saying so. */
+/* rebalance_experts may give an expert two slots on one rank: one copy there, both slots kept
+ * (in the slots' order), the capacity counting both; the text form and EPLB give them back. */
 static void test_eplb_two_slots(void)
 {
     int st;
@@ -746,10 +748,52 @@ static void test_eplb_two_slots(void)
     uint32_t n;
     const uint16_t *rk = moe_placement_ranks(p, 0, 0, &n);
     CHECK(p->capacity == 3 && n == 2 && rk[0] == 0 && rk[1] == 1);
+    rk = moe_placement_slot_ranks(p, 0, 0, &n);
+    CHECK(n == 3 && rk[0] == 0 && rk[1] == 0 && rk[2] == 1);
     rk = moe_placement_ranks(p, 0, 2, &n);
     CHECK(n == 1 && rk[0] == 1);
-    CHECK(p->text && strstr(p->text, "@CO\tslots: 1 second slot of an expert on a rank"));
+    CHECK_EQ_INT(moe_placement_slots(p, 0), 6);
+    CHECK(!p->text || !strstr(p->text, "second slot"));
     CHECK(moe_placement_check(p, err, sizeof err) == 0);
+    char *text = to_text(p);
+    CHECK(text && strstr(text, "\n0\t0\t0,1\t0,0,1\n0\t1\t0,1\n0\t2\t1\n"));
+    CHECK(text && !strncmp(text, "@PL\tVN:1.1\t", 11));
+    moe_placement_t *q = text ? moe_placement_parse(text, strlen(text), "t", &st, err,
+                                                    sizeof err) : NULL;
+    char *again = q ? to_text(q) : NULL;
+    CHECK(again && text && !strcmp(again, text));
+    char *js = to_format(p, MOE_PLACEMENT_EPLB, err, sizeof err);
+    /* the same slots on each GPU, each rank's in expert order: GPU 1 holds 1, 2, 0 */
+    CHECK(js && strstr(js, "\"phy2log\":[\n[0,0,1,0,1,2]\n]"));
+    CHECK(js && strstr(js, "\"log2phy\":[\n[[0,1,3],[2,4,-1],[5,-1,-1]]\n]"));
+    CHECK(js && strstr(js, "\"logcnt\":[\n[3,2,1]\n]"));
+    /* slots that are not the copies, slots over capacity */
+    static const char *const bad[][2] = {
+        {"0\t0\t0,1\t1,0,0\n", "the slots' ranks '1,0,0' are not the copies"},
+        {"0\t0\t0,1\t0,0\n", "the slots' ranks '0,0' are not the copies"},
+        {"0\t0\t0\t0,0,0,0\n", "layer 0: rank 0 holds more than 3 experts"},
+        {"0\t0\t0\t0,9\n", "slot on rank 9 out of range (2 ranks)"},
+        {"0\t0\t0\t0,x\n", "invalid slot list '0,x'"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        char buf[256];
+        snprintf(buf, sizeof buf, "@PL\tVN:1.1\tlayers:1\texperts:3\tranks:2\tgpus_per_node:2"
+                 "\tcapacity:3\n%s0\t1\t0,1\n0\t2\t1\n", bad[i][0]);
+        moe_placement_t *b = moe_placement_parse(buf, strlen(buf), "b", &st, err, sizeof err);
+        CHECK(b == NULL && strstr(err, bad[i][1]));
+        if (b || !strstr(err, bad[i][1]))
+            fprintf(stderr, "  case %zu: %s\n", i, err);
+        moe_placement_free(b);
+    }
+    /* a 1.0 file has three fields */
+    const char *old = "@PL\tVN:1.0\tlayers:1\texperts:1\tranks:1\tgpus_per_node:1\t"
+                      "capacity:1\n0\t0\t0\t0\n";
+    CHECK(moe_placement_parse(old, strlen(old), "o", &st, err, sizeof err) == NULL);
+    CHECK(strstr(err, "more than 3 TAB-separated fields (layer, expert, ranks)") != NULL);
+    free(js);
+    free(again);
+    free(text);
+    moe_placement_free(q);
     moe_placement_free(p);
 }
 
@@ -811,6 +855,90 @@ static void test_sglang(void)
     }
 }
 
+/* ------------------------------------------------------------------ model layers (1.1) */
+
+/* The @PL model fields round-trip; SGLang's export writes a row per model layer; a placement of
+ * every model layer gives the rows of a trace's. */
+static void test_model_layers(void)
+{
+    moe_placement_t *p = sample();
+    char err[256];
+    moe_layer_map_t m;
+    moe_layer_map_init(&m, 2);
+    CHECK_EQ_INT(moe_layer_map_set(&m, 4, -1, "1,3", err, sizeof err), 0);
+    CHECK_EQ_INT(moe_placement_set_layers(p, &m, err, sizeof err), 0);
+    char *text = to_text(p);
+    CHECK(text && !strncmp(text, "@PL\tVN:1.1\tlayers:2\texperts:4\tranks:4\tgpus_per_node:2"
+                                 "\tcapacity:2\tmodel_layers:4\tmoe_layers:1,3\n", 90));
+    int st;
+    moe_placement_t *q = text ? moe_placement_parse(text, strlen(text), "m", &st, err,
+                                                    sizeof err) : NULL;
+    CHECK(q && same_placement(p, q) && q->model_layers == 4 && q->model_layer &&
+          q->model_layer[0] == 1 && q->model_layer[1] == 3);
+    char *again = q ? to_text(q) : NULL;
+    CHECK(again && text && !strcmp(again, text));
+    moe_placement_t *d = q ? moe_placement_dup(q) : NULL;
+    CHECK(d && d->model_layer && d->model_layer[1] == 3 && d->model_layers == 4);
+    /* SGLang: rows 0 and 2 dense (slot s holds expert s mod 4), 1 and 3 the layers */
+    moe_placement_t *f = moe_placement_new(2, 4, 2, 2, 2, 1, &st);
+    for (uint32_t e = 0; f && e < 4; e++) {
+        moe_placement_add(f, 0, e, e / 2);
+        moe_placement_add(f, 1, e, 1 - e / 2);
+    }
+    CHECK(f && moe_placement_set_layers(f, &m, err, sizeof err) == 0);
+    char *js = f ? to_format(f, MOE_PLACEMENT_SGLANG, err, sizeof err) : NULL;
+    CHECK_STR(js, "{\"physical_to_logical_map\":[\n[0,1,2,3],\n[0,1,2,3],\n[0,1,2,3],\n"
+                  "[2,3,0,1]\n]}\n");
+    moe_placement_free(f);
+    /* the rows of a trace of model layers 3 (layer 1 of p) */
+    moe_layer_map_t tm;
+    moe_layer_map_init(&tm, 1);
+    CHECK_EQ_INT(moe_layer_map_set(&tm, 4, 3, NULL, err, sizeof err), 0);
+    moe_placement_t *r = moe_placement_for_layers(p, &tm, &st, err, sizeof err);
+    CHECK(r && r->layers == 1 && r->model_layer && r->model_layer[0] == 3);
+    uint32_t n;
+    const uint16_t *rk = r ? moe_placement_ranks(r, 0, 0, &n) : NULL;
+    CHECK(rk && n == 3 && rk[0] == 1 && rk[1] == 3 && rk[2] == 0);
+    moe_placement_free(r);
+    /* model layer 2 is not placed */
+    moe_layer_map_release(&tm);
+    moe_layer_map_init(&tm, 1);
+    CHECK_EQ_INT(moe_layer_map_set(&tm, 4, 2, NULL, err, sizeof err), 0);
+    CHECK(moe_placement_for_layers(p, &tm, &st, err, sizeof err) == NULL);
+    CHECK_EQ_INT(st, MOE_ESHAPE);
+    CHECK_STR(err, "trace layer 0 is model layer 2, which the placement (2 layers) does not "
+                   "place");
+    /* the same layer count with other model layers */
+    moe_layer_map_release(&tm);
+    moe_layer_map_init(&tm, 2);
+    CHECK_EQ_INT(moe_layer_map_set(&tm, 0, 0, NULL, err, sizeof err), 0);
+    CHECK(moe_placement_for_layers(p, &tm, &st, err, sizeof err) == NULL);
+    CHECK_STR(err, "layer 0 is model layer 1 in the placement, 0 in the trace");
+    /* ids without the count: SGLang's export refuses */
+    moe_layer_map_release(&m);
+    moe_layer_map_init(&m, 2);
+    CHECK_EQ_INT(moe_layer_map_set(&m, 0, 5, NULL, err, sizeof err), 0);
+    CHECK_EQ_INT(moe_placement_set_layers(p, &m, err, sizeof err), 0);
+    CHECK(to_format(p, MOE_PLACEMENT_SGLANG, err, sizeof err) == NULL);
+    CHECK(strstr(err, "its layers are model layers 5-6, but the model's layer count is "
+                      "unknown") != NULL);
+    /* an unknown mapping clears it: 1.0 again */
+    moe_layer_map_release(&m);
+    moe_layer_map_init(&m, 2);
+    CHECK_EQ_INT(moe_placement_set_layers(p, &m, err, sizeof err), 0);
+    char *plain = to_text(p);
+    CHECK_STR(plain, sample_text);
+    free(plain);
+    free(js);
+    free(again);
+    free(text);
+    moe_layer_map_release(&m);
+    moe_layer_map_release(&tm);
+    moe_placement_free(d);
+    moe_placement_free(q);
+    moe_placement_free(p);
+}
+
 int main(void)
 {
     const char *t = getenv("TMPDIR");
@@ -833,6 +961,7 @@ int main(void)
     test_eplb_errors();
     test_eplb_two_slots();
     test_sglang();
+    test_model_layers();
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
     if (system(cmd) != 0)

@@ -871,6 +871,140 @@ static void test_weight_digits(void)
     printf("text weights: 2000 random finite floats (subnormals too) round trip bit-exactly\n");
 }
 
+/* moe_layer_map_*: the importers' @CO lines read back (moe/trace.h), the options, the lines
+ * written, and slice's header. */
+static void check_ids(const moe_layer_map_t *m, const uint32_t *want, uint32_t n, uint32_t N)
+{
+    CHECK_EQ_INT(m->layers, n);
+    CHECK_EQ_INT(m->model_layers, N);
+    CHECK(m->id != NULL);
+    for (uint32_t i = 0; m->id && i < n; i++)
+        CHECK_EQ_INT(m->id[i], want[i]);
+}
+
+static void test_layer_map(void)
+{
+    moe_layer_map_t m;
+    char err[256];
+    static const uint32_t mg[] = {1, 3, 4, 5};
+    /* Megatron's sparse ids, two lines; the count unknown */
+    CHECK_EQ_INT(moe_layer_map_read("@CO\tsource: x\n@CO\tmegatron: layers 0..1 are model "
+                                    "layers 1,3\n@CO\tmegatron: layers 2..3 are model layers "
+                                    "4-5\n", 4, &m, err, sizeof err), 0);
+    check_ids(&m, mg, 4, 0);
+    char *list = moe_layer_map_list(&m);
+    CHECK_STR(list, "1,3-5");
+    free(list);
+    /* --model-layers adds the count; a disagreeing list is refused */
+    CHECK_EQ_INT(moe_layer_map_set(&m, 6, -1, NULL, err, sizeof err), 0);
+    check_ids(&m, mg, 4, 6);
+    CHECK_EQ_INT(moe_layer_map_set(&m, 0, 1, NULL, err, sizeof err), MOE_EINVAL);
+    CHECK(strstr(err, "are not the model layers the input records (1,3-5)") != NULL);
+    CHECK_EQ_INT(moe_layer_map_set(&m, 7, -1, NULL, err, sizeof err), MOE_EINVAL);
+    CHECK_STR(err, "7 model layers given, the input records 6");
+    moe_trace_hdr_t h;
+    moe_trace_hdr_init(&h);
+    CHECK_EQ_INT(moe_layer_map_comment(&m, &h), 0);
+    CHECK_STR(h.text, "@CO\tmodel-layers: layers 0..3 are model layers 1,3-5 of 6\n");
+    moe_layer_map_release(&m);
+    /* the dense reader's line with its count, SGLang's line */
+    static const uint32_t ds[] = {1, 2, 3};
+    CHECK_EQ_INT(moe_layer_map_read("@CO\tdense: layers 0..2 are model layers 1-3 of 4\n", 3,
+                                    &m, err, sizeof err), 0);
+    check_ids(&m, ds, 3, 4);
+    CHECK(!moe_layer_map_identity(&m));
+    moe_layer_map_release(&m);
+    CHECK_EQ_INT(moe_layer_map_read("@CO\tsglang: model layers 1-3 of 4 (trace layer i = the "
+                                    "i-th of them)\n", 3, &m, err, sizeof err), 0);
+    check_ids(&m, ds, 3, 4);
+    /* agreeing sources combine; the count from the one that has it */
+    moe_layer_map_release(&m);
+    CHECK_EQ_INT(moe_layer_map_read("@CO\tmegatron: layers 0..2 are model layers 1-3\n"
+                                    "@CO\tsglang: model layers 1-3 of 4 (x)\n", 3, &m, err,
+                                    sizeof err), 0);
+    check_ids(&m, ds, 3, 4);
+    moe_layer_map_release(&m);
+    /* no lines: unknown, the identity */
+    CHECK_EQ_INT(moe_layer_map_read("@CO\tmodel: deepseek (a free comment)\n", 3, &m, err,
+                                    sizeof err), 0);
+    CHECK(m.id == NULL && m.model_layers == 0 && moe_layer_map_identity(&m));
+    CHECK_EQ_INT(moe_layer_map_model(&m, 2), 2);
+    /* the options: first MoE layer and count; a list; their errors */
+    CHECK_EQ_INT(moe_layer_map_set(&m, 4, 1, NULL, err, sizeof err), 0);
+    check_ids(&m, ds, 3, 4);
+    moe_layer_map_release(&m);
+    moe_layer_map_init(&m, 3);
+    CHECK_EQ_INT(moe_layer_map_set(&m, 4, -1, "1-3", err, sizeof err), 0);
+    check_ids(&m, ds, 3, 4);
+    moe_layer_map_release(&m);
+    moe_layer_map_init(&m, 3);
+    CHECK_EQ_INT(moe_layer_map_set(&m, 0, -1, "3,1,2", err, sizeof err), MOE_EINVAL);
+    CHECK(strstr(err, "invalid list of MoE layers '3,1,2'") != NULL);
+    CHECK_EQ_INT(moe_layer_map_set(&m, 0, -1, "1-9", err, sizeof err), MOE_EINVAL);
+    CHECK_STR(err, "the list of MoE layers names more than 3 layers, the input has 3");
+    CHECK_EQ_INT(moe_layer_map_set(&m, 4, -1, NULL, err, sizeof err), MOE_EINVAL);
+    CHECK(strstr(err, "which are dense is unknown") != NULL);
+    CHECK_EQ_INT(moe_layer_map_set(&m, 3, 2, NULL, err, sizeof err), MOE_ERANGE);
+    CHECK_STR(err, "model layer 3 out of range (3 model layers)");
+    CHECK_EQ_INT(moe_layer_map_set(&m, 0, 1, "1-3", err, sizeof err), MOE_EINVAL);
+    CHECK(m.id == NULL); /* a failed set leaves m as it was */
+    /* lines that do not map the layers: MTP, a gap, too few, disagreeing sources */
+    static const char *const bad[] = {
+        "@CO\tmegatron: layers 0..2 are model layers 1,2,mtp0.1\n",
+        "@CO\tmegatron: layers 0..0 are model layers 1\n@CO\tmegatron: layers 2..2 are "
+        "model layers 4\n",
+        "@CO\tdense: layers 0..1 are model layers 1-2 of 4\n",
+        "@CO\tdense: layers 0..2 are model layers 1-3\n@CO\tsglang: model layers 0-2 of 3 "
+        "(x)\n",
+        "@CO\tdense: layers 0..2 are model layers 3,2,1\n",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        CHECK(moe_layer_map_read(bad[i], 3, &m, err, sizeof err) == MOE_EFORMAT);
+        CHECK(m.id == NULL);
+    }
+    /* model-layers lines take precedence, the last set of them counts (slice of a slice) */
+    CHECK_EQ_INT(moe_layer_map_read("@CO\tdense: layers 0..9 are model layers 1-10 of 11\n"
+                                    "@CO\tmodel-layers: layers 0..4 are model layers 1-5 of 11\n"
+                                    "@CO\tmodel-layers: layers 0..2 are model layers 2-4 of 11\n",
+                                    3, &m, err, sizeof err), 0);
+    static const uint32_t sl[] = {2, 3, 4};
+    check_ids(&m, sl, 3, 11);
+    moe_layer_map_release(&m);
+    /* slice: layers 1..2 of a trace of model layers 2..4 */
+    moe_trace_hdr_t in, out;
+    moe_trace_hdr_init(&in);
+    in.layers = 3;
+    moe_trace_hdr_add_line(&in, "@CO\tdense: layers 0..2 are model layers 2-4 of 11");
+    CHECK_EQ_INT(moe_layer_map_slice(&in, 1, 2, &out), 0);
+    CHECK_EQ_INT(out.layers, 2);
+    CHECK_STR(out.text, "@CO\tdense: layers 0..2 are model layers 2-4 of 11\n"
+                        "@CO\tmodel-layers: layers 0..1 are model layers 3-4 of 11\n");
+    CHECK_EQ_INT(moe_layer_map_read(out.text, 2, &m, err, sizeof err), 0);
+    static const uint32_t s2[] = {3, 4};
+    check_ids(&m, s2, 2, 11);
+    moe_layer_map_release(&m);
+    moe_trace_hdr_release(&out);
+    moe_trace_hdr_release(&in);
+    /* a long sparse list is cut into lines that read back */
+    moe_layer_map_init(&m, 600);
+    m.id = malloc(600 * sizeof *m.id);
+    for (uint32_t i = 0; m.id && i < 600; i++)
+        m.id[i] = 2 * i;
+    m.model_layers = 1200;
+    CHECK_EQ_INT(moe_layer_map_comment(&m, &h), 0);
+    moe_layer_map_t back;
+    CHECK_EQ_INT(moe_layer_map_read(h.text, 600, &back, err, sizeof err), 0);
+    CHECK(back.id && m.id && !memcmp(back.id, m.id, 600 * sizeof *m.id));
+    CHECK_EQ_INT(back.model_layers, 1200);
+    size_t lines = 0;
+    for (const char *p = h.text; p && *p; p++)
+        lines += *p == '\n';
+    CHECK(lines > 2);
+    moe_layer_map_release(&back);
+    moe_layer_map_release(&m);
+    moe_trace_hdr_release(&h);
+}
+
 int main(void)
 {
     const char *t = getenv("TMPDIR");
@@ -888,6 +1022,7 @@ int main(void)
     test_versions();
     test_text_errors();
     test_weight_digits();
+    test_layer_map();
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
     if (system(cmd) != 0)
