@@ -24,10 +24,11 @@
  *   efficiency CLASS SIZE:EFF ...
  *   efficiency hbm|compute|intra-o3|hbm-o3 SIZE:EFF ...  (the cost models' curves)
  *   hbm-latency X [UNIT] | launch-overhead X [UNIT]
- *   version 1.1                                     (1.1: the per-operation costs below)
+ *   version 1.1 | 1.2                               (1.1: the per-operation costs below)
  *   latency COLLECTIVE CLASS X [UNIT] | latency gemm X [UNIT]
  *   efficiency COLLECTIVE CLASS SIZE:EFF ...
  *   fp8-flops X [UNIT] | sms N | efficiency compute-fp8 FLOPS:EFF ...
+ *   efficiency attention|attention-bwd SEQ:EFF ...   (1.2: the attention kernels)
  *
  * Numbers are plain decimals (bytes/s, seconds, FLOP/s) or carry one of the unit words below,
  * which only shift the decimal exponent (and divide by 8 for bits), so "450 GB/s" reads as
@@ -66,14 +67,14 @@ static const char *const keywords[K_N] = {"topology",      "nodes", "gpus-per-no
 #define REPEATABLE (1u << K_LINK | 1u << K_EFF | 1u << K_LATENCY)
 
 /* The cost models' curves an `efficiency` line may name besides the link classes. */
-static const char *const model_curves[] = {"hbm", "compute", "intra-o3", "hbm-o3",
-                                           "compute-fp8"};
-#define MODEL_CURVES 5 /* the last one is version 1.1's */
+static const char *const model_curves[] = {"hbm",         "compute",   "intra-o3", "hbm-o3",
+                                           "compute-fp8", "attention", "attention-bwd"};
+#define MODEL_CURVES 7 /* compute-fp8 is version 1.1's, the attention curves 1.2's */
 
 static moe_link_t *model_curve(moe_topo_t *t, int i)
 {
-    moe_link_t *const c[MODEL_CURVES] = {&t->hbm, &t->compute, &t->intra_o3, &t->hbm_o3,
-                                         &t->compute_fp8};
+    moe_link_t *const c[MODEL_CURVES] = {&t->hbm,         &t->compute, &t->intra_o3, &t->hbm_o3,
+                                         &t->compute_fp8, &t->attn,    &t->attn_bwd};
     return c[i];
 }
 
@@ -580,9 +581,12 @@ static void put_link(FILE *f, const moe_link_t *l, const char *name)
     put_curve(f, l, name);
 }
 
-/* Whether t has a statement of version 1.1. */
-static int uses_1_1(const moe_topo_t *t)
+/* The least minor version (of major 1) whose statements t uses: 2 with an attention curve, 1
+ * with another per-operation cost, else 0. */
+static int minor_needed(const moe_topo_t *t)
 {
+    if (t->attn.npoints || t->attn_bwd.npoints)
+        return 2;
     if (t->coll_lat || t->gemm_latency != 0 || t->fp8_flops != 0 || t->sms != 0 ||
         t->compute_fp8.npoints)
         return 1;
@@ -622,9 +626,9 @@ char *moe_topo_format(const moe_topo_t *t)
     if (!f)
         return NULL;
     fputs("# moeflow topology, moe-topology(5); bandwidths in bytes/s, latencies in s\n", f);
-    int v11 = uses_1_1(t);
-    if (v11) /* files without the 1.1 statements stay 1.0, for 1.0 readers */
-        fprintf(f, "version %d.%d\n", MOE_TOPO_MAJOR, MOE_TOPO_MINOR);
+    int minor = minor_needed(t), v11 = minor >= 1;
+    if (minor) /* a file stays as old as its statements, for older readers */
+        fprintf(f, "version %d.%d\n", MOE_TOPO_MAJOR, minor);
     memcpy(name, t->name, sizeof name);
     name[sizeof name - 1] = '\0';
     for (char *c = name; *c; c++)

@@ -155,8 +155,11 @@ static int resolve(mc_t *x, char *err, size_t errlen)
         return BAD("the global batch (%u) is no multiple of micro-batch x dp = %u x %u",
                    l->global_batch, l->micro_batch, x->dp);
     x->nmb = l->global_batch / (l->micro_batch * x->dp);
-    if (l->schedule == MOE_PP_DUALPIPE && (l->pp % 2 || x->nmb < l->pp || l->vpp > 1))
-        return BAD("DualPipe needs an even pp, at least pp micro-batches and no vpp");
+    /* dualpipe.py step(): an even number of ranks, at least twice as many chunks, even */
+    if (l->schedule == MOE_PP_DUALPIPE &&
+        (l->pp % 2 || x->nmb < 2 * l->pp || x->nmb % 2 || l->vpp > 1))
+        return BAD("DualPipe needs an even pp, an even number of micro-batches, at least 2 pp, "
+                   "and no vpp");
     if (!(x->t->flops > 0))
         return BAD("the compute rate is unknown (--flops or --topology)");
     if ((x->world > x->gpn && !(x->t->link[MOE_LINK_INTER].bw > 0)) ||
@@ -173,6 +176,27 @@ static double gemm(const mc_t *x, double m, double n, double k, double groups)
     return moe_topo_gemm_time(x->t, m, n, k, groups, x->eb);
 }
 
+/* Bytes an FP8 layer moves to quantize its GEMMs' operands, forward and backward. */
+typedef struct quant {
+    double fwd, bwd;
+} quant_t;
+
+/* A linear layer's GEMM (groups products of m x k by k x n), in the layer's precision. With
+ * FP8 its BF16 input is quantized first, read at 2 bytes an element and written twice at 1,
+ * row-wise for this GEMM and column-wise for the weight gradient's; in the backward the
+ * output's gradient likewise, row-wise for the data gradient and column-wise for the weight
+ * gradient (Transformer Engine's cast-transpose; DeepSeek-V3's technical report, section 3.3,
+ * quantizes activations and gradients online the same way): 4 bytes an element each way,
+ * added to q. The weights' quantization, once an iteration, is left out. */
+static double linear(const mc_t *x, double m, double n, double k, double groups, quant_t *q)
+{
+    if (x->l->fp8) {
+        q->fwd += 4 * groups * m * k;
+        q->bwd += 4 * groups * m * n;
+    }
+    return gemm(x, m, n, k, groups);
+}
+
 /* Bytes moved through device memory, at hbm-bandwidth (norms, activations, permutes). */
 static double mem(const mc_t *x, double bytes)
 {
@@ -186,43 +210,55 @@ static double coll(const mc_t *x, int op, double size, uint32_t n, double span)
     return c == MOE_LINK_SELF ? 0 : moe_topo_coll_time(x->t, op, c, size, n);
 }
 
-/* Attention of one micro-batch, forward: the projections (split over tp) and the core
- * (FlashAttention-like, BF16 always, at the compute curve read at its FLOPs). */
-static double attn_fwd(const mc_t *x, double *core)
+/* Seconds of the core attention (a fused FlashAttention-like kernel, BF16 always) of `fl`
+ * forward FLOPs, its forward or its backward (2.5 times the FLOPs, FlashAttention's count): at
+ * the topology's attention curves read at the sequence one kernel streams keys over (s / cp),
+ * else at the compute curve read at the forward's FLOPs. */
+static double core_time(const mc_t *x, double fl, int bwd)
+{
+    const moe_topo_t *t = x->t;
+    const moe_link_t *c = bwd && t->attn_bwd.npoints ? &t->attn_bwd : &t->attn;
+    double e = c->npoints ? moe_link_efficiency(c, x->l->seq / (double)x->l->cp)
+                          : moe_link_efficiency(&t->compute, fl);
+    return (bwd ? 2.5 : 1) * fl / (t->flops * e);
+}
+
+/* Attention of one micro-batch, forward: the projections' seconds (split over tp), returned,
+ * and the core's forward FLOPs in *fl. */
+static double attn_fwd(const mc_t *x, double *fl, quant_t *q)
 {
     const moe_model_t *m = x->m;
     double h = m->hidden, a = m->heads / (double)x->l->tp, T = x->T, t;
     double qk, v;
     if (m->kv_lora) {
         qk = m->qk_nope + m->qk_rope, v = m->v_head;
-        t = m->q_lora ? gemm(x, T, m->q_lora, h, 1) + gemm(x, T, a * qk, m->q_lora, 1)
-                      : gemm(x, T, a * qk, h, 1);
-        t += gemm(x, T, m->kv_lora + m->qk_rope, h, 1) +
-             gemm(x, T, a * (m->qk_nope + v), m->kv_lora, 1) + gemm(x, T, h, a * v, 1);
+        t = m->q_lora ? linear(x, T, m->q_lora, h, 1, q) + linear(x, T, a * qk, m->q_lora, 1, q)
+                      : linear(x, T, a * qk, h, 1, q);
+        t += linear(x, T, m->kv_lora + m->qk_rope, h, 1, q) +
+             linear(x, T, a * (m->qk_nope + v), m->kv_lora, 1, q) + linear(x, T, h, a * v, 1, q);
     } else {
         double d = m->head_dim, g = m->kv_heads >= x->l->tp ? m->kv_heads / (double)x->l->tp : 1;
         qk = v = d;
-        t = gemm(x, T, a * d + 2 * g * d, h, 1) + gemm(x, T, h, a * d, 1);
+        t = linear(x, T, a * d + 2 * g * d, h, 1, q) + linear(x, T, h, a * d, 1, q);
     }
     /* QK^T and AV over the s / 2 keys a causal query sees on average, every micro-batch's
      * queries of this GPU against all s keys when the sequence is split over cp */
-    double fl = x->l->micro_batch * (x->l->seq / (double)x->l->cp) * a * x->l->seq * (qk + v);
-    *core = fl / (x->t->flops * moe_link_efficiency(&x->t->compute, fl));
-    return t + *core;
+    *fl = x->l->micro_batch * (x->l->seq / (double)x->l->cp) * a * x->l->seq * (qk + v);
+    return t;
 }
 
 /* A dense (or shared-expert) FFN of inner size F over the micro-batch's tokens, split over tp. */
-static double ffn_fwd(const mc_t *x, double F)
+static double ffn_fwd(const mc_t *x, double F, quant_t *q)
 {
     if (!(F > 0))
         return 0;
     double tp = x->l->tp, h = x->m->hidden;
-    return gemm(x, x->T, 2 * F / tp, h, 1) + gemm(x, x->T, h, F / tp, 1);
+    return linear(x, x->T, 2 * F / tp, h, 1, q) + linear(x, x->T, h, F / tp, 1, q);
 }
 
 /* The routed experts of one rank: a grouped GEMM over its E / ep experts, pairs / (E / ep)
  * tokens each, and the router (BF16). */
-static double experts_fwd(const mc_t *x)
+static double experts_fwd(const mc_t *x, quant_t *q)
 {
     const moe_model_t *m = x->m;
     double local = m->experts / (double)x->l->ep, h = m->hidden;
@@ -230,7 +266,7 @@ static double experts_fwd(const mc_t *x)
     double per = x->pairs / local * (x->l->imbalance > 1 ? x->l->imbalance : 1);
     double F = m->moe_ffn / (double)x->l->etp;
     double router = moe_topo_gemm_time(x->t, x->Tr, m->experts, h, 1, 2);
-    return router + gemm(x, per, 2 * F, h, local) + gemm(x, per, h, F, local);
+    return router + linear(x, per, 2 * F, h, local, q) + linear(x, per, h, F, local, q);
 }
 
 /* Memory passes of one layer's forward: two RMSNorms, two residual adds (read two, write one),
@@ -336,23 +372,50 @@ static double comm_share(const mc_t *x)
     return x->t->sms > 0 ? fmin(1, n / x->t->sms) : 0;
 }
 
+/* The share of a layer's all-to-alls the schedule runs with no other micro-batch's compute
+ * beside them: the first stage's warm-up forwards and cool-down backwards. Megatron-Core's
+ * combined 1F1B (--overlap-moe-expert-parallel-comm; pipeline_parallel/combined_1f1b.py)
+ * pairs a forward with another micro-batch's backward only in the steady phase: without a
+ * pipeline the first forward and the last backward run alone, with one the first stage's
+ * pp - 1 warm-up forwards and as many backwards (schedules.py: pp - rank - 1), interleaved
+ * (pp - 1) 2 + (vpp - 1) pp of its nmb vpp virtual-stage passes. DualPipe's first rank runs
+ * 1.5 pp - 1 forward and as many backward chunks alone (dualpipe.py step(): steps 1-3 and 5-7,
+ * half_rank 0), the rest as overlapped pairs. */
+static double unpaired(const mc_t *x)
+{
+    const moe_layout_t *l = x->l;
+    double pp = l->pp, n = x->nmb, u;
+    if (l->schedule == MOE_PP_DUALPIPE)
+        u = (1.5 * pp - 1) / n;
+    else if (l->vpp > 1)
+        u = ((pp - 1) * 2 + (l->vpp - 1) * pp) / (n * l->vpp);
+    else
+        u = fmax(1, pp - 1) / n;
+    return fmin(1, u);
+}
+
 /* One layer, forward and backward, of one micro-batch: compute (GEMMs 1 + 2, the core
- * attention 1 + 2.5 as FlashAttention's backward, memory passes 1 + 2, and what recompute
- * repeats), and the communication it exposes. */
+ * attention at its kernel's forward and backward speed, memory passes 1 + 2 with FP8's
+ * quantization, and what recompute repeats), and the communication it exposes. */
 typedef struct layer_cost {
     double fwd, bwd;     /* compute */
     double tp, cp, ep;   /* communication, forward and backward, exposed */
     double ep_total;     /* the all-to-alls before overlap */
+    double attn, quant;  /* of fwd + bwd: the core attention, FP8's quantization passes */
 } layer_cost_t;
 
 static void layer(const mc_t *x, int moe, layer_cost_t *c, double *remote)
 {
-    double core, attn = attn_fwd(x, &core), gem = attn - core;
-    double ffn = moe ? experts_fwd(x) + ffn_fwd(x, x->m->shared_ffn) : ffn_fwd(x, x->m->ffn);
-    double pass = passes_fwd(x, moe);
-    gem += ffn;
-    c->fwd = gem + core + pass;
-    c->bwd = 2 * gem + 2.5 * core + 2 * pass;
+    quant_t q = {0, 0};
+    double fl, gem = attn_fwd(x, &fl, &q);
+    double core = core_time(x, fl, 0), core_b = core_time(x, fl, 1);
+    gem += moe ? experts_fwd(x, &q) + ffn_fwd(x, x->m->shared_ffn, &q)
+               : ffn_fwd(x, x->m->ffn, &q);
+    double pass = passes_fwd(x, moe), qf = mem(x, q.fwd), qb = mem(x, q.bwd);
+    c->fwd = gem + core + pass + qf;
+    c->bwd = 2 * gem + core_b + 2 * pass + qb;
+    c->attn = core + core_b;
+    c->quant = qf + qb;
     c->tp = 2 * tp_fwd(x, moe);
     c->cp = 2 * cp_fwd(x, core);
     double a = 0;
@@ -364,24 +427,29 @@ static void layer(const mc_t *x, int moe, layer_cost_t *c, double *remote)
     c->ep_total = 2 * a;
     if (x->l->recompute == MOE_RECOMPUTE_FULL) { /* the forward again, its collectives too */
         c->bwd += c->fwd;
+        c->attn += core;
+        c->quant += qf;
         c->tp += c->tp / 2;
         c->ep_total += a;
     } else if (x->l->recompute == MOE_RECOMPUTE_SELECTIVE) {
         c->bwd += core;
+        c->attn += core;
     }
     /* overlapped (--overlap-moe-expert-parallel-comm, DualPipe): behind the other
      * micro-batch's compute of the layer, whose GEMMs lose the communication kernel's SMs
-     * while it runs */
+     * while it runs, except in the passes the schedule runs alone */
     int over = x->l->ep_overlap || x->l->schedule == MOE_PP_DUALPIPE;
-    double C = c->fwd + c->bwd, A = c->ep_total, phi = comm_share(x);
-    c->ep = over ? fmax(A, C + phi * fmin(A, C)) - C : A;
+    double C = c->fwd + c->bwd, A = c->ep_total, phi = comm_share(x), u = unpaired(x);
+    c->ep = over ? u * A + (1 - u) * (fmax(A, C + phi * fmin(A, C)) - C) : A;
 }
 
-/* The output layer and loss (and every MTP module), forward and backward, one micro-batch. */
+/* The output layer and loss (and every MTP module), forward and backward, one micro-batch:
+ * BF16 with FP8 too (DeepSeek-V3's technical report, section 3.3.1, and Megatron-Core's FP8
+ * recipes keep the output head in BF16). */
 static double head(const mc_t *x)
 {
     double h = x->m->hidden, V = x->m->vocab / (double)x->l->tp;
-    double one = 3 * gemm(x, x->T, V, h, 1) + 3 * mem(x, x->T * V * 6);
+    double one = 3 * moe_topo_gemm_time(x->t, x->T, V, h, 1, 2) + 3 * mem(x, x->T * V * 6);
     return one * (1 + x->m->mtp);
 }
 
@@ -406,7 +474,7 @@ static void params_of(const mc_t *x, params_t *p)
     /* an MTP module's experts split over ep like the others; the rest over tp */
     double mtp_all_exp = moe_model_is_moe(x->m, x->m->layers - 1)
                              ? x->m->mtp * x->m->experts * c->expert_params : 0;
-    double mtp_exp = mtp_all_exp / x->m->experts * local / l->etp * (x->m->experts > 0);
+    double mtp_exp = x->m->experts ? mtp_all_exp / x->m->experts * local / l->etp : 0;
     double mtp_dense = (c->mtp_params - mtp_all_exp) / tp;
     double head = c->head_params / tp, embed = c->embed_params / tp;
     p->dense = dense + head + mtp_dense + (pp == 1 ? embed : 0);
@@ -507,8 +575,10 @@ static double optimizer(const mc_t *x, const params_t *p)
 }
 
 /* One micro-batch through a pipeline stage, forward and backward, as the slowest stage sees
- * it: the layers, embedding and output layer spread evenly over the stages (the balance
- * Megatron-Core's --pipeline-model-parallel-layout gives). */
+ * it. A stage holds whole layers: the busiest holds ceil((L + mtp) / pp) of them, of the
+ * costlier kind first, and none can be lighter than the balanced share of every layer and the
+ * output layer (what Megatron-Core's --pipeline-model-parallel-layout gives at best): the
+ * larger of the two. */
 static void micro_batch(const mc_t *x, moe_mcore_out_t *o, double *f, double *b)
 {
     layer_cost_t d = {0}, e = {0};
@@ -520,14 +590,25 @@ static void micro_batch(const mc_t *x, moe_mcore_out_t *o, double *f, double *b)
     double mtp_dense = x->m->mtp - mtp_moe, hd = head(x);
     double nm = x->nmoe + mtp_moe;
     nd += mtp_dense;
-    *f = (nd * d.fwd + nm * e.fwd + hd / 3) / pp;
-    *b = (nd * d.bwd + nm * e.bwd + hd * 2 / 3) / pp;
-    double comm = (nd * (d.tp + d.cp) + nm * (e.tp + e.cp + e.ep)) / pp;
+    double cd = d.fwd + d.bwd + d.tp + d.cp, ce = e.fwd + e.bwd + e.tp + e.cp + e.ep;
+    double per = ceil((nd + nm) / pp);
+    double km = ce >= cd ? fmin(per, nm) : per - fmin(per, nd), kd = per - km;
+    double wd = kd, wm = km, wh = 0; /* the stage's dense and MoE layers, its head share */
+    if (!(kd * cd + km * ce >= (nd * cd + nm * ce + hd) / pp))
+        wd = nd / pp, wm = nm / pp, wh = 1 / pp;
+    o->stage_layers = wh > 0 ? (nd + nm) / pp : per;
+    o->ep_unpaired = x->nmoe && (x->l->ep_overlap || x->l->schedule == MOE_PP_DUALPIPE)
+                         ? unpaired(x) : 0;
+    *f = wd * d.fwd + wm * e.fwd + wh * hd / 3;
+    *b = wd * d.bwd + wm * e.bwd + wh * hd * 2 / 3;
+    double comm = wd * (d.tp + d.cp) + wm * (e.tp + e.cp + e.ep);
     o->t_compute += x->nmb * (*f + *b);
-    o->t_tp += x->nmb * (nd * d.tp + nm * e.tp) / pp;
-    o->t_cp += x->nmb * (nd * d.cp + nm * e.cp) / pp;
-    o->t_ep += x->nmb * nm * e.ep / pp;
-    o->t_ep_total = x->nmb * nm * e.ep_total / pp;
+    o->t_attn += x->nmb * (wd * d.attn + wm * e.attn);
+    o->t_quant += x->nmb * (wd * d.quant + wm * e.quant);
+    o->t_tp += x->nmb * (wd * d.tp + wm * e.tp);
+    o->t_cp += x->nmb * (wd * d.cp + wm * e.cp);
+    o->t_ep += x->nmb * wm * e.ep;
+    o->t_ep_total = x->nmb * wm * e.ep_total;
     o->a2a_nodes = remote;
     /* forward and backward of a micro-batch as the pipeline schedule sees them */
     *f += comm / 2;

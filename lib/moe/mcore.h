@@ -136,6 +136,12 @@ typedef struct moe_mcore_out {
     double t_compute, t_tp, t_cp, t_ep, t_bubble, t_p2p, t_dp, t_optimizer;
     double t_ep_total;       /* the all-to-alls before overlap */
     double t_dp_total;       /* the gradient reduce and gather before overlap */
+    double t_attn, t_quant;  /* of t_compute: the core attention kernels, FP8's quantization
+                              * passes */
+    double stage_layers;     /* layers of the slowest pipeline stage (whole, or the balanced
+                              * share where that is more) */
+    double ep_unpaired;      /* the share of the all-to-alls no overlap can hide (the passes
+                              * the schedule runs alone; 0 without overlap) */
     /* memory per GPU, the largest stage's: parameters, gradients, optimizer states,
      * activations of the micro-batches in flight, all-to-all buffers, logits */
     double m_weights, m_grads, m_optimizer, m_activations, m_a2a, m_logits, memory;

@@ -49,11 +49,12 @@ enum moe_coll {
     MOE_COLLS = 4,
 };
 
-/* The topology format's version this reader writes and knows: 1.1 added the per-operation
- * costs (latency and efficiency per collective, the GEMM latency, the FP8 rate). Files without
- * a `version` line are 1.0; a newer major version is refused. */
+/* The topology format's version this reader knows: 1.1 added the per-operation costs (latency
+ * and efficiency per collective, the GEMM latency, the FP8 rate), 1.2 the attention kernels'
+ * curves. Files without a `version` line are 1.0; a newer major version is refused. The
+ * writer announces the least version whose statements the topology uses. */
 #define MOE_TOPO_MAJOR 1
-#define MOE_TOPO_MINOR 1
+#define MOE_TOPO_MINOR 2
 
 typedef struct moe_topo {
     char name[64];           /* preset or file name, for reports */
@@ -90,6 +91,11 @@ typedef struct moe_topo {
                             * communication kernel running beside the GEMMs takes a share of */
     moe_link_t compute_fp8; /* FP8 GEMM efficiency (of fp8_flops) against the FLOPs of one
                              * GEMM (npoints 0: the compute curve) */
+    /* Version 1.2: the fused attention kernel's efficiency (of flops, BF16) against the
+     * sequence length (keys per query), forward and backward (FlashAttention's count: the
+     * backward's FLOPs 2.5 times the forward's). npoints 0: the compute curve at the kernel's
+     * FLOPs; a backward without its own curve takes the forward's. */
+    moe_link_t attn, attn_bwd;
 } moe_topo_t;
 
 /* Read the topology `arg`: a moe-topology(5) file ("-" = standard input), or, where no such

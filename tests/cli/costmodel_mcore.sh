@@ -55,6 +55,13 @@ expect_exit 0 cm iteration --model "$HF/deepseek-v3.json" \
     --topology dgx-h800 --nodes 256 --seq 4096 --micro-batch 1 --global-batch 15360 \
     --distributed-optimizer --dtype fp8 --json
 has_line '"schedule": "dualpipe", "dispatcher": "deepep"'
+# 61 layers and the MTP module on 16 stages: 4 on the slowest; DualPipe's first rank runs
+# 1.5 x 16 - 1 = 23 of its 120 chunks alone, their all-to-alls exposed
+has_line '"stage_layers": 4, "a2a_unpaired": 0\.1916666667}'
+# FP8: quantization passes and the attention kernels' curves priced
+q=$(tr ',' '\n' <"$T/out" | awk -F': ' '$1 ~ /"compute_fp8_quantization"$/ { sub(/}/, "", $2); print $2 }')
+awk -v q="$q" 'BEGIN { exit !(q > 0) }' || fail "no FP8 quantization time ($q)"
+has_line '^ "time": {"compute": [0-9]'
 # node-limited routing: a token reaches at most 4 nodes, some of them its own
 n=$(tr ',' '\n' <"$T/out" | awk -F': ' '$1 ~ /remote_nodes_per_token"$/ { print $2 + 0 }')
 awk -v n="$n" 'BEGIN { exit !(n > 3 && n < 4) }' || fail "remote nodes per token $n"

@@ -136,6 +136,111 @@ static void test_memory(void)
     CHECK(near(o.m_activations, 4096.0 * (32 * 2 * 4096 + 258208)));
 }
 
+/* A toy model for the time tests: h 64, 4 heads of 16, FFN 128, vocabulary 16. */
+static void toy(moe_model_t *m, uint32_t layers, uint32_t experts)
+{
+    char text[512], err[256];
+    int n = snprintf(text, sizeof text,
+                     "{\"model_type\": \"toy\", \"num_hidden_layers\": %u, \"hidden_size\": 64, "
+                     "\"num_attention_heads\": 4, \"intermediate_size\": 128, "
+                     "\"vocab_size\": 16, \"num_local_experts\": %u, "
+                     "\"num_experts_per_tok\": %u}", layers, experts, experts ? 2 : 0);
+    CHECK_EQ_INT(moe_model_parse(m, text, (size_t)n, "toy.json", err, sizeof err), 0);
+}
+
+/* nodes x 8 GPUs at 1 TFLOP/s and 1 TB/s, links of 100 and 10 GB/s, no curves. */
+static void toy_topo(moe_topo_t *t, uint32_t nodes, uint32_t gpn)
+{
+    CHECK_EQ_INT(moe_topo_uniform(t, nodes, gpn), 0);
+    t->flops = 1e12, t->hbm_bw = 1e12;
+    t->link[MOE_LINK_INTRA].bw = 100e9, t->link[MOE_LINK_INTER].bw = 10e9;
+}
+
+static double eval_toy(const moe_model_t *m, const moe_topo_t *t, const char *spec,
+                       uint32_t seq, uint32_t gb, int fp8, moe_mcore_out_t *o)
+{
+    moe_layout_t l;
+    char err[256];
+    moe_layout_init(&l);
+    CHECK_EQ_INT(moe_layout_parse(&l, spec, err, sizeof err), 0);
+    l.seq = seq, l.micro_batch = 1, l.global_batch = gb, l.fp8 = fp8;
+    int rc = moe_mcore_eval(m, &l, t, o, err, sizeof err);
+    if (rc)
+        fprintf(stderr, "%s\n", err);
+    CHECK_EQ_INT(rc, 0);
+    return o->t_compute;
+}
+
+/* The parts of the iteration's time this model prices beyond the GEMMs, by hand on the toy
+ * (2 dense layers, seq 8, one GPU, one micro-batch):
+ *   FP8's quantization: 4 bytes an element of each GEMM's input forward, of its output's
+ *   gradient backward. QKV: 8 tokens x 64 in, 192 out; O 64 in, 64 out; gate and up 64 in,
+ *   256 out; down 128 in, 64 out: forward 4 x 8 x (64 + 64 + 64 + 128) = 10240 bytes,
+ *   backward 4 x 8 x (192 + 64 + 256 + 64) = 18432; 2 layers, 57344 bytes at 1 TB/s.
+ *   The core attention: 8 queries x 4 heads x 8 keys x (16 + 16) = 8192 FLOPs a layer (its
+ *   causal half); forward at the attention curve read at s = 8, 0.25 + 0.5 x 4 / 12 = 5 / 12,
+ *   backward at attention-bwd (one point) 0.25 for 2.5 times the FLOPs: 8192 / 1e12 x (12 / 5
+ *   + 10) per layer; without curves at the compute curve (none: 1), 3.5 x 8192 / 1e12.
+ *   Whole layers: 5 layers on 2 stages put 3 on the slowest, so per micro-batch it takes 3c
+ *   (c a layer's forward and backward) where 6 layers take 3c + head / 2 and 3 layers on one
+ *   GPU 3c + head: t(5, pp 2) = 2 t(6, pp 2) - t(3, pp 1) at equal micro-batches.
+ *   Overlap: the all-to-alls hide behind the other micro-batch's compute (the toy's compute
+ *   at 1 TFLOP/s outlasts them, comm-sms 0) but in the passes run alone: 1F1B on 2 stages
+ *   and 8 micro-batches, pp - 1 = 1 of 8; DualPipe 1.5 pp - 1 = 2 of 8; interleaved over 2
+ *   virtual stages (pp - 1) 2 + (vpp - 1) pp = 4 of 16. */
+static void test_time_parts(void)
+{
+    moe_model_t m;
+    moe_topo_t t;
+    moe_mcore_out_t o, o2, o3;
+    toy(&m, 2, 0);
+    toy_topo(&t, 1, 1);
+    eval_toy(&m, &t, "tp=1", 8, 1, 1, &o);
+    CHECK(near(o.t_quant, 57344 / 1e12));
+    eval_toy(&m, &t, "tp=1", 8, 1, 0, &o);
+    CHECK(o.t_quant == 0);
+    CHECK(near(o.t_attn, 2 * 3.5 * 8192 / 1e12));
+    t.attn.npoints = 2, t.attn.size[0] = 4, t.attn.size[1] = 16;
+    t.attn.eff[0] = 0.25, t.attn.eff[1] = 0.75;
+    t.attn_bwd.npoints = 1, t.attn_bwd.size[0] = 8, t.attn_bwd.eff[0] = 0.25;
+    eval_toy(&m, &t, "tp=1", 8, 1, 0, &o);
+    CHECK(near(o.t_attn, 2 * 8192 / 1e12 * (12.0 / 5 + 10)));
+    /* without its own curve the backward takes the forward's: 5 / 12 at s = 8 */
+    t.attn_bwd.npoints = 0;
+    eval_toy(&m, &t, "tp=1", 8, 1, 0, &o);
+    CHECK(near(o.t_attn, 2 * 8192 / 1e12 * (12.0 / 5 + 2.5 * 12 / 5)));
+    /* whole layers per stage */
+    toy_topo(&t, 1, 2);
+    toy(&m, 5, 0);
+    double t5 = eval_toy(&m, &t, "tp=1,pp=2", 8, 2, 0, &o);
+    CHECK(o.stage_layers == 3 && o.micro_batches == 2);
+    toy(&m, 6, 0);
+    double t6 = eval_toy(&m, &t, "tp=1,pp=2", 8, 2, 0, &o2);
+    CHECK(o2.stage_layers == 3);
+    toy(&m, 3, 0);
+    moe_topo_t one;
+    toy_topo(&one, 1, 1);
+    double t3 = eval_toy(&m, &one, "tp=1", 8, 2, 0, &o3);
+    CHECK(o3.micro_batches == 2 && o3.stage_layers == 3);
+    CHECK(fabs(t5 - (2 * t6 - t3)) <= 1e-12 * t3);
+    CHECK(t5 > (5 * t3 / 3) / 2 * 1.01); /* more than the balanced share of 5 layers */
+    /* the all-to-alls' unpaired passes: 2 nodes of 8, ep 8, pp 2, dp 8, 8 micro-batches */
+    toy(&m, 4, 8);
+    toy_topo(&t, 2, 8);
+    static const struct { const char *spec; double u; } un[] = {
+        {"tp=1,ep=8,pp=2,ep-overlap=1,comm-sms=0", 1.0 / 8},
+        {"tp=1,ep=8,pp=2,schedule=dualpipe,comm-sms=0", 2.0 / 8},
+        {"tp=1,ep=8,pp=2,vpp=2,ep-overlap=1,comm-sms=0", 4.0 / 16},
+    };
+    for (size_t i = 0; i < sizeof un / sizeof *un; i++) {
+        eval_toy(&m, &t, un[i].spec, 64, 64, 0, &o);
+        CHECK(o.micro_batches == 8 && near(o.ep_unpaired, un[i].u));
+        CHECK(o.t_ep_total > 0 && near(o.t_ep, un[i].u * o.t_ep_total));
+    }
+    eval_toy(&m, &t, "tp=1,ep=8,pp=2", 64, 64, 0, &o); /* no overlap: all exposed */
+    CHECK(o.ep_unpaired == 0 && near(o.t_ep, o.t_ep_total));
+}
+
 typedef struct bad {
     const char *spec;
     uint32_t nodes, gb;
@@ -207,6 +312,7 @@ int main(void)
     test_read();
     test_flops();
     test_memory();
+    test_time_parts();
     test_refusals();
     return unit_done("test_mcore");
 }

@@ -73,9 +73,11 @@ static int same_topo(const moe_topo_t *a, const moe_topo_t *b)
                 return 0;
     }
     /* the cost models' curves */
-    const moe_link_t *ma[] = {&a->hbm, &a->compute, &a->intra_o3, &a->hbm_o3, &a->compute_fp8};
-    const moe_link_t *mb[] = {&b->hbm, &b->compute, &b->intra_o3, &b->hbm_o3, &b->compute_fp8};
-    for (int c = 0; c < 5; c++) {
+    const moe_link_t *ma[] = {&a->hbm,         &a->compute, &a->intra_o3, &a->hbm_o3,
+                              &a->compute_fp8, &a->attn,    &a->attn_bwd};
+    const moe_link_t *mb[] = {&b->hbm,         &b->compute, &b->intra_o3, &b->hbm_o3,
+                              &b->compute_fp8, &b->attn,    &b->attn_bwd};
+    for (int c = 0; c < 7; c++) {
         if (ma[c]->latency != mb[c]->latency || ma[c]->npoints != mb[c]->npoints)
             return 0;
         for (uint32_t i = 0; i < ma[c]->npoints; i++)
@@ -334,7 +336,24 @@ static void test_ops(void)
     CHECK_EQ_INT(parse(&t, "version 1.7\nnodes 1\ngpus-per-node 1\nwarp 9\n", err,
                        sizeof err), MOE_EFORMAT);
     CHECK(strstr(err, "line 4: unknown keyword 'warp' (the file is version 1.7, this reader "
-                      "knows 1.1)"));
+                      "knows 1.2)"));
+    /* version 1.2: the attention kernels' curves, against the sequence length; a topology
+     * with one is written as 1.2, one with only 1.1 statements stays 1.1 (above) */
+    CHECK_EQ_INT(parse(&t, "version 1.2\nnodes 1\ngpus-per-node 8\nflops 989e12\n"
+                           "efficiency attention 512:0.472 4096:0.645\n"
+                           "efficiency attention-bwd 512:0.32 4096:0.548\n", err, sizeof err), 0);
+    CHECK(t.attn.npoints == 2 && t.attn.size[1] == 4096 && t.attn.eff[1] == 0.645 &&
+          t.attn_bwd.npoints == 2 && t.attn_bwd.eff[0] == 0.32);
+    a = moe_topo_format(&t);
+    CHECK(a && strstr(a, "\nversion 1.2\n") &&
+          strstr(a, "\nefficiency attention 512:0.472 4096:0.645\n") &&
+          strstr(a, "\nefficiency attention-bwd 512:0.32 4096:0.548\n"));
+    CHECK_EQ_INT(a ? parse(&u, a, err, sizeof err) : -1, 0);
+    CHECK(same_topo(&t, &u));
+    free(a);
+    CHECK_EQ_INT(parse(&t, "nodes 1\ngpus-per-node 1\nefficiency attention 512:0.4\n"
+                           "efficiency attention 1024:0.5\n", err, sizeof err), MOE_EFORMAT);
+    CHECK(strstr(err, "line 4: second 'efficiency attention' line"));
 }
 
 typedef struct bad {
@@ -402,7 +421,7 @@ static const bad_t bad_topo[] = {
     {NG "cores two\n", MOE_EFORMAT, "cores: expected a number of processors, found 'two'"},
     /* version 1.1 */
     {"version 2.0\n" NG, MOE_EFORMAT, "line 1: version 2.0 is not 1.x: this reader knows "
-                                       "topology files up to 1.1"},
+                                       "topology files up to 1.2"},
     {NG "version 1.1\n", MOE_EFORMAT, "line 3: 'version' must be the first statement"},
     {"version 1\n" NG, MOE_EFORMAT, "expected a version MAJOR.MINOR, found '1'"},
     {"version 1.1.2\n" NG, MOE_EFORMAT, "found '1.1.2'"},
@@ -497,6 +516,9 @@ static void test_presets(void)
         if (!strncmp(de->d_name, "dgx-", 4))
             CHECK(t.fp8_flops > 0 && t.compute.npoints > 0 &&
                   t.coll[MOE_COLL_ALLTOALL][MOE_LINK_INTER].npoints > 0);
+        /* and the H100-class ones FlashAttention-3's measured attention kernels (1.2) */
+        if (!strcmp(de->d_name, "dgx-h100.topo") || !strcmp(de->d_name, "dgx-h800.topo"))
+            CHECK(t.attn.npoints == 6 && t.attn_bwd.npoints == 6 && t.attn.eff[3] == 0.6451);
         count++;
     }
     closedir(d);
