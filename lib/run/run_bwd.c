@@ -161,16 +161,25 @@ void run_pairs_add(run_t *r, const pairs_t *p, float *dx, float *ds)
     RUN_CK(r, b->ops->scatter_add(b, p->ds, ent, NULL, np, 1, ds));
 }
 
+/* The add is a scatter-add of rows onto themselves: rows of H floats where n is a multiple of
+ * H (an expert's weights are), so that a device takes them in parallel; each value is added
+ * once, as dst[i] += src[i]. */
 void run_bwd_add(run_t *r, float *dst, const void *src, size_t n, int dtype, int wire, int tmp)
 {
     moe_run_backend_t *b = r->b;
+    const size_t width = n % r->H == 0 ? r->H : n, rows = n ? n / width : 0;
+    if (width > UINT32_MAX)
+        run_die(r, "backward (a gradient too long to add)", MOE_ERANGE);
     void *w = dslot(r, wire, n * moe_dtype_size(dtype), 1);
     float *f = dslot(r, tmp, n, sizeof *f);
-    uint32_t *zero = dslot(r, TD_ZERO, 1, sizeof *zero);
+    uint32_t *iota = dslot(r, TD_IOTA, rows, sizeof *iota);
+    uint32_t *h = run_hbuf(r, TS_IOTA, (rows + 1) * sizeof *h);
+    for (size_t i = 0; i < rows; i++)
+        h[i] = (uint32_t)i;
+    RUN_CK(r, b->ops->upload(b, iota, h, rows * sizeof *iota));
     RUN_CK(r, b->ops->upload(b, w, src, n * moe_dtype_size(dtype)));
     RUN_CK(r, b->ops->unpack(b, w, n, dtype, f));
-    RUN_CK(r, b->ops->zero(b, zero, sizeof *zero));
-    RUN_CK(r, b->ops->scatter_add(b, f, zero, NULL, 1, (uint32_t)n, dst));
+    RUN_CK(r, b->ops->scatter_add(b, f, iota, NULL, rows, (uint32_t)width, dst));
 }
 
 /* Bytes of the pairs' buffers (for the activation peak). */

@@ -65,8 +65,8 @@ void run_pairs_backward(run_t *r, const pairs_t *p, uint32_t G, const size_t *of
 void run_pairs_add(run_t *r, const pairs_t *p, float *dx, float *ds);
 /* Bytes of the pairs' buffers (for the activation peak). */
 size_t run_pairs_bytes(size_t np, size_t H);
-/* dst (backend, n floats) += the n floats of wire type dtype at src (host), in order: the
- * wire uploaded to slot `wire`, unpacked into slot `tmp` and added on the backend. */
+/* dst (backend, n floats) += the n floats of wire type dtype at src (host), each once: the
+ * wire uploaded to device slot `wire`, unpacked into slot `tmp` and added on the backend. */
 void run_bwd_add(run_t *r, float *dst, const void *src, size_t n, int dtype, int wire, int tmp);
 
 /* ---- the experts' part of layer l's backward: xm the mixed input rows, dout the gradient of

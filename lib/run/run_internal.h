@@ -156,8 +156,9 @@ enum run_dslot {
      * (input gradients, routing weights' gradients) */
     TD_ROWS, TD_PREX, TD_PREA, TD_RDX, TD_RDW,
     /* datacentric: the pulled experts' weights and gradients, the wire of a round's pulls
-     * (sent, received), a gradient sent and one received (wire, fp32), the index 0 */
-    TD_DCW, TD_DCG, TD_DSEND, TD_DRECV, TD_DGSEND, TD_DGWIRE, TD_DGRAD, TD_ZERO,
+     * (sent, received), a gradient sent and one received (wire, fp32), the rows' indices of
+     * adding it */
+    TD_DCW, TD_DCG, TD_DSEND, TD_DRECV, TD_DGSEND, TD_DGWIRE, TD_DGRAD, TD_IOTA,
     RUN_DSLOTS
 };
 enum run_hslot {
@@ -179,7 +180,7 @@ enum run_hslot {
     TS_FRPLY2, TS_PMAP, TS_PROWS, TS_CHKY, TS_CHKV, TS_DCNT, TS_DWIRE, TS_DREQ,
     TS_DREADY, TS_DWAIT, TS_DIN, TS_DNX, TS_DCUR, TS_DRS, TS_DLAST, TS_DSLE,
     TS_DIDX, TS_DRECV, TS_DRREQ, TS_DSEND, TS_DSREQ, TS_PSET, TS_PSET2, TS_PSET3, TS_PREQ,
-    TS_PREQ2, TS_PREQ3, TS_PTMP, TS_TROW, TS_TOUT, TS_POFF, TS_PTAB, TS_RTMP, TS_GRAD,
+    TS_PREQ2, TS_PREQ3, TS_PTMP, TS_TROW, TS_TOUT, TS_POFF, TS_PTAB, TS_RTMP, TS_GRAD, TS_IOTA,
     RUN_HSLOTS
 };
 
