@@ -33,7 +33,7 @@ static const char *prog = "run_modes";
 enum { BE_CPU, BE_CUDA, BE_GUARD };
 
 typedef struct opts {
-    int backend, transport, train;
+    int backend, transport, train, train_steps;
     int dtypes[3], ndtypes;
     int modes[MOE_RUN_MODES], nmodes;
     moe_run_cfg_t cfg;
@@ -60,6 +60,8 @@ static void help(void)
            "      --train-only      training runs only\n"
            "      --layers=L --experts=E --topk=K --hidden=H --ffn=F --tokens-per-rank=N\n"
            "      --iters=I --warmup=W   as moe-run's [4 16 2 256 512 256, 2 1]\n"
+           "      --train-steps=N   a training run's steps, without warm-up (--check replays\n"
+           "                        each on the serial reference) [1]\n"
            "      --gpus-per-node=N --chunks=N --reuse=S --optimizer=O --trace=FILE\n"
            "      --placement=FILE\n"
            "                        as moe-run's (with a trace, its layers, experts and\n"
@@ -106,6 +108,7 @@ static int parse(int argc, char **argv, opts_t *o)
     o->cfg.L = 4, o->cfg.E = 16, o->cfg.K = 2, o->cfg.H = 256, o->cfg.F = 512;
     o->cfg.tokens_per_rank = 256;
     o->cfg.iters = 2, o->cfg.warmup = 1;
+    o->train_steps = 1;
     o->cfg.check = 1;
     o->transport = -1;
     o->dtypes[0] = MOE_DTYPE_FP32, o->dtypes[1] = MOE_DTYPE_BF16, o->ndtypes = 2;
@@ -135,7 +138,7 @@ static int parse(int argc, char **argv, opts_t *o)
                                             "--ffn", "--tokens-per-rank", "--iters",
                                             "--warmup", "--gpus-per-node", "--reuse",
                                             "--optimizer", "--trace", "--placement",
-                                            "--chunks"};
+                                            "--chunks", "--train-steps"};
         size_t q = 0;
         while (q < sizeof known / sizeof *known && strcmp(name, known[q]))
             q++;
@@ -195,6 +198,8 @@ static int parse(int argc, char **argv, opts_t *o)
             o->cfg.warmup = (int)n;
         } else if (!strcmp(name, "--gpus-per-node")) {
             o->cfg.gpn = (uint32_t)n;
+        } else if (!strcmp(name, "--train-steps")) {
+            o->train_steps = (int)n;
         } else if (!strcmp(name, "--chunks")) {
             o->cfg.chunks = (uint32_t)n;
             o->cfg.chunks_set = 1;
@@ -253,6 +258,10 @@ static int one_run(moe_run_comm_t *comm, moe_run_backend_t *b, const opts_t *o, 
     c.mode = mode;
     c.dtype = dtype;
     c.train = train;
+    if (train) { /* --check replays every step on the serial reference, on the host */
+        c.iters = o->train_steps;
+        c.warmup = 0;
+    }
     char head[96], errbuf[512] = "";
     snprintf(head, sizeof head, "%s: %s %s %s", prog, train ? "train" : "fwd",
              moe_dtype_name(dtype), moe_run_mode_name(mode));
