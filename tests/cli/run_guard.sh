@@ -15,7 +15,7 @@ run_data 256
 "$MOE_BIN/moe-place" fit --no-PG --ranks 4 --gpus-per-node 2 --method balanced --replicas 4 \
     -o "$T/rep4.moep" "$T/ds.mft" || exit 99
 small="--gpus-per-node 2 --layers 2 --experts 8 --topk 2 --hidden 16 --ffn 12"
-small="$small --tokens-per-rank 32 --iters 2 --warmup 1"
+small="$small --tokens-per-rank 32 --iters 2 --warmup 1 --train-steps 2"
 
 # guard N ARGS...: run_modes through the guard on 4 ranks; N lines must say PASS, none FAIL
 guard() {
