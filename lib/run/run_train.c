@@ -51,6 +51,7 @@ static size_t layer_backward(run_t *r, uint32_t l, float *dout, grads_t *g)
     /* the home: residual + the experts' input gradients, the routing weights' gradients */
     uint32_t chunks = r->chunks_used ? r->chunks_used : 1;
     size_t peak = 0;
+    const int pipe = r->cfg.mode == MOE_RUN_PIPELINED && chunks > 1;
     if (r->cfg.mode == MOE_RUN_DATACENTRIC) {
         RUN_CK(r, b->ops->copy(b, dxm, dy, n * H * sizeof *dxm));
         RUN_CK(r, b->ops->zero(b, dw, n * K * sizeof *dw));
@@ -65,10 +66,9 @@ static size_t layer_backward(run_t *r, uint32_t l, float *dout, grads_t *g)
         float *hdw = run_hbuf(r, TS_DW, (n + 1) * K * sizeof *hdw);
         memcpy(hdxm, dout, n * H * sizeof *hdxm);
         memset(hdw, 0, n * K * sizeof *hdw);
-        if (r->cfg.mode == MOE_RUN_PIPELINED && chunks > 1)
+        if (pipe)
             peak = run_bwd_pipe(r, l, chunks, hxm, dout, g, hdxm, hdw);
-        for (uint32_t c = 0; !(r->cfg.mode == MOE_RUN_PIPELINED && chunks > 1) && c < chunks;
-             c++) {
+        for (uint32_t c = 0; !pipe && c < chunks; c++) {
             size_t bb = run_bwd_experts(r, l, c, n * c / chunks, n * (c + 1) / chunks, hxm,
                                         dout, g, hdxm, hdw);
             peak = bb > peak ? bb : peak;
