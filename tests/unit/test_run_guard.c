@@ -1,18 +1,22 @@
 /* tests/unit/test_run_guard.c -- the guard backend (guard_backend.h: the CPU backend under a
  * GPU's memory rules) catches each way of breaking those rules: the runtime touching backend
  * memory itself ends the process, an operation given host memory or an extent past a buffer
- * refuses it; and moe-run's training on one rank, every mode, trains through it without a
+ * refuses it; the CPU backend's training operations are the reference kernels bit for bit;
+ * and moe-run's training on one rank, every mode, trains through it without a
  * violation, its backward computing through the backend's training operations (counted), to
  * the CPU backend's losses bit for bit. tests/cli/run_guard.sh runs every mode on four ranks
  * through it. */
 #include "config.h"
 
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "moe/kern.h"
 #include "moe/moe.h"
+#include "moe/rng.h"
 #include "moe/run.h"
 #include "moe/run_backend.h"
 #include "guard_backend.h"
@@ -80,6 +84,78 @@ static void refusals(moe_run_backend_t *b)
     o->free(b, m);
 }
 
+/* n values of a seeded stream in [-1, 1). */
+static float *values(size_t n, uint64_t seed)
+{
+    float *v = malloc((n + 1) * sizeof *v);
+    for (size_t i = 0; v && i < n; i++)
+        v[i] = (float)((double)(moe_hash64(seed, i) >> 11) * 0x1p-52 - 1.0);
+    return v;
+}
+
+/* The CPU backend's training operations are the reference kernels, bit for bit: the mixer's
+ * and the gate's backward, and the grouped FFN backward as one moe_kern_ffn_backward_scaled
+ * per group (groups of 5, 0 and 19 rows after 2 rows of none, gradients accumulated onto
+ * non-zero values, a kept and a recomputed T_M). */
+static void cpu_ops_match(moe_run_backend_t *b)
+{
+    const moe_run_backend_ops_t *o = b->ops;
+    const uint32_t H = 12, F = 10, E = 6, K = 2, G = 3;
+    const size_t n = 26, off[4] = {2, 7, 7, 26};
+    for (int ex = MOE_EXPERT_SWIGLU; ex <= MOE_EXPERT_SILU; ex++) {
+        const size_t C = moe_kern_w1_cols(F, ex), HC = H * C, FH = (size_t)F * H;
+        float *x = values(n * H, 1), *a = values(n * C, 2), *dy = values(n * H, 3);
+        float *s = values(n, 4), *w1 = values(G * HC, 5), *w2 = values(G * FH, 6);
+        float *dx = values(n * H, 7), *ds = values(n, 8), *g = values(G * (HC + FH), 9);
+        float *rdx = values(n * H, 7), *rds = values(n, 8), *rg = values(G * (HC + FH), 9);
+        for (int kept = 0; kept < 2; kept++) {
+            const float *t1[3], *t2[3];
+            float *d1[3], *d2[3];
+            for (uint32_t q = 0; q < G; q++) {
+                t1[q] = w1 + q * HC;
+                t2[q] = w2 + q * FH;
+                d1[q] = g + q * (HC + FH);
+                d2[q] = d1[q] + HC;
+                size_t r0 = off[q], m = off[q + 1] - r0;
+                if (m)
+                    CHECK_EQ_INT(moe_kern_ffn_backward_scaled(
+                                     x + r0 * H, kept ? a + r0 * C : NULL, m, H, F, ex, t1[q],
+                                     t2[q], dy + r0 * H, s + r0, rdx + r0 * H,
+                                     rg + q * (HC + FH), rg + q * (HC + FH) + HC, rds + r0,
+                                     NULL),
+                                 0);
+            }
+            CHECK_EQ_INT(o->ffn_backward_grouped(b, x, kept ? a : NULL, G, off, H, F, ex, t1,
+                                                 t2, dy, s, dx, d1, d2, ds),
+                         0);
+            CHECK(memcmp(dx, rdx, n * H * sizeof *dx) == 0);
+            CHECK(memcmp(ds, rds, n * sizeof *ds) == 0);
+            CHECK(memcmp(g, rg, G * (HC + FH) * sizeof *g) == 0);
+        }
+        free(x), free(a), free(dy), free(s), free(w1), free(w2), free(dx), free(ds), free(g);
+        free(rdx), free(rds), free(rg);
+    }
+    float *x = values(n * H, 10), *m = values(H, 11), *dy = values(n * H, 12);
+    float *dx = values(n * H, 13), *dm = values(H, 14), *rdx = values(n * H, 13);
+    float *rdm = values(H, 14), *wg = values((size_t)H * E, 15), *w = values(n * K, 16);
+    float *dw = values(n * K, 17), *dwg = values((size_t)H * E, 18);
+    float *rdwg = values((size_t)H * E, 18);
+    int32_t ids[26 * 2];
+    for (size_t i = 0; i < n * K; i++)
+        ids[i] = (int32_t)((i * 5 + i / K) % E);
+    ids[3 * K] = -1; /* a missing cell */
+    moe_kern_mixer_backward(x, n, H, m, dy, rdx, rdm);
+    CHECK_EQ_INT(o->mixer_backward(b, x, n, H, m, dy, dx, dm), 0);
+    CHECK(memcmp(dx, rdx, n * H * sizeof *dx) == 0 && memcmp(dm, rdm, H * sizeof *dm) == 0);
+    moe_kern_gate_backward(x, n, H, wg, E, K, ids, w, dw, rdx, rdwg);
+    CHECK_EQ_INT(o->gate_backward(b, x, n, H, wg, E, K, ids, w, dw, dx, dwg), 0);
+    CHECK(memcmp(dx, rdx, n * H * sizeof *dx) == 0);
+    CHECK(memcmp(dwg, rdwg, (size_t)H * E * sizeof *dwg) == 0);
+    float *p[] = {x, m, dy, dx, dm, rdx, rdm, wg, w, dw, dwg, rdwg};
+    for (size_t i = 0; i < sizeof p / sizeof *p; i++)
+        free(p[i]);
+}
+
 /* A training run of `mode` on backend b, two steps and --check; the losses to l[2]. Returns
  * the check's verdict (1 passed). */
 static int train(moe_run_backend_t *b, int mode, int optimizer, double l[2])
@@ -127,6 +203,7 @@ int main(int argc, char **argv)
     if (!g || !cpu)
         return unit_done("test_run_guard");
     refusals(g);
+    cpu_ops_match(cpu);
     uint64_t v0 = guard_counts()->violations;
     for (int mode = 0; mode < MOE_RUN_MODES; mode++)
         for (int opt = MOE_RUN_SGD; opt <= MOE_RUN_ADAM; opt++) {
