@@ -424,8 +424,9 @@ gpu_test test_run_cuda 120
 
 # ----------------------------------------------------------------- moe-run --check on the GPU
 # one mpirun per rank count runs every mode, forward and training, fp32 and bf16: 1 rank on
-# NCCL; 2 ranks sharing the GPU over --comm mpi (NCCL allows one rank a GPU). Training steps
-# say SKIP with run_modes' reason while the cuda backend does not train (issue 39, item 10).
+# NCCL; 2 ranks sharing the GPU over --comm mpi (NCCL allows one rank a GPU). A training run
+# takes one step, which --check replays on the serial reference on the host (SKIP with
+# run_modes' reason for a backend without the training operations).
 for np in 1 2; do
     comm=nccl
     [ "$np" = 1 ] || comm=mpi

@@ -126,7 +126,7 @@ static void usage(FILE *fp)
           "      --chunks=N|auto    chunks per layer: pipelined [auto], hierarchical [1]\n"
           "      --credits=C        datacentric: experts pulled per rank per round [4]\n"
           "      --no-prefetch      datacentric: no early pull of the next layer\n"
-          "Training (cpu backend):\n"
+          "Training:\n"
           "      --train            each iteration a training step: forward, squared-error\n"
           "                         loss against seeded targets, backward, optimizer step\n"
           "      --optimizer=O      sgd or adam [sgd]\n"
@@ -285,8 +285,6 @@ static int parse(int argc, char **argv, args_t *a)
     const char *bad = moe_run_cfg_conflict(g);
     if (!bad && a->calibrate && (a->json || g->check || g->train))
         bad = "--calibrate takes neither --json, --check nor --train";
-    if (!bad && g->train && strcmp(a->be->name, "cpu"))
-        bad = "--train: only the cpu backend trains so far";
     if (bad)
         return moe_usage_error(prog, NULL, "%s", bad);
     if (a->transport < 0)

@@ -6,7 +6,9 @@
  * dy W2^T, the two weight gradients and the input gradient; and element-wise kernels: the
  * activation, the routing weight's gradient as a row dot product, the pre-activations'
  * gradient and the row scale), and the combine's (the expert rows' gradients and the routing
- * weights'). */
+ * weights'); and training's loss (the mean squared error's gradient, its sum in double) and
+ * optimizer step (SGD, Adam), rounded as the reference rounds them. */
+#include <math.h>
 #include <string.h>
 
 #include "gpu_internal.cuh"
@@ -276,6 +278,107 @@ extern "C" int moe_gpu_gate_backward(moe_gpu_ctx_t *c, const float *x, size_t n,
         return err; /* dx += dlogits Wg^T */
     if (dWg && (err = gemm_rm(c, true, false, h, e, N, x, h, dl, e, 1.0f, dWg, e)) != 0)
         return err; /* dWg += x^T dlogits */
+    return 0;
+}
+
+/* ------------------------------------------------------------------ loss and update */
+
+#define LOSS_BLOCKS 256 /* partial sums of the loss: a fixed grid, so a fixed order */
+
+/* dy = (y - t) scale in double, rounded to float once (the reference's arithmetic; dy may be
+ * y: each thread reads its value before it writes it); part[b] = block b's sum of (y - t)^2 / 2
+ * in double, by a fixed tree. */
+__global__ static void k_loss(const float *y, const float *t, size_t total, double scale,
+                              float *dy, double *part)
+{
+    __shared__ double sp[THREADS];
+    double s = 0.0;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
+         i += (size_t)gridDim.x * blockDim.x) {
+        double d = __dsub_rn((double)y[i], (double)t[i]);
+        s = __dadd_rn(s, __dmul_rn(__dmul_rn(0.5, d), d));
+        dy[i] = __double2float_rn(__dmul_rn(d, scale));
+    }
+    sp[threadIdx.x] = s;
+    __syncthreads();
+    for (unsigned w = blockDim.x / 2; w > 0; w /= 2) {
+        if (threadIdx.x < w)
+            sp[threadIdx.x] += sp[threadIdx.x + w];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0)
+        part[blockIdx.x] = sp[0];
+}
+
+/* *sum = part[0] + ... + part[n - 1], in order. */
+__global__ static void k_loss_sum(const double *part, unsigned n, double *sum)
+{
+    double s = 0.0;
+    for (unsigned i = 0; i < n; i++)
+        s += part[i];
+    *sum = s;
+}
+
+extern "C" int moe_gpu_loss_grad(moe_gpu_ctx_t *c, const float *y, const float *t, size_t n,
+                                 uint32_t H, double scale, float *dy, double *sum)
+{
+    size_t total = n * H;
+    int err = gpu_ctx_reserve(c, &c->tmp, &c->tmp_bytes, LOSS_BLOCKS * sizeof(double));
+    if (err)
+        return err;
+    double *part = (double *)c->tmp;
+    unsigned nb = gpu_blocks(total, THREADS);
+    nb = nb > LOSS_BLOCKS ? LOSS_BLOCKS : nb;
+    k_loss<<<nb, THREADS, 0, c->stream>>>(y, t, total, scale, dy, part);
+    GPU_TRY(cudaGetLastError());
+    k_loss_sum<<<1, 1, 0, c->stream>>>(part, nb, sum);
+    GPU_TRY(cudaGetLastError());
+    return 0;
+}
+
+/* SGD: w -= lr g, without a fused multiply-add (the reference's rounding). */
+__global__ static void k_sgd(float *w, const float *g, float lr, size_t n)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        w[i] = __fsub_rn(w[i], __fmul_rn(lr, g[i]));
+}
+
+/* Adam with the bias corrections c1, c2 (computed on the host as the reference computes
+ * them) and ob1 = 1 - beta1, ob2 = 1 - beta2: each operation rounded as the reference's, no
+ * fused multiply-add. */
+__global__ static void k_adam(float *w, const float *g, float *m, float *v, size_t n, float lr,
+                              float b1, float b2, float ob1, float ob2, float c1, float c2,
+                              float eps)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        float gi = g[i];
+        float mi = __fadd_rn(__fmul_rn(b1, m[i]), __fmul_rn(ob1, gi));
+        float vi = __fadd_rn(__fmul_rn(b2, v[i]), __fmul_rn(__fmul_rn(ob2, gi), gi));
+        m[i] = mi;
+        v[i] = vi;
+        float step = __fdiv_rn(__fmul_rn(lr, __fdiv_rn(mi, c1)),
+                               __fadd_rn(__fsqrt_rn(__fdiv_rn(vi, c2)), eps));
+        w[i] = __fsub_rn(w[i], step);
+    }
+}
+
+extern "C" int moe_gpu_update(int adam, int t, float lr, float *w, const float *g, float *m,
+                              float *v, size_t n, void *stream)
+{
+    if (!n)
+        return 0;
+    cudaStream_t s = gpu_stream(stream);
+    if (!adam) {
+        k_sgd<<<gpu_blocks(n, THREADS), THREADS, 0, s>>>(w, g, lr, n);
+    } else {
+        const float b1 = 0.9f, b2 = 0.999f, eps = 1e-8f;
+        const float c1 = 1.0f - powf(b1, (float)t), c2 = 1.0f - powf(b2, (float)t);
+        k_adam<<<gpu_blocks(n, THREADS), THREADS, 0, s>>>(w, g, m, v, n, lr, b1, b2, 1.0f - b1,
+                                                          1.0f - b2, c1, c2, eps);
+    }
+    GPU_TRY(cudaGetLastError());
     return 0;
 }
 

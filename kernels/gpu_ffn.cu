@@ -274,9 +274,10 @@ static int ffn_act(moe_gpu_ctx_t *c, int dtype, size_t es, size_t r0, size_t n, 
     return C == F ? gpu_silu(a, n * F, dtype, c->stream) : gpu_swiglu(a, n, F, dtype, c->stream);
 }
 
-extern "C" int moe_gpu_ffn_grouped(moe_gpu_ctx_t *c, int dtype, const void *x, uint32_t G,
-                                   const size_t *off, uint32_t H, uint32_t F, int expert,
-                                   const void *const *W1, const void *const *W2, void *y)
+/* moe_gpu_ffn_grouped, and with act the pre-activations (fp32) into act's rows too. */
+static int ffn_grouped(moe_gpu_ctx_t *c, int dtype, const void *x, uint32_t G, const size_t *off,
+                       uint32_t H, uint32_t F, int expert, const void *const *W1,
+                       const void *const *W2, void *y, float *act)
 {
     cudaDataType_t t = gpu_blas_type(dtype);
     size_t es = moe_dtype_size(dtype);
@@ -316,10 +317,28 @@ extern "C" int moe_gpu_ffn_grouped(moe_gpu_ctx_t *c, int dtype, const void *x, u
     err = gpu_gemm_plan_upload(c, plan, up + down);
     if (!err)
         err = gpu_gemm_plan_run(c, t, plan, 0, up);
+    if (!err && act) /* the pre-activations, before the activation overwrites them */
+        err = moe_gpu_unpack((const char *)c->act + first * C * es, (rows_total - first) * C,
+                             dtype, act + first * C, c->stream);
     if (!err)
         err = ffn_act(c, dtype, es, first, rows_total - first, F, C);
     if (!err)
         err = gpu_gemm_plan_run(c, t, plan, up, down);
     free(plan);
     return err;
+}
+
+extern "C" int moe_gpu_ffn_grouped(moe_gpu_ctx_t *c, int dtype, const void *x, uint32_t G,
+                                   const size_t *off, uint32_t H, uint32_t F, int expert,
+                                   const void *const *W1, const void *const *W2, void *y)
+{
+    return ffn_grouped(c, dtype, x, G, off, H, F, expert, W1, W2, y, NULL);
+}
+
+extern "C" int moe_gpu_ffn_grouped_act(moe_gpu_ctx_t *c, int dtype, const void *x, uint32_t G,
+                                       const size_t *off, uint32_t H, uint32_t F, int expert,
+                                       const void *const *W1, const void *const *W2, void *y,
+                                       float *act)
+{
+    return ffn_grouped(c, dtype, x, G, off, H, F, expert, W1, W2, y, act);
 }

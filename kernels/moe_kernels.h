@@ -137,6 +137,24 @@ int moe_gpu_ffn_grouped(moe_gpu_ctx_t *ctx, int dtype, const void *x, uint32_t G
                         const size_t *off, uint32_t H, uint32_t F, int expert,
                         const void *const *W1, const void *const *W2, void *y);
 
+/* moe_gpu_ffn_grouped that also writes each row's pre-activations x^ W1 (C per row, before
+ * the activation; for bf16/fp16 as the FFN rounded them) as fp32 into the same row of act
+ * (device), for a backward that keeps them (moe_kern_ffn_grouped_act's T_M). */
+int moe_gpu_ffn_grouped_act(moe_gpu_ctx_t *ctx, int dtype, const void *x, uint32_t G,
+                            const size_t *off, uint32_t H, uint32_t F, int expert,
+                            const void *const *W1, const void *const *W2, void *y, float *act);
+
+/* moe_kern_loss_grad on ctx's stream: dy = (y - t) scale computed in double and rounded once,
+ * the reference's bits (dy may be y); *sum (one device double) = the sum of (y - t)^2 / 2 in
+ * double, over 256 partial sums in a fixed order (the reference's value to double rounding). */
+int moe_gpu_loss_grad(moe_gpu_ctx_t *ctx, const float *y, const float *t, size_t n, uint32_t H,
+                      double scale, float *dy, double *sum);
+/* moe_kern_update on stream: SGD (adam 0) or Adam at step t (from 1), each operation rounded
+ * as the C reference's (no fused multiply-adds; the bias corrections computed on the host as
+ * the reference computes them): the reference's bits. m and v unused for SGD. */
+int moe_gpu_update(int adam, int t, float lr, float *w, const float *g, float *m, float *v,
+                   size_t n, void *stream);
+
 /* The mixer's backward (moe_kern_mixer_backward, moe/kern.h), fp32 device arrays: dx = dy
  * (1 + 0.25 m (1 - t^2)), t = tanh(m x) (dx may be dy); dm[h] += the column's sum, rows
  * ascending (dm may be NULL). */

@@ -25,8 +25,14 @@
  * pinned ring and return at once; downloads and the host-staged collectives land in pinned
  * buffers, and the host polls for them.
  *
+ * Training (--train): the loss, the backward of the mixer, the gate and the experts (fp32,
+ * on the fp32 weights, grouped GEMMs over the experts) and the optimizer's update run on the
+ * compute stream (kernels/gpu_backward.cu); an update drops the converted copies of the
+ * weights it changes. The runtime keeps the gradients here and moves the backward's rows
+ * through host memory.
+ *
  * Host waits (moe_run_backend_t.syncs) are the calls that must wait for the device: download
- * (1); sync, kernel_seconds and mark_time (1, none when nothing was issued since the last
+ * and loss_grad (1: its sum to the host); sync, kernel_seconds and mark_time (1, none when nothing was issued since the last
  * wait); allreduce and barrier (1); with --comm mpi every all-to-all and all-gather (1: the
  * send rows to the host; the received rows go back asynchronously, ordered before the next
  * collective's wait); an upload only when the ring wraps onto a copy still in flight. now,
@@ -77,6 +83,7 @@ typedef struct cuda_be {
     void *xw, *yw;              /* FFN rows in dtype */
     size_t xw_bytes, yw_bytes;
     double *red;                /* device scratch of allreduce */
+    double *lsum;               /* device: the loss's sum (loss_grad) */
     int red_n;
     const void **tab;           /* host tables of converted weight pointers (2 x G) */
     size_t tab_cap;
@@ -578,9 +585,12 @@ static void *grow(moe_run_backend_t *b, void **buf, size_t *have, size_t bytes)
     return *buf;
 }
 
-static int cu_ffn_grouped(moe_run_backend_t *b, const float *x, uint32_t G, const size_t *off,
-                          uint32_t H, uint32_t F, int expert, const float *const *W1,
-                          const float *const *W2, float *y)
+/* The grouped FFN, and with act its pre-activations (fp32) into act's rows too (training's
+ * T_M). In bf16/fp16 the rows are packed, the weights converted (first use), the FFN run in
+ * that type and the results unpacked. */
+static int ffn(moe_run_backend_t *b, const float *x, uint32_t G, const size_t *off, uint32_t H,
+               uint32_t F, int expert, const float *const *W1, const float *const *W2, float *y,
+               float *act)
 {
     cuda_be_t *c = impl(b);
     for (uint32_t g = 0; g < G; g++)
@@ -589,11 +599,15 @@ static int cu_ffn_grouped(moe_run_backend_t *b, const float *x, uint32_t G, cons
     if (!G || off[G] == off[0])
         return 0;
     size_t r0 = off[0], rows = off[G] - r0, es = moe_dtype_size(c->dtype);
+    size_t C = moe_kern_w1_cols(F, expert);
     wc_invalidate(b, y + r0 * H, rows * H * sizeof *y);
+    if (act)
+        wc_invalidate(b, act + r0 * C, rows * C * sizeof *act);
     if (c->dtype == MOE_DTYPE_FP32) {
         SPAN_BEGIN(b);
-        GPU_CK(b, moe_gpu_ffn_grouped(c->ctx, MOE_DTYPE_FP32, x, G, off, H, F, expert,
-                                      (const void *const *)W1, (const void *const *)W2, y));
+        GPU_CK(b, moe_gpu_ffn_grouped_act(c->ctx, MOE_DTYPE_FP32, x, G, off, H, F, expert,
+                                          (const void *const *)W1, (const void *const *)W2, y,
+                                          act));
         SPAN_END(b);
         ctx_count(b);
         return 0;
@@ -608,16 +622,129 @@ static int cu_ffn_grouped(moe_run_backend_t *b, const float *x, uint32_t G, cons
     SPAN_BEGIN(b); /* the weights' conversions (first use), the pack, the FFN, the unpack */
     for (uint32_t g = 0; g < G; g++) {
         int used = off[g + 1] > off[g];
-        c->tab[g] = used ? wc_get(b, W1[g], H * moe_kern_w1_cols(F, expert)) : NULL;
+        c->tab[g] = used ? wc_get(b, W1[g], H * C) : NULL;
         c->tab[G + g] = used ? wc_get(b, W2[g], (size_t)F * H) : NULL;
     }
     /* rows r0 .. off[G] as dtype at the same row positions of the work buffers */
     char *xw = (char *)grow(b, &c->xw, &c->xw_bytes, off[G] * H * es);
     char *yw = (char *)grow(b, &c->yw, &c->yw_bytes, off[G] * H * es);
     GPU_CK(b, moe_gpu_pack(x + r0 * H, rows * H, c->dtype, xw + r0 * H * es, c->cs));
-    GPU_CK(b, moe_gpu_ffn_grouped(c->ctx, c->dtype, xw, G, off, H, F, expert, c->tab, c->tab + G,
-                                  yw));
+    GPU_CK(b, moe_gpu_ffn_grouped_act(c->ctx, c->dtype, xw, G, off, H, F, expert, c->tab,
+                                      c->tab + G, yw, act));
     GPU_CK(b, moe_gpu_unpack(yw + r0 * H * es, rows * H, c->dtype, y + r0 * H, c->cs));
+    SPAN_END(b);
+    ctx_count(b);
+    return 0;
+}
+
+static int cu_ffn_grouped(moe_run_backend_t *b, const float *x, uint32_t G, const size_t *off,
+                          uint32_t H, uint32_t F, int expert, const float *const *W1,
+                          const float *const *W2, float *y)
+{
+    return ffn(b, x, G, off, H, F, expert, W1, W2, y, NULL);
+}
+
+/* ------------------------------------------------------------------ training */
+
+/* T_M for bf16/fp16 is the pre-activations as the FFN in that type rounded them. */
+static int cu_ffn_grouped_act(moe_run_backend_t *b, const float *x, uint32_t G,
+                              const size_t *off, uint32_t H, uint32_t F, int expert,
+                              const float *const *W1, const float *const *W2, float *y,
+                              float *act)
+{
+    return ffn(b, x, G, off, H, F, expert, W1, W2, y, act);
+}
+
+/* The sum lands in a device double, then on the host: one host wait (a download). */
+static int cu_loss_grad(moe_run_backend_t *b, const float *y, const float *t, size_t n,
+                        uint32_t H, double scale, float *dy, double *sum)
+{
+    cuda_be_t *c = impl(b);
+    if (!c->lsum) {
+        b->allocs++;
+        CUDA_CK(b, cudaMalloc((void **)&c->lsum, sizeof *c->lsum));
+    }
+    wc_invalidate(b, dy, n * H * sizeof *dy);
+    SPAN_BEGIN(b);
+    GPU_CK(b, moe_gpu_loss_grad(c->ctx, y, t, n, H, scale, dy, c->lsum));
+    SPAN_END(b);
+    ctx_count(b);
+    return cu_download(b, sum, c->lsum, sizeof *sum);
+}
+
+/* The weights change: their converted copies go stale. */
+static int cu_update(moe_run_backend_t *b, int adam, int t, float lr, float *w, const float *g,
+                     float *m, float *v, size_t n)
+{
+    wc_invalidate(b, w, n * sizeof *w);
+    if (adam) {
+        wc_invalidate(b, m, n * sizeof *m);
+        wc_invalidate(b, v, n * sizeof *v);
+    }
+    SPAN_BEGIN(b);
+    GPU_CK(b, moe_gpu_update(adam, t, lr, w, g, m, v, n, impl(b)->cs));
+    SPAN_END(b);
+    return 0;
+}
+
+static int cu_mixer_backward(moe_run_backend_t *b, const float *x, size_t n, uint32_t H,
+                             const float *m, const float *dy, float *dx, float *dm)
+{
+    wc_invalidate(b, dx, n * H * sizeof *dx);
+    if (dm)
+        wc_invalidate(b, dm, (size_t)H * sizeof *dm);
+    SPAN_BEGIN(b);
+    GPU_CK(b, moe_gpu_mixer_backward(x, n, H, m, dy, dx, dm, impl(b)->cs));
+    SPAN_END(b);
+    return 0;
+}
+
+static int cu_gate_backward(moe_run_backend_t *b, const float *x, size_t n, uint32_t H,
+                            const float *Wg, uint32_t E, uint32_t K, const int32_t *ids,
+                            const float *w, const float *dw, float *dx, float *dWg)
+{
+    if (K == 0 || K > E)
+        return MOE_EINVAL;
+    if (dx)
+        wc_invalidate(b, dx, n * H * sizeof *dx);
+    if (dWg)
+        wc_invalidate(b, dWg, (size_t)H * E * sizeof *dWg);
+    SPAN_BEGIN(b);
+    GPU_CK(b, moe_gpu_gate_backward(impl(b)->ctx, x, n, H, Wg, E, K, ids, w, dw, dx, dWg));
+    SPAN_END(b);
+    ctx_count(b);
+    return 0;
+}
+
+/* fp32 throughout, on the fp32 weights (not their converted copies): the grouped GEMMs of
+ * moe_gpu_ffn_backward_grouped. */
+static int cu_ffn_backward_grouped(moe_run_backend_t *b, const float *x, const float *a,
+                                   uint32_t G, const size_t *off, uint32_t H, uint32_t F,
+                                   int expert, const float *const *W1, const float *const *W2,
+                                   const float *dy, const float *s, float *dx,
+                                   float *const *dW1, float *const *dW2, float *ds)
+{
+    for (uint32_t g = 0; g < G; g++)
+        if (off[g + 1] < off[g])
+            return MOE_EINVAL;
+    if (!G || off[G] == off[0])
+        return 0;
+    size_t r0 = off[0], rows = off[G] - r0, C = moe_kern_w1_cols(F, expert);
+    if (dx)
+        wc_invalidate(b, dx + r0 * H, rows * H * sizeof *dx);
+    if (ds)
+        wc_invalidate(b, ds + r0, rows * sizeof *ds);
+    for (uint32_t g = 0; g < G; g++) {
+        if (off[g + 1] == off[g])
+            continue;
+        if (dW1 && dW1[g])
+            wc_invalidate(b, dW1[g], H * C * sizeof(float));
+        if (dW2 && dW2[g])
+            wc_invalidate(b, dW2[g], (size_t)F * H * sizeof(float));
+    }
+    SPAN_BEGIN(b);
+    GPU_CK(b, moe_gpu_ffn_backward_grouped(impl(b)->ctx, x, a, G, off, H, F, expert, W1, W2, dy,
+                                           s, dx, dW1, dW2, ds));
     SPAN_END(b);
     ctx_count(b);
     return 0;
@@ -959,6 +1086,7 @@ static void cu_destroy(moe_run_backend_t *b)
         cudaFree(c->xw);
         cudaFree(c->yw);
         cudaFree(c->red);
+        cudaFree(c->lsum);
         cudaFreeHost(c->redh);
         cudaFreeHost(c->hs);
         cudaFreeHost(c->hr);
@@ -1020,9 +1148,12 @@ static const moe_run_backend_ops_t cuda_ops = {
     .sync = cu_sync,
     .now = cu_now,
     .destroy = cu_destroy,
-    .ffn_grouped_act = NULL, /* training runs on the cpu backend */
-    .loss_grad = NULL,
-    .update = NULL,
+    .ffn_grouped_act = cu_ffn_grouped_act,
+    .loss_grad = cu_loss_grad,
+    .update = cu_update,
+    .mixer_backward = cu_mixer_backward,
+    .gate_backward = cu_gate_backward,
+    .ffn_backward_grouped = cu_ffn_backward_grouped,
     .kernel_seconds = cu_kernel_seconds,
     .mark = cu_mark,
     .mark_time = cu_mark_time,

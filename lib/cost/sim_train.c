@@ -180,10 +180,11 @@ static double dc_backward(const moe_sim_t *s, uint32_t j, uint64_t *held, uint64
             for (uint64_t x = served[(size_t)r * s->W + w]; x; x &= x - 1)
                 back++;
         /* the pulled weights and their gradients, a round's wire buffers (the mean round's),
-         * those receive buffers and the packed gradients sent (none in fp32: they go from the
-         * gradients), the pairs' rows, the home's mixed rows and gradients */
+         * those receive buffers and the gradients sent (packed, in host memory, whatever the
+         * wire type: they leave from the backend's buffers through the host), the pairs' rows,
+         * the home's mixed rows and gradients */
         most[r] = fmax(most[r], 2 * (double)pulls[r] * W * 4 + (R > 0 ? moved / R : 0) * W * e +
-                                    (back + (e < 4 ? (double)pulls[r] : 0)) * W * e +
+                                    (back + (double)pulls[r]) * W * e +
                                     pairs * ((3 * H + 2) * 4 + 8) + n * (8 * H + 4 * s->K));
         /* every pair's rows gathered and gradient added, the mixer and accumulators, the
          * weights and gradients packed and unpacked both ways, the sums */

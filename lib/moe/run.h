@@ -56,7 +56,7 @@ typedef struct moe_run_cfg {
                                * moe_replica_rule [nearest] */
     int train;                /* each iteration a training step: forward, mean-squared-error
                                * loss against seeded targets, backward, an optimizer step
-                               * (CPU backend, experts without replicas, for now) */
+                               * (a backend with the training operations: cpu, cuda) */
     int optimizer;            /* enum moe_run_optimizer [SGD] */
     double lr;                /* learning rate; 0: the optimizer's default (SGD 0.1, Adam
                                * 0.001) */

@@ -155,7 +155,10 @@ typedef struct moe_run_backend_ops {
     /* Release the backend and everything it allocated. */
     void (*destroy)(moe_run_backend_t *b);
 
-    /* ---- training (optional: NULL where the backend does not train) */
+    /* ---- training (optional: NULL where the backend does not train; moe_run_setup refuses
+     * --train unless every one of them is there). The backward keeps its rows, routing and
+     * gradients in backend buffers and computes on them only through these operations and
+     * the kernels above. */
     /* ffn_grouped that also writes each row's pre-activations x W1 (moe_kern_w1_cols floats)
      * into the same row of act, for a backward that keeps them (moe_kern_ffn_grouped_act). */
     int (*ffn_grouped_act)(moe_run_backend_t *b, const float *x, uint32_t G, const size_t *off,
@@ -169,6 +172,32 @@ typedef struct moe_run_backend_ops {
      * 0), or Adam at step t (from 1) with its moments m and v. */
     int (*update)(moe_run_backend_t *b, int adam, int t, float lr, float *w, const float *g,
                   float *m, float *v, size_t n);
+    /* The backward of the mixer on n rows (moe_kern_mixer_backward): x the rows before it, dy
+     * the gradient of the rows after it; dx = dy (1 + 0.25 m (1 - tanh(m x)^2)) (dx may be
+     * dy), dm += the mixer weights' gradient (dm may be NULL). */
+    int (*mixer_backward)(moe_run_backend_t *b, const float *x, size_t n, uint32_t H,
+                          const float *m, const float *dy, float *dx, float *dm);
+    /* The backward of the gate on n rows (moe_kern_gate_backward) through the softmax over the
+     * chosen logits, for the routing ids, w (n x K, backend buffers) and dw, the gradient of
+     * the K weights of each row: dx += the rows' gradient, dWg += the gate's (either may be
+     * NULL); rows whose ids[0] < 0 are skipped. */
+    int (*gate_backward)(moe_run_backend_t *b, const float *x, size_t n, uint32_t H,
+                         const float *Wg, uint32_t E, uint32_t K, const int32_t *ids,
+                         const float *w, const float *dw, float *dx, float *dWg);
+    /* The backward of the grouped expert FFN of kind expert (moe_kern_ffn_backward_scaled
+     * over G experts): rows off[g] .. off[g+1]-1 of x (the inputs), a (their pre-activations
+     * as ffn_grouped_act wrote them, or NULL to recompute them), dy (the gradient of the
+     * outputs), s (each row's scale, the routing weight; NULL: 1), dx and ds belong to expert
+     * g, whose weights are W1[g] and W2[g]; dx += the rows' gradient, ds[i] += dy_i . y_i (the
+     * scale's gradient), dW1[g] and dW2[g] += the weights' gradients. W1, W2, dW1 and dW2 are
+     * host tables of backend pointers (dW1, dW2 NULL: no weight gradients; entries of groups
+     * without rows may be NULL; the gradients of groups with rows distinct); off is a host
+     * array of G + 1 ascending entries; dx and ds may be NULL. */
+    int (*ffn_backward_grouped)(moe_run_backend_t *b, const float *x, const float *a,
+                                uint32_t G, const size_t *off, uint32_t H, uint32_t F,
+                                int expert, const float *const *W1, const float *const *W2,
+                                const float *dy, const float *s, float *dx,
+                                float *const *dW1, float *const *dW2, float *ds);
 
     /* ---- accounting (optional: NULL where the backend cannot tell) */
     /* Seconds the backend's kernels and copies (every operation above but the collectives,

@@ -14,35 +14,41 @@
 
 void run_grads_free(run_t *r, grads_t *g)
 {
+    moe_run_backend_t *b = r->b;
     for (size_t i = 0; g->w1 && i < (size_t)r->L * r->E; i++)
-        free(g->w1[i]);
+        b->ops->free(b, g->w1[i]);
     free(g->w1);
-    free(g->mix);
-    free(g->wg);
+    b->ops->free(b, g->mix);
+    b->ops->free(b, g->wg);
+    memset(g, 0, sizeof *g);
 }
 
 void run_grads_alloc(run_t *r, grads_t *g)
 {
-    g->mix = calloc((size_t)r->L * r->H, sizeof *g->mix);
-    g->wg = calloc((size_t)r->L * r->H * r->E, sizeof *g->wg);
+    moe_run_backend_t *b = r->b;
+    memset(g, 0, sizeof *g);
+    g->mix = b->ops->alloc(b, (size_t)r->L * r->H * sizeof *g->mix);
+    g->wg = b->ops->alloc(b, (size_t)r->L * r->H * r->E * sizeof *g->wg);
     g->w1 = calloc((size_t)r->L * r->E, sizeof *g->w1);
     int ok = g->mix && g->wg && g->w1;
     for (size_t i = 0; ok && i < (size_t)r->L * r->E; i++)
-        if (r->w1[i] && !(g->w1[i] = calloc(r->wn, sizeof *g->w1[i])))
+        if (r->w1[i] && !(g->w1[i] = b->ops->alloc(b, r->wn * sizeof *g->w1[i])))
             ok = 0;
     if (!ok) {
         run_grads_free(r, g);
         run_die(r, "--train", MOE_ENOMEM);
     }
+    run_grads_zero(r, g);
 }
 
 void run_grads_zero(run_t *r, grads_t *g)
 {
-    memset(g->mix, 0, (size_t)r->L * r->H * sizeof *g->mix);
-    memset(g->wg, 0, (size_t)r->L * r->H * r->E * sizeof *g->wg);
+    moe_run_backend_t *b = r->b;
+    RUN_CK(r, b->ops->zero(b, g->mix, (size_t)r->L * r->H * sizeof *g->mix));
+    RUN_CK(r, b->ops->zero(b, g->wg, (size_t)r->L * r->H * r->E * sizeof *g->wg));
     for (size_t i = 0; i < (size_t)r->L * r->E; i++)
         if (g->w1[i])
-            memset(g->w1[i], 0, r->wn * sizeof *g->w1[i]);
+            RUN_CK(r, b->ops->zero(b, g->w1[i], r->wn * sizeof *g->w1[i]));
 }
 
 /* Row counts to the other ranks: sc[p] to rank p; rc[p] comes back from it (G entries each). */
@@ -89,50 +95,91 @@ size_t run_bwd_rows(run_t *r, const float *send, const size_t *sc, size_t width,
 
 void run_pairs_get(run_t *r, size_t np, pairs_t *p)
 {
-    const size_t H = r->H;
-    p->x = run_hbuf(r, TS_PROWS, (np * (3 * H + 2) + 1) * sizeof *p->x);
-    p->dy = p->x + np * H;
-    p->dx = p->dy + np * H;
-    p->s = p->dx + np * H;
-    p->ds = p->s + np;
-    p->row = run_hbuf(r, TS_PMAP, (2 * np + 1) * sizeof *p->row);
+    p->np = np;
+    p->s = run_hbuf(r, TS_PROWS, (np + 1) * sizeof *p->s);
+    p->xi = run_hbuf(r, TS_PMAP, (5 * np + 1) * sizeof *p->xi);
+    p->yi = p->xi + np;
+    p->row = p->yi + np;
     p->ent = p->row + np;
-    memset(p->dx, 0, np * H * sizeof *p->dx);
-    memset(p->ds, 0, np * sizeof *p->ds);
+    p->x = p->dy = p->sd = p->dx = p->ds = NULL;
 }
 
-void run_pairs_put(pairs_t *p, size_t at, size_t H, const float *x, const float *dy,
-                   const void *w, uint32_t row, uint32_t ent)
+void run_pairs_put(pairs_t *p, size_t at, uint32_t xi, uint32_t yi, const void *w, uint32_t row,
+                   uint32_t ent)
 {
-    memcpy(p->x + at * H, x, H * sizeof *p->x);
-    memcpy(p->dy + at * H, dy, H * sizeof *p->dy);
+    p->xi[at] = xi;
+    p->yi[at] = yi;
     memcpy(&p->s[at], w, sizeof *p->s);
     p->row[at] = row;
     p->ent[at] = ent;
 }
 
-/* The expert backward of pairs [lo, hi) of p, one expert's (weights W1, W2, their gradients
- * G1 then G1 + w1n; a: the pairs' pre-activations, or NULL to recompute them). */
-void run_pairs_backward(run_t *r, const pairs_t *p, size_t lo, size_t hi, const float *a,
-                        const float *W1, const float *W2, float *G1, float *work)
+/* A backend slot of n elements of `size` bytes (one more allocated). */
+static void *dslot(run_t *r, int slot, size_t n, size_t size)
 {
-    const size_t H = r->H;
-    RUN_CK(r, moe_kern_ffn_backward_scaled(p->x + lo * H, a, hi - lo, r->H, r->F, r->expert,
-                                           W1, W2, p->dy + lo * H, p->s + lo, p->dx + lo * H,
-                                           G1, G1 + r->w1n, p->ds + lo, work));
+    return run_dbuf(r, &r->d[slot], (n + 1) * size);
 }
 
-/* Add each of the np pairs' input gradient into its row of dx (rows `stride` floats apart)
- * and its weight's gradient into entry `ent` of its row of ds (rows dstride apart). */
-void run_pairs_add(const pairs_t *p, size_t np, size_t H, float *dx, size_t stride,
-                   float *ds, size_t dstride)
+void run_pairs_load(run_t *r, pairs_t *p, const float *xsrc, const float *ysrc)
 {
-    for (size_t q = 0; q < np; q++) {
-        float *out = dx + p->row[q] * stride;
-        for (size_t h = 0; h < H; h++)
-            out[h] += p->dx[q * H + h];
-        ds[p->row[q] * dstride + p->ent[q]] += p->ds[q];
-    }
+    moe_run_backend_t *b = r->b;
+    const size_t np = p->np, H = r->H;
+    uint32_t *xi = dslot(r, TD_PXI, np, sizeof *xi), *yi = dslot(r, TD_PYI, np, sizeof *yi);
+    p->x = dslot(r, TD_PX, np * H, sizeof *p->x);
+    p->dy = dslot(r, TD_PDY, np * H, sizeof *p->dy);
+    p->dx = dslot(r, TD_PDX, np * H, sizeof *p->dx);
+    p->sd = dslot(r, TD_PS, np, sizeof *p->sd);
+    p->ds = dslot(r, TD_PDS, np, sizeof *p->ds);
+    RUN_CK(r, b->ops->upload(b, xi, p->xi, np * sizeof *xi));
+    RUN_CK(r, b->ops->upload(b, yi, p->yi, np * sizeof *yi));
+    RUN_CK(r, b->ops->upload(b, p->sd, p->s, np * sizeof *p->sd));
+    RUN_CK(r, b->ops->gather(b, xsrc, xi, np, r->H, p->x));
+    RUN_CK(r, b->ops->gather(b, ysrc, yi, np, r->H, p->dy));
+    RUN_CK(r, b->ops->zero(b, p->dx, np * H * sizeof *p->dx));
+    RUN_CK(r, b->ops->zero(b, p->ds, np * sizeof *p->ds));
+}
+
+void run_pairs_backward(run_t *r, const pairs_t *p, uint32_t G, const size_t *off,
+                        const float *a, const float *const *W1, const float *const *W2,
+                        float *const *dW1, float *const *dW2)
+{
+    RUN_CK(r, r->b->ops->ffn_backward_grouped(r->b, p->x, a, G, off, r->H, r->F, r->expert, W1,
+                                              W2, p->dy, p->sd, p->dx, dW1, dW2, p->ds));
+}
+
+void run_pairs_add(run_t *r, const pairs_t *p, float *dx, float *ds)
+{
+    moe_run_backend_t *b = r->b;
+    const size_t np = p->np;
+    uint32_t *at = run_hbuf(r, TS_PMAP, (5 * np + 1) * sizeof *at) + 4 * np;
+    for (size_t q = 0; q < np; q++) /* the weight's gradient: entry ent of its row's K */
+        at[q] = p->row[q] * r->K + p->ent[q];
+    uint32_t *row = dslot(r, TD_PROW, np, sizeof *row), *ent = dslot(r, TD_PENT, np, sizeof *ent);
+    RUN_CK(r, b->ops->upload(b, row, p->row, np * sizeof *row));
+    RUN_CK(r, b->ops->upload(b, ent, at, np * sizeof *ent));
+    RUN_CK(r, b->ops->scatter_add(b, p->dx, row, NULL, np, r->H, dx));
+    RUN_CK(r, b->ops->scatter_add(b, p->ds, ent, NULL, np, 1, ds));
+}
+
+/* The add is a scatter-add of rows onto themselves: rows of H floats where n is a multiple of
+ * H (an expert's weights are), so that a device takes them in parallel; each value is added
+ * once, as dst[i] += src[i]. */
+void run_bwd_add(run_t *r, float *dst, const void *src, size_t n, int dtype, int wire, int tmp)
+{
+    moe_run_backend_t *b = r->b;
+    const size_t width = n % r->H == 0 ? r->H : n, rows = n ? n / width : 0;
+    if (width > UINT32_MAX)
+        run_die(r, "backward (a gradient too long to add)", MOE_ERANGE);
+    void *w = dslot(r, wire, n * moe_dtype_size(dtype), 1);
+    float *f = dslot(r, tmp, n, sizeof *f);
+    uint32_t *iota = dslot(r, TD_IOTA, rows, sizeof *iota);
+    uint32_t *h = run_hbuf(r, TS_IOTA, (rows + 1) * sizeof *h);
+    for (size_t i = 0; i < rows; i++)
+        h[i] = (uint32_t)i;
+    RUN_CK(r, b->ops->upload(b, iota, h, rows * sizeof *iota));
+    RUN_CK(r, b->ops->upload(b, w, src, n * moe_dtype_size(dtype)));
+    RUN_CK(r, b->ops->unpack(b, w, n, dtype, f));
+    RUN_CK(r, b->ops->scatter_add(b, f, iota, NULL, rows, (uint32_t)width, dst));
 }
 
 /* Bytes of the pairs' buffers (for the activation peak). */

@@ -28,7 +28,7 @@ typedef struct dcround {
 } dcround_t;
 
 /* A layer's pulled experts: their slot map (E entries, UINT32_MAX where not pulled here), their
- * weights and gradients (W floats a slot), and how many. */
+ * weights and gradients (backend, W floats a slot), and how many. */
 typedef struct dcslots {
     uint32_t *slot;
     float *wq, *gq;
@@ -71,24 +71,27 @@ static void round_post(run_t *r, uint32_t l, dcround_t *d, const dcslots_t *s)
     d->bytes = (ns + nr) * ew;
     d->sw = run_hbuf(r, TS_DWIRE, d->bytes + 1);
     d->rw = d->sw + ns * ew;
-    /* in rank order: the items are sorted by src, then dst, then e */
-    uint8_t *at = d->sw;
+    /* in rank order: the items are sorted by src, then dst, then e; packed on the backend,
+     * then to the host */
+    moe_run_backend_t *b = r->b;
+    uint8_t *wire = run_dbuf(r, &r->d[TD_DSEND], ns * ew + 1), *at = wire;
     for (size_t i = 0; i < d->ni; i++) {
         if (!moves(d, i) || d->it[i].src != me)
             continue;
         size_t k = l * r->E + d->it[i].e;
         uint32_t q = s->slot[d->it[i].e];
         if (r->w1[k]) {
-            RUN_CK(r, moe_kern_pack(r->w1[k], r->w1n, r->cfg.dtype, at));
-            RUN_CK(r, moe_kern_pack(r->w2[k], W - r->w1n, r->cfg.dtype,
-                                    at + r->w1n * r->esz));
+            RUN_CK(r, b->ops->pack(b, r->w1[k], r->w1n, r->cfg.dtype, at));
+            RUN_CK(r, b->ops->pack(b, r->w2[k], W - r->w1n, r->cfg.dtype,
+                                   at + r->w1n * r->esz));
         } else if (q != UINT32_MAX) {
-            RUN_CK(r, moe_kern_pack(s->wq + (size_t)q * W, W, r->cfg.dtype, at));
+            RUN_CK(r, b->ops->pack(b, s->wq + (size_t)q * W, W, r->cfg.dtype, at));
         } else {
             run_die(r, "datacentric backward (expert to forward not here)", MOE_EINVAL);
         }
         at += ew;
     }
+    RUN_CK(r, b->ops->download(b, d->sw, wire, ns * ew));
     d->q.scratch = run_hbuf(r, TS_DREQ, run_comm_req_bytes(r->comm, 2 * (size_t)G));
     d->q.n = 0;
     RUN_CK(r, run_comm_ialltoallv(r->comm, d->sw, c, c + G, d->rw, c + 2 * G, c + 3 * G,
@@ -100,14 +103,20 @@ static void round_post(run_t *r, uint32_t l, dcround_t *d, const dcslots_t *s)
 static void round_finish(run_t *r, dcround_t *d, const dcslots_t *s, uint8_t *ready)
 {
     const size_t W = r->wn, ew = W * r->esz;
+    moe_run_backend_t *b = r->b;
     RUN_CK(r, run_comm_wait(r->comm, &d->q));
-    const uint8_t *at = d->rw, *end = d->sw + d->bytes;
+    /* the experts received to the backend, unpacked there into their slots */
+    const size_t got = (size_t)(d->sw + d->bytes - d->rw);
+    uint8_t *wire = run_dbuf(r, &r->d[TD_DRECV], got + 1);
+    RUN_CK(r, b->ops->upload(b, wire, d->rw, got));
+    const uint8_t *at = wire, *end = wire + got;
     for (size_t i = 0; i < d->ni; i++) {
         if (!moves(d, i) || d->it[i].dst != (uint32_t)r->me)
             continue;
         if (at == end)
             run_die(r, "datacentric backward (fewer experts than the schedule)", MOE_EINVAL);
-        RUN_CK(r, moe_kern_unpack(at, W, r->cfg.dtype, s->wq + (size_t)s->slot[d->it[i].e] * W));
+        RUN_CK(r, b->ops->unpack(b, at, W, r->cfg.dtype,
+                                 s->wq + (size_t)s->slot[d->it[i].e] * W));
         ready[d->it[i].e] = 1;
         at += ew;
     }
@@ -138,7 +147,7 @@ typedef struct dcback {
     int32_t *slot_e;       /* [nr] the expert of each receive slot */
     size_t nr;
     uint32_t *wait;        /* [E] gradients still to come for each expert, + 1 until computed */
-    uint8_t *rw, *sw;      /* wire buffers: a receive slot's, a pulled expert's send */
+    uint8_t *rw, *sw;      /* host wire buffers: a receive slot's, a pulled expert's send */
     int *idx;              /* [nr] completed requests */
 } dcback_t;
 
@@ -209,13 +218,14 @@ static void back_send(run_t *r, uint32_t l, const run_pull_t *it, size_t ni, uin
     if (g->w1[k])
         return;
     const float *grad = s->gq + (size_t)s->slot[e] * W;
+    moe_run_backend_t *be = r->b;
     for (size_t i = 0; i < ni; i++) /* the pull that brought e here: back to its source */
         if (it[i].dst == (uint32_t)r->me && it[i].e == e) {
-            void *out = (void *)grad; /* fp32 on the wire: the gradient itself */
-            if (r->cfg.dtype != MOE_DTYPE_FP32) {
-                out = b->sw + (size_t)s->slot[e] * ew;
-                RUN_CK(r, moe_kern_pack(grad, W, r->cfg.dtype, out));
-            }
+            /* packed on the backend, then to the host buffer the send goes from */
+            void *out = b->sw + (size_t)s->slot[e] * ew;
+            void *wire = run_dbuf(r, &r->d[TD_DGSEND], ew + 1);
+            RUN_CK(r, be->ops->pack(be, grad, W, r->cfg.dtype, wire));
+            RUN_CK(r, be->ops->download(be, out, wire, ew));
             RUN_CK(r, run_comm_isend(r->comm, out, ew, (int)it[i].src, RUN_TAG_DC_BACK + (int)e,
                                      b->sq.n, &b->sq));
             if (r->timing)
@@ -247,7 +257,7 @@ static void back_own(run_t *r, uint32_t l, const run_pull_t *it, size_t ni, uint
 /* Take the gradients that arrived (waiting for one with `block`): each is added to the
  * expert's gradient, and the expert's next receive is posted. */
 static void back_poll(run_t *r, uint32_t l, const run_pull_t *it, size_t ni, const dcslots_t *s,
-                      grads_t *g, dcback_t *b, int block, float *tmp)
+                      grads_t *g, dcback_t *b, int block)
 {
     const size_t W = r->wn, ew = W * r->esz;
     int nd;
@@ -256,9 +266,8 @@ static void back_poll(run_t *r, uint32_t l, const run_pull_t *it, size_t ni, con
         uint32_t e = (uint32_t)b->slot_e[b->idx[q]];
         size_t k = l * r->E + e;
         float *dst = g->w1[k] ? g->w1[k] : s->gq + (size_t)s->slot[e] * W;
-        RUN_CK(r, moe_kern_unpack(b->rw + (size_t)b->rs[e] * ew, W, r->cfg.dtype, tmp));
-        for (size_t h = 0; h < W; h++)
-            dst[h] += tmp[h];
+        run_bwd_add(r, dst, b->rw + (size_t)b->rs[e] * ew, W, r->cfg.dtype, TD_DGWIRE,
+                    TD_DGRAD);
         int32_t j = b->nx[b->cur[e]];
         b->cur[e] = -1;
         if (j >= 0)
@@ -273,28 +282,29 @@ static void back_poll(run_t *r, uint32_t l, const run_pull_t *it, size_t ni, con
  * forwarded inside it); every pair is back-propagated locally (x W1 recomputed), the experts
  * at hand first, each round's while the next round is in flight; each pulled expert's
  * gradient goes back as soon as it is complete (dcback_t). Same contract as run_bwd_experts
- * for all local rows. */
+ * for all local rows, on backend rows (xm, dout, dxm, dw). */
 size_t run_bwd_dc(run_t *r, uint32_t l, const float *xm, const float *dout,
                   grads_t *g, float *dxm, float *dw)
 {
     const size_t n = r->nloc, H = r->H, K = r->K, E = r->E, W = r->wn;
     const int32_t *ids = r->train.tr[l].ids;
     const float *w = r->train.tr[l].w;
+    moe_run_backend_t *be = r->b;
     if (!r->train.pull_first) /* r->train.pulls is NULL where nothing was pulled: one rank, say */
         run_die(r, "datacentric backward (no pull schedule kept)", MOE_EINVAL);
     const run_pull_t *it = r->train.pulls ? r->train.pulls + r->train.pull_first[l] : NULL;
     const size_t ni = r->train.pull_first[l + 1] - r->train.pull_first[l];
     const uint32_t R = r->train.pull_rounds[l];
-    /* a slot per expert pulled here: its weights and its gradient */
+    /* a slot per expert pulled here: its weights and its gradient (backend) */
     dcslots_t s = {.slot = run_hbuf(r, TS_HOME, (E + 1) * sizeof *s.slot)};
     for (size_t e = 0; e < E; e++)
         s.slot[e] = UINT32_MAX;
     for (size_t i = 0; i < ni; i++)
         if (it[i].dst == (uint32_t)r->me && s.slot[it[i].e] == UINT32_MAX)
             s.slot[it[i].e] = (uint32_t)s.nq++;
-    s.wq = run_hbuf(r, TS_REPLY, (s.nq + 1) * W * sizeof *s.wq);
-    s.gq = run_hbuf(r, TS_BACK, (s.nq + 1) * W * sizeof *s.gq);
-    memset(s.gq, 0, s.nq * W * sizeof *s.gq);
+    s.wq = run_dbuf(r, &r->d[TD_DCW], (s.nq * W + 1) * sizeof *s.wq);
+    s.gq = run_dbuf(r, &r->d[TD_DCG], (s.nq * W + 1) * sizeof *s.gq);
+    RUN_CK(r, be->ops->zero(be, s.gq, s.nq * W * sizeof *s.gq));
     /* the local pairs grouped by expert (rows ascending within one), as the serving side */
     size_t *start = run_hbuf(r, TS_POS, (E + 1) * sizeof *start), np = 0;
     memset(start, 0, (E + 1) * sizeof *start);
@@ -316,7 +326,8 @@ size_t run_bwd_dc(run_t *r, uint32_t l, const float *xm, const float *dout,
             const float *k = r->train.kept_pull ? r->train.kept_pull[l * E + it[i].e] : NULL;
             if (!k)
                 run_die(r, "datacentric backward (a kept expert is missing)", MOE_EINVAL);
-            memcpy(s.wq + (size_t)s.slot[it[i].e] * W, k, W * sizeof *s.wq);
+            RUN_CK(r, be->ops->upload(be, s.wq + (size_t)s.slot[it[i].e] * W, k,
+                                      W * sizeof *s.wq));
             ready[it[i].e] = 1;
         }
     dcround_t pr = {.it = it, .ni = ni};
@@ -325,18 +336,15 @@ size_t run_bwd_dc(run_t *r, uint32_t l, const float *xm, const float *dout,
         round_post(r, l, &pr, &s);
     dcback_t b = {0};
     back_start(r, l, it, ni, haspairs, &b);
-    size_t sent = r->cfg.dtype == MOE_DTYPE_FP32 ? 0 : s.nq; /* fp32 goes from gq itself */
-    b.sw = run_hbuf(r, TS_DSEND, sent * W * r->esz + 1);
+    b.sw = run_hbuf(r, TS_DSEND, s.nq * W * r->esz + 1); /* the gradients sent, on the host */
     b.sq.scratch = run_hbuf(r, TS_DSREQ, run_comm_req_bytes(r->comm, s.nq));
     pairs_t pp;
     run_pairs_get(r, np, &pp);
     for (size_t i = 0; i < n; i++)
         for (size_t k = 0; ids[i * K] >= 0 && k < K; k++)
-            run_pairs_put(&pp, start[ids[i * K + k]]++, H, xm + i * H, dout + i * H, &w[i * K + k],
-                      (uint32_t)i, (uint32_t)k);
-    float *bw =
-        run_hbuf(r, TS_WORK, (moe_kern_ffn_backward_work_size(r->H, r->F) + 1) * sizeof *bw);
-    float *tmp = run_hbuf(r, TS_DTMP, (W + 1) * sizeof *tmp);
+            run_pairs_put(&pp, start[ids[i * K + k]]++, (uint32_t)i, (uint32_t)i, &w[i * K + k],
+                          (uint32_t)i, (uint32_t)k);
+    run_pairs_load(r, &pp, xm, dout);
     for (uint32_t t = 0;; t++) {
         for (size_t e = 0, lo = 0; e < E; lo = start[e++]) {
             if (ready[e] != 1)
@@ -344,16 +352,16 @@ size_t run_bwd_dc(run_t *r, uint32_t l, const float *xm, const float *dout,
             ready[e] = 2;
             if (start[e] == lo)
                 continue;
-            size_t at = l * E + e;
+            size_t at = l * E + e, off[2] = {lo, start[e]};
             const float *W1 = r->w1[at] ? r->w1[at] : s.wq + (size_t)s.slot[e] * W;
             const float *W2 = r->w1[at] ? r->w2[at] : W1 + r->w1n;
-            float *G1 = r->w1[at] ? g->w1[at] : s.gq + (size_t)s.slot[e] * W;
-            run_pairs_backward(r, &pp, lo, start[e], NULL, W1, W2, G1, bw);
+            float *G1 = r->w1[at] ? g->w1[at] : s.gq + (size_t)s.slot[e] * W, *G2 = G1 + r->w1n;
+            run_pairs_backward(r, &pp, 1, off, NULL, &W1, &W2, &G1, &G2);
             back_own(r, l, it, ni, (uint32_t)e, &s, g, &b);
             int done;
             if (t < R)
                 RUN_CK(r, run_comm_test(r->comm, &pr.q, &done));
-            back_poll(r, l, it, ni, &s, g, &b, 0, tmp);
+            back_poll(r, l, it, ni, &s, g, &b, 0);
         }
         if (t == R)
             break;
@@ -367,16 +375,16 @@ size_t run_bwd_dc(run_t *r, uint32_t l, const float *xm, const float *dout,
     for (size_t e = 0, lo = 0; e < E; lo = start[e++])
         if (start[e] > lo && ready[e] != 2)
             run_die(r, "datacentric backward (expert neither held nor pulled)", MOE_EINVAL);
-    run_pairs_add(&pp, np, H, dxm, H, dw, K);
+    run_pairs_add(r, &pp, dxm, dw);
     /* the layer ends when every gradient has come back and gone on */
     while (b.rq.active)
-        back_poll(r, l, it, ni, &s, g, &b, 1, tmp);
+        back_poll(r, l, it, ni, &s, g, &b, 1);
     for (size_t e = 0; e < E; e++)
         if (b.wait[e] || b.cur[e] >= 0)
             run_die(r, "datacentric backward (an expert's gradient is incomplete)", MOE_EINVAL);
     RUN_CK(r, run_comm_wait(r->comm, &b.sq));
     /* the pulled weights and their gradients, a round's buffers, a receive buffer per expert
      * with gradients coming back, the packed gradients sent, the pairs */
-    return 2 * s.nq * W * sizeof(float) + most + (b.nr + sent) * W * r->esz +
+    return 2 * s.nq * W * sizeof(float) + most + (b.nr + s.nq) * W * r->esz +
            run_pairs_bytes(np, H);
 }

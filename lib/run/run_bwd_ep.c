@@ -32,14 +32,18 @@
 /* The serving side of chunk c: for received row j (its output gradient at go + j * stride, its
  * input row at x + j * H when the strategy restores T_DI by re-communication, else kept) and
  * each of its entries served here, the expert's backward; the reply row is [dx | dweight of
- * each entry]. T_M comes from the forward (kept or offloaded) or is recomputed. fly: NULL, or
- * two transfers in flight (entries may be NULL) to progress between experts. Returns the
- * bytes of what it restored from host memory and of the pairs' buffers. */
+ * each entry]. T_M comes from the forward (kept or offloaded) or is recomputed. The rows go
+ * to the backend, the pairs are gathered and back-propagated there (all experts in one call,
+ * or with fly, two transfers in flight whose entries may be NULL, one expert after the other,
+ * the transfers progressed between them), their results added into the replies there, and the
+ * replies come back to the host. Returns the bytes of what it restored from host memory and
+ * of the pairs' buffers. */
 static size_t serve_backward(run_t *r, uint32_t l, uint32_t c, grads_t *g, const float *rows,
                              const uint32_t *rmeta, size_t nr, float *reply,
                              run_comm_req_t *const *fly)
 {
     const size_t H = r->H, C = r->cols, K = r->K, E = r->E, S = M_HEAD + 3 * K;
+    moe_run_backend_t *b = r->b;
     /* the rows of a relayed hop (c = UINT32_MAX) come with their inputs, nothing kept */
     const run_served_t *k = c == UINT32_MAX ? NULL : run_served_at(r, l, c);
     const int recomm = !k || !moe_mpmoe_reuse_keeps(r->train.reuse, MOE_REUSE_TDI);
@@ -49,19 +53,24 @@ static size_t serve_backward(run_t *r, uint32_t l, uint32_t c, grads_t *g, const
     for (size_t j = 0; k && j < nr; j++)
         if (k->tok[j] != rmeta[j * S + M_TOK])
             run_die(r, "backward (rows differ from the forward's)", MOE_EINVAL);
+    /* the rows received ([x |] gradient) to the backend, as rows of H floats */
+    const size_t stride = width * H;
+    float *rd = run_dbuf(r, &r->d[TD_ROWS], (nr * stride + 1) * sizeof *rd);
+    RUN_CK(r, b->ops->upload(b, rd, rows, nr * stride * sizeof *rd));
     /* T_DI and T_M: kept in place, prefetched from host memory, or neither */
     size_t restored = 0;
-    const float *xs = recomm ? rows : k->x;
-    const float *as = k && moe_mpmoe_reuse_keeps(r->train.reuse, MOE_REUSE_TM) ? k->a : NULL;
+    const float *xs = recomm ? rd : k->xd;
+    const float *as = k && moe_mpmoe_reuse_keeps(r->train.reuse, MOE_REUSE_TM) ? k->ad : NULL;
     if (!recomm && moe_mpmoe_reuse_offloads(r->train.reuse)) {
-        float *d = run_hbuf(r, TS_PREX, (nr + 1) * H * sizeof *d);
-        memcpy(d, k->x, nr * H * sizeof *d);
+        float *d = run_dbuf(r, &r->d[TD_PREX], (nr + 1) * H * sizeof *d);
+        RUN_CK(r, b->ops->upload(b, d, k->x, nr * H * sizeof *d));
         xs = d;
         restored += nr * H * sizeof *d;
     }
-    if (as && moe_mpmoe_reuse_offloads(r->train.reuse)) {
-        float *d = run_hbuf(r, TS_PREA, (k->np + 1) * C * sizeof *d);
-        memcpy(d, k->a, k->np * C * sizeof *d);
+    if (k && moe_mpmoe_reuse_keeps(r->train.reuse, MOE_REUSE_TM) &&
+        moe_mpmoe_reuse_offloads(r->train.reuse)) {
+        float *d = run_dbuf(r, &r->d[TD_PREA], (k->np + 1) * C * sizeof *d);
+        RUN_CK(r, b->ops->upload(b, d, k->a, k->np * C * sizeof *d));
         as = d;
         restored += k->np * C * sizeof *d;
     }
@@ -76,15 +85,18 @@ static size_t serve_backward(run_t *r, uint32_t l, uint32_t c, grads_t *g, const
         start[e + 1] += start[e];
     if (k && start[E] != k->np)
         run_die(r, "backward (pairs differ from the forward's)", MOE_EINVAL);
-    /* each pair (row j, entry q) at its place in that order, its rows gathered: the experts'
-     * backward runs on blocks of rows, its results are added into the replies after */
-    const size_t np = start[E], stride = width * H;
+    /* each pair (row j, entry q) at its place in that order: its input row x and its output
+     * gradient gathered on the backend from rows of H floats (xs: row j, or of the rows
+     * [x | gradient], 2 j; the gradient: the last H of row j) */
+    const size_t np = start[E];
+    size_t *off = run_hbuf(r, TS_POFF, (E + 1) * sizeof *off);
+    off[0] = 0;
+    for (size_t e = 0; e < E; e++)
+        off[e + 1] = start[e + 1];
     pairs_t pr;
     run_pairs_get(r, np, &pr);
     for (size_t j = 0; j < nr; j++) {
-        const float *x = xs + j * (recomm ? stride : H), *go = rows + j * stride + (width - 1) * H;
         const uint32_t *m = rmeta + j * S;
-        memset(reply + j * (H + K), 0, (H + K) * sizeof *reply);
         for (uint32_t q = 0; q < m[M_N]; q++) {
             const uint32_t *en = m + M_HEAD + 3 * q;
             if (en[2] != (uint32_t)r->me)
@@ -92,22 +104,47 @@ static size_t serve_backward(run_t *r, uint32_t l, uint32_t c, grads_t *g, const
             size_t at = start[en[0]]++;
             if (!r->w1[(size_t)l * E + en[0]])
                 run_die(r, "routing (expert not held by its server)", MOE_EINVAL);
-            run_pairs_put(&pr, at, H, x, go, &en[1], (uint32_t)j, q);
+            run_pairs_put(&pr, at, (uint32_t)(j * width), (uint32_t)(j * width + width - 1),
+                          &en[1], (uint32_t)j, q);
         }
     }
-    float *bw =
-        run_hbuf(r, TS_WORK, (moe_kern_ffn_backward_work_size(r->H, r->F) + 1) * sizeof *bw);
-    for (size_t e = 0, lo = 0; e < E; lo = start[e++]) {
-        size_t at = (size_t)l * E + e;
-        if (start[e] == lo)
-            continue;
-        run_pairs_backward(r, &pr, lo, start[e], as ? as + lo * C : NULL, r->w1[at], r->w2[at],
-                       g->w1[at], bw);
-        for (int i = 0, done; fly && i < 2; i++)
-            if (fly[i])
-                RUN_CK(r, run_comm_test(r->comm, fly[i], &done));
+    run_pairs_load(r, &pr, xs, rd);
+    /* the experts' weights and gradients: host tables of backend pointers */
+    const float **wt = run_hbuf(r, TS_PTAB, (4 * E + 1) * sizeof *wt);
+    float **gt = (float **)(wt + 2 * E);
+    for (size_t e = 0; e < E; e++) {
+        size_t at = (size_t)l * E + e, used = off[e + 1] > off[e];
+        wt[e] = used ? r->w1[at] : NULL;
+        wt[E + e] = used ? r->w2[at] : NULL;
+        gt[e] = used ? g->w1[at] : NULL;
+        gt[E + e] = used ? g->w1[at] + r->w1n : NULL;
     }
-    run_pairs_add(&pr, np, H, reply, H + K, reply + H, H + K);
+    if (!fly) {
+        run_pairs_backward(r, &pr, (uint32_t)E, off, as, wt, wt + E, gt, gt + E);
+    } else {
+        for (size_t e = 0; e < E; e++) {
+            if (off[e + 1] == off[e])
+                continue;
+            run_pairs_backward(r, &pr, 1, off + e, as, wt + e, wt + E + e, gt + e, gt + E + e);
+            for (int i = 0, done; i < 2; i++)
+                if (fly[i])
+                    RUN_CK(r, run_comm_test(r->comm, fly[i], &done));
+        }
+    }
+    /* the replies [dx | dweight of each entry]: the pairs' results added on the backend, in
+     * pair order, into zeroed rows, then to the host */
+    float *rx = run_dbuf(r, &r->d[TD_RDX], (nr * H + 1) * sizeof *rx);
+    float *rw = run_dbuf(r, &r->d[TD_RDW], (nr * K + 1) * sizeof *rw);
+    RUN_CK(r, b->ops->zero(b, rx, nr * H * sizeof *rx));
+    RUN_CK(r, b->ops->zero(b, rw, nr * K * sizeof *rw));
+    run_pairs_add(r, &pr, rx, rw);
+    float *hx = run_hbuf(r, TS_RTMP, (nr * (H + K) + 1) * sizeof *hx), *hw = hx + nr * H;
+    RUN_CK(r, b->ops->download(b, hx, rx, nr * H * sizeof *hx));
+    RUN_CK(r, b->ops->download(b, hw, rw, nr * K * sizeof *hw));
+    for (size_t j = 0; j < nr; j++) {
+        memcpy(reply + j * (H + K), hx + j * H, H * sizeof *reply);
+        memcpy(reply + j * (H + K) + H, hw + j * K, K * sizeof *reply);
+    }
     return restored + run_pairs_bytes(np, H);
 }
 

@@ -10,14 +10,16 @@
 
 #include "run_internal.h"
 
-/* Gradients of the weights: mixers and gates (every rank's, summed), experts held here. */
+/* Gradients of the weights, backend buffers: mixers and gates (every rank's, summed), experts
+ * held here. */
 typedef struct grads {
     float *mix, *wg; /* [L][H], [L][H][E] */
     float **w1;      /* [L*E]: W1 then W2 gradients of a held expert, NULL elsewhere */
 } grads_t;
 
 /* ---- run_bwd.c */
-/* Zeroed gradients of the run's shape (a fatal error on ENOMEM); zeroed again; freed. */
+/* Zeroed gradients of the run's shape in backend buffers (a fatal error on ENOMEM); zeroed
+ * again; freed. */
 void run_grads_alloc(run_t *r, grads_t *g);
 void run_grads_zero(run_t *r, grads_t *g);
 void run_grads_free(run_t *r, grads_t *g);
@@ -31,34 +33,49 @@ void run_bwd_counts(run_t *r, const size_t *sc, size_t *rc);
 size_t run_bwd_rows(run_t *r, const float *send, const size_t *sc, size_t width, int dtype,
                     float **recv, size_t *rc, int slot);
 
-/* The expert-token pairs of a backward, grouped by expert for moe_kern_ffn_backward_scaled:
- * each pair's input row, output gradient and routing weight, its input gradient and weight
- * gradient (zeroed), and where they go back (row, entry). */
+/* The expert-token pairs of a backward, grouped by expert for the backend's
+ * ffn_backward_grouped: on the host, each pair's source rows (its input row's and its output
+ * gradient's, rows of H floats of the backend arrays run_pairs_load gathers from), its routing
+ * weight and where its results go back (row, entry); on the backend, its rows gathered, its
+ * input gradient and weight gradient (zeroed). */
 typedef struct pairs {
-    float *x, *dy, *s, *dx, *ds;
-    uint32_t *row, *ent;
+    size_t np;
+    uint32_t *xi, *yi, *row, *ent; /* host */
+    float *s;                      /* host: the routing weights */
+    float *x, *dy, *sd, *dx, *ds;  /* backend: rows, output gradients, weights, gradients */
 } pairs_t;
-/* Room for np pairs (scratch slots TS_PROWS and TS_PMAP), dx and ds zeroed. */
+/* Room for np pairs on the host (scratch slots TS_PROWS and TS_PMAP). */
 void run_pairs_get(run_t *r, size_t np, pairs_t *p);
-/* Pair `at`: input row x, output gradient dy, routing weight *w (a float's bits), and where its
- * results go (row, entry). */
-void run_pairs_put(pairs_t *p, size_t at, size_t H, const float *x, const float *dy,
-                   const void *w, uint32_t row, uint32_t ent);
-/* The expert backward of pairs [lo, hi) of p, one expert's (weights W1, W2, their gradients
- * G1 then G1 + w1n; a: the pairs' pre-activations, or NULL to recompute them). */
-void run_pairs_backward(run_t *r, const pairs_t *p, size_t lo, size_t hi, const float *a,
-                        const float *W1, const float *W2, float *G1, float *work);
-/* Add each of the np pairs' input gradient into its row of dx (rows `stride` floats apart)
- * and its weight's gradient into entry `ent` of its row of ds (rows dstride apart). */
-void run_pairs_add(const pairs_t *p, size_t np, size_t H, float *dx, size_t stride, float *ds,
-                   size_t dstride);
+/* Pair `at`: its input row is row xi of the source of x, its output gradient row yi of that
+ * of dy, its routing weight *w (a float's bits); its results go to (row, entry). */
+void run_pairs_put(pairs_t *p, size_t at, uint32_t xi, uint32_t yi, const void *w, uint32_t row,
+                   uint32_t ent);
+/* The pairs' rows to the backend: x gathered from xsrc, dy from ysrc (backend rows of H
+ * floats), the weights uploaded, the gradients zeroed (device slots TD_P*). */
+void run_pairs_load(run_t *r, pairs_t *p, const float *xsrc, const float *ysrc);
+/* The expert backward of the pairs in G groups (pairs off[g] .. off[g+1]-1 through expert g:
+ * weights W1[g], W2[g], their gradients dW1[g] then dW2[g]; host tables of backend pointers;
+ * a: the pairs' pre-activations, or NULL to recompute them). */
+void run_pairs_backward(run_t *r, const pairs_t *p, uint32_t G, const size_t *off,
+                        const float *a, const float *const *W1, const float *const *W2,
+                        float *const *dW1, float *const *dW2);
+/* Add each pair's input gradient into its row of dx (backend, rows of H floats) and its
+ * weight's gradient into entry `ent` of its row of ds (backend, rows of K floats), pairs in
+ * order. */
+void run_pairs_add(run_t *r, const pairs_t *p, float *dx, float *ds);
 /* Bytes of the pairs' buffers (for the activation peak). */
 size_t run_pairs_bytes(size_t np, size_t H);
+/* dst (backend, n floats) += the n floats of wire type dtype at src (host), each once: the
+ * wire uploaded to device slot `wire`, unpacked into slot `tmp` and added on the backend. */
+void run_bwd_add(run_t *r, float *dst, const void *src, size_t n, int dtype, int wire, int tmp);
 
 /* ---- the experts' part of layer l's backward: xm the mixed input rows, dout the gradient of
  * the layer's output rows; the experts' weight gradients go to g, the rows' input gradients
  * are added into dxm and the routing weights' gradients into dw. Each returns the bytes of the
- * buffers it held at once (for the activation peak). */
+ * buffers it held at once (for the activation peak). The expert-parallel modes take host
+ * rows (what they send and receive goes through the host communicator; xm is read only when
+ * the servers restore T_DI by re-communication, else it may be NULL), the datacentric mode
+ * backend rows (its pairs are all local). */
 /* run_bwd_ep.c: chunk c, local rows [i0, i1), along the forward's routes (vanilla, coherent,
  * hierarchical, and pipelined with one chunk). */
 size_t run_bwd_experts(run_t *r, uint32_t l, uint32_t c, size_t i0, size_t i1, const float *xm,

@@ -138,6 +138,54 @@ static int cpu_update(moe_run_backend_t *b, int adam, int t, float lr, float *w,
     return 0;
 }
 
+static int cpu_mixer_backward(moe_run_backend_t *b, const float *x, size_t n, uint32_t H,
+                              const float *m, const float *dy, float *dx, float *dm)
+{
+    TIMED(b, moe_kern_mixer_backward(x, n, H, m, dy, dx, dm));
+    return 0;
+}
+
+static int cpu_gate_backward(moe_run_backend_t *b, const float *x, size_t n, uint32_t H,
+                             const float *Wg, uint32_t E, uint32_t K, const int32_t *ids,
+                             const float *w, const float *dw, float *dx, float *dWg)
+{
+    TIMED(b, moe_kern_gate_backward(x, n, H, Wg, E, K, ids, w, dw, dx, dWg));
+    return 0;
+}
+
+/* One moe_kern_ffn_backward_scaled per group with rows, groups in order. */
+static int cpu_ffn_backward_grouped(moe_run_backend_t *b, const float *x, const float *a,
+                                    uint32_t G, const size_t *off, uint32_t H, uint32_t F,
+                                    int expert, const float *const *W1, const float *const *W2,
+                                    const float *dy, const float *s, float *dx,
+                                    float *const *dW1, float *const *dW2, float *ds)
+{
+    cpu_t *c = b->impl;
+    const size_t C = moe_kern_w1_cols(F, expert);
+    for (uint32_t g = 0; g < G; g++)
+        if (off[g + 1] < off[g])
+            return MOE_EINVAL;
+    size_t need = moe_kern_ffn_backward_work_size(H, F);
+    if (need > c->work_f) {
+        float *w = realloc(c->work, need * sizeof *w);
+        if (!w)
+            return MOE_ENOMEM;
+        c->work = w;
+        c->work_f = need;
+    }
+    int rc = 0;
+    for (uint32_t g = 0; g < G && !rc; g++) {
+        size_t o = off[g], n = off[g + 1] - o;
+        if (!n)
+            continue;
+        TIMED(b, rc = moe_kern_ffn_backward_scaled(
+                     x + o * H, a ? a + o * C : NULL, n, H, F, expert, W1[g], W2[g], dy + o * H,
+                     s ? s + o : NULL, dx ? dx + o * H : NULL, dW1 ? dW1[g] : NULL,
+                     dW2 ? dW2[g] : NULL, ds ? ds + o : NULL, c->work));
+    }
+    return rc;
+}
+
 static int cpu_ffn_grouped(moe_run_backend_t *b, const float *x, uint32_t G, const size_t *off,
                            uint32_t H, uint32_t F, int expert, const float *const *W1,
                            const float *const *W2, float *y)
@@ -328,6 +376,9 @@ static const moe_run_backend_ops_t cpu_ops = {
     .ffn_grouped_act = cpu_ffn_grouped_act,
     .loss_grad = cpu_loss_grad,
     .update = cpu_update,
+    .mixer_backward = cpu_mixer_backward,
+    .gate_backward = cpu_gate_backward,
+    .ffn_backward_grouped = cpu_ffn_backward_grouped,
     .kernel_seconds = cpu_kernel_seconds,
     .mark = cpu_mark,
     .mark_time = cpu_mark_time,

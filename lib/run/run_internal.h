@@ -85,8 +85,9 @@ typedef struct run_pull {
 typedef struct run_served {
     size_t nr, np;      /* rows received, pairs served */
     uint32_t *tok;      /* [nr] the rows' tokens: the backward checks it meets the same rows */
-    float *x, *a;       /* [nr][H] T_DI, [np][F] T_M, or NULL */
-    size_t tcap, xcap, acap;
+    float *x, *a;       /* host: [nr][H] T_DI, [np][cols] T_M offloaded, or NULL */
+    float *xd, *ad;     /* backend: T_DI and T_M kept in place (none), or NULL */
+    size_t tcap, xcap, acap, xdcap, adcap;
 } run_served_t;
 
 /* --train's state: what the forward keeps for the backward (run_keep.c), the steps' figures
@@ -145,6 +146,19 @@ enum run_dslot {
     RUN_DS_DC_STORE, RUN_DS_DC_STORE2,                 /* and their store, by parity */
     RUN_DS_SEND, RUN_DS_RECV,                          /* a one-off collective's buffers */
     RUN_DS_WORK,                                       /* rows to time the FFN on */
+    /* training (run_train.c, run_bwd*.c): a layer's rows (input, mixed), its output's and
+     * mixed rows' gradients, the routing weights' gradients, the routing, the loss's targets */
+    TD_XIN, TD_XM, TD_OUT, TD_DXM, TD_DW, TD_IDS, TD_W, TD_TGT,
+    /* the expert-token pairs: rows, output gradients, scales, their gradients, the indices
+     * of their rows' sources and of their results' targets */
+    TD_PX, TD_PDY, TD_PS, TD_PDX, TD_PDS, TD_PXI, TD_PYI, TD_PROW, TD_PENT,
+    /* a serving rank's rows received, T_DI and T_M restored from host memory, its replies
+     * (input gradients, routing weights' gradients) */
+    TD_ROWS, TD_PREX, TD_PREA, TD_RDX, TD_RDW,
+    /* datacentric: the pulled experts' weights and gradients, the wire of a round's pulls
+     * (sent, received), a gradient sent and one received (wire, fp32), the rows' indices of
+     * adding it */
+    TD_DCW, TD_DCG, TD_DSEND, TD_DRECV, TD_DGSEND, TD_DGWIRE, TD_DGRAD, TD_IOTA,
     RUN_DSLOTS
 };
 enum run_hslot {
@@ -161,12 +175,12 @@ enum run_hslot {
     /* training (run_train*.c, run_bwd_*.c) */
     TS_XM, TS_HOME, TS_CNT, TS_SROW, TS_SMETA, TS_RMETA, TS_SEND, TS_RECV, TS_RECV2,
     TS_RPLY, TS_RPLY2, TS_BACK, TS_DXM, TS_DW, TS_WORK, TS_REPLY, TS_ROW, TS_POS, TS_RED,
-    TS_OUT, TS_TGT, TS_PREX, TS_PREA, TS_PAIR, TS_FMAP, TS_FMETA, TS_FROW, TS_FPOS, TS_FORD,
+    TS_OUT, TS_TGT, TS_PREX, TS_PAIR, TS_FMAP, TS_FMETA, TS_FROW, TS_FPOS, TS_FORD,
     TS_FSEND, TS_FSMETA, TS_FRECV, TS_FRECV2, TS_FMC, TS_FRMETA, TS_FREPLY, TS_FRPLY,
     TS_FRPLY2, TS_PMAP, TS_PROWS, TS_CHKY, TS_CHKV, TS_DCNT, TS_DWIRE, TS_DREQ,
-    TS_DREADY, TS_DTMP, TS_DWAIT, TS_DIN, TS_DNX, TS_DCUR, TS_DRS, TS_DLAST, TS_DSLE,
+    TS_DREADY, TS_DWAIT, TS_DIN, TS_DNX, TS_DCUR, TS_DRS, TS_DLAST, TS_DSLE,
     TS_DIDX, TS_DRECV, TS_DRREQ, TS_DSEND, TS_DSREQ, TS_PSET, TS_PSET2, TS_PSET3, TS_PREQ,
-    TS_PREQ2, TS_PREQ3, TS_PTMP, TS_TROW, TS_TOUT,
+    TS_PREQ2, TS_PREQ3, TS_PTMP, TS_TROW, TS_TOUT, TS_POFF, TS_PTAB, TS_RTMP, TS_GRAD, TS_IOTA,
     RUN_HSLOTS
 };
 

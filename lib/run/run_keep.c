@@ -73,6 +73,18 @@ static void *grow(run_t *r, void *p, size_t *cap, size_t n, size_t size)
     return p;
 }
 
+/* grow for a backend buffer (contents not kept: what is kept is written whole each step). */
+static float *dgrow(run_t *r, float *p, size_t *cap, size_t n)
+{
+    if (n <= *cap && p)
+        return p;
+    r->b->ops->free(r->b, p);
+    if (!(p = r->b->ops->alloc(r->b, (n + 1) * sizeof *p)))
+        run_die(r, "--train (keeping activations)", MOE_ENOMEM);
+    *cap = n;
+    return p;
+}
+
 float *run_keep_act(run_t *r, uint32_t l, uint32_t c, size_t np)
 {
     if (!r->train.tr || !moe_mpmoe_reuse_keeps(r->train.reuse, MOE_REUSE_TM))
@@ -80,8 +92,8 @@ float *run_keep_act(run_t *r, uint32_t l, uint32_t c, size_t np)
     if (moe_mpmoe_reuse_offloads(r->train.reuse)) /* written on the device, then copied out */
         return run_dbuf(r, &r->train.act, (np + 1) * r->cols * sizeof(float));
     run_served_t *k = run_served_at(r, l, c); /* none: kept where it is written */
-    k->a = grow(r, k->a, &k->acap, np * r->cols, sizeof *k->a);
-    return k->a;
+    k->ad = dgrow(r, k->ad, &k->adcap, np * r->cols);
+    return k->ad;
 }
 
 void run_keep_served(run_t *r, uint32_t l, uint32_t c, const float *rx, size_t nr,
@@ -96,9 +108,12 @@ void run_keep_served(run_t *r, uint32_t l, uint32_t c, const float *rx, size_t n
     k->tok = grow(r, k->tok, &k->tcap, nr, sizeof *k->tok);
     for (size_t j = 0; j < nr; j++)
         k->tok[j] = tok[j * S];
-    /* T_DI: the rows received (a copy to host memory when offloaded; on the CPU backend the
-     * "device" is host memory too, and so is the kept copy of none) */
-    if (moe_mpmoe_reuse_keeps(r->train.reuse, MOE_REUSE_TDI)) {
+    /* T_DI: the rows received, copied on the backend (none) or to host memory (offloaded) */
+    if (moe_mpmoe_reuse_keeps(r->train.reuse, MOE_REUSE_TDI) &&
+        !moe_mpmoe_reuse_offloads(r->train.reuse)) {
+        k->xd = dgrow(r, k->xd, &k->xdcap, nr * r->H);
+        RUN_CK(r, o->copy(r->b, k->xd, rx, nr * r->H * sizeof *k->xd));
+    } else if (moe_mpmoe_reuse_keeps(r->train.reuse, MOE_REUSE_TDI)) {
         k->x = grow(r, k->x, &k->xcap, nr * r->H, sizeof *k->x);
         RUN_CK(r, o->download(r->b, k->x, rx, nr * r->H * sizeof *k->x));
     }

@@ -434,7 +434,9 @@ int run_setup(run_t *r, char *errbuf, size_t errlen)
      * differ (a library caller that did not run moe_run_cfg_agree) must end alike */
     const char *conflict = moe_run_cfg_conflict(&r->cfg);
     const moe_run_backend_ops_t *o = r->b->ops;
-    int untrained = r->cfg.train && (!o->ffn_grouped_act || !o->loss_grad || !o->update);
+    int untrained = r->cfg.train && (!o->ffn_grouped_act || !o->loss_grad || !o->update ||
+                                     !o->mixer_backward || !o->gate_backward ||
+                                     !o->ffn_backward_grouped);
     int rc = conflict ? say(errbuf, errlen, "%s", conflict)
              : untrained ? say(errbuf, errlen, "--train: the %s backend does not train",
                                r->b->name)
@@ -489,6 +491,10 @@ void run_release(run_t *r)
         free(r->train.served[i].tok);
         free(r->train.served[i].x);
         free(r->train.served[i].a);
+        if (o) {
+            o->free(r->b, r->train.served[i].xd);
+            o->free(r->b, r->train.served[i].ad);
+        }
     }
     free(r->train.served);
     free(r->train.pulls);

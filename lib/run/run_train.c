@@ -19,62 +19,94 @@
 #include "run_modes_internal.h"
 #include "run_train_internal.h"
 
+/* A backend slot of n floats (one more allocated). */
+static float *dfloats(run_t *r, int slot, size_t n)
+{
+    return run_dbuf(r, &r->d[slot], (n + 1) * sizeof(float));
+}
+
 /* The backward of layer l: dout (nloc x H, host) holds the gradient of the layer's output rows
- * at the layer's start (r->train.tr[l]'s rows) and becomes that of its input rows; weight gradients
- * are added to g. Pipelined mode takes
- * the experts' part in the forward's chunks, one after the other. Returns the largest bytes of
- * the buffers it held at once. */
+ * at the layer's start (r->train.tr[l]'s rows) and becomes that of its input rows; weight
+ * gradients are added to g. The layer's rows, their gradients and routing go to the backend,
+ * which computes the mixer again and the gate's and the mixer's backward; the experts' part
+ * adds the replies that come through the host communicator on the host (the expert-parallel
+ * modes), or its local pairs' results on the backend (datacentric). Pipelined mode takes the
+ * experts' part in the forward's chunks, one after the other. Returns the largest bytes of the
+ * buffers it held at once. */
 static size_t layer_backward(run_t *r, uint32_t l, float *dout, grads_t *g)
 {
     const run_saved_t *sv = &r->train.tr[l];
     const size_t n = sv->n, H = r->H, K = r->K;
-    const float *xin = sv->xin;
-    const int32_t *ids = sv->ids;
-    const float *w = sv->w;
+    moe_run_backend_t *b = r->b;
     /* the routes are planned from the layer's own local rows */
     r->nloc = n;
     memcpy(r->loc, sv->loc, n * sizeof *r->loc);
-    float *xm = run_hbuf(r, TS_XM, (n + 1) * H * sizeof *xm);
-    memcpy(xm, xin, n * H * sizeof *xm);
-    moe_kern_mixer(xm, n, r->H, r->mix[l]);
+    float *xin = dfloats(r, TD_XIN, n * H), *xm = dfloats(r, TD_XM, n * H);
+    float *dy = dfloats(r, TD_OUT, n * H), *dxm = dfloats(r, TD_DXM, n * H);
+    float *dw = dfloats(r, TD_DW, n * K);
+    RUN_CK(r, b->ops->upload(b, xin, sv->xin, n * H * sizeof *xin));
+    RUN_CK(r, b->ops->upload(b, dy, dout, n * H * sizeof *dy));
+    RUN_CK(r, b->ops->copy(b, xm, xin, n * H * sizeof *xm));
+    RUN_CK(r, b->ops->mixer(b, xm, n, r->H, r->mix[l]));
     /* the home: residual + the experts' input gradients, the routing weights' gradients */
-    float *dxm = run_hbuf(r, TS_DXM, (n + 1) * H * sizeof *dxm);
-    float *dw = run_hbuf(r, TS_DW, (n + 1) * K * sizeof *dw);
-    memcpy(dxm, dout, n * H * sizeof *dxm);
-    memset(dw, 0, n * K * sizeof *dw);
     uint32_t chunks = r->chunks_used ? r->chunks_used : 1;
     size_t peak = 0;
     const int pipe = r->cfg.mode == MOE_RUN_PIPELINED && chunks > 1;
-    if (pipe)
-        peak = run_bwd_pipe(r, l, chunks, xm, dout, g, dxm, dw);
-    for (uint32_t c = 0; !pipe && c < chunks; c++) {
-        size_t b = r->cfg.mode == MOE_RUN_DATACENTRIC
-                       ? run_bwd_dc(r, l, xm, dout, g, dxm, dw)
-                       : run_bwd_experts(r, l, c, n * c / chunks, n * (c + 1) / chunks, xm,
-                                          dout, g, dxm, dw);
-        peak = b > peak ? b : peak;
+    if (r->cfg.mode == MOE_RUN_DATACENTRIC) {
+        RUN_CK(r, b->ops->copy(b, dxm, dy, n * H * sizeof *dxm));
+        RUN_CK(r, b->ops->zero(b, dw, n * K * sizeof *dw));
+        peak = run_bwd_dc(r, l, xm, dy, g, dxm, dw);
+    } else {
+        float *hxm = NULL; /* the mixed rows, when the servers restore T_DI with them */
+        if (!moe_mpmoe_reuse_keeps(r->train.reuse, MOE_REUSE_TDI)) {
+            hxm = run_hbuf(r, TS_XM, (n + 1) * H * sizeof *hxm);
+            RUN_CK(r, b->ops->download(b, hxm, xm, n * H * sizeof *hxm));
+        }
+        float *hdxm = run_hbuf(r, TS_DXM, (n + 1) * H * sizeof *hdxm);
+        float *hdw = run_hbuf(r, TS_DW, (n + 1) * K * sizeof *hdw);
+        memcpy(hdxm, dout, n * H * sizeof *hdxm);
+        memset(hdw, 0, n * K * sizeof *hdw);
+        if (pipe)
+            peak = run_bwd_pipe(r, l, chunks, hxm, dout, g, hdxm, hdw);
+        for (uint32_t c = 0; !pipe && c < chunks; c++) {
+            size_t bb = run_bwd_experts(r, l, c, n * c / chunks, n * (c + 1) / chunks, hxm,
+                                        dout, g, hdxm, hdw);
+            peak = bb > peak ? bb : peak;
+        }
+        RUN_CK(r, b->ops->upload(b, dxm, hdxm, n * H * sizeof *dxm));
+        RUN_CK(r, b->ops->upload(b, dw, hdw, n * K * sizeof *dw));
     }
-    if (!r->replay)
-        moe_kern_gate_backward(xm, n, r->H, r->wg[l], r->E, r->K, ids, w, dw, dxm,
-                               g->wg + (size_t)l * H * r->E);
-    moe_kern_mixer_backward(xin, n, r->H, r->mix[l], dxm, dout, g->mix + (size_t)l * H);
+    if (!r->replay) {
+        int32_t *ids = run_dbuf(r, &r->d[TD_IDS], (n * K + 1) * sizeof *ids);
+        float *w = dfloats(r, TD_W, n * K);
+        RUN_CK(r, b->ops->upload(b, ids, sv->ids, n * K * sizeof *ids));
+        RUN_CK(r, b->ops->upload(b, w, sv->w, n * K * sizeof *w));
+        RUN_CK(r, b->ops->gate_backward(b, xm, n, r->H, r->wg[l], r->E, r->K, ids, w, dw, dxm,
+                                        g->wg + (size_t)l * H * r->E));
+    }
+    RUN_CK(r, b->ops->mixer_backward(b, xin, n, r->H, r->mix[l], dxm, dy,
+                                     g->mix + (size_t)l * H));
+    RUN_CK(r, b->ops->download(b, dout, dy, n * H * sizeof *dout));
     return peak + n * H * 4 * 2 + n * K * 4; /* with xm, dxm and dw */
 }
 
-/* Sum the mixer and gate gradients over the ranks (every rank holds those weights). */
+/* Sum the mixer and gate gradients over the ranks (every rank holds those weights): from the
+ * backend to the host, summed in double, back. */
 static void reduce_shared(run_t *r, grads_t *g)
 {
+    moe_run_backend_t *b = r->b;
     size_t nm = (size_t)r->L * r->H, n = nm + nm * r->E;
     double *v = run_hbuf(r, TS_RED, (n + 1) * sizeof *v);
-    for (size_t i = 0; i < nm; i++)
-        v[i] = g->mix[i];
-    for (size_t i = 0; i < nm * r->E; i++)
-        v[nm + i] = g->wg[i];
+    float *f = run_hbuf(r, TS_GRAD, (n + 1) * sizeof *f);
+    RUN_CK(r, b->ops->download(b, f, g->mix, nm * sizeof *f));
+    RUN_CK(r, b->ops->download(b, f + nm, g->wg, nm * r->E * sizeof *f));
+    for (size_t i = 0; i < n; i++)
+        v[i] = f[i];
     RUN_CK(r, run_comm_allreduce(r->comm, v, (int)n, MOE_RUN_SUM));
-    for (size_t i = 0; i < nm; i++)
-        g->mix[i] = (float)v[i];
-    for (size_t i = 0; i < nm * r->E; i++)
-        g->wg[i] = (float)v[nm + i];
+    for (size_t i = 0; i < n; i++)
+        f[i] = (float)v[i];
+    RUN_CK(r, b->ops->upload(b, g->mix, f, nm * sizeof *f));
+    RUN_CK(r, b->ops->upload(b, g->wg, f + nm, nm * r->E * sizeof *f));
 }
 
 /* Does this rank hold the first copy of expert k = l E + e (the one --check reads)? */
@@ -87,21 +119,28 @@ int run_holds_first(const run_t *r, size_t k)
 }
 
 /* Copy the gradients of every replicated expert this rank holds into v (to_v; zeros where it
- * holds none), in expert order, or back from v. Returns how many experts are replicated. */
+ * holds none), in expert order, or back from v, through the host (W floats of TS_GRAD).
+ * Returns how many experts are replicated. */
 static size_t replica_grads(run_t *r, grads_t *g, double *v, int to_v)
 {
     const size_t LE = (size_t)r->L * r->E, W = r->wn;
+    moe_run_backend_t *b = r->b;
+    float *f = v ? run_hbuf(r, TS_GRAD, (W + 1) * sizeof *f) : NULL;
     size_t i = 0;
     for (size_t k = 0; k < LE; k++) {
         uint32_t n;
         moe_placement_ranks(r->pl, (uint32_t)(k / r->E), (uint32_t)(k % r->E), &n);
         if (n < 2)
             continue;
+        if (v && to_v && g->w1[k])
+            RUN_CK(r, b->ops->download(b, f, g->w1[k], W * sizeof *f));
         for (size_t j = 0; v && j < W; j++)
             if (to_v)
-                v[i * W + j] = g->w1[k] ? g->w1[k][j] : 0;
-            else if (g->w1[k])
-                g->w1[k][j] = (float)v[i * W + j];
+                v[i * W + j] = g->w1[k] ? f[j] : 0;
+            else
+                f[j] = (float)v[i * W + j];
+        if (v && !to_v && g->w1[k])
+            RUN_CK(r, b->ops->upload(b, g->w1[k], f, W * sizeof *f));
         i++;
     }
     return i;
@@ -155,7 +194,6 @@ double run_train_step(run_t *r, grads_t *g, const float *tgt, const uint32_t *st
     r->train.t_mark[0] = run_now(r);
     size_t n = r->nloc; /* the rows where the tokens ended */
     float *dout = run_hbuf(r, TS_OUT, (n + 1) * H * sizeof *dout);
-    RUN_CK(r, r->b->ops->download(r->b, dout, r->x.p, n * H * sizeof *dout));
     const double scale = 1.0 / ((double)r->ntok * H);
     float *trow = run_hbuf(r, TS_TOUT, (n + 1) * H * sizeof *trow); /* each row's target */
     for (size_t i = 0; i < n; i++) {
@@ -164,8 +202,12 @@ double run_train_step(run_t *r, grads_t *g, const float *tgt, const uint32_t *st
         else /* a token that came here during the step: its target now */
             moe_kern_init_target(r->cfg.seed, r->loc[i], r->H, trow + i * H);
     }
+    /* the loss and its gradient on the backend, the gradient then to the host */
     double sum = 0;
-    RUN_CK(r, r->b->ops->loss_grad(r->b, dout, trow, n, r->H, scale, dout, &sum));
+    float *td = dfloats(r, TD_TGT, n * H), *dl = dfloats(r, TD_OUT, n * H);
+    RUN_CK(r, r->b->ops->upload(r->b, td, trow, n * H * sizeof *td));
+    RUN_CK(r, r->b->ops->loss_grad(r->b, r->x.p, td, n, r->H, scale, dl, &sum));
+    RUN_CK(r, r->b->ops->download(r->b, dout, dl, n * H * sizeof *dout));
     RUN_CK(r, run_comm_allreduce(r->comm, &sum, 1, MOE_RUN_SUM));
     run_grads_zero(r, g);
     /* what the forward kept for the backward, the output's gradient, and the largest layer */
@@ -207,8 +249,9 @@ typedef struct opt {
     int t;
 } opt_t;
 
-/* The optimizer step on the weights this rank holds (the CPU backend's buffers are host
- * memory): mixers and gates alike on every rank, the experts held here. */
+/* The optimizer step on the weights this rank holds, on the backend (weights, gradients and
+ * Adam's moments are backend buffers): mixers and gates alike on every rank, the experts held
+ * here. */
 static void optimizer_step(run_t *r, const grads_t *g, opt_t *o)
 {
     size_t H = r->H, E = r->E, W1 = r->w1n, W2 = r->wn - r->w1n;

@@ -171,15 +171,25 @@ double run_train_check(run_t *r)
     const uint32_t *start;
     const float *tgt = run_train_inputs(r, &start);
     double lfinal = run_train_step(r, &g, tgt, start);
-    /* the seeded weights again, then one step without the update, each layer's backward
-     * checked against its reference as it is taken (check_layer) */
+    /* the seeded weights again (made on the host, uploaded), then one step without the
+     * update, each layer's backward checked against its reference as it is taken
+     * (check_layer) */
+    moe_run_backend_t *b = r->b;
+    float *tmp = run_hbuf(r, TS_GRAD, ((W > HE ? W : HE) + 1) * sizeof *tmp);
     for (uint32_t l = 0; l < r->L; l++) {
-        moe_kern_init_mixer(r->cfg.seed, l, r->E, r->H, r->mix[l]);
-        moe_kern_init_gate(r->cfg.seed, l, r->E, r->H, r->wg[l]);
-        for (uint32_t e = 0; e < r->E; e++)
-            if (r->w1[l * E + e])
-                moe_kern_init_expert(r->cfg.seed, l, e, r->E, r->H, r->F, r->expert,
-                                     r->w1[l * E + e], r->w2[l * E + e]);
+        moe_kern_init_mixer(r->cfg.seed, l, r->E, r->H, tmp);
+        RUN_CK(r, b->ops->upload(b, r->mix[l], tmp, r->H * sizeof *tmp));
+        moe_kern_init_gate(r->cfg.seed, l, r->E, r->H, tmp);
+        RUN_CK(r, b->ops->upload(b, r->wg[l], tmp, HE * sizeof *tmp));
+        for (uint32_t e = 0; e < r->E; e++) {
+            if (!r->w1[l * E + e])
+                continue;
+            moe_kern_init_expert(r->cfg.seed, l, e, r->E, r->H, r->F, r->expert, tmp,
+                                 tmp + r->w1n);
+            RUN_CK(r, b->ops->upload(b, r->w1[l * E + e], tmp, r->w1n * sizeof *tmp));
+            RUN_CK(r, b->ops->upload(b, r->w2[l * E + e], tmp + r->w1n,
+                                     (W - r->w1n) * sizeof *tmp));
+        }
     }
     struct run_tchk c;
     memset(&c, 0, sizeof c);
@@ -198,16 +208,26 @@ double run_train_check(run_t *r)
     r->train.check_layer = NULL;
     if (c.rc)
         run_die(r, "--check reference", c.rc);
-    /* the experts' gradients (from the first copy of each) to rank 0 */
+    /* the experts' gradients (from the first copy of each) to rank 0, and the mixers' and
+     * gates' (the same on every rank) to the host */
     size_t ne = L * E * W;
     double *v = calloc(ne + 1, sizeof *v);
-    if (!v) {
+    float *gm = malloc((L * (r->H + HE) + 1) * sizeof *gm), *gg = gm ? gm + L * r->H : NULL;
+    if (!v || !gm) {
+        free(v), free(gm);
         run_grads_free(r, &g);
         run_die(r, "--check", MOE_ENOMEM);
     }
-    for (size_t k = 0; k < L * E; k++)
-        for (size_t i = 0; run_holds_first(r, k) && i < W; i++)
-            v[k * W + i] = g.w1[k][i];
+    RUN_CK(r, b->ops->download(b, gm, g.mix, L * r->H * sizeof *gm));
+    RUN_CK(r, b->ops->download(b, gg, g.wg, L * HE * sizeof *gg));
+    tmp = run_hbuf(r, TS_GRAD, (W + 1) * sizeof *tmp); /* the step grew it, maybe moved it */
+    for (size_t k = 0; k < L * E; k++) {
+        if (!run_holds_first(r, k))
+            continue;
+        RUN_CK(r, b->ops->download(b, tmp, g.w1[k], W * sizeof *tmp));
+        for (size_t i = 0; i < W; i++)
+            v[k * W + i] = tmp[i];
+    }
     RUN_CK(r, run_comm_allreduce(r->comm, v, (int)ne, MOE_RUN_SUM));
     double err = 0;
     if (r->me == 0) {
@@ -240,15 +260,15 @@ double run_train_check(run_t *r)
         if (rc) {
             moe_kern_model_free(&c.md);
             moe_kern_model_free(&c.ref);
-            free(x0), free(tg), free(ew), free(ri), free(rw), free(v);
+            free(x0), free(tg), free(ew), free(ri), free(rw), free(v), free(gm);
             run_grads_free(r, &g);
             run_die(r, "--check reference", rc);
         }
         for (size_t i = 0; i < ne; i++)
             ew[i] = (float)v[i];
         double le = fabs(loss - rloss) / fmax(1e-30, fabs(rloss));
-        double em = rel_diff(g.mix, c.ref.m, L * r->H);
-        double eg = r->replay ? 0 : rel_diff(g.wg, c.ref.Wg, L * HE);
+        double em = rel_diff(gm, c.ref.m, L * r->H);
+        double eg = r->replay ? 0 : rel_diff(gg, c.ref.Wg, L * HE);
         double ee = rel_diff(ew, c.ref.W, ne), ex = c.dx;
         /* then the loss curve: the reference trained with its own gradients and optimizer
          * (c.ref, compared above, now holds them), and its loss after the last update */
@@ -264,6 +284,7 @@ double run_train_check(run_t *r)
         free(x0), free(tg), free(ew), free(ri), free(rw);
     }
     free(v);
+    free(gm);
     run_grads_free(r, &g);
     return err;
 }

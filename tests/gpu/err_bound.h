@@ -139,6 +139,48 @@ static inline int err_ffn_bound(const float *x, size_t n, uint32_t H, uint32_t F
     return rc;
 }
 
+/* The bound of each of the n x C pre-activations a = x^ W1 of one expert (as moe_kern_ffn
+ * computes them before the activation; the GPU writes them for training's T_M), by the same
+ * analysis: the inputs' rounding through the norm (u_in), the normalised rows' (u, SwiGLU),
+ * W1's (u_w) and the pre-activations' own (u), Hoeffding over the independent roundings, and
+ * both sides' fp32 sums and norm the worst-case way. 0, or -1 when out of memory. */
+static inline int err_preact_bound(const float *x, size_t n, uint32_t H, uint32_t F,
+                                   int expert, const float *W1, double u, double u_in,
+                                   double u_w, double *bound)
+{
+    const int glu = expert == MOE_EXPERT_SWIGLU;
+    const size_t C = moe_kern_w1_cols(F, expert);
+    const double eps = 0x1p-24, gh = err_gamma(H);
+    double *xh = malloc(H * 8);
+    if (!xh)
+        return -1;
+    for (size_t i = 0; i < n; i++) {
+        const float *xr = x + i * H;
+        double ss = 0;
+        for (uint32_t h = 0; h < H; h++)
+            ss += (double)xr[h] * xr[h];
+        double r = glu ? 1 / sqrt(ss / H + 1e-6) : 1;
+        for (uint32_t h = 0; h < H; h++)
+            xh[h] = xr[h] * r;
+        for (size_t c = 0; c < C; c++) {
+            double a = 0, m = 0, var = 0;
+            for (uint32_t k = 0; k < H; k++) {
+                a += xh[k] * W1[k * C + c];
+                m += fabs(xh[k] * W1[k * C + c]);
+            }
+            for (uint32_t k = 0; k < H; k++) {
+                double t = xh[k] * W1[k * C + c], cin = t - (glu ? xh[k] * xh[k] * a / H : 0);
+                var += u_in * u_in * cin * cin + u_w * u_w * t * t + (glu ? u * u * t * t : 0);
+            }
+            var += u * u * a * a;
+            bound[i * C + c] =
+                ERR_LAMBDA * sqrt(var) + (2 * gh + (glu ? 2 * (H + 4) * eps : 0)) * m;
+        }
+    }
+    free(xh);
+    return 0;
+}
+
 /* The largest |got - ref| / bound over n values (infinite for a NaN, or a difference where
  * the bound is 0): at most 1 when got is within the bound. */
 static inline double err_ratio(const float *got, const float *ref, const double *bound,

@@ -11,7 +11,10 @@
  * waits (host waits per all-to-all in the layers), allocs (device allocations in the timed
  * iterations); "-" where the report has no such figure (training's counts). A fatal error prints a FAIL line with the message and ends the job (the lines
  * not printed are the runs that did not happen). Exit 0 when nothing failed, 1 otherwise, 2
- * usage. Built with the check programs; a test of the bundle, not of the suite. */
+ * usage. Built with the check programs; a test of the bundle, not of the suite. With --backend
+ * guard the runs go through the CPU backend under a GPU's memory rules (tests/unit/
+ * guard_backend.h), as tests/cli/run_guard.sh runs them: the runtime must not touch backend
+ * memory but through the backend's operations. */
 #include "config.h"
 
 #include <stdio.h>
@@ -19,14 +22,18 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "moe/cost.h"
 #include "moe/moe.h"
 #include "moe/run.h"
 #include "moe/run_backend.h"
+#include "../unit/guard_backend.h"
 
 static const char *prog = "run_modes";
 
+enum { BE_CPU, BE_CUDA, BE_GUARD };
+
 typedef struct opts {
-    int cuda, transport, train;
+    int backend, transport, train, train_steps;
     int dtypes[3], ndtypes;
     int modes[MOE_RUN_MODES], nmodes;
     moe_run_cfg_t cfg;
@@ -44,13 +51,21 @@ static void help(void)
     printf("Usage: mpirun -np G %s [OPTION]...\n"
            "Check every mode of moe-run against the serial reference, one run after another.\n"
            "\n"
-           "      --backend=B       cpu or cuda [cpu]\n"
+           "      --backend=B       cpu, cuda, or guard (the CPU backend under a GPU's\n"
+           "                        memory rules) [cpu]\n"
            "      --comm=T          nccl or mpi [nccl for cuda]\n"
            "      --dtypes=LIST     wire types, comma-separated [fp32,bf16]\n"
            "      --modes=LIST      modes, comma-separated, or all [all]\n"
            "      --train           training runs too, after the forward ones\n"
+           "      --train-only      training runs only\n"
            "      --layers=L --experts=E --topk=K --hidden=H --ffn=F --tokens-per-rank=N\n"
            "      --iters=I --warmup=W   as moe-run's [4 16 2 256 512 256, 2 1]\n"
+           "      --train-steps=N   a training run's steps, without warm-up (--check replays\n"
+           "                        each on the serial reference) [1]\n"
+           "      --gpus-per-node=N --chunks=N --reuse=S --optimizer=O --trace=FILE\n"
+           "      --placement=FILE\n"
+           "                        as moe-run's (with a trace, its layers, experts and\n"
+           "                        top-k unless given)\n"
            "Exit status: 0 no run failed, 1 a run failed, 2 usage.\n",
            prog);
 }
@@ -93,12 +108,14 @@ static int parse(int argc, char **argv, opts_t *o)
     o->cfg.L = 4, o->cfg.E = 16, o->cfg.K = 2, o->cfg.H = 256, o->cfg.F = 512;
     o->cfg.tokens_per_rank = 256;
     o->cfg.iters = 2, o->cfg.warmup = 1;
+    o->train_steps = 1;
     o->cfg.check = 1;
     o->transport = -1;
     o->dtypes[0] = MOE_DTYPE_FP32, o->dtypes[1] = MOE_DTYPE_BF16, o->ndtypes = 2;
     for (int m = 0; m < MOE_RUN_MODES; m++)
         o->modes[m] = m;
     o->nmodes = MOE_RUN_MODES;
+    unsigned shape = 0; /* layers, experts, top-k given */
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *eq = strchr(a, '=');
         char name[32];
@@ -112,14 +129,16 @@ static int parse(int argc, char **argv, opts_t *o)
             help();
             return 0;
         }
-        if (!strcmp(name, "--train")) {
-            o->train = 1;
+        if (!strcmp(name, "--train") || !strcmp(name, "--train-only")) {
+            o->train = name[7] ? 2 : 1;
             continue;
         }
         static const char *const known[] = {"--backend", "--comm", "--dtypes", "--modes",
                                             "--layers", "--experts", "--topk", "--hidden",
                                             "--ffn", "--tokens-per-rank", "--iters",
-                                            "--warmup"};
+                                            "--warmup", "--gpus-per-node", "--reuse",
+                                            "--optimizer", "--trace", "--placement",
+                                            "--chunks", "--train-steps"};
         size_t q = 0;
         while (q < sizeof known / sizeof *known && strcmp(name, known[q]))
             q++;
@@ -131,9 +150,20 @@ static int parse(int argc, char **argv, opts_t *o)
             return usage_error("option needs a value", a);
         uint64_t n = 0;
         if (!strcmp(name, "--backend")) {
-            if (strcmp(v, "cpu") && strcmp(v, "cuda"))
+            if (strcmp(v, "cpu") && strcmp(v, "cuda") && strcmp(v, "guard"))
                 return usage_error("unknown backend", v);
-            o->cuda = !strcmp(v, "cuda");
+            o->backend = !strcmp(v, "cuda") ? BE_CUDA : !strcmp(v, "guard") ? BE_GUARD : BE_CPU;
+        } else if (!strcmp(name, "--reuse")) {
+            o->cfg.reuse = strcmp(v, "auto") ? moe_mpmoe_reuse_parse(v) : MOE_RUN_REUSE_AUTO;
+            if (o->cfg.reuse < 0 && o->cfg.reuse != MOE_RUN_REUSE_AUTO)
+                return usage_error("unknown reuse strategy", v);
+        } else if (!strcmp(name, "--optimizer")) {
+            if ((o->cfg.optimizer = moe_run_optimizer_parse(v)) < 0)
+                return usage_error("unknown optimizer", v);
+        } else if (!strcmp(name, "--trace")) {
+            o->cfg.trace = v;
+        } else if (!strcmp(name, "--placement")) {
+            o->cfg.placement = v;
         } else if (!strcmp(name, "--comm")) {
             if (strcmp(v, "nccl") && strcmp(v, "mpi"))
                 return usage_error("unknown transport", v);
@@ -149,10 +179,13 @@ static int parse(int argc, char **argv, opts_t *o)
             return usage_error("not a positive count", a);
         } else if (!strcmp(name, "--layers")) {
             o->cfg.L = (uint32_t)n;
+            shape |= 1;
         } else if (!strcmp(name, "--experts")) {
             o->cfg.E = (uint32_t)n;
+            shape |= 2;
         } else if (!strcmp(name, "--topk")) {
             o->cfg.K = (uint32_t)n;
+            shape |= 4;
         } else if (!strcmp(name, "--hidden")) {
             o->cfg.H = (uint32_t)n;
         } else if (!strcmp(name, "--ffn")) {
@@ -163,13 +196,25 @@ static int parse(int argc, char **argv, opts_t *o)
             o->cfg.iters = (int)n;
         } else if (!strcmp(name, "--warmup")) {
             o->cfg.warmup = (int)n;
+        } else if (!strcmp(name, "--gpus-per-node")) {
+            o->cfg.gpn = (uint32_t)n;
+        } else if (!strcmp(name, "--train-steps")) {
+            o->train_steps = (int)n;
+        } else if (!strcmp(name, "--chunks")) {
+            o->cfg.chunks = (uint32_t)n;
+            o->cfg.chunks_set = 1;
         } else {
             return usage_error("unknown option", a);
         }
     }
+    if (o->cfg.trace) { /* the trace's shape where none was given */
+        o->cfg.L = shape & 1 ? o->cfg.L : 0;
+        o->cfg.E = shape & 2 ? o->cfg.E : 0;
+        o->cfg.K = shape & 4 ? o->cfg.K : 0;
+    }
     if (o->transport < 0)
-        o->transport = o->cuda ? MOE_RUN_COMM_NCCL : MOE_RUN_COMM_MPI;
-    if (!o->cuda && o->transport != MOE_RUN_COMM_MPI)
+        o->transport = o->backend == BE_CUDA ? MOE_RUN_COMM_NCCL : MOE_RUN_COMM_MPI;
+    if (o->backend != BE_CUDA && o->transport != MOE_RUN_COMM_MPI)
         return usage_error("the cpu backend moves data by MPI, not", "nccl");
     return -1;
 }
@@ -213,11 +258,18 @@ static int one_run(moe_run_comm_t *comm, moe_run_backend_t *b, const opts_t *o, 
     c.mode = mode;
     c.dtype = dtype;
     c.train = train;
+    if (train) { /* --check replays every step on the serial reference, on the host */
+        c.iters = o->train_steps;
+        c.warmup = 0;
+    }
     char head[96], errbuf[512] = "";
     snprintf(head, sizeof head, "%s: %s %s %s", prog, train ? "train" : "fwd",
              moe_dtype_name(dtype), moe_run_mode_name(mode));
-    const char *why = train && !b->ops->ffn_grouped_act
-                          ? "the backend does not train (issue 39, item 10)"
+    const moe_run_backend_ops_t *op = b->ops;
+    const char *why = train && (!op->ffn_grouped_act || !op->loss_grad || !op->update ||
+                                !op->mixer_backward || !op->gate_backward ||
+                                !op->ffn_backward_grouped)
+                          ? "the backend does not train"
                           : moe_run_cfg_conflict(&c);
     if (why) {
         if (!me)
@@ -286,17 +338,18 @@ int main(int argc, char **argv)
     }
     int me = moe_run_comm_rank(comm), failed = 0;
     char errbuf[512];
-    if (o.cuda && moe_run_backend_module_open("cuda", errbuf, sizeof errbuf)) {
+    if (o.backend == BE_CUDA && moe_run_backend_module_open("cuda", errbuf, sizeof errbuf)) {
         fprintf(stderr, "%s: rank %d: %s\n", prog, me, errbuf);
         moe_run_comm_abort(comm, 1);
         return 1;
     }
-    for (int t = 0; t <= o.train; t++)
+    for (int t = o.train == 2; t <= (o.train != 0); t++)
         for (int d = 0; d < o.ndtypes; d++) {
             moe_run_backend_t *b =
-                o.cuda ? moe_run_backend_module("cuda", comm, o.dtypes[d], o.transport, errbuf,
-                                                sizeof errbuf)
-                       : moe_run_backend_cpu(comm, errbuf, sizeof errbuf);
+                o.backend == BE_CUDA ? moe_run_backend_module("cuda", comm, o.dtypes[d],
+                                                              o.transport, errbuf, sizeof errbuf)
+                : o.backend == BE_GUARD ? guard_backend(comm, errbuf, sizeof errbuf)
+                                        : moe_run_backend_cpu(comm, errbuf, sizeof errbuf);
             if (!b) {
                 fprintf(stderr, "%s: rank %d: %s\n", prog, me, errbuf);
                 moe_run_comm_abort(comm, 1);

@@ -1,7 +1,9 @@
 /* tests/gpu/test_kernels.c -- every CUDA kernel of moe-run (kernels/moe_kernels.h) against its C
  * reference in lib/run/kern.c on random data: conversions, permutes, the scatter-add and the
  * combine bit-exact, the expert FFN within the error bound of its arithmetic (err_bound.h).
- * The backward kernels (training) against lib/run/kern_train.c's: mixer, gate, expert FFN.
+ * The backward kernels (training) against lib/run/kern_train.c's: mixer, gate, expert FFN; the
+ * forward keeping its pre-activations within their bound; the loss and the optimizer step
+ * bit-exact.
  * Exits 77 (skip) when there is no CUDA device, 1 when a GPU is there but unusable. */
 #include "config.h"
 
@@ -422,6 +424,29 @@ static void ffn_case(int dt, uint32_t H, uint32_t F, int expert)
         CHECK(q <= 1);
         free(yp);
     }
+    /* with the pre-activations kept (training's T_M): the same output bits, and the
+     * pre-activations within their bound of the reference's */
+    const size_t C = moe_kern_w1_cols(F, expert);
+    float *d_act = dev_alloc(n * C * 4), *ract = malloc(n * C * 4), *yref = malloc(n * H * 4);
+    double *pb = malloc(n * C * sizeof *pb);
+    void *y1 = from_dev(d_y, n * H * es);
+    GPU_OK(moe_gpu_ffn_grouped_act(ctx, dt, d_x, G, off, H, F, expert, q1, q2, d_y, d_act));
+    void *y2 = from_dev(d_y, n * H * es);
+    float *gact = from_dev(d_act, n * C * 4);
+    CHECK(memcmp(y1, y2, n * H * es) == 0);
+    CHECK_EQ_INT(moe_kern_ffn_grouped_act(x, G, off, H, F, expert, p1, p2, yref, ract, NULL), 0);
+    for (int g = 0; g < G; g++) /* each group's rows against its own W1 */
+        if (off[g + 1] > off[g])
+            CHECK_EQ_INT(err_preact_bound(x + off[g] * H, off[g + 1] - off[g], H, F, expert,
+                                          W1 + g * HC, err_unit(dt), 0, 0, pb + off[g] * C),
+                         0);
+    double qa = err_ratio(gact, ract, pb, n * C);
+    if (!(qa <= 1))
+        fprintf(stderr, "ffn_act %s %s H %u F %u: pre-activations' difference / bound %g\n",
+                moe_expert_name(expert), moe_dtype_name(dt), H, F, qa);
+    CHECK(qa <= 1);
+    cudaFree(d_act);
+    free(ract), free(yref), free(pb), free(y1), free(y2), free(gact);
     cudaFree(d_x);
     cudaFree(d_w1);
     cudaFree(d_w2);
@@ -451,6 +476,59 @@ static void test_ffn(void)
     CHECK(moe_gpu_ffn_grouped(ctx, MOE_DTYPE_FP32, NULL, 2, bad, 8, 8, MOE_EXPERT_SILU, NULL, NULL,
                               NULL) != 0);
     CHECK(moe_gpu_ffn_grouped(ctx, MOE_DTYPE_FP32, NULL, 2, good, 8, 8, 9, NULL, NULL, NULL) != 0);
+}
+
+/* Training's loss and update against moe_kern_loss_grad and moe_kern_update: the gradient and
+ * the updated weights and moments bit for bit (the kernels round as the C reference does),
+ * the loss's sum to double rounding (another order of its 256 partial sums); the gradient
+ * written over the rows too. */
+static void test_train_steps(void)
+{
+    const size_t n = 301;
+    const uint32_t H = 96;
+    const double scale = 1.0 / (n * H);
+    float *y = randf(n * H, 1.0), *t = randf(n * H, 1.0), *rdy = malloc(n * H * 4);
+    double rsum = 0, gsum = 0;
+    moe_kern_loss_grad(y, t, n, H, scale, rdy, &rsum);
+    float *d_y = to_dev(y, n * H * 4), *d_t = to_dev(t, n * H * 4), *d_dy = dev_alloc(n * H * 4);
+    double *d_sum = dev_alloc(sizeof *d_sum);
+    GPU_OK(moe_gpu_loss_grad(ctx, d_y, d_t, n, H, scale, d_dy, d_sum));
+    float *gdy = from_dev(d_dy, n * H * 4);
+    double *gs = from_dev(d_sum, sizeof *gs);
+    gsum = *gs;
+    CHECK(memcmp(gdy, rdy, n * H * 4) == 0);
+    CHECK(fabs(gsum - rsum) <= 1e-12 * rsum);
+    GPU_OK(moe_gpu_loss_grad(ctx, d_y, d_t, n, H, scale, d_y, d_sum)); /* dy over y */
+    float *gy = from_dev(d_y, n * H * 4);
+    CHECK(memcmp(gy, rdy, n * H * 4) == 0);
+    printf("  loss: sum %.17g (reference %.17g), gradient bit for bit %s\n", gsum, rsum,
+           memcmp(gdy, rdy, n * H * 4) ? "no" : "yes");
+    /* SGD, then Adam at steps 1 and 3 from non-zero moments */
+    const size_t nw = 100003;
+    float *w = randf(nw, 1.0), *g = randf(nw, 0.1), *m = randf(nw, 0.01), *v = malloc(nw * 4);
+    for (size_t i = 0; i < nw; i++)
+        v[i] = (float)(i % 7) * 1e-4f;
+    float *d_w = to_dev(w, nw * 4), *d_g = to_dev(g, nw * 4), *d_m = to_dev(m, nw * 4);
+    float *d_v = to_dev(v, nw * 4);
+    const int steps[3][2] = {{0, 1}, {1, 1}, {1, 3}};
+    for (int k = 0; k < 3; k++) {
+        int adam = steps[k][0], st = steps[k][1];
+        moe_kern_update(adam, st, 0.05f, w, g, m, v, nw);
+        GPU_OK(moe_gpu_update(adam, st, 0.05f, d_w, d_g, d_m, d_v, nw, NULL));
+        float *gw = from_dev(d_w, nw * 4), *gm = from_dev(d_m, nw * 4);
+        float *gv = from_dev(d_v, nw * 4);
+        int same = !memcmp(gw, w, nw * 4) && !memcmp(gm, m, nw * 4) && !memcmp(gv, v, nw * 4);
+        printf("  update %s step %d: bit for bit %s\n", adam ? "Adam" : "SGD", st,
+               same ? "yes" : "no");
+        CHECK(same);
+        free(gw), free(gm), free(gv);
+    }
+    void *dev[] = {d_y, d_t, d_dy, d_sum, d_w, d_g, d_m, d_v};
+    for (size_t i = 0; i < sizeof dev / sizeof *dev; i++)
+        cudaFree(dev[i]);
+    void *host[] = {y, t, rdy, gdy, gs, gy, w, g, m, v};
+    for (size_t i = 0; i < sizeof host / sizeof *host; i++)
+        free(host[i]);
 }
 
 /* The seeded fill (kernels/fill_plan.h) gives the host's bits, in each dtype. */
@@ -711,6 +789,7 @@ int main(void)
     test_gemm();
     test_layer_backward();
     test_ffn_backward();
+    test_train_steps();
     moe_gpu_ctx_free(ctx);
     return unit_done("test_kernels");
 }

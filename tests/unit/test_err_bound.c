@@ -9,7 +9,8 @@
  * drive outputs to about 6; 100 streams each): every element within its bound, while the fixed
  * per-element tolerance the tests used (|diff| / max(1, |ref|) <= 2e-2) fails on some streams
  * of the second kind; the bound stays a small fraction of the row (not vacuous), and a wrong
- * FFN (gate and up swapped) is far outside it. */
+ * FFN (gate and up swapped) is far outside it. The pre-activations the GPU keeps for training
+ * (moe_gpu_ffn_grouped_act) likewise within err_preact_bound of moe_kern_ffn_grouped_act's. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -47,10 +48,11 @@ static float blocked_dot(const float *a, const float *b, size_t stride, uint32_t
 }
 
 /* One expert on n rows as the GPU computes it in dtype dt; round_in, round_w: x and the
- * weights are converted first (the backend's case); swap: the bug of gate and up swapped. */
+ * weights are converted first (the backend's case); swap: the bug of gate and up swapped;
+ * pre (or NULL): the pre-activations as stored (n x C), what training keeps as T_M. */
 static void emulate(const float *x, size_t n, uint32_t H, uint32_t F, int expert,
                     const float *W1, const float *W2, int dt, int round_in, int round_w,
-                    int swap, float *y)
+                    int swap, float *y, float *pre)
 {
     const int glu = expert == MOE_EXPERT_SWIGLU;
     const size_t C = moe_kern_w1_cols(F, expert);
@@ -73,6 +75,8 @@ static void emulate(const float *x, size_t n, uint32_t H, uint32_t F, int expert
         }
         for (size_t c = 0; c < C; c++)
             a[c] = rnd(blocked_dot(xh, w1 + c, C, H), dt);
+        if (pre)
+            memcpy(pre + r * C, a, C * sizeof *a);
         for (uint32_t f = 0; f < F; f++) {
             int sw = swap && glu; /* (SiLU has no halves to swap) */
             float g = a[sw ? F + f : f];
@@ -111,6 +115,8 @@ typedef struct result {
     double loose;      /* largest bound / the row's largest |ref| */
     int fixed_fails;   /* streams the fixed 2e-2 tolerance fails */
     double bug;        /* smallest difference / bound of the swapped FFN, over streams */
+    double pre_worst;  /* the pre-activations' (err_preact_bound): largest difference / bound */
+    double pre_loose;  /* and largest bound / the row's largest |a| */
 } result_t;
 
 /* streams random cases of n rows; backend: fp32 inputs converted by the GPU (test_run_cuda),
@@ -119,7 +125,7 @@ static void scenario(int dt, int expert, uint32_t H, uint32_t F, size_t n, int b
                      double w1_scale, int streams, result_t *res)
 {
     const size_t C = moe_kern_w1_cols(F, expert);
-    *res = (result_t){0, 0, 0, INFINITY};
+    *res = (result_t){0, 0, 0, INFINITY, 0, 0};
     for (int s = 0; s < streams; s++) {
         float *x = randf(n * H, 1.0), *W1 = malloc(H * C * 4), *W2 = malloc((size_t)F * H * 4);
         moe_kern_init_expert((uint64_t)s + 1, 0, 0, 1, H, F, expert, W1, W2);
@@ -137,10 +143,29 @@ static void scenario(int dt, int expert, uint32_t H, uint32_t F, size_t n, int b
         float *ref = malloc(n * H * 4), *got = malloc(n * H * 4), *bad = malloc(n * H * 4);
         double *bound = malloc(n * H * sizeof *bound);
         CHECK_EQ_INT(moe_kern_ffn(x, n, H, F, expert, W1, W2, ref, NULL), 0);
-        emulate(x, n, H, F, expert, W1, W2, dt, backend, backend, 0, got);
-        emulate(x, n, H, F, expert, W1, W2, dt, backend, backend, 1, bad);
+        float *pre = malloc(n * C * 4), *rpre = malloc(n * C * 4);
+        double *pb = malloc(n * C * sizeof *pb);
+        emulate(x, n, H, F, expert, W1, W2, dt, backend, backend, 0, got, pre);
+        emulate(x, n, H, F, expert, W1, W2, dt, backend, backend, 1, bad, NULL);
         double u = err_unit(dt), uin = backend ? u : 0;
         CHECK_EQ_INT(err_ffn_bound(x, n, H, F, expert, W1, W2, u, uin, uin, bound), 0);
+        /* the pre-activations: the reference's (moe_kern_ffn_grouped_act), their bound */
+        size_t off[2] = {0, n};
+        const float *t1[1] = {W1}, *t2[1] = {W2};
+        float *yy = malloc(n * H * 4);
+        CHECK_EQ_INT(moe_kern_ffn_grouped_act(x, 1, off, H, F, expert, t1, t2, yy, rpre, NULL),
+                     0);
+        CHECK_EQ_INT(err_preact_bound(x, n, H, F, expert, W1, u, uin, uin, pb), 0);
+        res->pre_worst = fmax(res->pre_worst, err_ratio(pre, rpre, pb, n * C));
+        for (size_t r = 0; r < n; r++) {
+            double mag = 0, b = 0;
+            for (size_t c = 0; c < C; c++) {
+                mag = fmax(mag, fabs(rpre[r * C + c]));
+                b = fmax(b, pb[r * C + c]);
+            }
+            res->pre_loose = fmax(res->pre_loose, b / mag);
+        }
+        free(pre), free(rpre), free(pb), free(yy);
         res->worst = fmax(res->worst, err_ratio(got, ref, bound, n * H));
         if (expert == MOE_EXPERT_SWIGLU)
             res->bug = fmin(res->bug, err_ratio(bad, ref, bound, n * H));
@@ -165,10 +190,13 @@ int main(void)
     for (int dt = MOE_DTYPE_BF16; dt <= MOE_DTYPE_FP16; dt++)
         for (int ex = MOE_EXPERT_SWIGLU; ex <= MOE_EXPERT_SILU; ex++) {
             scenario(dt, ex, 128, 96, 4, 0, 0, 25, &r);
-            printf("kernels %s %s: worst diff/bound %.3f, bound/row <= %.3f\n",
-                   moe_dtype_name(dt), moe_expert_name(ex), r.worst, r.loose);
+            printf("kernels %s %s: worst diff/bound %.3f, bound/row <= %.3f; pre-activations "
+                   "%.3f, %.3f\n", moe_dtype_name(dt), moe_expert_name(ex), r.worst, r.loose,
+                   r.pre_worst, r.pre_loose);
             CHECK(r.worst <= 1);
             CHECK(r.loose < 0.25);
+            CHECK(r.pre_worst <= 1);
+            CHECK(r.pre_loose < 0.25);
             CHECK(ex != MOE_EXPERT_SWIGLU || r.bug > 1);
         }
     /* test_run_cuda's: fp32 rows and weights converted by the backend, H 64, F 48, the seeded
@@ -183,6 +211,7 @@ int main(void)
            "fails %d of 100\n", r.worst, r.loose, r.fixed_fails);
     CHECK(r.worst <= 1);
     CHECK(r.loose < 0.25);
+    CHECK(r.pre_worst <= 1);
     CHECK(r.fixed_fails > 0); /* what issue 39 predicted: the old tolerance is luck */
     CHECK(r.bug > 1);
     return unit_done("test_err_bound");
