@@ -1,11 +1,12 @@
 /* affinity/affinity_internal.h -- the affinity object shared by the scan (affinity.c), the
- * statistics, the plots and the table reader; the counting layer below is affinity_count.h. */
+ * statistics, the plots and the table reader; the counting layer below is
+ * affinity_count_internal.h. */
 #ifndef MOE_AFFINITY_INTERNAL_H
 #define MOE_AFFINITY_INTERNAL_H
 
 #include <stdint.h>
 
-#include "affinity_count.h"
+#include "affinity_count_internal.h"
 #include "moe/affinity.h"
 
 /* The results a table holds (and a scan produces). */

@@ -6,7 +6,7 @@
 #include <string.h>
 #include <sys/mman.h>
 
-#include "affinity_count.h"
+#include "affinity_count_internal.h"
 #include "moe/moe.h"
 #include "util_internal.h"
 

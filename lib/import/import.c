@@ -10,7 +10,7 @@
 
 #include <zlib.h>
 
-#include "import_internal.h"
+#include "import_readers_internal.h"
 #include "util_internal.h"
 
 static const char *const fmt_names[] = {"auto", "tokens", "jsonl", "csv", "npy", "megatron",

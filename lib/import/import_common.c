@@ -12,7 +12,7 @@
 
 
 #include "bsrc_internal.h"
-#include "import_common.h"
+#include "import_common_internal.h"
 #include "parse_internal.h"
 #include "util_internal.h"
 

@@ -8,8 +8,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "import_dense.h"
-#include "import_internal.h"
+#include "import_dense_internal.h"
+#include "import_readers_internal.h"
 #include "util_internal.h"
 
 /* A token row may not be larger than this (a corrupt shape would ask for gigabytes). */

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "import_internal.h"
+#include "import_readers_internal.h"
 #include "json_internal.h"
 #include "util_internal.h"
 

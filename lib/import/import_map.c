@@ -9,7 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "import_internal.h"
+#include "import_readers_internal.h"
 #include "json_internal.h"
 #include "pt_internal.h"
 

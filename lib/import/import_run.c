@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "import_internal.h"
+#include "import_readers_internal.h"
 #include "moe/import.h"
 #include "moe/io.h"
 #include "moe/moe.h"

@@ -5,8 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "import_dense.h"
-#include "import_internal.h"
+#include "import_dense_internal.h"
+#include "import_readers_internal.h"
 #include "json_internal.h"
 #include "util_internal.h"
 
@@ -26,7 +26,7 @@
 #define ST_EXACT (9007199254740992.0) /* 2^53: JSON numbers up to here are exact doubles */
 
 /* Every dtype the format defines, with its size in bits, so that a file holding others
- * validates; only those in import_dense.h's table can be read. */
+ * validates; only those in import_dense_internal.h's table can be read. */
 static const struct {
     const char *name;
     uint32_t bits;

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "import_internal.h"
+#include "import_readers_internal.h"
 #include "moe/import.h"
 #include "moe/moe.h"
 #include "moe/trace.h"

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "import_internal.h"
+#include "import_readers_internal.h"
 #include "parse_internal.h"
 
 /*

@@ -6,8 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "import_dense.h"
-#include "import_internal.h"
+#include "import_dense_internal.h"
+#include "import_readers_internal.h"
 #include "pt_internal.h"
 
 /*

@@ -10,7 +10,7 @@
 #include <unistd.h>
 
 #include "moe/moe.h"
-#include "trace_internal.h"
+#include "trace_codec_internal.h"
 
 /* ------------------------------------------------------------------ handle */
 

@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "moe/moe.h"
-#include "trace_internal.h"
+#include "trace_codec_internal.h"
 
 static inline void put32(uint8_t *p, uint32_t v)
 {

@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "moe/moe.h"
-#include "trace_internal.h"
+#include "trace_codec_internal.h"
 
 /* ------------------------------------------------------------------ headers */
 

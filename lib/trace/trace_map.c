@@ -16,14 +16,14 @@
 #include "moe/moe.h"
 #include "moe/trace_map.h"
 #include "pool_internal.h"
-#include "trace_internal.h"
+#include "trace_codec_internal.h"
 #include "util_internal.h"
 
 /*
  * The container and payload are read with the same code as the streaming reader: members come
  * whole from moe_bgz_read_member (one reader at a time, under m->mu) and inflate on the workers
  * with moe_bgz_inflate_member; the header and the stored ids are decoded by the binary codec's
- * helpers (trace_internal.h). So a tool reports the same damage the same way whichever path
+ * helpers (trace_codec_internal.h). So a tool reports the same damage the same way whichever path
  * read the file.
  */
 

@@ -1,7 +1,7 @@
-/* import/import_common.h -- importer state and the helpers the router-log readers share
+/* import/import_common_internal.h -- importer state and the helpers the router-log readers share
  * (import_common.c). Below the dispatcher and the readers; calls back into neither. */
-#ifndef MOE_IMPORT_COMMON_H
-#define MOE_IMPORT_COMMON_H
+#ifndef MOE_IMPORT_COMMON_INTERNAL_H
+#define MOE_IMPORT_COMMON_INTERNAL_H
 
 #include <stddef.h>
 #include <stdint.h>

@@ -1,12 +1,12 @@
-/* import/import_dense.h -- dense arrays of expert ids or router logits turned into tokens
+/* import/import_dense_internal.h -- dense arrays of expert ids or router logits turned into tokens
  * (import_dense.c), shared by the safetensors, raw and base64 readers. Below the readers,
  * above the helper kit (import_common.c). */
-#ifndef MOE_IMPORT_DENSE_H
-#define MOE_IMPORT_DENSE_H
+#ifndef MOE_IMPORT_DENSE_INTERNAL_H
+#define MOE_IMPORT_DENSE_INTERNAL_H
 
 #include <stdint.h>
 
-#include "import_common.h"
+#include "import_common_internal.h"
 
 /* Element types, with the safetensors and the --dtype names (import_dense.c's table). */
 enum imp_dtype {

@@ -1,6 +1,6 @@
-/* trace/trace_internal.h -- the trace handle shared by the binary and text codecs. */
-#ifndef MOE_TRACE_INTERNAL_H
-#define MOE_TRACE_INTERNAL_H
+/* trace/trace_codec_internal.h -- the trace handle shared by the binary and text codecs. */
+#ifndef MOE_TRACE_CODEC_INTERNAL_H
+#define MOE_TRACE_CODEC_INTERNAL_H
 
 #include <stdio.h>
 #include <string.h>

@@ -1,8 +1,8 @@
-/* affinity/affinity_count.h -- the counting layer: shapes, totals, per-worker counters and
+/* affinity/affinity_count_internal.h -- the counting layer: shapes, totals, per-worker counters and
  * the kernels that fill them (affinity_kern.c). The layer below the affinity object: it knows
  * nothing of moe_affinity_t, and the files that define it include only this header. */
-#ifndef MOE_AFFINITY_COUNT_H
-#define MOE_AFFINITY_COUNT_H
+#ifndef MOE_AFFINITY_COUNT_INTERNAL_H
+#define MOE_AFFINITY_COUNT_INTERNAL_H
 
 #include <stddef.h>
 #include <stdint.h>

@@ -1,10 +1,10 @@
-/* import/import_internal.h -- the router-log readers' openers, called by the dispatcher
+/* import/import_readers_internal.h -- the router-log readers' openers, called by the dispatcher
  * (import.c). Layering: import.c -> import_<format>.c (-> import_dense.c) -> import_common.c
  * -> parse.c, util.c. */
-#ifndef MOE_IMPORT_INTERNAL_H
-#define MOE_IMPORT_INTERNAL_H
+#ifndef MOE_IMPORT_READERS_INTERNAL_H
+#define MOE_IMPORT_READERS_INTERNAL_H
 
-#include "import_common.h"
+#include "import_common_internal.h"
 
 /* Format openers: read enough of the input to know the shape (layers, top-k, weights) and set
  * im->ops/state/hdr. Return 0 or a negative status with im->err set. */
