@@ -9,7 +9,7 @@
 
 #include "costmodel.h"
 #include "moe/acct.h"
-#include "moe/cli.h"
+#include "cli.h"
 #include "moe/cost.h"
 #include "moe/io.h"
 #include "moe/moe.h"

@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "moe/affinity.h"
-#include "moe/cli.h"
+#include "cli.h"
 #include "moe/io.h"
 #include "moe/moe.h"
 #include "moe/plot.h"

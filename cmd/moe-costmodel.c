@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "costmodel.h"
-#include "moe/cli.h"
+#include "cli.h"
 #include "moe/cost.h"
 #include "moe/costcfg.h"
 #include "moe/io.h"

@@ -12,7 +12,7 @@
 
 #include "moe/acct.h"
 #include "moe/affinity.h"
-#include "moe/cli.h"
+#include "cli.h"
 #include "moe/import.h"
 #include "moe/io.h"
 #include "moe/moe.h"

@@ -9,7 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "moe/cli.h"
+#include "cli.h"
 #include "moe/cost.h"
 #include "moe/moe.h"
 #include "moe/run.h"

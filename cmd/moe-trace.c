@@ -10,7 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "moe/cli.h"
+#include "cli.h"
 #include "moe/gen.h"
 #include "moe/import.h"
 #include "moe/io.h"

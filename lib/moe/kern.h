@@ -1,5 +1,6 @@
 /* moe/kern.h -- the reference kernels of moe-run: the math of one MoE layer on token rows.
- * Internal to moeflow (not installed): libmoerun, the CUDA kernels and their tests use it.
+ * Installed with libmoerun (pkg-config moerun): the CPU backend, the CUDA kernels' tests and a
+ * backend of one's own (moe/run_backend.h) compute and test against these definitions.
  *
  * These are the C definitions every moe-run backend computes (the MPI CPU backend calls them
  * directly; the CUDA kernels in kernels/ have the same meaning and are tested against them).

@@ -1,6 +1,6 @@
 #!/bin/sh
 # tests/cli/broken_pipe.sh -- a reader that goes away (`tool | head`, `tool | true`) ends every
-# tool that writes text quietly: status 0 and nothing on stderr (the one rule of lib/cli.c,
+# tool that writes text quietly: status 0 and nothing on stderr (the one rule of cmd/cli.c,
 # moe_cli_write_failed). Each command runs twice: once into a reader that has already left,
 # once into `head -c1` with more output than a pipe holds.
 

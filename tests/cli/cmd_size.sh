@@ -4,20 +4,23 @@
 # took over their formats and models: 3,859 lines of .c and .h in all. A new tool feature whose
 # work belongs in the library fails here first; move the work into lib/ (doc/ARCHITECTURE says
 # where) rather than raising the budget. Raised by 16 for issue 38: the model-layer options
-# (--model-layers, --first-moe-layer, --moe-layers: parsed and documented in lib/cli.c) reach
+# (--model-layers, --first-moe-layer, --moe-layers: parsed and documented in cmd/cli.c) reach
 # moe-trace import, stats and slice and moe-place fit and export, each a call into the library,
 # and moe-trace import's --physical-map (read by lib/import/import_map.c); by 6 for its
-# --pipeline-stages (the join is lib/import/import_stages.c).
+# --pipeline-stages (the join is lib/import/import_stages.c). The tools' shared plumbing,
+# libmoetool (cmd/cli.c, cmd/cli.h: options, messages, exit statuses), moved into cmd/ from
+# lib/ (issue 44, item 7) and is not counted: it is no tool's feature, and grows with none.
 . "$(dirname "$0")/lib.sh"
 
 BUDGET=3881
 
 begin "cmd/ within its line budget ($BUDGET)"
-n=$(cat "$top_srcdir"/cmd/*.c "$top_srcdir"/cmd/*.h | wc -l)
+tools() { ls "$top_srcdir"/cmd/*.c "$top_srcdir"/cmd/*.h | grep -v '/cli\.[ch]$'; }
+n=$(cat $(tools) | wc -l)
 [ "$n" -gt 1000 ] || fail "counted only $n lines in $top_srcdir/cmd: wrong directory?"
 if [ "$n" -gt "$BUDGET" ]; then
     fail "cmd/ has $n lines, over the budget of $BUDGET; per file:"
-    wc -l "$top_srcdir"/cmd/*.c "$top_srcdir"/cmd/*.h >&2
+    wc -l $(tools) >&2
 fi
 end
 

@@ -2,7 +2,7 @@
 # tests/cli/lib_quiet.sh -- the installed libraries (libmoecore, libmoerun) never exit and never
 # write to stdout or stderr themselves: no object of theirs but the logger's (lib/moe.c)
 # references exit, abort, printf, puts, perror, stdout or stderr (nm over the built objects;
-# issue 16, item 3). The tools' own library, libmoetool (lib/cli.c), is not installed and may.
+# issue 16, item 3). The tools' own library, libmoetool (cmd/cli.c), is not installed and may.
 . "${top_srcdir:-.}/tests/cli/lib.sh"
 
 command -v nm >/dev/null 2>&1 || { echo "skip: nm not found"; exit 77; }

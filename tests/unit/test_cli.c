@@ -9,7 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "moe/cli.h"
+#include "cli.h"
 #include "moe/moe.h"
 #include "moe/plot.h"
 #include "unit.h"

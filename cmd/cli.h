@@ -1,6 +1,6 @@
-/* moe/cli.h -- what every moeflow tool shares (lib/libmoetool, linked into the tools only,
- * never installed): common options, help lines, version, messages and exit statuses, output
- * commit, progress meter (the samtools sam_opts.h idea). */
+/* cmd/cli.h -- what every moeflow tool shares (cmd/libmoetool, linked into the tools and tests
+ * only, never installed): common options, help lines, version, messages and exit statuses,
+ * output commit, progress meter (the samtools sam_opts.h idea). */
 #ifndef MOE_CLI_H
 #define MOE_CLI_H
 

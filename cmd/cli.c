@@ -1,4 +1,4 @@
-/* lib/cli.c -- libmoetool, the tools' command-line plumbing (not in libmoecore: it prints and
+/* cmd/cli.c -- libmoetool, the tools' command-line plumbing (not in libmoecore: it prints and
  * sets process-wide state): common options, version, error messages, output commit and the
  * broken-pipe rule, picture outputs, the progress meter. */
 #include "config.h"
@@ -14,8 +14,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cli.h"
 #include "moe/acct.h"
-#include "moe/cli.h"
 #include "moe/cost.h"
 #include "moe/io.h"
 #include "moe/moe.h"
