@@ -82,16 +82,6 @@ static int parse_pairs(job_t *j, const char *arg, char *err, size_t errlen)
     return why ? -1 : 0;
 }
 
-static int u32_arg(const char *arg, uint64_t min, uint64_t max, const char *what, uint32_t *out,
-                   char *err, size_t errlen)
-{
-    uint64_t v;
-    if (moe_parse_u64(arg, min, max, &v, what, err, errlen))
-        return -1;
-    *out = (uint32_t)v;
-    return 0;
-}
-
 /* The options of all modes in one table; each mode rejects those that do not apply. */
 static const struct option long_opts[] = {
     {"hops", required_argument, 0, O_HOPS}, {"top1", no_argument, 0, O_TOP1},
@@ -125,117 +115,91 @@ static const char *opt_name(int c)
     return "?";
 }
 
-/* parse's work: 0, or 1 after --help/--version, or -1 with *rc set (usage error). */
+/* One name out of names[n] into *out (its index): 0, or 2 after the usage error. */
+static int pick(const char *sub, const char *arg, const char *what, const char *const *names,
+                int n, int *out)
+{
+    for (int k = 0; k < n; k++)
+        if (strcmp(arg, names[k]) == 0) {
+            *out = k;
+            return 0;
+        }
+    return usage_error(sub, "unknown %s '%s' (%s, %s, %s or %s)", what, arg, names[0], names[1],
+                       names[2], names[3]);
+}
+
+/* One mode-specific option c (value optarg) into j: 0, or 2 after the usage error. */
+static int take_opt(const char *sub, job_t *j, int c)
+{
+    static const char *const kinds[] = {"pair", "grid", "load", "steps"};
+    static const char *const kernels[] = {"auto", "scalar", "avx2", "avx512"};
+    char err[256];
+    uint64_t v;
+    switch (c) {
+    case O_HOPS:
+        return moe_cli_u32(prog, sub, optarg, 1, MOE_AFF_MAX_HOPS, "hop count", &j->ao.hops);
+    case O_TOP1: j->ao.top1 = 1; return 0;
+    case O_NO_COACT: j->ao.coact = 0; return 0;
+    case O_NO_SHUFFLE: j->ao.shuffle = 0; return 0;
+    case 'S':
+        if (moe_cli_u64(prog, sub, optarg, 0, UINT64_MAX, "seed", &v))
+            return 2;
+        j->ao.seed = v;
+        return 0;
+    case O_WINDOW:
+        return moe_cli_u32(prog, sub, optarg, 2, 1u << 24, "shuffle window", &j->ao.window);
+    case O_BY_STEP:
+        return moe_cli_u32(prog, sub, optarg, 1, UINT32_MAX, "step window", &j->ao.step_window);
+    case 's': j->summary = 1; return 0;
+    case O_PNG: j->png = optarg; return 0;
+    case O_SVG: j->svg = optarg; return 0;
+    case O_PLOT: return pick(sub, optarg, "plot", kinds, 4, &j->plot_kind);
+    case O_PAIR:
+        return parse_pairs(j, optarg, err, sizeof err) ? usage_error(sub, "%s", err) : 0;
+    case O_LAYER:
+        return moe_cli_u32(prog, sub, optarg, 0, MOE_TRACE_MAX_LAYERS - 1, "layer", &j->layer);
+    case O_SHUFFLED: j->shuffled = 1; return 0;
+    case O_LEVELS: return moe_cli_u32(prog, sub, optarg, 1, 30, "level count", &j->ao.bands);
+    case O_KERNEL: return pick(sub, optarg, "kernel", kernels, 4, &j->ao.kernel);
+    default: return usage_error(sub, "unexpected option");
+    }
+}
+
+/* parse's work: 0, or 1 after --help/--version or a usage error, with *rc the exit status. The
+ * shared option loop (moe_opts_next) as in the other tools. */
 static int parse_opts(const char *sub, int argc, char **argv, job_t *j, void (*usage)(FILE *),
                       int *rc)
 {
-    char err[256];
     moe_opts_init(&j->o);
     j->o.allowed = sub ? AFF_OPTS & ~(unsigned)MOE_OPT_PG : AFF_OPTS; /* reports: no @PG */
+    j->o.out = NULL;                                                   /* to see whether -o came */
     moe_affinity_opts_default(&j->ao);
     j->plot_kind = -1;
     j->layer = UINT32_MAX;
     int c;
-    while ((c = getopt_long(argc, argv, "sS:" MOE_OPTS_SHORT, long_opts, NULL)) != -1) {
-        if (c == MOE_OPTC_HELP) {
-            usage(stdout);
+    opterr = 0;
+    while ((c = moe_opts_next(prog, sub, usage, &j->o, argc, argv, "sS:" MOE_OPTS_SHORT,
+                              long_opts, rc)) != -1) {
+        if (c == MOE_OPT_STOP)
             return 1;
-        }
-        if (c == MOE_OPTC_VERSION) {
-            moe_print_version(stdout, prog);
-            return 1;
-        }
-        if (c == '?' || c == ':') {
-            *rc = usage_error(sub, "invalid or incomplete option '%s'", argv[optind - 1]);
-            return -1;
-        }
-        int h = moe_opts_parse(&j->o, c, optarg, err, sizeof err);
-        if (h < 0) {
-            *rc = usage_error(sub, "%s", err);
-            return -1;
-        }
-        if (h > 0) {
-            j->have_out |= c == 'o';
-            continue;
-        }
         if (!allowed(sub, c)) {
             *rc = usage_error(sub, "option --%s does not apply to %s", opt_name(c),
                               sub ? sub : "the table mode");
-            return -1;
+            return 1;
         }
-        int bad = 0;
-        uint64_t v;
-        switch (c) {
-        case O_HOPS:
-            bad = u32_arg(optarg, 1, MOE_AFF_MAX_HOPS, "hop count", &j->ao.hops, err, sizeof err);
-            break;
-        case O_TOP1: j->ao.top1 = 1; break;
-        case O_NO_COACT: j->ao.coact = 0; break;
-        case O_NO_SHUFFLE: j->ao.shuffle = 0; break;
-        case 'S':
-            bad = moe_parse_u64(optarg, 0, UINT64_MAX, &v, "seed", err, sizeof err);
-            if (!bad)
-                j->ao.seed = v;
-            break;
-        case O_WINDOW:
-            bad = u32_arg(optarg, 2, 1u << 24, "shuffle window", &j->ao.window, err, sizeof err);
-            break;
-        case O_BY_STEP:
-            bad = u32_arg(optarg, 1, UINT32_MAX, "step window", &j->ao.step_window, err,
-                          sizeof err);
-            break;
-        case 's': j->summary = 1; break;
-        case O_PNG: j->png = optarg; break;
-        case O_SVG: j->svg = optarg; break;
-        case O_PLOT: {
-            static const char *kinds[] = {"pair", "grid", "load", "steps"};
-            j->plot_kind = -2;
-            for (int k = 0; k < 4; k++)
-                if (strcmp(optarg, kinds[k]) == 0)
-                    j->plot_kind = k;
-            if (j->plot_kind == -2) {
-                snprintf(err, sizeof err, "unknown plot '%s' (pair, grid, load or steps)",
-                         optarg);
-                bad = -1;
-            }
-            break;
-        }
-        case O_PAIR: bad = parse_pairs(j, optarg, err, sizeof err); break;
-        case O_LAYER:
-            bad = u32_arg(optarg, 0, MOE_TRACE_MAX_LAYERS - 1, "layer", &j->layer, err,
-                          sizeof err);
-            break;
-        case O_SHUFFLED: j->shuffled = 1; break;
-        case O_LEVELS:
-            bad = u32_arg(optarg, 1, 30, "level count", &j->ao.bands, err, sizeof err);
-            break;
-        case O_KERNEL: {
-            static const char *names[] = {"auto", "scalar", "avx2", "avx512"};
-            j->ao.kernel = -1;
-            for (int k = 0; k < 4; k++)
-                if (strcmp(optarg, names[k]) == 0)
-                    j->ao.kernel = k;
-            if (j->ao.kernel < 0) {
-                snprintf(err, sizeof err, "unknown kernel '%s' (auto, scalar, avx2, avx512)",
-                         optarg);
-                bad = -1;
-            }
-            break;
-        }
-        default: bad = -1; snprintf(err, sizeof err, "unexpected option"); break;
-        }
-        if (bad) {
-            *rc = usage_error(sub, "%s", err);
-            return -1;
-        }
+        if ((*rc = take_opt(sub, j, c)))
+            return 1;
     }
+    j->have_out = j->o.out != NULL;
+    if (!j->o.out)
+        j->o.out = "-";
     if (j->o.fmt && j->o.fmt != 't' && j->o.fmt != 'z') {
         *rc = usage_error(sub, "tables are text: -O t or -O z");
-        return -1;
+        return 1;
     }
     if (j->o.force) {
         *rc = usage_error(sub, "option -f/--force does not apply: the output is text");
-        return -1;
+        return 1;
     }
     return 0;
 }
