@@ -96,7 +96,7 @@ static inline double cost_at(const state_t *s, size_t v, uint32_t r)
     return m->cin * (nd - s->conn[v * m->G + r]) + m->cout * (s->tot[v] - nd);
 }
 
-/* Call fn(ctx, u, w) for every neighbour u of v = (j, a) with weight w > 0. */
+/* Run BODY for every neighbour u_ of v = (j, a), with its edge weight w_ > 0 in scope. */
 #define FOR_NEIGHBOURS(m, j, a, BODY)                                                         \
     do {                                                                                      \
         const double *row_ = (m)->co + ((size_t)(j) * (m)->E + (a)) * (m)->E;                 \

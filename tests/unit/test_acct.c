@@ -15,14 +15,13 @@
 #include "moe/trace.h"
 #include "moe/trace_map.h"
 #include "unit.h"
+#include "unit_tmp.h"
 
 #define NONE MOE_EXPERT_NONE
 #define V MOE_SCHEME_VANILLA
 #define C MOE_SCHEME_COHERENT
 #define D MOE_DISPATCH
 #define CB MOE_COMBINE
-
-static char tmpdir[256];
 
 /* A placement whose primary copies are prim[layer * E + expert] (NULL: expert e on rank
  * e * G / E in every layer). */
@@ -918,8 +917,7 @@ static void test_sums(void)
     moe_placement_free(q);
 
     /* scanning a trace file of the same tokens, on 1 and 4 workers, equals feeding them */
-    char path[512];
-    snprintf(path, sizeof path, "%s/r.moet", tmpdir);
+    const char *path = tmp_path("r.moet");
     hdr(&h, RL, RE, RK, 1, RG);
     moe_trace_t *tw = moe_trace_open(path, "wb1", 0, &st, NULL, 0);
     CHECK(tw != NULL);
@@ -1323,9 +1321,7 @@ static void test_ranks(void)
 
 int main(void)
 {
-    snprintf(tmpdir, sizeof tmpdir, "%s/moe-acct-XXXXXX",
-             getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
-    if (!mkdtemp(tmpdir))
+    if (unit_tmp_init("moe-acct"))
         return 99;
     test_schemes();
     test_dedup();
@@ -1341,9 +1337,7 @@ int main(void)
     test_slot_rules();
     test_sglang_static();
     test_ranks();
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-    if (system(cmd) != 0)
+    if (unit_tmp_done())
         return 99;
     return unit_done("test_acct");
 }

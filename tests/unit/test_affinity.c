@@ -13,25 +13,12 @@
 #include "moe/trace.h"
 #include "moe/trace_map.h"
 #include "unit.h"
-
-static char tmpdir[256];
-
-static char *tmp_path(const char *name)
-{
-    static char buf[8][512];
-    static int k;
-    char *b = buf[k++ % 8];
-    snprintf(b, 512, "%s/%s", tmpdir, name);
-    return b;
-}
+#include "unit_tmp.h"
 
 static uint64_t rnd_state = 88172645463325252u;
 static uint64_t rnd(void)
 {
-    rnd_state ^= rnd_state << 13;
-    rnd_state ^= rnd_state >> 7;
-    rnd_state ^= rnd_state << 17;
-    return rnd_state;
+    return unit_xorshift(&rnd_state);
 }
 
 #define NONE MOE_EXPERT_NONE
@@ -609,9 +596,7 @@ static void test_modes(void)
 
 int main(void)
 {
-    snprintf(tmpdir, sizeof tmpdir, "%s/moe-aff-XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR")
-                                                                           : "/tmp");
-    if (!mkdtemp(tmpdir))
+    if (unit_tmp_init("moe-aff"))
         return 99;
     test_small();
     test_small_top1();
@@ -619,9 +604,7 @@ int main(void)
     test_shuffle();
     test_tables();
     test_modes();
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-    if (system(cmd) != 0)
+    if (unit_tmp_done())
         return 99;
     return unit_done("test_affinity");
 }

@@ -14,8 +14,7 @@
 #include "moe/io.h"
 #include "moe/moe.h"
 #include "unit.h"
-
-static char tmpdir[256];
+#include "unit_tmp.h"
 
 /* Size of the end-of-file block: an empty gzip member with the extra field. */
 #define EOF_SIZE 30
@@ -26,10 +25,7 @@ static char tmpdir[256];
 static uint64_t rnd_state = 0x9E3779B97F4A7C15u;
 static uint64_t rnd(void)
 {
-    rnd_state ^= rnd_state << 13;
-    rnd_state ^= rnd_state >> 7;
-    rnd_state ^= rnd_state << 17;
-    return rnd_state;
+    return unit_xorshift(&rnd_state);
 }
 
 /* A payload cut into writes: the bytes and the size of every moe_bgz_write call. */
@@ -78,15 +74,6 @@ static void payload_free(payload_t *p)
 {
     free(p->data);
     free(p->writes);
-}
-
-static char *tmp_path(const char *name)
-{
-    static char buf[8][512];
-    static int k;
-    char *b = buf[k++ % 8];
-    snprintf(b, 512, "%s/%s", tmpdir, name);
-    return b;
 }
 
 /* Write a payload to fd through a container. Returns the moe_bgz_close status (or the first
@@ -752,12 +739,8 @@ static void test_members(void)
 
 int main(void)
 {
-    const char *t = getenv("TMPDIR");
-    snprintf(tmpdir, sizeof tmpdir, "%s/test_bgz.XXXXXX", t && *t ? t : "/tmp");
-    if (!mkdtemp(tmpdir)) {
-        perror("mkdtemp");
+    if (unit_tmp_init("test_bgz"))
         return 1;
-    }
     test_round_trips();
     test_pipes();
     test_layout();
@@ -766,9 +749,6 @@ int main(void)
     test_foreign();
     test_write_errors();
     test_members();
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-    if (system(cmd) != 0)
-        fprintf(stderr, "could not remove %s\n", tmpdir);
+    unit_tmp_done();
     return unit_done("test_bgz");
 }

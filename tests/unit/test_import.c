@@ -12,8 +12,7 @@
 #include "moe/moe.h"
 #include "moe/trace.h"
 #include "unit.h"
-
-static char tmpdir[512];
+#include "unit_tmp.h"
 
 /* A fixture of tests/data/import (top_srcdir is set by make check). */
 static const char *data_path(const char *name)
@@ -26,32 +25,9 @@ static const char *data_path(const char *name)
     return buf[i];
 }
 
-static const char *tmp_path(const char *name)
-{
-    static char buf[32][1024]; /* paths stay valid for the 31 calls that follow */
-    static int i;
-    i = (i + 1) % 32;
-    snprintf(buf[i], sizeof buf[i], "%s/%s", tmpdir, name);
-    return buf[i];
-}
+#define write_tmp tmp_write
 
-/* Write bytes to a temporary file; returns its path. */
-static const char *write_tmp(const char *name, const void *data, size_t len)
-{
-    const char *path = tmp_path(name);
-    FILE *fp = fopen(path, "wb");
-    CHECK(fp != NULL);
-    if (fp) {
-        CHECK(fwrite(data, 1, len, fp) == len);
-        fclose(fp);
-    }
-    return path;
-}
-
-static const char *write_text(const char *name, const char *text)
-{
-    return write_tmp(name, text, strlen(text));
-}
+#define write_text tmp_write_text
 
 /* Write bytes gzip-compressed, as several gzip members (the block-gzip writer), split at
  * `split` so a reader must carry on across members. */
@@ -724,12 +700,8 @@ static void test_open_errors(void)
 
 int main(void)
 {
-    const char *t = getenv("TMPDIR");
-    snprintf(tmpdir, sizeof tmpdir, "%s/test_import.XXXXXX", t && *t ? t : "/tmp");
-    if (!mkdtemp(tmpdir)) {
-        perror("mkdtemp");
+    if (unit_tmp_init("test_import"))
         return 1;
-    }
     moe_log_set_level(MOE_LOG_OFF);
     test_names();
     test_tokens();
@@ -744,9 +716,6 @@ int main(void)
     test_npy();
     test_npy_layout();
     test_open_errors();
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-    if (system(cmd) != 0)
-        fprintf(stderr, "cannot remove %s\n", tmpdir);
+    unit_tmp_done();
     return unit_done("test_import");
 }

@@ -19,17 +19,7 @@
 #include "moe/trace.h"
 #include "moe/trace_map.h"
 #include "unit.h"
-
-static char tmpdir[256];
-
-static const char *tmp_path(const char *name)
-{
-    static char buf[8][512];
-    static int k;
-    char *b = buf[k++ % 8];
-    snprintf(b, 512, "%s/%s", tmpdir, name);
-    return b;
-}
+#include "unit_tmp.h"
 
 /* Write a synthetic trace (moe/gen.h) of n tokens to a temporary file. */
 static const char *gen_trace(const char *name, uint32_t L, uint32_t E, uint32_t K, uint64_t n,
@@ -715,9 +705,7 @@ static void test_refusals(void)
 
 int main(void)
 {
-    snprintf(tmpdir, sizeof tmpdir, "%s/moe-place-XXXXXX",
-             getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
-    if (!mkdtemp(tmpdir))
+    if (unit_tmp_init("moe-place"))
         return 99;
     moe_log_set_level(MOE_LOG_ERROR);
     RUN(test_layouts);
@@ -727,9 +715,7 @@ int main(void)
     RUN(test_tiny);
     RUN(test_determinism);
     RUN(test_refusals);
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-    if (system(cmd) != 0)
+    if (unit_tmp_done())
         return 99;
     return unit_done("test_place");
 }

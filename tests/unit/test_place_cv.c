@@ -15,16 +15,14 @@
 #include "moe/place.h"
 #include "moe/trace.h"
 #include "unit.h"
-
-static char tmpdir[256];
+#include "unit_tmp.h"
 
 /* Write n top-2 tokens of L = 3 layers of E experts: token t belongs to sequence seq_of(t),
  * its ids a simple function of t. Returns the path. */
 static const char *write_trace(const char *name, uint32_t E, uint32_t n, uint32_t nseq,
                                int interleave)
 {
-    static char path[512];
-    snprintf(path, sizeof path, "%s/%s", tmpdir, name);
+    const char *path = tmp_path(name);
     int st;
     char err[256];
     moe_trace_hdr_t h;
@@ -158,20 +156,13 @@ static void check_split(const char *path, uint32_t n, uint32_t nseq, int by_seq)
 
 int main(void)
 {
-    const char *base = getenv("TMPDIR");
-    snprintf(tmpdir, sizeof tmpdir, "%s/test_place_cv.XXXXXX", base && *base ? base : "/tmp");
-    if (!mkdtemp(tmpdir)) {
-        perror("mkdtemp");
+    if (unit_tmp_init("test_place_cv"))
         return 99;
-    }
     /* 40 interleaved sequences of 8 experts (mask path), then 120 experts (list path) */
     check_split(write_trace("seq8.moet", 8, 400, 40, 1), 400, 40, 1);
     check_split(write_trace("seq120.moet", 120, 400, 40, 1), 400, 40, 1);
     /* one sequence of 128 tokens: 16 blocks of 8, four to a fold */
     check_split(write_trace("one.moet", 8, 128, 1, 0), 128, 1, 0);
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-    if (system(cmd) != 0)
-        fprintf(stderr, "cannot remove %s\n", tmpdir);
+    unit_tmp_done();
     return unit_done("test_place_cv");
 }

@@ -19,8 +19,7 @@
 #include "moe/trace_map.h"
 #include "place/place_internal.h"
 #include "unit.h"
-
-static char tmpdir[256];
+#include "unit_tmp.h"
 
 /* lp_solve 5.5.2 never frees LUSOL's list of singular columns, which it grows when a basis
  * factorisation meets more than one (LUSOL_addSingularity): not ours to fix, so LeakSanitizer
@@ -31,22 +30,10 @@ const char *__lsan_default_suppressions(void)
     return "leak:LUSOL_addSingularity\n";
 }
 
-static char *tmp_path(const char *name)
-{
-    static char buf[4][512];
-    static int k;
-    char *b = buf[k++ % 4];
-    snprintf(b, 512, "%s/%s", tmpdir, name);
-    return b;
-}
-
 static uint64_t rnd_state;
 static uint64_t rnd(void)
 {
-    rnd_state ^= rnd_state << 13;
-    rnd_state ^= rnd_state >> 7;
-    rnd_state ^= rnd_state << 17;
-    return rnd_state;
+    return unit_xorshift(&rnd_state);
 }
 
 /* ------------------------------------------------------------------ traces */
@@ -682,9 +669,7 @@ static void test_mixtral(void)
 
 int main(void)
 {
-    snprintf(tmpdir, sizeof tmpdir, "%s/moe-exflow-XXXXXX",
-             getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
-    if (!mkdtemp(tmpdir))
+    if (unit_tmp_init("moe-exflow"))
         return 99;
     test_brute_force();
     test_one_node(3, 1);
@@ -696,9 +681,7 @@ int main(void)
     test_time_limit();
     test_errors();
     test_mixtral();
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-    if (system(cmd) != 0)
+    if (unit_tmp_done())
         return 99;
     return unit_done("test_place_exflow");
 }

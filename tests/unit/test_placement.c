@@ -13,34 +13,11 @@
 #include "moe/placement.h"
 #include "moe/trace.h"
 #include "unit.h"
+#include "unit_tmp.h"
 
-static char tmpdir[512];
+#define write_file tmp_write
 
-static const char *tmp_path(const char *name)
-{
-    static char buf[16][1024];
-    static int i;
-    i = (i + 1) % 16;
-    snprintf(buf[i], sizeof buf[i], "%s/%s", tmpdir, name);
-    return buf[i];
-}
-
-static const char *write_file(const char *name, const void *data, size_t len)
-{
-    const char *path = tmp_path(name);
-    FILE *fp = fopen(path, "wb");
-    CHECK(fp != NULL);
-    if (fp) {
-        CHECK(fwrite(data, 1, len, fp) == len);
-        fclose(fp);
-    }
-    return path;
-}
-
-static const char *write_text(const char *name, const char *text)
-{
-    return write_file(name, text, strlen(text));
-}
+#define write_text tmp_write_text
 
 static const char *write_gz(const char *name, const char *text, size_t len)
 {
@@ -941,12 +918,8 @@ static void test_model_layers(void)
 
 int main(void)
 {
-    const char *t = getenv("TMPDIR");
-    snprintf(tmpdir, sizeof tmpdir, "%s/test_placement.XXXXXX", t && *t ? t : "/tmp");
-    if (!mkdtemp(tmpdir)) {
-        perror("mkdtemp");
+    if (unit_tmp_init("test_placement"))
         return 1;
-    }
     moe_log_set_level(MOE_LOG_OFF);
     test_round_trip();
     test_read_forms();
@@ -962,9 +935,6 @@ int main(void)
     test_eplb_two_slots();
     test_sglang();
     test_model_layers();
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-    if (system(cmd) != 0)
-        fprintf(stderr, "cannot remove %s\n", tmpdir);
+    unit_tmp_done();
     return unit_done("test_placement");
 }

@@ -16,6 +16,7 @@
 #include "moe/trace.h"
 #include "moe/trace_map.h"
 #include "unit.h"
+#include "unit_tmp.h"
 
 #define NONE MOE_EXPERT_NONE
 #define CHECK_NEAR(a, b)                                                                      \
@@ -29,7 +30,7 @@
         }                                                                                     \
     } while (0)
 
-static char tmpdir[256], path[512];
+static char path[600];
 
 /* Two layers, 4 experts, top-2; two tokens of sequences 0 and 1 (source ranks 0 and 1):
  *   token 0: layer 0 {0,1}, layer 1 {2,3};  token 1: layer 0 {1,2}, layer 1 {0,1}. */
@@ -44,7 +45,7 @@ static void write_trace(void)
     h.hidden = 8;
     h.elem_bytes = 4;
     int st;
-    snprintf(path, sizeof path, "%s/t.moet", tmpdir);
+    snprintf(path, sizeof path, "%s/t.moet", unit_tmpdir);
     moe_trace_t *t = moe_trace_open(path, "wb1", 0, &st, NULL, 0);
     CHECK(t != NULL);
     if (!t)
@@ -470,18 +471,14 @@ static void test_update(void)
 
 int main(void)
 {
-    snprintf(tmpdir, sizeof tmpdir, "%s/moe-sim-XXXXXX",
-             getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
-    if (!mkdtemp(tmpdir))
+    if (unit_tmp_init("moe-sim"))
         return 99;
     test_sim();
     test_gather_id();
     test_swiglu();
     test_update();
     test_nccl();
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-    if (system(cmd) != 0)
+    if (unit_tmp_done())
         return 99;
     return unit_done("test_sim");
 }

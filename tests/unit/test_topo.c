@@ -15,17 +15,7 @@
 #include "moe/moe.h"
 #include "moe/topo.h"
 #include "unit.h"
-
-static char tmpdir[512];
-
-static const char *tmp_path(const char *name)
-{
-    static char buf[8][1024];
-    static int i;
-    i = (i + 1) % 8;
-    snprintf(buf[i], sizeof buf[i], "%s/%s", tmpdir, name);
-    return buf[i];
-}
+#include "unit_tmp.h"
 
 static const char *write_text(const char *name, const char *text)
 {
@@ -558,12 +548,8 @@ static void test_sweep(void)
 
 int main(void)
 {
-    const char *t = getenv("TMPDIR");
-    snprintf(tmpdir, sizeof tmpdir, "%s/test_topo.XXXXXX", t && *t ? t : "/tmp");
-    if (!mkdtemp(tmpdir)) {
-        perror("mkdtemp");
+    if (unit_tmp_init("test_topo"))
         return 1;
-    }
     moe_log_set_level(MOE_LOG_OFF);
     test_parse();
     test_units();
@@ -573,9 +559,6 @@ int main(void)
     test_errors();
     test_presets();
     test_sweep();
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-    if (system(cmd) != 0)
-        fprintf(stderr, "cannot remove %s\n", tmpdir);
+    unit_tmp_done();
     return unit_done("test_topo");
 }

@@ -13,25 +13,12 @@
 #include "moe/moe.h"
 #include "moe/trace.h"
 #include "unit.h"
-
-static char tmpdir[256];
-
-static char *tmp_path(const char *name)
-{
-    static char buf[8][512];
-    static int k;
-    char *b = buf[k++ % 8];
-    snprintf(b, 512, "%s/%s", tmpdir, name);
-    return b;
-}
+#include "unit_tmp.h"
 
 static uint64_t rnd_state = 88172645463325252u;
 static uint64_t rnd(void)
 {
-    rnd_state ^= rnd_state << 13;
-    rnd_state ^= rnd_state >> 7;
-    rnd_state ^= rnd_state << 17;
-    return rnd_state;
+    return unit_xorshift(&rnd_state);
 }
 
 static void set_shape(moe_trace_hdr_t *h, uint32_t L, uint32_t E, uint32_t K, int weights)
@@ -46,7 +33,7 @@ static void set_shape(moe_trace_hdr_t *h, uint32_t L, uint32_t E, uint32_t K, in
 /* Files left in the temporary directory whose name starts with `prefix`. */
 static int files_named(const char *prefix)
 {
-    DIR *d = opendir(tmpdir);
+    DIR *d = opendir(unit_tmpdir);
     int n = 0;
     struct dirent *e;
     while (d && (e = readdir(d)))
@@ -482,7 +469,7 @@ static void test_writer_errors(void)
     CHECK(moe_trace_open(tmp_path("missing.moet"), "r", 0, &st, err, sizeof err) == NULL);
     CHECK_EQ_INT(st, MOE_ESYS);
     CHECK(strstr(err, "No such file") != NULL);
-    CHECK(moe_trace_open(tmpdir, "r", 0, &st, err, sizeof err) == NULL);
+    CHECK(moe_trace_open(unit_tmpdir, "r", 0, &st, err, sizeof err) == NULL);
     CHECK_EQ_INT(st, MOE_ESYS);
     moe_trace_abort(NULL);
     CHECK_EQ_INT(moe_trace_close(NULL, NULL, 0), 0);
@@ -1007,12 +994,8 @@ static void test_layer_map(void)
 
 int main(void)
 {
-    const char *t = getenv("TMPDIR");
-    snprintf(tmpdir, sizeof tmpdir, "%s/test_trace.XXXXXX", t && *t ? t : "/tmp");
-    if (!mkdtemp(tmpdir)) {
-        perror("mkdtemp");
+    if (unit_tmp_init("test_trace"))
         return 1;
-    }
     moe_log_set_level(MOE_LOG_OFF);
     test_header();
     test_record();
@@ -1023,9 +1006,6 @@ int main(void)
     test_text_errors();
     test_weight_digits();
     test_layer_map();
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-    if (system(cmd) != 0)
-        fprintf(stderr, "could not remove %s\n", tmpdir);
+    unit_tmp_done();
     return unit_done("test_trace");
 }

@@ -13,17 +13,7 @@
 #include "moe/trace.h"
 #include "moe/trace_map.h"
 #include "unit.h"
-
-static char tmpdir[256];
-
-static char *tmp_path(const char *name)
-{
-    static char buf[8][512];
-    static int k;
-    char *b = buf[k++ % 8];
-    snprintf(b, 512, "%s/%s", tmpdir, name);
-    return b;
-}
+#include "unit_tmp.h"
 
 /* Write a generated trace (mode "wb1", "wu", "wt", ...). */
 static void make_trace(const char *path, const char *mode, uint64_t tokens)
@@ -332,16 +322,12 @@ static void test_callback_failure(void)
 
 int main(void)
 {
-    snprintf(tmpdir, sizeof tmpdir, "%s/moe-map-XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR")
-                                                                           : "/tmp");
-    if (!mkdtemp(tmpdir))
+    if (unit_tmp_init("moe-map"))
         return 99;
     test_all_records();
     test_errors();
     test_callback_failure();
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-    if (system(cmd) != 0)
+    if (unit_tmp_done())
         return 99;
     return unit_done("test_trace_map");
 }

@@ -11,17 +11,7 @@
 #include "moe/rng.h"
 #include "moe/trace.h"
 #include "unit.h"
-
-static char tmpdir[256];
-
-static const char *tmp_path(const char *name)
-{
-    static char buf[4][512];
-    static int k;
-    char *b = buf[k++ % 4];
-    snprintf(b, 512, "%s/%s", tmpdir, name);
-    return b;
-}
+#include "unit_tmp.h"
 
 /* A sink that keeps what it is given: the header's shape, each record's token, sequence and
  * first expert id; with fail_at > 0 the fail_at-th record fails with MOE_ESYS. */
@@ -259,20 +249,13 @@ static void test_import_run(void)
 
 int main(void)
 {
-    const char *t = getenv("TMPDIR");
-    snprintf(tmpdir, sizeof tmpdir, "%s/test_trace_ops.XXXXXX", t && *t ? t : "/tmp");
-    if (!mkdtemp(tmpdir)) {
-        perror("mkdtemp");
+    if (unit_tmp_init("test_trace_ops"))
         return 1;
-    }
     moe_log_set_level(MOE_LOG_OFF);
     test_copy();
     test_split();
     test_samples();
     test_import_run();
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-    if (system(cmd) != 0)
-        fprintf(stderr, "cannot remove %s\n", tmpdir);
+    unit_tmp_done();
     return unit_done("test_trace_ops");
 }
