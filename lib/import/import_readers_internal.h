@@ -39,6 +39,10 @@ void imp_pmap_free(imp_pmap_t *m);
 /* torch.save archives other than SGLang's dumps: a tuple of per-layer tensors
  * (import_torch.c). */
 int imp_torch_open(moe_importer_t *im);
+/* The whole input read into *buf (*n bytes) and opened as a torch.save archive into *pt, for
+ * this reader and SGLang's: 0, or a negative status with im->err set. */
+struct pt_file;
+int imp_torch_load(moe_importer_t *im, uint8_t **buf, struct pt_file **pt, size_t *n);
 /* vLLM's HTTP responses with routed experts (import_vllm.c). */
 int imp_vllm_open(moe_importer_t *im);
 int imp_base64_open(moe_importer_t *im);

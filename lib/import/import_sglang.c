@@ -406,12 +406,9 @@ int imp_sglang_open(moe_importer_t *im)
     im->state = s;
     im->ops = &sg_ops;
     size_t n;
-    int st = imp_src_slurp(im->src, SIZE_MAX, &s->buf, &n);
+    int st = imp_torch_load(im, &s->buf, &s->pt, &n);
     if (st < 0)
-        return imp_fail_read(im, "input", st);
-    char err[200];
-    if (!(s->pt = pt_open(s->buf, n, &st, err, sizeof err)))
-        return imp_fail(im, st, "%s", err);
+        return st;
     const pt_val_t *root = pt_root(s->pt);
     if ((st = read_records(im, s, root, n)) < 0 || (st = read_map(im, s, root)) < 0)
         return st;

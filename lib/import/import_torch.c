@@ -125,6 +125,17 @@ static int copy_planes(moe_importer_t *im, torch_state_t *s, const pt_val_t *roo
     return 0;
 }
 
+int imp_torch_load(moe_importer_t *im, uint8_t **buf, pt_file_t **pt, size_t *n)
+{
+    int st = imp_src_slurp(im->src, SIZE_MAX, buf, n);
+    if (st < 0)
+        return imp_fail_read(im, "input", st);
+    char err[200];
+    if (!(*pt = pt_open(*buf, *n, &st, err, sizeof err)))
+        return imp_fail(im, st, "%s", err);
+    return 0;
+}
+
 int imp_torch_open(moe_importer_t *im)
 {
     torch_state_t *s = calloc(1, sizeof *s);
@@ -133,12 +144,9 @@ int imp_torch_open(moe_importer_t *im)
     im->state = s;
     im->ops = &torch_ops;
     size_t n;
-    int st = imp_src_slurp(im->src, SIZE_MAX, &s->buf, &n);
+    int st = imp_torch_load(im, &s->buf, &s->pt, &n);
     if (st < 0)
-        return imp_fail_read(im, "input", st);
-    char err[200];
-    if (!(s->pt = pt_open(s->buf, n, &st, err, sizeof err)))
-        return imp_fail(im, st, "%s", err);
+        return st;
     const pt_val_t *root = pt_root(s->pt);
     uint64_t T = 0, W = 0;
     int logits = 0;
