@@ -3,6 +3,7 @@
 #include "config.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,6 +14,7 @@
 
 #include "bsrc_internal.h"
 #include "import_common_internal.h"
+#include "import_dense_internal.h"
 #include "parse_internal.h"
 #include "util_internal.h"
 
@@ -523,4 +525,34 @@ void imp_src_free(imp_src_t *s)
         close(s->b.fd);
     bsrc_release(&s->b);
     free(s);
+}
+
+/* ------------------------------------------------------------------ floating-point bits */
+
+/* IEEE half to double (subnormals, infinities and NaN included). */
+static double half(uint32_t h)
+{
+    uint32_t e = (h >> 10) & 0x1F, m = h & 0x3FF;
+    double v = e == 0    ? ldexp((double)m, -24)
+               : e == 31 ? (m ? NAN : INFINITY)
+                         : ldexp((double)(m | 0x400), (int)e - 25);
+    return (h & 0x8000) ? -v : v;
+}
+
+double imp_float_bits(int dtype, uint64_t v)
+{
+    union {
+        uint32_t u;
+        float f;
+    } f32;
+    union {
+        uint64_t u;
+        double d;
+    } f64;
+    switch (dtype) {
+    case IMP_F16: return half((uint32_t)v);
+    case IMP_BF16: f32.u = (uint32_t)v << 16; return f32.f; /* the top half of a float32 */
+    case IMP_F32: f32.u = (uint32_t)v; return f32.f;
+    default: f64.u = v; return f64.d;
+    }
 }

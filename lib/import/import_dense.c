@@ -74,16 +74,6 @@ static int64_t int_elem(int dtype, const uint8_t *b)
     return v > (uint64_t)INT64_MAX ? INT64_MAX : (int64_t)v;
 }
 
-/* IEEE half to double (subnormals, infinities and NaN included). */
-static double half(uint32_t h)
-{
-    uint32_t e = (h >> 10) & 0x1F, m = h & 0x3FF;
-    double v = e == 0    ? ldexp((double)m, -24)
-               : e == 31 ? (m ? NAN : INFINITY)
-                         : ldexp((double)(m | 0x400), (int)e - 25);
-    return (h & 0x8000) ? -v : v;
-}
-
 /* A floating-point element, little endian, or big endian when big is set (.npy's '>f4'). */
 static double float_elem(int dtype, const uint8_t *b, int big)
 {
@@ -94,20 +84,7 @@ static double float_elem(int dtype, const uint8_t *b, int big)
             v = v << 8 | b[i];
     else
         v = le(b, size);
-    union {
-        uint32_t u;
-        float f;
-    } f32;
-    union {
-        uint64_t u;
-        double d;
-    } f64;
-    switch (dtype) {
-    case IMP_F16: return half((uint32_t)v);
-    case IMP_BF16: f32.u = (uint32_t)v << 16; return f32.f; /* the top half of a float32 */
-    case IMP_F32: f32.u = (uint32_t)v; return f32.f;
-    default: f64.u = v; return f64.d;
-    }
+    return imp_float_bits(dtype, v);
 }
 
 double imp_dtype_value(int dtype, const uint8_t *b)

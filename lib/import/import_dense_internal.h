@@ -25,6 +25,9 @@ uint32_t imp_dtype_size(int dtype);
 int imp_dtype_float(int dtype);
 /* One little-endian element at b as a double (integers past 2^53 rounded). */
 double imp_dtype_value(int dtype, const uint8_t *b);
+/* A floating-point element of type dtype (IMP_F16, IMP_BF16, IMP_F32, else float64) from its
+ * bits v (import_common.c). */
+double imp_float_bits(int dtype, uint64_t v);
 
 /* A whole tensor of numbers (imp_safetensors_tensor). */
 typedef struct imp_tensor {

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "import_dense_internal.h"
 #include "import_readers_internal.h"
 #include "json_internal.h"
 #include "pt_internal.h"
@@ -93,32 +94,10 @@ double imp_pt_double(const pt_tensor_t *t, const uint64_t *idx)
 {
     if (t->dtype <= PT_I64 || t->dtype == PT_BOOL8)
         return (double)pt_tensor_i64(t, idx);
-    uint64_t e = t->offset;
-    for (int d = 0; d < t->ndim; d++)
-        e += idx[d] * t->stride[d];
-    const uint8_t *b = t->data + e * t->elem;
-    uint64_t u = 0;
-    for (unsigned j = 0; j < t->elem; j++)
-        u = u << 8 | b[t->big ? j : t->elem - 1 - j];
-    union {
-        uint32_t u;
-        float f;
-    } f32;
-    union {
-        uint64_t u;
-        double d;
-    } f64;
-    switch (t->dtype) {
-    case PT_F16: {
-        uint32_t x = (uint32_t)u, ex = (x >> 10) & 31, m = x & 1023;
-        double v = ex == 0 ? ldexp(m, -24) : ex == 31 ? (m ? NAN : INFINITY)
-                                                      : ldexp(m | 1024, (int)ex - 25);
-        return (x & 0x8000) ? -v : v;
-    }
-    case PT_BF16: f32.u = (uint32_t)u << 16; return f32.f;
-    case PT_F32: f32.u = (uint32_t)u; return f32.f;
-    default: f64.u = u; return f64.d;
-    }
+    uint64_t u = pt_tensor_bits(t, idx);
+    int kind = t->dtype == PT_F16 ? IMP_F16 : t->dtype == PT_BF16 ? IMP_BF16
+               : t->dtype == PT_F32 ? IMP_F32 : IMP_F64;
+    return imp_float_bits(kind, u);
 }
 
 /* Numbers of a value: a 2-D or 3-D tensor, or lists of lists (of lists) of ints or floats, in

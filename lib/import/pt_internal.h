@@ -113,5 +113,7 @@ int pt_tensor_is_int(const pt_val_t *v);
 /* Element of an integer tensor at the given coordinates (each < shape, checked by the caller);
  * the archive's byte order is applied. */
 int64_t pt_tensor_i64(const pt_tensor_t *t, const uint64_t *idx);
+/* The raw bits of the element at the given coordinates, in the archive's byte order. */
+uint64_t pt_tensor_bits(const pt_tensor_t *t, const uint64_t *idx);
 
 #endif

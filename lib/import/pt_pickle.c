@@ -681,7 +681,7 @@ int pt_tensor_is_int(const pt_val_t *v)
     return v->kind == PT_TENSOR && v->t->dtype <= PT_I64;
 }
 
-int64_t pt_tensor_i64(const pt_tensor_t *t, const uint64_t *idx)
+uint64_t pt_tensor_bits(const pt_tensor_t *t, const uint64_t *idx)
 {
     uint64_t e = t->offset;
     for (int d = 0; d < t->ndim; d++)
@@ -690,6 +690,12 @@ int64_t pt_tensor_i64(const pt_tensor_t *t, const uint64_t *idx)
     uint64_t u = 0;
     for (unsigned j = 0; j < t->elem; j++)
         u = u << 8 | b[t->big ? j : t->elem - 1 - j];
+    return u;
+}
+
+int64_t pt_tensor_i64(const pt_tensor_t *t, const uint64_t *idx)
+{
+    uint64_t u = pt_tensor_bits(t, idx);
     if (t->dtype != PT_U8 && t->elem < 8 && (u >> (8 * t->elem - 1)) & 1)
         u |= ~0ull << (8 * t->elem); /* sign extension */
     return (int64_t)u;
