@@ -533,3 +533,23 @@ int moe_cli_distinct(const char *prog, const char *sub, const moe_cli_file_t *f,
                                        f[j].what, f[j].path);
     return 0;
 }
+
+int moe_cli_inputs_failed(const char *prog, const char *sub, const char *order,
+                          const char *ppath, const char *tpath, int st, const char *err)
+{
+    if (st != MOE_ESYS && st != MOE_ENOMEM) {
+        const char *pk = moe_acct_input_kind(ppath), *tk = moe_acct_input_kind(tpath);
+        int p_is_trace = pk && !strcmp(pk, "a routing trace");
+        int t_is_placement = tk && !strcmp(tk, "a placement");
+        if (p_is_trace && t_is_placement)
+            return moe_fail(prog, "'%s' is a routing trace and '%s' a placement: %s %s takes %s",
+                            ppath, tpath, prog, sub, order);
+        if (p_is_trace)
+            return moe_fail(prog, "'%s' is a routing trace, not a placement: %s %s takes %s",
+                            ppath, prog, sub, order);
+        if (t_is_placement)
+            return moe_fail(prog, "'%s' is a placement, not a moeflow trace: %s %s takes %s",
+                            tpath, prog, sub, order);
+    }
+    return moe_fail(prog, "%s", err);
+}

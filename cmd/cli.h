@@ -240,6 +240,13 @@ typedef struct moe_cli_file {
  * moe_usage_error(prog, sub, "A and B name the same file 'PATH'"). */
 int moe_cli_distinct(const char *prog, const char *sub, const moe_cli_file_t *f, size_t n);
 
+/* After moe_acct_inputs(ppath, tpath, ...) failed with status st and message err: where the two
+ * files read as each other's kind (given in the wrong order), "prog: 'T' is a routing trace and
+ * 'P' a placement: prog sub takes ORDER" (or one of the two halves), else the reader's message
+ * err. Returns 1. */
+int moe_cli_inputs_failed(const char *prog, const char *sub, const char *order,
+                          const char *ppath, const char *tpath, int st, const char *err);
+
 #ifdef __cplusplus
 }
 #endif

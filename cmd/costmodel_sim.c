@@ -240,7 +240,9 @@ int costmodel_simulate(int argc, char **argv)
     moe_placement_t *p;
     moe_trace_map_t *m;
     if ((st = moe_acct_inputs(ppath, tpath, g.o.threads, &p, &m, err, sizeof err)) != 0)
-        return st == MOE_ESHAPE ? sfail("'%s' on '%s': %s", tpath, ppath, err) : sfail("%s", err);
+        return st == MOE_ESHAPE ? sfail("'%s' on '%s': %s", tpath, ppath, err)
+                                : moe_cli_inputs_failed(PROG, "simulate", "TRACE PLACEMENT", ppath,
+                                                        tpath, st, err);
     moe_sim_t *s = NULL;
     if (moe_sim_check(p, &topo, moe_trace_map_header(m), &g.so, err, sizeof err))
         rc = sfail("'%s' on '%s': %s", tpath, ppath, err); /* of the inputs together */

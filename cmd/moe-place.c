@@ -564,7 +564,8 @@ static int run_eval(int argc, char **argv)
     moe_trace_map_t *m;
     if ((st = moe_acct_inputs(ppath, tpath, g.o.threads, &p, &m, errbuf, sizeof errbuf)) != 0)
         return st == MOE_ESHAPE ? fail("'%s' on '%s': %s", ppath, tpath, errbuf)
-                                : fail("%s", errbuf);
+                                : moe_cli_inputs_failed(prog, "eval", "PLACEMENT TRACE", ppath,
+                                                        tpath, st, errbuf);
     moe_topo_t topo;
     if (g.topology)
         rc = make_topo("eval", &g, p->ranks, &topo);

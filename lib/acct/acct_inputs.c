@@ -4,6 +4,7 @@
 #include "config.h"
 
 #include <stdio.h>
+#include <string.h>
 
 #include "moe/acct.h"
 #include "moe/moe.h"
@@ -46,4 +47,22 @@ int moe_acct_inputs(const char *ppath, const char *tpath, int threads, moe_place
     *p = NULL;
     *m = NULL;
     return st;
+}
+
+const char *moe_acct_input_kind(const char *path)
+{
+    if (!path || !strcmp(path, "-"))
+        return NULL;
+    int st;
+    moe_placement_t *p = moe_placement_read(path, &st, NULL, 0);
+    if (p) {
+        moe_placement_free(p);
+        return "a placement";
+    }
+    moe_trace_t *t = moe_trace_open(path, "r", 0, &st, NULL, 0);
+    int fmt = t ? moe_trace_format(t) : 0;
+    if (t)
+        moe_trace_close(t, NULL, 0);
+    /* only the binary forms say what they are: a text view's header is optional */
+    return fmt == MOE_FMT_BINARY || fmt == MOE_FMT_UNCOMP ? "a routing trace" : NULL;
 }

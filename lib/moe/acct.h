@@ -127,6 +127,11 @@ typedef struct moe_acct moe_acct_t;
 int moe_acct_inputs(const char *ppath, const char *tpath, int threads, moe_placement_t **p,
                     moe_trace_map_t **m, char *err, size_t errlen);
 
+/* What the file at path reads as, for a message when moe_acct_inputs refuses it: "a placement"
+ * (moe_placement_read reads it), "a routing trace" (moe_trace_open reads it as a binary trace), or NULL (neither, or
+ * standard input, which cannot be read twice). */
+const char *moe_acct_input_kind(const char *path);
+
 /* Accumulator for placement p (checked by the caller) on traces of header h (same L and E). The
  * topology gives the node grouping; NULL means p->gpus_per_node. Returns NULL with *status and a
  * one-line reason (shape mismatch, top-k out of range, topology of another size). Recorded

@@ -53,6 +53,13 @@ expect_exit 0 cm simulate --best --plot "$PLOT" -o "$OUT" --topology "$T/c.topo"
 expect_no_stderr
 end
 
+begin "simulate's two files swapped: each named by its kind, the order said"
+bad 1 "'$T/t.moet' is a routing trace and '$P' a placement: moe-costmodel simulate takes TRACE PLACEMENT" \
+    simulate -o "$OUT" --topology "$T/c.topo" "$P" "$T/t.moet"
+bad 1 "'$P' is a placement, not a moeflow trace: moe-costmodel simulate takes TRACE PLACEMENT" \
+    simulate -o "$OUT" --topology "$T/c.topo" "$P" "$P"
+end
+
 begin "simulate: usage errors"
 bad 2 "--topology is required" simulate "$T/t.moet" "$P"
 bad 2 "expected a trace and a placement" simulate --topology "$T/c.topo" "$T/t.moet"

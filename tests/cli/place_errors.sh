@@ -122,6 +122,13 @@ end
 
 # ------------------------------------------------------------------ placement vs trace
 
+begin "eval's two files swapped: each named by its kind, the order said"
+bad 1 "'$GOOD' is a routing trace and '$T/p.moep' a placement: moe-place eval takes PLACEMENT TRACE" \
+    eval -o "$OUT" "$GOOD" "$T/p.moep"
+bad 1 "'$GOOD' is a routing trace, not a placement: moe-place eval takes PLACEMENT TRACE" \
+    eval -o "$OUT" "$GOOD" "$GOOD"
+end
+
 begin "a placement of another shape than the trace"
 bad 1 "placement is for 4 layers x 16 experts, the trace has 2 x 4" \
     eval -o "$OUT" --matrix "$MAT" "$T/p.moep" "$T/small.moet"
