@@ -273,7 +273,7 @@ static int make_topo(const char *sub, const cfg_t *g, uint32_t ranks, moe_topo_t
 
 static void fit_usage(FILE *fp)
 {
-    fputs("Usage: moe-place fit --ranks=G [options] TRACE|TABLE\n"
+    fputs("Usage: moe-place fit --ranks=G [options] [TRACE|TABLE]   (none: standard input)\n"
           "   or: moe-place fit --ranks=G --loads=FILE --method=M [options]\n"
           "Fit a placement of experts to ranks from a routing trace or an affinity table.\n"
           "\n"
@@ -348,12 +348,19 @@ static int spool_stdin(char *path, size_t n)
                     tmpdir && *tmpdir ? tmpdir : "/tmp", strerror(errno));
     int fd = open(path, O_WRONLY | O_TRUNC), rc = fd < 0;
     char buf[1 << 16];
-    for (ssize_t k; !rc && (k = read(STDIN_FILENO, buf, sizeof buf)) != 0;)
+    size_t total = 0;
+    for (ssize_t k; !rc && (k = read(STDIN_FILENO, buf, sizeof buf)) != 0;) {
         rc = k < 0 ? errno != EINTR : moe_write_full(fd, buf, (size_t)k) != 0;
+        total += k > 0 ? (size_t)k : 0;
+    }
     if ((fd >= 0 && close(fd) != 0) || rc) {
         fail("cannot spool standard input to '%s': %s", path, strerror(errno));
         moe_scratch_remove(path);
         return 1;
+    }
+    if (!total) { /* the spool's name would say nothing to the user */
+        moe_scratch_remove(path);
+        return fail("'-' (standard input): empty input");
     }
     return 0;
 }
@@ -375,8 +382,10 @@ static int run_fit(int argc, char **argv)
                            "round-robin, random or balanced (no --topk)");
     if ((g.physmap || g.experts) && !g.loads)
         return usage_error("fit", "--physical-map and --experts apply to --loads");
-    if (!g.loads && argc - optind != 1)
-        return usage_error("fit", argc - optind ? "too many arguments" : "expected one input");
+    if (!g.loads && argc - optind > 1)
+        return usage_error("fit", "too many arguments");
+    if (!g.loads && argc == optind && isatty(STDIN_FILENO)) /* else standard input, as stats */
+        return usage_error("fit", "expected one input (a trace, a table, or '-' for a pipe)");
     if (g.topk > 1)
         return usage_error("fit", "--topk fits top-1 paths (1) or whole sets (leave it out)");
     if (g.cv.memory > 0 && (g.po.replicas || g.po.ep_size))
@@ -384,7 +393,7 @@ static int run_fit(int argc, char **argv)
                            "--ep-size");
     if (g.cv.tune && !g.cv.folds)
         return usage_error("fit", "--tune chooses by cross-validation: not with --cv 0");
-    const char *in = g.loads ? g.loads : argv[optind];
+    const char *in = g.loads ? g.loads : optind < argc ? argv[optind] : "-";
     moe_topo_t topo;
     if ((rc = make_topo("fit", &g, 0, &topo)) != 0)
         return rc;

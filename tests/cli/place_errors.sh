@@ -74,7 +74,7 @@ bad 2 "not a multiple of --gpus-per-node" fit --ranks 6 --gpus-per-node 4 -o "$O
 bad 2 "--topk" fit --ranks 4 --topk 2 -o "$OUT" "$GOOD"
 bad 2 "unknown method" fit --ranks 4 --method metis -o "$OUT" "$GOOD"
 bad 2 "out of range" fit --ranks 4 --ep-size 0 -o "$OUT" "$GOOD"
-bad 2 "" fit --ranks 4 -o "$OUT"
+bad 1 "'-' (standard input): empty input" fit --ranks 4 -o "$OUT"
 bad 2 "both be standard input" eval -o "$OUT" - -
 bad 2 "" eval -o "$OUT" "$T/p.moep"
 bad 2 "unknown source" eval --source bogus -o "$OUT" "$T/p.moep" "$GOOD"

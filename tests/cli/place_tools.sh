@@ -43,6 +43,13 @@ for sub in "" fit eval export import check; do
 done
 end
 
+begin "fit reads standard input when no input is named, as moe-trace does"
+mp fit --no-PG --ranks 4 --method contiguous -o "$T/named.moep" "$G1" &&
+    mp fit --no-PG --ranks 4 --method contiguous -o "$T/piped.moep" <"$G1" ||
+    fail "fit from a named file and from a pipe"
+cmp -s "$T/named.moep" "$T/piped.moep" || fail "fit from standard input differs from the file"
+end
+
 # ------------------------------------------------------------------ every method
 
 begin "every method fits on one and two nodes, and check accepts the result"
