@@ -325,7 +325,7 @@ void moe_progress_update(moe_progress_t *p, uint64_t done)
     if (!p)
         return;
     double t = now_s();
-    if (t - p->last < 0.2)
+    if (t - p->last < 0.2 && !(p->total && done >= p->total)) /* the end is always shown */
         return;
     p->last = t;
     p->shown = 1;
@@ -346,7 +346,7 @@ void moe_progress_update(moe_progress_t *p, uint64_t done)
 void moe_progress_cb(void *ctx, uint64_t done, uint64_t total)
 {
     moe_progress_t *p = ctx;
-    if (p && !p->total)
+    if (p && total) /* the latest: a fit learns its count of folds to run as it goes */
         p->total = total;
     moe_progress_update(p, done);
 }

@@ -440,9 +440,14 @@ static int fit_input(const char *in, cfg_t *gp, const moe_topo_t *topo_in)
     moe_place_result_t res;
     moe_place_cv_result_t cvr;
     g.po.threads = g.o.threads;
+    moe_progress_t *pg = rc ? NULL : moe_progress_new("fit", 0, g.o.progress);
+    g.po.progress = pg ? moe_progress_cb : NULL;
+    g.po.progress_ctx = pg;
     moe_placement_t *p = rc ? NULL : moe_place_fit_cv(in, a, learns ? s : NULL, &topo, &g.po,
                                                       &g.cv, &res, &cvr, &st, errbuf,
                                                       sizeof errbuf);
+    moe_progress_free(pg);
+    g.po.progress = NULL;
     if (!rc && !p)
         rc = fail("'%s': %s", in, errbuf);
     if (p) {

@@ -493,6 +493,19 @@ static uint32_t choose(const moe_place_cv_result_t *r, uint32_t n, int s, double
     return best;
 }
 
+/* The progress of a cross-validated fit, in fits: each fold's and the final one. */
+typedef struct ticks {
+    const moe_place_opts_t *o;
+    uint64_t done, total;
+} ticks_t;
+
+static void tick(ticks_t *t, uint64_t n)
+{
+    t->done += n;
+    if (t->o->progress && t->total)
+        t->o->progress(t->o->progress_ctx, t->done, t->total);
+}
+
 moe_placement_t *moe_place_fit_cv(const char *path, const moe_affinity_t *a,
                                   const moe_place_tokens_t *s, const moe_topo_t *topo,
                                   moe_place_opts_t *o, const moe_place_cv_opts_t *c,
@@ -525,6 +538,9 @@ moe_placement_t *moe_place_fit_cv(const char *path, const moe_affinity_t *a,
     int rc = 0;
     uint32_t best = 0, tried = 0;
     moe_place_cv_result_t r, *tr = NULL;
+    /* without folds the method reports its own progress (exflow's stages) */
+    ticks_t tk = {o, 0, cv ? (uint64_t)cv->k * ((c->tune ? MAX_SETTINGS : 0) + 1) + 1 : 0};
+    tick(&tk, 0);
     if (c->tune && cv) {
         /* the fit's bound is a margin under the held-out target: tighter ones, and none */
         static const double margin[] = {1.0, 0.5, 0.25, -1};
@@ -537,8 +553,10 @@ moe_placement_t *moe_place_fit_cv(const char *path, const moe_affinity_t *a,
             }
         if (!(tr = calloc(n, sizeof *tr)))
             rc = util_errf(errbuf, errlen, MOE_ENOMEM, "out of memory");
+        tk.total = (uint64_t)cv->k * (n + 1) + 1;
         for (uint32_t i = 0; i < n && !rc; i++) {
             rc = moe_place_cv_run(cv, topo, &set[i], NULL, 1, &tr[i], errbuf, errlen);
+            tick(&tk, cv->k);
             moe_log(MOE_LOG_INFO, "tune: bound %.3f, %u replicas, ep-size %u: held-out %.4f "
                     "(link-weighted), load %.3f +- %.3f", set[i].max_imbalance, set[i].replicas,
                     set[i].ep_size, tr[i].out_cost[o->scheme], tr[i].out_load[o->scheme],
@@ -552,7 +570,11 @@ moe_placement_t *moe_place_fit_cv(const char *path, const moe_affinity_t *a,
     }
     moe_placement_t *p = NULL;
     if (!rc) {
-        p = moe_place_fit(a, topo, &set[best], res, &rc, errbuf, errlen);
+        moe_place_opts_t fo = set[best];
+        if (cv)
+            fo.progress = NULL; /* counted here, as one fit */
+        p = moe_place_fit(a, topo, &fo, res, &rc, errbuf, errlen);
+        tick(&tk, 1);
     }
     if (p && cv) {
         /* by default only models whose fold fits take seconds (tuning has fitted them) */
@@ -562,6 +584,7 @@ moe_placement_t *moe_place_fit_cv(const char *path, const moe_affinity_t *a,
             moe_log(MOE_LOG_INFO, "cross-validation skipped: %u layers x %u experts is past "
                     "the default's size (give --cv to run it)", in.layers, in.experts);
         rc = moe_place_cv_run(cv, topo, &set[best], p, folds, &r, errbuf, errlen);
+        tick(&tk, cv->k);
         if (!rc && tried) { /* the chosen setting's folds: already fitted */
             const moe_place_cv_result_t *b = &tr[best];
             memcpy(r.out_xfer, b->out_xfer, sizeof r.out_xfer);

@@ -50,6 +50,15 @@ mp fit --no-PG --ranks 4 --method contiguous -o "$T/named.moep" "$G1" &&
 cmp -s "$T/named.moep" "$T/piped.moep" || fail "fit from standard input differs from the file"
 end
 
+begin "fit --progress shows the fit's own meter, and changes nothing written"
+mp fit --no-PG --ranks 4 --progress -o "$T/prog.moep" "$G1" 2>"$T/prog.err" &&
+    mp fit --no-PG --ranks 4 -o "$T/noprog.moep" "$G1" ||
+    fail "fit with and without --progress"
+tr '\r' '\n' <"$T/prog.err" | grep -q '^fit \[=*  *\]\|^fit \[=*\] 100' ||
+    fail "fit --progress printed no 'fit [...]' meter: $(tr '\r' '\n' <"$T/prog.err" | tail -n 3)"
+cmp -s "$T/prog.moep" "$T/noprog.moep" || fail "--progress changed the placement"
+end
+
 # ------------------------------------------------------------------ every method
 
 begin "every method fits on one and two nodes, and check accepts the result"
