@@ -709,6 +709,27 @@ static void check_usage(FILE *fp)
     moe_opts_usage(fp, 0);
 }
 
+/* The foreign placement format the start of file path looks like, as moe-place import's
+ * --format names it, or NULL: a hint for a file that is not a moe-place(5) placement. */
+static const char *foreign_format(const char *path)
+{
+    char buf[4096];
+    FILE *fp = strcmp(path, "-") ? fopen(path, "rb") : NULL;
+    size_t n = fp ? fread(buf, 1, sizeof buf - 1, fp) : 0;
+    if (fp)
+        fclose(fp);
+    buf[n] = '\0';
+    const char *t = buf + strspn(buf, " \t\r\n");
+    if (*t == '{' && strstr(t, "\"physical_to_logical_map\""))
+        return "sglang";
+    if ((*t == '{' && strstr(t, "\"phy2log\"")) ||
+        (*t == '[' && t[1 + strspn(t + 1, " \t\r\n")] == '['))
+        return "eplb";
+    if (!strncmp(t, "Expert,Node", 11))
+        return "exflow";
+    return NULL;
+}
+
 static int run_check(int argc, char **argv)
 {
     static const int takes[] = {O_JSON, 0};
@@ -722,7 +743,12 @@ static int run_check(int argc, char **argv)
     for (int i = optind; i < argc; i++) {
         int st;
         moe_placement_t *p = moe_placement_read(argv[i], &st, errbuf, sizeof errbuf);
-        if (!p)
+        const char *fmt = p ? NULL : foreign_format(argv[i]);
+        if (!p && fmt)
+            rc = fail("%s; it looks like %s: convert it with 'moe-place import --format %s'",
+                      errbuf, !strcmp(fmt, "sglang") ? "SGLang's expert-location JSON"
+                              : !strcmp(fmt, "eplb") ? "an EPLB JSON" : "ExFlow's CSV", fmt);
+        else if (!p)
             rc = fail("%s", errbuf);
         char *line = p || g.json ? moe_placement_summary(p, argv[i], errbuf, g.json) : NULL;
         if (line)

@@ -129,6 +129,13 @@ bad 1 "'$GOOD' is a routing trace, not a placement: moe-place eval takes PLACEME
     eval -o "$OUT" "$GOOD" "$GOOD"
 end
 
+begin "check of another system's placement points to import"
+bad 1 "it looks like SGLang's expert-location JSON: convert it with 'moe-place import --format sglang'" \
+    check "$top_srcdir/tests/data/place/sglang_map.json"
+bad 1 "it looks like an EPLB JSON: convert it with 'moe-place import --format eplb'" \
+    check "$top_srcdir/tests/data/place/eplb_global.json"
+end
+
 begin "a placement of another shape than the trace"
 bad 1 "placement is for 4 layers x 16 experts, the trace has 2 x 4" \
     eval -o "$OUT" --matrix "$MAT" "$T/p.moep" "$T/small.moet"
