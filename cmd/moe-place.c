@@ -35,7 +35,7 @@ enum {
     O_EP_SIZE, O_TIME_LIMIT, O_SEED, O_STARTS, O_TOPK, O_INTER_COST, O_SOURCE, O_HIDDEN,
     O_ELEM_BYTES, O_MATRIX, O_MATRIX_BYTES, O_JSON, O_FORMAT, O_EXPERTS, O_NO_LAYERS,
     O_REPLICA_RULE, O_LOADS, O_PHYSMAP, O_CV, O_MEMORY, O_TUNE, O_WINDOW, O_EVERY, O_THRESHOLD,
-    O_INITIAL, O_FFN, O_EXPERT,
+    O_INITIAL, O_FFN, O_EXPERT, O_FOR, O_ACCOUNTING,
 };
 
 static const struct option long_opts[] = {
@@ -61,7 +61,8 @@ static const struct option long_opts[] = {
     {"window", required_argument, 0, O_WINDOW}, {"every", required_argument, 0, O_EVERY},
     {"threshold", required_argument, 0, O_THRESHOLD},
     {"initial", required_argument, 0, O_INITIAL}, {"ffn", required_argument, 0, O_FFN},
-    {"expert", required_argument, 0, O_EXPERT},
+    {"expert", required_argument, 0, O_EXPERT}, {"for", required_argument, 0, O_FOR},
+    {"accounting", required_argument, 0, O_ACCOUNTING},
     MOE_OPTS_LONG, {0}};
 
 /* Everything any subcommand takes; each parser rejects what does not apply to it. */
@@ -73,6 +74,8 @@ typedef struct cfg {
     const char *topology, *matrix, *matrix_bytes, *loads, *physmap;
     double inter_cost;      /* < 0: the topology's */
     int source, json, format, scheme_set, no_layers;
+    int rule_set, accounting, accounting_set; /* --replica-rule, --accounting given */
+    const moe_target_t *target;                /* --for, or NULL */
     moe_place_replay_opts_t ro; /* replay's own: window, every, threshold, ffn (0: defaults) */
     const char *initial;
 } cfg_t;
@@ -158,7 +161,18 @@ static int take_opt(const char *sub, int c, const char *arg, cfg_t *g)
             return moe_usage_error(prog, sub, "unknown expert '%s' (swiglu, silu)", arg);
         return 0;
     case O_PHYSMAP: g->physmap = arg; return 0;
-    case O_REPLICA_RULE: return moe_cli_replica_rule(prog, sub, arg, &g->po.replica_rule);
+    case O_REPLICA_RULE:
+        g->rule_set = 1;
+        return moe_cli_replica_rule(prog, sub, arg, &g->po.replica_rule);
+    case O_FOR:
+        if (!(g->target = moe_target_find(arg)))
+            return usage_error(sub, "unknown target '%s' (sglang, vllm, moe-run)", arg);
+        return 0;
+    case O_ACCOUNTING:
+        g->accounting_set = 1;
+        if ((g->accounting = moe_accounting_parse(arg)) < 0)
+            return usage_error(sub, "unknown accounting '%s' (rank, deepep, deepep-ll)", arg);
+        return 0;
     case O_CV:
         g->cv.forced = 1;
         if (moe_cli_u32(prog, sub, arg, 0, 16, "fold count", &g->cv.folds))
@@ -168,6 +182,25 @@ static int take_opt(const char *sub, int c, const char *arg, cfg_t *g)
     case O_TUNE: g->cv.tune = 1; return 0;
     }
     return usage_error(sub, "unexpected option");
+}
+
+/* --for: the target's scheme, accounting and replica rule where the options do not give
+ * them; -v says what was set. */
+static void apply_target(const char *sub, cfg_t *g)
+{
+    const moe_target_t *t = g->target;
+    if (!t)
+        return;
+    if (!g->scheme_set)
+        g->po.scheme = t->scheme;
+    if (!g->accounting_set)
+        g->accounting = t->accounting;
+    if (!g->rule_set)
+        g->po.replica_rule = t->replica_rule;
+    g->scheme_set = g->accounting_set = g->rule_set = 1;
+    moe_log(MOE_LOG_INFO, "%s --for %s: scheme %s, accounting %s, replica rule %s", sub,
+            t->name, moe_scheme_name(g->po.scheme), moe_accounting_name(g->accounting),
+            moe_replica_rule_name(g->po.replica_rule));
 }
 
 /* Parse a subcommand's options; `takes` lists the tool options it accepts (0-terminated).
@@ -202,6 +235,7 @@ static int parse(const char *sub, int argc, char **argv, cfg_t *g, unsigned grou
         return MOE_OPT_STOP;
     }
     moe_opts_apply_log(&g->o);
+    apply_target(sub, g);
     return 0;
 }
 
@@ -477,6 +511,9 @@ static void eval_usage(FILE *fp)
           "      --hidden=H         hidden size for bytes [the trace's]\n"
           "      --elem-bytes=B     bytes per element [the trace's]\n"
           "      --scheme=S         scheme of the matrices: vanilla or coherent [coherent]\n"
+          "      --accounting=A     rank (transfers per rank), or also DeepEP's: deepep or\n"
+          "                         deepep-ll (RDMA node-copies and NVLink forwards) [rank]\n"
+          MOE_CLI_FOR_HELP
           "      --matrix=FILE      write one mean exchange's rank x rank bytes for nccl-tests'\n"
           "                         alltoallv_perf (NCCL_TESTS_ALLTOALLV_MATRIX_FILE); the\n"
           "                         -b/-e/-f to run it with go to stderr\n"
@@ -543,7 +580,7 @@ static void alltoallv_hint(const moe_acct_t *a, const moe_placement_t *p, int sc
 static int run_eval(int argc, char **argv)
 {
     static const int takes[] = {O_TOPK, O_SOURCE, O_TOPOLOGY, O_HIDDEN, O_ELEM_BYTES, O_SCHEME,
-        O_MATRIX, O_MATRIX_BYTES, O_JSON, O_NO_LAYERS, O_REPLICA_RULE, 0};
+        O_MATRIX, O_MATRIX_BYTES, O_JSON, O_NO_LAYERS, O_REPLICA_RULE, O_FOR, O_ACCOUNTING, 0};
     cfg_t g;
     int rc = 0;
     if (parse("eval", argc, argv, &g, MOE_OPT_OUTPUT | MOE_OPT_FORMAT | MOE_OPT_THREADS |
@@ -597,7 +634,7 @@ static int run_eval(int argc, char **argv)
     eval_out_t out;
     if (!rc && !(rc = eval_out_open(&out, &g))) {
         moe_acct_write_opts_t wo = {g.json, !g.no_layers, g.topk, g.hidden, g.elem_bytes,
-                                    vec, source, ppath, tpath};
+                                    vec, source, ppath, tpath, g.accounting != 0};
         int w = moe_acct_write(a, p, h, &topo, &wo, moe_textout_write, out.t[0]);
         int bad = w ? 0 : -1;
         for (int i = 1; i < 3 && !w; i++)
