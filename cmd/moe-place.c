@@ -325,6 +325,10 @@ static void fit_usage(FILE *fp)
           "      --scheme=S         scheme the objective models: vanilla or coherent\n"
           "                         [coherent]\n"
           "      --topk=K           fit top-1 paths with 1 (ExFlow's objective) [all K]\n"
+          "      --accounting=A     what the candidates are scored by: rank (the scheme's\n"
+          "                         transfers), deepep or deepep-ll (RDMA and NVLink\n"
+          "                         copies, link-weighted) [rank]\n"
+          MOE_CLI_FOR_HELP
           "      --max-imbalance=X  bound on max/mean rank load per layer, 0 = none [1.10]\n"
           "      --replicas=N       extra copies of the hottest experts per layer [0]\n"
           MOE_CLI_REPLICA_RULE_HELP
@@ -398,7 +402,8 @@ static int run_fit(int argc, char **argv)
 {
     static const int takes[] = {O_RANKS, O_GPN, O_TOPOLOGY, O_METHOD, O_SCHEME, O_MAX_IMB,
         O_REPLICAS, O_EP_SIZE, O_TIME_LIMIT, O_SEED, O_STARTS, O_TOPK, O_INTER_COST,
-        O_REPLICA_RULE, O_LOADS, O_PHYSMAP, O_EXPERTS, O_CV, O_MEMORY, O_TUNE, 0};
+        O_REPLICA_RULE, O_LOADS, O_PHYSMAP, O_EXPERTS, O_CV, O_MEMORY, O_TUNE, O_FOR,
+        O_ACCOUNTING, 0};
     cfg_t g;
     int rc = 0;
     if (parse("fit", argc, argv, &g, MOE_OPT_OUTPUT | MOE_OPT_FORMAT | MOE_OPT_THREADS |
@@ -460,6 +465,7 @@ static int fit_input(const char *in, cfg_t *gp, const moe_topo_t *topo_in)
                                   errbuf, sizeof errbuf);
         rc = s ? 0 : fail("%s", errbuf);
         moe_place_tokens_rule(s, g.po.replica_rule);
+        moe_place_tokens_accounting(s, g.accounting);
         moe_place_tokens_attach(scored ? s : NULL, &g.po);
     }
     moe_place_result_t res;

@@ -339,6 +339,8 @@ moe_placement_t *moe_place_fit(const moe_affinity_t *a, const moe_topo_t *topo,
     snprintf(res->status, sizeof res->status, "heuristic");
     if (!rc)
         rc = place_run(a, groups > 1 ? &st : topo, &so, sub, res, errbuf, errlen);
+    if (!rc && o->fill_slots && o->replicas)
+        rc = place_fill_slots(sub, a);
     if (!rc && groups > 1)
         rc = expand(sub, groups, p);
     if (!rc && o->score && o->method < MOE_PLACE_EXFLOW) /* exflow reports its own hops */

@@ -72,4 +72,8 @@ int moe_place_replicate(moe_placement_t *p, const moe_place_sample_t *x, int coh
 int moe_place_replicate_rule(moe_placement_t *p, const moe_place_sample_t *x, int coherent,
                              uint32_t copies, double max_imbalance,
                              const double cost[MOE_LINK_CLASSES], int threads, int rule);
+/* Spend every free slot of p (capacity per rank) on extra copies (place_fill.c): the expert
+ * with the most load per copy (a's loads) that a free rank lacks, on a node without a copy of
+ * it when one has a free rank. Returns 0, or MOE_ENOMEM / MOE_ERANGE. */
+int place_fill_slots(moe_placement_t *p, const moe_affinity_t *a);
 #endif
