@@ -88,4 +88,32 @@ run mp eval --accounting node "$T/p.moep" "$T/abc.txt"
 expect_tool_usage moe-place eval
 end
 
+# compare_of MEASURE: "placement baseline ratio" of compare's table
+compare_of() { awk -F '\t' -v m="$1" '$1 == "COMPARE" && $2 == m { print $3, $4, $5 }' "$T/out"; }
+
+begin "compare: the hand counts of both sides and their ratios"
+# q (4 and 5 on rank 4) against p on the three tokens: normal RDMA 5 = 5 each way; NVLink
+# forwards: q 1 + 1 + 1 (rank 4 -> node 0 forwards to 1; 4 serves 5 itself) against 5
+expect_exit 0 mp compare --baseline "$T/p.moep" "$T/q.moep" "$T/abc.txt"
+expect_eq "$(compare_of rdma_node_copies)" "3.3333 3.3333 1.0000" "RDMA node-copies"
+expect_eq "$(compare_of nvlink_forwards)" "2.0000 3.3333 0.6000" "NVLink forwards"
+# per-rank inter: q reaches ranks {4, 9}, {4, 9}, {0, 1}: 6 each way against 8
+expect_eq "$(compare_of rank_inter)" "4.0000 5.3333 0.7500" "per-rank inter"
+grep -q '^# moe-place compare: .*for sglang: scheme vanilla, replica rule sglang-static$' \
+    "$T/out" || fail "the header does not say what it models"
+expect_exit 0 mp compare --accounting deepep-ll --baseline "$T/p.moep" "$T/q.moep" "$T/abc.txt"
+expect_eq "$(compare_of rdma_ll)" "5.3333 5.3333 1.0000" "LL RDMA"
+end
+
+begin "compare --baseline eplb: fitted with the same slots on --baseline-fit"
+moe gen --no-PG -L 2 -E 16 -k 2 -n 800 -s 20 -r 8 -S 9 -o "$T/g.moet" || fail "gen"
+mp fit --no-PG --ranks 8 --gpus-per-node 4 --memory 1.5 --cv 0 --starts 2 --for sglang \
+    -o "$T/f.moep" "$T/g.moet" || fail "fit"
+expect_exit 0 mp compare --baseline-fit "$T/g.moet" "$T/f.moep" "$T/g.moet"
+grep -q '^# slots per layer: 24 against 24;' "$T/out" || fail "not the same slots"
+expect_eq "$(awk -F '\t' '$1 == "COMPARE"' "$T/out" | wc -l | tr -d ' ')" 5 "five measures"
+run mp compare "$T/f.moep" "$T/g.moet"
+expect_tool_usage moe-place compare
+end
+
 finish
