@@ -37,6 +37,7 @@ enum {
     O_ELEM_BYTES, O_MATRIX, O_MATRIX_BYTES, O_JSON, O_FORMAT, O_EXPERTS, O_NO_LAYERS,
     O_REPLICA_RULE, O_LOADS, O_PHYSMAP, O_CV, O_MEMORY, O_TUNE, O_WINDOW, O_EVERY, O_THRESHOLD,
     O_INITIAL, O_FFN, O_EXPERT, O_FOR, O_ACCOUNTING, O_BASELINE, O_BASELINE_FIT,
+    O_NODE_LIMIT,
 };
 
 static const struct option long_opts[] = {
@@ -66,6 +67,7 @@ static const struct option long_opts[] = {
     {"accounting", required_argument, 0, O_ACCOUNTING},
     {"baseline", required_argument, 0, O_BASELINE},
     {"baseline-fit", required_argument, 0, O_BASELINE_FIT},
+    {"node-limit", required_argument, 0, O_NODE_LIMIT},
     MOE_OPTS_LONG, {0}};
 
 /* Everything any subcommand takes; each parser rejects what does not apply to it. */
@@ -80,6 +82,7 @@ typedef struct cfg {
     int rule_set, accounting, accounting_set; /* --replica-rule, --accounting given */
     const moe_target_t *target;                /* --for, or NULL */
     const char *baseline, *baseline_fit;       /* compare's */
+    uint32_t node_limit;                       /* eval's --node-limit */
     moe_place_replay_opts_t ro; /* replay's own: window, every, threshold, ffn (0: defaults) */
     const char *initial;
 } cfg_t;
@@ -169,6 +172,8 @@ static int take_opt(const char *sub, int c, const char *arg, cfg_t *g)
         g->rule_set = 1;
         return moe_cli_replica_rule(prog, sub, arg, &g->po.replica_rule);
     case O_BASELINE: g->baseline = arg; return 0;
+    case O_NODE_LIMIT:
+        return moe_cli_u32(prog, sub, arg, 1, MOE_MAX_RANKS, "node limit", &g->node_limit);
     case O_BASELINE_FIT: g->baseline_fit = arg; return 0;
     case O_FOR:
         if (!(g->target = moe_target_find(arg)))
@@ -525,6 +530,8 @@ static void eval_usage(FILE *fp)
           "      --scheme=S         scheme of the matrices: vanilla or coherent [coherent]\n"
           "      --accounting=A     rank (transfers per rank), or also DeepEP's: deepep or\n"
           "                         deepep-ll (RDMA node-copies and NVLink forwards) [rank]\n"
+          "      --node-limit=M     report the share of cells whose experts span more than\n"
+          "                         M nodes (DeepSeek-V3 routes to at most 4) [none]\n"
           MOE_CLI_FOR_HELP
           "      --matrix=FILE      write one mean exchange's rank x rank bytes for nccl-tests'\n"
           "                         alltoallv_perf (NCCL_TESTS_ALLTOALLV_MATRIX_FILE); the\n"
@@ -592,7 +599,8 @@ static void alltoallv_hint(const moe_acct_t *a, const moe_placement_t *p, int sc
 static int run_eval(int argc, char **argv)
 {
     static const int takes[] = {O_TOPK, O_SOURCE, O_TOPOLOGY, O_HIDDEN, O_ELEM_BYTES, O_SCHEME,
-        O_MATRIX, O_MATRIX_BYTES, O_JSON, O_NO_LAYERS, O_REPLICA_RULE, O_FOR, O_ACCOUNTING, 0};
+        O_MATRIX, O_MATRIX_BYTES, O_JSON, O_NO_LAYERS, O_REPLICA_RULE, O_FOR, O_ACCOUNTING,
+        O_NODE_LIMIT, 0};
     cfg_t g;
     int rc = 0;
     if (parse("eval", argc, argv, &g, MOE_OPT_OUTPUT | MOE_OPT_FORMAT | MOE_OPT_THREADS |
@@ -627,6 +635,7 @@ static int run_eval(int argc, char **argv)
     ao.source = g.source;
     ao.replica_rule = g.po.replica_rule;
     ao.matrix = g.matrix || g.matrix_bytes;
+    ao.node_limit = g.node_limit;
     if (!rc && !(a = moe_acct_new(p, &topo, h, &ao, &st, errbuf, sizeof errbuf)))
         rc = fail("'%s' on '%s': %s", ppath, tpath, errbuf);
     if (a) {
@@ -646,7 +655,8 @@ static int run_eval(int argc, char **argv)
     eval_out_t out;
     if (!rc && !(rc = eval_out_open(&out, &g))) {
         moe_acct_write_opts_t wo = {g.json, !g.no_layers, g.topk, g.hidden, g.elem_bytes,
-                                    vec, source, ppath, tpath, g.accounting != 0};
+                                    vec, source, ppath, tpath, g.accounting != 0,
+                                    g.node_limit};
         int w = moe_acct_write(a, p, h, &topo, &wo, moe_textout_write, out.t[0]);
         int bad = w ? 0 : -1;
         for (int i = 1; i < 3 && !w; i++)

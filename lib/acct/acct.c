@@ -16,6 +16,7 @@ struct moe_acct {
     const moe_placement_t *p;
     uint32_t L, E, K, k, G, gpn;
     int source, weights, matrix, ranks, rule;
+    uint32_t node_limit;
     uint64_t tokens;
     moe_acct_layer_t *layer[MOE_SCHEMES];  /* [L] */
     uint64_t *load[MOE_SCHEMES];           /* [L][G] */
@@ -136,6 +137,7 @@ moe_acct_t *moe_acct_new(const moe_placement_t *p, const moe_topo_t *topo,
     a->source = source;
     a->weights = (h->flags & MOE_TRACE_WEIGHTS) != 0;
     a->rule = o->replica_rule;
+    a->node_limit = o->node_limit;
     if (a->rule == MOE_REPLICA_SGLANG_STATIC && !(a->tab = acct_static_new(p, status))) {
         moe_acct_free(a);
         snprintf(errbuf, errlen, "%s", moe_strerror(*status));
@@ -425,7 +427,7 @@ int moe_acct_token(moe_acct_t *a, const uint16_t *ids, const float *weights, uin
         if (!moe_acct_route(a, j, cid, cw, s, token, rt))
             continue;
         count_layer(a, MOE_SCHEME_VANILLA, j, rt, s, s);
-        acct_deepep_cell(&a->dp[j], rt, s, a->gpn);
+        acct_deepep_cell(&a->dp[j], rt, s, a->gpn, a->node_limit);
         moe_acct_route(a, j, cid, cw, h, token, rt);
         count_layer(a, MOE_SCHEME_COHERENT, j, rt, h, rt->home);
         h = rt->home;
@@ -510,6 +512,7 @@ int moe_acct_scan(moe_acct_t *a, moe_trace_map_t *m,
             c.w[i]->source = a->source;
             c.w[i]->weights = a->weights;
             c.w[i]->rule = a->rule;
+            c.w[i]->node_limit = a->node_limit;
             c.w[i]->tab = a->tab; /* shared, read only */
         }
     }

@@ -32,9 +32,9 @@ double moe_deepep_bytes(int kernel, int phase, uint32_t hidden)
 }
 
 void acct_deepep_cell(struct moe_acct_deepep *c, const struct moe_route *rt, uint32_t s,
-                      uint32_t gpn)
+                      uint32_t gpn, uint32_t node_limit)
 {
-    uint32_t sn = s / gpn, local = s % gpn;
+    uint32_t sn = s / gpn, local = s % gpn, nodes = 0;
     c->cells++;
     /* normal: one RDMA copy per remote node, then NVLink from that node's forwarder (the rank
      * of s's local index; s itself on its own node) to each other serving rank there */
@@ -42,6 +42,7 @@ void acct_deepep_cell(struct moe_acct_deepep *c, const struct moe_route *rt, uin
         uint32_t d = rt->ranks[q], n = d / gpn, first = 1;
         for (uint32_t i = 0; i < q && first; i++)
             first = rt->ranks[i] / gpn != n;
+        nodes += first;
         if (first && n != sn)
             for (int ph = 0; ph < MOE_PHASES; ph++)
                 c->rdma[MOE_DEEPEP_NORMAL][ph]++;
@@ -49,6 +50,8 @@ void acct_deepep_cell(struct moe_acct_deepep *c, const struct moe_route *rt, uin
             for (int ph = 0; ph < MOE_PHASES; ph++)
                 c->nvl[MOE_DEEPEP_NORMAL][ph]++;
     }
+    c->nodes += nodes;
+    c->over_limit += node_limit && nodes > node_limit;
     /* low-latency: every top-k entry goes straight to its serving rank */
     for (uint32_t i = 0; i < rt->n; i++) {
         uint32_t d = rt->rank[i];

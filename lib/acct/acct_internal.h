@@ -32,6 +32,6 @@ uint32_t acct_static_rank(const acct_static_t *t, uint32_t layer, uint32_t exper
 struct moe_acct_deepep;
 struct moe_route;
 void acct_deepep_cell(struct moe_acct_deepep *c, const struct moe_route *rt, uint32_t s,
-                      uint32_t gpn);
+                      uint32_t gpn, uint32_t node_limit);
 
 #endif

@@ -137,6 +137,14 @@ static int write_table(textbuf_t *out, const moe_acct_t *a, const char *ppath,
                             m.combine, m.intra, m.inter, m.local, m.stay_rank, m.stay_node,
                             m.hops, m.max_load, bytes);
     }
+    if (!rc && (g->deepep || g->node_limit)) {
+        moe_acct_deepep_t t;
+        moe_acct_deepep_total(a, &t);
+        double c = t.cells ? (double)t.cells : 1;
+        rc = tb_fmt(out, "#NODES\tnodes_per_token_layer\tnode_limit\tover_limit\n"
+                         "NODES\t%.4f\t%u\t%.4f\n", (double)t.nodes / c, g->node_limit,
+                    (double)t.over_limit / c);
+    }
     if (!rc && g->deepep)
         rc = write_deepep(out, a, p->layers, g->hidden ? g->hidden : h->hidden, g->layers);
     if (!g->layers)
@@ -210,7 +218,11 @@ static int write_json(textbuf_t *out, const moe_acct_t *a, const moe_placement_t
     if (!rc && g->deepep) {
         moe_acct_deepep_t t;
         moe_acct_deepep_total(a, &t);
-        rc = tb_fmt(out, "},\n \"deepep\": {");
+        double c = t.cells ? (double)t.cells : 1;
+        rc = tb_fmt(out, "},\n \"nodes\": {\"nodes_per_token_layer\": %s, \"node_limit\": %u, "
+                         "\"over_limit\": %s", jnum(b[0], 32, (double)t.nodes / c),
+                    g->node_limit, jnum(b[1], 32, (double)t.over_limit / c));
+        rc = rc ? rc : tb_fmt(out, "},\n \"deepep\": {");
         for (int k = 0; k < MOE_DEEPEP_KERNELS && !rc; k++) {
             deepep_sum_t d;
             deepep_sum(a, &t, k, g->hidden ? g->hidden : h->hidden, &d);

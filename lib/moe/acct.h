@@ -100,6 +100,9 @@ typedef struct moe_acct_opts {
     int ranks;       /* keep per-rank sent and received transfers per layer, phase and link
                       * class (moe_acct_ranks; G x L x 128 bytes per scheme) [0] */
     int replica_rule; /* enum moe_replica_rule [NEAREST] */
+    uint32_t node_limit; /* count the cells whose serving ranks span more nodes than this
+                          * (moe_acct_deepep_t.over_limit; DeepSeek-V3's node-limited routing
+                          * sends a token to at most 4); 0 = none [0] */
 } moe_acct_opts_t;
 
 /* Defaults as marked above. */
@@ -245,6 +248,8 @@ typedef struct moe_acct_deepep {
     uint64_t cells;                                  /* present cells */
     uint64_t rdma[MOE_DEEPEP_KERNELS][MOE_PHASES];   /* normal: node copies; ll: messages */
     uint64_t nvl[MOE_DEEPEP_KERNELS][MOE_PHASES];    /* normal: forwards; ll: messages */
+    uint64_t nodes;       /* nodes of the serving ranks, summed over cells */
+    uint64_t over_limit;  /* cells spanning more nodes than opts.node_limit (0 without) */
 } moe_acct_deepep_t;
 
 /* DeepEP's counts of layer j (NULL out of range), and their sum over layers. */
@@ -284,6 +289,8 @@ typedef struct moe_acct_write_opts {
     int source;  /* the source ranks used (enum moe_source), named in the header */
     const char *placement_name, *trace_name;
     int deepep;  /* also DeepEP's counts (#DEEPEP lines; "deepep" in JSON) */
+    uint32_t node_limit; /* the accounting's opts.node_limit: with it (or deepep) a #NODES
+                          * line: nodes per cell and the share of cells over the limit */
 } moe_acct_write_opts_t;
 
 /* Write the report of accounting a (placement p, trace header h, topology topo) into

@@ -88,6 +88,22 @@ run mp eval --accounting node "$T/p.moep" "$T/abc.txt"
 expect_tool_usage moe-place eval
 end
 
+begin "--node-limit: nodes per cell and the share of cells over the limit"
+# the three tokens span 2 nodes each; a fourth, 0 -> experts 0, 4, 8, spans 3
+cp "$T/abc.txt" "$T/abcd.txt"
+printf '3\t3\t0\t0\t0\t0,4,8\n' >>"$T/abcd.txt"
+expect_exit 0 mp eval --node-limit 2 --no-layers "$T/p.moep" "$T/abcd.txt"
+grep -q '^NODES	2.2500	2	0.2500$' "$T/out" || fail "NODES line: $(grep NODES "$T/out")"
+grep -q '^DEEPEP' "$T/out" && fail "--node-limit alone printed DEEPEP lines"
+expect_exit 0 mp eval --node-limit 1 --no-layers "$T/p.moep" "$T/abc.txt"
+grep -q '^NODES	2.0000	1	1.0000$' "$T/out" || fail "limit 1"
+expect_exit 0 mp eval --json --for sglang --node-limit 2 "$T/p.moep" "$T/abcd.txt"
+grep -q '"nodes": {"nodes_per_token_layer": 2.25, "node_limit": 2, "over_limit": 0.25}' \
+    "$T/out" || fail "JSON nodes"
+run mp eval --node-limit 0 "$T/p.moep" "$T/abc.txt"
+expect_tool_usage moe-place eval
+end
+
 # compare_of MEASURE: "placement baseline ratio" of compare's table
 compare_of() { awk -F '\t' -v m="$1" '$1 == "COMPARE" && $2 == m { print $3, $4, $5 }' "$T/out"; }
 
