@@ -37,7 +37,7 @@ enum {
     O_ELEM_BYTES, O_MATRIX, O_MATRIX_BYTES, O_JSON, O_FORMAT, O_EXPERTS, O_NO_LAYERS,
     O_REPLICA_RULE, O_LOADS, O_PHYSMAP, O_CV, O_MEMORY, O_TUNE, O_WINDOW, O_EVERY, O_THRESHOLD,
     O_INITIAL, O_FFN, O_EXPERT, O_FOR, O_ACCOUNTING, O_BASELINE, O_BASELINE_FIT,
-    O_NODE_LIMIT,
+    O_NODE_LIMIT, O_EXPERT_GROUPS,
 };
 
 static const struct option long_opts[] = {
@@ -68,6 +68,7 @@ static const struct option long_opts[] = {
     {"baseline", required_argument, 0, O_BASELINE},
     {"baseline-fit", required_argument, 0, O_BASELINE_FIT},
     {"node-limit", required_argument, 0, O_NODE_LIMIT},
+    {"expert-groups", required_argument, 0, O_EXPERT_GROUPS},
     MOE_OPTS_LONG, {0}};
 
 /* Everything any subcommand takes; each parser rejects what does not apply to it. */
@@ -172,6 +173,9 @@ static int take_opt(const char *sub, int c, const char *arg, cfg_t *g)
         g->rule_set = 1;
         return moe_cli_replica_rule(prog, sub, arg, &g->po.replica_rule);
     case O_BASELINE: g->baseline = arg; return 0;
+    case O_EXPERT_GROUPS:
+        return moe_cli_u32(prog, sub, arg, 1, MOE_TRACE_MAX_EXPERTS, "group count",
+                           &g->po.expert_groups);
     case O_NODE_LIMIT:
         return moe_cli_u32(prog, sub, arg, 1, MOE_MAX_RANKS, "node limit", &g->node_limit);
     case O_BASELINE_FIT: g->baseline_fit = arg; return 0;
@@ -345,6 +349,8 @@ static void fit_usage(FILE *fp)
           MOE_CLI_REPLICA_RULE_HELP
           "      --ep-size=P        ranks of an expert-parallel group: every expert on each\n"
           "                         group of P ranks (P divides G) [G: one group]\n"
+          "      --expert-groups=N  keep N groups of E/N consecutive experts whole on nodes\n"
+          "                         (DeepSeek-V3's node-limited routing) [none]\n"
           "      --memory=X         expert slots per rank as X times E/G, spent on groups\n"
           "                         and replicas (instead of the two above) [1]\n"
           "      --cv=K             estimate held-out transfers and load by K-fold\n"
@@ -414,7 +420,7 @@ static int run_fit(int argc, char **argv)
     static const int takes[] = {O_RANKS, O_GPN, O_TOPOLOGY, O_METHOD, O_SCHEME, O_MAX_IMB,
         O_REPLICAS, O_EP_SIZE, O_TIME_LIMIT, O_SEED, O_STARTS, O_TOPK, O_INTER_COST,
         O_REPLICA_RULE, O_LOADS, O_PHYSMAP, O_EXPERTS, O_CV, O_MEMORY, O_TUNE, O_FOR,
-        O_ACCOUNTING, 0};
+        O_ACCOUNTING, O_EXPERT_GROUPS, 0};
     cfg_t g;
     int rc = 0;
     if (parse("fit", argc, argv, &g, MOE_OPT_OUTPUT | MOE_OPT_FORMAT | MOE_OPT_THREADS |

@@ -95,6 +95,10 @@ typedef struct moe_place_opts {
                             * leaves unplaced go to the experts with the most load per copy,
                             * on nodes without one first (place_fill.c), so that SGLang's and
                             * EPLB's maps hold the placement [0] */
+    uint32_t expert_groups; /* > 0: keep groups of E / expert_groups consecutive experts
+                             * whole on nodes (DeepSeek-V3's n_group; its node-limited
+                             * routing): after the method, each group's copies move onto one
+                             * node, expert_groups / nodes groups per node [0] */
 } moe_place_opts_t;
 
 void moe_place_opts_default(moe_place_opts_t *o);

@@ -35,7 +35,7 @@ static int node_holds(const moe_placement_t *p, uint32_t j, uint32_t e, uint32_t
 
 /* Fill layer j; used[r] is rank r's slots in use. */
 static int fill_layer(moe_placement_t *p, const uint64_t *load, uint32_t j, uint32_t *used,
-                      double *rload)
+                      double *rload, int grouped)
 {
     uint32_t G = p->ranks, E = p->experts;
     for (;;) {
@@ -53,6 +53,8 @@ static int fill_layer(moe_placement_t *p, const uint64_t *load, uint32_t j, uint
                 if (used[q] >= p->capacity || moe_placement_holds(p, j, e, q))
                     continue;
                 int f = !node_holds(p, j, e, q / p->gpus_per_node);
+                if (grouped && f) /* groups stay on their nodes */
+                    continue;
                 if (r == UINT32_MAX || f > fresh || (f == fresh && rload[q] < rload[r])) {
                     r = q;
                     fresh = f;
@@ -79,7 +81,7 @@ static int fill_layer(moe_placement_t *p, const uint64_t *load, uint32_t j, uint
     }
 }
 
-int place_fill_slots(moe_placement_t *p, const moe_affinity_t *a)
+int place_fill_slots(moe_placement_t *p, const moe_affinity_t *a, int grouped)
 {
     uint32_t G = p->ranks;
     uint32_t *used = malloc(G * sizeof *used);
@@ -97,7 +99,7 @@ int place_fill_slots(moe_placement_t *p, const moe_affinity_t *a)
                 rload[rk[c]] += per_copy(p, load, j, e);
             }
         }
-        rc = fill_layer(p, load, j, used, rload);
+        rc = fill_layer(p, load, j, used, rload, grouped);
     }
     free(used);
     free(rload);

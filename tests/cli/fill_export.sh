@@ -44,6 +44,36 @@ for mem in 1.5 2; do
     done
 done
 
+# violations FILE GPN SIZE [P]: copies of an expert group (SIZE consecutive experts) on another
+# node than the group's first copy in the same expert-parallel group of P ranks [all]
+violations() {
+    awk -F '\t' -v gpn="$2" -v sz="$3" -v P="${4:-0}" '!/^[@#]/ { n = split($3, r, ",")
+        for (i = 1; i <= n; i++) { q = P ? r[i] % P : r[i]
+            k = $1 " " int($2 / sz) " " (P ? int(r[i] / P) : 0); d = int(q / gpn)
+            if (k in at && at[k] != d) bad++; at[k] = d } } END { print bad + 0 }' "$1"
+}
+
+begin "--expert-groups keeps groups whole on nodes, the memory's copies too"
+moe gen --no-PG -L 3 -E 32 -k 4 -n 2000 -s 30 -r 16 -S 4 -o "$T/g.moet" || fail "gen"
+expect_exit 0 mp fit --no-PG --ranks 16 --gpus-per-node 4 --cv 0 --starts 2 --memory 1.5 \
+    -o "$T/free.moep" "$T/g.moet"
+[ "$(violations "$T/free.moep" 4 4)" -gt 0 ] || fail "the unconstrained fit keeps groups anyway"
+# --memory 2 makes two expert-parallel groups of 8 ranks (ep_size 8): groups whole in each
+for mem in ":0" "--memory 1.5:0" "--memory 2:8"; do
+    P=${mem#*:} mem=${mem%:*}
+    expect_exit 0 mp fit --no-PG --ranks 16 --gpus-per-node 4 --cv 0 --starts 2 \
+        --expert-groups 8 --for sglang $mem -o "$T/g.moep" "$T/g.moet"
+    expect_eq "$(violations "$T/g.moep" 4 4 "$P")" 0 "group copies off their node ($mem)"
+    expect_exit 0 mp check "$T/g.moep"
+    expect_exit 0 mp export --format sglang -o "$T/s.json" "$T/g.moep"
+done
+slots_ok "$T/s.json" physical_to_logical_map 64
+run mp fit --no-PG --ranks 16 --gpus-per-node 4 --expert-groups 6 "$T/g.moet"
+expect_tool_err_line moe-place \
+    "--expert-groups 6 must divide the 32 experts and be a multiple of the 4 nodes"
+expect_eq "$rc" 1 "exit status"
+end
+
 begin "the fill is seeded like the fit: the same placement twice"
 mp fit --no-PG --ranks 8 --gpus-per-node 4 --memory 1.5 --cv 0 --starts 2 -o "$T/a.moep" \
     "$T/t.moet" && mp fit --no-PG --ranks 8 --gpus-per-node 4 --memory 1.5 --cv 0 --starts 2 \
