@@ -14,6 +14,9 @@
 #  4. Fit time: a DeepSeek-V3-shaped trace (58 layers, 256 experts, top-8, 200,000 tokens) on
 #     64 ranks (8 nodes x 8) (target <= 60 s, memory bounded) and a Mixtral-sized one (<= 1 s),
 #     each beside the time `moe-trace stats` takes to read the same file.
+#  8. DeepEP (issue 45): the same held-out split on 2 and 4 nodes x 8 at 1.5x memory, counted as
+#     SGLang over DeepEP sends (RDMA node-copies, NVLink forwards), the fit --for sglang against
+#     EPLB's rule with the same slots (moe-place compare); targets of issue 45.
 # Usage: sh bench/bench_place.sh [BIN_DIR]   (needs ../shared beside the checkout)
 set -eu
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -226,4 +229,40 @@ for c in "balanced 8192 4096 -" "balanced 8192 8192 -" "balanced 8192 16384 -" \
     awk -F '\t' -v m="$1" -v w="$2" -v e="$3" -v t="$4" -v s="$(secs "$t0" "$t1")" '
         $1 == "SUMMARY" { printf "%-9s %6s %6s %5s %6s %8s %8s %8s %8s %9.1f %6s\n", m, w, e, t,
             $4, $5, $6, $9, $10, $12 / 1e9, s }' "$tmp/rp.txt"
+done
+
+echo
+echo "# 8. DeepEP (issue 45): DeepSeek-V2-Lite fitted on prompts 1..500, evaluated on 501..1000"
+echo "#    (held out), 8 GPUs per node, 1.5x expert memory (every slot filled on both sides: the"
+echo "#    same slots), counted as SGLang over DeepEP's normal kernels sends (moeflow(7), DeepEP):"
+echo "#    vanilla routing, SGLang's static replica rule; rdma: RDMA node-copies per token and"
+echo "#    layer, both directions; nvl: NVLink forwards; load: held-out worst-layer max/mean."
+echo "#    fit: affinity --for sglang --memory 1.5 (--cv 0). baseline: moeflow's balanced method"
+echo "#    (EPLB's replication and packing, compare --baseline eplb) with the same slots, fitted on"
+echo "#    the same prompts' loads. DeepSeek's own eplb.py needs torch, absent here: give"
+echo "#    MOE_EPLB_JSON_16 / _32 (its output for 16 / 32 GPUs) to judge against it instead."
+echo "#    goals: 4x8 rdma ratio <= 0.75, 2x8 <= 0.85, load <= baseline + 0.05"
+printf '%-6s %8s %8s %6s %8s %8s %6s %7s %7s %6s %s\n' shape rdma rdma_eplb ratio nvl nvl_eplb \
+    ratio load load_eplb fit_s goals
+for c in "16:0.85" "32:0.75"; do
+    G=${c%%:*} goal=${c#*:}
+    t0=$(date +%s%N)
+    "$mp" fit --no-PG -@ 1 --ranks "$G" --gpus-per-node 8 --memory 1.5 --for sglang --cv 0 \
+        -o "$tmp/dp.moep" "$tmp/fit.mft"
+    t1=$(date +%s%N)
+    eval "base=\${MOE_EPLB_JSON_$G:-}"
+    if [ -n "$base" ]; then
+        "$mp" compare --baseline "$base" "$tmp/dp.moep" "$tmp/eval.mft" >"$tmp/dp.txt"
+    else
+        "$mp" compare --baseline eplb --baseline-fit "$tmp/fit.mft" "$tmp/dp.moep" \
+            "$tmp/eval.mft" >"$tmp/dp.txt"
+    fi
+    awk -F '\t' -v g="$G" -v goal="$goal" -v s="$(secs "$t0" "$t1")" '
+        $1 == "COMPARE" { a[$2] = $3; b[$2] = $4; r[$2] = $5 }
+        END { ok1 = r["rdma_node_copies"] <= goal ? "ok" : "MISSED"
+              ok2 = a["max_load"] <= b["max_load"] + 0.05 ? "ok" : "MISSED"
+              printf "%-6s %8.4f %8.4f %6.3f %8.4f %8.4f %6.3f %7.3f %7.3f %6s %s/%s\n",
+                  g / 8 "x8", a["rdma_node_copies"], b["rdma_node_copies"],
+                  r["rdma_node_copies"], a["nvlink_forwards"], b["nvlink_forwards"],
+                  r["nvlink_forwards"], a["max_load"], b["max_load"], s, ok1, ok2 }' "$tmp/dp.txt"
 done

@@ -134,6 +134,11 @@ int moe_cli_double(const char *prog, const char *sub, const char *arg, double mi
     "                         positional (vLLM 0.11 to PR 40810) or sglang-static\n"          \
     "                         (SGLang's default) [nearest]\n"
 int moe_cli_replica_rule(const char *prog, const char *sub, const char *arg, int *out);
+/* --for=T (moe/acct.h's moe_target_t): its help lines, the same in every tool. */
+#define MOE_CLI_FOR_HELP                                                                      \
+    "      --for=T            the system served with: sglang, vllm or moe-run; sets the\n"    \
+    "                         scheme, accounting and replica rule not given (-v says)\n"
+
 /* --gather-bytes=B|hidden (moe_exflow_gather_parse): 0, or 2 after moe_usage_error. */
 int moe_cli_gather_bytes(const char *prog, const char *sub, const char *arg, double *out);
 

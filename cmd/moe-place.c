@@ -2,6 +2,7 @@
 #include "config.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <fcntl.h>
 #include <getopt.h>
 #include <math.h>
@@ -35,7 +36,8 @@ enum {
     O_EP_SIZE, O_TIME_LIMIT, O_SEED, O_STARTS, O_TOPK, O_INTER_COST, O_SOURCE, O_HIDDEN,
     O_ELEM_BYTES, O_MATRIX, O_MATRIX_BYTES, O_JSON, O_FORMAT, O_EXPERTS, O_NO_LAYERS,
     O_REPLICA_RULE, O_LOADS, O_PHYSMAP, O_CV, O_MEMORY, O_TUNE, O_WINDOW, O_EVERY, O_THRESHOLD,
-    O_INITIAL, O_FFN, O_EXPERT,
+    O_INITIAL, O_FFN, O_EXPERT, O_FOR, O_ACCOUNTING, O_BASELINE, O_BASELINE_FIT,
+    O_NODE_LIMIT, O_EXPERT_GROUPS,
 };
 
 static const struct option long_opts[] = {
@@ -61,7 +63,12 @@ static const struct option long_opts[] = {
     {"window", required_argument, 0, O_WINDOW}, {"every", required_argument, 0, O_EVERY},
     {"threshold", required_argument, 0, O_THRESHOLD},
     {"initial", required_argument, 0, O_INITIAL}, {"ffn", required_argument, 0, O_FFN},
-    {"expert", required_argument, 0, O_EXPERT},
+    {"expert", required_argument, 0, O_EXPERT}, {"for", required_argument, 0, O_FOR},
+    {"accounting", required_argument, 0, O_ACCOUNTING},
+    {"baseline", required_argument, 0, O_BASELINE},
+    {"baseline-fit", required_argument, 0, O_BASELINE_FIT},
+    {"node-limit", required_argument, 0, O_NODE_LIMIT},
+    {"expert-groups", required_argument, 0, O_EXPERT_GROUPS},
     MOE_OPTS_LONG, {0}};
 
 /* Everything any subcommand takes; each parser rejects what does not apply to it. */
@@ -73,6 +80,10 @@ typedef struct cfg {
     const char *topology, *matrix, *matrix_bytes, *loads, *physmap;
     double inter_cost;      /* < 0: the topology's */
     int source, json, format, scheme_set, no_layers;
+    int rule_set, accounting, accounting_set; /* --replica-rule, --accounting given */
+    const moe_target_t *target;                /* --for, or NULL */
+    const char *baseline, *baseline_fit;       /* compare's */
+    uint32_t node_limit;                       /* eval's --node-limit */
     moe_place_replay_opts_t ro; /* replay's own: window, every, threshold, ffn (0: defaults) */
     const char *initial;
 } cfg_t;
@@ -158,7 +169,25 @@ static int take_opt(const char *sub, int c, const char *arg, cfg_t *g)
             return moe_usage_error(prog, sub, "unknown expert '%s' (swiglu, silu)", arg);
         return 0;
     case O_PHYSMAP: g->physmap = arg; return 0;
-    case O_REPLICA_RULE: return moe_cli_replica_rule(prog, sub, arg, &g->po.replica_rule);
+    case O_REPLICA_RULE:
+        g->rule_set = 1;
+        return moe_cli_replica_rule(prog, sub, arg, &g->po.replica_rule);
+    case O_BASELINE: g->baseline = arg; return 0;
+    case O_EXPERT_GROUPS:
+        return moe_cli_u32(prog, sub, arg, 1, MOE_TRACE_MAX_EXPERTS, "group count",
+                           &g->po.expert_groups);
+    case O_NODE_LIMIT:
+        return moe_cli_u32(prog, sub, arg, 1, MOE_MAX_RANKS, "node limit", &g->node_limit);
+    case O_BASELINE_FIT: g->baseline_fit = arg; return 0;
+    case O_FOR:
+        if (!(g->target = moe_target_find(arg)))
+            return usage_error(sub, "unknown target '%s' (sglang, vllm, moe-run)", arg);
+        return 0;
+    case O_ACCOUNTING:
+        g->accounting_set = 1;
+        if ((g->accounting = moe_accounting_parse(arg)) < 0)
+            return usage_error(sub, "unknown accounting '%s' (rank, deepep, deepep-ll)", arg);
+        return 0;
     case O_CV:
         g->cv.forced = 1;
         if (moe_cli_u32(prog, sub, arg, 0, 16, "fold count", &g->cv.folds))
@@ -168,6 +197,25 @@ static int take_opt(const char *sub, int c, const char *arg, cfg_t *g)
     case O_TUNE: g->cv.tune = 1; return 0;
     }
     return usage_error(sub, "unexpected option");
+}
+
+/* --for: the target's scheme, accounting and replica rule where the options do not give
+ * them; -v says what was set. */
+static void apply_target(const char *sub, cfg_t *g)
+{
+    const moe_target_t *t = g->target;
+    if (!t)
+        return;
+    if (!g->scheme_set)
+        g->po.scheme = t->scheme;
+    if (!g->accounting_set)
+        g->accounting = t->accounting;
+    if (!g->rule_set)
+        g->po.replica_rule = t->replica_rule;
+    g->scheme_set = g->accounting_set = g->rule_set = 1;
+    moe_log(MOE_LOG_INFO, "%s --for %s: scheme %s, accounting %s, replica rule %s", sub,
+            t->name, moe_scheme_name(g->po.scheme), moe_accounting_name(g->accounting),
+            moe_replica_rule_name(g->po.replica_rule));
 }
 
 /* Parse a subcommand's options; `takes` lists the tool options it accepts (0-terminated).
@@ -202,6 +250,7 @@ static int parse(const char *sub, int argc, char **argv, cfg_t *g, unsigned grou
         return MOE_OPT_STOP;
     }
     moe_opts_apply_log(&g->o);
+    apply_target(sub, g);
     return 0;
 }
 
@@ -291,11 +340,17 @@ static void fit_usage(FILE *fp)
           "      --scheme=S         scheme the objective models: vanilla or coherent\n"
           "                         [coherent]\n"
           "      --topk=K           fit top-1 paths with 1 (ExFlow's objective) [all K]\n"
+          "      --accounting=A     what the candidates are scored by: rank (the scheme's\n"
+          "                         transfers), deepep or deepep-ll (RDMA and NVLink\n"
+          "                         copies, link-weighted) [rank]\n"
+          MOE_CLI_FOR_HELP
           "      --max-imbalance=X  bound on max/mean rank load per layer, 0 = none [1.10]\n"
           "      --replicas=N       extra copies of the hottest experts per layer [0]\n"
           MOE_CLI_REPLICA_RULE_HELP
           "      --ep-size=P        ranks of an expert-parallel group: every expert on each\n"
           "                         group of P ranks (P divides G) [G: one group]\n"
+          "      --expert-groups=N  keep N groups of E/N consecutive experts whole on nodes\n"
+          "                         (DeepSeek-V3's node-limited routing) [none]\n"
           "      --memory=X         expert slots per rank as X times E/G, spent on groups\n"
           "                         and replicas (instead of the two above) [1]\n"
           "      --cv=K             estimate held-out transfers and load by K-fold\n"
@@ -371,7 +426,8 @@ static int run_fit(int argc, char **argv)
 {
     static const int takes[] = {O_RANKS, O_GPN, O_TOPOLOGY, O_METHOD, O_SCHEME, O_MAX_IMB,
         O_REPLICAS, O_EP_SIZE, O_TIME_LIMIT, O_SEED, O_STARTS, O_TOPK, O_INTER_COST,
-        O_REPLICA_RULE, O_LOADS, O_PHYSMAP, O_EXPERTS, O_CV, O_MEMORY, O_TUNE, 0};
+        O_REPLICA_RULE, O_LOADS, O_PHYSMAP, O_EXPERTS, O_CV, O_MEMORY, O_TUNE, O_FOR,
+        O_ACCOUNTING, O_EXPERT_GROUPS, 0};
     cfg_t g;
     int rc = 0;
     if (parse("fit", argc, argv, &g, MOE_OPT_OUTPUT | MOE_OPT_FORMAT | MOE_OPT_THREADS |
@@ -435,6 +491,7 @@ static int fit_input(const char *in, cfg_t *gp, const moe_topo_t *topo_in)
                                   errbuf, sizeof errbuf);
         rc = s ? 0 : fail("%s", errbuf);
         moe_place_tokens_rule(s, g.po.replica_rule);
+        moe_place_tokens_accounting(s, g.accounting);
         moe_place_tokens_attach(scored ? s : NULL, &g.po);
     }
     moe_place_result_t res;
@@ -491,6 +548,11 @@ static void eval_usage(FILE *fp)
           "      --hidden=H         hidden size for bytes [the trace's]\n"
           "      --elem-bytes=B     bytes per element [the trace's]\n"
           "      --scheme=S         scheme of the matrices: vanilla or coherent [coherent]\n"
+          "      --accounting=A     rank (transfers per rank), or also DeepEP's: deepep or\n"
+          "                         deepep-ll (RDMA node-copies and NVLink forwards) [rank]\n"
+          "      --node-limit=M     report the share of cells whose experts span more than\n"
+          "                         M nodes (DeepSeek-V3 routes to at most 4) [none]\n"
+          MOE_CLI_FOR_HELP
           "      --matrix=FILE      write one mean exchange's rank x rank bytes for nccl-tests'\n"
           "                         alltoallv_perf (NCCL_TESTS_ALLTOALLV_MATRIX_FILE); the\n"
           "                         -b/-e/-f to run it with go to stderr\n"
@@ -557,7 +619,8 @@ static void alltoallv_hint(const moe_acct_t *a, const moe_placement_t *p, int sc
 static int run_eval(int argc, char **argv)
 {
     static const int takes[] = {O_TOPK, O_SOURCE, O_TOPOLOGY, O_HIDDEN, O_ELEM_BYTES, O_SCHEME,
-        O_MATRIX, O_MATRIX_BYTES, O_JSON, O_NO_LAYERS, O_REPLICA_RULE, 0};
+        O_MATRIX, O_MATRIX_BYTES, O_JSON, O_NO_LAYERS, O_REPLICA_RULE, O_FOR, O_ACCOUNTING,
+        O_NODE_LIMIT, 0};
     cfg_t g;
     int rc = 0;
     if (parse("eval", argc, argv, &g, MOE_OPT_OUTPUT | MOE_OPT_FORMAT | MOE_OPT_THREADS |
@@ -593,6 +656,7 @@ static int run_eval(int argc, char **argv)
     ao.source = g.source;
     ao.replica_rule = g.po.replica_rule;
     ao.matrix = g.matrix || g.matrix_bytes;
+    ao.node_limit = g.node_limit;
     if (!rc && !(a = moe_acct_new(p, &topo, h, &ao, &st, errbuf, sizeof errbuf)))
         rc = fail("'%s' on '%s': %s", ppath, tpath, errbuf);
     if (a) {
@@ -612,7 +676,8 @@ static int run_eval(int argc, char **argv)
     eval_out_t out;
     if (!rc && !(rc = eval_out_open(&out, &g))) {
         moe_acct_write_opts_t wo = {g.json, !g.no_layers, g.topk, g.hidden, g.elem_bytes,
-                                    vec, source, ppath, tpath};
+                                    vec, source, ppath, tpath, g.accounting != 0,
+                                    g.node_limit};
         int w = moe_acct_write(a, p, h, &topo, &wo, moe_textout_write, out.t[0]);
         int bad = w ? 0 : -1;
         for (int i = 1; i < 3 && !w; i++)
@@ -627,6 +692,186 @@ static int run_eval(int argc, char **argv)
     moe_acct_free(a);
     moe_trace_map_close(m);
     moe_placement_free(p);
+    return rc;
+}
+
+/* ------------------------------------------------------------------ compare */
+
+static void compare_usage(FILE *fp)
+{
+    fputs("Usage: moe-place compare [options] PLACEMENT TRACE\n"
+          "Compare a placement with a baseline on a trace (held out: one neither was fitted\n"
+          "on): traffic by link class, DeepEP's and per rank, load, with ratios.\n"
+          "\n"
+          "      --baseline=B       eplb (moeflow's balanced method, EPLB's rule, with the\n"
+          "                         placement's slots) or FILE: a placement (moe-place(5))\n"
+          "                         or a real EPLB JSON (.json) [eplb]\n"
+          "      --baseline-fit=FILE  the trace the eplb baseline is fitted on (its expert\n"
+          "                         loads); give the placement's fit trace [required for\n"
+          "                         eplb]\n"
+          MOE_CLI_FOR_HELP
+          "                         [sglang]\n"
+          MOE_CLI_REPLICA_RULE_HELP
+          "      --scheme=S         vanilla or coherent (per-rank figures) [the target's]\n"
+          "      --accounting=A     deepep or deepep-ll: DeepEP's kernels compared [deepep]\n"
+          "      --topology=FILE    topology file or preset [the placement's nodes]\n"
+          "  -@, --threads=N        additional threads [0]\n", fp);
+    output_usage(fp, 0);
+}
+
+/* The baseline of compare: read (a .json file as EPLB's map) or fitted (eplb). */
+static moe_placement_t *compare_baseline(const cfg_t *g, const moe_placement_t *p,
+                                         const moe_topo_t *topo)
+{
+    int st;
+    const char *b = g->baseline ? g->baseline : "eplb";
+    if (strcmp(b, "eplb")) {
+        size_t n = strlen(b);
+        moe_placement_t *q = n > 5 && !strcmp(b + n - 5, ".json")
+            ? moe_place_import(b, MOE_PLACEMENT_EPLB, p->experts, p->ranks, p->gpus_per_node,
+                               &st, errbuf, sizeof errbuf)
+            : moe_placement_read(b, &st, errbuf, sizeof errbuf);
+        if (!q)
+            fail("%s", errbuf);
+        return q;
+    }
+    int is_trace;
+    cfg_t fg = *g;
+    fg.loads = NULL;
+    moe_affinity_t *a = load_stats(g->baseline_fit, &fg, 0, &is_trace);
+    if (!a)
+        return NULL;
+    moe_place_opts_t o;
+    moe_place_opts_default(&o);
+    o.method = MOE_PLACE_BALANCED;
+    o.replicas = p->capacity * p->ranks - p->experts;
+    moe_place_result_t res;
+    moe_placement_t *q = moe_place_fit(a, topo, &o, &res, &st, errbuf, sizeof errbuf);
+    if (!q)
+        fail("'%s': eplb baseline: %s", g->baseline_fit, errbuf);
+    moe_affinity_free(a);
+    return q;
+}
+
+/* Account placement p on trace tpath as g says into *a (the caller frees). 0 or 1. */
+static int compare_acct(const cfg_t *g, const char *name, moe_placement_t *p,
+                        const char *tpath, const moe_topo_t *topo, moe_acct_t **a)
+{
+    int st;
+    *a = NULL;
+    moe_trace_map_t *m = moe_trace_map_open(tpath, g->o.threads, &st, errbuf, sizeof errbuf);
+    if (!m)
+        return fail("%s", errbuf);
+    moe_acct_opts_t ao;
+    moe_acct_opts_default(&ao);
+    ao.replica_rule = g->po.replica_rule;
+    int rc = 0;
+    if (!(*a = moe_acct_new(p, topo, moe_trace_map_header(m), &ao, &st, errbuf, sizeof errbuf)))
+        rc = fail("'%s' on '%s': %s", name, tpath, errbuf);
+    else if (moe_acct_scan(*a, m, NULL, NULL))
+        rc = fail("%s", moe_trace_map_errmsg(m));
+    moe_trace_map_close(m);
+    return rc;
+}
+
+/* One figure of both sides and their ratio. */
+static int compare_line(moe_textout_t *out, const char *what, double x, double y)
+{
+    char ratio[32] = "NA";
+    if (y > 0)
+        snprintf(ratio, sizeof ratio, "%.4f", x / y);
+    char line[256];
+    int n = snprintf(line, sizeof line, "COMPARE\t%s\t%.4f\t%.4f\t%s\n", what, x, y, ratio);
+    return moe_textout_write(out, line, (size_t)n);
+}
+
+static int compare_write(moe_textout_t *out, const cfg_t *g, moe_acct_t *const a[2])
+{
+    int k = g->accounting == MOE_ACCOUNTING_DEEPEP_LL ? MOE_DEEPEP_LL : MOE_DEEPEP_NORMAL;
+    double rdma[2], nvl[2], inter[2], intra[2], load[2];
+    for (int i = 0; i < 2; i++) {
+        moe_acct_deepep_t t;
+        moe_acct_deepep_total(a[i], &t);
+        double c = t.cells ? (double)t.cells : 1;
+        rdma[i] = (double)(t.rdma[k][MOE_DISPATCH] + t.rdma[k][MOE_COMBINE]) / c;
+        nvl[i] = (double)(t.nvl[k][MOE_DISPATCH] + t.nvl[k][MOE_COMBINE]) / c;
+        moe_acct_summary_t m;
+        moe_acct_summarise(a[i], g->po.scheme, 0, &m);
+        inter[i] = m.inter;
+        intra[i] = m.intra;
+        load[i] = m.max_load;
+    }
+    char w[32];
+    int rc = 0;
+    snprintf(w, sizeof w, "rdma_%s", k == MOE_DEEPEP_LL ? "ll" : "node_copies");
+    rc = rc ? rc : compare_line(out, w, rdma[0], rdma[1]);
+    snprintf(w, sizeof w, "nvlink_%s", k == MOE_DEEPEP_LL ? "ll" : "forwards");
+    rc = rc ? rc : compare_line(out, w, nvl[0], nvl[1]);
+    rc = rc ? rc : compare_line(out, "rank_inter", inter[0], inter[1]);
+    rc = rc ? rc : compare_line(out, "rank_intra", intra[0], intra[1]);
+    return rc ? rc : compare_line(out, "max_load", load[0], load[1]);
+}
+
+static int run_compare(int argc, char **argv)
+{
+    static const int takes[] = {O_BASELINE, O_BASELINE_FIT, O_FOR, O_REPLICA_RULE, O_SCHEME,
+        O_ACCOUNTING, O_TOPOLOGY, 0};
+    cfg_t g;
+    int rc = 0;
+    if (parse("compare", argc, argv, &g, MOE_OPT_OUTPUT | MOE_OPT_FORMAT | MOE_OPT_THREADS,
+              takes, compare_usage, &rc))
+        return rc;
+    if (argc - optind != 2)
+        return usage_error("compare", "expected a placement and a trace");
+    if (!g.target) { /* SGLang over DeepEP unless told */
+        g.target = moe_target_find("sglang");
+        apply_target("compare", &g);
+    }
+    if (!g.accounting)
+        g.accounting = MOE_ACCOUNTING_DEEPEP;
+    if ((!g.baseline || !strcmp(g.baseline, "eplb")) && !g.baseline_fit)
+        return usage_error("compare", "--baseline eplb needs --baseline-fit (the fit's trace)");
+    const char *ppath = argv[optind], *tpath = argv[optind + 1];
+    int st;
+    moe_placement_t *p[2] = {moe_placement_read(ppath, &st, errbuf, sizeof errbuf), NULL};
+    if (!p[0])
+        return fail("%s", errbuf);
+    moe_topo_t topo;
+    if (g.topology)
+        rc = make_topo("compare", &g, p[0]->ranks, &topo);
+    else if (moe_topo_uniform(&topo, p[0]->ranks / p[0]->gpus_per_node, p[0]->gpus_per_node))
+        rc = fail("'%s': invalid shape", ppath);
+    if (!rc && !(p[1] = compare_baseline(&g, p[0], &topo)))
+        rc = 1;
+    if (!rc && (p[1]->ranks != p[0]->ranks || p[1]->layers != p[0]->layers ||
+                p[1]->experts != p[0]->experts))
+        rc = fail("the baseline is %u layers x %u experts on %u ranks, '%s' %u x %u on %u",
+                  p[1]->layers, p[1]->experts, p[1]->ranks, ppath, p[0]->layers,
+                  p[0]->experts, p[0]->ranks);
+    moe_acct_t *a[2] = {NULL, NULL};
+    for (int i = 0; i < 2 && !rc; i++)
+        rc = compare_acct(&g, i ? "the baseline" : ppath, p[i], tpath, &topo, &a[i]);
+    moe_textout_t *out = rc ? NULL : moe_cli_text_open(prog, g.o.out, g.o.fmt, g.o.level);
+    if (out) {
+        char head[1024];
+        uint32_t s0 = moe_placement_slots(p[0], 0), s1 = moe_placement_slots(p[1], 0);
+        int n = snprintf(head, sizeof head, "# moe-place compare: %s against %s on %s (%" PRIu64
+                         " tokens), for %s: scheme %s, replica rule %s\n# slots per layer: "
+                         "%u against %u; figures per present (token, layer) cell, both "
+                         "directions\n#COMPARE\tmeasure\tplacement\tbaseline\tratio\n",
+                         ppath, g.baseline ? g.baseline : "eplb (balanced, same slots)", tpath,
+                         moe_acct_tokens(a[0]), g.target ? g.target->name : "-",
+                         moe_scheme_name(g.po.scheme), moe_replica_rule_name(g.po.replica_rule),
+                         s0, s1);
+        int w = moe_textout_write(out, head, (size_t)(n < (int)sizeof head ? n : 0));
+        w = w ? w : compare_write(out, &g, a);
+        rc = moe_cli_text_close(prog, out, g.o.out, w == 0);
+    } else if (!rc)
+        rc = 1;
+    for (int i = 0; i < 2; i++) {
+        moe_acct_free(a[i]);
+        moe_placement_free(p[i]);
+    }
     return rc;
 }
 
@@ -841,6 +1086,7 @@ static void main_usage(FILE *fp)
           "  import   read an ExFlow CSV, EPLB or SGLang JSON placement\n"
           "  check    validate placement files\n"
           "  replay   re-fit along a trace: dynamic against static placement\n"
+          "  compare  a placement against EPLB (or another) on a held-out trace\n"
           "\n"
           "Run 'moe-place COMMAND --help' for a command's options.\n"
           "      --help             display this help and exit\n"
@@ -853,7 +1099,8 @@ int main(int argc, char **argv)
                                          {"export", run_export, NULL},
                                          {"import", run_import, NULL},
                                          {"check", run_check, NULL},
-                                         {"replay", run_replay, NULL}};
+                                         {"replay", run_replay, NULL},
+                                         {"compare", run_compare, NULL}};
     g_argc = argc;
     g_argv = argv;
     moe_cli_start(prog, argv);

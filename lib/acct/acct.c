@@ -16,11 +16,13 @@ struct moe_acct {
     const moe_placement_t *p;
     uint32_t L, E, K, k, G, gpn;
     int source, weights, matrix, ranks, rule;
+    uint32_t node_limit;
     uint64_t tokens;
     moe_acct_layer_t *layer[MOE_SCHEMES];  /* [L] */
     uint64_t *load[MOE_SCHEMES];           /* [L][G] */
     uint64_t *mat[MOE_SCHEMES];            /* [G][G] or NULL */
     moe_acct_rank_t *rk[MOE_SCHEMES];      /* [L][G] or NULL */
+    moe_acct_deepep_t *dp;                 /* [L]: DeepEP's rule of the vanilla routes */
     moe_route_t *route;                    /* per-token scratch */
     acct_static_t *tab;                    /* sglang-static: SGLang's dispatch table */
     int own_tab;                           /* ... built by this accumulator (else shared) */
@@ -80,7 +82,7 @@ static moe_acct_t *acct_alloc(const moe_placement_t *p, uint32_t K, uint32_t k, 
     a->gpn = gpn;
     a->matrix = matrix;
     a->ranks = ranks;
-    int ok = (a->route = malloc(sizeof *a->route)) != NULL;
+    int ok = (a->route = malloc(sizeof *a->route)) && (a->dp = calloc(a->L, sizeof *a->dp));
     for (int s = 0; s < MOE_SCHEMES && ok; s++) {
         ok = (a->layer[s] = calloc(a->L, sizeof *a->layer[s])) &&
              (a->load[s] = calloc((size_t)a->L * a->G, sizeof *a->load[s]));
@@ -135,6 +137,7 @@ moe_acct_t *moe_acct_new(const moe_placement_t *p, const moe_topo_t *topo,
     a->source = source;
     a->weights = (h->flags & MOE_TRACE_WEIGHTS) != 0;
     a->rule = o->replica_rule;
+    a->node_limit = o->node_limit;
     if (a->rule == MOE_REPLICA_SGLANG_STATIC && !(a->tab = acct_static_new(p, status))) {
         moe_acct_free(a);
         snprintf(errbuf, errlen, "%s", moe_strerror(*status));
@@ -156,6 +159,7 @@ void moe_acct_free(moe_acct_t *a)
         free(a->rk[s]);
     }
     free(a->route);
+    free(a->dp);
     if (a->own_tab)
         acct_static_free(a->tab);
     free(a);
@@ -423,6 +427,7 @@ int moe_acct_token(moe_acct_t *a, const uint16_t *ids, const float *weights, uin
         if (!moe_acct_route(a, j, cid, cw, s, token, rt))
             continue;
         count_layer(a, MOE_SCHEME_VANILLA, j, rt, s, s);
+        acct_deepep_cell(&a->dp[j], rt, s, a->gpn, a->node_limit);
         moe_acct_route(a, j, cid, cw, h, token, rt);
         count_layer(a, MOE_SCHEME_COHERENT, j, rt, h, rt->home);
         h = rt->home;
@@ -451,6 +456,10 @@ int moe_acct_merge(moe_acct_t *a, const moe_acct_t *b)
         for (size_t i = 0; i < nr; i++)
             rx[i] += ry[i];
     }
+    uint64_t *dx = (uint64_t *)a->dp;
+    const uint64_t *dy = (const uint64_t *)b->dp;
+    for (size_t i = 0; i < a->L * (sizeof(moe_acct_deepep_t) / sizeof *dx); i++)
+        dx[i] += dy[i];
     a->tokens += b->tokens;
     return 0;
 }
@@ -503,6 +512,7 @@ int moe_acct_scan(moe_acct_t *a, moe_trace_map_t *m,
             c.w[i]->source = a->source;
             c.w[i]->weights = a->weights;
             c.w[i]->rule = a->rule;
+            c.w[i]->node_limit = a->node_limit;
             c.w[i]->tab = a->tab; /* shared, read only */
         }
     }
@@ -572,6 +582,22 @@ const moe_acct_rank_t *moe_acct_ranks(const moe_acct_t *a, int scheme, uint32_t 
     if (scheme < 0 || scheme >= MOE_SCHEMES || layer >= a->L || !a->rk[scheme])
         return NULL;
     return a->rk[scheme] + (size_t)layer * a->G;
+}
+
+const moe_acct_deepep_t *moe_acct_deepep(const moe_acct_t *a, uint32_t layer)
+{
+    return layer < a->L ? &a->dp[layer] : NULL;
+}
+
+void moe_acct_deepep_total(const moe_acct_t *a, moe_acct_deepep_t *out)
+{
+    memset(out, 0, sizeof *out);
+    uint64_t *x = (uint64_t *)out;
+    for (uint32_t j = 0; j < a->L; j++) {
+        const uint64_t *y = (const uint64_t *)&a->dp[j];
+        for (size_t i = 0; i < sizeof *out / sizeof *x; i++)
+            x[i] += y[i];
+    }
 }
 
 double moe_acct_per_token_layer(const moe_acct_t *a, int scheme)

@@ -27,4 +27,11 @@ acct_static_t *acct_static_new(const struct moe_placement *p, int *status);
 void acct_static_free(acct_static_t *t);
 uint32_t acct_static_rank(const acct_static_t *t, uint32_t layer, uint32_t expert, uint32_t gpu);
 
+/* DeepEP's counts of one routed cell (moe/acct.h): route rt from source rank s, gpn ranks per
+ * node, added to *c (acct_deepep.c). */
+struct moe_acct_deepep;
+struct moe_route;
+void acct_deepep_cell(struct moe_acct_deepep *c, const struct moe_route *rt, uint32_t s,
+                      uint32_t gpn, uint32_t node_limit);
+
 #endif

@@ -41,6 +41,64 @@ void moe_acct_summarise(const moe_acct_t *a, int s, double vec, moe_acct_summary
                      vec > 0 && tok ? (d + c) * vec / tok : NAN};
 }
 
+/* DeepEP's figures of one kernel over the layers: RDMA and NVLink copies per present cell by
+ * phase, and bytes per token (NaN without the hidden size). */
+typedef struct deepep_sum {
+    double rdma[MOE_PHASES], nvl[MOE_PHASES], bytes;
+} deepep_sum_t;
+
+static void deepep_sum(const moe_acct_t *a, const moe_acct_deepep_t *t, int k, uint32_t hidden,
+                       deepep_sum_t *o)
+{
+    double cells = t->cells ? (double)t->cells : 1, tok = (double)moe_acct_tokens(a), b = 0;
+    for (int ph = 0; ph < MOE_PHASES; ph++) {
+        o->rdma[ph] = (double)t->rdma[k][ph] / cells;
+        o->nvl[ph] = (double)t->nvl[k][ph] / cells;
+        b += (double)(t->rdma[k][ph] + t->nvl[k][ph]) * moe_deepep_bytes(k, ph, hidden);
+    }
+    o->bytes = hidden && tok ? b / tok : NAN;
+}
+
+/* The #DEEPEP lines (and #DLAYER lines with the layers). */
+static int write_deepep(textbuf_t *out, const moe_acct_t *a, uint32_t L, uint32_t hidden,
+                        int layers)
+{
+    moe_acct_deepep_t t;
+    moe_acct_deepep_total(a, &t);
+    int rc = hidden ? tb_fmt(out, "# deepep: vanilla routes; dispatch FP8 + scales %.0f bytes "
+                                  "(low-latency %.0f), combine bf16 %.0f bytes per copy\n",
+                             moe_deepep_bytes(MOE_DEEPEP_NORMAL, MOE_DISPATCH, hidden),
+                             moe_deepep_bytes(MOE_DEEPEP_LL, MOE_DISPATCH, hidden),
+                             moe_deepep_bytes(MOE_DEEPEP_NORMAL, MOE_COMBINE, hidden))
+                    : tb_fmt(out, "# deepep: vanilla routes; bytes need --hidden\n");
+    rc = rc ? rc : tb_fmt(out, "#DEEPEP\tkernel\trdma_dispatch\trdma_combine\tnvl_dispatch\t"
+                                  "nvl_combine\tbytes_per_token\n");
+    for (int k = 0; k < MOE_DEEPEP_KERNELS && !rc; k++) {
+        deepep_sum_t d;
+        deepep_sum(a, &t, k, hidden, &d);
+        char bytes[32] = "NA";
+        if (isfinite(d.bytes))
+            snprintf(bytes, sizeof bytes, "%.1f", d.bytes);
+        rc = tb_fmt(out, "DEEPEP\t%s\t%.4f\t%.4f\t%.4f\t%.4f\t%s\n", moe_deepep_kernel_name(k),
+                    d.rdma[MOE_DISPATCH], d.rdma[MOE_COMBINE], d.nvl[MOE_DISPATCH],
+                    d.nvl[MOE_COMBINE], bytes);
+    }
+    if (!layers)
+        return rc;
+    rc = rc ? rc : tb_fmt(out, "#DLAYER\tlayer\tkernel\tcells\trdma_per_token\t"
+                                  "nvl_per_token\n");
+    for (uint32_t j = 0; j < L && !rc; j++)
+        for (int k = 0; k < MOE_DEEPEP_KERNELS && !rc; k++) {
+            const moe_acct_deepep_t *l = moe_acct_deepep(a, j);
+            double cells = l->cells ? (double)l->cells : 1;
+            rc = tb_fmt(out, "DLAYER\t%u\t%s\t%" PRIu64 "\t%.4f\t%.4f\n", j,
+                        moe_deepep_kernel_name(k), l->cells,
+                        (double)l->rdma[k][MOE_DISPATCH] / cells,
+                        (double)l->nvl[k][MOE_DISPATCH] / cells);
+        }
+    return rc;
+}
+
 static int write_table(textbuf_t *out, const moe_acct_t *a, const char *ppath,
                       const moe_placement_t *p, const char *tpath, const moe_trace_hdr_t *h,
                       const moe_topo_t *topo, const moe_acct_write_opts_t *g, double vec,
@@ -79,6 +137,16 @@ static int write_table(textbuf_t *out, const moe_acct_t *a, const char *ppath,
                             m.combine, m.intra, m.inter, m.local, m.stay_rank, m.stay_node,
                             m.hops, m.max_load, bytes);
     }
+    if (!rc && (g->deepep || g->node_limit)) {
+        moe_acct_deepep_t t;
+        moe_acct_deepep_total(a, &t);
+        double c = t.cells ? (double)t.cells : 1;
+        rc = tb_fmt(out, "#NODES\tnodes_per_token_layer\tnode_limit\tover_limit\n"
+                         "NODES\t%.4f\t%u\t%.4f\n", (double)t.nodes / c, g->node_limit,
+                    (double)t.over_limit / c);
+    }
+    if (!rc && g->deepep)
+        rc = write_deepep(out, a, p->layers, g->hidden ? g->hidden : h->hidden, g->layers);
     if (!g->layers)
         return rc;
     rc = rc ? rc : tb_fmt(out, "#LAYER\tlayer\tscheme\tcells\tper_token\tintra\tinter\t"
@@ -146,6 +214,25 @@ static int write_json(textbuf_t *out, const moe_acct_t *a, const moe_placement_t
                                 jnum(b[11], 32, moe_acct_imbalance(a, s, j)));
         }
         rc = rc ? rc : tb_fmt(out, "]}");
+    }
+    if (!rc && g->deepep) {
+        moe_acct_deepep_t t;
+        moe_acct_deepep_total(a, &t);
+        double c = t.cells ? (double)t.cells : 1;
+        rc = tb_fmt(out, "},\n \"nodes\": {\"nodes_per_token_layer\": %s, \"node_limit\": %u, "
+                         "\"over_limit\": %s", jnum(b[0], 32, (double)t.nodes / c),
+                    g->node_limit, jnum(b[1], 32, (double)t.over_limit / c));
+        rc = rc ? rc : tb_fmt(out, "},\n \"deepep\": {");
+        for (int k = 0; k < MOE_DEEPEP_KERNELS && !rc; k++) {
+            deepep_sum_t d;
+            deepep_sum(a, &t, k, g->hidden ? g->hidden : h->hidden, &d);
+            rc = tb_fmt(out, "%s\n  \"%s\": {\"rdma_dispatch\": %s, \"rdma_combine\": %s, "
+                             "\"nvl_dispatch\": %s, \"nvl_combine\": %s, "
+                             "\"bytes_per_token\": %s}", k ? "," : "",
+                        moe_deepep_kernel_name(k), jnum(b[0], 32, d.rdma[MOE_DISPATCH]),
+                        jnum(b[1], 32, d.rdma[MOE_COMBINE]), jnum(b[2], 32, d.nvl[MOE_DISPATCH]),
+                        jnum(b[3], 32, d.nvl[MOE_COMBINE]), jnum(b[4], 32, d.bytes));
+        }
     }
     return rc ? rc : tb_fmt(out, "\n}}\n");
 }

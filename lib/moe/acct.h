@@ -100,6 +100,9 @@ typedef struct moe_acct_opts {
     int ranks;       /* keep per-rank sent and received transfers per layer, phase and link
                       * class (moe_acct_ranks; G x L x 128 bytes per scheme) [0] */
     int replica_rule; /* enum moe_replica_rule [NEAREST] */
+    uint32_t node_limit; /* count the cells whose serving ranks span more nodes than this
+                          * (moe_acct_deepep_t.over_limit; DeepSeek-V3's node-limited routing
+                          * sends a token to at most 4); 0 = none [0] */
 } moe_acct_opts_t;
 
 /* Defaults as marked above. */
@@ -224,6 +227,64 @@ int moe_replica_rule_parse(const char *s);
 /* The replica rule an accumulator routes by (enum moe_replica_rule). */
 int moe_acct_replica_rule(const moe_acct_t *a);
 
+/*
+ * DeepEP's rule (deepseek-ai/DeepEP, csrc/kernels/legacy/), the same routes counted as DeepEP
+ * sends them. The token stays on its source rank s (vanilla routing, so the replica rule
+ * picks the copies from s); per present cell, each direction:
+ *
+ *  normal   (internode.cu: notify_dispatch, dispatch, combine; layout.cu get_dispatch_layout's
+ *           num_tokens_per_rdma_rank) the token goes once over RDMA to every remote node
+ *           holding a serving rank, to the GPU of s's local index there (the "RDMA rank" of
+ *           the same NVLink rank), which forwards it over NVLink to each other serving rank of
+ *           its node; on s's own node s forwards it itself. Combine is the reverse: each
+ *           serving rank sends one partial over NVLink to its node's forwarder, which reduces
+ *           them and sends one partial over RDMA back. RDMA node-copies and NVLink forwards are
+ *           counted apart. On one node (intranode.cu) this is straight NVLink to each rank.
+ *  low-latency  (internode_ll.cu: dispatch, combine) one message per (token, top-k entry)
+ *           straight to the serving rank, no forwarding and no de-duplication: over RDMA to
+ *           another node, over NVLink inside the node (nvshmemi_get_p2p_ptr), nothing to s.
+ *
+ * Bytes: dispatch sends FP8 with one float scale per 128 values, H + 4 * ceil(H / 128) bytes
+ * per copy (low-latency adds its 16-byte header, sizeof(int4)); combine sends bf16, 2H.
+ */
+enum moe_deepep_kernel { MOE_DEEPEP_NORMAL = 0, MOE_DEEPEP_LL = 1, MOE_DEEPEP_KERNELS = 2 };
+
+typedef struct moe_acct_deepep {
+    uint64_t cells;                                  /* present cells */
+    uint64_t rdma[MOE_DEEPEP_KERNELS][MOE_PHASES];   /* normal: node copies; ll: messages */
+    uint64_t nvl[MOE_DEEPEP_KERNELS][MOE_PHASES];    /* normal: forwards; ll: messages */
+    uint64_t nodes;       /* nodes of the serving ranks, summed over cells */
+    uint64_t over_limit;  /* cells spanning more nodes than opts.node_limit (0 without) */
+} moe_acct_deepep_t;
+
+/* DeepEP's counts of layer j (NULL out of range), and their sum over layers. */
+const moe_acct_deepep_t *moe_acct_deepep(const moe_acct_t *a, uint32_t layer);
+void moe_acct_deepep_total(const moe_acct_t *a, moe_acct_deepep_t *out);
+/* Bytes of one copy of a kernel in a phase for hidden size H (see above). */
+double moe_deepep_bytes(int kernel, int phase, uint32_t hidden);
+/* Name of a kernel ("normal", "low-latency"). */
+const char *moe_deepep_kernel_name(int kernel);
+
+/* The serving system a placement is for (`--for`): the scheme, the accounting and the replica
+ * rule that model it, set together.
+ *  sglang   vanilla, DeepEP normal kernels, sglang-static (SGLang's default dispatch with
+ *           EPLB or --init-expert-location);
+ *  vllm     vanilla, DeepEP normal kernels, even (vLLM's EPLB rule since PR #40810);
+ *  moe-run  vanilla (its --mode default), per-rank transfers, nearest (its rule). */
+enum moe_accounting { MOE_ACCOUNTING_RANK = 0, MOE_ACCOUNTING_DEEPEP = 1,
+                      MOE_ACCOUNTING_DEEPEP_LL = 2 };
+typedef struct moe_target {
+    const char *name;
+    int scheme;       /* enum moe_scheme */
+    int accounting;   /* enum moe_accounting */
+    int replica_rule; /* enum moe_replica_rule */
+} moe_target_t;
+/* The target called s, or NULL. */
+const moe_target_t *moe_target_find(const char *s);
+/* Name of an accounting ("rank", "deepep", "deepep-ll") and the reverse (-1 if unknown). */
+const char *moe_accounting_name(int accounting);
+int moe_accounting_parse(const char *s);
+
 /* What moe_acct_write reports (moe-place eval's output). */
 typedef struct moe_acct_write_opts {
     int json;   /* a JSON document instead of the tab-separated table */
@@ -232,6 +293,9 @@ typedef struct moe_acct_write_opts {
     double vec;  /* bytes of one transfer, <= 0 when unknown */
     int source;  /* the source ranks used (enum moe_source), named in the header */
     const char *placement_name, *trace_name;
+    int deepep;  /* also DeepEP's counts (#DEEPEP lines; "deepep" in JSON) */
+    uint32_t node_limit; /* the accounting's opts.node_limit: with it (or deepep) a #NODES
+                          * line: nodes per cell and the share of cells over the limit */
 } moe_acct_write_opts_t;
 
 /* Write the report of accounting a (placement p, trace header h, topology topo) into

@@ -91,6 +91,14 @@ typedef struct moe_place_opts {
                             * are placed and checked under, and the scorer's (set it there with
                             * moe_place_tokens_rule); named in the @FT line when not the
                             * default [NEAREST] */
+    int fill_slots;        /* spend every slot of the capacity (--memory): copies the method
+                            * leaves unplaced go to the experts with the most load per copy,
+                            * on nodes without one first (place_fill.c), so that SGLang's and
+                            * EPLB's maps hold the placement [0] */
+    uint32_t expert_groups; /* > 0: keep groups of E / expert_groups consecutive experts
+                             * whole on nodes (DeepSeek-V3's n_group; its node-limited
+                             * routing): after the method, each group's copies move onto one
+                             * node, expert_groups / nodes groups per node [0] */
 } moe_place_opts_t;
 
 void moe_place_opts_default(moe_place_opts_t *o);
@@ -145,6 +153,10 @@ double moe_place_tokens_score(void *ctx, const moe_placement_t *p);
 /* Score under replica rule `rule` (moe/acct.h's enum moe_replica_rule) from now on [NEAREST];
  * NULL is a no-op. */
 void moe_place_tokens_rule(moe_place_tokens_t *s, int rule);
+/* Score by DeepEP's counts from now on (moe/acct.h's enum moe_accounting: deepep for the
+ * normal kernels, deepep-ll): RDMA copies weighted as inter-node transfers, NVLink copies as
+ * intra-node ones, per cell; rank (0, the default) scores the scheme's per-rank transfers. */
+void moe_place_tokens_accounting(moe_place_tokens_t *s, int accounting);
 /* Free; NULL is a no-op. */
 void moe_place_tokens_free(moe_place_tokens_t *s);
 /* Let fit `o` rank its candidates on sample s: o->sample, o->score (moe_place_tokens_score) and

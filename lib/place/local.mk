@@ -7,4 +7,5 @@ lib_libmoecore_la_SOURCES += lib/place/place_tokens.c lib/place/place_cv.c \
 	lib/place/place_replay.c lib/place/place_exflow.c lib/place/place_model.c \
 	lib/place/place_search.c lib/place/place_bound.c lib/place/place_chain.c lib/place/place_fit.c \
 	lib/place/place_import.c lib/place/place_affinity.c lib/place/place_anneal.c \
-	lib/place/place_replica.c lib/place/place_assign.c
+	lib/place/place_replica.c lib/place/place_assign.c lib/place/place_fill.c \
+	lib/place/place_groups.c

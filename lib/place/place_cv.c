@@ -461,6 +461,7 @@ static uint32_t memory_settings(const moe_place_opts_t *o, double memory, uint32
         out[n] = *o;
         out[n].ep_size = P == G ? 0 : P;
         out[n].replicas = r;
+        out[n].fill_slots = 1;
         n++;
     }
     return n;

@@ -286,6 +286,12 @@ moe_placement_t *moe_place_fit(const moe_affinity_t *a, const moe_topo_t *topo,
         snprintf(errbuf, errlen, "--replicas needs the balanced or affinity method");
         return NULL;
     }
+    uint32_t sub_nodes = groups > 1 ? (P >= g ? P / g : 1) : G / g;
+    if (o->expert_groups && (E % o->expert_groups || o->expert_groups % sub_nodes)) {
+        snprintf(errbuf, errlen, "--expert-groups %u must divide the %u experts and be a "
+                 "multiple of the %u nodes", o->expert_groups, E, sub_nodes);
+        return NULL;
+    }
     if (o->method == MOE_PLACE_EXFLOW && !in.top1) {
         snprintf(errbuf, errlen, "the exflow method needs top-1 statistics");
         return NULL;
@@ -339,6 +345,10 @@ moe_placement_t *moe_place_fit(const moe_affinity_t *a, const moe_topo_t *topo,
     snprintf(res->status, sizeof res->status, "heuristic");
     if (!rc)
         rc = place_run(a, groups > 1 ? &st : topo, &so, sub, res, errbuf, errlen);
+    if (!rc && o->expert_groups)
+        rc = place_keep_groups(sub, a, o->expert_groups);
+    if (!rc && o->fill_slots && o->replicas)
+        rc = place_fill_slots(sub, a, o->expert_groups != 0);
     if (!rc && groups > 1)
         rc = expand(sub, groups, p);
     if (!rc && o->score && o->method < MOE_PLACE_EXFLOW) /* exflow reports its own hops */

@@ -72,4 +72,13 @@ int moe_place_replicate(moe_placement_t *p, const moe_place_sample_t *x, int coh
 int moe_place_replicate_rule(moe_placement_t *p, const moe_place_sample_t *x, int coherent,
                              uint32_t copies, double max_imbalance,
                              const double cost[MOE_LINK_CLASSES], int threads, int rule);
+/* Spend every free slot of p (capacity per rank) on extra copies (place_fill.c): the expert
+ * with the most load per copy (a's loads) that a free rank lacks, on a node without a copy of
+ * it when one has a free rank; `grouped`: only on nodes already holding a copy (expert groups
+ * kept whole on nodes). Returns 0, or MOE_ENOMEM / MOE_ERANGE. */
+int place_fill_slots(moe_placement_t *p, const moe_affinity_t *a, int grouped);
+/* Keep `groups` groups of E / groups consecutive experts whole on nodes (place_groups.c):
+ * groups assigned to nodes (groups / nodes each) where the fit put most of their load, every
+ * copy moved onto its group's node. Returns 0, MOE_ENOMEM or MOE_ERANGE. */
+int place_keep_groups(moe_placement_t *p, const moe_affinity_t *a, uint32_t groups);
 #endif

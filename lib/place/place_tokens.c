@@ -30,7 +30,7 @@ struct moe_place_tokens {
     uint32_t *seq, *rank;
     moe_topo_t topo;
     uint32_t topk;
-    int scheme, rule;
+    int scheme, rule, accounting;
     /* the fit's view: sets as fitted, source ranks, folds */
     moe_place_sample_t view;
     uint16_t *sets;
@@ -136,6 +136,26 @@ void moe_place_tokens_rule(moe_place_tokens_t *s, int rule)
         s->rule = rule;
 }
 
+void moe_place_tokens_accounting(moe_place_tokens_t *s, int accounting)
+{
+    if (s)
+        s->accounting = accounting;
+}
+
+/* DeepEP's cost of the accounted tokens per cell (moe/acct.h): RDMA copies at the inter-node
+ * cost, NVLink copies at the intra-node one, both directions, of the kernels chosen. */
+static double deepep_cost(const sample_t *s, const moe_acct_t *a)
+{
+    moe_acct_deepep_t t;
+    moe_acct_deepep_total(a, &t);
+    int k = s->accounting == MOE_ACCOUNTING_DEEPEP_LL ? MOE_DEEPEP_LL : MOE_DEEPEP_NORMAL;
+    double cost = 0;
+    for (int ph = 0; ph < MOE_PHASES; ph++)
+        cost += (double)t.rdma[k][ph] * s->topo.cost[MOE_LINK_INTER] +
+                (double)t.nvl[k][ph] * s->topo.cost[MOE_LINK_INTRA];
+    return t.cells ? cost / (double)t.cells : 0;
+}
+
 double moe_place_tokens_score(void *ctx, const moe_placement_t *p)
 {
     sample_t *s = ctx;
@@ -154,6 +174,11 @@ double moe_place_tokens_score(void *ctx, const moe_placement_t *p)
             moe_acct_free(a);
             return INFINITY;
         }
+    if (s->accounting) {
+        double c = deepep_cost(s, a);
+        moe_acct_free(a);
+        return c;
+    }
     moe_acct_layer_t t;
     moe_acct_total(a, s->scheme, &t);
     double cost = 0;
