@@ -222,6 +222,23 @@ int moe_cli_replica_rule(const char *prog, const char *sub, const char *arg, int
     return 0;
 }
 
+void moe_cli_target_apply(const char *sub, const moe_target_t *t, int *scheme, int *accounting,
+                          int *rule, int *scheme_set, int *accounting_set, int *rule_set)
+{
+    if (!t)
+        return;
+    if (!*scheme_set)
+        *scheme = t->scheme;
+    if (!*accounting_set)
+        *accounting = t->accounting;
+    if (!*rule_set)
+        *rule = t->replica_rule;
+    *scheme_set = *accounting_set = *rule_set = 1;
+    moe_log(MOE_LOG_INFO, "%s --for %s: scheme %s, accounting %s, replica rule %s", sub,
+            t->name, moe_scheme_name(*scheme), moe_accounting_name(*accounting),
+            moe_replica_rule_name(*rule));
+}
+
 int moe_cli_gather_bytes(const char *prog, const char *sub, const char *arg, double *out)
 {
     char err[256];

@@ -138,6 +138,12 @@ int moe_cli_replica_rule(const char *prog, const char *sub, const char *arg, int
 #define MOE_CLI_FOR_HELP                                                                      \
     "      --for=T            the system served with: sglang, vllm or moe-run; sets the\n"    \
     "                         scheme, accounting and replica rule not given (-v says)\n"
+/* Apply target t (NULL: nothing) to the values whose *_set flag is 0, set the flags, and log
+ * at -v what subcommand `sub` models. */
+struct moe_target;
+void moe_cli_target_apply(const char *sub, const struct moe_target *t, int *scheme,
+                          int *accounting, int *rule, int *scheme_set, int *accounting_set,
+                          int *rule_set);
 
 /* --gather-bytes=B|hidden (moe_exflow_gather_parse): 0, or 2 after moe_usage_error. */
 int moe_cli_gather_bytes(const char *prog, const char *sub, const char *arg, double *out);

@@ -199,25 +199,6 @@ static int take_opt(const char *sub, int c, const char *arg, cfg_t *g)
     return usage_error(sub, "unexpected option");
 }
 
-/* --for: the target's scheme, accounting and replica rule where the options do not give
- * them; -v says what was set. */
-static void apply_target(const char *sub, cfg_t *g)
-{
-    const moe_target_t *t = g->target;
-    if (!t)
-        return;
-    if (!g->scheme_set)
-        g->po.scheme = t->scheme;
-    if (!g->accounting_set)
-        g->accounting = t->accounting;
-    if (!g->rule_set)
-        g->po.replica_rule = t->replica_rule;
-    g->scheme_set = g->accounting_set = g->rule_set = 1;
-    moe_log(MOE_LOG_INFO, "%s --for %s: scheme %s, accounting %s, replica rule %s", sub,
-            t->name, moe_scheme_name(g->po.scheme), moe_accounting_name(g->accounting),
-            moe_replica_rule_name(g->po.replica_rule));
-}
-
 /* Parse a subcommand's options; `takes` lists the tool options it accepts (0-terminated).
  * Returns 0 to go on, or MOE_OPT_STOP with *rc (help, version, usage error). */
 static int parse(const char *sub, int argc, char **argv, cfg_t *g, unsigned groups,
@@ -250,7 +231,8 @@ static int parse(const char *sub, int argc, char **argv, cfg_t *g, unsigned grou
         return MOE_OPT_STOP;
     }
     moe_opts_apply_log(&g->o);
-    apply_target(sub, g);
+    moe_cli_target_apply(sub, g->target, &g->po.scheme, &g->accounting, &g->po.replica_rule,
+                         &g->scheme_set, &g->accounting_set, &g->rule_set);
     return 0;
 }
 
@@ -753,65 +735,6 @@ static moe_placement_t *compare_baseline(const cfg_t *g, const moe_placement_t *
     return q;
 }
 
-/* Account placement p on trace tpath as g says into *a (the caller frees). 0 or 1. */
-static int compare_acct(const cfg_t *g, const char *name, moe_placement_t *p,
-                        const char *tpath, const moe_topo_t *topo, moe_acct_t **a)
-{
-    int st;
-    *a = NULL;
-    moe_trace_map_t *m = moe_trace_map_open(tpath, g->o.threads, &st, errbuf, sizeof errbuf);
-    if (!m)
-        return fail("%s", errbuf);
-    moe_acct_opts_t ao;
-    moe_acct_opts_default(&ao);
-    ao.replica_rule = g->po.replica_rule;
-    int rc = 0;
-    if (!(*a = moe_acct_new(p, topo, moe_trace_map_header(m), &ao, &st, errbuf, sizeof errbuf)))
-        rc = fail("'%s' on '%s': %s", name, tpath, errbuf);
-    else if (moe_acct_scan(*a, m, NULL, NULL))
-        rc = fail("%s", moe_trace_map_errmsg(m));
-    moe_trace_map_close(m);
-    return rc;
-}
-
-/* One figure of both sides and their ratio. */
-static int compare_line(moe_textout_t *out, const char *what, double x, double y)
-{
-    char ratio[32] = "NA";
-    if (y > 0)
-        snprintf(ratio, sizeof ratio, "%.4f", x / y);
-    char line[256];
-    int n = snprintf(line, sizeof line, "COMPARE\t%s\t%.4f\t%.4f\t%s\n", what, x, y, ratio);
-    return moe_textout_write(out, line, (size_t)n);
-}
-
-static int compare_write(moe_textout_t *out, const cfg_t *g, moe_acct_t *const a[2])
-{
-    int k = g->accounting == MOE_ACCOUNTING_DEEPEP_LL ? MOE_DEEPEP_LL : MOE_DEEPEP_NORMAL;
-    double rdma[2], nvl[2], inter[2], intra[2], load[2];
-    for (int i = 0; i < 2; i++) {
-        moe_acct_deepep_t t;
-        moe_acct_deepep_total(a[i], &t);
-        double c = t.cells ? (double)t.cells : 1;
-        rdma[i] = (double)(t.rdma[k][MOE_DISPATCH] + t.rdma[k][MOE_COMBINE]) / c;
-        nvl[i] = (double)(t.nvl[k][MOE_DISPATCH] + t.nvl[k][MOE_COMBINE]) / c;
-        moe_acct_summary_t m;
-        moe_acct_summarise(a[i], g->po.scheme, 0, &m);
-        inter[i] = m.inter;
-        intra[i] = m.intra;
-        load[i] = m.max_load;
-    }
-    char w[32];
-    int rc = 0;
-    snprintf(w, sizeof w, "rdma_%s", k == MOE_DEEPEP_LL ? "ll" : "node_copies");
-    rc = rc ? rc : compare_line(out, w, rdma[0], rdma[1]);
-    snprintf(w, sizeof w, "nvlink_%s", k == MOE_DEEPEP_LL ? "ll" : "forwards");
-    rc = rc ? rc : compare_line(out, w, nvl[0], nvl[1]);
-    rc = rc ? rc : compare_line(out, "rank_inter", inter[0], inter[1]);
-    rc = rc ? rc : compare_line(out, "rank_intra", intra[0], intra[1]);
-    return rc ? rc : compare_line(out, "max_load", load[0], load[1]);
-}
-
 static int run_compare(int argc, char **argv)
 {
     static const int takes[] = {O_BASELINE, O_BASELINE_FIT, O_FOR, O_REPLICA_RULE, O_SCHEME,
@@ -825,7 +748,8 @@ static int run_compare(int argc, char **argv)
         return usage_error("compare", "expected a placement and a trace");
     if (!g.target) { /* SGLang over DeepEP unless told */
         g.target = moe_target_find("sglang");
-        apply_target("compare", &g);
+        moe_cli_target_apply("compare", g.target, &g.po.scheme, &g.accounting,
+                             &g.po.replica_rule, &g.scheme_set, &g.accounting_set, &g.rule_set);
     }
     if (!g.accounting)
         g.accounting = MOE_ACCOUNTING_DEEPEP;
@@ -849,22 +773,19 @@ static int run_compare(int argc, char **argv)
                   p[1]->layers, p[1]->experts, p[1]->ranks, ppath, p[0]->layers,
                   p[0]->experts, p[0]->ranks);
     moe_acct_t *a[2] = {NULL, NULL};
+    moe_acct_opts_t ao;
+    moe_acct_opts_default(&ao);
+    ao.replica_rule = g.po.replica_rule;
     for (int i = 0; i < 2 && !rc; i++)
-        rc = compare_acct(&g, i ? "the baseline" : ppath, p[i], tpath, &topo, &a[i]);
+        if ((st = moe_acct_run(p[i], &topo, tpath, g.o.threads, &ao, &a[i], errbuf,
+                               sizeof errbuf)))
+            rc = fail("%s%s", i ? "the baseline: " : "", errbuf);
     moe_textout_t *out = rc ? NULL : moe_cli_text_open(prog, g.o.out, g.o.fmt, g.o.level);
     if (out) {
-        char head[1024];
-        uint32_t s0 = moe_placement_slots(p[0], 0), s1 = moe_placement_slots(p[1], 0);
-        int n = snprintf(head, sizeof head, "# moe-place compare: %s against %s on %s (%" PRIu64
-                         " tokens), for %s: scheme %s, replica rule %s\n# slots per layer: "
-                         "%u against %u; figures per present (token, layer) cell, both "
-                         "directions\n#COMPARE\tmeasure\tplacement\tbaseline\tratio\n",
-                         ppath, g.baseline ? g.baseline : "eplb (balanced, same slots)", tpath,
-                         moe_acct_tokens(a[0]), g.target ? g.target->name : "-",
-                         moe_scheme_name(g.po.scheme), moe_replica_rule_name(g.po.replica_rule),
-                         s0, s1);
-        int w = moe_textout_write(out, head, (size_t)(n < (int)sizeof head ? n : 0));
-        w = w ? w : compare_write(out, &g, a);
+        moe_acct_compare_opts_t co = {ppath, g.baseline ? g.baseline : "eplb (balanced, same "
+                                      "slots)", tpath, g.target->name, g.po.scheme,
+                                      g.accounting};
+        int w = moe_acct_compare_write(a[0], p[0], a[1], p[1], &co, moe_textout_write, out);
         rc = moe_cli_text_close(prog, out, g.o.out, w == 0);
     } else if (!rc)
         rc = 1;
@@ -954,27 +875,6 @@ static void check_usage(FILE *fp)
     moe_opts_usage(fp, 0);
 }
 
-/* The foreign placement format the start of file path looks like, as moe-place import's
- * --format names it, or NULL: a hint for a file that is not a moe-place(5) placement. */
-static const char *foreign_format(const char *path)
-{
-    char buf[4096];
-    FILE *fp = strcmp(path, "-") ? fopen(path, "rb") : NULL;
-    size_t n = fp ? fread(buf, 1, sizeof buf - 1, fp) : 0;
-    if (fp)
-        fclose(fp);
-    buf[n] = '\0';
-    const char *t = buf + strspn(buf, " \t\r\n");
-    if (*t == '{' && strstr(t, "\"physical_to_logical_map\""))
-        return "sglang";
-    if ((*t == '{' && strstr(t, "\"phy2log\"")) ||
-        (*t == '[' && t[1 + strspn(t + 1, " \t\r\n")] == '['))
-        return "eplb";
-    if (!strncmp(t, "Expert,Node", 11))
-        return "exflow";
-    return NULL;
-}
-
 static int run_check(int argc, char **argv)
 {
     static const int takes[] = {O_JSON, 0};
@@ -988,11 +888,13 @@ static int run_check(int argc, char **argv)
     for (int i = optind; i < argc; i++) {
         int st;
         moe_placement_t *p = moe_placement_read(argv[i], &st, errbuf, sizeof errbuf);
-        const char *fmt = p ? NULL : foreign_format(argv[i]);
-        if (!p && fmt)
+        static const char *const seen[] = {"", "ExFlow's CSV", "an EPLB JSON",
+                                           "SGLang's expert-location JSON"};
+        static const char *const name[] = {"", "exflow", "eplb", "sglang"};
+        int fmt = p ? -1 : moe_placement_guess_format(argv[i]);
+        if (fmt > 0)
             rc = fail("%s; it looks like %s: convert it with 'moe-place import --format %s'",
-                      errbuf, !strcmp(fmt, "sglang") ? "SGLang's expert-location JSON"
-                              : !strcmp(fmt, "eplb") ? "an EPLB JSON" : "ExFlow's CSV", fmt);
+                      errbuf, seen[fmt], name[fmt]);
         else if (!p)
             rc = fail("%s", errbuf);
         char *line = p || g.json ? moe_placement_summary(p, argv[i], errbuf, g.json) : NULL;

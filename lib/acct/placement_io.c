@@ -5,7 +5,9 @@
 #include "config.h"
 
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "placement_io_internal.h"
 
@@ -66,4 +68,21 @@ moe_placement_t *moe_placement_import(const char *path, int format, uint32_t exp
                                          : pio_eplb_import(l, &e, arg, status);
     moe_lines_close(l);
     return p;
+}
+
+int moe_placement_guess_format(const char *path)
+{
+    char buf[4096];
+    FILE *fp = path && strcmp(path, "-") ? fopen(path, "rb") : NULL;
+    size_t n = fp ? fread(buf, 1, sizeof buf - 1, fp) : 0;
+    if (fp)
+        fclose(fp);
+    buf[n] = '\0';
+    const char *t = buf + strspn(buf, " \t\r\n");
+    if (*t == '{' && strstr(t, "\"physical_to_logical_map\""))
+        return MOE_PLACEMENT_SGLANG;
+    if ((*t == '{' && strstr(t, "\"phy2log\"")) ||
+        (*t == '[' && t[1 + strspn(t + 1, " \t\r\n")] == '['))
+        return MOE_PLACEMENT_EPLB; /* an object with phy2log, or eplb.py's list alone */
+    return strncmp(t, "Expert,Node", 11) ? -1 : MOE_PLACEMENT_EXFLOW;
 }

@@ -285,6 +285,24 @@ const moe_target_t *moe_target_find(const char *s);
 const char *moe_accounting_name(int accounting);
 int moe_accounting_parse(const char *s);
 
+/* Open trace tpath (threads extra workers) and account placement p on it with options o into
+ * *out, a new accumulator the caller frees. 0, or a negative status with a one-line reason. */
+int moe_acct_run(const moe_placement_t *p, const moe_topo_t *topo, const char *tpath,
+                 int threads, const moe_acct_opts_t *o, moe_acct_t **out, char *err,
+                 size_t errlen);
+/* moe-place compare's table of accounting a (placement pa) against b (pb) on one trace: a
+ * header naming both, the trace, the target, scheme and rule and the slots per layer, then
+ * COMPARE lines (measure, a, b, a / b) per present cell, both directions: DeepEP's RDMA and
+ * NVLink copies of the kernels of `accounting`, the scheme's per-rank inter and intra
+ * transfers and the worst layer's max/mean load. Returns 0 or the sink's error. */
+typedef struct moe_acct_compare_opts {
+    const char *placement_name, *baseline_name, *trace_name, *target;
+    int scheme, accounting;
+} moe_acct_compare_opts_t;
+int moe_acct_compare_write(const moe_acct_t *a, const moe_placement_t *pa, const moe_acct_t *b,
+                           const moe_placement_t *pb, const moe_acct_compare_opts_t *o,
+                           int (*fn)(void *ctx, const void *buf, size_t len), void *ctx);
+
 /* What moe_acct_write reports (moe-place eval's output). */
 typedef struct moe_acct_write_opts {
     int json;   /* a JSON document instead of the tab-separated table */

@@ -197,6 +197,10 @@ int moe_placement_export(const moe_placement_t *p, int format, moe_placement_sin
 moe_placement_t *moe_placement_import(const char *path, int format, uint32_t experts,
                                       uint32_t ranks, uint32_t gpus_per_node, int *status,
                                       char *errbuf, size_t errlen);
+/* The other system's format the start of the file at path looks like (MOE_PLACEMENT_SGLANG,
+ * _EPLB or _EXFLOW), or -1 (neither, unreadable, or standard input): a hint for a user who
+ * gave such a file where a moe-place(5) placement belongs. */
+int moe_placement_guess_format(const char *path);
 /* SGLang's physical_to_logical_map given as numbers, rows x cols (from a torch.save dict or
  * inline JSON: moe_place_import), with the SGLANG import's rules; `name` labels messages. */
 moe_placement_t *moe_placement_from_sglang(const double *ids, uint32_t rows, uint32_t cols,
