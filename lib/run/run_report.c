@@ -184,7 +184,7 @@ int run_report(run_t *r, FILE *fp, double check_err, int check_ok)
         return 0;
     }
     header(r, fp);
-    double T[3] = {0}, B[4] = {0}, vec = 0, lmax = 0, lsum = 0, waits = 0, a2a = 0;
+    double T[3] = {0}, B[4] = {0}, vec = 0, lmax = 0, lsum = 0, waits = 0, a2a = 0, meta = 0;
     for (size_t l = 0; l < r->L; l++) {
         double b, alg, bus, mean = s.load[l * 2 + 1] / r->G;
         bw(r, &s, l, &b, &alg, &bus);
@@ -204,6 +204,7 @@ int run_report(run_t *r, FILE *fp, double check_err, int check_ok)
             T[p] += s.t[l * 3 + p];
         for (int c = 0; c < 4; c++)
             B[c] += s.by[l * 5 + c];
+        meta += s.by[l * 5 + 4];
         for (int q = 0; q < 8; q++)
             vec += s.x[l * 8 + q];
         lmax = fmax(lmax, s.load[l * 2]);
@@ -215,7 +216,7 @@ int run_report(run_t *r, FILE *fp, double check_err, int check_ok)
     fprintf(fp, "# per iteration: %.3f ms, %.0f tokens/s, %.0f vectors moved (%.3f per token "
                 "and layer), %.0f metadata bytes\n",
             1e3 * sec, sec > 0 ? r->ntok / sec : 0, vec,
-            r->ntok ? vec / ((double)r->ntok * r->L) : 0, s.by[4]);
+            r->ntok ? vec / ((double)r->ntok * r->L) : 0, meta);
     if (!r->cfg.train) {
         char per[32] = "-";
         if (a2a > 0)
@@ -321,11 +322,11 @@ static int json_body(const run_t *r, const sums_t *s, moe_textout_t *t, double c
         P("    {\"layer\": %zu, \"dispatch_ms\": %s, \"compute_ms\": %s, \"combine_ms\": "
           "%s, \"dispatch_vectors\": {\"intra\": %.0f, \"inter\": %.0f}, "
           "\"combine_vectors\": {\"intra\": %.0f, \"inter\": %.0f}, \"bytes\": {\"intra\": "
-          "%.0f, \"inter\": %.0f}, \"algbw_gbs\": %s, \"busbw_gbs\": %s, \"max_load\": "
-          "%.0f, \"total_load\": %.0f, ",
+          "%.0f, \"inter\": %.0f}, \"metadata_bytes\": %.0f, \"algbw_gbs\": %s, "
+          "\"busbw_gbs\": %s, \"max_load\": %.0f, \"total_load\": %.0f, ",
           l, J("%.6f", s->t[l * 3]), J("%.6f", s->t[l * 3 + 1]), J("%.6f", s->t[l * 3 + 2]),
-          x[1], x[2], x[5], x[6], s->by[l * 5 + 1], s->by[l * 5 + 2], J("%.6f", alg),
-          J("%.6f", bus), s->load[l * 2], s->load[l * 2 + 1]);
+          x[1], x[2], x[5], x[6], s->by[l * 5 + 1], s->by[l * 5 + 2], s->by[l * 5 + 4],
+          J("%.6f", alg), J("%.6f", bus), s->load[l * 2], s->load[l * 2 + 1]);
         if (r->cfg.train) /* counted per iteration only */
             P("\"host_syncs\": null, \"allocs\": null, \"alltoalls\": null, ");
         else
@@ -350,6 +351,10 @@ static int json_body(const run_t *r, const sums_t *s, moe_textout_t *t, double c
             tb[c] += s->by[l * 5 + c];
     P("],\n  \"total_vector_bytes\": %.0f, \"total_bytes_intra\": %.0f, "
       "\"total_bytes_inter\": %.0f,\n", tv, tb[MOE_LINK_INTRA], tb[MOE_LINK_INTER]);
+    double meta = 0;
+    for (size_t l = 0; l < r->L; l++)
+        meta += s->by[l * 5 + 4];
+    P("  \"metadata_bytes\": %.0f,\n", meta);
     P("  \"accounting_equal\": %s,\n",
       s->acct_equal < 0 ? "null" : s->acct_equal ? "true" : "false");
     P("  \"allgather_bytes\": {\"intra\": %.0f, \"inter\": %.0f}, \"allgather_total\": %.0f,\n",

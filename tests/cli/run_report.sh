@@ -15,6 +15,15 @@ grep -q '^# max rank load' "$T/out" || fail "no load line"
 expect_eq "$(json_list "$T/r.json" layer | wc -l | tr -d ' ')" 3 "JSON layers"
 expect_eq "$(json_list "$T/r.json" ranks)" 4 "JSON ranks"
 grep -q '"check": null' "$T/r.json" || fail "JSON check should be null without --check"
+# metadata: one figure per layer, then the iteration's (their sum), which the text prints
+json_list "$T/r.json" metadata_bytes >"$T/meta"
+expect_eq "$(wc -l <"$T/meta" | tr -d ' ')" 4 "JSON metadata figures"
+expect_eq "$(awk 'NR < 4 { s += $1 } END { print s }' "$T/meta")" "$(tail -n 1 "$T/meta")" \
+    "iteration metadata = sum over layers"
+awk 'NR == 1 { a = $1 } END { exit !($1 > a && a > 0) }' "$T/meta" ||
+    fail "the iteration's metadata should differ from layer 0's"
+expect_eq "$(sed -n 's/.* \([0-9]*\) metadata bytes$/\1/p' "$T/out")" "$(tail -n 1 "$T/meta")" \
+    "text metadata bytes = the iteration's"
 # the backend's kernel time: positive, within the iteration's, and said in the text
 awk -v k="$(json_list "$T/r.json" kernel_ms)" -v t="$(json_list "$T/r.json" iteration_ms)" \
     'BEGIN { exit !(k > 0 && k <= t) }' || fail "kernel_ms not in (0, iteration_ms]"
