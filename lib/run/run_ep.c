@@ -8,6 +8,7 @@
 #include "moe/kern.h"
 #include "moe/moe.h"
 #include "run_modes_internal.h"
+#include "util_internal.h"
 
 /*
  * A hop moves rows to the ranks that compute on them and brings the weighted partial sums back.
@@ -43,6 +44,8 @@ typedef struct hop {
     moe_run_req_t *req;
     void *recvw;
     /* combine */
+    moe_run_req_t *creq;         /* its transfer in flight (pipelined), or NULL */
+    struct hop *prog[2];         /* hops whose transfers the compute drives (pipelined) */
     size_t ncr;                  /* partials received */
     uint32_t *crmeta;            /* their tokens */
     float *crx;                  /* device: the partial rows */
@@ -56,6 +59,15 @@ static void *D(run_t *r, int set, int i, size_t bytes)
 static void *Hh(run_t *r, int set, int i, size_t bytes)
 {
     return run_hbuf(r, RUN_HS_EP + set * HS_SLOTS + i, bytes);
+}
+
+/* Exposed communication: the host's seconds blocked in a layer's count exchange and in
+ * completing its transfers (the dispatch's wait, the combine), by the clock around those
+ * calls; added to the layer's statistics when the iteration is timed. */
+static void exposed(run_t *r, uint32_t l, double t0)
+{
+    if (r->timing)
+        r->st[l].exposed += util_now() - t0;
 }
 
 /*
@@ -222,8 +234,10 @@ static void hop_arrive(hop_t *h)
     int G = r->G;
     size_t H = r->H, S = h->S, mb = S * 4, *rc = C(h, C_RC), *rd = C(h, C_RD);
     size_t *wr = C(h, C_WRD);
+    double t0 = util_now();
     if (h->req)
         RUN_CK(r, o->wait(r->b, h->req));
+    exposed(r, h->l, t0);
     h->req = NULL;
     h->rmeta = Hh(r, h->set, HS_RMETA, (h->nr + 1) * S * sizeof *h->rmeta);
     h->rx = D(r, h->set, DS_RX, (h->nr + 1) * H * sizeof(float));
@@ -239,6 +253,7 @@ static void hop_arrive(hop_t *h)
 
 static void hop_compute(hop_t *h);
 static void hop_combine(hop_t *h);
+static void hop_combine_end(hop_t *h);
 
 /* Forward the entries of received rows served by other ranks (hierarchical stage 2), and add
  * their partials into P. */
@@ -283,7 +298,9 @@ static void hop_forward(hop_t *h)
     size_t *xs = run_hbuf(r, RUN_HS_EP_FX, ((size_t)r->G * W + 1) * sizeof *xs);
     hop_plan(&f, ents, ne, um, Hh(r, 2, HS_SROW, (ne + 1) * sizeof(uint32_t)),
              Hh(r, 2, HS_SMETA, (ne + 1) * S * sizeof(uint32_t)), xs, W);
+    double t0 = util_now();
     hop_counts(&f, exchange_counts(r, RUN_HS_EP_FX, xs, W), 0, 1, W);
+    exposed(r, h->l, t0);
     hop_post(&f, h->rx);
     hop_arrive(&f);
     hop_compute(&f);
@@ -291,6 +308,7 @@ static void hop_forward(hop_t *h)
      * token (each token is received here once) */
     const moe_run_backend_ops_t *o = r->b->ops;
     hop_combine(&f);
+    hop_combine_end(&f);
     /* map returned tokens to my received rows: the forwarded rows are unique per (row,
      * server) and each token appears once among my received rows */
     uint32_t *idx = Hh(r, h->set, HS_TMP, (f.ncr + 1) * sizeof *idx);
@@ -302,6 +320,40 @@ static void hop_forward(hop_t *h)
     uint32_t *didx = D(r, h->set, DS_CIDX, (f.ncr + 1) * sizeof *didx);
     RUN_CK(r, o->upload(r->b, didx, idx, f.ncr * sizeof *idx));
     RUN_CK(r, o->scatter_add(r->b, f.crx, didx, NULL, f.ncr, r->H, h->P));
+}
+
+/* Rows of an FFN tile between two calls that drive the transfers in flight. */
+enum { FFN_TILE = 32 };
+
+/* Let the transfers in flight of the hops h->prog progress (a test each). */
+static void progress(hop_t *h)
+{
+    run_t *r = h->r;
+    for (int i = 0; i < 2; i++) {
+        hop_t *q = h->prog[i];
+        int done;
+        if (q && q->req)
+            RUN_CK(r, r->b->ops->test(r->b, q->req, &done));
+        if (q && q->creq)
+            RUN_CK(r, r->b->ops->test(r->b, q->creq, &done));
+    }
+}
+
+/* The grouped FFN in tiles of FFN_TILE rows (each row's result is computed alone, so the
+ * tiles give the same bits), the transfers in flight driven between them. */
+static void ffn_tiles(hop_t *h, const float *xs, uint32_t G, const size_t *off,
+                      const float **W1, const float **W2, float *ys)
+{
+    run_t *r = h->r;
+    const moe_run_backend_ops_t *o = r->b->ops;
+    for (uint32_t g = 0; g < G; g++)
+        for (size_t a = off[g]; a < off[g + 1]; a += FFN_TILE) {
+            size_t t[2] = {a, a + FFN_TILE < off[g + 1] ? a + FFN_TILE : off[g + 1]};
+            progress(h);
+            RUN_CK(r, o->ffn_grouped(r->b, xs, 1, t, r->H, r->F, r->expert, W1 + g, W2 + g,
+                                     ys));
+        }
+    progress(h);
 }
 
 /* Run the entries served here: pairs grouped by expert, one grouped FFN, weighted sums into
@@ -369,6 +421,8 @@ static void hop_compute(hop_t *h)
     float *act = h->stage == 1 ? run_keep_act(r, h->l, h->chunk, np) : NULL;
     if (act) /* training keeps the pre-activations (T_M) */
         RUN_CK(r, o->ffn_grouped_act(r->b, xs, G, off, r->H, r->F, r->expert, W1, W2, ys, act));
+    else if (o->test && (h->prog[0] || h->prog[1]))
+        ffn_tiles(h, xs, G, off, W1, W2, ys);
     else
         RUN_CK(r, o->ffn_grouped(r->b, xs, G, off, r->H, r->F, r->expert, W1, W2, ys));
     if (h->stage == 1)
@@ -468,8 +522,28 @@ static void hop_combine(hop_t *h)
     RUN_CK(r, o->upload(r->b, didx, row, ne * sizeof *row));
     RUN_CK(r, o->gather(r->b, h->P, didx, ne, r->H, sendx));
     RUN_CK(r, o->pack(r->b, sendx, ne * H, r->cfg.dtype, sw));
+    h->recvw = rw;
+    if (r->chunks_used > 1 && h->stage == 1) { /* pipelined: completed after the next chunk */
+        RUN_CK(r, o->ialltoallv(r->b, sw, b, b + G, rw, b + 2 * G, b + 3 * G, &h->creq));
+        return;
+    }
+    double t0 = util_now();
     RUN_CK(r, o->alltoallv(r->b, sw, b, b + G, rw, b + 2 * G, b + 3 * G));
+    exposed(r, h->l, t0);
     RUN_CK(r, o->unpack(r->b, rw, h->ncr * H, r->cfg.dtype, h->crx));
+}
+
+/* Complete a combine still in flight (pipelined) and unpack its partials. */
+static void hop_combine_end(hop_t *h)
+{
+    run_t *r = h->r;
+    if (!h->creq)
+        return;
+    double t0 = util_now();
+    RUN_CK(r, r->b->ops->wait(r->b, h->creq));
+    exposed(r, h->l, t0);
+    h->creq = NULL;
+    RUN_CK(r, r->b->ops->unpack(r->b, h->recvw, h->ncr * r->H, r->cfg.dtype, h->crx));
 }
 
 /* ------------------------------------------------------------------ layer */
@@ -674,17 +748,23 @@ void run_ep_layer(run_t *r, uint32_t l)
                  chunks * W);
         e0 = e1;
     }
+    double tx = util_now();
     const size_t *xr = exchange_counts(r, RUN_HS_EP_X, xs, chunks * W);
+    exposed(r, l, tx);
     for (uint32_t c = 0; c < chunks; c++)
         hop_counts(&hp[c], xr, c, chunks, W);
-    for (uint32_t c = 0; c <= chunks; c++) {
+    /* step c: post chunk c's rows; receive, compute (driving chunk c's rows and chunk c-2's
+     * partials in flight) and start returning chunk c-1; complete and add chunk c-2's */
+    for (uint32_t c = 0; c <= chunks + 1; c++) {
         if (c < chunks) {
             hop_post(&hp[c], r->x.p);
             if (c == 0)
                 run_tick(r, l, RUN_DISPATCH, t0);
         }
-        if (c > 0) {
+        if (c > 0 && c <= chunks) {
             hop_t *h = &hp[c - 1];
+            h->prog[0] = c < chunks ? &hp[c] : NULL;
+            h->prog[1] = c >= 2 ? &hp[c - 2] : NULL;
             uint32_t t1 = run_mark(r);
             hop_arrive(h);
             run_tick(r, l, RUN_DISPATCH, t1);
@@ -693,6 +773,12 @@ void run_ep_layer(run_t *r, uint32_t l)
             run_tick(r, l, RUN_COMPUTE, t1);
             t1 = run_mark(r);
             hop_combine(h);
+            run_tick(r, l, RUN_COMBINE, t1);
+        }
+        if (c >= 2) {
+            hop_t *h = &hp[c - 2];
+            uint32_t t1 = run_mark(r);
+            hop_combine_end(h);
             if (r->cfg.mode == MOE_RUN_COHERENT)
                 rehome(r, h, newhome);
             apply(r, h, r->x.p);

@@ -43,6 +43,8 @@ typedef struct run_layer_stat {
     uint64_t experts_in[MOE_LINK_CLASSES];      /* datacentric: expert pulls received */
     double syncs, allocs, a2a;                  /* host waits, device allocations and
                                                  * all-to-alls the backend counted */
+    double exposed;                             /* seconds the host was blocked in the
+                                                 * layer's communication (run_ep.c) */
 } run_layer_stat_t;
 
 /* A phase's span between two marks (run_mark), added to its layer's time once the marks'

@@ -23,6 +23,8 @@ typedef struct sums {
                        * of a rank */
     double *rank;     /* [G][4] vector bytes sent per iteration by rank: total, intra, inter,
                        * the accounting's total (-1 unknown) */
+    double *ex;       /* [L] ms a rank was blocked in the layer's communication, most of a
+                       * rank */
     double ag[MOE_LINK_CLASSES];
     double meta;
     int acct_equal;   /* 1 equal on every rank, 0 not, -1 not applicable */
@@ -77,7 +79,8 @@ static int reduce(run_t *r, sums_t *s)
     s->load = calloc(L * 2, sizeof *s->load);
     s->rank = calloc(G * 4, sizeof *s->rank);
     s->cnt = calloc(L * 3, sizeof *s->cnt);
-    if (!s->t || !s->x || !s->by || !s->load || !s->rank || !s->cnt)
+    s->ex = calloc(L + 1, sizeof *s->ex);
+    if (!s->t || !s->x || !s->by || !s->load || !s->rank || !s->cnt || !s->ex)
         return MOE_ENOMEM;
     double mine[4] = {0, 0, 0, acct_sent(r)};
     for (size_t l = 0; l < L; l++) {
@@ -99,6 +102,7 @@ static int reduce(run_t *r, sums_t *s)
         s->cnt[l * 3] = q->syncs / it;
         s->cnt[l * 3 + 1] = q->allocs / it;
         s->cnt[l * 3 + 2] = q->a2a / it;
+        s->ex[l] = 1e3 * q->exposed / it;
     }
     int eq = mine[3] < 0 ? -1 : mine[3] == mine[0];
     memcpy(s->rank + (size_t)r->me * 4, mine, sizeof mine);
@@ -107,6 +111,7 @@ static int reduce(run_t *r, sums_t *s)
     double e[2] = {eq == 0, eq < 0};
     RUN_CK(r, run_comm_allreduce(r->comm, s->t, (int)(L * 3), MOE_RUN_MAX));
     RUN_CK(r, run_comm_allreduce(r->comm, s->cnt, (int)(L * 3), MOE_RUN_MAX));
+    RUN_CK(r, run_comm_allreduce(r->comm, s->ex, (int)L, MOE_RUN_MAX));
     RUN_CK(r, run_comm_allreduce(r->comm, s->x, (int)(L * 8), MOE_RUN_SUM));
     RUN_CK(r, run_comm_allreduce(r->comm, s->by, (int)(L * 5), MOE_RUN_SUM));
     RUN_CK(r, run_comm_allreduce(r->comm, s->ag, 4, MOE_RUN_SUM));
@@ -131,6 +136,7 @@ static void sums_free(sums_t *s)
     free(s->load);
     free(s->rank);
     free(s->cnt);
+    free(s->ex);
 }
 
 /* Layer l's vector bytes (all ranks), all-to-all seconds, algbw and busbw in GB/s (nccl-tests:
@@ -217,6 +223,15 @@ int run_report(run_t *r, FILE *fp, double check_err, int check_ok)
                 "and layer), %.0f metadata bytes\n",
             1e3 * sec, sec > 0 ? r->ntok / sec : 0, vec,
             r->ntok ? vec / ((double)r->ntok * r->L) : 0, meta);
+    if (r->cfg.mode != MOE_RUN_DATACENTRIC) {
+        double ex = 0;
+        fprintf(fp, "# exposed communication (host blocked in counts, waits, combines), ms:");
+        for (size_t l = 0; l < r->L; l++) {
+            fprintf(fp, " %.3f", s.ex[l]);
+            ex += s.ex[l];
+        }
+        fprintf(fp, "; %.3f per iteration\n", ex);
+    }
     if (!r->cfg.train) {
         char per[32] = "-";
         if (a2a > 0)
@@ -332,6 +347,10 @@ static int json_body(const run_t *r, const sums_t *s, moe_textout_t *t, double c
         else
             P("\"host_syncs\": %s, \"allocs\": %s, \"alltoalls\": %s, ",
               J("%.6g", s->cnt[l * 3]), J("%.6g", s->cnt[l * 3 + 1]), J("%.6g", s->cnt[l * 3 + 2]));
+        if (r->cfg.mode == MOE_RUN_DATACENTRIC)
+            P("\"exposed_comm_ms\": null, ");
+        else
+            P("\"exposed_comm_ms\": %s, ", J("%.6f", s->ex[l]));
         P("\"max_rel_diff\": ");
         if (r->layer_err)
             P("%s}%s\n", J("%.6g", r->layer_err[l]), l + 1 < r->L ? "," : "");

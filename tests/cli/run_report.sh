@@ -24,6 +24,12 @@ awk 'NR == 1 { a = $1 } END { exit !($1 > a && a > 0) }' "$T/meta" ||
     fail "the iteration's metadata should differ from layer 0's"
 expect_eq "$(sed -n 's/.* \([0-9]*\) metadata bytes$/\1/p' "$T/out")" "$(tail -n 1 "$T/meta")" \
     "text metadata bytes = the iteration's"
+# exposed communication: per layer, within the layer's dispatch + compute + combine
+tr ',{}' '\n\n\n' <"$T/r.json" | awk -F': ' '/"(dispatch|compute|combine)_ms"/ { s += $2 }
+    /"exposed_comm_ms"/ { n++; if (!($2 >= 0 && $2 <= s + 1e-3)) bad = 1; s = 0 }
+    END { exit bad || n != 3 }' || fail "exposed_comm_ms not 3 figures within the layer times"
+grep -q '^# exposed communication (.*), ms: [0-9.]* [0-9.]* [0-9.]*; [0-9.]* per iteration$' \
+    "$T/out" || fail "no exposed communication line"
 # the backend's kernel time: positive, within the iteration's, and said in the text
 awk -v k="$(json_list "$T/r.json" kernel_ms)" -v t="$(json_list "$T/r.json" iteration_ms)" \
     'BEGIN { exit !(k > 0 && k <= t) }' || fail "kernel_ms not in (0, iteration_ms]"
