@@ -70,6 +70,21 @@ static void exposed(run_t *r, uint32_t l, double t0)
         r->st[l].exposed += util_now() - t0;
 }
 
+/* --measure-wait: before a blocking point, a barrier, timed: the time to the slowest rank's
+ * arrival (imbalance), so that the exposed time after it is the transfer's alone. Every rank
+ * reaches the same blocking points in the same order. Returns the time after it. */
+static double settle(run_t *r, uint32_t l)
+{
+    double t0 = util_now();
+    if (!r->cfg.measure_wait)
+        return t0;
+    RUN_CK(r, run_comm_barrier(r->comm));
+    double t1 = util_now();
+    if (r->timing)
+        r->st[l].waited += t1 - t0;
+    return t1;
+}
+
 /*
  * One count exchange serves a layer's dispatch and combine (all its chunks at once): each rank
  * sends every peer, per chunk, X_ROWS the rows it sends that peer, then two figures it sends
@@ -234,7 +249,7 @@ static void hop_arrive(hop_t *h)
     int G = r->G;
     size_t H = r->H, S = h->S, mb = S * 4, *rc = C(h, C_RC), *rd = C(h, C_RD);
     size_t *wr = C(h, C_WRD);
-    double t0 = util_now();
+    double t0 = settle(r, h->l);
     if (h->req)
         RUN_CK(r, o->wait(r->b, h->req));
     exposed(r, h->l, t0);
@@ -298,7 +313,7 @@ static void hop_forward(hop_t *h)
     size_t *xs = run_hbuf(r, RUN_HS_EP_FX, ((size_t)r->G * W + 1) * sizeof *xs);
     hop_plan(&f, ents, ne, um, Hh(r, 2, HS_SROW, (ne + 1) * sizeof(uint32_t)),
              Hh(r, 2, HS_SMETA, (ne + 1) * S * sizeof(uint32_t)), xs, W);
-    double t0 = util_now();
+    double t0 = settle(r, h->l);
     hop_counts(&f, exchange_counts(r, RUN_HS_EP_FX, xs, W), 0, 1, W);
     exposed(r, h->l, t0);
     hop_post(&f, h->rx);
@@ -527,7 +542,7 @@ static void hop_combine(hop_t *h)
         RUN_CK(r, o->ialltoallv(r->b, sw, b, b + G, rw, b + 2 * G, b + 3 * G, &h->creq));
         return;
     }
-    double t0 = util_now();
+    double t0 = settle(r, h->l);
     RUN_CK(r, o->alltoallv(r->b, sw, b, b + G, rw, b + 2 * G, b + 3 * G));
     exposed(r, h->l, t0);
     RUN_CK(r, o->unpack(r->b, rw, h->ncr * H, r->cfg.dtype, h->crx));
@@ -539,7 +554,7 @@ static void hop_combine_end(hop_t *h)
     run_t *r = h->r;
     if (!h->creq)
         return;
-    double t0 = util_now();
+    double t0 = settle(r, h->l);
     RUN_CK(r, r->b->ops->wait(r->b, h->creq));
     exposed(r, h->l, t0);
     h->creq = NULL;
@@ -748,7 +763,7 @@ void run_ep_layer(run_t *r, uint32_t l)
                  chunks * W);
         e0 = e1;
     }
-    double tx = util_now();
+    double tx = settle(r, l);
     const size_t *xr = exchange_counts(r, RUN_HS_EP_X, xs, chunks * W);
     exposed(r, l, tx);
     for (uint32_t c = 0; c < chunks; c++)

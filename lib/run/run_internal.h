@@ -45,6 +45,8 @@ typedef struct run_layer_stat {
                                                  * all-to-alls the backend counted */
     double exposed;                             /* seconds the host was blocked in the
                                                  * layer's communication (run_ep.c) */
+    double waited;                              /* --measure-wait: of the barriers before
+                                                 * it (waiting for the slowest rank) */
 } run_layer_stat_t;
 
 /* A phase's span between two marks (run_mark), added to its layer's time once the marks'

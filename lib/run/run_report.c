@@ -23,8 +23,8 @@ typedef struct sums {
                        * of a rank */
     double *rank;     /* [G][4] vector bytes sent per iteration by rank: total, intra, inter,
                        * the accounting's total (-1 unknown) */
-    double *ex;       /* [L] ms a rank was blocked in the layer's communication, most of a
-                       * rank */
+    double *ex;       /* [2][L] ms a rank was blocked in the layer's communication, then
+                       * (--measure-wait) in the barriers before it; most of a rank */
     double ag[MOE_LINK_CLASSES];
     double meta;
     int acct_equal;   /* 1 equal on every rank, 0 not, -1 not applicable */
@@ -79,7 +79,7 @@ static int reduce(run_t *r, sums_t *s)
     s->load = calloc(L * 2, sizeof *s->load);
     s->rank = calloc(G * 4, sizeof *s->rank);
     s->cnt = calloc(L * 3, sizeof *s->cnt);
-    s->ex = calloc(L + 1, sizeof *s->ex);
+    s->ex = calloc(2 * L + 1, sizeof *s->ex);
     if (!s->t || !s->x || !s->by || !s->load || !s->rank || !s->cnt || !s->ex)
         return MOE_ENOMEM;
     double mine[4] = {0, 0, 0, acct_sent(r)};
@@ -103,6 +103,7 @@ static int reduce(run_t *r, sums_t *s)
         s->cnt[l * 3 + 1] = q->allocs / it;
         s->cnt[l * 3 + 2] = q->a2a / it;
         s->ex[l] = 1e3 * q->exposed / it;
+        s->ex[L + l] = 1e3 * q->waited / it;
     }
     int eq = mine[3] < 0 ? -1 : mine[3] == mine[0];
     memcpy(s->rank + (size_t)r->me * 4, mine, sizeof mine);
@@ -111,7 +112,7 @@ static int reduce(run_t *r, sums_t *s)
     double e[2] = {eq == 0, eq < 0};
     RUN_CK(r, run_comm_allreduce(r->comm, s->t, (int)(L * 3), MOE_RUN_MAX));
     RUN_CK(r, run_comm_allreduce(r->comm, s->cnt, (int)(L * 3), MOE_RUN_MAX));
-    RUN_CK(r, run_comm_allreduce(r->comm, s->ex, (int)L, MOE_RUN_MAX));
+    RUN_CK(r, run_comm_allreduce(r->comm, s->ex, (int)(2 * L), MOE_RUN_MAX));
     RUN_CK(r, run_comm_allreduce(r->comm, s->x, (int)(L * 8), MOE_RUN_SUM));
     RUN_CK(r, run_comm_allreduce(r->comm, s->by, (int)(L * 5), MOE_RUN_SUM));
     RUN_CK(r, run_comm_allreduce(r->comm, s->ag, 4, MOE_RUN_SUM));
@@ -232,6 +233,15 @@ int run_report(run_t *r, FILE *fp, double check_err, int check_ok)
         }
         fprintf(fp, "; %.3f per iteration\n", ex);
     }
+    if (r->cfg.mode != MOE_RUN_DATACENTRIC && r->cfg.measure_wait) {
+        double wt = 0;
+        fprintf(fp, "# waiting for the slowest rank (barriers before them), ms:");
+        for (size_t l = 0; l < r->L; l++) {
+            fprintf(fp, " %.3f", s.ex[r->L + l]);
+            wt += s.ex[r->L + l];
+        }
+        fprintf(fp, "; %.3f per iteration\n", wt);
+    }
     if (!r->cfg.train) {
         char per[32] = "-";
         if (a2a > 0)
@@ -351,6 +361,10 @@ static int json_body(const run_t *r, const sums_t *s, moe_textout_t *t, double c
             P("\"exposed_comm_ms\": null, ");
         else
             P("\"exposed_comm_ms\": %s, ", J("%.6f", s->ex[l]));
+        if (r->cfg.mode == MOE_RUN_DATACENTRIC || !r->cfg.measure_wait)
+            P("\"imbalance_wait_ms\": null, ");
+        else
+            P("\"imbalance_wait_ms\": %s, ", J("%.6f", s->ex[r->L + l]));
         P("\"max_rel_diff\": ");
         if (r->layer_err)
             P("%s}%s\n", J("%.6g", r->layer_err[l]), l + 1 < r->L ? "," : "");
