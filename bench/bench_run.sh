@@ -7,7 +7,8 @@
 # Usage: sh bench/bench_run.sh [BIN_DIR]   (needs mpirun and ../shared beside the checkout)
 # Environment: BENCH_TOKENS_PER_RANK (default 6000: all ~47k held-out tokens), BENCH_HIDDEN
 # (default 32); BENCH_ONLY=43 runs only issue 43's part (the last one: 2 ranks, hidden 1024,
-# ffn 2048, BENCH_TOKENS_43 tokens, default 4096, BENCH_PAIRS_43 paired rounds, default 2).
+# ffn 2048, BENCH_TOKENS_43 tokens, default 4096, BENCH_PAIRS_43 paired rounds, default 2,
+# BENCH_ITERS_43 timed iterations a run, default 2).
 set -eu
 here=$(cd "$(dirname "$0")/.." && pwd)
 bin=${1:-$here/cmd}
@@ -20,6 +21,15 @@ trap 'rm -rf "$tmp"' EXIT
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 tpr=${BENCH_TOKENS_PER_RANK:-6000}
 H=${BENCH_HIDDEN:-32}
+
+# the first value of a top-level JSON key
+jval() { tr ',{}' '\n\n\n' <"$1" | sed -n "s/^ *\"$2\": \([-0-9.e+a-z]*\) *\$/\1/p" | head -n 1; }
+# the largest per-layer max/mean load of a run
+imbalance() { tr '{}' '\n\n' <"$1" | awk -v G=8 '/"max_load"/ {
+    m = $0; sub(/.*"max_load": /, "", m); sub(/,.*/, "", m)
+    t = $0; sub(/.*"total_load": /, "", t); sub(/[^0-9.].*/, "", t)
+    if (t > 0 && m * G / t > x) x = m * G / t } END { printf "%.3f", x }'; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.3f", (b > 0 ? a / b : 0) }'; }
 
 # the sum over a JSON's per-layer entries of the named fields, over the layer count
 layer_mean() { tr ',{}' '\n\n\n' <"$1" | awk -F': ' -v k="$2" '
@@ -36,7 +46,7 @@ part43() {
     [ -x "$rep" ] || { echo "bench: $rep not built (make bench/a2a_replay)" >&2; return 77; }
     n43=${BENCH_TOKENS_43:-4096}
     c43="--layers 2 --experts 8 --topk 2 --hidden 1024 --ffn 2048"
-    c43="$c43 --tokens-per-rank $((n43 / 2)) --iters 2 --warmup 1"
+    c43="$c43 --tokens-per-rank $((n43 / 2)) --iters ${BENCH_ITERS_43:-2} --warmup 1"
     echo "# issue 43: 2 ranks, $n43 tokens, hidden 1024, ffn 2048, top-2 of 8 experts, fp32;"
     echo "# ms per layer and iteration (the slowest rank's). d+c: vanilla's dispatch + combine;"
     echo "# replay: bare MPI_Alltoallv of the same bytes; exposed: host blocked in communication"
@@ -49,7 +59,7 @@ part43() {
         dc=$(layer_mean "$tmp/v43.json" 'dispatch_ms|combine_ms')
         by=$(jval "$tmp/v43.json" total_vector_bytes)
         per=$(awk -v b="$by" 'BEGIN { printf "%.0f", b / 2 / 2 / 2 }') # ranks, layers, calls
-        rp=$(mpirun -np 2 "$rep" "$per" 2 4 | sed -n 's/^replay_ms_per_round //p')
+        rp=$(mpirun -np 2 "$rep" "$per" 2 8 | sed -n 's/^replay_ms_per_round //p')
         # shellcheck disable=SC2086
         mpirun -np 2 "$mr" --mode pipelined --chunks 4 $c43 --json "$tmp/p43.json" >/dev/null
         ev=$(layer_mean "$tmp/v43.json" exposed_comm_ms)
@@ -70,15 +80,6 @@ if [ "${BENCH_ONLY:-}" = 43 ]; then
 fi
 "$mt" import --no-PG -q --meta "$ds/tokens.meta.txt.gz" -o "$tmp/ds.mft" "$ds/tokens.txt.gz"
 "$mt" split --no-PG --ids 1-500 --train "$tmp/fit.mft" --test "$tmp/eval.mft" "$tmp/ds.mft"
-
-# the first value of a top-level JSON key
-jval() { tr ',{}' '\n\n\n' <"$1" | sed -n "s/^ *\"$2\": \([-0-9.e+a-z]*\) *\$/\1/p" | head -n 1; }
-# the largest per-layer max/mean load of a run
-imbalance() { tr '{}' '\n\n' <"$1" | awk -v G=8 '/"max_load"/ {
-    m = $0; sub(/.*"max_load": /, "", m); sub(/,.*/, "", m)
-    t = $0; sub(/.*"total_load": /, "", t); sub(/[^0-9.].*/, "", t)
-    if (t > 0 && m * G / t > x) x = m * G / t } END { printf "%.3f", x }'; }
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.3f", (b > 0 ? a / b : 0) }'; }
 
 run() { # json placement mode [mode options]
     _j=$1
