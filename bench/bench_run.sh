@@ -6,7 +6,9 @@
 # training mode's step against its forward, and MPMoE's memory-reuse strategies in training.
 # Usage: sh bench/bench_run.sh [BIN_DIR]   (needs mpirun and ../shared beside the checkout)
 # Environment: BENCH_TOKENS_PER_RANK (default 6000: all ~47k held-out tokens), BENCH_HIDDEN
-# (default 32).
+# (default 32); BENCH_ONLY=43 runs only issue 43's part (the last one: 2 ranks, hidden 1024,
+# ffn 2048, BENCH_TOKENS_43 tokens, default 4096, BENCH_PAIRS_43 paired rounds, default 2,
+# BENCH_ITERS_43 timed iterations a run, default 2).
 set -eu
 here=$(cd "$(dirname "$0")/.." && pwd)
 bin=${1:-$here/cmd}
@@ -20,12 +22,6 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 tpr=${BENCH_TOKENS_PER_RANK:-6000}
 H=${BENCH_HIDDEN:-32}
 
-mt=$bin/moe-trace
-mp=$bin/moe-place
-mr=$bin/moe-run
-"$mt" import --no-PG -q --meta "$ds/tokens.meta.txt.gz" -o "$tmp/ds.mft" "$ds/tokens.txt.gz"
-"$mt" split --no-PG --ids 1-500 --train "$tmp/fit.mft" --test "$tmp/eval.mft" "$tmp/ds.mft"
-
 # the first value of a top-level JSON key
 jval() { tr ',{}' '\n\n\n' <"$1" | sed -n "s/^ *\"$2\": \([-0-9.e+a-z]*\) *\$/\1/p" | head -n 1; }
 # the largest per-layer max/mean load of a run
@@ -34,6 +30,56 @@ imbalance() { tr '{}' '\n\n' <"$1" | awk -v G=8 '/"max_load"/ {
     t = $0; sub(/.*"total_load": /, "", t); sub(/[^0-9.].*/, "", t)
     if (t > 0 && m * G / t > x) x = m * G / t } END { printf "%.3f", x }'; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.3f", (b > 0 ? a / b : 0) }'; }
+
+# the sum over a JSON's per-layer entries of the named fields, over the layer count
+layer_mean() { tr ',{}' '\n\n\n' <"$1" | awk -F': ' -v k="$2" '
+    $1 ~ "\"(" k ")\"" { s += $2 } /"layer": / { n++ } END { printf "%.3f", n ? s / n : 0 }'; }
+
+# Issue 43, acceptance 2 and 4 on 2 ranks (one a core of this 2-core machine: no rank is
+# time-sliced by the other), hidden 1024, ffn 2048: vanilla's dispatch + combine per layer
+# against a bare MPI_Alltoallv replay of the same per-rank bytes (bench/a2a_replay: 2 calls a
+# layer, barrier-separated), and pipelined mode's exposed communication at 4 chunks against
+# vanilla's (compute exceeds communication at this shape). Paired: vanilla, replay and
+# pipelined run back to back in each round, so a load change hits all three.
+part43() {
+    rep=${BENCH_REPLAY:-$bin/../bench/a2a_replay}
+    [ -x "$rep" ] || { echo "bench: $rep not built (make bench/a2a_replay)" >&2; return 77; }
+    n43=${BENCH_TOKENS_43:-4096}
+    c43="--layers 2 --experts 8 --topk 2 --hidden 1024 --ffn 2048"
+    c43="$c43 --tokens-per-rank $((n43 / 2)) --iters ${BENCH_ITERS_43:-2} --warmup 1"
+    echo "# issue 43: 2 ranks, $n43 tokens, hidden 1024, ffn 2048, top-2 of 8 experts, fp32;"
+    echo "# ms per layer and iteration (the slowest rank's). d+c: vanilla's dispatch + combine;"
+    echo "# replay: bare MPI_Alltoallv of the same bytes; exposed: host blocked in communication"
+    echo "# (vanilla, pipelined --chunks 4); compute: vanilla's. $(uptime | sed 's/.*load/load/')"
+    printf '%-5s %10s %10s %7s %11s %11s %7s %10s\n' round d+c replay ratio exp_vanilla \
+        exp_pipe4 ratio compute
+    for k in $(seq 1 "${BENCH_PAIRS_43:-2}"); do
+        # shellcheck disable=SC2086
+        mpirun -np 2 "$mr" --mode vanilla $c43 --json "$tmp/v43.json" >/dev/null
+        dc=$(layer_mean "$tmp/v43.json" 'dispatch_ms|combine_ms')
+        by=$(jval "$tmp/v43.json" total_vector_bytes)
+        per=$(awk -v b="$by" 'BEGIN { printf "%.0f", b / 2 / 2 / 2 }') # ranks, layers, calls
+        rp=$(mpirun -np 2 "$rep" "$per" 2 8 | sed -n 's/^replay_ms_per_round //p')
+        # shellcheck disable=SC2086
+        mpirun -np 2 "$mr" --mode pipelined --chunks 4 $c43 --json "$tmp/p43.json" >/dev/null
+        ev=$(layer_mean "$tmp/v43.json" exposed_comm_ms)
+        ep=$(layer_mean "$tmp/p43.json" exposed_comm_ms)
+        printf '%-5s %10.3f %10.3f %7s %11.3f %11.3f %7s %10.3f\n' "$k" "$dc" "$rp" \
+            "$(ratio "$dc" "$rp")" "$ev" "$ep" "$(ratio "$ep" "$ev")" \
+            "$(layer_mean "$tmp/v43.json" compute_ms)"
+    done
+    echo "# targets: d+c / replay <= 1.5; exposed pipelined / vanilla <= 0.30"
+}
+
+mt=$bin/moe-trace
+mp=$bin/moe-place
+mr=$bin/moe-run
+if [ "${BENCH_ONLY:-}" = 43 ]; then
+    part43
+    exit
+fi
+"$mt" import --no-PG -q --meta "$ds/tokens.meta.txt.gz" -o "$tmp/ds.mft" "$ds/tokens.txt.gz"
+"$mt" split --no-PG --ids 1-500 --train "$tmp/fit.mft" --test "$tmp/eval.mft" "$tmp/ds.mft"
 
 run() { # json placement mode [mode options]
     _j=$1
@@ -140,3 +186,6 @@ for s in none S1 S2 S3 S4 auto; do
         "$(ratio "$pk" "$pk0")" "$(jval "$tmp/r.json" peak_offload_bytes)" \
         "$(jval "$tmp/r.json" peak_rss_bytes)"
 done
+
+echo
+part43

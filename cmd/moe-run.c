@@ -21,7 +21,7 @@ static const char *prog = "moe-run";
 enum {
     O_MODE = MOE_OPTC_TOOL, O_LAYERS, O_EXPERTS, O_TOPK, O_HIDDEN, O_FFN, O_TPR, O_DTYPE,
     O_TRACE, O_PLACEMENT, O_TOPOLOGY, O_GPN, O_ITERS, O_WARMUP, O_SEED, O_CHECK, O_JSON,
-    O_CHUNKS, O_CREDITS, O_NO_PREFETCH, O_CALIBRATE, O_VERSION, O_BACKEND, O_REPLICA_RULE,
+    O_CHUNKS, O_CREDITS, O_NO_PREFETCH, O_MEASURE_WAIT, O_CALIBRATE, O_VERSION, O_BACKEND, O_REPLICA_RULE,
     O_TRAIN, O_LR, O_OPTIMIZER, O_REUSE, O_EXPERT, O_COMM,
 };
 
@@ -76,7 +76,7 @@ static const struct option long_opts[] = {
     {"replica-rule", required_argument, 0, O_REPLICA_RULE}, {"train", no_argument, 0, O_TRAIN},
     {"lr", required_argument, 0, O_LR}, {"optimizer", required_argument, 0, O_OPTIMIZER},
     {"reuse", required_argument, 0, O_REUSE}, {"expert", required_argument, 0, O_EXPERT},
-    {"comm", required_argument, 0, O_COMM},
+    {"comm", required_argument, 0, O_COMM}, {"measure-wait", no_argument, 0, O_MEASURE_WAIT},
     MOE_OPTS_LONG, {0}};
 
 /* Only rank 0 talks; before MPI is up the launcher's environment says which rank this is. */
@@ -138,6 +138,8 @@ static void usage(FILE *fp)
           "      --check            compare with the serial vanilla reference, exit 1 on\n"
           "                         mismatch (1e-4 for fp32, 2e-2 for bf16 and fp16)\n"
           "      --json=FILE        also write the report as JSON\n"
+          "      --measure-wait     time a barrier before each blocking point of a layer:\n"
+          "                         waiting for the slowest rank apart from transfer\n"
           "      --calibrate        sweep all-to-all, all-gather and copy sizes, time the\n"
           "                         expert FFN, write a topology file (-o)\n"
           "  -o, --output=FILE      calibration output [-: standard output]\n"
@@ -236,6 +238,7 @@ static int take(args_t *a, int c, const char *arg)
         return moe_cli_u32(prog, NULL, arg, 1, 4096, "chunk count", &g->chunks);
     case O_CREDITS: return moe_cli_u32(prog, NULL, arg, 1, 65535, "credit count", &g->credits);
     case O_NO_PREFETCH: g->prefetch = 0; return 0;
+    case O_MEASURE_WAIT: g->measure_wait = 1; return 0;
     case O_CALIBRATE: a->calibrate = 1; return 0;
     case O_REPLICA_RULE: return moe_cli_replica_rule(prog, NULL, arg, &g->replica_rule);
     case O_COMM:

@@ -1157,6 +1157,7 @@ static const moe_run_backend_ops_t cuda_ops = {
     .kernel_seconds = cu_kernel_seconds,
     .mark = cu_mark,
     .mark_time = cu_mark_time,
+    .test = NULL, /* NCCL progresses its all-to-alls on their stream */
 };
 
 /* Pick the device, make the streams, the kernel context and the NCCL communicator (rank 0

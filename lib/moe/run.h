@@ -62,6 +62,9 @@ typedef struct moe_run_cfg {
                                * 0.001) */
     int reuse;                /* training, expert-parallel modes: MPMoE's memory-reuse strategy,
                                * enum moe_mpmoe_reuse (moe/cost.h) or MOE_RUN_REUSE_AUTO [none] */
+    int measure_wait;         /* expert-parallel modes: a barrier before each of a layer's
+                               * blocking points, timed, so that the report tells waiting for
+                               * the slowest rank from transfer (adds collectives) */
 } moe_run_cfg_t;
 /* cfg.reuse: the strategy the MPMoE cost model (moe_mpmoe_eval) finds fastest among S1-S4 for
  * the run's shape and chunks, with link and FFN rates measured at the start. */

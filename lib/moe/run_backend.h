@@ -213,6 +213,12 @@ typedef struct moe_run_backend_ops {
      * that a timed iteration waits for the device no more often than an untimed one. */
     int (*mark)(moe_run_backend_t *b, uint32_t *id);
     int (*mark_time)(moe_run_backend_t *b, uint32_t id, double *t);
+    /* Optional (NULL: transfers progress by themselves, as NCCL's on their stream): let the
+     * transfer req started by ialltoallv progress without waiting for it, and set *done when
+     * it has completed (wait must still be called). MPI moves a non-blocking collective's
+     * data only inside its calls: the runtime calls this between the expert FFN's tiles
+     * while a pipelined chunk's rows are in flight, so that they move during the compute. */
+    int (*test)(moe_run_backend_t *b, moe_run_req_t *req, int *done);
 } moe_run_backend_ops_t;
 
 struct moe_run_backend {

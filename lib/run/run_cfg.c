@@ -126,6 +126,7 @@ static const struct agree_field {
     {"--optimizer", AG_NAMED, offsetof(moe_run_cfg_t, optimizer), moe_run_optimizer_name},
     {"--lr", AG_DBL, offsetof(moe_run_cfg_t, lr), NULL},
     {"--reuse", AG_NAMED, offsetof(moe_run_cfg_t, reuse), reuse_name},
+    {"--measure-wait", AG_FLAG, offsetof(moe_run_cfg_t, measure_wait), NULL},
 };
 #define NFIELDS (sizeof fields / sizeof *fields)
 

@@ -274,6 +274,20 @@ static int cpu_wait(moe_run_backend_t *b, moe_run_req_t *q)
     return 0;
 }
 
+static int cpu_test(moe_run_backend_t *b, moe_run_req_t *q, int *done)
+{
+    *done = 1;
+#ifdef HAVE_MPI
+    int err = MPI_Test(&q->req, done, MPI_STATUS_IGNORE);
+    if (err != MPI_SUCCESS)
+        return run_comm_fail(b->comm, err, __FILE__, __LINE__);
+#else
+    (void)b;
+    (void)q;
+#endif
+    return 0;
+}
+
 static int cpu_allgather(moe_run_backend_t *b, const void *send, size_t bytes, void *recv)
 {
     return run_comm_allgather(b->comm, send, bytes, recv);
@@ -382,6 +396,7 @@ static const moe_run_backend_ops_t cpu_ops = {
     .kernel_seconds = cpu_kernel_seconds,
     .mark = cpu_mark,
     .mark_time = cpu_mark_time,
+    .test = cpu_test,
 };
 
 moe_run_backend_t *moe_run_backend_cpu(moe_run_comm_t *c, char *errbuf, size_t errlen)

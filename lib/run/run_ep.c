@@ -8,6 +8,7 @@
 #include "moe/kern.h"
 #include "moe/moe.h"
 #include "run_modes_internal.h"
+#include "util_internal.h"
 
 /*
  * A hop moves rows to the ranks that compute on them and brings the weighted partial sums back.
@@ -35,13 +36,16 @@ typedef struct hop {
     size_t S;                    /* meta words per row */
     /* to send, in destination order */
     size_t ns, nr;
-    size_t *cnt;                 /* [8][G]: send rows, send displ, recv rows, recv displ, then
-                                  * the same in bytes for the row transfer in flight */
-    uint32_t *smeta, *rmeta;     /* host */
+    size_t *cnt;                 /* [C_N][G] counts (hop_plan, hop_counts) */
+    int dany, cany;              /* the dispatch, the combine move bytes on some rank */
+    uint32_t *srow, *smeta, *rmeta; /* host: rows sent (sorted by destination), their meta
+                                  * words, the meta words of the rows received */
     float *rx, *P;               /* device: received rows, their partial sums */
     moe_run_req_t *req;
     void *recvw;
     /* combine */
+    moe_run_req_t *creq;         /* its transfer in flight (pipelined), or NULL */
+    struct hop *prog[2];         /* hops whose transfers the compute drives (pipelined) */
     size_t ncr;                  /* partials received */
     uint32_t *crmeta;            /* their tokens */
     float *crx;                  /* device: the partial rows */
@@ -57,39 +61,65 @@ static void *Hh(run_t *r, int set, int i, size_t bytes)
     return run_hbuf(r, RUN_HS_EP + set * HS_SLOTS + i, bytes);
 }
 
-/* Given the send counts and displacements (rows) of cnt[0..2G), exchange them: fills the
- * receive counts and displacements cnt[2G..4G) and returns the rows to receive. */
-static size_t exchange_counts(run_t *r, int set, size_t *cnt)
+/* Exposed communication: the host's seconds blocked in a layer's count exchange and in
+ * completing its transfers (the dispatch's wait, the combine), by the clock around those
+ * calls; added to the layer's statistics when the iteration is timed. */
+static void exposed(run_t *r, uint32_t l, double t0)
 {
-    int G = r->G;
-    size_t *one = Hh(r, set, HS_PAIR, 2 * (size_t)G * sizeof *one), n = 0;
-    for (int p = 0; p < G; p++) {
-        one[p] = sizeof(size_t);
-        one[G + p] = (size_t)p * sizeof(size_t);
-    }
-    RUN_CK(r, run_comm_alltoallv(r->comm, cnt, one, one + G, cnt + 2 * G, one, one + G));
-    for (int p = 0; p < G; p++) {
-        cnt[3 * G + p] = n;
-        n += cnt[2 * G + p];
-    }
-    return n;
+    if (r->timing)
+        r->st[l].exposed += util_now() - t0;
 }
 
-/* The four count arrays of cnt in units of `unit` bytes, into out (4G entries). */
-static void scale_counts(const run_t *r, const size_t *cnt, size_t unit, size_t *out)
+/* --measure-wait: before a blocking point, a barrier, timed: the time to the slowest rank's
+ * arrival (imbalance), so that the exposed time after it is the transfer's alone. Every rank
+ * reaches the same blocking points in the same order. Returns the time after it. */
+static double settle(run_t *r, uint32_t l)
 {
-    for (size_t i = 0; i < 4 * (size_t)r->G; i++)
-        out[i] = cnt[i] * unit;
+    double t0 = util_now();
+    if (!r->cfg.measure_wait)
+        return t0;
+    RUN_CK(r, run_comm_barrier(r->comm));
+    double t1 = util_now();
+    if (r->timing)
+        r->st[l].waited += t1 - t0;
+    return t1;
 }
 
-/* Exchange counts (rows) and metadata, start the row transfer. ents/umeta unsorted. */
-static void hop_post(hop_t *h, const float *src, const ent_t *ents, size_t ne,
-                     const uint32_t *umeta)
+/*
+ * One count exchange serves a layer's dispatch and combine (all its chunks at once): each rank
+ * sends every peer, per chunk, X_ROWS the rows it sends that peer, then two figures it sends
+ * alike to all, X_OUT its rows for other ranks and X_RET the partial sums its rows make a
+ * server return to another rank, so that every rank knows whether a transfer moves any byte
+ * at all and skips it everywhere when not (no collective carries 0 bytes from every rank).
+ * A combine returns the partials of rows received from p to p (ret is the sender) in the
+ * order they were sent, so its counts are the dispatch's transposed; in coherent mode, whose
+ * ret is the token's new home, X_SRV + d adds, for each server d, the rows sent to d whose
+ * partial comes to the peer. The metadata travels in the rows' message: each peer's block is
+ * its rows' meta words, then the rows (DeepSpeed-MoE's two all-to-alls a layer, plus this).
+ */
+enum { X_ROWS = 0, X_OUT = 1, X_RET = 2, X_SRV = 3 };
+/* Slots of h->cnt, [12][G] (rows, and bytes of the wire): dispatch send counts and
+ * displacements, receive counts and displacements, the same in bytes, then the combine's. */
+enum { C_SC, C_SD, C_RC, C_RD, C_WSC, C_WSD, C_WRC, C_WRD, C_CSC, C_CSD, C_CRC, C_CRD, C_N };
+
+static size_t xwords(const run_t *r)
+{
+    return X_SRV + (r->cfg.mode == MOE_RUN_COHERENT ? (size_t)r->G : 0);
+}
+
+static size_t *C(const hop_t *h, int k)
+{
+    return h->cnt + (size_t)k * (size_t)h->r->G;
+}
+
+/* Sort a hop's entries by destination into srow/smeta (h->smeta), count them (statistics)
+ * and write the hop's count words for each peer p at x[p * stride]. */
+static void hop_plan(hop_t *h, const ent_t *ents, size_t ne, const uint32_t *umeta,
+                     uint32_t *srow, uint32_t *smeta, size_t *x, size_t stride)
 {
     run_t *r = h->r;
-    const moe_run_backend_ops_t *o = r->b->ops;
-    int G = r->G;
-    size_t H = r->H, S = h->S, *sc = h->cnt, *sd = sc + G;
+    int G = r->G, coh = r->cfg.mode == MOE_RUN_COHERENT;
+    size_t H = r->H, S = h->S, *sc = C(h, C_SC), *sd = C(h, C_SD), out = 0, ret = 0;
     memset(sc, 0, (size_t)G * sizeof *sc);
     for (size_t i = 0; i < ne; i++)
         sc[ents[i].dest]++;
@@ -99,49 +129,146 @@ static void hop_post(hop_t *h, const float *src, const ent_t *ents, size_t ne,
         acc += sc[p];
     }
     h->ns = ne;
-    uint32_t *srow = Hh(r, h->set, HS_SROW, (ne + 1) * sizeof *srow);
-    h->smeta = Hh(r, h->set, HS_SMETA, (ne + 1) * S * sizeof *h->smeta);
+    h->srow = srow;
+    h->smeta = smeta;
+    for (int p = 0; p < G; p++)
+        memset(x + (size_t)p * stride, 0, xwords(r) * sizeof *x);
     for (size_t i = 0; i < ne; i++) {
-        size_t at = pos[ents[i].dest]++;
+        uint32_t d = ents[i].dest, back = umeta[ents[i].meta + M_RET];
+        size_t at = pos[d]++;
         srow[at] = ents[i].row;
-        memcpy(h->smeta + at * S, umeta + ents[i].meta, S * sizeof *umeta);
-        if (r->timing && ents[i].dest != (uint32_t)r->me) {
-            int c = run_link(r, (uint32_t)r->me, ents[i].dest);
+        memcpy(smeta + at * S, umeta + ents[i].meta, S * sizeof *umeta);
+        out += d != (uint32_t)r->me;
+        ret += d != back;
+        if (coh && d != back)
+            x[back * stride + X_SRV + d]++;
+        if (r->timing && d != (uint32_t)r->me) {
+            int c = run_link(r, (uint32_t)r->me, d);
             r->st[h->l].xfer[MOE_DISPATCH][c]++;
             r->st[h->l].bytes[c] += H * r->esz;
             r->st[h->l].meta_bytes += S * 4;
         }
     }
-    h->nr = exchange_counts(r, h->set, h->cnt);
-    h->rmeta = Hh(r, h->set, HS_RMETA, (h->nr + 1) * S * sizeof *h->rmeta);
-    size_t *m = Hh(r, h->set, HS_PAIR, 4 * (size_t)G * sizeof *m); /* metadata in bytes */
-    scale_counts(r, h->cnt, S * 4, m);
-    RUN_CK(r, run_comm_alltoallv(r->comm, h->smeta, m, m + G, h->rmeta, m + 2 * G, m + 3 * G));
-    /* rows: gather, pack, start */
-    float *sendx = D(r, h->set, DS_SENDX, (ne + 1) * H * sizeof(float));
-    void *sendw = D(r, h->set, DS_SENDW, (ne + 1) * H * r->esz);
-    h->recvw = D(r, h->set, DS_RECVW, (h->nr + 1) * H * r->esz);
-    uint32_t *didx = D(r, h->set, DS_IDX, (ne + 1) * sizeof *didx);
-    RUN_CK(r, o->upload(r->b, didx, srow, ne * sizeof *srow));
-    RUN_CK(r, o->gather(r->b, src, didx, ne, r->H, sendx));
-    RUN_CK(r, o->pack(r->b, sendx, ne * H, r->cfg.dtype, sendw));
-    size_t *w = h->cnt + 4 * (size_t)G; /* byte counts live after the row counts */
-    scale_counts(r, h->cnt, H * r->esz, w);
-    RUN_CK(r, o->ialltoallv(r->b, sendw, w, w + G, h->recvw, w + 2 * G, w + 3 * G, &h->req));
+    for (int p = 0; p < G; p++) {
+        x[(size_t)p * stride + X_ROWS] = sc[p];
+        x[(size_t)p * stride + X_OUT] = out;
+        x[(size_t)p * stride + X_RET] = ret;
+    }
 }
 
-/* Complete the row transfer and unpack the received rows. */
+/* The count exchange: words per peer from xs (slot base) into the slot base + 1, as peer
+ * blocks; one rank needs none. Returns the received words. */
+static size_t *exchange_counts(run_t *r, int base, const size_t *xs, size_t words)
+{
+    int G = r->G;
+    size_t *xr = run_hbuf(r, base + 1, ((size_t)G * words + 1) * sizeof *xr);
+    if (G == 1) {
+        memcpy(xr, xs, words * sizeof *xr);
+        return xr;
+    }
+    size_t *m = run_hbuf(r, base + 2, 2 * (size_t)G * sizeof *m);
+    for (int p = 0; p < G; p++) {
+        m[p] = words * sizeof *xs;
+        m[G + p] = (size_t)p * words * sizeof *xs;
+    }
+    RUN_CK(r, run_comm_alltoallv(r->comm, xs, m, m + G, xr, m, m + G));
+    return xr;
+}
+
+/* Hop h's receive counts, its combine's and whether each transfer moves anything, from the
+ * words received (xr: peer blocks of nh hops of w words; h is hop c). */
+static void hop_counts(hop_t *h, const size_t *xr, size_t c, size_t nh, size_t w)
+{
+    run_t *r = h->r;
+    int G = r->G, coh = r->cfg.mode == MOE_RUN_COHERENT;
+    size_t *rc = C(h, C_RC), *rd = C(h, C_RD), *crc = C(h, C_CRC), *crd = C(h, C_CRD);
+    size_t n = 0, nc = 0, out = 0, ret = 0;
+    memset(crc, 0, (size_t)G * sizeof *crc);
+    for (int p = 0; p < G; p++) {
+        const size_t *x = xr + ((size_t)p * nh + c) * w;
+        rc[p] = x[X_ROWS];
+        out += x[X_OUT];
+        ret += x[X_RET];
+        for (int d = 0; coh && d < G; d++)
+            crc[d] += x[X_SRV + d];
+        if (!coh && p != r->me)
+            crc[p] = C(h, C_SC)[p];
+    }
+    for (int p = 0; p < G; p++) {
+        rd[p] = n;
+        n += rc[p];
+        crd[p] = nc;
+        nc += crc[p];
+    }
+    h->nr = n;
+    h->ncr = nc;
+    h->dany = out > 0;
+    h->cany = ret > 0;
+}
+
+/* Start the row transfer: each peer's block is its rows' meta words, then the rows. */
+static void hop_post(hop_t *h, const float *src)
+{
+    run_t *r = h->r;
+    const moe_run_backend_ops_t *o = r->b->ops;
+    int G = r->G;
+    size_t H = r->H, S = h->S, ne = h->ns, mb = S * 4, unit = H * r->esz + mb;
+    size_t *sc = C(h, C_SC), *sd = C(h, C_SD), *ws = C(h, C_WSC);
+    for (int k = 0; k < 4; k++)
+        for (int p = 0; p < G; p++)
+            ws[(size_t)k * G + p] = C(h, C_SC + k)[p] * unit;
+    float *sendx = D(r, h->set, DS_SENDX, (ne + 1) * H * sizeof(float));
+    char *sendw = D(r, h->set, DS_SENDW, (ne + 1) * unit);
+    h->recvw = D(r, h->set, DS_RECVW, (h->nr + 1) * unit);
+    uint32_t *didx = D(r, h->set, DS_IDX, (ne + 1) * sizeof *didx);
+    RUN_CK(r, o->upload(r->b, didx, h->srow, ne * sizeof *h->srow));
+    RUN_CK(r, o->gather(r->b, src, didx, ne, r->H, sendx));
+    for (int p = 0; p < G; p++) {
+        if (!sc[p])
+            continue;
+        char *blk = sendw + ws[G + p];
+        RUN_CK(r, o->upload(r->b, blk, h->smeta + sd[p] * S, sc[p] * mb));
+        RUN_CK(r, o->pack(r->b, sendx + sd[p] * H, sc[p] * H, r->cfg.dtype, blk + sc[p] * mb));
+    }
+    size_t *w = ws;
+    h->req = NULL;
+    if (h->dany || G == 1) /* a lone rank's transfer is the backend's local copy */
+        RUN_CK(r, o->ialltoallv(r->b, sendw, w, w + G, h->recvw, w + 2 * G, w + 3 * G,
+                                &h->req));
+    else if (w[r->me]) /* only this rank's own rows, everywhere: no transfer */
+        RUN_CK(r, o->copy(r->b, (char *)h->recvw + w[3 * G + r->me], sendw + w[G + r->me],
+                          w[r->me]));
+}
+
+/* Complete the row transfer: the meta words to the host (all first, so that the host waits
+ * once), the rows unpacked. */
 static void hop_arrive(hop_t *h)
 {
     run_t *r = h->r;
-    RUN_CK(r, r->b->ops->wait(r->b, h->req));
+    const moe_run_backend_ops_t *o = r->b->ops;
+    int G = r->G;
+    size_t H = r->H, S = h->S, mb = S * 4, *rc = C(h, C_RC), *rd = C(h, C_RD);
+    size_t *wr = C(h, C_WRD);
+    double t0 = settle(r, h->l);
+    if (h->req)
+        RUN_CK(r, o->wait(r->b, h->req));
+    exposed(r, h->l, t0);
     h->req = NULL;
-    h->rx = D(r, h->set, DS_RX, (h->nr + 1) * r->H * sizeof(float));
-    RUN_CK(r, r->b->ops->unpack(r->b, h->recvw, h->nr * r->H, r->cfg.dtype, h->rx));
+    h->rmeta = Hh(r, h->set, HS_RMETA, (h->nr + 1) * S * sizeof *h->rmeta);
+    h->rx = D(r, h->set, DS_RX, (h->nr + 1) * H * sizeof(float));
+    const char *rw = h->recvw;
+    for (int p = 0; p < G; p++)
+        if (rc[p])
+            RUN_CK(r, o->download(r->b, h->rmeta + rd[p] * S, rw + wr[p], rc[p] * mb));
+    for (int p = 0; p < G; p++)
+        if (rc[p])
+            RUN_CK(r, o->unpack(r->b, rw + wr[p] + rc[p] * mb, rc[p] * H, r->cfg.dtype,
+                                h->rx + rd[p] * H));
 }
 
 static void hop_compute(hop_t *h);
 static void hop_combine(hop_t *h);
+static void hop_combine_end(hop_t *h);
 
 /* Forward the entries of received rows served by other ranks (hierarchical stage 2), and add
  * their partials into P. */
@@ -179,16 +306,24 @@ static void hop_forward(hop_t *h)
         }
     }
     hop_t f = {.r = r, .set = 2, .stage = 2, .l = h->l, .S = S};
-    f.cnt = run_hbuf(r, RUN_HS_EP_CNT, 8 * (size_t)r->G * sizeof(size_t));
+    f.cnt = run_hbuf(r, RUN_HS_EP_CNT, C_N * (size_t)r->G * sizeof(size_t));
     ents = run_hbuf(r, RUN_HS_EP_ENT, (ne + 1) * sizeof *ents);
     um = run_hbuf(r, RUN_HS_EP_META, (nw + 1) * sizeof *um);
-    hop_post(&f, h->rx, ents, ne, um);
+    size_t W = xwords(r);
+    size_t *xs = run_hbuf(r, RUN_HS_EP_FX, ((size_t)r->G * W + 1) * sizeof *xs);
+    hop_plan(&f, ents, ne, um, Hh(r, 2, HS_SROW, (ne + 1) * sizeof(uint32_t)),
+             Hh(r, 2, HS_SMETA, (ne + 1) * S * sizeof(uint32_t)), xs, W);
+    double t0 = settle(r, h->l);
+    hop_counts(&f, exchange_counts(r, RUN_HS_EP_FX, xs, W), 0, 1, W);
+    exposed(r, h->l, t0);
+    hop_post(&f, h->rx);
     hop_arrive(&f);
     hop_compute(&f);
     /* the servers return their partials (ret = this rank); add them to P at the row of the
      * token (each token is received here once) */
     const moe_run_backend_ops_t *o = r->b->ops;
     hop_combine(&f);
+    hop_combine_end(&f);
     /* map returned tokens to my received rows: the forwarded rows are unique per (row,
      * server) and each token appears once among my received rows */
     uint32_t *idx = Hh(r, h->set, HS_TMP, (f.ncr + 1) * sizeof *idx);
@@ -200,6 +335,40 @@ static void hop_forward(hop_t *h)
     uint32_t *didx = D(r, h->set, DS_CIDX, (f.ncr + 1) * sizeof *didx);
     RUN_CK(r, o->upload(r->b, didx, idx, f.ncr * sizeof *idx));
     RUN_CK(r, o->scatter_add(r->b, f.crx, didx, NULL, f.ncr, r->H, h->P));
+}
+
+/* Rows of an FFN tile between two calls that drive the transfers in flight. */
+enum { FFN_TILE = 32 };
+
+/* Let the transfers in flight of the hops h->prog progress (a test each). */
+static void progress(hop_t *h)
+{
+    run_t *r = h->r;
+    for (int i = 0; i < 2; i++) {
+        hop_t *q = h->prog[i];
+        int done;
+        if (q && q->req)
+            RUN_CK(r, r->b->ops->test(r->b, q->req, &done));
+        if (q && q->creq)
+            RUN_CK(r, r->b->ops->test(r->b, q->creq, &done));
+    }
+}
+
+/* The grouped FFN in tiles of FFN_TILE rows (each row's result is computed alone, so the
+ * tiles give the same bits), the transfers in flight driven between them. */
+static void ffn_tiles(hop_t *h, const float *xs, uint32_t G, const size_t *off,
+                      const float **W1, const float **W2, float *ys)
+{
+    run_t *r = h->r;
+    const moe_run_backend_ops_t *o = r->b->ops;
+    for (uint32_t g = 0; g < G; g++)
+        for (size_t a = off[g]; a < off[g + 1]; a += FFN_TILE) {
+            size_t t[2] = {a, a + FFN_TILE < off[g + 1] ? a + FFN_TILE : off[g + 1]};
+            progress(h);
+            RUN_CK(r, o->ffn_grouped(r->b, xs, 1, t, r->H, r->F, r->expert, W1 + g, W2 + g,
+                                     ys));
+        }
+    progress(h);
 }
 
 /* Run the entries served here: pairs grouped by expert, one grouped FFN, weighted sums into
@@ -267,6 +436,8 @@ static void hop_compute(hop_t *h)
     float *act = h->stage == 1 ? run_keep_act(r, h->l, h->chunk, np) : NULL;
     if (act) /* training keeps the pre-activations (T_M) */
         RUN_CK(r, o->ffn_grouped_act(r->b, xs, G, off, r->H, r->F, r->expert, W1, W2, ys, act));
+    else if (o->test && (h->prog[0] || h->prog[1]))
+        ffn_tiles(h, xs, G, off, W1, W2, ys);
     else
         RUN_CK(r, o->ffn_grouped(r->b, xs, G, off, r->H, r->F, r->expert, W1, W2, ys));
     if (h->stage == 1)
@@ -277,13 +448,48 @@ static void hop_compute(hop_t *h)
         hop_forward(h);
 }
 
-/* Send P rows whose ret is another rank to it; the partials received land in crx/crmeta. */
+/* The tokens of the partials a combine brings (crmeta), without metadata on the wire: a
+ * server returns the partials of the rows it received, in the order received (by sender,
+ * then in the sender's order). Outside coherent mode they come back to the sender, in the
+ * order it sent them (smeta); in coherent mode they go to the token's new home, which
+ * received the token's row with all its entries: the partials from server d are those of
+ * the rows received here, by sender, with d among their servers. */
+static void combine_tokens(hop_t *h)
+{
+    run_t *r = h->r;
+    int G = r->G;
+    size_t S = h->S, *rc = C(h, C_CRC), *rd = C(h, C_CRD);
+    if (r->cfg.mode != MOE_RUN_COHERENT) {
+        for (int p = 0; p < G; p++)
+            for (size_t i = 0; i < rc[p]; i++)
+                h->crmeta[rd[p] + i] = h->smeta[(C(h, C_SD)[p] + i) * S + M_TOK];
+        return;
+    }
+    for (int d = 0; d < G; d++) {
+        size_t n = 0;
+        for (size_t j = 0; d != r->me && j < h->nr; j++) {
+            const uint32_t *m = h->rmeta + j * S;
+            int served = 0;
+            for (uint32_t k = 0; k < m[M_N]; k++)
+                served |= m[M_HEAD + 3 * k + 2] == (uint32_t)d;
+            if (m[M_RET] == (uint32_t)r->me && served && n < rc[d])
+                h->crmeta[rd[d] + n] = m[M_TOK];
+            n += m[M_RET] == (uint32_t)r->me && served;
+        }
+        if (n != rc[d])
+            run_die(r, "combine (partials do not match the routing)", MOE_EINVAL);
+    }
+}
+
+/* Send P rows whose ret is another rank to it; the partials received land in crx, their
+ * tokens in crmeta. Their counts came with the dispatch's (hop_counts). */
 static void hop_combine(hop_t *h)
 {
     run_t *r = h->r;
     const moe_run_backend_ops_t *o = r->b->ops;
     int G = r->G;
-    size_t S = h->S, H = r->H, ne = 0, *sc = h->cnt, *sd = sc + G;
+    size_t S = h->S, H = r->H, ne = 0, unit = H * r->esz;
+    size_t *sc = C(h, C_CSC), *sd = C(h, C_CSD), *rc = C(h, C_CRC), *rd = C(h, C_CRD);
     memset(sc, 0, (size_t)G * sizeof *sc);
     for (size_t j = 0; j < h->nr; j++) {
         uint32_t ret = h->rmeta[j * S + M_RET];
@@ -297,38 +503,62 @@ static void hop_combine(hop_t *h)
         sd[p] = pos[p] = acc;
         acc += sc[p];
     }
-    uint32_t *row = Hh(r, h->set, HS_SROW, (ne + 1) * sizeof *row);
-    uint32_t *cm = Hh(r, h->set, HS_CMETA, (ne + 1) * sizeof *cm);
+    uint32_t *row = Hh(r, h->set, HS_CMETA, (ne + 1) * sizeof *row);
     for (size_t j = 0; j < h->nr; j++) {
         uint32_t ret = h->rmeta[j * S + M_RET];
         if (ret == (uint32_t)r->me)
             continue;
         size_t at = pos[ret]++;
         row[at] = (uint32_t)j;
-        cm[at] = h->rmeta[j * S + M_TOK];
         if (r->timing) {
             int c = run_link(r, (uint32_t)r->me, ret);
             r->st[h->l].xfer[MOE_COMBINE][c]++;
             r->st[h->l].bytes[c] += H * r->esz;
-            r->st[h->l].meta_bytes += 4;
         }
     }
-    h->ncr = exchange_counts(r, h->set, h->cnt);
     h->crmeta = Hh(r, h->set, HS_CRMETA, (h->ncr + 1) * sizeof *h->crmeta);
+    h->crx = D(r, h->set, DS_CRX, (h->ncr + 1) * H * sizeof(float));
+    combine_tokens(h);
+    /* nothing to return anywhere (coherent at top-1): no collective; a lone rank's is the
+     * backend's local copy */
+    if (!h->cany && G > 1)
+        return;
     size_t *b = Hh(r, h->set, HS_PAIR, 4 * (size_t)G * sizeof *b);
-    scale_counts(r, h->cnt, 4, b);
-    RUN_CK(r, run_comm_alltoallv(r->comm, cm, b, b + G, h->crmeta, b + 2 * G, b + 3 * G));
+    for (int p = 0; p < G; p++) {
+        b[p] = sc[p] * unit;
+        b[G + p] = sd[p] * unit;
+        b[2 * G + p] = rc[p] * unit;
+        b[3 * G + p] = rd[p] * unit;
+    }
     float *sendx = D(r, h->set, DS_SENDX, (ne + 1) * H * sizeof(float));
-    void *sw = D(r, h->set, DS_CSW, (ne + 1) * H * r->esz);
-    void *rw = D(r, h->set, DS_CRW, (h->ncr + 1) * H * r->esz);
+    char *sw = D(r, h->set, DS_CSW, (ne + 1) * unit);
+    char *rw = D(r, h->set, DS_CRW, (h->ncr + 1) * unit);
     uint32_t *didx = D(r, h->set, DS_CIDX, (ne + 1) * sizeof *didx);
     RUN_CK(r, o->upload(r->b, didx, row, ne * sizeof *row));
     RUN_CK(r, o->gather(r->b, h->P, didx, ne, r->H, sendx));
     RUN_CK(r, o->pack(r->b, sendx, ne * H, r->cfg.dtype, sw));
-    scale_counts(r, h->cnt, H * r->esz, b);
+    h->recvw = rw;
+    if (r->chunks_used > 1 && h->stage == 1) { /* pipelined: completed after the next chunk */
+        RUN_CK(r, o->ialltoallv(r->b, sw, b, b + G, rw, b + 2 * G, b + 3 * G, &h->creq));
+        return;
+    }
+    double t0 = settle(r, h->l);
     RUN_CK(r, o->alltoallv(r->b, sw, b, b + G, rw, b + 2 * G, b + 3 * G));
-    h->crx = D(r, h->set, DS_CRX, (h->ncr + 1) * H * sizeof(float));
+    exposed(r, h->l, t0);
     RUN_CK(r, o->unpack(r->b, rw, h->ncr * H, r->cfg.dtype, h->crx));
+}
+
+/* Complete a combine still in flight (pipelined) and unpack its partials. */
+static void hop_combine_end(hop_t *h)
+{
+    run_t *r = h->r;
+    if (!h->creq)
+        return;
+    double t0 = settle(r, h->l);
+    RUN_CK(r, r->b->ops->wait(r->b, h->creq));
+    exposed(r, h->l, t0);
+    h->creq = NULL;
+    RUN_CK(r, r->b->ops->unpack(r->b, h->recvw, h->ncr * r->H, r->cfg.dtype, h->crx));
 }
 
 /* ------------------------------------------------------------------ layer */
@@ -369,7 +599,9 @@ size_t run_ep_plan(run_t *r, uint32_t l, size_t i0, size_t i1, const int32_t *id
             m[M_RET] = newhome[i];
             for (uint32_t k = 0; k < rt->n; k++) {
                 uint32_t s = rt->rank[k];
-                if (s != d && !(hier && d / r->gpn != me / r->gpn && s / r->gpn == d / r->gpn))
+                /* coherent: every entry, which tells the home whose partials to expect */
+                if (s != d && !coherent &&
+                    !(hier && d / r->gpn != me / r->gpn && s / r->gpn == d / r->gpn))
                     continue;
                 uint32_t *e = m + M_HEAD + 3 * n++;
                 e[0] = rt->expert[k];
@@ -509,24 +741,45 @@ void run_ep_layer(run_t *r, uint32_t l)
     run_gate(r, l, x, n, r->loc, ids, w);
     run_save_route(r, l, ids, w); /* and their routing */
     uint32_t chunks = r->chunks_used ? r->chunks_used : 1;
-    hop_t hp[2];
-    size_t S = M_HEAD + 3 * K;
-    for (uint32_t c = 0; c <= chunks; c++) {
+    size_t S = M_HEAD + 3 * K, G = (size_t)r->G, W = xwords(r);
+    /* the whole layer planned at once, its chunks' counts exchanged once */
+    ent_t *ents;
+    uint32_t *um;
+    size_t ne = run_ep_plan(r, l, 0, n, ids, w, newhome, &ents, &um);
+    hop_t *hp = run_hbuf(r, RUN_HS_EP_HOPS, chunks * sizeof *hp);
+    size_t *cnt = run_hbuf(r, RUN_HS_EP_LCNT, chunks * C_N * G * sizeof *cnt);
+    uint32_t *srow = run_hbuf(r, RUN_HS_EP_LSROW, (ne + 1) * sizeof *srow);
+    uint32_t *smeta = run_hbuf(r, RUN_HS_EP_LSMETA, (ne + 1) * S * sizeof *smeta);
+    size_t *xs = run_hbuf(r, RUN_HS_EP_X, (G * chunks * W + 1) * sizeof *xs);
+    size_t e0 = 0;
+    for (uint32_t c = 0; c < chunks; c++) {
+        size_t i1 = n * (c + 1) / chunks, e1 = e0;
+        while (e1 < ne && ents[e1].row < i1) /* entries come in row order */
+            e1++;
+        hop_t *h = &hp[c];
+        *h = (hop_t){.r = r, .set = (int)(c % 2), .stage = 1, .l = l, .chunk = c, .S = S,
+                     .cnt = cnt + c * C_N * G};
+        hop_plan(h, ents + e0, e1 - e0, um, srow + e0, smeta + e0 * S, xs + c * W,
+                 chunks * W);
+        e0 = e1;
+    }
+    double tx = settle(r, l);
+    const size_t *xr = exchange_counts(r, RUN_HS_EP_X, xs, chunks * W);
+    exposed(r, l, tx);
+    for (uint32_t c = 0; c < chunks; c++)
+        hop_counts(&hp[c], xr, c, chunks, W);
+    /* step c: post chunk c's rows; receive, compute (driving chunk c's rows and chunk c-2's
+     * partials in flight) and start returning chunk c-1; complete and add chunk c-2's */
+    for (uint32_t c = 0; c <= chunks + 1; c++) {
         if (c < chunks) {
-            size_t i0 = n * c / chunks, i1 = n * (c + 1) / chunks;
-            ent_t *ents;
-            uint32_t *um;
-            hop_t *h = &hp[c % 2];
-            *h = (hop_t){.r = r, .set = (int)(c % 2), .stage = 1, .l = l, .chunk = c, .S = S};
-            h->cnt = run_hbuf(r, RUN_HS_EP_HCNT + (int)(c % 2),
-                              8 * (size_t)r->G * sizeof(size_t));
-            size_t ne = run_ep_plan(r, l, i0, i1, ids, w, newhome, &ents, &um);
-            hop_post(h, r->x.p, ents, ne, um);
+            hop_post(&hp[c], r->x.p);
             if (c == 0)
                 run_tick(r, l, RUN_DISPATCH, t0);
         }
-        if (c > 0) {
-            hop_t *h = &hp[(c - 1) % 2];
+        if (c > 0 && c <= chunks) {
+            hop_t *h = &hp[c - 1];
+            h->prog[0] = c < chunks ? &hp[c] : NULL;
+            h->prog[1] = c >= 2 ? &hp[c - 2] : NULL;
             uint32_t t1 = run_mark(r);
             hop_arrive(h);
             run_tick(r, l, RUN_DISPATCH, t1);
@@ -535,6 +788,12 @@ void run_ep_layer(run_t *r, uint32_t l)
             run_tick(r, l, RUN_COMPUTE, t1);
             t1 = run_mark(r);
             hop_combine(h);
+            run_tick(r, l, RUN_COMBINE, t1);
+        }
+        if (c >= 2) {
+            hop_t *h = &hp[c - 2];
+            uint32_t t1 = run_mark(r);
+            hop_combine_end(h);
             if (r->cfg.mode == MOE_RUN_COHERENT)
                 rehome(r, h, newhome);
             apply(r, h, r->x.p);

@@ -43,6 +43,10 @@ typedef struct run_layer_stat {
     uint64_t experts_in[MOE_LINK_CLASSES];      /* datacentric: expert pulls received */
     double syncs, allocs, a2a;                  /* host waits, device allocations and
                                                  * all-to-alls the backend counted */
+    double exposed;                             /* seconds the host was blocked in the
+                                                 * layer's communication (run_ep.c) */
+    double waited;                              /* --measure-wait: of the barriers before
+                                                 * it (waiting for the slowest rank) */
 } run_layer_stat_t;
 
 /* A phase's span between two marks (run_mark), added to its layer's time once the marks'
@@ -165,8 +169,11 @@ enum run_hslot {
     RUN_HS_EP = 0,                                     /* run_ep.c: the hop sets, then */
     RUN_HS_EP_ENT = RUN_EP_SETS * RUN_EP_HSET, RUN_HS_EP_META, RUN_HS_EP_CNT, RUN_HS_EP_ROWOF,
     RUN_HS_EP_W1, RUN_HS_EP_START, RUN_HS_EP_UMETA, RUN_HS_EP_ROUTE, RUN_HS_EP_NLOC,
-    RUN_HS_EP_IDS, RUN_HS_EP_W, RUN_HS_EP_HOME, RUN_HS_EP_HCNT, RUN_HS_EP_HCNT2, /* a chunk's */
-    RUN_HS_EP_OFF, RUN_HS_EP_ECNT,                     /* the layer's own */
+    RUN_HS_EP_IDS, RUN_HS_EP_W, RUN_HS_EP_HOME,       /* a layer's routing */
+    RUN_HS_EP_OFF, RUN_HS_EP_ECNT,                     /* the layer's own, */
+    RUN_HS_EP_HOPS, RUN_HS_EP_LCNT, RUN_HS_EP_LSROW, RUN_HS_EP_LSMETA, /* its chunks' hops, */
+    RUN_HS_EP_X, RUN_HS_EP_XR, RUN_HS_EP_XC,          /* its count exchange (3 slots) */
+    RUN_HS_EP_FX, RUN_HS_EP_FXR, RUN_HS_EP_FXC,       /* and the forwarded hop's */
     RUN_HS_DC_IOTA, RUN_HS_DC_ROWS, RUN_HS_DC_WT, RUN_HS_DC_MINE, RUN_HS_DC_ALL, /* run_dc.c */
     RUN_HS_COUNTS,                                     /* a one-off collective's counts */
     RUN_HS_SUMS,                                       /* and the doubles it sums */

@@ -30,32 +30,39 @@ void run_load_inputs(run_t *r)
     RUN_CK(r, r->b->ops->upload(r->b, x, hx, r->nloc * H * sizeof *x));
 }
 
-/* Coherent mode ends an iteration with an all-gather of the tokens' states, so that every
- * rank (the sources among them) has the whole iteration's output: Table I's G.N.G term. */
+/* Coherent mode ends an iteration with an all-gather that gives every rank the iteration's
+ * tokens (Table I's G.N.G term): as ExFlow does, the newly generated token ids, a 4-byte id
+ * per token (MOE_EXFLOW_TOKEN_ID, what moe-costmodel prices), never the hidden rows, which
+ * nothing reads. With no sampler to generate ids, a token's id is its index in the stream;
+ * the gathered ids are checked to name every token once, which is what the next step's
+ * embedding on every rank relies on. */
 static void coherent_allgather(run_t *r)
 {
     int G = r->G;
-    size_t H = r->H, row = H * r->esz;
+    size_t id = sizeof(uint32_t), total = 0;
     size_t *c = run_hbuf(r, RUN_HS_COUNTS, 4 * (size_t)G * sizeof *c);
     double *n = run_hbuf(r, RUN_HS_SUMS, (size_t)G * sizeof *n);
-    size_t total = 0;
     for (int p = 0; p < G; p++)
         n[p] = p == r->me ? (double)r->nloc : 0;
-    RUN_CK(r, r->b->ops->allreduce(r->b, n, G, MOE_RUN_SUM));
+    RUN_CK(r, run_comm_allreduce(r->comm, n, G, MOE_RUN_SUM));
     for (int p = 0; p < G; p++) {
-        c[p] = r->nloc * row;
+        c[p] = r->nloc * id;
         c[G + p] = 0;
-        c[2 * G + p] = (size_t)n[p] * row;
-        c[3 * G + p] = total * row;
+        c[2 * G + p] = (size_t)n[p] * id;
+        c[3 * G + p] = total * id;
         total += (size_t)n[p];
         if (r->timing && p != r->me)
-            r->ag_bytes[run_link(r, (uint32_t)r->me, (uint32_t)p)] += r->nloc * row;
+            r->ag_bytes[run_link(r, (uint32_t)r->me, (uint32_t)p)] += r->nloc * id;
     }
-    const moe_run_backend_ops_t *o = r->b->ops;
-    void *sw = run_dbuf(r, &r->d[RUN_DS_SEND], (r->nloc + 1) * row);
-    void *rw = run_dbuf(r, &r->d[RUN_DS_RECV], (total + 1) * row);
-    RUN_CK(r, o->pack(r->b, r->x.p, r->nloc * H, r->cfg.dtype, sw));
-    RUN_CK(r, o->alltoallv(r->b, sw, c, c + G, rw, c + 2 * G, c + 3 * G));
+    uint32_t *all = run_hbuf(r, RUN_HS_GATHER, (total + r->ntok + 1) * sizeof *all);
+    RUN_CK(r, run_comm_alltoallv(r->comm, r->loc, c, c + G, all, c + 2 * G, c + 3 * G));
+    uint32_t *seen = all + total;
+    memset(seen, 0, r->ntok * sizeof *seen);
+    for (size_t i = 0; i < total; i++)
+        if (all[i] >= r->ntok || seen[all[i]]++)
+            run_die(r, "coherent all-gather (a token gathered twice or unknown)", MOE_EINVAL);
+    if (total != r->ntok)
+        run_die(r, "coherent all-gather (tokens missing)", MOE_EINVAL);
 }
 
 /* Rank 0 collects the final rows of every token (untimed) into r->out. */

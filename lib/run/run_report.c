@@ -23,6 +23,8 @@ typedef struct sums {
                        * of a rank */
     double *rank;     /* [G][4] vector bytes sent per iteration by rank: total, intra, inter,
                        * the accounting's total (-1 unknown) */
+    double *ex;       /* [2][L] ms a rank was blocked in the layer's communication, then
+                       * (--measure-wait) in the barriers before it; most of a rank */
     double ag[MOE_LINK_CLASSES];
     double meta;
     int acct_equal;   /* 1 equal on every rank, 0 not, -1 not applicable */
@@ -77,7 +79,8 @@ static int reduce(run_t *r, sums_t *s)
     s->load = calloc(L * 2, sizeof *s->load);
     s->rank = calloc(G * 4, sizeof *s->rank);
     s->cnt = calloc(L * 3, sizeof *s->cnt);
-    if (!s->t || !s->x || !s->by || !s->load || !s->rank || !s->cnt)
+    s->ex = calloc(2 * L + 1, sizeof *s->ex);
+    if (!s->t || !s->x || !s->by || !s->load || !s->rank || !s->cnt || !s->ex)
         return MOE_ENOMEM;
     double mine[4] = {0, 0, 0, acct_sent(r)};
     for (size_t l = 0; l < L; l++) {
@@ -99,6 +102,8 @@ static int reduce(run_t *r, sums_t *s)
         s->cnt[l * 3] = q->syncs / it;
         s->cnt[l * 3 + 1] = q->allocs / it;
         s->cnt[l * 3 + 2] = q->a2a / it;
+        s->ex[l] = 1e3 * q->exposed / it;
+        s->ex[L + l] = 1e3 * q->waited / it;
     }
     int eq = mine[3] < 0 ? -1 : mine[3] == mine[0];
     memcpy(s->rank + (size_t)r->me * 4, mine, sizeof mine);
@@ -107,6 +112,7 @@ static int reduce(run_t *r, sums_t *s)
     double e[2] = {eq == 0, eq < 0};
     RUN_CK(r, run_comm_allreduce(r->comm, s->t, (int)(L * 3), MOE_RUN_MAX));
     RUN_CK(r, run_comm_allreduce(r->comm, s->cnt, (int)(L * 3), MOE_RUN_MAX));
+    RUN_CK(r, run_comm_allreduce(r->comm, s->ex, (int)(2 * L), MOE_RUN_MAX));
     RUN_CK(r, run_comm_allreduce(r->comm, s->x, (int)(L * 8), MOE_RUN_SUM));
     RUN_CK(r, run_comm_allreduce(r->comm, s->by, (int)(L * 5), MOE_RUN_SUM));
     RUN_CK(r, run_comm_allreduce(r->comm, s->ag, 4, MOE_RUN_SUM));
@@ -131,6 +137,7 @@ static void sums_free(sums_t *s)
     free(s->load);
     free(s->rank);
     free(s->cnt);
+    free(s->ex);
 }
 
 /* Layer l's vector bytes (all ranks), all-to-all seconds, algbw and busbw in GB/s (nccl-tests:
@@ -184,7 +191,7 @@ int run_report(run_t *r, FILE *fp, double check_err, int check_ok)
         return 0;
     }
     header(r, fp);
-    double T[3] = {0}, B[4] = {0}, vec = 0, lmax = 0, lsum = 0, waits = 0, a2a = 0;
+    double T[3] = {0}, B[4] = {0}, vec = 0, lmax = 0, lsum = 0, waits = 0, a2a = 0, meta = 0;
     for (size_t l = 0; l < r->L; l++) {
         double b, alg, bus, mean = s.load[l * 2 + 1] / r->G;
         bw(r, &s, l, &b, &alg, &bus);
@@ -204,6 +211,7 @@ int run_report(run_t *r, FILE *fp, double check_err, int check_ok)
             T[p] += s.t[l * 3 + p];
         for (int c = 0; c < 4; c++)
             B[c] += s.by[l * 5 + c];
+        meta += s.by[l * 5 + 4];
         for (int q = 0; q < 8; q++)
             vec += s.x[l * 8 + q];
         lmax = fmax(lmax, s.load[l * 2]);
@@ -215,7 +223,25 @@ int run_report(run_t *r, FILE *fp, double check_err, int check_ok)
     fprintf(fp, "# per iteration: %.3f ms, %.0f tokens/s, %.0f vectors moved (%.3f per token "
                 "and layer), %.0f metadata bytes\n",
             1e3 * sec, sec > 0 ? r->ntok / sec : 0, vec,
-            r->ntok ? vec / ((double)r->ntok * r->L) : 0, s.by[4]);
+            r->ntok ? vec / ((double)r->ntok * r->L) : 0, meta);
+    if (r->cfg.mode != MOE_RUN_DATACENTRIC) {
+        double ex = 0;
+        fprintf(fp, "# exposed communication (host blocked in counts, waits, combines), ms:");
+        for (size_t l = 0; l < r->L; l++) {
+            fprintf(fp, " %.3f", s.ex[l]);
+            ex += s.ex[l];
+        }
+        fprintf(fp, "; %.3f per iteration\n", ex);
+    }
+    if (r->cfg.mode != MOE_RUN_DATACENTRIC && r->cfg.measure_wait) {
+        double wt = 0;
+        fprintf(fp, "# waiting for the slowest rank (barriers before them), ms:");
+        for (size_t l = 0; l < r->L; l++) {
+            fprintf(fp, " %.3f", s.ex[r->L + l]);
+            wt += s.ex[r->L + l];
+        }
+        fprintf(fp, "; %.3f per iteration\n", wt);
+    }
     if (!r->cfg.train) {
         char per[32] = "-";
         if (a2a > 0)
@@ -321,16 +347,24 @@ static int json_body(const run_t *r, const sums_t *s, moe_textout_t *t, double c
         P("    {\"layer\": %zu, \"dispatch_ms\": %s, \"compute_ms\": %s, \"combine_ms\": "
           "%s, \"dispatch_vectors\": {\"intra\": %.0f, \"inter\": %.0f}, "
           "\"combine_vectors\": {\"intra\": %.0f, \"inter\": %.0f}, \"bytes\": {\"intra\": "
-          "%.0f, \"inter\": %.0f}, \"algbw_gbs\": %s, \"busbw_gbs\": %s, \"max_load\": "
-          "%.0f, \"total_load\": %.0f, ",
+          "%.0f, \"inter\": %.0f}, \"metadata_bytes\": %.0f, \"algbw_gbs\": %s, "
+          "\"busbw_gbs\": %s, \"max_load\": %.0f, \"total_load\": %.0f, ",
           l, J("%.6f", s->t[l * 3]), J("%.6f", s->t[l * 3 + 1]), J("%.6f", s->t[l * 3 + 2]),
-          x[1], x[2], x[5], x[6], s->by[l * 5 + 1], s->by[l * 5 + 2], J("%.6f", alg),
-          J("%.6f", bus), s->load[l * 2], s->load[l * 2 + 1]);
+          x[1], x[2], x[5], x[6], s->by[l * 5 + 1], s->by[l * 5 + 2], s->by[l * 5 + 4],
+          J("%.6f", alg), J("%.6f", bus), s->load[l * 2], s->load[l * 2 + 1]);
         if (r->cfg.train) /* counted per iteration only */
             P("\"host_syncs\": null, \"allocs\": null, \"alltoalls\": null, ");
         else
             P("\"host_syncs\": %s, \"allocs\": %s, \"alltoalls\": %s, ",
               J("%.6g", s->cnt[l * 3]), J("%.6g", s->cnt[l * 3 + 1]), J("%.6g", s->cnt[l * 3 + 2]));
+        if (r->cfg.mode == MOE_RUN_DATACENTRIC)
+            P("\"exposed_comm_ms\": null, ");
+        else
+            P("\"exposed_comm_ms\": %s, ", J("%.6f", s->ex[l]));
+        if (r->cfg.mode == MOE_RUN_DATACENTRIC || !r->cfg.measure_wait)
+            P("\"imbalance_wait_ms\": null, ");
+        else
+            P("\"imbalance_wait_ms\": %s, ", J("%.6f", s->ex[r->L + l]));
         P("\"max_rel_diff\": ");
         if (r->layer_err)
             P("%s}%s\n", J("%.6g", r->layer_err[l]), l + 1 < r->L ? "," : "");
@@ -350,6 +384,10 @@ static int json_body(const run_t *r, const sums_t *s, moe_textout_t *t, double c
             tb[c] += s->by[l * 5 + c];
     P("],\n  \"total_vector_bytes\": %.0f, \"total_bytes_intra\": %.0f, "
       "\"total_bytes_inter\": %.0f,\n", tv, tb[MOE_LINK_INTRA], tb[MOE_LINK_INTER]);
+    double meta = 0;
+    for (size_t l = 0; l < r->L; l++)
+        meta += s->by[l * 5 + 4];
+    P("  \"metadata_bytes\": %.0f,\n", meta);
     P("  \"accounting_equal\": %s,\n",
       s->acct_equal < 0 ? "null" : s->acct_equal ? "true" : "false");
     P("  \"allgather_bytes\": {\"intra\": %.0f, \"inter\": %.0f}, \"allgather_total\": %.0f,\n",

@@ -32,9 +32,10 @@ for scheme in vanilla coherent; do
         grep -q 'equal on every rank' "$T/out" || fail "the report does not say equal"
         if [ "$scheme" = coherent ]; then
             # ExFlow's all-gather at the end of an iteration (Table I's G N G term): every
-            # rank's rows to the 7 others, whichever rank a token ended on: 384 tokens x 7 x
-            # 40 x eb bytes an iteration (issue 42, item 10: removing it went unnoticed)
-            expect_eq "$(json_list "$T/r.json" allgather_total)" $((384 * 7 * 40 * eb)) \
+            # rank's token ids to the 7 others, whichever rank a token ended on: 384 tokens x
+            # 7 x 4 bytes an iteration whatever the dtype (issue 43, item 2: ids, not rows;
+            # issue 42, item 10: removing it went unnoticed)
+            expect_eq "$(json_list "$T/r.json" allgather_total)" $((384 * 7 * 4)) \
                 "all-gather bytes an iteration"
         fi
         end

@@ -15,6 +15,31 @@ grep -q '^# max rank load' "$T/out" || fail "no load line"
 expect_eq "$(json_list "$T/r.json" layer | wc -l | tr -d ' ')" 3 "JSON layers"
 expect_eq "$(json_list "$T/r.json" ranks)" 4 "JSON ranks"
 grep -q '"check": null' "$T/r.json" || fail "JSON check should be null without --check"
+# metadata: one figure per layer, then the iteration's (their sum), which the text prints
+json_list "$T/r.json" metadata_bytes >"$T/meta"
+expect_eq "$(wc -l <"$T/meta" | tr -d ' ')" 4 "JSON metadata figures"
+expect_eq "$(awk 'NR < 4 { s += $1 } END { print s }' "$T/meta")" "$(tail -n 1 "$T/meta")" \
+    "iteration metadata = sum over layers"
+awk 'NR == 1 { a = $1 } END { exit !($1 > a && a > 0) }' "$T/meta" ||
+    fail "the iteration's metadata should differ from layer 0's"
+expect_eq "$(sed -n 's/.* \([0-9]*\) metadata bytes$/\1/p' "$T/out")" "$(tail -n 1 "$T/meta")" \
+    "text metadata bytes = the iteration's"
+# exposed communication: per layer, within the layer's dispatch + compute + combine
+tr ',{}' '\n\n\n' <"$T/r.json" | awk -F': ' '/"(dispatch|compute|combine)_ms"/ { s += $2 }
+    /"exposed_comm_ms"/ { n++; if (!($2 >= 0 && $2 <= s + 1e-3)) bad = 1; s = 0 }
+    END { exit bad || n != 3 }' || fail "exposed_comm_ms not 3 figures within the layer times"
+grep -q '^# exposed communication (.*), ms: [0-9.]* [0-9.]* [0-9.]*; [0-9.]* per iteration$' \
+    "$T/out" || fail "no exposed communication line"
+expect_eq "$(grep -c '"imbalance_wait_ms": null' "$T/r.json")" 3 "no waiting without --measure-wait"
+grep -q '^# waiting for the slowest' "$T/out" && fail "a waiting line without --measure-wait"
+# --measure-wait: a figure per layer, within the layer's dispatch + compute + combine
+expect_exit 0 mpi 2 --measure-wait --layers 2 --experts 8 --tokens-per-rank 16 --iters 2 \
+    --json "$T/w.json"
+tr ',{}' '\n\n\n' <"$T/w.json" | awk -F': ' '/"(dispatch|compute|combine)_ms"/ { s += $2 }
+    /"imbalance_wait_ms"/ { n++; if (!($2 >= 0 && $2 <= s + 1e-3)) bad = 1; s = 0 }
+    END { exit bad || n != 2 }' || fail "imbalance_wait_ms not 2 figures within the layer times"
+grep -q '^# waiting for the slowest rank (.*), ms: [0-9.]* [0-9.]*; [0-9.]* per iteration$' \
+    "$T/out" || fail "no waiting line with --measure-wait"
 # the backend's kernel time: positive, within the iteration's, and said in the text
 awk -v k="$(json_list "$T/r.json" kernel_ms)" -v t="$(json_list "$T/r.json" iteration_ms)" \
     'BEGIN { exit !(k > 0 && k <= t) }' || fail "kernel_ms not in (0, iteration_ms]"
