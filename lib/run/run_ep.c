@@ -51,12 +51,13 @@ typedef struct hop {
     float *crx;                  /* device: the partial rows */
 } hop_t;
 
-static void *D(run_t *r, int set, int i, size_t bytes)
+/* Slot i of scratch set `set` (a hop's, hop_t.set): on the device (ep_dev) or the host (ep_host). */
+static void *ep_dev(run_t *r, int set, int i, size_t bytes)
 {
     return run_dbuf(r, &r->d[RUN_DS_EP + set * DS_SLOTS + i], bytes);
 }
 
-static void *Hh(run_t *r, int set, int i, size_t bytes)
+static void *ep_host(run_t *r, int set, int i, size_t bytes)
 {
     return run_hbuf(r, RUN_HS_EP + set * HS_SLOTS + i, bytes);
 }
@@ -123,7 +124,7 @@ static void hop_plan(hop_t *h, const ent_t *ents, size_t ne, const uint32_t *ume
     memset(sc, 0, (size_t)G * sizeof *sc);
     for (size_t i = 0; i < ne; i++)
         sc[ents[i].dest]++;
-    size_t *pos = Hh(r, h->set, HS_TMP, (size_t)G * sizeof *pos);
+    size_t *pos = ep_host(r, h->set, HS_TMP, (size_t)G * sizeof *pos);
     for (size_t p = 0, acc = 0; p < (size_t)G; p++) {
         sd[p] = pos[p] = acc;
         acc += sc[p];
@@ -217,10 +218,10 @@ static void hop_post(hop_t *h, const float *src)
     for (int k = 0; k < 4; k++)
         for (int p = 0; p < G; p++)
             ws[(size_t)k * G + p] = C(h, C_SC + k)[p] * unit;
-    float *sendx = D(r, h->set, DS_SENDX, (ne + 1) * H * sizeof(float));
-    char *sendw = D(r, h->set, DS_SENDW, (ne + 1) * unit);
-    h->recvw = D(r, h->set, DS_RECVW, (h->nr + 1) * unit);
-    uint32_t *didx = D(r, h->set, DS_IDX, (ne + 1) * sizeof *didx);
+    float *sendx = ep_dev(r, h->set, DS_SENDX, (ne + 1) * H * sizeof(float));
+    char *sendw = ep_dev(r, h->set, DS_SENDW, (ne + 1) * unit);
+    h->recvw = ep_dev(r, h->set, DS_RECVW, (h->nr + 1) * unit);
+    uint32_t *didx = ep_dev(r, h->set, DS_IDX, (ne + 1) * sizeof *didx);
     RUN_CK(r, o->upload(r->b, didx, h->srow, ne * sizeof *h->srow));
     RUN_CK(r, o->gather(r->b, src, didx, ne, r->H, sendx));
     for (int p = 0; p < G; p++) {
@@ -254,8 +255,8 @@ static void hop_arrive(hop_t *h)
         RUN_CK(r, o->wait(r->b, h->req));
     exposed(r, h->l, t0);
     h->req = NULL;
-    h->rmeta = Hh(r, h->set, HS_RMETA, (h->nr + 1) * S * sizeof *h->rmeta);
-    h->rx = D(r, h->set, DS_RX, (h->nr + 1) * H * sizeof(float));
+    h->rmeta = ep_host(r, h->set, HS_RMETA, (h->nr + 1) * S * sizeof *h->rmeta);
+    h->rx = ep_dev(r, h->set, DS_RX, (h->nr + 1) * H * sizeof(float));
     const char *rw = h->recvw;
     for (int p = 0; p < G; p++)
         if (rc[p])
@@ -311,8 +312,8 @@ static void hop_forward(hop_t *h)
     um = run_hbuf(r, RUN_HS_EP_META, (nw + 1) * sizeof *um);
     size_t W = xwords(r);
     size_t *xs = run_hbuf(r, RUN_HS_EP_FX, ((size_t)r->G * W + 1) * sizeof *xs);
-    hop_plan(&f, ents, ne, um, Hh(r, 2, HS_SROW, (ne + 1) * sizeof(uint32_t)),
-             Hh(r, 2, HS_SMETA, (ne + 1) * S * sizeof(uint32_t)), xs, W);
+    hop_plan(&f, ents, ne, um, ep_host(r, 2, HS_SROW, (ne + 1) * sizeof(uint32_t)),
+             ep_host(r, 2, HS_SMETA, (ne + 1) * S * sizeof(uint32_t)), xs, W);
     double t0 = settle(r, h->l);
     hop_counts(&f, exchange_counts(r, RUN_HS_EP_FX, xs, W), 0, 1, W);
     exposed(r, h->l, t0);
@@ -326,13 +327,13 @@ static void hop_forward(hop_t *h)
     hop_combine_end(&f);
     /* map returned tokens to my received rows: the forwarded rows are unique per (row,
      * server) and each token appears once among my received rows */
-    uint32_t *idx = Hh(r, h->set, HS_TMP, (f.ncr + 1) * sizeof *idx);
+    uint32_t *idx = ep_host(r, h->set, HS_TMP, (f.ncr + 1) * sizeof *idx);
     uint32_t *rowof = run_hbuf(r, RUN_HS_EP_ROWOF, r->ntok * sizeof *rowof);
     for (size_t j = 0; j < h->nr; j++)
         rowof[h->rmeta[j * S + M_TOK]] = (uint32_t)j;
     for (size_t i = 0; i < f.ncr; i++)
         idx[i] = rowof[f.crmeta[i]];
-    uint32_t *didx = D(r, h->set, DS_CIDX, (f.ncr + 1) * sizeof *didx);
+    uint32_t *didx = ep_dev(r, h->set, DS_CIDX, (f.ncr + 1) * sizeof *didx);
     RUN_CK(r, o->upload(r->b, didx, idx, f.ncr * sizeof *idx));
     RUN_CK(r, o->scatter_add(r->b, f.crx, didx, NULL, f.ncr, r->H, h->P));
 }
@@ -389,7 +390,7 @@ static void hop_compute(hop_t *h)
             }
         }
     }
-    uint32_t *pair = Hh(r, h->set, HS_PAIR, (2 * np + 1) * sizeof *pair);
+    uint32_t *pair = ep_host(r, h->set, HS_PAIR, (2 * np + 1) * sizeof *pair);
     size_t *off = run_hbuf(r, RUN_HS_EP_OFF, (E + 1) * sizeof *off);
     /* expert-sorted order: offsets of the experts held here, in expert order */
     const float **W1 = run_hbuf(r, RUN_HS_EP_W1, (E + 1) * 2 * sizeof *W1);
@@ -425,11 +426,11 @@ static void hop_compute(hop_t *h)
     if (r->timing)
         r->st[h->l].load += np;
     size_t H = r->H;
-    float *xs = D(r, h->set, DS_XS, (np + 1) * H * sizeof(float));
-    float *ys = D(r, h->set, DS_YS, (np + 1) * H * sizeof(float));
-    uint32_t *didx = D(r, h->set, DS_IDX, (np + 1) * sizeof *didx);
-    float *dw = D(r, h->set, DS_W, (np + 1) * sizeof *dw);
-    h->P = D(r, h->set, DS_P, (h->nr + 1) * H * sizeof(float));
+    float *xs = ep_dev(r, h->set, DS_XS, (np + 1) * H * sizeof(float));
+    float *ys = ep_dev(r, h->set, DS_YS, (np + 1) * H * sizeof(float));
+    uint32_t *didx = ep_dev(r, h->set, DS_IDX, (np + 1) * sizeof *didx);
+    float *dw = ep_dev(r, h->set, DS_W, (np + 1) * sizeof *dw);
+    h->P = ep_dev(r, h->set, DS_P, (h->nr + 1) * H * sizeof(float));
     RUN_CK(r, o->upload(r->b, didx, pair, np * sizeof *pair));
     RUN_CK(r, o->upload(r->b, dw, wt, np * sizeof *wt));
     RUN_CK(r, o->gather(r->b, h->rx, didx, np, r->H, xs));
@@ -498,12 +499,12 @@ static void hop_combine(hop_t *h)
             ne++;
         }
     }
-    size_t *pos = Hh(r, h->set, HS_TMP, (size_t)G * sizeof *pos);
+    size_t *pos = ep_host(r, h->set, HS_TMP, (size_t)G * sizeof *pos);
     for (size_t p = 0, acc = 0; p < (size_t)G; p++) {
         sd[p] = pos[p] = acc;
         acc += sc[p];
     }
-    uint32_t *row = Hh(r, h->set, HS_CMETA, (ne + 1) * sizeof *row);
+    uint32_t *row = ep_host(r, h->set, HS_CMETA, (ne + 1) * sizeof *row);
     for (size_t j = 0; j < h->nr; j++) {
         uint32_t ret = h->rmeta[j * S + M_RET];
         if (ret == (uint32_t)r->me)
@@ -516,24 +517,24 @@ static void hop_combine(hop_t *h)
             r->st[h->l].bytes[c] += H * r->esz;
         }
     }
-    h->crmeta = Hh(r, h->set, HS_CRMETA, (h->ncr + 1) * sizeof *h->crmeta);
-    h->crx = D(r, h->set, DS_CRX, (h->ncr + 1) * H * sizeof(float));
+    h->crmeta = ep_host(r, h->set, HS_CRMETA, (h->ncr + 1) * sizeof *h->crmeta);
+    h->crx = ep_dev(r, h->set, DS_CRX, (h->ncr + 1) * H * sizeof(float));
     combine_tokens(h);
     /* nothing to return anywhere (coherent at top-1): no collective; a lone rank's is the
      * backend's local copy */
     if (!h->cany && G > 1)
         return;
-    size_t *b = Hh(r, h->set, HS_PAIR, 4 * (size_t)G * sizeof *b);
+    size_t *b = ep_host(r, h->set, HS_PAIR, 4 * (size_t)G * sizeof *b);
     for (int p = 0; p < G; p++) {
         b[p] = sc[p] * unit;
         b[G + p] = sd[p] * unit;
         b[2 * G + p] = rc[p] * unit;
         b[3 * G + p] = rd[p] * unit;
     }
-    float *sendx = D(r, h->set, DS_SENDX, (ne + 1) * H * sizeof(float));
-    char *sw = D(r, h->set, DS_CSW, (ne + 1) * unit);
-    char *rw = D(r, h->set, DS_CRW, (h->ncr + 1) * unit);
-    uint32_t *didx = D(r, h->set, DS_CIDX, (ne + 1) * sizeof *didx);
+    float *sendx = ep_dev(r, h->set, DS_SENDX, (ne + 1) * H * sizeof(float));
+    char *sw = ep_dev(r, h->set, DS_CSW, (ne + 1) * unit);
+    char *rw = ep_dev(r, h->set, DS_CRW, (h->ncr + 1) * unit);
+    uint32_t *didx = ep_dev(r, h->set, DS_CIDX, (ne + 1) * sizeof *didx);
     RUN_CK(r, o->upload(r->b, didx, row, ne * sizeof *row));
     RUN_CK(r, o->gather(r->b, h->P, didx, ne, r->H, sendx));
     RUN_CK(r, o->pack(r->b, sendx, ne * H, r->cfg.dtype, sw));
@@ -569,7 +570,7 @@ size_t run_ep_plan(run_t *r, uint32_t l, size_t i0, size_t i1, const int32_t *id
 {
     size_t K = r->K, S = M_HEAD + 3 * K, ne = 0, nw = 0;
     int coherent = r->cfg.mode == MOE_RUN_COHERENT, hier = r->cfg.mode == MOE_RUN_HIERARCHICAL;
-    ent_t *ents = Hh(r, 0, HS_ENT, ((i1 - i0) * K + 1) * sizeof *ents);
+    ent_t *ents = ep_host(r, 0, HS_ENT, ((i1 - i0) * K + 1) * sizeof *ents);
     uint32_t *um = run_hbuf(r, RUN_HS_EP_UMETA, ((i1 - i0) * K * S + 1) * sizeof *um);
     moe_route_t *rt = run_hbuf(r, RUN_HS_EP_ROUTE, sizeof *rt);
     uint16_t cell[MOE_TRACE_MAX_TOPK];
@@ -627,7 +628,7 @@ static void apply(run_t *r, hop_t *h, float *x)
 {
     const moe_run_backend_ops_t *o = r->b->ops;
     size_t S = h->S, n = 0;
-    uint32_t *idx = Hh(r, h->set, HS_TMP, (h->nr + h->ncr + 1) * 2 * sizeof *idx);
+    uint32_t *idx = ep_host(r, h->set, HS_TMP, (h->nr + h->ncr + 1) * 2 * sizeof *idx);
     uint32_t *src = idx + h->nr + h->ncr + 1;
     for (size_t j = 0; j < h->nr; j++) {
         const uint32_t *m = h->rmeta + j * S;
@@ -636,9 +637,9 @@ static void apply(run_t *r, hop_t *h, float *x)
             idx[n++] = r->tok_row[m[M_TOK]];
         }
     }
-    uint32_t *didx = D(r, h->set, DS_CIDX, (h->nr + h->ncr + 1) * sizeof *didx);
+    uint32_t *didx = ep_dev(r, h->set, DS_CIDX, (h->nr + h->ncr + 1) * sizeof *didx);
     /* P rows are not contiguous per target: gather them first */
-    float *tmp = D(r, h->set, DS_XS, (n + 1) * r->H * sizeof(float));
+    float *tmp = ep_dev(r, h->set, DS_XS, (n + 1) * r->H * sizeof(float));
     RUN_CK(r, o->upload(r->b, didx, src, n * sizeof *src));
     RUN_CK(r, o->gather(r->b, h->P, didx, n, r->H, tmp));
     RUN_CK(r, o->upload(r->b, didx, idx, n * sizeof *idx));
@@ -655,7 +656,7 @@ static void rehome(run_t *r, hop_t *h, const uint32_t *newhome)
 {
     const moe_run_backend_ops_t *o = r->b->ops;
     size_t S = h->S, H = r->H, nk = 0, na = 0;
-    uint32_t *keep = Hh(r, h->set, HS_TMP, (r->nloc + h->nr + 1) * sizeof *keep);
+    uint32_t *keep = ep_host(r, h->set, HS_TMP, (r->nloc + h->nr + 1) * sizeof *keep);
     uint32_t *arr = keep + r->nloc;
     uint32_t *nloc = run_hbuf(r, RUN_HS_EP_NLOC, (r->ntok + 1) * sizeof *nloc);
     for (size_t i = 0; i < r->nloc; i++)
@@ -672,7 +673,7 @@ static void rehome(run_t *r, hop_t *h, const uint32_t *newhome)
     }
     /* rows of tokens that were local and stay have tok_row set; arrivals had none */
     float *xn = run_dbuf(r, &r->xn, (nk + na + 1) * H * sizeof(float));
-    uint32_t *didx = D(r, h->set, DS_CIDX, (nk + na + 1) * sizeof *didx);
+    uint32_t *didx = ep_dev(r, h->set, DS_CIDX, (nk + na + 1) * sizeof *didx);
     RUN_CK(r, o->upload(r->b, didx, keep, nk * sizeof *keep));
     RUN_CK(r, o->gather(r->b, r->x.p, didx, nk, r->H, xn));
     RUN_CK(r, o->upload(r->b, didx, arr, na * sizeof *arr));
@@ -706,7 +707,7 @@ void run_gate(run_t *r, uint32_t l, const float *x, size_t n, const uint32_t *ro
     const moe_run_backend_ops_t *o = r->b->ops;
     /* ids then weights in one buffer: one download, so the layer waits for its device once */
     size_t nk = n * K, bytes = nk * (sizeof *ids + sizeof *w);
-    int32_t *di = D(r, 0, DS_IDX, bytes + 1);
+    int32_t *di = ep_dev(r, 0, DS_IDX, bytes + 1);
     float *dw = (float *)(di + nk);
     RUN_CK(r, o->gate(r->b, x, n, r->H, r->wg[l], r->E, r->K, di, dw));
     if (bytes > r->gate_cap) {
