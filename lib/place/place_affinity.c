@@ -810,8 +810,9 @@ static uint32_t replica_rank(const state_t *s, const moe_placement_t *p, uint32_
     return to;
 }
 
-/* Fill free slots with copies of the hottest experts (by load per copy) that can still take
- * one, each on the rank with a free slot its affinity pulls to most. */
+/* Add `replicas` copies a layer: each of the hottest expert (by load per copy) that can still
+ * take one, on the rank with a free slot its affinity pulls to most. The slots --memory leaves
+ * free after that are spent by place_fill.c. */
 static void add_replicas(const state_t *s, moe_placement_t *p, uint32_t replicas)
 {
     const model_t *m = s->m;

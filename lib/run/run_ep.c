@@ -51,7 +51,7 @@ typedef struct hop {
     float *crx;                  /* device: the partial rows */
 } hop_t;
 
-/* Slot i of scratch set `set` (a hop's, hop_t.set): on the device (ep_dev) or the host (ep_host). */
+/* Slot i of scratch set `set` (hop_t.set): on the device (ep_dev) or on the host (ep_host). */
 static void *ep_dev(run_t *r, int set, int i, size_t bytes)
 {
     return run_dbuf(r, &r->d[RUN_DS_EP + set * DS_SLOTS + i], bytes);
