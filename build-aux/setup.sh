@@ -13,7 +13,7 @@ case $what in demo|check|build) ;; *) echo "usage: $0 demo|check|build" >&2; exi
 
 # Debian packages the build needs (tools, required and optional libraries).
 pkgs="build-essential autoconf automake libtool pkg-config zlib1g-dev liblpsolve55-dev
-libdeflate-dev libpng-dev libopenmpi-dev openmpi-bin gzip time clang"
+libdeflate-dev libpng-dev libopenmpi-dev openmpi-bin libopenblas-dev gzip time clang"
 missing=""
 for p in $pkgs; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing="$missing $p"

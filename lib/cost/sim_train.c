@@ -195,22 +195,29 @@ static double dc_backward(const moe_sim_t *s, uint32_t j, uint64_t *held, uint64
 }
 
 /* Megatron-Core's gradient buckets: max(4e7, 1e6 x the group's ranks) elements each
- * (megatron/core/distributed/distributed_data_parallel.py). The seconds of all-reducing
- * `elems` elements of e bytes among g ranks over class c, bucket by bucket (a ring all-reduce
- * of each bucket at the topology's all-reduce cost); *nb counts the buckets. */
-static double bucketed(const moe_sim_t *s, double elems, uint32_t g, int c, double *nb)
+ * (megatron/core/distributed/distributed_data_parallel.py). The seconds of summing `elems`
+ * elements of b bytes among g ranks over class c, bucket by bucket; *nb counts the buckets.
+ * op MOE_COLL_ALLREDUCE: a ring all-reduce of each bucket; MOE_COLL_ALLGATHER: each rank
+ * sends its bucket to the g - 1 others and adds the g copies itself, as moe-run sums a
+ * replicated expert's gradient among its holders (run_train_reduce.c): an all-gather of g
+ * buckets, (g - 1) buckets sent per rank. */
+static double bucketed(const moe_sim_t *s, int op, double elems, double b, uint32_t g, int c,
+                       double *nb)
 {
     if (g <= 1 || !(elems > 0))
         return 0;
-    double n = ceil(elems / fmax(4e7, 1e6 * g)), e = s->vec / s->H;
+    double n = ceil(elems / fmax(4e7, 1e6 * g)), size = elems / n * b;
     *nb += n;
-    return n * moe_topo_coll_time(&s->topo, MOE_COLL_ALLREDUCE, c, elems / n * e, g);
+    return n * moe_topo_coll_time(&s->topo, op, c, op == MOE_COLL_ALLGATHER ? size * g : size,
+                                  g);
 }
 
 /* The gradient reduce of rank r, before overlap: each expert copy it holds whose expert has
- * g > 1 copies is all-reduced among those copies (its expert-data-parallel group: over the
- * network when one is on another node), a rank's experts of one group size and class sharing
- * buckets; the mixer and gate weights (L H (1 + E)) among all G ranks. */
+ * g > 1 copies is summed among those copies only (its expert-data-parallel group: over the
+ * network when one is on another node) in fp32, each holder sending its copy to the others
+ * (moe-run's rule: bytes that grow with the rank's own copies, none for an expert with one
+ * copy), a rank's experts of one group size and class sharing buckets; the mixer and gate
+ * weights (L H (1 + E)) all-reduced among all G ranks in doubles, as moe-run sums them. */
 static double rank_reduce(const moe_sim_t *s, uint32_t r, double *nb)
 {
     double elems[2][65] = {{0}}, t = 0, per = s->mats * s->H * s->F;
@@ -228,10 +235,11 @@ static double rank_reduce(const moe_sim_t *s, uint32_t r, double *nb)
         }
     for (int far = 0; far < 2; far++)
         for (uint32_t g = 2; g <= 64; g++)
-            t += bucketed(s, elems[far][g], g, far ? MOE_LINK_INTER : MOE_LINK_INTRA, nb);
+            t += bucketed(s, MOE_COLL_ALLGATHER, elems[far][g], 4, g,
+                          far ? MOE_LINK_INTER : MOE_LINK_INTRA, nb);
     double shared = (double)s->L * s->H * (1 + s->E);
-    return t + bucketed(s, shared, s->G, s->topo.nodes > 1 ? MOE_LINK_INTER : MOE_LINK_INTRA,
-                        nb);
+    return t + bucketed(s, MOE_COLL_ALLREDUCE, shared, 8, s->G,
+                        s->topo.nodes > 1 ? MOE_LINK_INTER : MOE_LINK_INTRA, nb);
 }
 
 /* Seconds of the rest of a step on every rank: the gradient reduce left after the backward

@@ -104,4 +104,18 @@ double run_train_step(run_t *r, grads_t *g, const float *tgt, const uint32_t *st
 /* Does this rank hold the first copy of expert k = l E + e (the one --check reads)? */
 int run_holds_first(const run_t *r, size_t k);
 
+/* ---- run_train_reduce.c: a replicated expert's gradient summed among its holders, fp32,
+ * point to point, one bucket per layer and peer, overlapped with the lower layers' backward */
+typedef struct run_ered {
+    run_comm_req_t rq; /* the step's sends and receives */
+    size_t *off;       /* [L + 1] each layer's first float in buf */
+    float *buf;        /* per layer: own copies' gradients, then per peer sent, received */
+} run_ered_t;
+/* Lay out a step's exchange (before its backward). */
+void run_ered_begin(run_t *r, run_ered_t *q);
+/* Layer l's expert gradients are final: post their buckets to the other holders. */
+void run_ered_post(run_t *r, run_ered_t *q, const grads_t *g, uint32_t l);
+/* Wait for every layer's buckets and write each held replicated expert's summed gradient. */
+void run_ered_end(run_t *r, run_ered_t *q, const grads_t *g);
+
 #endif

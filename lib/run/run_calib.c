@@ -178,27 +178,31 @@ static double ffn_time(run_t *r, size_t n, size_t g, float *x, int all)
 static double ffn_backward_time(run_t *r, size_t n, size_t g, const float *w)
 {
     const size_t H = r->H, C = moe_kern_w1_cols(r->F, r->expert);
-    const size_t ws = moe_kern_ffn_backward_work_size(r->H, r->F);
     const size_t data = n * (3 * H + C + 2) + g * r->wn;
-    float *x = run_hbuf(r, RUN_HS_CAL_X, (data + ws) * sizeof *x);
+    float *x = run_hbuf(r, RUN_HS_CAL_X, (data + 1) * sizeof *x);
     float *dy = x + n * H, *dx = dy + n * H, *a = dx + n * H, *sc = a + n * C, *ds = sc + n;
-    float *grad = ds + n, *work = grad + g * r->wn;
+    float *grad = ds + n;
+    const float **W = run_hbuf(r, RUN_HS_CAL_W, 2 * g * sizeof *W + 2 * g * sizeof(float *));
+    float **dW = (float **)(W + 2 * g);
+    size_t *off = run_hbuf(r, RUN_HS_CAL_OFF, (g + 1) * sizeof *off);
     memset(x, 0, data * sizeof *x);
     for (size_t i = 0; i < n; i++)
         sc[i] = 1.0f;
+    for (size_t e = 0; e <= g; e++)
+        off[e] = n * e / g;
+    for (size_t e = 0; e < g; e++) { /* the backend's kernels, as a run computes them */
+        W[e] = w + e * r->wn;
+        W[g + e] = W[e] + r->w1n;
+        dW[e] = grad + e * r->wn;
+        dW[g + e] = dW[e] + r->w1n;
+    }
     double best = INFINITY;
     for (int i = 0; i < REPS; i++) {
         RUN_CK(r, r->b->ops->barrier(r->b));
         double t0 = run_now(r);
-        for (size_t e = 0; e < g; e++) {
-            size_t lo = n * e / g, hi = n * (e + 1) / g;
-            const float *W1 = w + e * r->wn;
-            float *G1 = grad + e * r->wn;
-            RUN_CK(r, moe_kern_ffn_backward_scaled(x + lo * H, a + lo * C, hi - lo, r->H, r->F,
-                                                   r->expert, W1, W1 + r->w1n, dy + lo * H,
-                                                   sc + lo, dx + lo * H, G1, G1 + r->w1n,
-                                                   ds + lo, work));
-        }
+        RUN_CK(r, r->b->ops->ffn_backward_grouped(r->b, x, a, (uint32_t)g, off, r->H, r->F,
+                                                  r->expert, W, W + g, dy, sc, dx, dW,
+                                                  dW + g, ds));
         best = fmin(best, slowest_since(r, t0));
     }
     return best;

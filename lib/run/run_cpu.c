@@ -1,5 +1,6 @@
 /* run/run_cpu.c -- moe-run's CPU reference backend: moe/kern.h kernels on host memory, MPI (or
- * the single-rank shim) for the collectives. */
+ * the single-rank shim) for the collectives. With a CBLAS (HAVE_CBLAS) the expert FFN, forward
+ * and backward, goes through cblas_sgemm (kern_blas.c); --check's reference stays moe/kern.h. */
 #include "config.h"
 
 #include <stdio.h>
@@ -11,6 +12,9 @@
 #include "moe/moe.h"
 #include "run_comm_internal.h"
 #include "util_internal.h"
+#ifdef HAVE_CBLAS
+#include "kern_blas_internal.h"
+#endif
 
 typedef struct cpu {
     float *work;        /* FFN scratch */
@@ -105,13 +109,9 @@ static int cpu_scatter_add(moe_run_backend_t *b, const float *y, const uint32_t 
     return 0;
 }
 
-static int cpu_ffn_grouped_act(moe_run_backend_t *b, const float *x, uint32_t G,
-                               const size_t *off, uint32_t H, uint32_t F, int expert,
-                               const float *const *W1, const float *const *W2, float *y,
-                               float *act)
+/* The FFN scratch grown to need floats; 0 or MOE_ENOMEM. */
+static int cpu_work(cpu_t *c, size_t need)
 {
-    cpu_t *c = b->impl;
-    size_t need = moe_kern_ffn_work_size(F);
     if (need > c->work_f) {
         float *w = realloc(c->work, need * sizeof *w);
         if (!w)
@@ -119,10 +119,35 @@ static int cpu_ffn_grouped_act(moe_run_backend_t *b, const float *x, uint32_t G,
         c->work = w;
         c->work_f = need;
     }
+    return 0;
+}
+
+static int cpu_ffn_grouped_act(moe_run_backend_t *b, const float *x, uint32_t G,
+                               const size_t *off, uint32_t H, uint32_t F, int expert,
+                               const float *const *W1, const float *const *W2, float *y,
+                               float *act)
+{
+    cpu_t *c = b->impl;
     int rc;
+#ifdef HAVE_CBLAS
+    if ((rc = cpu_work(c, kern_blas_work_size(H, F))))
+        return rc;
+    TIMED(b, rc = kern_blas_ffn_grouped_act(x, G, off, H, F, expert, W1, W2, y, act, c->work));
+#else
+    if ((rc = cpu_work(c, moe_kern_ffn_work_size(F))))
+        return rc;
     TIMED(b, rc = moe_kern_ffn_grouped_act(x, G, off, H, F, expert, W1, W2, y, act, c->work));
+#endif
     return rc;
 }
+
+#ifdef HAVE_CBLAS
+#define CPU_FFN_BACKWARD kern_blas_ffn_backward_scaled
+#define CPU_FFN_BACKWARD_WORK(H, F) kern_blas_work_size(H, F)
+#else
+#define CPU_FFN_BACKWARD moe_kern_ffn_backward_scaled
+#define CPU_FFN_BACKWARD_WORK(H, F) moe_kern_ffn_backward_work_size(H, F)
+#endif
 
 static int cpu_loss_grad(moe_run_backend_t *b, const float *y, const float *t, size_t n,
                          uint32_t H, double scale, float *dy, double *sum)
@@ -153,7 +178,7 @@ static int cpu_gate_backward(moe_run_backend_t *b, const float *x, size_t n, uin
     return 0;
 }
 
-/* One moe_kern_ffn_backward_scaled per group with rows, groups in order. */
+/* One moe_kern_ffn_backward_scaled (or its CBLAS form) per group with rows, groups in order. */
 static int cpu_ffn_backward_grouped(moe_run_backend_t *b, const float *x, const float *a,
                                     uint32_t G, const size_t *off, uint32_t H, uint32_t F,
                                     int expert, const float *const *W1, const float *const *W2,
@@ -165,20 +190,12 @@ static int cpu_ffn_backward_grouped(moe_run_backend_t *b, const float *x, const 
     for (uint32_t g = 0; g < G; g++)
         if (off[g + 1] < off[g])
             return MOE_EINVAL;
-    size_t need = moe_kern_ffn_backward_work_size(H, F);
-    if (need > c->work_f) {
-        float *w = realloc(c->work, need * sizeof *w);
-        if (!w)
-            return MOE_ENOMEM;
-        c->work = w;
-        c->work_f = need;
-    }
-    int rc = 0;
+    int rc = cpu_work(c, CPU_FFN_BACKWARD_WORK(H, F));
     for (uint32_t g = 0; g < G && !rc; g++) {
         size_t o = off[g], n = off[g + 1] - o;
         if (!n)
             continue;
-        TIMED(b, rc = moe_kern_ffn_backward_scaled(
+        TIMED(b, rc = CPU_FFN_BACKWARD(
                      x + o * H, a ? a + o * C : NULL, n, H, F, expert, W1[g], W2[g], dy + o * H,
                      s ? s + o : NULL, dx ? dx + o * H : NULL, dW1 ? dW1[g] : NULL,
                      dW2 ? dW2[g] : NULL, ds ? ds + o : NULL, c->work));
@@ -407,6 +424,9 @@ moe_run_backend_t *moe_run_backend_cpu(moe_run_comm_t *c, char *errbuf, size_t e
         snprintf(errbuf, errlen, "%s", moe_strerror(MOE_ENOMEM));
         return NULL;
     }
+#ifdef HAVE_CBLAS
+    kern_blas_init();
+#endif
     b->ops = &cpu_ops;
     b->name = "cpu";
     b->comm = c;

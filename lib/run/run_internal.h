@@ -122,6 +122,9 @@ typedef struct run_train {
     double bwd_bytes[MOE_LINK_CLASSES]; /* --train: bytes the timed backwards sent to other
                                         ranks by link class (rows, gradients, expert weights;
                                         not metadata): this rank's, then all ranks' */
+    double upd_bytes;                /* --train: bytes this rank's timed steps sent to sum
+                                        its replicated experts' gradients (run_train_reduce.c) */
+    double *upd_rank;                /* [G] each rank's upd_bytes, after the steps */
     struct run_tchk *tchk;           /* --check of a training step: the per-layer reference
                                       * (run_train_check.c), during that step only */
     /* and its comparison, called by the step after each layer's backward with the gradient of
@@ -188,6 +191,7 @@ enum run_hslot {
     TS_DREADY, TS_DWAIT, TS_DIN, TS_DNX, TS_DCUR, TS_DRS, TS_DLAST, TS_DSLE,
     TS_DIDX, TS_DRECV, TS_DRREQ, TS_DSEND, TS_DSREQ, TS_PSET, TS_PSET2, TS_PSET3, TS_PREQ,
     TS_PREQ2, TS_PREQ3, TS_PTMP, TS_TROW, TS_TOUT, TS_POFF, TS_PTAB, TS_RTMP, TS_GRAD, TS_IOTA,
+    TS_EGRAD, TS_EREQ, TS_EOFF,                        /* run_train_reduce.c */
     RUN_HSLOTS
 };
 

@@ -413,13 +413,19 @@ static int json_body(const run_t *r, const sums_t *s, moe_textout_t *t, double c
         P("],\n    \"reuse\": \"%s\", \"peak_activation_bytes\": %.0f, "
           "\"peak_offload_bytes\": %.0f, \"peak_rss_bytes\": %.0f,\n    \"backward_bytes\": "
           "{\"intra\": %.0f, \"inter\": %.0f}, \"forward_ms\": %s, \"backward_ms\": %s, "
-          "\"update_ms\": %s},\n",
+          "\"update_ms\": %s,",
           moe_mpmoe_reuse_name(r->train.reuse), r->train.act_peak, r->train.off_peak,
           r->train.rss_peak, r->train.bwd_bytes[MOE_LINK_INTRA] / r->cfg.iters,
           r->train.bwd_bytes[MOE_LINK_INTER] / r->cfg.iters,
           J("%.6f", 1e3 * r->train.t_part[0] / r->cfg.iters),
           J("%.6f", 1e3 * r->train.t_part[1] / r->cfg.iters),
           J("%.6f", 1e3 * r->train.t_part[2] / r->cfg.iters));
+        /* per step, each rank's bytes summing its replicated experts' gradients */
+        P("\n    \"update_bytes\": [");
+        for (int i = 0; i < r->G; i++)
+            P("%s%.0f", i ? ", " : "",
+              r->train.upd_rank ? r->train.upd_rank[i] / r->cfg.iters : 0);
+        P("]},\n");
     } else {
         P("  \"train\": null,\n");
     }

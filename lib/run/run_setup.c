@@ -506,6 +506,7 @@ void run_release(run_t *r)
     if (o)
         o->free(r->b, r->train.act.p);
     free(r->train.losses);
+    free(r->train.upd_rank);
     free(r->stamp);
     free(r->span);
     free(r->gate_h);

@@ -2,7 +2,8 @@
  * error against seeded targets, backward through the experts, the gate and the mixer, the
  * gradient sums, SGD or Adam), and the memory-reuse strategy of the steps. The backward of each
  * mode is in run_bwd_ep.c and run_bwd_dc.c, the check in run_train_check.c. A replicated
- * expert's copies sum their gradients and take the same update. */
+ * expert's copies sum their gradients among their holders (run_train_reduce.c) and take the
+ * same update. */
 #include "config.h"
 
 #include <math.h>
@@ -118,51 +119,6 @@ int run_holds_first(const run_t *r, size_t k)
                (uint32_t)r->me;
 }
 
-/* Copy the gradients of every replicated expert this rank holds into v (to_v; zeros where it
- * holds none), in expert order, or back from v, through the host (W floats of TS_GRAD).
- * Returns how many experts are replicated. */
-static size_t replica_grads(run_t *r, grads_t *g, double *v, int to_v)
-{
-    const size_t LE = (size_t)r->L * r->E, W = r->wn;
-    moe_run_backend_t *b = r->b;
-    float *f = v ? run_hbuf(r, TS_GRAD, (W + 1) * sizeof *f) : NULL;
-    size_t i = 0;
-    for (size_t k = 0; k < LE; k++) {
-        uint32_t n;
-        moe_placement_ranks(r->pl, (uint32_t)(k / r->E), (uint32_t)(k % r->E), &n);
-        if (n < 2)
-            continue;
-        if (v && to_v && g->w1[k])
-            RUN_CK(r, b->ops->download(b, f, g->w1[k], W * sizeof *f));
-        for (size_t j = 0; v && j < W; j++)
-            if (to_v)
-                v[i * W + j] = g->w1[k] ? f[j] : 0;
-            else
-                f[j] = (float)v[i * W + j];
-        if (v && !to_v && g->w1[k])
-            RUN_CK(r, b->ops->upload(b, g->w1[k], f, W * sizeof *f));
-        i++;
-    }
-    return i;
-}
-
-/* A replicated expert's copies each took the gradient of the tokens they served: sum them
- * over the ranks, so that every copy holds the expert's gradient and takes the same update.
- * Allreduces of doubles, every replicated expert. */
-static void reduce_replicas(run_t *r, grads_t *g)
-{
-    const size_t W = r->wn, piece = (size_t)1 << 24; /* an int count */
-    size_t n = replica_grads(r, g, NULL, 1) * W;
-    if (!n)
-        return;
-    double *v = run_hbuf(r, TS_RED, (n + 1) * sizeof *v);
-    replica_grads(r, g, v, 1);
-    for (size_t at = 0; at < n; at += piece)
-        RUN_CK(r, run_comm_allreduce(r->comm, v + at, (int)(n - at < piece ? n - at : piece),
-                                     MOE_RUN_SUM));
-    replica_grads(r, g, v, 0);
-}
-
 /* The step's inputs, before its clock starts (as the forward's iterations load theirs): the
  * tokens' rows, and the seeded targets of the rows this rank holds at the start, row i's at
  * tgt[i H]; *start: each token's row at the start (UINT32_MAX where not here), for the loss
@@ -219,6 +175,8 @@ double run_train_step(run_t *r, grads_t *g, const float *tgt, const uint32_t *st
     kept += (size_t)(dev + run_kept_pull_bytes(r));
     r->train.off_peak = host > r->train.off_peak ? host : r->train.off_peak;
     moe_log(MOE_LOG_DEBUG, "rank %d: backward (loss %.9g)", r->me, sum * scale);
+    run_ered_t eq;
+    run_ered_begin(r, &eq);
     for (uint32_t l = r->L; l-- > 0;) {
         if (r->cfg.mode == MOE_RUN_COHERENT) {
             float *moved = run_bwd_homes(r, l, dout);
@@ -232,14 +190,15 @@ double run_train_step(run_t *r, grads_t *g, const float *tgt, const uint32_t *st
         }
         size_t b = layer_backward(r, l, dout, g);
         most = b > most ? b : most;
+        run_ered_post(r, &eq, g, l); /* the layer's expert gradients are final */
         if (r->train.tchk) /* run_train_check.c's comparison, through its hook */
             r->train.check_layer(r, l, dy, dout);
     }
     double peak = (double)(kept + n * H * sizeof *dout + most);
     r->train.act_peak = peak > r->train.act_peak ? peak : r->train.act_peak;
     r->train.t_mark[1] = run_now(r);
+    run_ered_end(r, &eq, g);
     reduce_shared(r, g);
-    reduce_replicas(r, g);
     return sum * scale;
 }
 
@@ -382,6 +341,11 @@ void run_train_iterations(run_t *r)
     RUN_CK(r, run_comm_allreduce(r->comm, v, 4, MOE_RUN_MAX));
     RUN_CK(r, run_comm_allreduce(r->comm, r->train.bwd_bytes, MOE_LINK_CLASSES, MOE_RUN_SUM));
     RUN_CK(r, run_comm_allreduce(r->comm, r->train.t_part, 3, MOE_RUN_SUM));
+    free(r->train.upd_rank);
+    if (!(r->train.upd_rank = calloc((size_t)r->G, sizeof *r->train.upd_rank)))
+        run_die(r, "--train", MOE_ENOMEM);
+    r->train.upd_rank[r->me] = r->train.upd_bytes;
+    RUN_CK(r, run_comm_allreduce(r->comm, r->train.upd_rank, r->G, MOE_RUN_SUM));
     for (int i = 0; i < 3; i++)
         r->train.t_part[i] /= r->G;
     r->t_iter = v[0];
