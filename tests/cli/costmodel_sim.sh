@@ -141,6 +141,19 @@ grep -q '^nodes 2$' "$T/out" && grep -q '^gpus-per-node 4$' "$T/out" ||
 expect_exit 1 cm fit --nccl-tests "$NCCL/all_gather_8.txt" --class intra --nodes 3
 end
 
+begin "--flops overrides the topology's compute rate"
+sed 's|^flops 100 TFLOP/s$|flops 25 TFLOP/s|' "$T/c.topo" >"$T/c25.topo"
+grep -q '^flops 25 TFLOP/s$' "$T/c25.topo" || fail "no flops line to change"
+expect_exit 0 cm simulate --no-layers --topology "$T/c25.topo" "$T/t.moet" "$T/a.moep"
+sed 's|c25\.topo|c.topo|' "$T/out" >"$T/f25"
+expect_exit 0 cm simulate --no-layers --topology "$T/c.topo" --flops 25T "$T/t.moet" "$T/a.moep"
+same_file "$T/out" "$T/f25" "--flops 25T against a topology of 25 TFLOP/s"
+expect_exit 0 cm simulate --no-layers --topology "$T/c.topo" "$T/t.moet" "$T/a.moep"
+cmp -s "$T/out" "$T/f25" && fail "--flops changed nothing"
+expect_exit 2 cm simulate --topology "$T/c.topo" --flops 0 "$T/t.moet" "$T/a.moep"
+expect_exit 2 cm simulate --topology "$T/c.topo" --flops fast "$T/t.moet" "$T/a.moep"
+end
+
 begin "fit: all_gather, no base topology, fewer points"
 expect_exit 0 cm fit --nccl-tests "$NCCL/all_gather_8.txt" --class intra --points 3
 grep -q '^gpus-per-node 8' "$T/out" || fail "ranks from the table's header"
