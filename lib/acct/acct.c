@@ -22,7 +22,7 @@ struct moe_acct {
     uint64_t *load[MOE_SCHEMES];           /* [L][G] */
     uint64_t *mat[MOE_SCHEMES];            /* [G][G] or NULL */
     moe_acct_rank_t *rk[MOE_SCHEMES];      /* [L][G] or NULL */
-    moe_route_t *route;                    /* per-token scratch */
+    moe_route_t *route;                    /* per-token scratch: vanilla, coherent */
     acct_static_t *tab;                    /* sglang-static: SGLang's dispatch table */
     int own_tab;                           /* ... built by this accumulator (else shared) */
 };
@@ -81,7 +81,7 @@ static moe_acct_t *acct_alloc(const moe_placement_t *p, uint32_t K, uint32_t k, 
     a->gpn = gpn;
     a->matrix = matrix;
     a->ranks = ranks;
-    int ok = (a->route = malloc(sizeof *a->route)) != NULL;
+    int ok = (a->route = malloc(2 * sizeof *a->route)) != NULL;
     for (int s = 0; s < MOE_SCHEMES && ok; s++) {
         ok = (a->layer[s] = calloc(a->L, sizeof *a->layer[s])) &&
              (a->load[s] = calloc((size_t)a->L * a->G, sizeof *a->load[s]));
@@ -533,27 +533,36 @@ static void count_layer(moe_acct_t *a, int scheme, uint32_t j, const moe_route_t
     c->stay_node += from / a->gpn == to / a->gpn;
 }
 
-int moe_acct_token(moe_acct_t *a, const uint16_t *ids, const float *weights, uint64_t token,
-                   uint32_t seq, uint32_t rank)
+int moe_acct_token_each(moe_acct_t *a, const uint16_t *ids, const float *weights,
+                        uint64_t token, uint32_t seq, uint32_t rank, moe_acct_cell_fn *fn,
+                        void *ctx)
 {
     uint32_t s = moe_acct_source(a, token, seq, rank);
     if (s == UINT32_MAX)
         return MOE_ERANGE;
     uint32_t h = s;
-    moe_route_t *rt = a->route;
+    moe_route_t *rt = a->route, *ch = a->route + 1;
     for (uint32_t j = 0; j < a->L; j++) {
         const uint16_t *cid = ids + (size_t)j * a->K;
         const float *cw = weights ? weights + (size_t)j * a->K : NULL;
         if (!moe_acct_route(a, j, cid, cw, s, token, rt))
             continue;
         count_layer(a, MOE_SCHEME_VANILLA, j, rt, s, s);
-        if (h != s) /* at home s, the coherent route is the vanilla one */
-            moe_acct_route(a, j, cid, cw, h, token, rt);
-        count_layer(a, MOE_SCHEME_COHERENT, j, rt, h, rt->home);
-        h = rt->home;
+        /* at home s, the coherent route is the vanilla one */
+        const moe_route_t *c = h == s ? rt : (moe_acct_route(a, j, cid, cw, h, token, ch), ch);
+        count_layer(a, MOE_SCHEME_COHERENT, j, c, h, c->home);
+        if (fn)
+            fn(ctx, j, s, rt, h, c);
+        h = c->home;
     }
     a->tokens++;
     return 0;
+}
+
+int moe_acct_token(moe_acct_t *a, const uint16_t *ids, const float *weights, uint64_t token,
+                   uint32_t seq, uint32_t rank)
+{
+    return moe_acct_token_each(a, ids, weights, token, seq, rank, NULL, NULL);
 }
 
 int moe_acct_merge(moe_acct_t *a, const moe_acct_t *b)
