@@ -74,8 +74,7 @@ static void sim_usage(FILE *fp)
           "\n"
           "      --topology=T       topology file (moe-topology(5)) or preset name (required)\n"
           "      --nodes=N          override the topology's node count\n"
-          "      --flops=F          dense compute rate per GPU, FLOP/s (K M G T suffixes)\n"
-          "                         [the topology's]\n"
+          "      --flops=F          dense compute rate per GPU, FLOP/s [the topology's]\n"
           "      --hidden=H         hidden size [the trace's]\n"
           "      --ffn=F            expert inner size [4 x hidden]\n"
           "      --expert=X         expert FFN: swiglu (3 H x F matrices) or silu (2) [swiglu]\n"
@@ -105,20 +104,6 @@ static void sim_usage(FILE *fp)
     moe_opts_usage(fp, MOE_OPT_OUTPUT);
 }
 
-/* --flops: a positive rate, parsed as the other subcommands' --flops (moe_costcfg_set). */
-static int sim_flops(const char *arg, double *out)
-{
-    moe_costcfg_t cc;
-    char err[256];
-    moe_costcfg_init(&cc);
-    int rc = moe_costcfg_set(&cc, MOE_CK_FLOPS, arg, NULL, "simulate", err, sizeof err);
-    *out = cc.flops;
-    moe_costcfg_release(&cc);
-    if (rc)
-        return moe_usage_error(PROG, "simulate", "%s", err);
-    return 0;
-}
-
 static int sim_opt(int c, const char *arg, sim_cfg_t *g)
 {
     static const char *const src[] = {"auto", "recorded", "sequence", "token"};
@@ -126,7 +111,10 @@ static int sim_opt(int c, const char *arg, sim_cfg_t *g)
     case S_TOPOLOGY: g->topology = arg; return 0;
     case S_NODES:
         return moe_cli_u32(PROG, "simulate", arg, 1, MOE_MAX_RANKS, "node count", &g->nodes);
-    case S_FLOPS: return sim_flops(arg, &g->flops);
+    case S_FLOPS:
+        if (moe_costcfg_qty(arg, &g->flops) || !(g->flops > 0 && g->flops <= 1e18))
+            return moe_usage_error(PROG, "simulate", "invalid compute rate '%s'", arg);
+        return 0;
     case S_HIDDEN:
         return moe_cli_u32(PROG, "simulate", arg, 1, 1u << 24, "hidden size", &g->so.hidden);
     case S_FFN:
@@ -255,8 +243,7 @@ int costmodel_simulate(int argc, char **argv)
     moe_topo_t topo;
     if (sim_topology(g.topology, g.nodes, &topo))
         return 1;
-    if (g.flops > 0)
-        topo.flops = g.flops;
+    topo.flops = g.flops > 0 ? g.flops : topo.flops; /* --flops */
     int st;
     char err[512];
     moe_placement_t *p;

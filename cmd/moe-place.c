@@ -41,8 +41,7 @@ enum {
 static const struct option long_opts[] = {
     {"ranks", required_argument, 0, O_RANKS}, {"gpus-per-node", required_argument, 0, O_GPN},
     {"topology", required_argument, 0, O_TOPOLOGY}, {"method", required_argument, 0, O_METHOD},
-    {"nodes", required_argument, 0, O_NODES},
-    {"scheme", required_argument, 0, O_SCHEME},
+    {"nodes", required_argument, 0, O_NODES}, {"scheme", required_argument, 0, O_SCHEME},
     {"max-imbalance", required_argument, 0, O_MAX_IMB},
     {"replicas", required_argument, 0, O_REPLICAS},
     {"ep-size", required_argument, 0, O_EP_SIZE},
@@ -70,8 +69,7 @@ typedef struct cfg {
     moe_opts_t o;
     moe_place_opts_t po;
     moe_place_cv_opts_t cv;
-    uint32_t ranks, gpn, topk, hidden, elem_bytes, experts;
-    uint32_t nodes;         /* --nodes: the topology's node count, 0: as it says */
+    uint32_t ranks, gpn, topk, hidden, elem_bytes, experts, nodes; /* nodes 0: the topology's */
     const char *topology, *matrix, *matrix_bytes, *loads, *physmap;
     double inter_cost;      /* < 0: the topology's */
     int source, json, format, scheme_set, no_layers;
@@ -255,8 +253,7 @@ static int make_topo(const char *sub, const cfg_t *g, uint32_t ranks, moe_topo_t
         if (moe_topo_load(t, g->topology, errbuf, sizeof errbuf))
             return fail("%s", errbuf);
         if (moe_topo_resize(t, g->nodes, 0))
-            return fail("'%s' with %u nodes: more than %u ranks", g->topology, g->nodes,
-                        MOE_MAX_RANKS);
+            return fail("'%s' with %u nodes: too many ranks", g->topology, g->nodes);
         uint32_t want = g->ranks ? g->ranks : ranks;
         if (want && want != moe_topo_ranks(t))
             return fail("'%s' has %u ranks (%u nodes x %u), not %u", g->topology,
