@@ -11,6 +11,7 @@
 #include "moe/acct.h"
 #include "cli.h"
 #include "moe/cost.h"
+#include "moe/costcfg.h"
 #include "moe/io.h"
 #include "moe/moe.h"
 #include "moe/placement.h"
@@ -38,7 +39,7 @@ enum {
     S_TOPOLOGY = MOE_OPTC_TOOL + 0x80, S_HIDDEN, S_FFN, S_DTYPE, S_CHUNKS, S_SCHEME, S_BEST,
     S_JSON, S_PLOT, S_TOPK, S_SOURCE, S_NO_LAYERS, S_LOADS, S_NCCL, S_CLASS, S_POINTS, S_TOL,
     S_CREDITS, S_RANKS, S_REPLICA_RULE, S_GATHER, S_TRAIN, S_REUSE, S_OPTIMIZER, S_EXPERT,
-    S_NODES,
+    S_NODES, S_FLOPS,
 };
 
 static const struct option sim_long[] = {
@@ -52,12 +53,14 @@ static const struct option sim_long[] = {
     {"ranks", no_argument, 0, S_RANKS}, {"replica-rule", required_argument, 0, S_REPLICA_RULE},
     {"gather-bytes", required_argument, 0, S_GATHER}, {"train", no_argument, 0, S_TRAIN},
     {"reuse", required_argument, 0, S_REUSE}, {"optimizer", required_argument, 0, S_OPTIMIZER},
-    {"nodes", required_argument, 0, S_NODES}, MOE_OPTS_LONG, {0, 0, 0, 0}};
+    {"nodes", required_argument, 0, S_NODES}, {"flops", required_argument, 0, S_FLOPS},
+    MOE_OPTS_LONG, {0, 0, 0, 0}};
 
 typedef struct sim_cfg {
     moe_opts_t o;
     const char *topology, *plot;
     uint32_t nodes; /* --nodes, 0: the topology's */
+    double flops;   /* --flops, 0: the topology's */
     moe_sim_opts_t so;
     int best, json, no_layers, loads, ranks, train, adam;
     unsigned reuses; /* bit per MOE_REUSE_* strategy */
@@ -71,6 +74,7 @@ static void sim_usage(FILE *fp)
           "\n"
           "      --topology=T       topology file (moe-topology(5)) or preset name (required)\n"
           "      --nodes=N          override the topology's node count\n"
+          "      --flops=F          dense compute rate per GPU, FLOP/s [the topology's]\n"
           "      --hidden=H         hidden size [the trace's]\n"
           "      --ffn=F            expert inner size [4 x hidden]\n"
           "      --expert=X         expert FFN: swiglu (3 H x F matrices) or silu (2) [swiglu]\n"
@@ -107,6 +111,10 @@ static int sim_opt(int c, const char *arg, sim_cfg_t *g)
     case S_TOPOLOGY: g->topology = arg; return 0;
     case S_NODES:
         return moe_cli_u32(PROG, "simulate", arg, 1, MOE_MAX_RANKS, "node count", &g->nodes);
+    case S_FLOPS:
+        if (moe_costcfg_qty(arg, &g->flops) || !(g->flops > 0 && g->flops <= 1e18))
+            return moe_usage_error(PROG, "simulate", "invalid compute rate '%s'", arg);
+        return 0;
     case S_HIDDEN:
         return moe_cli_u32(PROG, "simulate", arg, 1, 1u << 24, "hidden size", &g->so.hidden);
     case S_FFN:
@@ -235,6 +243,7 @@ int costmodel_simulate(int argc, char **argv)
     moe_topo_t topo;
     if (sim_topology(g.topology, g.nodes, &topo))
         return 1;
+    topo.flops = g.flops > 0 ? g.flops : topo.flops; /* --flops */
     int st;
     char err[512];
     moe_placement_t *p;

@@ -37,13 +37,13 @@ enum {
     O_ELEM_BYTES, O_MATRIX, O_MATRIX_BYTES, O_JSON, O_FORMAT, O_EXPERTS, O_NO_LAYERS,
     O_REPLICA_RULE, O_LOADS, O_PHYSMAP, O_CV, O_MEMORY, O_TUNE, O_WINDOW, O_EVERY, O_THRESHOLD,
     O_INITIAL, O_FFN, O_EXPERT, O_FOR, O_ACCOUNTING, O_BASELINE, O_BASELINE_FIT,
-    O_NODE_LIMIT, O_EXPERT_GROUPS,
+    O_NODE_LIMIT, O_EXPERT_GROUPS, O_NODES,
 };
 
 static const struct option long_opts[] = {
     {"ranks", required_argument, 0, O_RANKS}, {"gpus-per-node", required_argument, 0, O_GPN},
     {"topology", required_argument, 0, O_TOPOLOGY}, {"method", required_argument, 0, O_METHOD},
-    {"scheme", required_argument, 0, O_SCHEME},
+    {"nodes", required_argument, 0, O_NODES}, {"scheme", required_argument, 0, O_SCHEME},
     {"max-imbalance", required_argument, 0, O_MAX_IMB},
     {"replicas", required_argument, 0, O_REPLICAS},
     {"ep-size", required_argument, 0, O_EP_SIZE},
@@ -76,7 +76,7 @@ typedef struct cfg {
     moe_opts_t o;
     moe_place_opts_t po;
     moe_place_cv_opts_t cv;
-    uint32_t ranks, gpn, topk, hidden, elem_bytes, experts;
+    uint32_t ranks, gpn, topk, hidden, elem_bytes, experts, nodes; /* nodes 0: the topology's */
     const char *topology, *matrix, *matrix_bytes, *loads, *physmap;
     double inter_cost;      /* < 0: the topology's */
     int source, json, format, scheme_set, no_layers;
@@ -121,6 +121,8 @@ static int take_opt(const char *sub, int c, const char *arg, cfg_t *g)
     case O_GPN:
         return moe_cli_u32(prog, sub, arg, 1, MOE_PLACEMENT_MAX_RANKS, "GPUs per node", &g->gpn);
     case O_TOPOLOGY: g->topology = arg; return 0;
+    case O_NODES:
+        return moe_cli_u32(prog, sub, arg, 1, MOE_PLACEMENT_MAX_RANKS, "node count", &g->nodes);
     case O_METHOD:
         if ((g->po.method = moe_place_method_parse(arg)) < 0)
             return usage_error(sub, "unknown method '%s' (contiguous, round-robin, random, "
@@ -281,12 +283,16 @@ static int make_topo(const char *sub, const cfg_t *g, uint32_t ranks, moe_topo_t
             return usage_error(sub, "give --topology or --gpus-per-node, not both");
         if (moe_topo_load(t, g->topology, errbuf, sizeof errbuf))
             return fail("%s", errbuf);
+        if (moe_topo_resize(t, g->nodes, 0))
+            return fail("'%s' with %u nodes: too many ranks", g->topology, g->nodes);
         uint32_t want = g->ranks ? g->ranks : ranks;
         if (want && want != moe_topo_ranks(t))
             return fail("'%s' has %u ranks (%u nodes x %u), not %u", g->topology,
                         moe_topo_ranks(t), t->nodes, t->gpus_per_node, want);
     } else {
         uint32_t G = g->ranks ? g->ranks : ranks;
+        if (g->nodes)
+            return usage_error(sub, "--nodes needs --topology");
         if (!G)
             return usage_error(sub, "--ranks or --topology is required");
         uint32_t gpn = g->gpn ? g->gpn : G;
@@ -317,6 +323,7 @@ static void fit_usage(FILE *fp)
           "      --gpus-per-node=N  ranks per node [G: one node]\n"
           "      --topology=FILE    topology file (moe-topology(5)) or preset name, instead of\n"
           "                         the two above\n"
+          "      --nodes=N          give the topology N nodes (a preset describes one)\n"
           "      --method=M         contiguous, round-robin, random, balanced, exflow or\n"
           "                         affinity [affinity]\n"
           "      --scheme=S         scheme the objective models: vanilla or coherent\n"
@@ -409,7 +416,7 @@ static int run_fit(int argc, char **argv)
     static const int takes[] = {O_RANKS, O_GPN, O_TOPOLOGY, O_METHOD, O_SCHEME, O_MAX_IMB,
         O_REPLICAS, O_EP_SIZE, O_TIME_LIMIT, O_SEED, O_STARTS, O_TOPK, O_INTER_COST,
         O_REPLICA_RULE, O_LOADS, O_PHYSMAP, O_EXPERTS, O_CV, O_MEMORY, O_TUNE, O_FOR,
-        O_ACCOUNTING, O_EXPERT_GROUPS, 0};
+        O_ACCOUNTING, O_EXPERT_GROUPS, O_NODES, 0};
     cfg_t g;
     int rc = 0;
     if (parse("fit", argc, argv, &g, MOE_OPT_OUTPUT | MOE_OPT_FORMAT | MOE_OPT_THREADS |
@@ -526,6 +533,7 @@ static void eval_usage(FILE *fp)
           "                         has G ranks, else sequence]\n"
           "      --topology=FILE    topology file (moe-topology(5)) or preset name [the\n"
           "                         placement's nodes]\n"
+          "      --nodes=N          give the topology N nodes (a preset describes one)\n"
           MOE_CLI_REPLICA_RULE_HELP
           "      --hidden=H         hidden size for bytes [the trace's]\n"
           "      --elem-bytes=B     bytes per element [the trace's]\n"
@@ -602,7 +610,7 @@ static int run_eval(int argc, char **argv)
 {
     static const int takes[] = {O_TOPK, O_SOURCE, O_TOPOLOGY, O_HIDDEN, O_ELEM_BYTES, O_SCHEME,
         O_MATRIX, O_MATRIX_BYTES, O_JSON, O_NO_LAYERS, O_REPLICA_RULE, O_FOR, O_ACCOUNTING,
-        O_NODE_LIMIT, 0};
+        O_NODE_LIMIT, O_NODES, 0};
     cfg_t g;
     int rc = 0;
     if (parse("eval", argc, argv, &g, MOE_OPT_OUTPUT | MOE_OPT_FORMAT | MOE_OPT_THREADS |
@@ -888,15 +896,9 @@ static int run_check(int argc, char **argv)
     for (int i = optind; i < argc; i++) {
         int st;
         moe_placement_t *p = moe_placement_read(argv[i], &st, errbuf, sizeof errbuf);
-        static const char *const seen[] = {"", "ExFlow's CSV", "an EPLB JSON",
-                                           "SGLang's expert-location JSON"};
-        static const char *const name[] = {"", "exflow", "eplb", "sglang"};
-        int fmt = p ? -1 : moe_placement_guess_format(argv[i]);
-        if (fmt > 0)
-            rc = fail("%s; it looks like %s: convert it with 'moe-place import --format %s'",
-                      errbuf, seen[fmt], name[fmt]);
-        else if (!p)
-            rc = fail("%s", errbuf);
+        const char *hint = p ? NULL : moe_placement_format_hint(argv[i]);
+        if (!p)
+            rc = hint ? fail("%s; %s", errbuf, hint) : fail("%s", errbuf);
         char *line = p || g.json ? moe_placement_summary(p, argv[i], errbuf, g.json) : NULL;
         if (line)
             printf("%s%s%s", g.json && i > optind ? ",\n " : "", line, g.json ? "" : "\n");
@@ -930,7 +932,7 @@ static void replay_usage(FILE *fp)
           "      --json             write JSON instead of the table\n"
           "  -@, --threads=N        additional threads [0]\n"
           "Each fit as 'moe-place fit' (see its --help): --ranks, --gpus-per-node,\n"
-          "  --topology, --inter-cost, --method, --scheme, --topk, --max-imbalance,\n"
+          "  --topology, --nodes, --inter-cost, --method, --scheme, --topk, --max-imbalance,\n"
           "  --replicas, --replica-rule, --ep-size, --starts, --time-limit, --seed\n", fp);
     output_usage(fp, 0);
 }
@@ -940,7 +942,7 @@ static int run_replay(int argc, char **argv)
     static const int takes[] = {O_RANKS, O_GPN, O_TOPOLOGY, O_INTER_COST, O_METHOD, O_SCHEME,
         O_TOPK, O_MAX_IMB, O_REPLICAS, O_REPLICA_RULE, O_EP_SIZE, O_STARTS, O_TIME_LIMIT,
         O_SEED, O_WINDOW, O_EVERY, O_THRESHOLD, O_INITIAL, O_HIDDEN, O_FFN, O_EXPERT, O_ELEM_BYTES,
-        O_JSON, 0};
+        O_JSON, O_NODES, 0};
     cfg_t g;
     int rc = 0, st;
     if (parse("replay", argc, argv, &g, MOE_OPT_OUTPUT | MOE_OPT_FORMAT | MOE_OPT_THREADS,

@@ -795,7 +795,8 @@ static void gen_usage(FILE *fp)
                 "  -s, --sequences=N      sequences the tokens are split into [%u]\n"
                 "  -r, --ranks=N          source (data-parallel) ranks [%u]\n"
                 "      --steps=N          steps (iterations) the sequences span [%u]\n"
-                "      --zipf=S           expert-load skew exponent, 0 = uniform [%g]\n"
+                "      --zipf=S           expert-load skew exponent, 0 = uniform [0.8 up to 64\n"
+                "                         experts, 0.15 above]\n"
                 "      --affinity=A       inter-layer affinity strength, 0..1 [%g]\n"
                 "      --fanout=N         preferred successors per expert [%u]\n"
                 "      --coact=C          top-k co-activation strength, 0..1 [%g]\n"
@@ -806,7 +807,7 @@ static void gen_usage(FILE *fp)
                 "      --elem-bytes=B     bytes per element recorded in the header [0]\n"
                 "  -S, --seed=N           random seed [%llu]\n",
             prog, d.layers, d.experts, d.topk, (unsigned long long)d.tokens, d.sequences,
-            d.ranks, d.steps, d.zipf, d.affinity, d.fanout, d.coact, d.hot_ranks, d.hot_factor,
+            d.ranks, d.steps, d.affinity, d.fanout, d.coact, d.hot_ranks, d.hot_factor,
             (unsigned long long)d.seed);
     moe_opts_usage(fp, MOE_OPT_ALL);
 }

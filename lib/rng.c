@@ -85,8 +85,7 @@ double moe_rng_normal(moe_rng_t *r)
  * every step is a bijection of x, so distinct x never collide for one seed. */
 uint64_t moe_hash64(uint64_t seed, uint64_t x)
 {
-    uint64_t key = mix64(seed ^ GOLDEN);
-    return mix64(mix64(key ^ (x * GOLDEN)) ^ key);
+    return rng_hash_keyed(rng_hash_key(seed), x);
 }
 
 int moe_hash_keep(uint64_t seed, uint64_t key, double fraction)

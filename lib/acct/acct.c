@@ -10,6 +10,7 @@
 #include "moe/moe.h"
 #include "moe/rng.h"
 #include "acct_internal.h"
+#include "rng_internal.h"
 
 
 struct moe_acct {
@@ -23,7 +24,7 @@ struct moe_acct {
     uint64_t *mat[MOE_SCHEMES];            /* [G][G] or NULL */
     moe_acct_rank_t *rk[MOE_SCHEMES];      /* [L][G] or NULL */
     moe_acct_deepep_t *dp;                 /* [L]: DeepEP's rule of the vanilla routes */
-    moe_route_t *route;                    /* per-token scratch */
+    moe_route_t *route;                    /* per-token scratch: vanilla, coherent */
     acct_static_t *tab;                    /* sglang-static: SGLang's dispatch table */
     int own_tab;                           /* ... built by this accumulator (else shared) */
 };
@@ -82,7 +83,7 @@ static moe_acct_t *acct_alloc(const moe_placement_t *p, uint32_t K, uint32_t k, 
     a->gpn = gpn;
     a->matrix = matrix;
     a->ranks = ranks;
-    int ok = (a->route = malloc(sizeof *a->route)) && (a->dp = calloc(a->L, sizeof *a->dp));
+    int ok = (a->route = malloc(2 * sizeof *a->route)) && (a->dp = calloc(a->L, sizeof *a->dp));
     for (int s = 0; s < MOE_SCHEMES && ok; s++) {
         ok = (a->layer[s] = calloc(a->L, sizeof *a->layer[s])) &&
              (a->load[s] = calloc((size_t)a->L * a->G, sizeof *a->load[s]));
@@ -229,6 +230,127 @@ static void pick_indexed(const moe_acct_t *a, uint32_t layer, uint64_t token, mo
     }
 }
 
+/* The greedy set cover of pick_copies below, for up to 64 experts with up to COVER_MAX copies
+ * among the open ones, in fewer steps and with the same result. Every distinct candidate rank
+ * is listed once with the open experts it holds as a bit mask, so its count is a popcount
+ * (the loop below counts a rank over the experts from the first that holds it on, which is
+ * all of them; a later meeting counts fewer and never wins). Hashes of distinct ranks differ
+ * (moe_hash64 is a bijection of x), so the order of the candidates never decides a tie. Once
+ * no candidate holds two open experts, every round takes the best copy of one expert and
+ * changes no other expert's candidates, so each open expert takes its own best copy (on the
+ * home's node first, then the lowest hash): cover_each. Returns 0 (nothing done) when the
+ * cell is too large for it. */
+#define COVER_MAX 128
+
+static inline uint32_t popcount64(uint64_t x)
+{
+    x = x - ((x >> 1) & UINT64_C(0x5555555555555555));
+    x = (x & UINT64_C(0x3333333333333333)) + ((x >> 2) & UINT64_C(0x3333333333333333));
+    x = (x + (x >> 4)) & UINT64_C(0x0F0F0F0F0F0F0F0F);
+    return (uint32_t)((x * UINT64_C(0x0101010101010101)) >> 56);
+}
+
+/* Each expert of `open` takes its best copy by itself (see cover_fast). */
+static void cover_each(const moe_acct_t *a, uint32_t layer, uint32_t h, uint64_t key,
+                       moe_route_t *r, uint32_t n, const uint16_t *const *rk,
+                       const uint32_t *nc, uint64_t open)
+{
+    uint64_t tag = (uint64_t)layer << 32;
+    uint32_t hn = h / a->gpn;
+    for (uint32_t i = 0; i < n; i++) {
+        if (!(open >> i & 1))
+            continue;
+        uint32_t best = UINT32_MAX, bnode = 0, ties = 0;
+        for (uint32_t c = 0; c < nc[i]; c++) { /* the best node flag, and how many have it */
+            uint32_t node = rk[i][c] / a->gpn == hn;
+            if (best == UINT32_MAX || node > bnode) {
+                best = rk[i][c];
+                bnode = node;
+                ties = 1;
+            } else if (node == bnode)
+                ties++;
+        }
+        uint64_t bhash = 0;
+        for (uint32_t c = 0, first = 1; ties > 1 && c < nc[i]; c++) {
+            if ((rk[i][c] / a->gpn == hn) != bnode)
+                continue;
+            uint64_t x = rng_hash_keyed(key, tag | rk[i][c]);
+            if (first || x < bhash) {
+                best = rk[i][c];
+                bhash = x;
+                first = 0;
+            }
+        }
+        r->rank[i] = best;
+    }
+}
+
+static int cover_fast(const moe_acct_t *a, uint32_t layer, uint32_t h, uint64_t token,
+                      moe_route_t *r, uint32_t n, const uint16_t *const *rk, const uint32_t *nc)
+{
+    uint32_t cand[COVER_MAX], m = 0;
+    uint64_t mask[COVER_MAX], hash[COVER_MAX], open = 0, shared = 0;
+    uint8_t node[COVER_MAX], hashed[COVER_MAX], slot[2 * COVER_MAX]; /* slot: k + 1, 0 free */
+    if (n > 64)
+        return 0;
+    memset(slot, 0, sizeof slot);
+    for (uint32_t i = 0; i < n; i++) {
+        if (r->rank[i] != UINT32_MAX)
+            continue;
+        open |= UINT64_C(1) << i;
+        for (uint32_t c = 0; c < nc[i]; c++) {
+            uint32_t x = rk[i][c], at = ((x * 2654435761u) >> 24) & (2 * COVER_MAX - 1), k;
+            while (slot[at] && cand[slot[at] - 1] != x)
+                at = (at + 1) & (2 * COVER_MAX - 1);
+            if (!slot[at]) {
+                if (m == COVER_MAX)
+                    return 0;
+                cand[m] = x;
+                mask[m] = 0;
+                hashed[m] = 0;
+                slot[at] = (uint8_t)++m;
+            }
+            k = slot[at] - 1u;
+            shared |= mask[k] & ~(UINT64_C(1) << i);
+            mask[k] |= UINT64_C(1) << i;
+        }
+    }
+    for (uint32_t k = 0; shared && k < m; k++)
+        node[k] = cand[k] / a->gpn == h / a->gpn;
+    uint64_t key = rng_hash_key(token), tag = (uint64_t)layer << 32;
+    while (open && shared) {
+        uint32_t best = UINT32_MAX, bcount = 0;
+        for (uint32_t k = 0; k < m; k++) {
+            uint32_t count = popcount64(mask[k] & open);
+            if (!count || (best != UINT32_MAX && (count < bcount ||
+                                                  (count == bcount && node[k] < node[best]))))
+                continue;
+            if (best != UINT32_MAX && count == bcount && node[k] == node[best]) {
+                for (uint32_t t = 0; t < 2; t++) {
+                    uint32_t y = t ? best : k;
+                    if (!hashed[y]) {
+                        hash[y] = rng_hash_keyed(key, tag | cand[y]);
+                        hashed[y] = 1;
+                    }
+                }
+                if (!(hash[k] < hash[best]))
+                    continue;
+            }
+            best = k;
+            bcount = count;
+        }
+        if (bcount < 2)
+            break;
+        uint64_t take = mask[best] & open;
+        for (uint32_t i = 0; i < n; i++)
+            if (take >> i & 1)
+                r->rank[i] = cand[best];
+        open &= ~take;
+    }
+    cover_each(a, layer, h, key, r, n, rk, nc, open);
+    return 1;
+}
+
 /* Which copy serves each expert of r->expert[0..n) for a token at home h, into r->rank (see
  * moe/acct.h): by the even rule, or the nearest: the only copy or the one on h; then one on a
  * rank already serving the token; then, greedily, the rank holding most of the experts still
@@ -268,6 +390,8 @@ static void pick_copies(const moe_acct_t *a, uint32_t layer, uint32_t h, uint64_
                 r->rank[i] = r->rank[q];
                 open--;
             }
+    if (open && cover_fast(a, layer, h, token, r, n, rk, nc))
+        return;
     while (open) {
         uint32_t best = UINT32_MAX, bcount = 0, bnode = 0;
         uint64_t bhash = 0;
@@ -413,14 +537,15 @@ static void count_layer(moe_acct_t *a, int scheme, uint32_t j, const moe_route_t
     c->stay_node += from / a->gpn == to / a->gpn;
 }
 
-int moe_acct_token(moe_acct_t *a, const uint16_t *ids, const float *weights, uint64_t token,
-                   uint32_t seq, uint32_t rank)
+int moe_acct_token_each(moe_acct_t *a, const uint16_t *ids, const float *weights,
+                        uint64_t token, uint32_t seq, uint32_t rank, moe_acct_cell_fn *fn,
+                        void *ctx)
 {
     uint32_t s = moe_acct_source(a, token, seq, rank);
     if (s == UINT32_MAX)
         return MOE_ERANGE;
     uint32_t h = s;
-    moe_route_t *rt = a->route;
+    moe_route_t *rt = a->route, *ch = a->route + 1;
     for (uint32_t j = 0; j < a->L; j++) {
         const uint16_t *cid = ids + (size_t)j * a->K;
         const float *cw = weights ? weights + (size_t)j * a->K : NULL;
@@ -428,12 +553,21 @@ int moe_acct_token(moe_acct_t *a, const uint16_t *ids, const float *weights, uin
             continue;
         count_layer(a, MOE_SCHEME_VANILLA, j, rt, s, s);
         acct_deepep_cell(&a->dp[j], rt, s, a->gpn, a->node_limit);
-        moe_acct_route(a, j, cid, cw, h, token, rt);
-        count_layer(a, MOE_SCHEME_COHERENT, j, rt, h, rt->home);
-        h = rt->home;
+        /* at home s, the coherent route is the vanilla one */
+        const moe_route_t *c = h == s ? rt : (moe_acct_route(a, j, cid, cw, h, token, ch), ch);
+        count_layer(a, MOE_SCHEME_COHERENT, j, c, h, c->home);
+        if (fn)
+            fn(ctx, j, s, rt, h, c);
+        h = c->home;
     }
     a->tokens++;
     return 0;
+}
+
+int moe_acct_token(moe_acct_t *a, const uint16_t *ids, const float *weights, uint64_t token,
+                   uint32_t seq, uint32_t rank)
+{
+    return moe_acct_token_each(a, ids, weights, token, seq, rank, NULL, NULL);
 }
 
 int moe_acct_merge(moe_acct_t *a, const moe_acct_t *b)

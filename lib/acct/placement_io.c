@@ -86,3 +86,15 @@ int moe_placement_guess_format(const char *path)
         return MOE_PLACEMENT_EPLB; /* an object with phy2log, or eplb.py's list alone */
     return strncmp(t, "Expert,Node", 11) ? -1 : MOE_PLACEMENT_EXFLOW;
 }
+
+const char *moe_placement_format_hint(const char *path)
+{
+    static const char *const hint[] = {
+        NULL,
+        "it looks like ExFlow's CSV: convert it with 'moe-place import --format exflow'",
+        "it looks like an EPLB JSON: convert it with 'moe-place import --format eplb'",
+        "it looks like SGLang's expert-location JSON: convert it with 'moe-place import "
+        "--format sglang'"};
+    int f = moe_placement_guess_format(path);
+    return f > 0 ? hint[f] : NULL;
+}

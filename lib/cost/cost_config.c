@@ -177,7 +177,7 @@ void moe_costcfg_release(moe_costcfg_t *g)
 
 /* A non-negative number with an optional decimal (K M G T P: 10^3 ...) or binary (Ki Mi Gi
  * Ti: 2^10 ...) suffix; a trailing "B", "B/s" or "/s" is allowed, "b/s" or "bit/s" means bits. */
-static int parse_qty(const char *s, double *out)
+int moe_costcfg_qty(const char *s, double *out)
 {
     char *end;
     errno = 0;
@@ -238,8 +238,8 @@ static int set_eff(const char *arg, const char *what, moe_costcfg_eff_t *e, char
         if (colon)
             *colon = 0;
         fixed |= !colon;
-        fail = e->n == MOE_TOPO_MAX_CURVE || (colon && parse_qty(tok, &size)) ||
-               parse_qty(colon ? colon + 1 : tok, &eff) || !(eff > 0 && eff <= 1) ||
+        fail = e->n == MOE_TOPO_MAX_CURVE || (colon && moe_costcfg_qty(tok, &size)) ||
+               moe_costcfg_qty(colon ? colon + 1 : tok, &eff) || !(eff > 0 && eff <= 1) ||
                (e->n && !(size > e->size[e->n - 1]));
         if (!fail) {
             e->size[e->n] = size;
@@ -284,7 +284,7 @@ static int set_list(moe_costcfg_t *g, const char *arg, char *err, size_t errlen)
     for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok;
          tok = strtok_r(NULL, ",", &save)) {
         double v;
-        if (g->nepw == MOE_COSTCFG_MAX_LIST || parse_qty(tok, &v) || !(v > 0) || v > DIM)
+        if (g->nepw == MOE_COSTCFG_MAX_LIST || moe_costcfg_qty(tok, &v) || !(v > 0) || v > DIM)
             return bad("invalid expert list '%s'", arg);
         g->epw[g->nepw++] = v;
     }
@@ -331,7 +331,7 @@ int moe_costcfg_set(moe_costcfg_t *g, int key, const char *val, const int *takes
             *(uint32_t *)field = (uint32_t)u;
         return 0;
     case K_QTY:
-        if (parse_qty(val, field) || *(double *)field < k->min) {
+        if (moe_costcfg_qty(val, field) || *(double *)field < k->min) {
             *(double *)field = NAN;
             return bad("invalid %s '%s'", k->what, val);
         }

@@ -44,7 +44,6 @@ typedef struct worker {
     uint64_t *src;              /* [L][G] */
     uint64_t *own;              /* [L][G][3] */
     uint64_t *need;             /* [L][G][W] bitsets, or NULL */
-    moe_route_t rt;
 } worker_t;
 
 typedef struct scan {
@@ -106,9 +105,9 @@ static void xfer(moe_acct_rank_t *rk, int ph, int c, uint32_t from, uint32_t to)
 /* moe-run's hierarchical routes of one cell from source rank s: straight to each serving rank
  * of s's node; to the first serving rank of each other node (inter-node), which forwards the
  * token to that node's other serving ranks (intra-node) and returns one combined partial. */
-static void hier_cell(const moe_sim_t *s, worker_t *w, uint32_t j, uint32_t src)
+static void hier_cell(const moe_sim_t *s, worker_t *w, uint32_t j, uint32_t src,
+                      const moe_route_t *rt)
 {
-    const moe_route_t *rt = &w->rt;
     moe_acct_rank_t *hop = w->hop + (size_t)j * s->G, *fwd = w->fwd + (size_t)j * s->G;
     for (uint32_t q = 0; q < rt->nranks; q++) {
         uint32_t d = rt->ranks[q], q0 = 0;
@@ -136,17 +135,32 @@ static int serves(const moe_route_t *rt, uint32_t x)
     return 0;
 }
 
-/* The coherent scheme's route of a cell from home *h (as moe_acct_token takes it): the home
- * holds the token, serves it itself or not, and moves to the route's new home. */
-static void coherent_cell(const moe_sim_t *s, worker_t *w, uint32_t j, const uint16_t *ids,
-                          const float *wt, uint64_t token, uint32_t *h)
+/* One present cell of a token, as the accounting routed it (moe_acct_cell_fn): tokens per
+ * source rank, cells served on their source (vanilla) and held and served where held
+ * (coherent), the hierarchical routes and the experts the source's tokens need. */
+typedef struct cell_ctx {
+    const moe_sim_t *s;
+    worker_t *w;
+} cell_ctx_t;
+
+static void scan_cell(void *arg, uint32_t j, uint32_t src, const moe_route_t *van,
+                      uint32_t home, const moe_route_t *coh)
 {
-    moe_route_t rt;
-    moe_acct_route(w->a, j, ids, wt, *h, token, &rt);
-    uint64_t *o = w->own + ((size_t)j * s->G + *h) * 3;
+    const cell_ctx_t *x = arg;
+    const moe_sim_t *s = x->s;
+    worker_t *w = x->w;
+    w->src[(size_t)j * s->G + src]++;
+    w->own[((size_t)j * s->G + src) * 3] += serves(van, src);
+    uint64_t *o = w->own + ((size_t)j * s->G + home) * 3;
     o[1]++;
-    o[2] += serves(&rt, *h);
-    *h = rt.home;
+    o[2] += serves(coh, home);
+    if (w->hop)
+        hier_cell(s, w, j, src, van);
+    if (!w->need)
+        return;
+    uint64_t *bits = w->need + ((size_t)j * s->G + src) * s->W;
+    for (uint32_t i = 0; i < van->n; i++)
+        bits[van->expert[i] >> 6] |= 1ull << (van->expert[i] & 63);
 }
 
 static int scan_token(scan_t *c, worker_t *w, const moe_trace_batch_t *b, size_t r)
@@ -161,26 +175,8 @@ static int scan_token(scan_t *c, worker_t *w, const moe_trace_batch_t *b, size_t
                                   "token %" PRIu64 ": recorded source rank %u out of range "
                                   "(%u ranks; --source sequence ignores it)",
                                   b->token[r], b->rank[r], s->G);
-    int rc = moe_acct_token(w->a, ids, wt, b->token[r], b->seq[r], b->rank[r]);
-    uint32_t h = src;
-    for (uint32_t j = 0; j < s->L && !rc; j++) {
-        const uint16_t *cid = ids + (size_t)j * s->K;
-        const float *cw = wt ? wt + (size_t)j * s->K : NULL;
-        uint32_t n = moe_acct_route(w->a, j, cid, cw, src, b->token[r], &w->rt);
-        if (!n)
-            continue;
-        w->src[(size_t)j * s->G + src]++;
-        w->own[((size_t)j * s->G + src) * 3] += serves(&w->rt, src);
-        coherent_cell(s, w, j, cid, cw, b->token[r], &h);
-        if (w->hop)
-            hier_cell(s, w, j, src);
-        if (!w->need)
-            continue;
-        uint64_t *bits = w->need + ((size_t)j * s->G + src) * s->W;
-        for (uint32_t i = 0; i < n; i++)
-            bits[w->rt.expert[i] >> 6] |= 1ull << (w->rt.expert[i] & 63);
-    }
-    return rc;
+    cell_ctx_t x = {s, w};
+    return moe_acct_token_each(w->a, ids, wt, b->token[r], b->seq[r], b->rank[r], scan_cell, &x);
 }
 
 static int scan_batch(void *arg, int worker, moe_trace_batch_t *b)

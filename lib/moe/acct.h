@@ -173,6 +173,16 @@ uint32_t moe_acct_route(const moe_acct_t *a, uint32_t layer, const uint16_t *ids
 /* Source rank of a token by the accumulator's source rule, or UINT32_MAX when a recorded rank
  * is out of range. */
 uint32_t moe_acct_source(const moe_acct_t *a, uint64_t token, uint32_t seq, uint32_t rank);
+/* A layer of a token as moe_acct_token_each accounts it: `van` the vanilla route from the
+ * source rank `src`, `coh` the coherent route from the home `home` (the same route when home is
+ * src). The routes are valid during the call. */
+typedef void moe_acct_cell_fn(void *ctx, uint32_t layer, uint32_t src, const moe_route_t *van,
+                              uint32_t home, const moe_route_t *coh);
+/* moe_acct_token, handing every present cell's routes to fn(ctx, ...) (fn NULL: none), so a
+ * caller that needs them (moe-costmodel simulate) does not route the token again. */
+int moe_acct_token_each(moe_acct_t *a, const uint16_t *ids, const float *weights,
+                        uint64_t token, uint32_t seq, uint32_t rank, moe_acct_cell_fn *fn,
+                        void *ctx);
 
 /* Account every record of a trace map on all its workers (per-worker accumulators merged in
  * worker order: integer sums, so the result does not depend on the thread count). Returns 0 or

@@ -95,6 +95,9 @@ const char *moe_costcfg_key_name(int key, int *has_arg);
 /* The key of a name, or -1. */
 int moe_costcfg_key_find(const char *name);
 
+/* A non-negative number with an optional K M G T P (10^3 ...) or Ki Mi Gi Ti suffix and unit
+ * ("B", "B/s", "/s"; "b/s" bits), as the keys' values take it. 0 or -1. */
+int moe_costcfg_qty(const char *s, double *out);
 /* Nothing given: NaN numbers, zero counts, -1 words, slowdown factors 1. */
 void moe_costcfg_init(moe_costcfg_t *g);
 /* Free the copies of file values; the structure may be initialised again. */

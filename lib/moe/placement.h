@@ -199,8 +199,11 @@ moe_placement_t *moe_placement_import(const char *path, int format, uint32_t exp
                                       char *errbuf, size_t errlen);
 /* The other system's format the start of the file at path looks like (MOE_PLACEMENT_SGLANG,
  * _EPLB or _EXFLOW), or -1 (neither, unreadable, or standard input): a hint for a user who
- * gave such a file where a moe-place(5) placement belongs. */
+ * gave such a file where a moe-place(5) placement belongs. moe_placement_format_hint says it
+ * as a clause ("it looks like an EPLB JSON: convert it with 'moe-place import --format eplb'"),
+ * or returns NULL. */
 int moe_placement_guess_format(const char *path);
+const char *moe_placement_format_hint(const char *path);
 /* SGLang's physical_to_logical_map given as numbers, rows x cols (from a torch.save dict or
  * inline JSON: moe_place_import), with the SGLANG import's rules; `name` labels messages. */
 moe_placement_t *moe_placement_from_sglang(const double *ids, uint32_t rows, uint32_t cols,

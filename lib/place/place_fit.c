@@ -303,8 +303,13 @@ moe_placement_t *moe_place_fit(const moe_affinity_t *a, const moe_topo_t *topo,
     }
     uint32_t maxrep = o->replicas ? (o->replicas + 1 < P ? o->replicas + 1 : P) : 1;
     if (maxrep * groups > 255) {
-        snprintf(errbuf, errlen, "--ep-size %u: up to %u copies of an expert, at most 255",
-                 P, maxrep * groups);
+        if (groups > 1)
+            snprintf(errbuf, errlen, "--ep-size %u: up to %u copies of an expert, at most 255",
+                     P, maxrep * groups);
+        else
+            snprintf(errbuf, errlen,
+                     "--replicas %u: up to %u copies of an expert on %u ranks, at most 255",
+                     o->replicas, maxrep, G);
         return NULL;
     }
     moe_placement_t *p = moe_placement_new(in.layers, E, G, g, cap, maxrep * groups, status);

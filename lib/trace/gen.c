@@ -101,7 +101,7 @@ void moe_gen_params_default(moe_gen_params_t *p)
     p->sequences = 16;
     p->ranks = 1;
     p->steps = 1;
-    p->zipf = 0.8;
+    p->zipf = MOE_GEN_ZIPF_DEFAULT;
     p->affinity = 0.6;
     p->fanout = 2;
     p->coact = 0.3;
@@ -165,6 +165,11 @@ static int check_counts(const moe_gen_params_t *p, char *eb, size_t n)
         return 1;
     }
     return 0;
+}
+
+double moe_gen_default_zipf(uint32_t experts)
+{
+    return experts > 64 ? 0.15 : 0.8;
 }
 
 static int check_params(const moe_gen_params_t *p, char *eb, size_t n)
@@ -414,12 +419,18 @@ moe_gen_t *moe_gen_new(const moe_gen_params_t *p, int *status, char *errbuf, siz
 {
     if (!p && errbuf && errlen)
         snprintf(errbuf, errlen, "no generator parameters given");
-    if (!p || check_params(p, errbuf, errlen))
+    moe_gen_params_t q;
+    if (p) {
+        q = *p;
+        if (q.zipf == MOE_GEN_ZIPF_DEFAULT)
+            q.zipf = moe_gen_default_zipf(q.experts);
+    }
+    if (!p || check_params(&q, errbuf, errlen))
         return gen_fail(NULL, MOE_EINVAL, status, NULL, 0);
     moe_gen_t *g = calloc(1, sizeof *g);
     if (!g)
         return gen_fail(NULL, MOE_ENOMEM, status, errbuf, errlen);
-    g->p = *p;
+    g->p = q;
     g->L = p->layers;
     g->E = p->experts;
     g->K = p->topk;

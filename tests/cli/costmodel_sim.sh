@@ -141,6 +141,47 @@ grep -q '^nodes 2$' "$T/out" && grep -q '^gpus-per-node 4$' "$T/out" ||
 expect_exit 1 cm fit --nccl-tests "$NCCL/all_gather_8.txt" --class intra --nodes 3
 end
 
+begin "imbalance costs time: contiguous at load 1.50 is slower than EPLB's layout at 1.08"
+# 100 top-1 tokens of one layer on experts 0..3: 50, 25, 21, 4. Two ranks of one node.
+# Contiguous {0,1} {2,3}: loads 75 and 25 (max/mean 1.50); EPLB-like {0,3} {1,2}: 54 and 46
+# (1.08). Expert FLOPs per token 2 x 3 x 1024 x 4096 = 25,165,824 at 100 TFLOP/s: 0.25165824 us,
+# so the busiest rank computes 75 x that = 0.0188744 ms against 54 x = 0.0135895 ms, and the
+# whole layer is slower for contiguous although EPLB's layout moves more bytes (188416 > 102400).
+awk 'BEGIN { for (i = 0; i < 100; i++) print (i < 50 ? 0 : i < 75 ? 1 : i < 96 ? 2 : 3) }' \
+    >"$T/imb.txt"
+expect_exit 0 mt import --no-PG --format tokens --experts 4 -o "$T/imb.moet" "$T/imb.txt"
+hdr='@PL\tVN:1.0\tlayers:1\texperts:4\tranks:2\tgpus_per_node:2\tcapacity:2\n#layer\texpert\tranks\n'
+printf "$hdr"'0\t0\t0\n0\t1\t0\n0\t2\t1\n0\t3\t1\n' >"$T/cont.moep"
+printf "$hdr"'0\t0\t0\n0\t1\t1\n0\t2\t1\n0\t3\t0\n' >"$T/eplb.moep"
+printf 'topology t\nnodes 1\ngpus-per-node 2\nlink intra bandwidth 100 GB/s latency 2 us\n%s\n' \
+    'flops 100 TFLOP/s' >"$T/imb.topo"
+for pl in cont eplb; do
+    expect_exit 0 cm simulate --no-layers --scheme vanilla --hidden 1024 --ffn 4096 \
+        --topology "$T/imb.topo" "$T/imb.moet" "$T/$pl.moep"
+    awk -F'\t' '$1 == "SCHEME" { print $3, $5, $10, $11, $6 }' "$T/out" >"$T/$pl.row"
+done
+read -r tc xc lc ic bc <"$T/cont.row"
+read -r te xe le ie be <"$T/eplb.row"
+expect_eq "$lc $ic $le $ie" "75 1.5 54 1.08" "busiest rank's load and imbalance"
+expect_eq "$xc $xe" "0.0188744 0.0135895" "busiest rank's compute (ms)"
+awk -v a="$be" -v b="$bc" 'BEGIN { exit !(a > b) }' || fail "EPLB's layout should move more bytes"
+awk -v c="$tc" -v e="$te" 'BEGIN { exit !(c > e) }' ||
+    fail "contiguous at 1.50 ($tc ms) not slower than EPLB at 1.08 ($te ms)"
+end
+
+begin "--flops overrides the topology's compute rate"
+sed 's|^flops 100 TFLOP/s$|flops 25 TFLOP/s|' "$T/c.topo" >"$T/c25.topo"
+grep -q '^flops 25 TFLOP/s$' "$T/c25.topo" || fail "no flops line to change"
+expect_exit 0 cm simulate --no-layers --topology "$T/c25.topo" "$T/t.moet" "$T/a.moep"
+sed 's|c25\.topo|c.topo|' "$T/out" >"$T/f25"
+expect_exit 0 cm simulate --no-layers --topology "$T/c.topo" --flops 25T "$T/t.moet" "$T/a.moep"
+same_file "$T/out" "$T/f25" "--flops 25T against a topology of 25 TFLOP/s"
+expect_exit 0 cm simulate --no-layers --topology "$T/c.topo" "$T/t.moet" "$T/a.moep"
+cmp -s "$T/out" "$T/f25" && fail "--flops changed nothing"
+expect_exit 2 cm simulate --topology "$T/c.topo" --flops 0 "$T/t.moet" "$T/a.moep"
+expect_exit 2 cm simulate --topology "$T/c.topo" --flops fast "$T/t.moet" "$T/a.moep"
+end
+
 begin "fit: all_gather, no base topology, fewer points"
 expect_exit 0 cm fit --nccl-tests "$NCCL/all_gather_8.txt" --class intra --points 3
 grep -q '^gpus-per-node 8' "$T/out" || fail "ranks from the table's header"

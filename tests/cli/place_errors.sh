@@ -302,6 +302,12 @@ grep -v '^@CO' "$T/plain.moep" >"$T/plain.body"
 grep -v '^@CO' "$T/esc.moep" >"$T/esc.body"
 same_file "$T/plain.body" "$T/esc.body" "escaped keys import as the plain ones"
 end
+begin "more than 255 copies of an expert: the message names the options given"
+bad 1 "--replicas 300: up to 301 copies of an expert on 512 ranks, at most 255" \
+    fit --ranks 512 --method balanced --replicas 300 -o "$OUT" "$T/small.moet"
+grep -q -- "--ep-size" "$T/err" && fail "names an --ep-size that was not given"
+end
+
 begin "import of a missing file"
 bad 1 "cannot open" import --format exflow -o "$OUT" "$T/nope.csv"
 bad 1 "cannot open" import --format eplb -o "$OUT" "$T/dir"

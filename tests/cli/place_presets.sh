@@ -31,6 +31,25 @@ expect_exit 0 mp eval --topology exflow-a100 -o "$T/name.txt" "$T/p4.moep" "$T/t
 same_file "$T/name.txt" "$T/file.txt" "preset and file disagree"
 end
 
+begin "--nodes N: N nodes of a one-node preset, as a file of N nodes says"
+sed 's/^nodes 1$/nodes 2/' "$TOPO/dgx-h100.topo" >"$T/h2.topo"
+grep -q '^nodes 2$' "$T/h2.topo" || fail "no nodes line to change"
+expect_exit 0 mp fit --topology "$T/h2.topo" --method balanced --no-PG -o "$T/f2.moep" \
+    "$T/t8.moet"
+expect_exit 0 mp fit --topology dgx-h100 --nodes 2 --method balanced --no-PG \
+    -o "$T/n2.moep" "$T/t8.moet"
+grep -v '^@' "$T/f2.moep" >"$T/f2.body"
+grep -v '^@' "$T/n2.moep" >"$T/n2.body"
+same_file "$T/n2.body" "$T/f2.body" "--nodes 2 and a two-node file disagree"
+grep -q 'ranks:16' "$T/n2.moep" || fail "--nodes 2 of 8 GPUs: not 16 ranks"
+expect_exit 0 mp eval --topology "$T/h2.topo" -o "$T/fe.txt" "$T/n2.moep" "$T/t8.moet"
+expect_exit 0 mp eval --topology dgx-h100 --nodes 2 -o "$T/ne.txt" "$T/n2.moep" "$T/t8.moet"
+same_file "$T/ne.txt" "$T/fe.txt" "eval: --nodes 2 and a two-node file disagree"
+expect_exit 1 mp eval --topology dgx-h100 -o "$T/x.txt" "$T/n2.moep" "$T/t8.moet"
+expect_exit 2 mp fit --nodes 2 --ranks 16 --method balanced -o "$T/x.moep" "$T/t8.moet"
+expect_exit 2 mp fit --topology dgx-h100 --nodes 0 --method balanced -o "$T/x.moep" "$T/t8.moet"
+end
+
 begin "an unknown preset or a preset of the wrong size is one error line"
 expect_exit 1 mp fit --topology no-such-machine --method contiguous -o "$T/x.moep" \
     "$T/t8.moet"

@@ -32,7 +32,7 @@ done <<'EOF'
 # -- view: text view of binary traces
 view_basic      | -L 3 -E 8 -k 2 -n 40 -s 4 -S 7       | view --no-PG
 view_weights    | -L 2 -E 6 -k 2 -n 24 -s 3 -w -S 3    | view --no-PG
-view_e300       | -L 2 -E 300 -k 3 -n 20 -s 2 -S 5     | view --no-PG
+view_e300       | -L 2 -E 300 -k 3 -n 20 -s 2 -S 5 --zipf 0.8| view --no-PG
 view_ranks      | -L 2 -E 8 -k 1 -n 32 -s 8 -r 4 --steps 2 -S 12 | view --no-PG
 view_header     | -L 4 -E 16 -k 2 -n 16 -s 2 --hidden 4096 --elem-bytes 2 -S 1 | view -H --no-PG
 view_noheader   | -L 2 -E 4 -k 2 -n 12 -s 2 -S 2       | view --no-header

@@ -191,6 +191,34 @@ static void test_zipf(void)
     CHECK(hi < 1.1 * mean && lo > 0.9 * mean);
 }
 
+/* The default skew by the expert count: 0.8 up to 64 experts (the seeded fixtures); above, a
+ * 256-expert top-8 layer (affinity and co-activation at their defaults) has its hottest
+ * expert within 1.5 to 2.5 times the mean, where 0.8 put it near 18. */
+static void test_default_zipf(void)
+{
+    CHECK(moe_gen_default_zipf(8) == 0.8 && moe_gen_default_zipf(64) == 0.8);
+    CHECK(moe_gen_default_zipf(65) == 0.15 && moe_gen_default_zipf(256) == 0.15);
+    moe_gen_params_t p;
+    moe_gen_params_default(&p);
+    CHECK(p.zipf == MOE_GEN_ZIPF_DEFAULT);
+    p.layers = 2;
+    p.experts = 256;
+    p.topk = 8;
+    p.tokens = 20000;
+    static double load[256];
+    layer0_loads(&p, load);
+    double hi = 0, mean = 8.0 * 20000 / 256;
+    for (int e = 0; e < 256; e++)
+        hi = load[e] > hi ? load[e] : hi;
+    CHECK(hi > 1.5 * mean && hi < 2.5 * mean);
+    p.zipf = 0.8;
+    layer0_loads(&p, load);
+    hi = 0;
+    for (int e = 0; e < 256; e++)
+        hi = load[e] > hi ? load[e] : hi;
+    CHECK(hi > 10 * mean);
+}
+
 /* Token-weighted mean, over layer-0 primaries, of the share of their most frequent layer-1
  * primary: near affinity + (1 - affinity) * p for fanout 1, near 1/E without affinity. */
 static double top_successor_share(const moe_gen_params_t *p)
@@ -513,6 +541,7 @@ int main(void)
     test_determinism();
     test_validity();
     test_zipf();
+    test_default_zipf();
     test_affinity();
     test_coact();
     test_layers_differ();
