@@ -104,30 +104,6 @@ int kern_blas_ffn_grouped_act(const float *x, uint32_t G, const size_t *off, uin
     return 0;
 }
 
-/* a (b x C) becomes da, the gradient of the pre-activations, from d = dy W2^T (b x F); ds
- * gains dy . y = act . d per row. As kern_train.c backward_block. */
-static void preact_grad(float *a, const float *act, const float *d, size_t b, uint32_t F,
-                        int expert, const float *sc, float *ds)
-{
-    const size_t C = moe_kern_w1_cols(F, expert);
-    for (size_t i = 0; i < b; i++) {
-        const float si = sc ? sc[i] : 1.0f;
-        if (ds)
-            ds[i] += kern_dot(act + i * F, d + i * F, F);
-        for (uint32_t f = 0; f < F; f++) {
-            float z = a[i * C + f], sg = 1.0f / (1.0f + expf(-z));
-            float sp = sg * (1.0f + z * (1.0f - sg)); /* silu'(z) = s (1 + z (1 - s)) */
-            if (expert == MOE_EXPERT_SWIGLU) {
-                float u = a[i * C + F + f];
-                a[i * C + F + f] = d[i * F + f] * (si * (z * sg));
-                a[i * C + f] = d[i * F + f] * (si * sp * u);
-            } else {
-                a[i * C + f] = d[i * F + f] * (si * sp);
-            }
-        }
-    }
-}
-
 /* dx += r (dn - x^ (x^ . dn) / H), r = 1 / rms(x): the gradient through the norm. */
 static void norm_grad(const float *x, const float *dn, const float *rinv, size_t b, uint32_t H,
                       float *dx)
@@ -158,7 +134,7 @@ static void backward_block(const float *x, const float *a_in, size_t b, uint32_t
         mm(0, 0, b, C, H, xa, H, W1, C, 0.0f, a, C);
     activate(a, b, F, expert, act);
     mm(0, 1, b, F, H, dy, H, W2, H, 0.0f, d, F); /* d = dy W2^T */
-    preact_grad(a, act, d, b, F, expert, sc, ds);
+    kern_preact_grad(a, act, d, b, F, expert, sc, ds);
     if (dW2) { /* dW2 += (act s)^T dy; d is free now */
         for (size_t i = 0; i < b; i++)
             for (uint32_t f = 0; f < F; f++)

@@ -227,4 +227,11 @@ static inline float kern_rinv(const float *x, uint32_t n)
     return 1.0f / sqrtf(kern_dot(x, x, n) / (float)n + KERN_NORM_EPS);
 }
 
+/* a (b x C pre-activations of the rows) becomes da, their gradient, from d = dy W2^T (b x F)
+ * and the activations act (b x F), each row scaled by sc[i] (NULL: 1); ds (or NULL) gains
+ * dy . y = act . d per row. The reference backward's step (kern_train.c), shared with the
+ * BLAS one (kern_blas.c). */
+void kern_preact_grad(float *a, const float *act, const float *d, size_t b, uint32_t F,
+                      int expert, const float *sc, float *ds);
+
 #endif

@@ -88,6 +88,28 @@ int moe_kern_ffn_backward(const float *x, size_t n, uint32_t H, uint32_t F, int 
 /* One block of b <= KERN_BLK rows, as the forward's ffn_block. a: b x C, the pre-activations,
  * then da; act: b x F, the hidden activation; d: b x F, dy W2^T, then (act s) transposed for
  * dW2; dn: x^ transposed for dW1, then b x H, the normalised input's gradient da W1^T. */
+void kern_preact_grad(float *a, const float *act, const float *d, size_t b, uint32_t F,
+                      int expert, const float *sc, float *ds)
+{
+    const size_t C = moe_kern_w1_cols(F, expert);
+    for (size_t i = 0; i < b; i++) {
+        const float si = sc ? sc[i] : 1.0f;
+        if (ds) /* dy . y = sum_f act_f (dy W2^T)_f */
+            ds[i] += kern_dot(act + i * F, d + i * F, F);
+        for (uint32_t f = 0; f < F; f++) { /* a becomes da */
+            float z = a[i * C + f], sg = 1.0f / (1.0f + expf(-z));
+            float sp = sg * (1.0f + z * (1.0f - sg)); /* silu'(z) = s (1 + z (1 - s)) */
+            if (expert == MOE_EXPERT_SWIGLU) {
+                float u = a[i * C + F + f];
+                a[i * C + F + f] = d[i * F + f] * (si * (z * sg));
+                a[i * C + f] = d[i * F + f] * (si * sp * u);
+            } else {
+                a[i * C + f] = d[i * F + f] * (si * sp);
+            }
+        }
+    }
+}
+
 static void backward_block(const float *restrict x, const float *restrict a_in, size_t b,
                            uint32_t H, uint32_t F, int expert, const float *restrict W1,
                            const float *restrict W2, const float *restrict dy,
@@ -114,22 +136,7 @@ static void backward_block(const float *restrict x, const float *restrict a_in, 
     for (uint32_t f = 0; f < F; f++) /* d = dy W2^T */
         for (size_t i = 0; i < b; i++)
             d[i * F + f] = kern_dot(dy + i * H, W2 + (size_t)f * H, H);
-    for (size_t i = 0; i < b; i++) {
-        const float si = sc ? sc[i] : 1.0f;
-        if (ds) /* dy . y = sum_f act_f (dy W2^T)_f */
-            ds[i] += kern_dot(act + i * F, d + i * F, F);
-        for (uint32_t f = 0; f < F; f++) { /* a becomes da */
-            float z = a[i * C + f], sg = 1.0f / (1.0f + expf(-z));
-            float sp = sg * (1.0f + z * (1.0f - sg)); /* silu'(z) = s (1 + z (1 - s)) */
-            if (expert == MOE_EXPERT_SWIGLU) {
-                float u = a[i * C + F + f];
-                a[i * C + F + f] = d[i * F + f] * (si * (z * sg));
-                a[i * C + f] = d[i * F + f] * (si * sp * u);
-            } else {
-                a[i * C + f] = d[i * F + f] * (si * sp);
-            }
-        }
-    }
+    kern_preact_grad(a, act, d, b, F, expert, sc, ds);
     if (dW2) { /* dW2 += (act s)^T dy, rows ascending; d is free now */
         kern_transpose(d, act, b, F, F, sc);
         kern_mm(dW2, H, 1, F, H, d, b, NULL, dy, H, (uint32_t)b);
