@@ -159,6 +159,21 @@ double moe_topo_gemm_time(const moe_topo_t *t, double m, double n, double k, dou
     return time + t->gemm_latency;
 }
 
+double moe_topo_ggemm_eff(const moe_topo_t *t, double tokens)
+{
+    const moe_link_t *l = &t->ggemm;
+    if (!l->npoints)
+        return 1.0;
+    if (!(tokens > l->size[0]))
+        return l->eff[0];
+    for (uint32_t i = 1; i < l->npoints; i++)
+        if (tokens <= l->size[i]) {
+            double f = log(tokens / l->size[i - 1]) / log(l->size[i] / l->size[i - 1]);
+            return l->eff[i - 1] + f * (l->eff[i] - l->eff[i - 1]);
+        }
+    return l->eff[l->npoints - 1];
+}
+
 int moe_topo_sweep_check(const double *t, const double *lo, const double *hi, int n, int *at)
 {
     int bits = 0, first = -1;

@@ -24,11 +24,12 @@
  *   efficiency CLASS SIZE:EFF ...
  *   efficiency hbm|compute|intra-o3|hbm-o3 SIZE:EFF ...  (the cost models' curves)
  *   hbm-latency X [UNIT] | launch-overhead X [UNIT]
- *   version 1.1 | 1.2                               (1.1: the per-operation costs below)
+ *   version 1.1 | 1.2 | 1.3                         (1.1: the per-operation costs below)
  *   latency COLLECTIVE CLASS X [UNIT] | latency gemm X [UNIT]
  *   efficiency COLLECTIVE CLASS SIZE:EFF ...
  *   fp8-flops X [UNIT] | sms N | efficiency compute-fp8 FLOPS:EFF ...
  *   efficiency attention|attention-bwd SEQ:EFF ...   (1.2: the attention kernels)
+ *   efficiency grouped-gemm TOKENS:EFF ...          (1.3: tokens per expert)
  *
  * Numbers are plain decimals (bytes/s, seconds, FLOP/s) or carry one of the unit words below,
  * which only shift the decimal exponent (and divide by 8 for bits), so "450 GB/s" reads as
@@ -68,13 +69,15 @@ static const char *const keywords[K_N] = {"topology",      "nodes", "gpus-per-no
 
 /* The cost models' curves an `efficiency` line may name besides the link classes. */
 static const char *const model_curves[] = {"hbm",         "compute",   "intra-o3", "hbm-o3",
-                                           "compute-fp8", "attention", "attention-bwd"};
-#define MODEL_CURVES 7 /* compute-fp8 is version 1.1's, the attention curves 1.2's */
+                                           "compute-fp8", "attention", "attention-bwd",
+                                           "grouped-gemm"};
+#define MODEL_CURVES 8 /* compute-fp8 is version 1.1's, the attention curves 1.2's, the
+                        * grouped GEMM's 1.3's */
 
 static moe_link_t *model_curve(moe_topo_t *t, int i)
 {
     moe_link_t *const c[MODEL_CURVES] = {&t->hbm,         &t->compute, &t->intra_o3, &t->hbm_o3,
-                                         &t->compute_fp8, &t->attn,    &t->attn_bwd};
+                                         &t->compute_fp8, &t->attn,    &t->attn_bwd, &t->ggemm};
     return c[i];
 }
 
@@ -340,7 +343,11 @@ static int eff_line(trd_t *r, char **tok, size_t n)
         return rc ? rc : c;
     if (!l)
         l = &r->t.link[c];
-    return curve_points(r, tok, n, 2, l);
+    rc = curve_points(r, tok, n, 2, l);
+    if (!rc && l == &r->t.ggemm && !(l->size[0] >= 1)) /* read in log tokens */
+        rc = tfail(r, MOE_ERANGE, "grouped-gemm tokens per expert must be at least 1 (%.17g)",
+                   l->size[0]);
+    return rc;
 }
 
 /* latency COLLECTIVE CLASS X [UNIT] | latency gemm X [UNIT] (version 1.1) */
@@ -581,10 +588,12 @@ static void put_link(FILE *f, const moe_link_t *l, const char *name)
     put_curve(f, l, name);
 }
 
-/* The least minor version (of major 1) whose statements t uses: 2 with an attention curve, 1
- * with another per-operation cost, else 0. */
+/* The least minor version (of major 1) whose statements t uses: 3 with a grouped-GEMM curve,
+ * 2 with an attention curve, 1 with another per-operation cost, else 0. */
 static int minor_needed(const moe_topo_t *t)
 {
+    if (t->ggemm.npoints)
+        return 3;
     if (t->attn.npoints || t->attn_bwd.npoints)
         return 2;
     if (t->coll_lat || t->gemm_latency != 0 || t->fp8_flops != 0 || t->sms != 0 ||

@@ -54,7 +54,7 @@ enum moe_coll {
  * curves. Files without a `version` line are 1.0; a newer major version is refused. The
  * writer announces the least version whose statements the topology uses. */
 #define MOE_TOPO_MAJOR 1
-#define MOE_TOPO_MINOR 2
+#define MOE_TOPO_MINOR 3
 
 typedef struct moe_topo {
     char name[64];           /* preset or file name, for reports */
@@ -96,6 +96,10 @@ typedef struct moe_topo {
      * backward's FLOPs 2.5 times the forward's). npoints 0: the compute curve at the kernel's
      * FLOPs; a backward without its own curve takes the forward's. */
     moe_link_t attn, attn_bwd;
+    /* Version 1.3: a grouped GEMM of experts' FFNs, its efficiency (of the rate the experts
+     * run at) against the tokens of each expert (size[] in tokens, > 0; read piecewise
+     * linearly in log tokens, clamped; moe_topo_ggemm_eff). npoints 0: not given. */
+    moe_link_t ggemm;
 } moe_topo_t;
 
 /* Read the topology `arg`: a moe-topology(5) file ("-" = standard input), or, where no such
@@ -173,6 +177,10 @@ int moe_coll_parse(const char *s);
  * and writing the product at hbm-bandwidth once (the bound a decode-sized m meets: every
  * expert's weights read for a few tokens), plus gemm-latency. A grouped GEMM of experts with
  * m tokens each is `groups` experts. NaN when the rate is unknown. */
+/* The grouped-GEMM efficiency at `tokens` tokens per expert: t->ggemm interpolated linearly
+ * in log(tokens) between its points, clamped to its first and last point outside them; 1
+ * without a curve. */
+double moe_topo_ggemm_eff(const moe_topo_t *t, double tokens);
 double moe_topo_gemm_time(const moe_topo_t *t, double m, double n, double k, double groups,
                           double elem_bytes);
 

@@ -326,7 +326,7 @@ static void test_ops(void)
     CHECK_EQ_INT(parse(&t, "version 1.7\nnodes 1\ngpus-per-node 1\nwarp 9\n", err,
                        sizeof err), MOE_EFORMAT);
     CHECK(strstr(err, "line 4: unknown keyword 'warp' (the file is version 1.7, this reader "
-                      "knows 1.2)"));
+                      "knows 1.3)"));
     /* version 1.2: the attention kernels' curves, against the sequence length; a topology
      * with one is written as 1.2, one with only 1.1 statements stays 1.1 (above) */
     CHECK_EQ_INT(parse(&t, "version 1.2\nnodes 1\ngpus-per-node 8\nflops 989e12\n"
@@ -344,6 +344,31 @@ static void test_ops(void)
     CHECK_EQ_INT(parse(&t, "nodes 1\ngpus-per-node 1\nefficiency attention 512:0.4\n"
                            "efficiency attention 1024:0.5\n", err, sizeof err), MOE_EFORMAT);
     CHECK(strstr(err, "line 4: second 'efficiency attention' line"));
+    /* version 1.3: the grouped GEMM against tokens per expert, linear in log tokens (64 is
+     * halfway between 16 and 256), clamped outside; written back as 1.3 */
+    CHECK_EQ_INT(parse(&t, "nodes 1\ngpus-per-node 8\nflops 989e12\n"
+                           "efficiency grouped-gemm 16:0.2 256:0.6 4096:0.65\n", err, sizeof err), 0);
+    CHECK(t.ggemm.npoints == 3 && t.ggemm.size[2] == 4096);
+    CHECK(fabs(moe_topo_ggemm_eff(&t, 64) - 0.4) < 1e-12);
+    CHECK(moe_topo_ggemm_eff(&t, 1) == 0.2 && moe_topo_ggemm_eff(&t, 1e6) == 0.65 &&
+          moe_topo_ggemm_eff(&t, 256) == 0.6);
+    a = moe_topo_format(&t);
+    CHECK(a && strstr(a, "\nversion 1.3\n") &&
+          strstr(a, "\nefficiency grouped-gemm 16:0.2 256:0.6 4096:0.65\n"));
+    CHECK_EQ_INT(a ? parse(&u, a, err, sizeof err) : -1, 0);
+    CHECK(same_topo(&t, &u) && u.ggemm.npoints == 3);
+    free(a);
+    CHECK_EQ_INT(parse(&u, "nodes 1\ngpus-per-node 1\n", err, sizeof err), 0);
+    CHECK(moe_topo_ggemm_eff(&u, 5) == 1.0);
+    CHECK_EQ_INT(parse(&t, "nodes 1\ngpus-per-node 1\nefficiency grouped-gemm 0:0.1 8:0.5\n",
+                       err, sizeof err), MOE_ERANGE);
+    CHECK(strstr(err, "line 3: grouped-gemm tokens per expert must be at least 1 (0)"));
+    CHECK_EQ_INT(parse(&t, "nodes 1\ngpus-per-node 1\nefficiency grouped-gemm 8:1.5\n", err,
+                       sizeof err), MOE_ERANGE);
+    CHECK(strstr(err, "efficiency 1.5 at size 8 is not in (0, 1]"));
+    CHECK_EQ_INT(parse(&t, "nodes 1\ngpus-per-node 1\nefficiency grouped-gemm 64:0.3 16:0.2\n",
+                       err, sizeof err), MOE_ERANGE);
+    CHECK(strstr(err, "efficiency sizes must increase (16 after 64)"));
 }
 
 typedef struct bad {
@@ -411,7 +436,7 @@ static const bad_t bad_topo[] = {
     {NG "cores two\n", MOE_EFORMAT, "cores: expected a number of processors, found 'two'"},
     /* version 1.1 */
     {"version 2.0\n" NG, MOE_EFORMAT, "line 1: version 2.0 is not 1.x: this reader knows "
-                                       "topology files up to 1.2"},
+                                       "topology files up to 1.3"},
     {NG "version 1.1\n", MOE_EFORMAT, "line 3: 'version' must be the first statement"},
     {"version 1\n" NG, MOE_EFORMAT, "expected a version MAJOR.MINOR, found '1'"},
     {"version 1.1.2\n" NG, MOE_EFORMAT, "found '1.1.2'"},
