@@ -19,6 +19,7 @@
 #include "moe/moe.h"
 #include "moe/place.h"
 #include "moe/placement.h"
+#include "moe/sim.h"
 #include "moe/topo.h"
 #include "moe/trace.h"
 #include "moe/trace_map.h"
@@ -704,9 +705,40 @@ static void compare_usage(FILE *fp)
           MOE_CLI_REPLICA_RULE_HELP
           "      --scheme=S         vanilla or coherent (per-rank figures) [the target's]\n"
           "      --accounting=A     deepep or deepep-ll: DeepEP's kernels compared [deepep]\n"
-          "      --topology=FILE    topology file or preset [the placement's nodes]\n"
+          "      --topology=FILE    topology file or preset; with it, or with --hidden on 8\n"
+          "                         GPUs per node (dgx-h100), predicted layer times [the\n"
+          "                         placement's nodes, no times]\n"
+          "      --nodes=N          give the topology N nodes (a preset describes one)\n"
+          "      --hidden=H         hidden size, for the times [the trace's]\n"
+          "      --ffn=F            expert inner size, for the times [4 x hidden]\n"
+          "      --elem-bytes=B     bytes per element sent, for the times [the trace's, 2]\n"
           "  -@, --threads=N        additional threads [0]\n", fp);
     output_usage(fp, 0);
+}
+
+/* compare's predicted layer times of both sides (co->time) on `topo`, or on dgx-h100 for
+ * placements of 8 GPUs per node given --hidden; none (0) without either. */
+static int compare_times(const cfg_t *g, moe_placement_t *const p[2], const moe_topo_t *topo,
+                         const char *tpath, moe_acct_compare_opts_t *co)
+{
+    moe_topo_t t = *topo;
+    if (!g->topology && (!g->hidden || p[0]->gpus_per_node != 8))
+        return 0;
+    if (!g->topology && (moe_topo_load(&t, "dgx-h100", errbuf, sizeof errbuf) ||
+                         moe_topo_resize(&t, p[0]->ranks / 8, 0)))
+        return fail("%s", errbuf);
+    moe_sim_opts_t so;
+    moe_sim_opts_default(&so);
+    so.hidden = g->hidden, so.ffn = g->ro.ffn, so.elem_bytes = g->elem_bytes;
+    so.acct.replica_rule = g->po.replica_rule;
+    so.deepep = g->accounting == MOE_ACCOUNTING_DEEPEP;
+    co->time_scheme = so.deepep ? "hierarchical, DeepEP's normal kernels" : "vanilla";
+    for (int i = 0; i < 2; i++)
+        if (moe_sim_layer_mean(p[i], &t, tpath, g->o.threads, &so, so.deepep ? MOE_SIM_HIERARCHICAL
+                               : MOE_SIM_VANILLA, co->time[i], errbuf, sizeof errbuf))
+            return fail("%s%s", i ? "the baseline: " : "", errbuf);
+    co->time_on = g->topology ? g->topology : "dgx-h100";
+    return 0;
 }
 
 /* The baseline of compare: read (a .json file as EPLB's map) or fitted (eplb). */
@@ -746,7 +778,7 @@ static moe_placement_t *compare_baseline(const cfg_t *g, const moe_placement_t *
 static int run_compare(int argc, char **argv)
 {
     static const int takes[] = {O_BASELINE, O_BASELINE_FIT, O_FOR, O_REPLICA_RULE, O_SCHEME,
-        O_ACCOUNTING, O_TOPOLOGY, 0};
+        O_ACCOUNTING, O_TOPOLOGY, O_NODES, O_HIDDEN, O_FFN, O_ELEM_BYTES, 0};
     cfg_t g;
     int rc = 0;
     if (parse("compare", argc, argv, &g, MOE_OPT_OUTPUT | MOE_OPT_FORMAT | MOE_OPT_THREADS,
@@ -788,11 +820,13 @@ static int run_compare(int argc, char **argv)
         if ((st = moe_acct_run(p[i], &topo, tpath, g.o.threads, &ao, &a[i], errbuf,
                                sizeof errbuf)))
             rc = fail("%s%s", i ? "the baseline: " : "", errbuf);
+    moe_acct_compare_opts_t co = {ppath, g.baseline ? g.baseline : "eplb (balanced, same "
+                                  "slots)", tpath, g.target->name, g.po.scheme, g.accounting,
+                                  NULL, NULL, {{0}}};
+    if (!rc)
+        rc = compare_times(&g, p, &topo, tpath, &co);
     moe_textout_t *out = rc ? NULL : moe_cli_text_open(prog, g.o.out, g.o.fmt, g.o.level);
     if (out) {
-        moe_acct_compare_opts_t co = {ppath, g.baseline ? g.baseline : "eplb (balanced, same "
-                                      "slots)", tpath, g.target->name, g.po.scheme,
-                                      g.accounting};
         int w = moe_acct_compare_write(a[0], p[0], a[1], p[1], &co, moe_textout_write, out);
         rc = moe_cli_text_close(prog, out, g.o.out, w == 0);
     } else if (!rc)

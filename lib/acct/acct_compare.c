@@ -85,6 +85,14 @@ int moe_acct_compare_write(const moe_acct_t *a, const moe_placement_t *pa, const
     rc = rc ? rc : line(tb, "rank_inter", x.inter, y.inter);
     rc = rc ? rc : line(tb, "rank_intra", x.intra, y.intra);
     rc = rc ? rc : line(tb, "max_load", x.load, y.load);
+    if (o->time_on) {
+        rc = rc ? rc : tb_fmt(tb, "# predicted mean MoE layer, ms, on %s, %s: dispatch + "
+                              "combine, the busiest rank's experts, the layer\n", o->time_on,
+                              o->time_scheme);
+        static const char *const what[3] = {"comm_ms", "experts_ms", "layer_ms"};
+        for (int i = 0; i < 3; i++)
+            rc = rc ? rc : line(tb, what[i], 1e3 * o->time[0][i], 1e3 * o->time[1][i]);
+    }
     int end = tb_end(tb);
     free(tb);
     return rc ? rc : end;

@@ -44,6 +44,7 @@ typedef struct worker {
     uint64_t *src;              /* [L][G] */
     uint64_t *own;              /* [L][G][3] */
     uint64_t *need;             /* [L][G][W] bitsets, or NULL */
+    uint32_t *ex;               /* [2][L][G][E] or NULL */
 } worker_t;
 
 typedef struct scan {
@@ -64,6 +65,7 @@ static void worker_free(worker_t *w, int first)
     free(w->src);
     free(w->own);
     free(w->need);
+    free(w->ex);
 }
 
 static int worker_init(moe_sim_t *s, const moe_trace_hdr_t *h, worker_t *w, int first)
@@ -79,6 +81,7 @@ static int worker_init(moe_sim_t *s, const moe_trace_hdr_t *h, worker_t *w, int 
         w->src = s->src;
         w->own = s->own;
         w->need = s->need;
+        w->ex = s->ex;
         return 0;
     }
     w->a = moe_acct_new(s->p, &s->topo, h, &s->aopts, &st, err, sizeof err);
@@ -90,8 +93,10 @@ static int worker_init(moe_sim_t *s, const moe_trace_hdr_t *h, worker_t *w, int 
     w->own = calloc(3 * LG, sizeof *w->own);
     if (s->need)
         w->need = calloc(sim_need_words(s), sizeof *w->need);
+    if (s->ex)
+        w->ex = calloc(sim_ex_size(s), sizeof *w->ex);
     if (!w->a || (s->hop && (!w->hop || !w->fwd)) || !w->src || !w->own ||
-        (s->need && !w->need))
+        (s->need && !w->need) || (s->ex && !w->ex))
         return st ? st : MOE_ENOMEM;
     return 0;
 }
@@ -156,6 +161,13 @@ static void scan_cell(void *arg, uint32_t j, uint32_t src, const moe_route_t *va
     o[2] += serves(coh, home);
     if (w->hop)
         hier_cell(s, w, j, src, van);
+    if (w->ex) { /* the grouped GEMMs' tokens per expert, vanilla's and coherent's */
+        uint32_t *v = w->ex + (size_t)j * s->G * s->E, *c = v + (size_t)s->L * s->G * s->E;
+        for (uint32_t i = 0; i < van->n; i++)
+            v[(size_t)van->rank[i] * s->E + van->expert[i]]++;
+        for (uint32_t i = 0; i < coh->n; i++)
+            c[(size_t)coh->rank[i] * s->E + coh->expert[i]]++;
+    }
     if (!w->need)
         return;
     uint64_t *bits = w->need + ((size_t)j * s->G + src) * s->W;
@@ -218,6 +230,8 @@ static int scan_merge(scan_t *c)
             s->own[x] += w->own[x];
         for (size_t x = 0; s->need && x < sim_need_words(s); x++)
             s->need[x] |= w->need[x];
+        for (size_t x = 0; s->ex && x < sim_ex_size(s); x++)
+            s->ex[x] += w->ex[x];
     }
     return 0;
 }
@@ -278,6 +292,8 @@ static int sim_alloc(moe_sim_t *s, const moe_trace_hdr_t *h, char *errbuf, size_
     s->own = calloc(3 * (size_t)s->L * s->G, sizeof *s->own);
     if (s->schemes & (1u << MOE_SIM_DATACENTRIC))
         s->need = calloc(sim_need_words(s), sizeof *s->need);
+    if (s->topo.ggemm.npoints && !(s->ex = calloc(sim_ex_size(s), sizeof *s->ex)))
+        return MOE_ENOMEM;
     for (int k = 0; k < MOE_SIM_SCHEMES; k++)
         s->lay[k] = calloc(s->L, sizeof *s->lay[k]);
     int ok = s->src && s->own && (s->need || !(s->schemes & (1u << MOE_SIM_DATACENTRIC)));
@@ -317,6 +333,7 @@ static void sim_setup(moe_sim_t *s, const moe_placement_t *p, const moe_topo_t *
     s->meta = 4.0 * (3 + 3 * s->K);
     s->chunks = o->chunks ? o->chunks : 4;
     s->credits = o->credits ? o->credits : 4;
+    s->deepep = o->deepep;
     s->schemes = o->schemes ? o->schemes & ((1u << MOE_SIM_SCHEMES) - 1)
                             : (1u << MOE_SIM_SCHEMES) - 1;
 }
@@ -361,6 +378,7 @@ void moe_sim_free(moe_sim_t *s)
     free(s->tok);
     free(s->own);
     free(s->need);
+    free(s->ex);
     for (int k = 0; k < MOE_SIM_SCHEMES; k++)
         free(s->lay[k]);
     free(s);

@@ -30,6 +30,9 @@ struct moe_sim {
     uint64_t *own;               /* [L][G][3] cells served on their own source rank (vanilla);
                                   * cells held, and served where held (coherent) */
     uint64_t *need;              /* [L][G][W] experts each rank's tokens need, or NULL */
+    uint32_t *ex;                /* [2][L][G][E] tokens of each expert each rank serves
+                                  * (vanilla, coherent), with a grouped-GEMM curve; or NULL */
+    int deepep;                  /* hierarchical priced as DeepEP's normal kernels */
     moe_sim_layer_t *lay[MOE_SIM_SCHEMES]; /* [L] */
     moe_sim_layer_t iter[MOE_SIM_SCHEMES]; /* per-iteration terms */
 };
@@ -38,6 +41,12 @@ struct moe_sim {
 static inline size_t sim_need_words(const moe_sim_t *s)
 {
     return (size_t)s->L * s->G * s->W;
+}
+
+/* Entries of the per-expert token counts (ex). */
+static inline size_t sim_ex_size(const moe_sim_t *s)
+{
+    return 2 * (size_t)s->L * s->G * s->E;
 }
 
 /* Fill lay[] and iter[] from the counts (sim_model.c). 0 or MOE_ENOMEM. */

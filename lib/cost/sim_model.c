@@ -16,10 +16,25 @@ double sim_nmax(double a, double b)
     return isnan(a) || isnan(b) ? NAN : a > b ? a : b;
 }
 
-/* Seconds for one rank to move `bytes` over class c in one collective (none: 0). */
+/* Seconds for one rank to move `bytes` over class c in one all-to-all (none: 0): the
+ * collective's latency (`latency alltoall CLASS`, else the class's) plus the bytes at the
+ * bandwidth times the all-to-all's curve where the topology has one (read as the cost models
+ * read it, falling toward a fixed cost below its first point: moe_link_efficiency), else the
+ * class's. */
 static double xtime(const moe_sim_t *s, int c, double bytes)
 {
-    return bytes > 0 ? moe_topo_time(&s->topo, c, bytes) : 0;
+    if (!(bytes > 0))
+        return 0;
+    unsigned lat = s->topo.coll_lat >> (MOE_COLL_ALLTOALL * MOE_LINK_CLASSES + c) & 1u;
+    if (!s->topo.coll[MOE_COLL_ALLTOALL][c].npoints && !lat)
+        return moe_topo_time(&s->topo, c, bytes);
+    moe_link_t l = moe_topo_coll(&s->topo, MOE_COLL_ALLTOALL, c);
+    if (!(l.bw > 0))
+        return NAN;
+    double eff = s->topo.coll[MOE_COLL_ALLTOALL][c].npoints ? moe_link_efficiency(&l, bytes)
+                                                             : moe_topo_efficiency(&s->topo, c,
+                                                                                   bytes);
+    return l.latency + bytes / (l.bw * eff);
 }
 
 /* Seconds of `pairs` expert-token pairs on one GPU. */
@@ -28,6 +43,31 @@ double sim_ctime(const moe_sim_t *s, double pairs)
     if (!(pairs > 0))
         return 0;
     return s->topo.flops > 0 ? pairs * s->fpt / s->topo.flops : NAN;
+}
+
+/* Seconds of rank r's experts in layer j as grouped GEMMs (the topology's grouped-gemm
+ * curve; scheme 0 vanilla's routes, 1 coherent's): each expert with t tokens there runs its
+ * t x fpt FLOPs at flops x the curve's efficiency at t, never faster than reading its weights
+ * and the tokens' input and output rows once at hbm-bandwidth, plus two launches (latency
+ * gemm) when the rank serves any. */
+static double ggemm_time(const moe_sim_t *s, int scheme, uint32_t j, uint32_t r)
+{
+    const uint32_t *t = s->ex + (((size_t)scheme * s->L + j) * s->G + r) * s->E;
+    const double rate = s->topo.flops, hbm = s->topo.hbm_bw;
+    double sum = 0;
+    int any = 0;
+    for (uint32_t e = 0; e < s->E; e++) {
+        if (!t[e])
+            continue;
+        double x = (double)t[e] * s->fpt / (rate * moe_topo_ggemm_eff(&s->topo, t[e]));
+        if (hbm > 0)
+            x = fmax(x, (s->xbytes + 2.0 * t[e] * s->vec) / hbm);
+        sum += x;
+        any = 1;
+    }
+    if (!any)
+        return 0;
+    return rate > 0 ? sum + 2 * s->topo.gemm_latency : NAN;
 }
 
 /* Seconds of the FFN backward of `pairs` expert-token pairs: the forward's FLOPs twice (input
@@ -120,8 +160,9 @@ static void ep_work(const moe_sim_t *s, int scheme, uint32_t j, const moe_acct_r
                                                     : (double)s->src[(size_t)j * s->G + r];
         double self = scheme == MOE_SCHEME_COHERENT ? (double)own[2] : (double)own[0];
         double extra = scheme == MOE_SCHEME_COHERENT ? 8 * held * s->H : 0; /* re-homing */
-        work[r] = sim_ctime(s, (double)load[r]) +
-                  sim_mtime(s, ep_bytes(s, &x[r], f ? &f[r] : NULL, held, self, (double)load[r]) +
+        double ffn = s->ex ? ggemm_time(s, scheme == MOE_SCHEME_COHERENT, j, r)
+                           : sim_ctime(s, (double)load[r]);
+        work[r] = ffn + sim_mtime(s, ep_bytes(s, &x[r], f ? &f[r] : NULL, held, self, (double)load[r]) +
                                extra);
     }
 }
@@ -132,13 +173,14 @@ static double peers(const moe_sim_t *s, int c)
     return c == MOE_LINK_INTRA ? s->gpn - 1.0 : c == MOE_LINK_INTER ? (double)(s->G - s->gpn) : 0;
 }
 
-/* The fixed cost of a collective: the largest latency of the classes a rank has peers on. */
+/* The fixed cost of a collective: the largest all-to-all latency (xtime) of the classes a
+ * rank has peers on. */
 double sim_latency(const moe_sim_t *s)
 {
     double t = 0;
     for (int c = MOE_LINK_INTRA; c <= MOE_LINK_INTER; c++)
         if (peers(s, c) > 0)
-            t = fmax(t, s->topo.link[c].latency);
+            t = fmax(t, moe_topo_coll(&s->topo, MOE_COLL_ALLTOALL, c).latency);
     return t;
 }
 
@@ -261,11 +303,36 @@ static void hierarchical(const moe_sim_t *s, uint32_t j, double *work, moe_sim_l
         add_bytes(s, h, ph, o);
         add_bytes(s, f, ph, o);
     }
-    o->comm = hop(s, h, MOE_DISPATCH, 1, o) + hop(s, f, MOE_DISPATCH, 1, o) +
-              hop(s, f, MOE_COMBINE, 1, o) + hop(s, h, MOE_COMBINE, 1, o);
+    if (s->deepep) {
+        /* DeepEP's normal kernels: per phase the count exchange, then one kernel in which
+         * the RDMA node-copies and the NVLink sends (straight and forwarded) run at once */
+        moe_acct_rank_t *both = malloc((size_t)s->G * sizeof *both);
+        if (!both) {
+            o->comm = NAN;
+        } else {
+            memcpy(both, h, (size_t)s->G * sizeof *both);
+            for (uint32_t r = 0; r < s->G; r++)
+                for (int ph = 0; ph < MOE_PHASES; ph++)
+                    for (int c = 0; c < MOE_LINK_CLASSES; c++) {
+                        both[r].sent[ph][c] += f[r].sent[ph][c];
+                        both[r].recv[ph][c] += f[r].recv[ph][c];
+                    }
+            o->comm = 2 * sim_even(s, 8) + sim_a2a(s, both, MOE_DISPATCH, s->vec, 1, o) +
+                      sim_a2a(s, both, MOE_COMBINE, s->vec, 1, o);
+            free(both);
+        }
+    } else {
+        o->comm = hop(s, h, MOE_DISPATCH, 1, o) + hop(s, f, MOE_DISPATCH, 1, o) +
+                  hop(s, f, MOE_COMBINE, 1, o) + hop(s, h, MOE_COMBINE, 1, o);
+    }
     o->max_load = v->max_load;
     o->imbalance = v->imbalance;
     ep_work(s, MOE_SCHEME_VANILLA, j, h, f, work);
+    if (s->deepep) /* DeepEP receives into the experts' layout: no moe-run memory passes */
+        for (uint32_t r = 0; r < s->G; r++)
+            work[r] = s->ex ? ggemm_time(s, 0, j, r)
+                            : sim_ctime(s, (double)moe_acct_load(s->acct, MOE_SCHEME_VANILLA,
+                                                                 j)[r]);
     o->compute = sim_compute_time(s, work, work + s->G);
     o->time = o->comm + o->compute;
 }

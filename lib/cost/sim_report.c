@@ -52,6 +52,33 @@ void moe_sim_total(const moe_sim_t *s, int scheme, moe_sim_layer_t *out)
         add_layer(out, &s->lay[scheme][j]);
 }
 
+int moe_sim_layer_mean(const moe_placement_t *p, const moe_topo_t *t, const char *tpath,
+                       int threads, const moe_sim_opts_t *o, int scheme, double out[3],
+                       char *err, size_t errlen)
+{
+    int st;
+    char why[256];
+    moe_trace_map_t *m = moe_trace_map_open(tpath, threads, &st, err, errlen);
+    if (!m)
+        return st;
+    moe_sim_opts_t so = *o;
+    so.schemes = 1u << scheme | (scheme == MOE_SIM_PIPELINED ? 1u << MOE_SIM_VANILLA : 0);
+    moe_sim_t *s = moe_sim_run(p, t, m, &so, &st, why, sizeof why);
+    if (s) {
+        moe_sim_layer_t tot;
+        moe_sim_total(s, scheme, &tot);
+        double L = s->L ? s->L : 1;
+        out[0] = tot.comm / L;
+        out[1] = tot.compute / L;
+        out[2] = tot.time / L;
+    } else {
+        snprintf(err, errlen, "'%s': %s", tpath, why);
+    }
+    moe_sim_free(s);
+    moe_trace_map_close(m);
+    return s ? 0 : st;
+}
+
 static void add_rank(moe_acct_rank_t *o, const moe_acct_rank_t *x)
 {
     uint64_t *a = (uint64_t *)o;

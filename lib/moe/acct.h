@@ -308,6 +308,12 @@ int moe_acct_run(const moe_placement_t *p, const moe_topo_t *topo, const char *t
 typedef struct moe_acct_compare_opts {
     const char *placement_name, *baseline_name, *trace_name, *target;
     int scheme, accounting;
+    /* With time_on (a topology's name): the predicted mean MoE layer of each side (time[0]
+     * the placement's, time[1] the baseline's: dispatch + combine, the busiest rank's
+     * experts, the layer, seconds), priced as `time_scheme` says (moe-costmodel simulate's
+     * model, lib/cost), printed in ms as comm_ms, experts_ms and layer_ms lines. */
+    const char *time_on, *time_scheme;
+    double time[2][3];
 } moe_acct_compare_opts_t;
 int moe_acct_compare_write(const moe_acct_t *a, const moe_placement_t *pa, const moe_acct_t *b,
                            const moe_placement_t *pb, const moe_acct_compare_opts_t *o,

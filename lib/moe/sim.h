@@ -63,6 +63,10 @@ typedef struct moe_sim_opts {
     double gather_bytes; /* bytes of one item of coherent's per-iteration all-gather [0: a
                           * token id, MOE_EXFLOW_TOKEN_ID; < 0: a hidden vector, as moe-run
                           * gathers the tokens' states] (moe_exflow_gather_parse) */
+    int deepep;          /* price hierarchical as DeepEP's normal kernels [0: moe-run's four
+                          * hops]: per phase one count exchange and one kernel in which the
+                          * node-copies (RDMA) and the forwards and straight sends (NVLink)
+                          * run at once, so each class's slowest rank decides, one latency */
 } moe_sim_opts_t;
 
 /* Defaults as marked above. */
@@ -109,6 +113,15 @@ const moe_sim_layer_t *moe_sim_layer(const moe_sim_t *s, int scheme, uint32_t la
 /* The whole batch of a scheme: layers summed (bytes, comm, compute, time; max_load and
  * imbalance the largest of any layer), plus the per-iteration terms (coherent's all-gather). */
 void moe_sim_total(const moe_sim_t *s, int scheme, moe_sim_layer_t *out);
+/* The mean MoE layer of one scheme of placement p on topology t over the trace at `tpath`
+ * (the trace one batch): out[0] its communication on the critical path (dispatch and
+ * combine), out[1] the expert compute of its busiest rank, out[2] the layer (moe_sim_layer_t's
+ * comm, compute and time, summed over the layers and divided by their count). What moe-place
+ * compare prints beside its traffic. 0, or a negative status with the reason in err (naming
+ * the trace where it concerns it). */
+int moe_sim_layer_mean(const moe_placement_t *p, const moe_topo_t *t, const char *tpath,
+                       int threads, const moe_sim_opts_t *o, int scheme, double out[3],
+                       char *err, size_t errlen);
 /* The per-iteration term of a scheme (coherent's all-gather; zero for the others). */
 void moe_sim_iteration(const moe_sim_t *s, int scheme, moe_sim_layer_t *out);
 /* Transfers rank r sends and receives in the batch under a scheme, by phase and link class,
