@@ -801,7 +801,7 @@ static int run_compare(int argc, char **argv)
     if (!p[0])
         return fail("%s", errbuf);
     moe_topo_t topo;
-    if (g.topology)
+    if (g.topology || g.nodes) /* --nodes alone: make_topo's usage error */
         rc = make_topo("compare", &g, p[0]->ranks, &topo);
     else if (moe_topo_uniform(&topo, p[0]->ranks / p[0]->gpus_per_node, p[0]->gpus_per_node))
         rc = fail("'%s': invalid shape", ppath);

@@ -169,6 +169,20 @@ awk -v c="$tc" -v e="$te" 'BEGIN { exit !(c > e) }' ||
     fail "contiguous at 1.50 ($tc ms) not slower than EPLB at 1.08 ($te ms)"
 end
 
+begin "grouped GEMMs: each expert at the curve's efficiency for its tokens (topology 1.3)"
+# The same layouts with 'efficiency grouped-gemm 4:0.1 64:0.5', linear in log tokens: 50
+# tokens at 0.4644, 25 at 0.3644, 21 at 0.3392, 4 at 0.1. Contiguous: rank 0's experts 0 and 1,
+# 25,165,824 x (50 / 0.4644 + 25 / 0.3644) / 1e14 s = 0.0443618 ms; EPLB-like: rank 0's 0 and
+# 3, (50 / 0.4644 + 4 / 0.1): 0.0371622 ms (rank 1: 25 and 21, less).
+{ cat "$T/imb.topo"; echo 'efficiency grouped-gemm 4:0.1 64:0.5'; } >"$T/gg.topo"
+for pl in cont eplb; do
+    expect_exit 0 cm simulate --no-layers --scheme vanilla --hidden 1024 --ffn 4096 \
+        --topology "$T/gg.topo" "$T/imb.moet" "$T/$pl.moep"
+    awk -F'\t' '$1 == "SCHEME" { print $5 }' "$T/out" >"$T/$pl.gg"
+done
+expect_eq "$(cat "$T/cont.gg") $(cat "$T/eplb.gg")" "0.0443618 0.0371622" "grouped experts (ms)"
+end
+
 begin "--flops overrides the topology's compute rate"
 sed 's|^flops 100 TFLOP/s$|flops 25 TFLOP/s|' "$T/c.topo" >"$T/c25.topo"
 grep -q '^flops 25 TFLOP/s$' "$T/c25.topo" || fail "no flops line to change"

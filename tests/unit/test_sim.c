@@ -470,11 +470,68 @@ static void test_update(void)
     moe_placement_free(p);
 }
 
+/* Issue 45's time that sees load. Hierarchical layer 1 as DeepEP's normal kernels (opts.deepep):
+ * token 0 crosses once (0->2) and is forwarded 2->3, token 1 goes 1->0; every rank sends or
+ * receives at most one inter and one intra row a phase, and both classes run at once: a
+ * phase is the count exchange (16 inter bytes, 1.6e-7) and one kernel (32 / 1e8 = 3.2e-7),
+ * no metadata. Experts: one pair per rank (layer 1); in layer 0 rank 1 serves expert 1 twice,
+ * ranks 0 and 2 one token each. With a grouped-gemm curve 1:0.25 4:1 (log tokens: 0.625 at
+ * 2) one token takes 512 / (1e9 x 0.25) = 2.048e-6, rank 1's two 1024 / (1e9 x 0.625) =
+ * 1.6384e-6: the most loaded rank is not the slowest; with hbm-bandwidth 5e8 never less than
+ * reading the weights and rows (1024 + 2 t 32 bytes): 2.176e-6, and rank 1 2.304e-6. An
+ * all-to-all latency of 1 us between nodes joins each of the four collectives. */
+static void test_deepep(void)
+{
+    write_trace();
+    moe_placement_t *p = placement();
+    moe_topo_t t;
+    topology(&t, 1);
+    moe_sim_opts_t o;
+    moe_sim_opts_default(&o);
+    o.expert = MOE_EXPERT_SILU;
+    o.ffn = 16;
+    o.deepep = 1;
+    o.schemes = 1u << MOE_SIM_HIERARCHICAL;
+    int st;
+    char err[256];
+    for (int round = 0; round < 4; round++) {
+        if (round == 1) {
+            t.ggemm.npoints = 2;
+            t.ggemm.size[0] = 1, t.ggemm.eff[0] = 0.25;
+            t.ggemm.size[1] = 4, t.ggemm.eff[1] = 1;
+        }
+        if (round == 2)
+            t.hbm_bw = 5e8;
+        if (round == 3) {
+            t.coll[MOE_COLL_ALLTOALL][MOE_LINK_INTER].latency = 1e-6;
+            t.coll_lat |= 1u << (MOE_COLL_ALLTOALL * MOE_LINK_CLASSES + MOE_LINK_INTER);
+        }
+        moe_trace_map_t *m = moe_trace_map_open(path, 0, &st, err, sizeof err);
+        moe_sim_t *s = m ? moe_sim_run(p, &t, m, &o, &st, err, sizeof err) : NULL;
+        moe_trace_map_close(m);
+        CHECK(s != NULL);
+        if (!s)
+            continue;
+        const moe_sim_layer_t *l0 = moe_sim_layer(s, MOE_SIM_HIERARCHICAL, 0);
+        const moe_sim_layer_t *l1 = moe_sim_layer(s, MOE_SIM_HIERARCHICAL, 1);
+        static const double c0[4] = {1.024e-6, 2.048e-6, 2.304e-6, 2.304e-6};
+        static const double c1[4] = {5.12e-7, 2.048e-6, 2.176e-6, 2.176e-6};
+        CHECK_NEAR(l0->compute, c0[round]);
+        CHECK_NEAR(l1->compute, c1[round]);
+        /* latency: counts 1e-6 + 1.6e-7, rows 1e-6 + 3.2e-7, twice */
+        CHECK_NEAR(l1->comm, round < 3 ? 2 * 1.6e-7 + 2 * 3.2e-7 : 2 * 1.16e-6 + 2 * 1.32e-6);
+        CHECK_NEAR(l1->time, l1->comm + l1->compute);
+        moe_sim_free(s);
+    }
+    moe_placement_free(p);
+}
+
 int main(void)
 {
     if (unit_tmp_init("moe-sim"))
         return 99;
     test_sim();
+    test_deepep();
     test_gather_id();
     test_swiglu();
     test_update();

@@ -531,6 +531,12 @@ static void test_presets(void)
         if (!strncmp(de->d_name, "dgx-", 4))
             CHECK(t.fp8_flops > 0 && t.compute.npoints > 0 &&
                   t.coll[MOE_COLL_ALLTOALL][MOE_LINK_INTER].npoints > 0);
+        /* DGX H100 and H200 (1.3): DeepGEMM's grouped GEMMs by tokens per expert and
+         * DeepEP's inter-node all-to-all latency (issue 45) */
+        if (!strcmp(de->d_name, "dgx-h100.topo") || !strcmp(de->d_name, "dgx-h200.topo"))
+            CHECK(t.ggemm.npoints == 7 && t.ggemm.size[2] == 256 && t.ggemm.eff[2] == 0.4414 &&
+                  (t.coll_lat >> (MOE_COLL_ALLTOALL * MOE_LINK_CLASSES + MOE_LINK_INTER) & 1u) &&
+                  t.coll[MOE_COLL_ALLTOALL][MOE_LINK_INTER].latency == 42e-6);
         /* and the H100-class ones FlashAttention-3's measured attention kernels (1.2) */
         if (!strcmp(de->d_name, "dgx-h100.topo") || !strcmp(de->d_name, "dgx-h800.topo"))
             CHECK(t.attn.npoints == 6 && t.attn_bwd.npoints == 6 && t.attn.eff[3] == 0.6451);
