@@ -17,6 +17,9 @@
 #  8. DeepEP (issue 45): the same held-out split on 2 and 4 nodes x 8 at 1.5x memory, counted as
 #     SGLang over DeepEP sends (RDMA node-copies, NVLink forwards), the fit --for sglang against
 #     EPLB's rule with the same slots (moe-place compare); targets of issue 45.
+#  9. Predicted MoE layer time (issue 45): the same placements and baseline, priced by
+#     moe-place compare on dgx-h100 x 2 and x 4 at decode (128 tokens per GPU) and prefill
+#     (4,096) batch sizes; target: the fit below the baseline.
 # Usage: sh bench/bench_place.sh [BIN_DIR]   (needs ../shared beside the checkout)
 set -eu
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -28,6 +31,8 @@ ex=$shared/anchors/exflow-mixtral
 [ -f "$ds/tokens.txt.gz" ] || { echo "bench: $ds/tokens.txt.gz not found" >&2; exit 77; }
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
+MOEFLOW_TOPOLOGIES=$here/share/topologies
+export MOEFLOW_TOPOLOGIES
 
 mt=$bin/moe-trace
 mp=$bin/moe-place
@@ -265,4 +270,57 @@ for c in "16:0.85" "32:0.75"; do
                   g / 8 "x8", a["rdma_node_copies"], b["rdma_node_copies"],
                   r["rdma_node_copies"], a["nvlink_forwards"], b["nvlink_forwards"],
                   r["nvlink_forwards"], a["max_load"], b["max_load"], s, ok1, ok2 }' "$tmp/dp.txt"
+done
+
+echo
+echo "# 9. Predicted MoE layer time (issue 45): DeepSeek-V2-Lite fitted on prompts 1..500, priced on"
+echo "#    batches of the held-out prompts 501..1000, 1.5x expert memory, the fit --for sglang"
+echo "#    against the EPLB-like baseline with the same slots (as in 8), both by moe-place compare"
+echo "#    --topology dgx-h100 --nodes N --hidden 2048 --ffn 1408 (its moe_intermediate_size), bf16:"
+echo "#    DeepEP's normal kernels (hierarchical, RDMA and NVLink at once), the busiest rank's experts"
+echo "#    as grouped GEMMs (moe-costmodel(1), SIMULATE). A batch is B tokens per GPU, consecutive"
+echo "#    held-out tokens, one per sequence (sources round-robin); decode B = 128: the mean of the"
+echo "#    first 10 batches; prefill B = 4096: one batch, the held-out tokens (44,575) repeated"
+echo "#    in order to fill it. ms: mean per MoE layer and batch; load: worst-layer max/mean."
+echo "#    target: layer_ms ratio < 1 (the fit faster)"
+printf '%-6s %6s %3s %7s %7s %6s %7s %7s %6s %7s %7s %6s %6s %6s %s\n' shape tok/gpu n \
+    comm comm_b ratio experts exp_b ratio layer layer_b ratio load load_b goal
+"$mt" view "$tmp/eval.mft" >"$tmp/ev9.txt"
+grep '^@' "$tmp/ev9.txt" | grep -v '^@PG' >"$tmp/hdr9.txt"
+grep -v '^@' "$tmp/ev9.txt" >"$tmp/rec9.txt"
+m9=$(wc -l <"$tmp/rec9.txt")
+# batch START N: N held-out records from START (cycling), token and sequence ids = index
+batch9() {
+    { cat "$tmp/hdr9.txt"; awk -F '\t' -v OFS='\t' -v s="$1" -v n="$2" -v m="$m9" '
+        { r[NR - 1] = $0 }
+        END { for (i = 0; i < n; i++) { $0 = r[(s + i) % m]; $1 = i; $2 = i; print } }' \
+        "$tmp/rec9.txt"; } >"$tmp/b9.txt"
+}
+for G in 16 32; do
+    "$mp" fit --no-PG -@ 1 --ranks "$G" --gpus-per-node 8 --memory 1.5 --for sglang --cv 0 \
+        -o "$tmp/t9.moep" "$tmp/fit.mft"
+    for tpg in 128 4096; do
+        n=$((tpg * G))
+        nb=$((m9 / n))
+        [ "$nb" -ge 1 ] || nb=1
+        [ "$nb" -le 10 ] || nb=10
+        i=0
+        : >"$tmp/r9.txt"
+        while [ $i -lt $nb ]; do
+            batch9 $((i * n)) $n
+            "$mp" compare --topology dgx-h100 --nodes $((G / 8)) --hidden 2048 --ffn 1408 \
+                --baseline-fit "$tmp/fit.mft" "$tmp/t9.moep" "$tmp/b9.txt" >"$tmp/c9.txt"
+            awk -F '\t' '$1 == "COMPARE" { a[$2] = $3; b[$2] = $4 }
+                END { print a["comm_ms"], b["comm_ms"], a["experts_ms"], b["experts_ms"],
+                      a["layer_ms"], b["layer_ms"], a["max_load"], b["max_load"] }' \
+                "$tmp/c9.txt" >>"$tmp/r9.txt"
+            i=$((i + 1))
+        done
+        awk -v g="$G" -v t="$tpg" -v nb="$nb" '
+            { for (k = 1; k <= 8; k++) s[k] += $k; n++ }
+            END { for (k = 1; k <= 8; k++) s[k] /= n
+                  printf "%-6s %6s %3s %7.4f %7.4f %6.3f %7.4f %7.4f %6.3f %7.4f %7.4f %6.3f %6.3f %6.3f %s\n",
+                      g / 8 "x8", t, nb, s[1], s[2], s[1] / s[2], s[3], s[4], s[3] / s[4], s[5],
+                      s[6], s[5] / s[6], s[7], s[8], s[5] < s[6] ? "ok" : "MISSED" }' "$tmp/r9.txt"
+    done
 done
