@@ -162,8 +162,8 @@ static void ep_work(const moe_sim_t *s, int scheme, uint32_t j, const moe_acct_r
         double extra = scheme == MOE_SCHEME_COHERENT ? 8 * held * s->H : 0; /* re-homing */
         double ffn = s->ex ? ggemm_time(s, scheme == MOE_SCHEME_COHERENT, j, r)
                            : sim_ctime(s, (double)load[r]);
-        work[r] = ffn + sim_mtime(s, ep_bytes(s, &x[r], f ? &f[r] : NULL, held, self, (double)load[r]) +
-                               extra);
+        double pass = ep_bytes(s, &x[r], f ? &f[r] : NULL, held, self, (double)load[r]);
+        work[r] = ffn + sim_mtime(s, pass + extra);
     }
 }
 

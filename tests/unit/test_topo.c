@@ -347,7 +347,8 @@ static void test_ops(void)
     /* version 1.3: the grouped GEMM against tokens per expert, linear in log tokens (64 is
      * halfway between 16 and 256), clamped outside; written back as 1.3 */
     CHECK_EQ_INT(parse(&t, "nodes 1\ngpus-per-node 8\nflops 989e12\n"
-                           "efficiency grouped-gemm 16:0.2 256:0.6 4096:0.65\n", err, sizeof err), 0);
+                           "efficiency grouped-gemm 16:0.2 256:0.6 4096:0.65\n", err,
+                       sizeof err), 0);
     CHECK(t.ggemm.npoints == 3 && t.ggemm.size[2] == 4096);
     CHECK(fabs(moe_topo_ggemm_eff(&t, 64) - 0.4) < 1e-12);
     CHECK(moe_topo_ggemm_eff(&t, 1) == 0.2 && moe_topo_ggemm_eff(&t, 1e6) == 0.65 &&
