@@ -90,11 +90,8 @@ int kern_blas_ffn_grouped_act(const float *x, uint32_t G, const size_t *off, uin
                               const float *const *W2, float *y, float *act, float *work)
 {
     const size_t C = moe_kern_w1_cols(F, expert);
-    if (!moe_expert_mats(expert))
+    if (kern_grouped_check(G, off, expert))
         return MOE_EINVAL;
-    for (uint32_t g = 0; g < G; g++)
-        if (off[g + 1] < off[g])
-            return MOE_EINVAL;
     for (uint32_t g = 0; g < G; g++)
         for (size_t i = off[g]; i < off[g + 1]; i += KERN_BLAS_ROWS) {
             size_t b = off[g + 1] - i < KERN_BLAS_ROWS ? off[g + 1] - i : KERN_BLAS_ROWS;
@@ -102,21 +99,6 @@ int kern_blas_ffn_grouped_act(const float *x, uint32_t G, const size_t *off, uin
                       act ? act + i * C : NULL, work);
         }
     return 0;
-}
-
-/* dx += r (dn - x^ (x^ . dn) / H), r = 1 / rms(x): the gradient through the norm. */
-static void norm_grad(const float *x, const float *dn, const float *rinv, size_t b, uint32_t H,
-                      float *dx)
-{
-    for (size_t i = 0; i < b; i++) {
-        const float *xi = x + i * H, *gi = dn + i * H, r = rinv[i];
-        float dot = 0;
-        for (uint32_t h = 0; h < H; h++)
-            dot += xi[h] * r * gi[h];
-        dot /= (float)H;
-        for (uint32_t h = 0; h < H; h++)
-            dx[i * H + h] += r * (gi[h] - xi[h] * r * dot);
-    }
 }
 
 static void backward_block(const float *x, const float *a_in, size_t b, uint32_t H, uint32_t F,
@@ -150,7 +132,7 @@ static void backward_block(const float *x, const float *a_in, size_t b, uint32_t
         return;
     }
     mm(0, 1, b, H, C, a, C, W1, C, 0.0f, dn, H); /* dn = da W1^T, the gradient of x^ */
-    norm_grad(x, dn, rinv, b, H, dx);
+    kern_norm_grad(x, dn, rinv, b, H, dx);
 }
 
 int kern_blas_ffn_backward_scaled(const float *x, const float *a_in, size_t n, uint32_t H,
