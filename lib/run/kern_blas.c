@@ -58,19 +58,6 @@ static const float *norm_rows(const float *x, size_t b, uint32_t H, int expert, 
     return xn;
 }
 
-/* The hidden activation of b rows of pre-activations a (b x C) into h (b x F). */
-static void activate(const float *a, size_t b, uint32_t F, int expert, float *h)
-{
-    const size_t C = moe_kern_w1_cols(F, expert);
-    for (size_t i = 0; i < b; i++)
-        for (uint32_t f = 0; f < F; f++) {
-            float g = a[i * C + f];
-            h[i * F + f] = g / (1.0f + expf(-g));
-            if (expert == MOE_EXPERT_SWIGLU)
-                h[i * F + f] *= a[i * C + F + f];
-        }
-}
-
 static void ffn_block(const float *x, size_t b, uint32_t H, uint32_t F, int expert,
                       const float *W1, const float *W2, float *y, float *act, float *work)
 {
@@ -81,7 +68,7 @@ static void ffn_block(const float *x, size_t b, uint32_t H, uint32_t F, int expe
     mm(0, 0, b, C, H, xa, H, W1, C, 0.0f, a, C);
     if (act)
         memcpy(act, a, b * C * sizeof *act);
-    activate(a, b, F, expert, h);
+    kern_activate(a, b, F, expert, h);
     mm(0, 0, b, H, F, h, F, W2, H, 0.0f, y, H);
 }
 
@@ -114,7 +101,7 @@ static void backward_block(const float *x, const float *a_in, size_t b, uint32_t
         memcpy(a, a_in, b * C * sizeof *a);
     else
         mm(0, 0, b, C, H, xa, H, W1, C, 0.0f, a, C);
-    activate(a, b, F, expert, act);
+    kern_activate(a, b, F, expert, act);
     mm(0, 1, b, F, H, dy, H, W2, H, 0.0f, d, F); /* d = dy W2^T */
     kern_preact_grad(a, act, d, b, F, expert, sc, ds);
     if (dW2) { /* dW2 += (act s)^T dy; d is free now */
