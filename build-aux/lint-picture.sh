@@ -24,7 +24,8 @@ set -u
 LC_ALL=C
 export LC_ALL
 [ $# -eq 1 ] || { echo "usage: lint-picture.sh SRCDIR" >&2; exit 2; }
-src=$1
+# absolute: the script reads the tree after a cd into it (make lint passes a relative srcdir)
+src=$(cd "$1" 2>/dev/null && pwd) || { echo "lint-picture: no directory $1" >&2; exit 2; }
 dot=$src/doc/architecture.dot
 [ -f "$dot" ] || { echo "lint-picture: no $dot" >&2; exit 2; }
 tmp=$(mktemp -d) || exit 2

@@ -68,50 +68,43 @@ extern "C" int moe_gpu_mixer(float *x, size_t n, uint32_t H, const float *m, voi
 
 /* ------------------------------------------------------------------ pack / unpack / silu */
 
-template <int D> __global__ static void k_pack(const float *src, size_t n, void *dst)
+/* fp32 to dtype D (PACK) or back, n elements. */
+template <int D, bool PACK> __global__ static void k_convert(const void *src, size_t n, void *dst)
 {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x)
-        gpu_store<D>(dst, i, src[i]);
+        if (PACK)
+            gpu_store<D>(dst, i, ((const float *)src)[i]);
+        else
+            ((float *)dst)[i] = gpu_load<D>(src, i);
 }
 
-template <int D> __global__ static void k_unpack(const void *src, size_t n, float *dst)
+/* moe_gpu_pack (PACK) and moe_gpu_unpack: fp32 is a copy, the 16-bit types a kernel. */
+template <bool PACK>
+static int convert(const void *src, size_t n, int dtype, void *dst, void *stream)
 {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x)
-        dst[i] = gpu_load<D>(src, i);
+    cudaStream_t s = gpu_stream(stream);
+    unsigned b = gpu_blocks(n, THREADS);
+    if (!n)
+        return moe_dtype_size(dtype) ? 0 : (int)cudaErrorInvalidValue;
+    switch (dtype) {
+    case MOE_DTYPE_FP32:
+        return (int)cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDeviceToDevice, s);
+    case MOE_DTYPE_BF16: k_convert<MOE_DTYPE_BF16, PACK><<<b, THREADS, 0, s>>>(src, n, dst); break;
+    case MOE_DTYPE_FP16: k_convert<MOE_DTYPE_FP16, PACK><<<b, THREADS, 0, s>>>(src, n, dst); break;
+    default: return (int)cudaErrorInvalidValue;
+    }
+    return (int)cudaGetLastError();
 }
 
 extern "C" int moe_gpu_pack(const float *src, size_t n, int dtype, void *dst, void *stream)
 {
-    cudaStream_t s = gpu_stream(stream);
-    unsigned b = gpu_blocks(n, THREADS);
-    if (!n)
-        return moe_dtype_size(dtype) ? 0 : (int)cudaErrorInvalidValue;
-    switch (dtype) {
-    case MOE_DTYPE_FP32:
-        return (int)cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDeviceToDevice, s);
-    case MOE_DTYPE_BF16: k_pack<MOE_DTYPE_BF16><<<b, THREADS, 0, s>>>(src, n, dst); break;
-    case MOE_DTYPE_FP16: k_pack<MOE_DTYPE_FP16><<<b, THREADS, 0, s>>>(src, n, dst); break;
-    default: return (int)cudaErrorInvalidValue;
-    }
-    return (int)cudaGetLastError();
+    return convert<true>(src, n, dtype, dst, stream);
 }
 
 extern "C" int moe_gpu_unpack(const void *src, size_t n, int dtype, float *dst, void *stream)
 {
-    cudaStream_t s = gpu_stream(stream);
-    unsigned b = gpu_blocks(n, THREADS);
-    if (!n)
-        return moe_dtype_size(dtype) ? 0 : (int)cudaErrorInvalidValue;
-    switch (dtype) {
-    case MOE_DTYPE_FP32:
-        return (int)cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDeviceToDevice, s);
-    case MOE_DTYPE_BF16: k_unpack<MOE_DTYPE_BF16><<<b, THREADS, 0, s>>>(src, n, dst); break;
-    case MOE_DTYPE_FP16: k_unpack<MOE_DTYPE_FP16><<<b, THREADS, 0, s>>>(src, n, dst); break;
-    default: return (int)cudaErrorInvalidValue;
-    }
-    return (int)cudaGetLastError();
+    return convert<false>(src, n, dtype, dst, stream);
 }
 
 template <int D> __global__ static void k_silu(void *a, size_t n)

@@ -382,19 +382,29 @@ static cudaEvent_t pool_event(moe_run_backend_t *b)
     return ev;
 }
 
+/* p, an array of *cap entries of size bytes, with twice the entries (64 at first); out of memory
+ * is fatal, with what in the message. */
+static void *ring_grow(moe_run_backend_t *b, void *p, size_t *cap, size_t size, const char *what)
+{
+    size_t n = *cap ? 2 * *cap : 64;
+    void *t = realloc(p, n * size);
+    if (!t) {
+        char msg[64];
+        snprintf(msg, sizeof msg, "out of memory (%s)", what);
+        be_fail(b, __FILE__, __LINE__, "host", msg);
+    }
+    *cap = n;
+    return t;
+}
+
 /* Retire the oldest k regions of the ring (their copies are done). */
 static void ring_retire(moe_run_backend_t *b, size_t k)
 {
     cuda_be_t *c = impl(b);
     for (size_t i = 0; i < k; i++) {
-        if (c->nev == c->capev) {
-            size_t cap = c->capev ? 2 * c->capev : 64;
-            cudaEvent_t *e = (cudaEvent_t *)realloc(c->evpool, cap * sizeof *e);
-            if (!e)
-                be_fail(b, __FILE__, __LINE__, "host", "out of memory (upload events)");
-            c->evpool = e;
-            c->capev = cap;
-        }
+        if (c->nev == c->capev)
+            c->evpool = (cudaEvent_t *)ring_grow(b, c->evpool, &c->capev, sizeof *c->evpool,
+                                                 "upload events");
         c->evpool[c->nev++] = c->use[i].ev;
     }
     memmove(c->use, c->use + k, (c->nuse - k) * sizeof *c->use);
@@ -438,14 +448,8 @@ static char *ring_take(moe_run_backend_t *b, size_t bytes, size_t *at)
 static void ring_used(moe_run_backend_t *b, size_t at, size_t bytes)
 {
     cuda_be_t *c = impl(b);
-    if (c->nuse == c->capuse) {
-        size_t cap = c->capuse ? 2 * c->capuse : 64;
-        ring_use_t *u = (ring_use_t *)realloc(c->use, cap * sizeof *u);
-        if (!u)
-            be_fail(b, __FILE__, __LINE__, "host", "out of memory (upload ring)");
-        c->use = u;
-        c->capuse = cap;
-    }
+    if (c->nuse == c->capuse)
+        c->use = (ring_use_t *)ring_grow(b, c->use, &c->capuse, sizeof *c->use, "upload ring");
     cudaEvent_t ev = pool_event(b);
     CUDA_CK(b, cudaEventRecord(ev, c->cs));
     c->use[c->nuse++] = (ring_use_t){at, at + bytes, ev};

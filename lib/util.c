@@ -2,6 +2,7 @@
 #include "config.h"
 
 #include <inttypes.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -90,4 +91,12 @@ int util_cmp_u64(const void *a, const void *b)
 {
     uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
     return (x > y) - (x < y);
+}
+
+const char *util_jnum(char *buf, double v)
+{
+    if (!isfinite(v))
+        return "null";
+    snprintf(buf, 40, "%.10g", v);
+    return buf;
 }

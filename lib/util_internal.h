@@ -38,6 +38,9 @@ double util_now(void);
 /* qsort comparator of uint64_t values, ascending. */
 int util_cmp_u64(const void *a, const void *b);
 
+/* A JSON number: v as %.10g in buf (40 bytes), or "null" for NaN and infinities. */
+const char *util_jnum(char *buf, double v);
+
 /* Write formatted text into the moe_textout_t sink t (moe/io.h), or return the sink's negative
  * status from the enclosing function: the report writers' one line per figure. */
 #define UTIL_TRY_PRINTF(t, ...)                                                               \

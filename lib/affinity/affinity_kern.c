@@ -53,6 +53,14 @@ void aff_big_free(void *p)
 
 /* ------------------------------------------------------------------ shapes and tallies */
 
+/* free() each of the n blocks p[i]. */
+static void free_each(void *const p[], size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        free(p[i]);
+}
+
+
 int aff_shape_init(aff_shape_t *s, uint32_t L, uint32_t E, uint32_t K, uint32_t hops, int top1,
                    int coact)
 {
@@ -102,10 +110,7 @@ int aff_tot_init(aff_tot_t *t, const aff_shape_t *s, int coact)
 void aff_tot_release(aff_tot_t *t)
 {
     aff_big_free(t->tr); /* t->co is part of the block */
-    free(t->setload);
-    free(t->missrow);
-    free(t->excl);
-    free(t->lmiss);
+    free_each((void *[]){t->setload, t->missrow, t->excl, t->lmiss}, 4);
     memset(t, 0, sizeof *t);
 }
 
@@ -172,11 +177,7 @@ void aff_loc_release(aff_loc_t *lc)
 {
     aff_big_free(lc->co);
     aff_big_free(lc->tr);
-    free(lc->setload);
-    free(lc->missrow);
-    free(lc->excl);
-    free(lc->lmiss);
-    free(lc->lpend);
+    free_each((void *[]){lc->setload, lc->missrow, lc->excl, lc->lmiss, lc->lpend}, 5);
     memset(lc, 0, sizeof *lc);
 }
 
@@ -298,11 +299,7 @@ int aff_scr_init(aff_scr_t *sc, const aff_shape_t *s)
 
 void aff_scr_release(aff_scr_t *sc)
 {
-    free(sc->set);
-    free(sc->full);
-    free(sc->nset);
-    free(sc->nfull);
-    free(sc->stamp);
+    free_each((void *[]){sc->set, sc->full, sc->nset, sc->nfull, sc->stamp}, 5);
     memset(sc, 0, sizeof *sc);
 }
 
@@ -474,59 +471,51 @@ AVX512_TARGET static inline __mmask64 fold_due(__m512i hits)
     return _mm512_cmpge_epu8_mask(hits, _mm512_set1_epi8((char)HIT_LIMIT));
 }
 
+/* Tokens s0 to s1 of rows3_avx512 for m matrices: m is a constant where this is inlined, so
+ * each m keeps a loop of its own with no test of m in it. For m = 1 a zero B_0[t] adds nothing
+ * and counts no hit. */
+AVX512_TARGET static inline __attribute__((always_inline)) void
+rows_span(__m512i *t0, const uint64_t *A, const uint64_t *const B[3], int m, size_t s0,
+          size_t s1, __m512i *hits, uint64_t *rows)
+{
+    const __m512i one = _mm512_set1_epi8(1);
+    __m512i *t1 = t0 + AFF_TILE_STRIDE, *t2 = t1 + AFF_TILE_STRIDE;
+    for (size_t t = s0; t < s1; t++) {
+        uint64_t a = m > 1 || B[0][t] ? A[t] : 0;
+        __m512i i0 = _mm512_maskz_mov_epi8((__mmask64)B[0][t], one);
+        __m512i i1 = m > 1 ? _mm512_maskz_mov_epi8((__mmask64)B[1][t], one) : i0;
+        __m512i i2 = m > 2 ? _mm512_maskz_mov_epi8((__mmask64)B[2][t], one) : i0;
+        *hits = _mm512_mask_add_epi8(*hits, (__mmask64)a, *hits, one);
+        *rows |= a;
+        for (; a; a = _blsr_u64(a)) {
+            size_t i = _tzcnt_u64(a);
+            t0[i] = _mm512_add_epi8(t0[i], i0);
+            if (m > 1)
+                t1[i] = _mm512_add_epi8(t1[i], i1);
+            if (m > 2)
+                t2[i] = _mm512_add_epi8(t2[i], i2);
+        }
+    }
+}
+
 /* Add, for every token t, the mask B_k[t] to the rows of the experts in A[t] of matrix k, for
  * m = 1 to 3 matrices sharing A (a zero B_k[t] adds nothing): the bits of A are extracted once
  * for all. */
 AVX512_TARGET static void rows3_avx512(void *tilev, uint16_t *const *dst, const uint64_t *A,
                                        const uint64_t *const *B, int m, size_t n)
 {
-    const __m512i one = _mm512_set1_epi8(1);
-    __m512i *t0 = tilev, *t1 = t0 + AFF_TILE_STRIDE, *t2 = t1 + AFF_TILE_STRIDE;
-    const uint64_t *B0 = B[0], *B1 = m > 1 ? B[1] : A, *B2 = m > 2 ? B[2] : A;
+    __m512i *t0 = tilev;
+    const uint64_t *const Bm[3] = {B[0], m > 1 ? B[1] : A, m > 2 ? B[2] : A};
     __m512i hits = _mm512_setzero_si512();
     uint64_t rows = 0;
     for (size_t s0 = 0; s0 < n; s0 += HIT_CHECK) {
         size_t s1 = s0 + HIT_CHECK < n ? s0 + HIT_CHECK : n;
-        if (m == 3) {
-            for (size_t t = s0; t < s1; t++) {
-                uint64_t a = A[t];
-                __m512i i0 = _mm512_maskz_mov_epi8((__mmask64)B0[t], one);
-                __m512i i1 = _mm512_maskz_mov_epi8((__mmask64)B1[t], one);
-                __m512i i2 = _mm512_maskz_mov_epi8((__mmask64)B2[t], one);
-                hits = _mm512_mask_add_epi8(hits, (__mmask64)a, hits, one);
-                rows |= a;
-                for (; a; a = _blsr_u64(a)) {
-                    size_t i = _tzcnt_u64(a);
-                    t0[i] = _mm512_add_epi8(t0[i], i0);
-                    t1[i] = _mm512_add_epi8(t1[i], i1);
-                    t2[i] = _mm512_add_epi8(t2[i], i2);
-                }
-            }
-        } else if (m == 2) {
-            for (size_t t = s0; t < s1; t++) {
-                uint64_t a = A[t];
-                __m512i i0 = _mm512_maskz_mov_epi8((__mmask64)B0[t], one);
-                __m512i i1 = _mm512_maskz_mov_epi8((__mmask64)B1[t], one);
-                hits = _mm512_mask_add_epi8(hits, (__mmask64)a, hits, one);
-                rows |= a;
-                for (; a; a = _blsr_u64(a)) {
-                    size_t i = _tzcnt_u64(a);
-                    t0[i] = _mm512_add_epi8(t0[i], i0);
-                    t1[i] = _mm512_add_epi8(t1[i], i1);
-                }
-            }
-        } else {
-            for (size_t t = s0; t < s1; t++) {
-                uint64_t b = B0[t], a = b ? A[t] : 0;
-                __m512i i0 = _mm512_maskz_mov_epi8((__mmask64)b, one);
-                hits = _mm512_mask_add_epi8(hits, (__mmask64)a, hits, one);
-                rows |= a;
-                for (; a; a = _blsr_u64(a)) {
-                    size_t i = _tzcnt_u64(a);
-                    t0[i] = _mm512_add_epi8(t0[i], i0);
-                }
-            }
-        }
+        if (m == 3)
+            rows_span(t0, A, Bm, 3, s0, s1, &hits, &rows);
+        else if (m == 2)
+            rows_span(t0, A, Bm, 2, s0, s1, &hits, &rows);
+        else
+            rows_span(t0, A, Bm, 1, s0, s1, &hits, &rows);
         __mmask64 due = fold_due(hits);
         if (due) {
             fold_tiles(t0, dst, m, due);
@@ -535,6 +524,39 @@ AVX512_TARGET static void rows3_avx512(void *tilev, uint16_t *const *dst, const 
     }
     fold_tiles(t0, dst, m, rows);
     _mm256_zeroupper(); /* no dirty upper state into SSE code (a large penalty otherwise) */
+}
+
+/* Tokens s0 to s1 of rows3co_avx512 for m = 1 or 3 matrices, m a constant where inlined (as
+ * rows_span). */
+AVX512_TARGET static inline __attribute__((always_inline)) void
+rows_span_co(__m512i *t0, const uint64_t *A, const uint64_t *B1, const uint64_t *B2, int m,
+             size_t s0, size_t s1, __m512i *hits, uint64_t *rows)
+{
+    const __m512i one = _mm512_set1_epi8(1);
+    __m512i *t1 = t0 + AFF_TILE_STRIDE, *t2 = t1 + AFF_TILE_STRIDE;
+    for (size_t t = s0; t < s1; t++) {
+        uint64_t a = A[t];
+        if (!a)
+            continue;
+        __m512i i0 = _mm512_maskz_mov_epi8((__mmask64)a, one);
+        __m512i i1 = m > 1 ? _mm512_maskz_mov_epi8((__mmask64)B1[t], one) : i0;
+        __m512i i2 = m > 1 ? _mm512_maskz_mov_epi8((__mmask64)B2[t], one) : i0;
+        *hits = _mm512_mask_add_epi8(*hits, (__mmask64)a, *hits, one);
+        *rows |= a;
+        size_t top = 63 - (size_t)__builtin_clzll(a); /* a != 0 */
+        for (uint64_t r = _bzhi_u64(a, (unsigned)top); r; r = _blsr_u64(r)) {
+            size_t i = _tzcnt_u64(r);
+            t0[i] = _mm512_add_epi8(t0[i], i0);
+            if (m > 1) {
+                t1[i] = _mm512_add_epi8(t1[i], i1);
+                t2[i] = _mm512_add_epi8(t2[i], i2);
+            }
+        }
+        if (m > 1) {
+            t1[top] = _mm512_add_epi8(t1[top], i1);
+            t2[top] = _mm512_add_epi8(t2[top], i2);
+        }
+    }
 }
 
 /*
@@ -548,48 +570,16 @@ AVX512_TARGET static void rows3_avx512(void *tilev, uint16_t *const *dst, const 
 AVX512_TARGET static void rows3co_avx512(void *tilev, uint16_t *const *dst, const uint64_t *A,
                                          const uint64_t *const *B, int m, size_t n)
 {
-    const __m512i one = _mm512_set1_epi8(1);
-    __m512i *t0 = tilev, *t1 = t0 + AFF_TILE_STRIDE, *t2 = t1 + AFF_TILE_STRIDE;
+    __m512i *t0 = tilev, *t1 = t0 + AFF_TILE_STRIDE;
     const uint64_t *B1 = m > 1 ? B[1] : A, *B2 = m > 2 ? B[2] : A;
     __m512i hits = _mm512_setzero_si512();
     uint64_t rows = 0;
     for (size_t s0 = 0; s0 < n; s0 += HIT_CHECK) {
         size_t s1 = s0 + HIT_CHECK < n ? s0 + HIT_CHECK : n;
-        if (m == 3) {
-            for (size_t t = s0; t < s1; t++) {
-                uint64_t a = A[t];
-                if (!a)
-                    continue;
-                __m512i i0 = _mm512_maskz_mov_epi8((__mmask64)a, one);
-                __m512i i1 = _mm512_maskz_mov_epi8((__mmask64)B1[t], one);
-                __m512i i2 = _mm512_maskz_mov_epi8((__mmask64)B2[t], one);
-                hits = _mm512_mask_add_epi8(hits, (__mmask64)a, hits, one);
-                rows |= a;
-                size_t top = 63 - (size_t)__builtin_clzll(a); /* a != 0 */
-                for (uint64_t r = _bzhi_u64(a, (unsigned)top); r; r = _blsr_u64(r)) {
-                    size_t i = _tzcnt_u64(r);
-                    t0[i] = _mm512_add_epi8(t0[i], i0);
-                    t1[i] = _mm512_add_epi8(t1[i], i1);
-                    t2[i] = _mm512_add_epi8(t2[i], i2);
-                }
-                t1[top] = _mm512_add_epi8(t1[top], i1);
-                t2[top] = _mm512_add_epi8(t2[top], i2);
-            }
-        } else {
-            for (size_t t = s0; t < s1; t++) {
-                uint64_t a = A[t];
-                if (!a)
-                    continue;
-                __m512i i0 = _mm512_maskz_mov_epi8((__mmask64)a, one);
-                hits = _mm512_mask_add_epi8(hits, (__mmask64)a, hits, one);
-                rows |= a;
-                size_t top = 63 - (size_t)__builtin_clzll(a); /* a != 0 */
-                for (uint64_t r = _bzhi_u64(a, (unsigned)top); r; r = _blsr_u64(r)) {
-                    size_t i = _tzcnt_u64(r);
-                    t0[i] = _mm512_add_epi8(t0[i], i0);
-                }
-            }
-        }
+        if (m == 3)
+            rows_span_co(t0, A, B1, B2, 3, s0, s1, &hits, &rows);
+        else
+            rows_span_co(t0, A, B1, B2, 1, s0, s1, &hits, &rows);
         __mmask64 due = fold_due(hits);
         if (due) {
             fold_tile_co(t0, dst[0], due, hits);

@@ -257,6 +257,20 @@ const int moe_iter_keys[] = {MOE_CK_LAYERS, MOE_CK_BLOCKS, MOE_CK_HIDDEN, MOE_CK
 
 #define usage(...) util_errf(err, errlen, MOE_EINVAL, __VA_ARGS__)
 
+/* The end of a simulation of the trace g->trace: frees its inputs and result and returns st, or
+ * MOE_ERANGE when it ran (s) and priced no all-to-all time (!(priced > 0)). */
+static int sim_end(const moe_costcfg_t *g, moe_placement_t *p, moe_trace_map_t *m, moe_sim_t *s,
+                   int st, double priced, char *err, size_t errlen)
+{
+    if (s && !(priced > 0))
+        st = util_errf(err, errlen, MOE_ERANGE, "simulate priced no all-to-all time on "
+                       "'%s' (the topology's bandwidths?)", g->trace);
+    moe_sim_free(s);
+    moe_trace_map_close(m);
+    moe_placement_free(p);
+    return st;
+}
+
 /* Seconds of one MoE block's forward all-to-alls as `simulate` prices the vanilla scheme on the
  * trace: its critical-path communication per layer, scaled from the trace's tokens to the
  * iteration's (batch x seq on every GPU). */
@@ -288,14 +302,8 @@ static int sim_a2a(const moe_costcfg_t *g, const moe_topo_t *topo, moe_iter_in_t
         in->a2a_coherent = (coh.comm - gather.comm) / layers * scale;
         in->gather = gather.comm * scale;
         in->coherent = in->a2a_coherent >= 0 && in->gather >= 0;
-        if (!(in->a2a > 0))
-            st = util_errf(err, errlen, MOE_ERANGE, "simulate priced no all-to-all time on "
-                           "'%s' (the topology's bandwidths?)", g->trace);
     }
-    moe_sim_free(s);
-    moe_trace_map_close(m);
-    moe_placement_free(p);
-    return st;
+    return sim_end(g, p, m, s, st, s ? in->a2a : 0, err, errlen);
 }
 
 /* The keys of the shape-only iteration that --model replaces, and the reverse. */
@@ -351,14 +359,8 @@ static int mcore_sim(const moe_costcfg_t *g, const moe_model_t *md, moe_layout_t
         double tokens = (double)moe_acct_tokens(moe_sim_acct(s));
         l->a2a_token = tot.comm / p->layers / (tokens / p->ranks);
         l->imbalance = tot.imbalance;
-        if (!(l->a2a_token > 0))
-            st = util_errf(err, errlen, MOE_ERANGE, "simulate priced no all-to-all time on "
-                           "'%s' (the topology's bandwidths?)", g->trace);
     }
-    moe_sim_free(s);
-    moe_trace_map_close(m);
-    moe_placement_free(p);
-    return st;
+    return sim_end(g, p, m, s, st, s ? l->a2a_token : 0, err, errlen);
 }
 
 int moe_mcore_inputs(const moe_costcfg_t *g, moe_model_t *m, moe_layout_t *l, moe_topo_t *t,
@@ -466,15 +468,7 @@ int moe_iter_inputs(const moe_costcfg_t *g, moe_iter_in_t *in, char *err, size_t
 /* ------------------------------------------------------------------ report */
 
 #define P(...) UTIL_TRY_PRINTF(t, __VA_ARGS__)
-
-/* %.10g, or null for NaN (the shape of the other writers' JSON numbers). */
-static const char *jnum(char *buf, double v)
-{
-    if (!isfinite(v))
-        return "null";
-    snprintf(buf, 40, "%.10g", v);
-    return buf;
-}
+#define jnum util_jnum /* short, for the many numbers below */
 
 int moe_iter_write(moe_textout_t *t, int json, const moe_iter_in_t *in)
 {

@@ -11,15 +11,7 @@
 #include "util_internal.h"
 
 #define P(...) UTIL_TRY_PRINTF(t, __VA_ARGS__)
-
-/* %.10g, or null for NaN and infinities. */
-static const char *jnum(char *buf, double v)
-{
-    if (!isfinite(v))
-        return "null";
-    snprintf(buf, 40, "%.10g", v);
-    return buf;
-}
+#define jnum util_jnum /* short, for the many numbers below */
 
 static const char *sched_name(const moe_layout_t *l)
 {

@@ -295,17 +295,24 @@ int moe_kern_ffn_grouped(const float *x, uint32_t G, const size_t *off, uint32_t
     return moe_kern_ffn_grouped_act(x, G, off, H, F, expert, W1, W2, y, NULL, work);
 }
 
+int kern_grouped_check(uint32_t G, const size_t *off, int expert)
+{
+    if (!moe_expert_mats(expert))
+        return MOE_EINVAL;
+    for (uint32_t g = 0; g < G; g++)
+        if (off[g + 1] < off[g])
+            return MOE_EINVAL;
+    return 0;
+}
+
 int moe_kern_ffn_grouped_act(const float *x, uint32_t G, const size_t *off, uint32_t H,
                              uint32_t F, int expert, const float *const *W1,
                              const float *const *W2, float *y, float *act, float *work)
 {
     float *own = NULL;
     const size_t C = moe_kern_w1_cols(F, expert);
-    if (!moe_expert_mats(expert))
+    if (kern_grouped_check(G, off, expert))
         return MOE_EINVAL;
-    for (uint32_t g = 0; g < G; g++)
-        if (off[g + 1] < off[g])
-            return MOE_EINVAL;
     if (G == 0 || off[G] == off[0])
         return 0;
     if (!work && !(work = own = malloc(moe_kern_ffn_work_size(F) * sizeof *work)))

@@ -58,19 +58,6 @@ static const float *norm_rows(const float *x, size_t b, uint32_t H, int expert, 
     return xn;
 }
 
-/* The hidden activation of b rows of pre-activations a (b x C) into h (b x F). */
-static void activate(const float *a, size_t b, uint32_t F, int expert, float *h)
-{
-    const size_t C = moe_kern_w1_cols(F, expert);
-    for (size_t i = 0; i < b; i++)
-        for (uint32_t f = 0; f < F; f++) {
-            float g = a[i * C + f];
-            h[i * F + f] = g / (1.0f + expf(-g));
-            if (expert == MOE_EXPERT_SWIGLU)
-                h[i * F + f] *= a[i * C + F + f];
-        }
-}
-
 static void ffn_block(const float *x, size_t b, uint32_t H, uint32_t F, int expert,
                       const float *W1, const float *W2, float *y, float *act, float *work)
 {
@@ -81,7 +68,7 @@ static void ffn_block(const float *x, size_t b, uint32_t H, uint32_t F, int expe
     mm(0, 0, b, C, H, xa, H, W1, C, 0.0f, a, C);
     if (act)
         memcpy(act, a, b * C * sizeof *act);
-    activate(a, b, F, expert, h);
+    kern_activate(a, b, F, expert, h);
     mm(0, 0, b, H, F, h, F, W2, H, 0.0f, y, H);
 }
 
@@ -90,11 +77,8 @@ int kern_blas_ffn_grouped_act(const float *x, uint32_t G, const size_t *off, uin
                               const float *const *W2, float *y, float *act, float *work)
 {
     const size_t C = moe_kern_w1_cols(F, expert);
-    if (!moe_expert_mats(expert))
+    if (kern_grouped_check(G, off, expert))
         return MOE_EINVAL;
-    for (uint32_t g = 0; g < G; g++)
-        if (off[g + 1] < off[g])
-            return MOE_EINVAL;
     for (uint32_t g = 0; g < G; g++)
         for (size_t i = off[g]; i < off[g + 1]; i += KERN_BLAS_ROWS) {
             size_t b = off[g + 1] - i < KERN_BLAS_ROWS ? off[g + 1] - i : KERN_BLAS_ROWS;
@@ -102,21 +86,6 @@ int kern_blas_ffn_grouped_act(const float *x, uint32_t G, const size_t *off, uin
                       act ? act + i * C : NULL, work);
         }
     return 0;
-}
-
-/* dx += r (dn - x^ (x^ . dn) / H), r = 1 / rms(x): the gradient through the norm. */
-static void norm_grad(const float *x, const float *dn, const float *rinv, size_t b, uint32_t H,
-                      float *dx)
-{
-    for (size_t i = 0; i < b; i++) {
-        const float *xi = x + i * H, *gi = dn + i * H, r = rinv[i];
-        float dot = 0;
-        for (uint32_t h = 0; h < H; h++)
-            dot += xi[h] * r * gi[h];
-        dot /= (float)H;
-        for (uint32_t h = 0; h < H; h++)
-            dx[i * H + h] += r * (gi[h] - xi[h] * r * dot);
-    }
 }
 
 static void backward_block(const float *x, const float *a_in, size_t b, uint32_t H, uint32_t F,
@@ -132,7 +101,7 @@ static void backward_block(const float *x, const float *a_in, size_t b, uint32_t
         memcpy(a, a_in, b * C * sizeof *a);
     else
         mm(0, 0, b, C, H, xa, H, W1, C, 0.0f, a, C);
-    activate(a, b, F, expert, act);
+    kern_activate(a, b, F, expert, act);
     mm(0, 1, b, F, H, dy, H, W2, H, 0.0f, d, F); /* d = dy W2^T */
     kern_preact_grad(a, act, d, b, F, expert, sc, ds);
     if (dW2) { /* dW2 += (act s)^T dy; d is free now */
@@ -150,7 +119,7 @@ static void backward_block(const float *x, const float *a_in, size_t b, uint32_t
         return;
     }
     mm(0, 1, b, H, C, a, C, W1, C, 0.0f, dn, H); /* dn = da W1^T, the gradient of x^ */
-    norm_grad(x, dn, rinv, b, H, dx);
+    kern_norm_grad(x, dn, rinv, b, H, dx);
 }
 
 int kern_blas_ffn_backward_scaled(const float *x, const float *a_in, size_t n, uint32_t H,

@@ -234,4 +234,17 @@ static inline float kern_rinv(const float *x, uint32_t n)
 void kern_preact_grad(float *a, const float *act, const float *d, size_t b, uint32_t F,
                       int expert, const float *sc, float *ds);
 
+/* The hidden activation of b rows of pre-activations a (b x C) into h (b x F): SiLU, times the
+ * up projection for SwiGLU (kern_train.c, shared with kern_blas.c). */
+void kern_activate(const float *a, size_t b, uint32_t F, int expert, float *h);
+
+/* dx += r (dn - x^ (x^ . dn) / H), r = rinv[i] = 1 / rms(x_i), for the b rows of x: the
+ * gradient through the norm, from dn, that of x^ = r x (kern_train.c, shared with kern_blas.c). */
+void kern_norm_grad(const float *x, const float *dn, const float *rinv, size_t b, uint32_t H,
+                    float *dx);
+
+/* MOE_EINVAL when expert is no kind of expert or the G groups' row offsets off[0..G] go down,
+ * else 0: the grouped FFNs' argument check (kern.c, shared with kern_blas.c). */
+int kern_grouped_check(uint32_t G, const size_t *off, int expert);
+
 #endif

@@ -110,6 +110,32 @@ void kern_preact_grad(float *a, const float *act, const float *d, size_t b, uint
     }
 }
 
+void kern_activate(const float *a, size_t b, uint32_t F, int expert, float *h)
+{
+    const size_t C = moe_kern_w1_cols(F, expert);
+    for (size_t i = 0; i < b; i++)
+        for (uint32_t f = 0; f < F; f++) {
+            float z = a[i * C + f];
+            h[i * F + f] = z / (1.0f + expf(-z));
+            if (expert == MOE_EXPERT_SWIGLU)
+                h[i * F + f] *= a[i * C + F + f];
+        }
+}
+
+void kern_norm_grad(const float *x, const float *dn, const float *rinv, size_t b, uint32_t H,
+                    float *dx)
+{
+    for (size_t i = 0; i < b; i++) {
+        const float *xi = x + i * H, *gi = dn + i * H, r = rinv[i];
+        float dot = 0;
+        for (uint32_t h = 0; h < H; h++)
+            dot += xi[h] * r * gi[h];
+        dot /= (float)H;
+        for (uint32_t h = 0; h < H; h++)
+            dx[i * H + h] += r * (gi[h] - xi[h] * r * dot);
+    }
+}
+
 static void backward_block(const float *restrict x, const float *restrict a_in, size_t b,
                            uint32_t H, uint32_t F, int expert, const float *restrict W1,
                            const float *restrict W2, const float *restrict dy,
@@ -126,13 +152,7 @@ static void backward_block(const float *restrict x, const float *restrict a_in, 
     } else { /* a = x^ W1, as the forward computes it */
         kern_mm(a, C, 0, b, (uint32_t)C, x, H, rinv, W1, C, H);
     }
-    for (size_t i = 0; i < b; i++)
-        for (uint32_t f = 0; f < F; f++) {
-            float z = a[i * C + f];
-            act[i * F + f] = z / (1.0f + expf(-z));
-            if (expert == MOE_EXPERT_SWIGLU)
-                act[i * F + f] *= a[i * C + F + f];
-        }
+    kern_activate(a, b, F, expert, act);
     for (uint32_t f = 0; f < F; f++) /* d = dy W2^T */
         for (size_t i = 0; i < b; i++)
             d[i * F + f] = kern_dot(dy + i * H, W2 + (size_t)f * H, H);
@@ -154,15 +174,7 @@ static void backward_block(const float *restrict x, const float *restrict a_in, 
     for (uint32_t h = 0; h < H; h++) /* dn = da W1^T, the gradient of x^ */
         for (size_t i = 0; i < b; i++)
             dn[i * H + h] = kern_dot(a + i * C, W1 + h * C, (uint32_t)C);
-    for (size_t i = 0; i < b; i++) { /* dx += r (dn - x^ (x^ . dn) / H), r = 1 / rms(x) */
-        const float *xi = x + i * H, *gi = dn + i * H, r = rinv[i];
-        float dot = 0;
-        for (uint32_t h = 0; h < H; h++)
-            dot += xi[h] * r * gi[h];
-        dot /= (float)H;
-        for (uint32_t h = 0; h < H; h++)
-            dx[i * H + h] += r * (gi[h] - xi[h] * r * dot);
-    }
+    kern_norm_grad(x, dn, rinv, b, H, dx);
 }
 
 int moe_kern_ffn_backward_scaled(const float *x, const float *a_in, size_t n, uint32_t H,

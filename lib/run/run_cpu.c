@@ -346,14 +346,8 @@ static int cpu_mark(moe_run_backend_t *b, uint32_t *id)
         c->nmark = 0;
         return 0;
     }
-    if (c->nmark == c->capmark) {
-        size_t cap = c->capmark ? 2 * c->capmark : 64;
-        double *m = realloc(c->mark, cap * sizeof *m);
-        if (!m)
-            return MOE_ENOMEM;
-        c->mark = m;
-        c->capmark = cap;
-    }
+    if (util_grow((void **)&c->mark, &c->capmark, c->nmark + 1, sizeof *c->mark))
+        return MOE_ENOMEM;
     c->mark[c->nmark] = util_now();
     *id = (uint32_t)c->nmark++;
     return 0;

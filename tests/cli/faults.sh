@@ -9,12 +9,13 @@ if [ -n "$MOE_VALGRIND" ]; then
     exit 77
 fi
 
-# interrupt SIGNAL ARGS...: start moe-trace ARGS in the background (exec'd, so $! is the
-# program itself), signal it once it has begun writing, and check that it died of the signal.
+# interrupt SIGNAL ARGS...: start moe-trace ARGS (or $prog ARGS, standard input from $stdin)
+# in the background (exec'd, so $! is the program itself), signal it once it has begun writing,
+# and check that it died of the signal.
 interrupt() {
     _sig=$1
     shift
-    (exec "$MOE_BIN/moe-trace" "$@" 2>"$T/err") &
+    (exec "$MOE_BIN/${prog:-moe-trace}" "$@" <"${stdin:-/dev/null}" 2>"$T/err") &
     _pid=$!
     # Wait until the command has created its temporary output (at most ~5 s).
     _i=0
@@ -53,6 +54,20 @@ for sig in INT TERM; do
     [ -z "$(ls "$T/spool")" ] || fail "spool left behind: $(ls "$T/spool")"
     end
 done
+
+for sig in INT TERM; do
+    begin "moe-place fit of standard input interrupted by SIG$sig: the input's spool removed"
+    # fit copies standard input into TMPDIR (it reads its input twice) and, with the pipe still
+    # open, is copying when signalled.
+    { cat "$T/big.txt"; exec sleep 30; } >"$T/fifo" &
+    feeder=$!
+    prog=moe-place stdin=$T/fifo TMPDIR=$T/spool interrupt $sig fit --ranks 4 -o "$T/out.moep"
+    kill "$feeder" 2>/dev/null
+    expect_no_output "$T/out.moep"
+    [ -z "$(ls "$T/spool")" ] || fail "spool left behind: $(ls "$T/spool")"
+    end
+done
+unset prog stdin
 
 begin "import completes: spool removed, output equal to the text view's ids"
 TMPDIR=$T/spool run moe import --format tokens --no-PG -o "$T/imp.moet" "$T/big.tokens"

@@ -11,6 +11,12 @@ begin "the real tree: the picture agrees with the includes"
 expect_exit 0 sh "$LINT" "$top_srcdir"
 end
 
+begin "the tree named by a relative path, as make lint in a build tree names it"
+abs=$(cd "$top_srcdir" && pwd -P)
+(cd "$abs/.." && sh "$abs/build-aux/lint-picture.sh" "$(basename "$abs")") >"$T/out" 2>&1 ||
+    fail "relative SRCDIR: $(head -n 3 "$T/out")"
+end
+
 # a copy of the sources the script reads, with the picture edited
 cp_tree() {
     rm -rf "$T/src"
