@@ -31,36 +31,78 @@ double moe_deepep_bytes(int kernel, int phase, uint32_t hidden)
     return h + 4.0 * ((hidden + 127) / 128) + (kernel == MOE_DEEPEP_LL ? 16 : 0);
 }
 
-void acct_deepep_cell(struct moe_acct_deepep *c, const struct moe_route *rt, uint32_t s,
-                      uint32_t gpn, uint32_t node_limit)
+/* The relay of node n for a token from s under rule `relay` (LOCAL or FIRST; rt's ranks). */
+static uint32_t relay_of(const moe_route_t *rt, uint32_t s, uint32_t gpn, int relay, uint32_t n)
 {
-    uint32_t sn = s / gpn, local = s % gpn, nodes = 0;
-    c->cells++;
-    /* normal: one RDMA copy per remote node, then NVLink from that node's forwarder (the rank
-     * of s's local index; s itself on its own node) to each other serving rank there */
+    if (n == s / gpn)
+        return s;
+    if (relay == MOE_RELAY_LOCAL)
+        return n * gpn + s % gpn;
+    uint32_t q = 0;
+    while (rt->ranks[q] / gpn != n)
+        q++;
+    return rt->ranks[q];
+}
+
+void moe_acct_relay(const moe_route_t *rt, uint32_t s, uint32_t gpn, int relay,
+                    moe_relay_route_t *out)
+{
+    out->nodes = out->nsend = out->nfwd = 0;
     for (uint32_t q = 0; q < rt->nranks; q++) {
         uint32_t d = rt->ranks[q], n = d / gpn, first = 1;
         for (uint32_t i = 0; i < q && first; i++)
             first = rt->ranks[i] / gpn != n;
-        nodes += first;
-        if (first && n != sn)
-            for (int ph = 0; ph < MOE_PHASES; ph++)
-                c->rdma[MOE_DEEPEP_NORMAL][ph]++;
-        if (d != n * gpn + local)
-            for (int ph = 0; ph < MOE_PHASES; ph++)
-                c->nvl[MOE_DEEPEP_NORMAL][ph]++;
-    }
-    c->nodes += nodes;
-    c->over_limit += node_limit && nodes > node_limit;
-    /* low-latency: every top-k entry goes straight to its serving rank */
-    for (uint32_t i = 0; i < rt->n; i++) {
-        uint32_t d = rt->rank[i];
-        if (d == s)
+        out->nodes += first;
+        if (relay == MOE_RELAY_NONE)
             continue;
-        uint64_t *x = d / gpn == sn ? c->nvl[MOE_DEEPEP_LL] : c->rdma[MOE_DEEPEP_LL];
-        for (int ph = 0; ph < MOE_PHASES; ph++)
-            x[ph]++;
+        uint32_t via = relay_of(rt, s, gpn, relay, n);
+        if (first && n != s / gpn) /* once per other node, to its relay */
+            out->send[out->nsend++] = via;
+        if (d == via)
+            continue;
+        if (via == s) {
+            out->send[out->nsend++] = d;
+        } else {
+            out->fwd_from[out->nfwd] = via;
+            out->fwd_to[out->nfwd++] = d;
+        }
     }
+    for (uint32_t i = 0; relay == MOE_RELAY_NONE && i < rt->n; i++)
+        if (rt->rank[i] != s)
+            out->send[out->nsend++] = rt->rank[i];
+}
+
+int moe_accounting_relay(int accounting)
+{
+    return accounting == MOE_ACCOUNTING_DEEPEP ? MOE_RELAY_LOCAL
+           : accounting == MOE_ACCOUNTING_DEEPEP_LL ? MOE_RELAY_NONE : MOE_RELAY_FIRST;
+}
+
+/* Count the sends of r from s (RDMA to another node, else NVLink) and its forwards (NVLink)
+ * into kernel k's counts, both directions. */
+static void deepep_count(moe_acct_deepep_t *c, int k, const moe_relay_route_t *r, uint32_t s,
+                         uint32_t gpn)
+{
+    uint64_t rdma = 0;
+    for (uint32_t i = 0; i < r->nsend; i++)
+        rdma += r->send[i] / gpn != s / gpn;
+    for (int ph = 0; ph < MOE_PHASES; ph++) {
+        c->rdma[k][ph] += rdma;
+        c->nvl[k][ph] += r->nsend - rdma + r->nfwd;
+    }
+}
+
+void acct_deepep_cell(struct moe_acct_deepep *c, const struct moe_route *rt, uint32_t s,
+                      uint32_t gpn, uint32_t node_limit)
+{
+    moe_relay_route_t r;
+    c->cells++;
+    moe_acct_relay(rt, s, gpn, MOE_RELAY_LOCAL, &r);
+    deepep_count(c, MOE_DEEPEP_NORMAL, &r, s, gpn);
+    c->nodes += r.nodes;
+    c->over_limit += node_limit && r.nodes > node_limit;
+    moe_acct_relay(rt, s, gpn, MOE_RELAY_NONE, &r);
+    deepep_count(c, MOE_DEEPEP_LL, &r, s, gpn);
 }
 
 const char *moe_accounting_name(int accounting)

@@ -102,27 +102,23 @@ static void xfer(moe_acct_rank_t *rk, int ph, int c, uint32_t from, uint32_t to)
     rk[to].recv[ph][c]++;
 }
 
-/* moe-run's hierarchical routes of one cell from source rank s: straight to each serving rank
- * of s's node; to the first serving rank of each other node (inter-node), which forwards the
- * token to that node's other serving ranks (intra-node) and returns one combined partial. */
+/* The hierarchical routes of one cell from source rank src (moe_acct_relay, by the relay rule
+ * of the accounting: moe-run's, DeepEP's normal or low-latency kernels): s's sends are the
+ * first hop, the relays' forwards inside their node the second; combine returns the same way. */
 static void hier_cell(const moe_sim_t *s, worker_t *w, uint32_t j, uint32_t src,
                       const moe_route_t *rt)
 {
     moe_acct_rank_t *hop = w->hop + (size_t)j * s->G, *fwd = w->fwd + (size_t)j * s->G;
-    for (uint32_t q = 0; q < rt->nranks; q++) {
-        uint32_t d = rt->ranks[q], q0 = 0;
-        if (d == src)
-            continue;
-        int c = moe_topo_class(&s->topo, src, d);
-        while (rt->ranks[q0] / s->gpn != d / s->gpn)
-            q0++;
-        if (c == MOE_LINK_INTRA || q0 == q) {
-            xfer(hop, MOE_DISPATCH, c, src, d);
-            xfer(hop, MOE_COMBINE, c, d, src);
-        } else {
-            xfer(fwd, MOE_DISPATCH, MOE_LINK_INTRA, rt->ranks[q0], d);
-            xfer(fwd, MOE_COMBINE, MOE_LINK_INTRA, d, rt->ranks[q0]);
-        }
+    moe_relay_route_t r;
+    moe_acct_relay(rt, src, s->gpn, s->relay, &r);
+    for (uint32_t i = 0; i < r.nsend; i++) {
+        int c = moe_topo_class(&s->topo, src, r.send[i]);
+        xfer(hop, MOE_DISPATCH, c, src, r.send[i]);
+        xfer(hop, MOE_COMBINE, c, r.send[i], src);
+    }
+    for (uint32_t i = 0; i < r.nfwd; i++) {
+        xfer(fwd, MOE_DISPATCH, MOE_LINK_INTRA, r.fwd_from[i], r.fwd_to[i]);
+        xfer(fwd, MOE_COMBINE, MOE_LINK_INTRA, r.fwd_to[i], r.fwd_from[i]);
     }
 }
 
@@ -302,6 +298,8 @@ static void sim_setup(moe_sim_t *s, const moe_placement_t *p, const moe_topo_t *
     s->aopts = o->acct;
     s->aopts.matrix = 0;
     s->aopts.ranks = 1;
+    s->accounting = o->accounting;
+    s->relay = moe_accounting_relay(o->accounting);
     double H = o->hidden ? o->hidden : h->hidden;
     double F = o->ffn ? o->ffn : 4 * H;
     double eb = o->elem_bytes ? o->elem_bytes : h->elem_bytes ? h->elem_bytes : 2;

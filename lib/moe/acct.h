@@ -267,6 +267,36 @@ typedef struct moe_acct_deepep {
     uint64_t over_limit;  /* cells spanning more nodes than opts.node_limit (0 without) */
 } moe_acct_deepep_t;
 
+/* The routes one vanilla cell takes when sends are de-duplicated per node, the one definition
+ * that DeepEP's counts (above) and moe-costmodel simulate's hierarchical scheme are grown from.
+ * The token leaves its source rank s; every other serving rank d gets it either straight from
+ * s (a send) or from a relay of d's node (a forward, inside the node):
+ *  MOE_RELAY_FIRST  moe-run's hierarchical mode: straight to the serving ranks of s's node;
+ *                   once to the first serving rank (route order) of each other node, which
+ *                   forwards it to that node's other serving ranks;
+ *  MOE_RELAY_LOCAL  DeepEP's normal kernels: straight to the serving ranks of s's node (s is
+ *                   its own node's forwarder); once over RDMA to the rank of s's local index on
+ *                   each other node, serving or not, which forwards it to the node's serving
+ *                   ranks but itself;
+ *  MOE_RELAY_NONE   DeepEP's low-latency kernels: one send per top-k entry whose rank is not
+ *                   s (a rank serving two of the cell's experts gets two), no forwards.
+ * Combine takes the same routes backwards. */
+enum moe_relay { MOE_RELAY_FIRST = 0, MOE_RELAY_LOCAL = 1, MOE_RELAY_NONE = 2 };
+typedef struct moe_relay_route {
+    uint32_t nodes;                           /* nodes of the serving ranks */
+    uint32_t nsend, nfwd;
+    uint32_t send[MOE_TRACE_MAX_TOPK];        /* ranks s sends to, one entry per copy */
+    uint32_t fwd_from[MOE_TRACE_MAX_TOPK];    /* forwards: relay ... */
+    uint32_t fwd_to[MOE_TRACE_MAX_TOPK];      /* ... to serving rank, the same node */
+} moe_relay_route_t;
+/* The routes of route rt (a present cell) from source rank s with gpn ranks per node under
+ * relay rule `relay` (enum moe_relay), into *out. */
+void moe_acct_relay(const moe_route_t *rt, uint32_t s, uint32_t gpn, int relay,
+                    moe_relay_route_t *out);
+/* The relay rule of an accounting (enum moe_accounting): FIRST for rank (moe-run), LOCAL for
+ * deepep, NONE for deepep-ll. */
+int moe_accounting_relay(int accounting);
+
 /* DeepEP's counts of layer j (NULL out of range), and their sum over layers. */
 const moe_acct_deepep_t *moe_acct_deepep(const moe_acct_t *a, uint32_t layer);
 void moe_acct_deepep_total(const moe_acct_t *a, moe_acct_deepep_t *out);
