@@ -112,7 +112,7 @@ static void hier_cell(const moe_sim_t *s, worker_t *w, uint32_t j, uint32_t src,
     moe_relay_route_t r;
     moe_acct_relay(rt, src, s->gpn, s->relay, &r);
     for (uint32_t i = 0; i < r.nsend; i++) {
-        int c = moe_topo_class(&s->topo, src, r.send[i]);
+        int c = r.remote[i] ? MOE_LINK_INTER : MOE_LINK_INTRA; /* moe_topo_class's */
         xfer(hop, MOE_DISPATCH, c, src, r.send[i]);
         xfer(hop, MOE_COMBINE, c, r.send[i], src);
     }

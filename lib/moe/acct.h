@@ -283,9 +283,10 @@ typedef struct moe_acct_deepep {
  * Combine takes the same routes backwards. */
 enum moe_relay { MOE_RELAY_FIRST = 0, MOE_RELAY_LOCAL = 1, MOE_RELAY_NONE = 2 };
 typedef struct moe_relay_route {
-    uint32_t nodes;                           /* nodes of the serving ranks */
-    uint32_t nsend, nfwd;
+    uint32_t nodes;                           /* nodes of the serving ranks (0 for NONE) */
+    uint32_t nsend, nfwd, nremote;            /* nremote: sends to another node than s's */
     uint32_t send[MOE_TRACE_MAX_TOPK];        /* ranks s sends to, one entry per copy */
+    uint8_t remote[MOE_TRACE_MAX_TOPK];       /* send[i] is on another node than s */
     uint32_t fwd_from[MOE_TRACE_MAX_TOPK];    /* forwards: relay ... */
     uint32_t fwd_to[MOE_TRACE_MAX_TOPK];      /* ... to serving rank, the same node */
 } moe_relay_route_t;
