@@ -25,6 +25,8 @@ struct moe_acct {
     moe_acct_rank_t *rk[MOE_SCHEMES];      /* [L][G] or NULL */
     moe_acct_deepep_t *dp;                 /* [L]: DeepEP's rule of the vanilla routes */
     moe_route_t *route;                    /* per-token scratch: vanilla, coherent */
+    uint32_t *bhome;                       /* moe_acct_batch_each: [2][cap] sources, homes */
+    size_t bcap;
     acct_static_t *tab;                    /* sglang-static: SGLang's dispatch table */
     int own_tab;                           /* ... built by this accumulator (else shared) */
 };
@@ -160,6 +162,7 @@ void moe_acct_free(moe_acct_t *a)
         free(a->rk[s]);
     }
     free(a->route);
+    free(a->bhome);
     free(a->dp);
     if (a->own_tab)
         acct_static_free(a->tab);
@@ -537,6 +540,25 @@ static void count_layer(moe_acct_t *a, int scheme, uint32_t j, const moe_route_t
     c->stay_node += from / a->gpn == to / a->gpn;
 }
 
+/* One present or missing cell of token t at layer j from source s and home *h, as
+ * moe_acct_token_each accounts it; *h becomes the coherent new home. */
+static void account_cell(moe_acct_t *a, uint32_t j, const uint16_t *cid, const float *cw,
+                         uint64_t token, uint32_t s, uint32_t *h, moe_acct_cell_fn *fn,
+                         void *ctx)
+{
+    moe_route_t *rt = a->route, *ch = a->route + 1;
+    if (!moe_acct_route(a, j, cid, cw, s, token, rt))
+        return;
+    count_layer(a, MOE_SCHEME_VANILLA, j, rt, s, s);
+    acct_deepep_cell(&a->dp[j], rt, s, a->gpn, a->node_limit);
+    /* at home s, the coherent route is the vanilla one */
+    const moe_route_t *c = *h == s ? rt : (moe_acct_route(a, j, cid, cw, *h, token, ch), ch);
+    count_layer(a, MOE_SCHEME_COHERENT, j, c, *h, c->home);
+    if (fn)
+        fn(ctx, j, s, rt, *h, c);
+    *h = c->home;
+}
+
 int moe_acct_token_each(moe_acct_t *a, const uint16_t *ids, const float *weights,
                         uint64_t token, uint32_t seq, uint32_t rank, moe_acct_cell_fn *fn,
                         void *ctx)
@@ -545,22 +567,35 @@ int moe_acct_token_each(moe_acct_t *a, const uint16_t *ids, const float *weights
     if (s == UINT32_MAX)
         return MOE_ERANGE;
     uint32_t h = s;
-    moe_route_t *rt = a->route, *ch = a->route + 1;
-    for (uint32_t j = 0; j < a->L; j++) {
-        const uint16_t *cid = ids + (size_t)j * a->K;
-        const float *cw = weights ? weights + (size_t)j * a->K : NULL;
-        if (!moe_acct_route(a, j, cid, cw, s, token, rt))
-            continue;
-        count_layer(a, MOE_SCHEME_VANILLA, j, rt, s, s);
-        acct_deepep_cell(&a->dp[j], rt, s, a->gpn, a->node_limit);
-        /* at home s, the coherent route is the vanilla one */
-        const moe_route_t *c = h == s ? rt : (moe_acct_route(a, j, cid, cw, h, token, ch), ch);
-        count_layer(a, MOE_SCHEME_COHERENT, j, c, h, c->home);
-        if (fn)
-            fn(ctx, j, s, rt, h, c);
-        h = c->home;
-    }
+    for (uint32_t j = 0; j < a->L; j++)
+        account_cell(a, j, ids + (size_t)j * a->K, weights ? weights + (size_t)j * a->K : NULL,
+                     token, s, &h, fn, ctx);
     a->tokens++;
+    return 0;
+}
+
+int moe_acct_batch_each(moe_acct_t *a, size_t n, const uint16_t *ids, const float *weights,
+                        const uint64_t *token, const uint32_t *seq, const uint32_t *rank,
+                        moe_acct_cell_fn *fn, void *ctx)
+{
+    if (n > a->bcap) {
+        uint32_t *x = realloc(a->bhome, 2 * n * sizeof *x);
+        if (!x)
+            return MOE_ENOMEM;
+        a->bhome = x;
+        a->bcap = n;
+    }
+    uint32_t *src = a->bhome, *home = a->bhome + n;
+    for (size_t t = 0; t < n; t++)
+        if ((src[t] = home[t] = moe_acct_source(a, token[t], seq[t], rank[t])) == UINT32_MAX)
+            return MOE_ERANGE;
+    size_t LK = (size_t)a->L * a->K;
+    for (uint32_t j = 0; j < a->L; j++) /* layer-major: one layer's counts stay in cache */
+        for (size_t t = 0; t < n; t++)
+            account_cell(a, j, ids + t * LK + (size_t)j * a->K,
+                         weights ? weights + t * LK + (size_t)j * a->K : NULL, token[t],
+                         src[t], &home[t], fn, ctx);
+    a->tokens += n;
     return 0;
 }
 

@@ -159,31 +159,21 @@ static void scan_cell(void *arg, uint32_t j, uint32_t src, const moe_route_t *va
         bits[van->expert[i] >> 6] |= 1ull << (van->expert[i] & 63);
 }
 
-static int scan_token(scan_t *c, worker_t *w, const moe_trace_batch_t *b, size_t r)
-{
-    moe_sim_t *s = c->s;
-    size_t LK = (size_t)s->L * s->K;
-    const uint16_t *ids = b->ids + r * LK;
-    const float *wt = b->weights ? b->weights + r * LK : NULL;
-    uint32_t src = moe_acct_source(w->a, b->token[r], b->seq[r], b->rank[r]);
-    if (src == UINT32_MAX)
-        return moe_trace_map_fail(c->m, MOE_ERANGE,
-                                  "token %" PRIu64 ": recorded source rank %u out of range "
-                                  "(%u ranks; --source sequence ignores it)",
-                                  b->token[r], b->rank[r], s->G);
-    cell_ctx_t x = {s, w};
-    return moe_acct_token_each(w->a, ids, wt, b->token[r], b->seq[r], b->rank[r], scan_cell, &x);
-}
-
+/* A batch of records: their source ranks checked in order, then accounted layer by layer. */
 static int scan_batch(void *arg, int worker, moe_trace_batch_t *b)
 {
     scan_t *c = arg;
-    for (size_t r = 0; r < b->n; r++) {
-        int rc = scan_token(c, &c->w[worker], b, r);
-        if (rc)
-            return rc;
-    }
-    return 0;
+    moe_sim_t *s = c->s;
+    worker_t *w = &c->w[worker];
+    for (size_t r = 0; r < b->n; r++)
+        if (moe_acct_source(w->a, b->token[r], b->seq[r], b->rank[r]) == UINT32_MAX)
+            return moe_trace_map_fail(c->m, MOE_ERANGE,
+                                      "token %" PRIu64 ": recorded source rank %u out of range "
+                                      "(%u ranks; --source sequence ignores it)",
+                                      b->token[r], b->rank[r], s->G);
+    cell_ctx_t x = {s, w};
+    return moe_acct_batch_each(w->a, b->n, b->ids, b->weights, b->token, b->seq, b->rank,
+                               scan_cell, &x);
 }
 
 static void add_ranks(moe_acct_rank_t *a, const moe_acct_rank_t *b, size_t n)

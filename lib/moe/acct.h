@@ -184,6 +184,14 @@ int moe_acct_token_each(moe_acct_t *a, const uint16_t *ids, const float *weights
                         uint64_t token, uint32_t seq, uint32_t rank, moe_acct_cell_fn *fn,
                         void *ctx);
 
+/* moe_acct_token_each over n tokens (ids, weights: n * L * K, record-major; token, seq, rank:
+ * n each), layer by layer: the same counts, and fn sees the same cells, each layer's cells
+ * together (an accumulator over many ranks then keeps one layer's counts in cache). Returns 0,
+ * MOE_ERANGE (a recorded rank >= G: nothing of the batch is counted) or MOE_ENOMEM. */
+int moe_acct_batch_each(moe_acct_t *a, size_t n, const uint16_t *ids, const float *weights,
+                        const uint64_t *token, const uint32_t *seq, const uint32_t *rank,
+                        moe_acct_cell_fn *fn, void *ctx);
+
 /* Account every record of a trace map on all its workers (per-worker accumulators merged in
  * worker order: integer sums, so the result does not depend on the thread count). Returns 0 or
  * a negative status with the reason in moe_trace_map_errmsg(m). */
