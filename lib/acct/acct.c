@@ -29,6 +29,9 @@ struct moe_acct {
     size_t bcap;
     acct_static_t *tab;                    /* sglang-static: SGLang's dispatch table */
     int own_tab;                           /* ... built by this accumulator (else shared) */
+    uint64_t *multi;                       /* [L][GW] bits: ranks holding two experts or more
+                                            * of the layer (cover_fast) */
+    uint32_t GW;                           /* 64-bit words of G bits */
 };
 
 void moe_acct_opts_default(moe_acct_opts_t *o)
@@ -70,6 +73,29 @@ int moe_acct_replica_rule(const moe_acct_t *a)
     return a->rule;
 }
 
+/* The ranks of each layer of p that hold two experts or more: [L][gw] bits, or NULL. */
+static uint64_t *multi_ranks(const moe_placement_t *p, uint32_t gw)
+{
+    uint64_t *m = calloc((size_t)p->layers * gw, sizeof *m);
+    uint8_t *cnt = malloc(p->ranks);
+    for (uint32_t j = 0; m && cnt && j < p->layers; j++) {
+        memset(cnt, 0, p->ranks);
+        for (uint32_t e = 0; e < p->experts; e++) {
+            uint32_t nc;
+            const uint16_t *rk = moe_placement_ranks(p, j, e, &nc);
+            for (uint32_t c = 0; c < nc; c++)
+                if (cnt[rk[c]] < 2 && ++cnt[rk[c]] == 2)
+                    m[(size_t)j * gw + rk[c] / 64] |= UINT64_C(1) << (rk[c] & 63);
+        }
+    }
+    free(cnt);
+    if (!cnt) {
+        free(m);
+        return NULL;
+    }
+    return m;
+}
+
 static moe_acct_t *acct_alloc(const moe_placement_t *p, uint32_t K, uint32_t k, uint32_t gpn,
                               int matrix, int ranks)
 {
@@ -85,7 +111,9 @@ static moe_acct_t *acct_alloc(const moe_placement_t *p, uint32_t K, uint32_t k, 
     a->gpn = gpn;
     a->matrix = matrix;
     a->ranks = ranks;
-    int ok = (a->route = malloc(2 * sizeof *a->route)) && (a->dp = calloc(a->L, sizeof *a->dp));
+    a->GW = (a->G + 63) / 64;
+    int ok = (a->route = malloc(2 * sizeof *a->route)) && (a->dp = calloc(a->L, sizeof *a->dp)) &&
+             (a->multi = multi_ranks(p, a->GW)) != NULL;
     for (int s = 0; s < MOE_SCHEMES && ok; s++) {
         ok = (a->layer[s] = calloc(a->L, sizeof *a->layer[s])) &&
              (a->load[s] = calloc((size_t)a->L * a->G, sizeof *a->load[s]));
@@ -163,6 +191,7 @@ void moe_acct_free(moe_acct_t *a)
     }
     free(a->route);
     free(a->bhome);
+    free(a->multi);
     free(a->dp);
     if (a->own_tab)
         acct_static_free(a->tab);
@@ -259,13 +288,13 @@ static void cover_each(const moe_acct_t *a, uint32_t layer, uint32_t h, uint64_t
                        const uint32_t *nc, uint64_t open)
 {
     uint64_t tag = (uint64_t)layer << 32;
-    uint32_t hn = h / a->gpn;
+    uint32_t lo = h - h % a->gpn; /* the home's node: ranks lo .. lo + gpn - 1 */
     for (uint32_t i = 0; i < n; i++) {
         if (!(open >> i & 1))
             continue;
         uint32_t best = UINT32_MAX, bnode = 0, ties = 0;
         for (uint32_t c = 0; c < nc[i]; c++) { /* the best node flag, and how many have it */
-            uint32_t node = rk[i][c] / a->gpn == hn;
+            uint32_t node = rk[i][c] - lo < a->gpn;
             if (best == UINT32_MAX || node > bnode) {
                 best = rk[i][c];
                 bnode = node;
@@ -275,7 +304,7 @@ static void cover_each(const moe_acct_t *a, uint32_t layer, uint32_t h, uint64_t
         }
         uint64_t bhash = 0;
         for (uint32_t c = 0, first = 1; ties > 1 && c < nc[i]; c++) {
-            if ((rk[i][c] / a->gpn == hn) != bnode)
+            if ((rk[i][c] - lo < a->gpn) != bnode)
                 continue;
             uint64_t x = rng_hash_keyed(key, tag | rk[i][c]);
             if (first || x < bhash) {
@@ -296,6 +325,20 @@ static int cover_fast(const moe_acct_t *a, uint32_t layer, uint32_t h, uint64_t 
     uint8_t node[COVER_MAX], hashed[COVER_MAX], slot[2 * COVER_MAX]; /* slot: k + 1, 0 free */
     if (n > 64)
         return 0;
+    /* no rank of the layer holds two experts: none can serve two, each takes its own best */
+    const uint64_t *multi = a->multi + (size_t)layer * a->GW;
+    for (uint32_t i = 0; i < n; i++) {
+        if (r->rank[i] != UINT32_MAX)
+            continue;
+        open |= UINT64_C(1) << i;
+        for (uint32_t c = 0; c < nc[i]; c++)
+            shared |= multi[rk[i][c] >> 6] >> (rk[i][c] & 63) & 1;
+    }
+    if (!shared) {
+        cover_each(a, layer, h, rng_hash_key(token), r, n, rk, nc, open);
+        return 1;
+    }
+    open = shared = 0;
     memset(slot, 0, sizeof slot);
     for (uint32_t i = 0; i < n; i++) {
         if (r->rank[i] != UINT32_MAX)
