@@ -323,9 +323,9 @@ static void fit_usage(FILE *fp)
           "      --scheme=S         scheme the objective models: vanilla or coherent\n"
           "                         [coherent]\n"
           "      --topk=K           fit top-1 paths with 1 (ExFlow's objective) [all K]\n"
-          "      --accounting=A     what the candidates are scored by: rank (the scheme's\n"
-          "                         transfers), deepep or deepep-ll (RDMA and NVLink\n"
-          "                         copies, link-weighted) [rank]\n"
+          "      --accounting=A     what the fit counts: rank (the scheme's transfers), deepep\n"
+          "                         (RDMA node-copies and NVLink forwards, link-weighted)\n"
+          "                         or deepep-ll (its scorer only) [rank]\n"
           MOE_CLI_FOR_HELP
           "      --max-imbalance=X  bound on max/mean rank load per layer, 0 = none [1.10]\n"
           "      --replicas=N       extra copies of the hottest experts per layer [0]\n"

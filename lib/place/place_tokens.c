@@ -264,6 +264,7 @@ moe_place_tokens_t *moe_place_tokens_subset(const moe_place_tokens_t *s,
         d->topk = s->topk;
         d->scheme = s->scheme;
         d->rule = s->rule;
+        d->accounting = s->accounting;
         rc = sample_prepare(d, moe_topo_ranks(&s->topo), s->topk == 1, errbuf, errlen);
     } else {
         util_errf(errbuf, errlen, rc, "out of memory");
@@ -281,6 +282,8 @@ void moe_place_tokens_attach(moe_place_tokens_t *s, moe_place_opts_t *o)
     o->sample = moe_place_tokens_view(s);
     o->score = s ? moe_place_tokens_score : NULL;
     o->score_ctx = s;
+    if (s) /* the search counts what the scorer does */
+        o->accounting = s->accounting;
 }
 
 void moe_place_stats_opts(moe_affinity_opts_t *ao, int top1)
