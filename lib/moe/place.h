@@ -159,7 +159,9 @@ double moe_place_tokens_score(void *ctx, const moe_placement_t *p);
 void moe_place_tokens_rule(moe_place_tokens_t *s, int rule);
 /* Score by DeepEP's counts from now on (moe/acct.h's enum moe_accounting: deepep for the
  * normal kernels, deepep-ll): RDMA copies weighted as inter-node transfers, NVLink copies as
- * intra-node ones, per cell; rank (0, the default) scores the scheme's per-rank transfers. */
+ * intra-node ones, per cell, averaged with the busiest rank's (per layer, G/2 times the most
+ * one rank sends and receives: the same when the ranks are even, more when one is busier);
+ * rank (0, the default) scores the scheme's per-rank transfers. */
 void moe_place_tokens_accounting(moe_place_tokens_t *s, int accounting);
 /* Free; NULL is a no-op. */
 void moe_place_tokens_free(moe_place_tokens_t *s);
