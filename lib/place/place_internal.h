@@ -81,10 +81,11 @@ int moe_place_replicate_rule(moe_placement_t *p, const moe_place_sample_t *x, in
                              const double cost[MOE_LINK_CLASSES], int threads, int rule,
                              int accounting);
 /* Spend every free slot of p (capacity per rank) on extra copies (place_fill.c): the expert
- * with the most load per copy (a's loads) that a free rank lacks, on a node without a copy of
- * it when one has a free rank; `grouped`: only on nodes already holding a copy (expert groups
- * kept whole on nodes). Returns 0, or MOE_ENOMEM / MOE_ERANGE. */
-int place_fill_slots(moe_placement_t *p, const moe_affinity_t *a, int grouped);
+ * with the most load per copy (a's loads) that a free rank lacks, on a rank whose load stays
+ * within imb times the mean (or the layer's largest, if more; imb <= 0: the largest) first,
+ * then on a node without a copy of it; `grouped`: only on nodes already holding a copy
+ * (expert groups kept whole on nodes). Returns 0, or MOE_ENOMEM / MOE_ERANGE. */
+int place_fill_slots(moe_placement_t *p, const moe_affinity_t *a, int grouped, double imb);
 /* Keep `groups` groups of E / groups consecutive experts whole on nodes (place_groups.c):
  * groups assigned to nodes (groups / nodes each) where the fit put most of their load, every
  * copy moved onto its group's node. Returns 0, MOE_ENOMEM or MOE_ERANGE. */
