@@ -222,6 +222,22 @@ int moe_cli_replica_rule(const char *prog, const char *sub, const char *arg, int
     return 0;
 }
 
+int moe_cli_accounting(const char *prog, const char *sub, const char *arg, int *out, int *set)
+{
+    *set = 1;
+    if ((*out = moe_accounting_parse(arg)) < 0)
+        return moe_usage_error(prog, sub, "unknown accounting '%s' (rank, deepep, deepep-ll)",
+                               arg);
+    return 0;
+}
+
+int moe_cli_target(const char *prog, const char *sub, const char *arg, const moe_target_t **out)
+{
+    if (!(*out = moe_target_find(arg)))
+        return moe_usage_error(prog, sub, "unknown target '%s' (sglang, vllm, moe-run)", arg);
+    return 0;
+}
+
 void moe_cli_target_apply(const char *sub, const moe_target_t *t, int *scheme, int *accounting,
                           int *rule, int *scheme_set, int *accounting_set, int *rule_set)
 {

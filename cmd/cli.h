@@ -138,9 +138,14 @@ int moe_cli_replica_rule(const char *prog, const char *sub, const char *arg, int
 #define MOE_CLI_FOR_HELP                                                                      \
     "      --for=T            the system served with: sglang, vllm or moe-run; sets the\n"    \
     "                         scheme, accounting and replica rule not given (-v says)\n"
+/* --accounting=A (moe/acct.h's enum moe_accounting) into *out, setting *set, and --for=T
+ * into *out: 0, or 2 after moe_usage_error(prog, sub, ...). */
+int moe_cli_accounting(const char *prog, const char *sub, const char *arg, int *out, int *set);
+struct moe_target;
+int moe_cli_target(const char *prog, const char *sub, const char *arg,
+                   const struct moe_target **out);
 /* Apply target t (NULL: nothing) to the values whose *_set flag is 0, set the flags, and log
  * at -v what subcommand `sub` models. */
-struct moe_target;
 void moe_cli_target_apply(const char *sub, const struct moe_target *t, int *scheme,
                           int *accounting, int *rule, int *scheme_set, int *accounting_set,
                           int *rule_set);

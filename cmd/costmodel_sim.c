@@ -39,7 +39,7 @@ enum {
     S_TOPOLOGY = MOE_OPTC_TOOL + 0x80, S_HIDDEN, S_FFN, S_DTYPE, S_CHUNKS, S_SCHEME, S_BEST,
     S_JSON, S_PLOT, S_TOPK, S_SOURCE, S_NO_LAYERS, S_LOADS, S_NCCL, S_CLASS, S_POINTS, S_TOL,
     S_CREDITS, S_RANKS, S_REPLICA_RULE, S_GATHER, S_TRAIN, S_REUSE, S_OPTIMIZER, S_EXPERT,
-    S_NODES, S_FLOPS,
+    S_NODES, S_FLOPS, S_ACCOUNTING, S_FOR,
 };
 
 static const struct option sim_long[] = {
@@ -54,6 +54,7 @@ static const struct option sim_long[] = {
     {"gather-bytes", required_argument, 0, S_GATHER}, {"train", no_argument, 0, S_TRAIN},
     {"reuse", required_argument, 0, S_REUSE}, {"optimizer", required_argument, 0, S_OPTIMIZER},
     {"nodes", required_argument, 0, S_NODES}, {"flops", required_argument, 0, S_FLOPS},
+    {"accounting", required_argument, 0, S_ACCOUNTING}, {"for", required_argument, 0, S_FOR},
     MOE_OPTS_LONG, {0, 0, 0, 0}};
 
 typedef struct sim_cfg {
@@ -64,6 +65,8 @@ typedef struct sim_cfg {
     moe_sim_opts_t so;
     int best, json, no_layers, loads, ranks, train, adam;
     unsigned reuses; /* bit per MOE_REUSE_* strategy */
+    const moe_target_t *target; /* --for, or NULL */
+    int accounting_set, rule_set; /* given: --for leaves them */
 } sim_cfg_t;
 
 static void sim_usage(FILE *fp)
@@ -89,6 +92,10 @@ static void sim_usage(FILE *fp)
           "      --topk=K           use the first K experts of each cell [all]\n"
           "      --source=S         source ranks: auto, recorded, sequence or token [auto]\n"
           MOE_CLI_REPLICA_RULE_HELP
+          "      --accounting=A     routes of the hierarchical scheme: rank (moe-run's),\n"
+          "                         deepep (DeepEP's normal kernels: RDMA node-copies and\n"
+          "                         NVLink forwards) or deepep-ll (low-latency) [rank]\n"
+          MOE_CLI_FOR_HELP
           "      --no-layers        leave out the per-layer lines\n"
           "      --loads            add the expert-token load of every rank and layer\n"
           "      --ranks            add the bytes every rank sends and receives per scheme\n"
@@ -139,7 +146,11 @@ static int sim_opt(int c, const char *arg, sim_cfg_t *g)
         g->adam = !strcmp(arg, "adam");
         return 0;
     case S_REPLICA_RULE:
+        g->rule_set = 1;
         return moe_cli_replica_rule(PROG, "simulate", arg, &g->so.acct.replica_rule);
+    case S_ACCOUNTING:
+        return moe_cli_accounting(PROG, "simulate", arg, &g->so.accounting, &g->accounting_set);
+    case S_FOR: return moe_cli_target(PROG, "simulate", arg, &g->target);
     case S_TOPK:
         return moe_cli_u32(PROG, "simulate", arg, 1, MOE_TRACE_MAX_TOPK, "top-k", &g->so.acct.topk);
     case S_BEST: g->best = 1; return 0;
@@ -185,6 +196,9 @@ static int sim_parse(int argc, char **argv, sim_cfg_t *g, int *rc)
             return MOE_OPT_STOP;
     }
     moe_opts_apply_log(&g->o);
+    int scheme = 0, scheme_set = 0; /* every scheme is simulated */
+    moe_cli_target_apply("simulate", g->target, &scheme, &g->so.accounting, &g->so.acct.
+                         replica_rule, &scheme_set, &g->accounting_set, &g->rule_set);
     if (!g->topology)
         *rc = moe_usage_error(PROG, "simulate", "--topology is required");
     else if (argc - optind != 2)

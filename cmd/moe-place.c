@@ -182,15 +182,9 @@ static int take_opt(const char *sub, int c, const char *arg, cfg_t *g)
     case O_NODE_LIMIT:
         return moe_cli_u32(prog, sub, arg, 1, MOE_MAX_RANKS, "node limit", &g->node_limit);
     case O_BASELINE_FIT: g->baseline_fit = arg; return 0;
-    case O_FOR:
-        if (!(g->target = moe_target_find(arg)))
-            return usage_error(sub, "unknown target '%s' (sglang, vllm, moe-run)", arg);
-        return 0;
+    case O_FOR: return moe_cli_target(prog, sub, arg, &g->target);
     case O_ACCOUNTING:
-        g->accounting_set = 1;
-        if ((g->accounting = moe_accounting_parse(arg)) < 0)
-            return usage_error(sub, "unknown accounting '%s' (rank, deepep, deepep-ll)", arg);
-        return 0;
+        return moe_cli_accounting(prog, sub, arg, &g->accounting, &g->accounting_set);
     case O_CV:
         g->cv.forced = 1;
         if (moe_cli_u32(prog, sub, arg, 0, 16, "fold count", &g->cv.folds))
@@ -330,9 +324,9 @@ static void fit_usage(FILE *fp)
           "      --scheme=S         scheme the objective models: vanilla or coherent\n"
           "                         [coherent]\n"
           "      --topk=K           fit top-1 paths with 1 (ExFlow's objective) [all K]\n"
-          "      --accounting=A     what the candidates are scored by: rank (the scheme's\n"
-          "                         transfers), deepep or deepep-ll (RDMA and NVLink\n"
-          "                         copies, link-weighted) [rank]\n"
+          "      --accounting=A     what the fit counts: rank (the scheme's transfers), deepep\n"
+          "                         (RDMA node-copies and NVLink forwards, link-weighted)\n"
+          "                         or deepep-ll (its scorer only) [rank]\n"
           MOE_CLI_FOR_HELP
           "      --max-imbalance=X  bound on max/mean rank load per layer, 0 = none [1.10]\n"
           "      --replicas=N       extra copies of the hottest experts per layer [0]\n"

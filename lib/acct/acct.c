@@ -25,8 +25,13 @@ struct moe_acct {
     moe_acct_rank_t *rk[MOE_SCHEMES];      /* [L][G] or NULL */
     moe_acct_deepep_t *dp;                 /* [L]: DeepEP's rule of the vanilla routes */
     moe_route_t *route;                    /* per-token scratch: vanilla, coherent */
+    uint32_t *bhome;                       /* moe_acct_batch_each: [2][cap] sources, homes */
+    size_t bcap;
     acct_static_t *tab;                    /* sglang-static: SGLang's dispatch table */
     int own_tab;                           /* ... built by this accumulator (else shared) */
+    uint64_t *multi;                       /* [L][GW] bits: ranks holding two experts or more
+                                            * of the layer (cover_fast) */
+    uint32_t GW;                           /* 64-bit words of G bits */
 };
 
 void moe_acct_opts_default(moe_acct_opts_t *o)
@@ -68,6 +73,29 @@ int moe_acct_replica_rule(const moe_acct_t *a)
     return a->rule;
 }
 
+/* The ranks of each layer of p that hold two experts or more: [L][gw] bits, or NULL. */
+static uint64_t *multi_ranks(const moe_placement_t *p, uint32_t gw)
+{
+    uint64_t *m = calloc((size_t)p->layers * gw, sizeof *m);
+    uint8_t *cnt = malloc(p->ranks);
+    for (uint32_t j = 0; m && cnt && j < p->layers; j++) {
+        memset(cnt, 0, p->ranks);
+        for (uint32_t e = 0; e < p->experts; e++) {
+            uint32_t nc;
+            const uint16_t *rk = moe_placement_ranks(p, j, e, &nc);
+            for (uint32_t c = 0; c < nc; c++)
+                if (cnt[rk[c]] < 2 && ++cnt[rk[c]] == 2)
+                    m[(size_t)j * gw + rk[c] / 64] |= UINT64_C(1) << (rk[c] & 63);
+        }
+    }
+    free(cnt);
+    if (!cnt) {
+        free(m);
+        return NULL;
+    }
+    return m;
+}
+
 static moe_acct_t *acct_alloc(const moe_placement_t *p, uint32_t K, uint32_t k, uint32_t gpn,
                               int matrix, int ranks)
 {
@@ -83,7 +111,9 @@ static moe_acct_t *acct_alloc(const moe_placement_t *p, uint32_t K, uint32_t k, 
     a->gpn = gpn;
     a->matrix = matrix;
     a->ranks = ranks;
-    int ok = (a->route = malloc(2 * sizeof *a->route)) && (a->dp = calloc(a->L, sizeof *a->dp));
+    a->GW = (a->G + 63) / 64;
+    int ok = (a->route = malloc(2 * sizeof *a->route)) && (a->dp = calloc(a->L, sizeof *a->dp)) &&
+             (a->multi = multi_ranks(p, a->GW)) != NULL;
     for (int s = 0; s < MOE_SCHEMES && ok; s++) {
         ok = (a->layer[s] = calloc(a->L, sizeof *a->layer[s])) &&
              (a->load[s] = calloc((size_t)a->L * a->G, sizeof *a->load[s]));
@@ -160,6 +190,8 @@ void moe_acct_free(moe_acct_t *a)
         free(a->rk[s]);
     }
     free(a->route);
+    free(a->bhome);
+    free(a->multi);
     free(a->dp);
     if (a->own_tab)
         acct_static_free(a->tab);
@@ -256,13 +288,13 @@ static void cover_each(const moe_acct_t *a, uint32_t layer, uint32_t h, uint64_t
                        const uint32_t *nc, uint64_t open)
 {
     uint64_t tag = (uint64_t)layer << 32;
-    uint32_t hn = h / a->gpn;
+    uint32_t lo = h - h % a->gpn; /* the home's node: ranks lo .. lo + gpn - 1 */
     for (uint32_t i = 0; i < n; i++) {
         if (!(open >> i & 1))
             continue;
         uint32_t best = UINT32_MAX, bnode = 0, ties = 0;
         for (uint32_t c = 0; c < nc[i]; c++) { /* the best node flag, and how many have it */
-            uint32_t node = rk[i][c] / a->gpn == hn;
+            uint32_t node = rk[i][c] - lo < a->gpn;
             if (best == UINT32_MAX || node > bnode) {
                 best = rk[i][c];
                 bnode = node;
@@ -272,7 +304,7 @@ static void cover_each(const moe_acct_t *a, uint32_t layer, uint32_t h, uint64_t
         }
         uint64_t bhash = 0;
         for (uint32_t c = 0, first = 1; ties > 1 && c < nc[i]; c++) {
-            if ((rk[i][c] / a->gpn == hn) != bnode)
+            if ((rk[i][c] - lo < a->gpn) != bnode)
                 continue;
             uint64_t x = rng_hash_keyed(key, tag | rk[i][c]);
             if (first || x < bhash) {
@@ -293,6 +325,20 @@ static int cover_fast(const moe_acct_t *a, uint32_t layer, uint32_t h, uint64_t 
     uint8_t node[COVER_MAX], hashed[COVER_MAX], slot[2 * COVER_MAX]; /* slot: k + 1, 0 free */
     if (n > 64)
         return 0;
+    /* no rank of the layer holds two experts: none can serve two, each takes its own best */
+    const uint64_t *multi = a->multi + (size_t)layer * a->GW;
+    for (uint32_t i = 0; i < n; i++) {
+        if (r->rank[i] != UINT32_MAX)
+            continue;
+        open |= UINT64_C(1) << i;
+        for (uint32_t c = 0; c < nc[i]; c++)
+            shared |= multi[rk[i][c] >> 6] >> (rk[i][c] & 63) & 1;
+    }
+    if (!shared) {
+        cover_each(a, layer, h, rng_hash_key(token), r, n, rk, nc, open);
+        return 1;
+    }
+    open = shared = 0;
     memset(slot, 0, sizeof slot);
     for (uint32_t i = 0; i < n; i++) {
         if (r->rank[i] != UINT32_MAX)
@@ -537,6 +583,25 @@ static void count_layer(moe_acct_t *a, int scheme, uint32_t j, const moe_route_t
     c->stay_node += from / a->gpn == to / a->gpn;
 }
 
+/* One present or missing cell of token t at layer j from source s and home *h, as
+ * moe_acct_token_each accounts it; *h becomes the coherent new home. */
+static void account_cell(moe_acct_t *a, uint32_t j, const uint16_t *cid, const float *cw,
+                         uint64_t token, uint32_t s, uint32_t *h, moe_acct_cell_fn *fn,
+                         void *ctx)
+{
+    moe_route_t *rt = a->route, *ch = a->route + 1;
+    if (!moe_acct_route(a, j, cid, cw, s, token, rt))
+        return;
+    count_layer(a, MOE_SCHEME_VANILLA, j, rt, s, s);
+    acct_deepep_cell(&a->dp[j], rt, s, a->gpn, a->node_limit);
+    /* at home s, the coherent route is the vanilla one */
+    const moe_route_t *c = *h == s ? rt : (moe_acct_route(a, j, cid, cw, *h, token, ch), ch);
+    count_layer(a, MOE_SCHEME_COHERENT, j, c, *h, c->home);
+    if (fn)
+        fn(ctx, j, s, rt, *h, c);
+    *h = c->home;
+}
+
 int moe_acct_token_each(moe_acct_t *a, const uint16_t *ids, const float *weights,
                         uint64_t token, uint32_t seq, uint32_t rank, moe_acct_cell_fn *fn,
                         void *ctx)
@@ -545,22 +610,35 @@ int moe_acct_token_each(moe_acct_t *a, const uint16_t *ids, const float *weights
     if (s == UINT32_MAX)
         return MOE_ERANGE;
     uint32_t h = s;
-    moe_route_t *rt = a->route, *ch = a->route + 1;
-    for (uint32_t j = 0; j < a->L; j++) {
-        const uint16_t *cid = ids + (size_t)j * a->K;
-        const float *cw = weights ? weights + (size_t)j * a->K : NULL;
-        if (!moe_acct_route(a, j, cid, cw, s, token, rt))
-            continue;
-        count_layer(a, MOE_SCHEME_VANILLA, j, rt, s, s);
-        acct_deepep_cell(&a->dp[j], rt, s, a->gpn, a->node_limit);
-        /* at home s, the coherent route is the vanilla one */
-        const moe_route_t *c = h == s ? rt : (moe_acct_route(a, j, cid, cw, h, token, ch), ch);
-        count_layer(a, MOE_SCHEME_COHERENT, j, c, h, c->home);
-        if (fn)
-            fn(ctx, j, s, rt, h, c);
-        h = c->home;
-    }
+    for (uint32_t j = 0; j < a->L; j++)
+        account_cell(a, j, ids + (size_t)j * a->K, weights ? weights + (size_t)j * a->K : NULL,
+                     token, s, &h, fn, ctx);
     a->tokens++;
+    return 0;
+}
+
+int moe_acct_batch_each(moe_acct_t *a, size_t n, const uint16_t *ids, const float *weights,
+                        const uint64_t *token, const uint32_t *seq, const uint32_t *rank,
+                        moe_acct_cell_fn *fn, void *ctx)
+{
+    if (n > a->bcap) {
+        uint32_t *x = realloc(a->bhome, 2 * n * sizeof *x);
+        if (!x)
+            return MOE_ENOMEM;
+        a->bhome = x;
+        a->bcap = n;
+    }
+    uint32_t *src = a->bhome, *home = a->bhome + n;
+    for (size_t t = 0; t < n; t++)
+        if ((src[t] = home[t] = moe_acct_source(a, token[t], seq[t], rank[t])) == UINT32_MAX)
+            return MOE_ERANGE;
+    size_t LK = (size_t)a->L * a->K;
+    for (uint32_t j = 0; j < a->L; j++) /* layer-major: one layer's counts stay in cache */
+        for (size_t t = 0; t < n; t++)
+            account_cell(a, j, ids + t * LK + (size_t)j * a->K,
+                         weights ? weights + t * LK + (size_t)j * a->K : NULL, token[t],
+                         src[t], &home[t], fn, ctx);
+    a->tokens += n;
     return 0;
 }
 

@@ -31,36 +31,74 @@ double moe_deepep_bytes(int kernel, int phase, uint32_t hidden)
     return h + 4.0 * ((hidden + 127) / 128) + (kernel == MOE_DEEPEP_LL ? 16 : 0);
 }
 
+void moe_acct_relay(const moe_route_t *rt, uint32_t s, uint32_t gpn, int relay,
+                    moe_relay_route_t *out)
+{
+    uint32_t sn = s / gpn, sl = s - sn * gpn, nd[MOE_TRACE_MAX_TOPK], lead[MOE_TRACE_MAX_TOPK];
+    out->nodes = out->nsend = out->nfwd = out->nremote = 0;
+    if (relay == MOE_RELAY_NONE) {
+        for (uint32_t i = 0; i < rt->n; i++)
+            if (rt->rank[i] != s) {
+                uint8_t far = rt->rank[i] / gpn != sn;
+                out->remote[out->nsend] = far;
+                out->send[out->nsend++] = rt->rank[i];
+                out->nremote += far;
+            }
+        return;
+    }
+    for (uint32_t q = 0; q < rt->nranks; q++) {
+        uint32_t d = rt->ranks[q], n = nd[q] = d / gpn, i = 0;
+        while (nd[i] != n) /* the node's first serving rank: i == q for the first */
+            i++;
+        lead[q] = i == q ? d : lead[i];
+        out->nodes += i == q;
+        if (n == sn) { /* s's own node: straight from s */
+            if (d != s) {
+                out->remote[out->nsend] = 0;
+                out->send[out->nsend++] = d;
+            }
+            continue;
+        }
+        uint32_t via = relay == MOE_RELAY_LOCAL ? n * gpn + sl : lead[q];
+        if (i == q) { /* once per other node, to its relay */
+            out->remote[out->nsend] = 1;
+            out->send[out->nsend++] = via;
+            out->nremote++;
+        }
+        if (d != via) {
+            out->fwd_from[out->nfwd] = via;
+            out->fwd_to[out->nfwd++] = d;
+        }
+    }
+}
+
+int moe_accounting_relay(int accounting)
+{
+    return accounting == MOE_ACCOUNTING_DEEPEP ? MOE_RELAY_LOCAL
+           : accounting == MOE_ACCOUNTING_DEEPEP_LL ? MOE_RELAY_NONE : MOE_RELAY_FIRST;
+}
+
+/* Count the sends of r (RDMA to another node, else NVLink) and its forwards (NVLink) into
+ * kernel k's counts, both directions. */
+static void deepep_count(moe_acct_deepep_t *c, int k, const moe_relay_route_t *r)
+{
+    for (int ph = 0; ph < MOE_PHASES; ph++) {
+        c->rdma[k][ph] += r->nremote;
+        c->nvl[k][ph] += r->nsend - r->nremote + r->nfwd;
+    }
+}
+
 void acct_deepep_cell(struct moe_acct_deepep *c, const struct moe_route *rt, uint32_t s,
                       uint32_t gpn, uint32_t node_limit)
 {
-    uint32_t sn = s / gpn, local = s % gpn, nodes = 0;
+    moe_relay_route_t r;
     c->cells++;
-    /* normal: one RDMA copy per remote node, then NVLink from that node's forwarder (the rank
-     * of s's local index; s itself on its own node) to each other serving rank there */
-    for (uint32_t q = 0; q < rt->nranks; q++) {
-        uint32_t d = rt->ranks[q], n = d / gpn, first = 1;
-        for (uint32_t i = 0; i < q && first; i++)
-            first = rt->ranks[i] / gpn != n;
-        nodes += first;
-        if (first && n != sn)
-            for (int ph = 0; ph < MOE_PHASES; ph++)
-                c->rdma[MOE_DEEPEP_NORMAL][ph]++;
-        if (d != n * gpn + local)
-            for (int ph = 0; ph < MOE_PHASES; ph++)
-                c->nvl[MOE_DEEPEP_NORMAL][ph]++;
-    }
-    c->nodes += nodes;
-    c->over_limit += node_limit && nodes > node_limit;
-    /* low-latency: every top-k entry goes straight to its serving rank */
-    for (uint32_t i = 0; i < rt->n; i++) {
-        uint32_t d = rt->rank[i];
-        if (d == s)
-            continue;
-        uint64_t *x = d / gpn == sn ? c->nvl[MOE_DEEPEP_LL] : c->rdma[MOE_DEEPEP_LL];
-        for (int ph = 0; ph < MOE_PHASES; ph++)
-            x[ph]++;
-    }
+    moe_acct_relay(rt, s, gpn, MOE_RELAY_LOCAL, &r);
+    deepep_count(c, MOE_DEEPEP_NORMAL, &r);
+    c->nodes += r.nodes;
+    c->over_limit += node_limit && r.nodes > node_limit;
+    moe_acct_relay(rt, s, gpn, MOE_RELAY_NONE, &r);
+    deepep_count(c, MOE_DEEPEP_LL, &r);
 }
 
 const char *moe_accounting_name(int accounting)

@@ -107,27 +107,23 @@ static void xfer(moe_acct_rank_t *rk, int ph, int c, uint32_t from, uint32_t to)
     rk[to].recv[ph][c]++;
 }
 
-/* moe-run's hierarchical routes of one cell from source rank s: straight to each serving rank
- * of s's node; to the first serving rank of each other node (inter-node), which forwards the
- * token to that node's other serving ranks (intra-node) and returns one combined partial. */
+/* The hierarchical routes of one cell from source rank src (moe_acct_relay, by the relay rule
+ * of the accounting: moe-run's, DeepEP's normal or low-latency kernels): s's sends are the
+ * first hop, the relays' forwards inside their node the second; combine returns the same way. */
 static void hier_cell(const moe_sim_t *s, worker_t *w, uint32_t j, uint32_t src,
                       const moe_route_t *rt)
 {
     moe_acct_rank_t *hop = w->hop + (size_t)j * s->G, *fwd = w->fwd + (size_t)j * s->G;
-    for (uint32_t q = 0; q < rt->nranks; q++) {
-        uint32_t d = rt->ranks[q], q0 = 0;
-        if (d == src)
-            continue;
-        int c = moe_topo_class(&s->topo, src, d);
-        while (rt->ranks[q0] / s->gpn != d / s->gpn)
-            q0++;
-        if (c == MOE_LINK_INTRA || q0 == q) {
-            xfer(hop, MOE_DISPATCH, c, src, d);
-            xfer(hop, MOE_COMBINE, c, d, src);
-        } else {
-            xfer(fwd, MOE_DISPATCH, MOE_LINK_INTRA, rt->ranks[q0], d);
-            xfer(fwd, MOE_COMBINE, MOE_LINK_INTRA, d, rt->ranks[q0]);
-        }
+    moe_relay_route_t r;
+    moe_acct_relay(rt, src, s->gpn, s->relay, &r);
+    for (uint32_t i = 0; i < r.nsend; i++) {
+        int c = r.remote[i] ? MOE_LINK_INTER : MOE_LINK_INTRA; /* moe_topo_class's */
+        xfer(hop, MOE_DISPATCH, c, src, r.send[i]);
+        xfer(hop, MOE_COMBINE, c, r.send[i], src);
+    }
+    for (uint32_t i = 0; i < r.nfwd; i++) {
+        xfer(fwd, MOE_DISPATCH, MOE_LINK_INTRA, r.fwd_from[i], r.fwd_to[i]);
+        xfer(fwd, MOE_COMBINE, MOE_LINK_INTRA, r.fwd_to[i], r.fwd_from[i]);
     }
 }
 
@@ -175,31 +171,21 @@ static void scan_cell(void *arg, uint32_t j, uint32_t src, const moe_route_t *va
         bits[van->expert[i] >> 6] |= 1ull << (van->expert[i] & 63);
 }
 
-static int scan_token(scan_t *c, worker_t *w, const moe_trace_batch_t *b, size_t r)
-{
-    moe_sim_t *s = c->s;
-    size_t LK = (size_t)s->L * s->K;
-    const uint16_t *ids = b->ids + r * LK;
-    const float *wt = b->weights ? b->weights + r * LK : NULL;
-    uint32_t src = moe_acct_source(w->a, b->token[r], b->seq[r], b->rank[r]);
-    if (src == UINT32_MAX)
-        return moe_trace_map_fail(c->m, MOE_ERANGE,
-                                  "token %" PRIu64 ": recorded source rank %u out of range "
-                                  "(%u ranks; --source sequence ignores it)",
-                                  b->token[r], b->rank[r], s->G);
-    cell_ctx_t x = {s, w};
-    return moe_acct_token_each(w->a, ids, wt, b->token[r], b->seq[r], b->rank[r], scan_cell, &x);
-}
-
+/* A batch of records: their source ranks checked in order, then accounted layer by layer. */
 static int scan_batch(void *arg, int worker, moe_trace_batch_t *b)
 {
     scan_t *c = arg;
-    for (size_t r = 0; r < b->n; r++) {
-        int rc = scan_token(c, &c->w[worker], b, r);
-        if (rc)
-            return rc;
-    }
-    return 0;
+    moe_sim_t *s = c->s;
+    worker_t *w = &c->w[worker];
+    for (size_t r = 0; r < b->n; r++)
+        if (moe_acct_source(w->a, b->token[r], b->seq[r], b->rank[r]) == UINT32_MAX)
+            return moe_trace_map_fail(c->m, MOE_ERANGE,
+                                      "token %" PRIu64 ": recorded source rank %u out of range "
+                                      "(%u ranks; --source sequence ignores it)",
+                                      b->token[r], b->rank[r], s->G);
+    cell_ctx_t x = {s, w};
+    return moe_acct_batch_each(w->a, b->n, b->ids, b->weights, b->token, b->seq, b->rank,
+                               scan_cell, &x);
 }
 
 static void add_ranks(moe_acct_rank_t *a, const moe_acct_rank_t *b, size_t n)
@@ -318,6 +304,8 @@ static void sim_setup(moe_sim_t *s, const moe_placement_t *p, const moe_topo_t *
     s->aopts = o->acct;
     s->aopts.matrix = 0;
     s->aopts.ranks = 1;
+    s->accounting = o->accounting;
+    s->relay = moe_accounting_relay(o->accounting);
     double H = o->hidden ? o->hidden : h->hidden;
     double F = o->ffn ? o->ffn : 4 * H;
     double eb = o->elem_bytes ? o->elem_bytes : h->elem_bytes ? h->elem_bytes : 2;

@@ -14,6 +14,8 @@ struct moe_sim {
     uint32_t L, E, G, gpn, N, W; /* W: 64-bit words of an expert bitset */
     uint32_t K, k;               /* top-k of the trace, of the accounting */
     moe_acct_opts_t aopts;
+    int accounting, relay;       /* enum moe_accounting; the hierarchical scheme's relay rule
+                                  * (moe_accounting_relay) */
     double vec, xbytes, fpt;     /* bytes per transfer, per expert; FLOP per expert-token */
     double gather;               /* bytes of an item of coherent's all-gather */
     double H, F;                 /* hidden size, expert inner size */

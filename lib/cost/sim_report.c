@@ -14,6 +14,11 @@ const moe_acct_t *moe_sim_acct(const moe_sim_t *s)
     return s->acct;
 }
 
+int moe_sim_accounting(const moe_sim_t *s)
+{
+    return s->accounting;
+}
+
 int moe_sim_has(const moe_sim_t *s, int scheme)
 {
     return scheme >= 0 && scheme < MOE_SIM_SCHEMES && (s->schemes >> scheme & 1u);

@@ -75,11 +75,16 @@ static int table_head(textbuf_t *out, const moe_sim_t *s, const char *tpath,
     const moe_acct_t *a = moe_sim_acct(s);
     /* the default rule is not named, so that reports made before the option stay the same */
     int rule = moe_acct_replica_rule(a);
+    int ac = moe_sim_accounting(s); /* likewise */
     int rc = tb_fmt(out, "# moe-costmodel simulate\n# trace: %s: %" PRIu64
-                                " tokens%s%s\n# placement: %s: %u layers x %u experts on %u ranks "
-                                "(%u node%s x %u)\n", tpath, moe_acct_tokens(a),
+                                " tokens%s%s%s%s\n# placement: %s: %u layers x %u experts on %u "
+                                "ranks (%u node%s x %u)\n", tpath, moe_acct_tokens(a),
                                 rule ? ", replica rule: " : "",
-                                rule ? moe_replica_rule_name(rule) : "", ppath,
+                                rule ? moe_replica_rule_name(rule) : "",
+                                ac ? ", accounting: " : "",
+                                ac == MOE_ACCOUNTING_DEEPEP ? "deepep (hierarchical: DeepEP's "
+                                "normal kernels)" : ac ? "deepep-ll (hierarchical: DeepEP's "
+                                "low-latency kernels)" : "", ppath,
                                 p->layers, p->experts, p->ranks, t->nodes,
                                 t->nodes == 1 ? "" : "s", t->gpus_per_node);
     rc = rc ? rc : tb_fmt(out, "# topology: %s\n# transfer: %.0f bytes; expert: "
@@ -359,14 +364,17 @@ static int write_json(textbuf_t *out, const moe_sim_t *s, const moe_sim_write_op
                       size_t errlen)
 {
     int rule = moe_acct_replica_rule(moe_sim_acct(s)); /* the default unnamed, as before */
+    int ac = moe_sim_accounting(s);
     int rc = tb_fmt(out, "{\"tokens\": %" PRIu64 ", \"layers\": %u, \"experts\": %u, "
-                                "\"ranks\": %u, \"nodes\": %u, %s%s%s\"transfer_bytes\": %.0f, "
+                                "\"ranks\": %u, \"nodes\": %u, %s%s%s%s%s%s\"transfer_bytes\": "
+                                "%.0f, "
                                 "\"expert_bytes\": %.0f, \"chunks\": %u, \"gather_bytes\": "
                                 "%.0f, \"schemes\": {",
                                 moe_acct_tokens(moe_sim_acct(s)), p->layers, p->experts, p->ranks,
                                 t->nodes, rule ? "\"replica_rule\": \"" : "",
                                 rule ? moe_replica_rule_name(rule) : "", rule ? "\", " : "",
-                                moe_sim_vector_bytes(s), moe_sim_expert_bytes(s),
+                                ac ? "\"accounting\": \"" : "", ac ? moe_accounting_name(ac) : "",
+                                ac ? "\", " : "", moe_sim_vector_bytes(s), moe_sim_expert_bytes(s),
                                 moe_sim_chunks(s), moe_sim_gather_bytes(s));
     int first = 1;
     for (int k = 0; k < MOE_SIM_SCHEMES && !rc; k++)

@@ -184,6 +184,14 @@ int moe_acct_token_each(moe_acct_t *a, const uint16_t *ids, const float *weights
                         uint64_t token, uint32_t seq, uint32_t rank, moe_acct_cell_fn *fn,
                         void *ctx);
 
+/* moe_acct_token_each over n tokens (ids, weights: n * L * K, record-major; token, seq, rank:
+ * n each), layer by layer: the same counts, and fn sees the same cells, each layer's cells
+ * together (an accumulator over many ranks then keeps one layer's counts in cache). Returns 0,
+ * MOE_ERANGE (a recorded rank >= G: nothing of the batch is counted) or MOE_ENOMEM. */
+int moe_acct_batch_each(moe_acct_t *a, size_t n, const uint16_t *ids, const float *weights,
+                        const uint64_t *token, const uint32_t *seq, const uint32_t *rank,
+                        moe_acct_cell_fn *fn, void *ctx);
+
 /* Account every record of a trace map on all its workers (per-worker accumulators merged in
  * worker order: integer sums, so the result does not depend on the thread count). Returns 0 or
  * a negative status with the reason in moe_trace_map_errmsg(m). */
@@ -266,6 +274,37 @@ typedef struct moe_acct_deepep {
     uint64_t nodes;       /* nodes of the serving ranks, summed over cells */
     uint64_t over_limit;  /* cells spanning more nodes than opts.node_limit (0 without) */
 } moe_acct_deepep_t;
+
+/* The routes one vanilla cell takes when sends are de-duplicated per node, the one definition
+ * that DeepEP's counts (above) and moe-costmodel simulate's hierarchical scheme are grown from.
+ * The token leaves its source rank s; every other serving rank d gets it either straight from
+ * s (a send) or from a relay of d's node (a forward, inside the node):
+ *  MOE_RELAY_FIRST  moe-run's hierarchical mode: straight to the serving ranks of s's node;
+ *                   once to the first serving rank (route order) of each other node, which
+ *                   forwards it to that node's other serving ranks;
+ *  MOE_RELAY_LOCAL  DeepEP's normal kernels: straight to the serving ranks of s's node (s is
+ *                   its own node's forwarder); once over RDMA to the rank of s's local index on
+ *                   each other node, serving or not, which forwards it to the node's serving
+ *                   ranks but itself;
+ *  MOE_RELAY_NONE   DeepEP's low-latency kernels: one send per top-k entry whose rank is not
+ *                   s (a rank serving two of the cell's experts gets two), no forwards.
+ * Combine takes the same routes backwards. */
+enum moe_relay { MOE_RELAY_FIRST = 0, MOE_RELAY_LOCAL = 1, MOE_RELAY_NONE = 2 };
+typedef struct moe_relay_route {
+    uint32_t nodes;                           /* nodes of the serving ranks (0 for NONE) */
+    uint32_t nsend, nfwd, nremote;            /* nremote: sends to another node than s's */
+    uint32_t send[MOE_TRACE_MAX_TOPK];        /* ranks s sends to, one entry per copy */
+    uint8_t remote[MOE_TRACE_MAX_TOPK];       /* send[i] is on another node than s */
+    uint32_t fwd_from[MOE_TRACE_MAX_TOPK];    /* forwards: relay ... */
+    uint32_t fwd_to[MOE_TRACE_MAX_TOPK];      /* ... to serving rank, the same node */
+} moe_relay_route_t;
+/* The routes of route rt (a present cell) from source rank s with gpn ranks per node under
+ * relay rule `relay` (enum moe_relay), into *out. */
+void moe_acct_relay(const moe_route_t *rt, uint32_t s, uint32_t gpn, int relay,
+                    moe_relay_route_t *out);
+/* The relay rule of an accounting (enum moe_accounting): FIRST for rank (moe-run), LOCAL for
+ * deepep, NONE for deepep-ll. */
+int moe_accounting_relay(int accounting);
 
 /* DeepEP's counts of layer j (NULL out of range), and their sum over layers. */
 const moe_acct_deepep_t *moe_acct_deepep(const moe_acct_t *a, uint32_t layer);

@@ -95,6 +95,10 @@ typedef struct moe_place_opts {
                             * leaves unplaced go to the experts with the most load per copy,
                             * on nodes without one first (place_fill.c), so that SGLang's and
                             * EPLB's maps hold the placement [0] */
+    int accounting;        /* moe/acct.h's enum moe_accounting the affinity method's search
+                            * counts (the scorer's: moe_place_tokens_accounting): rank, or
+                            * deepep (RDMA node-copies and NVLink forwards, moe_acct_relay)
+                            * [RANK] */
     uint32_t expert_groups; /* > 0: keep groups of E / expert_groups consecutive experts
                              * whole on nodes (DeepSeek-V3's n_group; its node-limited
                              * routing): after the method, each group's copies move onto one
@@ -155,12 +159,15 @@ double moe_place_tokens_score(void *ctx, const moe_placement_t *p);
 void moe_place_tokens_rule(moe_place_tokens_t *s, int rule);
 /* Score by DeepEP's counts from now on (moe/acct.h's enum moe_accounting: deepep for the
  * normal kernels, deepep-ll): RDMA copies weighted as inter-node transfers, NVLink copies as
- * intra-node ones, per cell; rank (0, the default) scores the scheme's per-rank transfers. */
+ * intra-node ones, per cell, averaged with the busiest rank's (per layer, G/2 times the most
+ * one rank sends and receives: the same when the ranks are even, more when one is busier);
+ * rank (0, the default) scores the scheme's per-rank transfers. */
 void moe_place_tokens_accounting(moe_place_tokens_t *s, int accounting);
 /* Free; NULL is a no-op. */
 void moe_place_tokens_free(moe_place_tokens_t *s);
 /* Let fit `o` rank its candidates on sample s: o->sample, o->score (moe_place_tokens_score) and
- * o->score_ctx; a NULL s clears them. */
+ * o->score_ctx, and search by the sample's accounting (o->accounting); a NULL s clears the
+ * first three. */
 void moe_place_tokens_attach(moe_place_tokens_t *s, moe_place_opts_t *o);
 /* The options of the statistics a fit reads (moe_affinity_count, moe_affinity_read_any):
  * top-1 paths, or whole sets with their co-activation; no shuffled baseline. */

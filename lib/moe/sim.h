@@ -29,6 +29,8 @@ extern "C" {
  *                overlap (MPMoE, MoNTA);
  *  hierarchical  a token sent once to each other node, to its first serving rank there, which
  *                forwards it inside the node and returns one partial (MoNTA-style); four hops;
+ *                with opts.accounting deepep DeepEP's normal kernels instead (to the rank of
+ *                the source's local index there), with deepep-ll its low-latency ones;
  *  datacentric   tokens stay on their source rank; each rank pulls the experts it needs, from
  *                its node when a copy is there, else through the node's first rank needing
  *                it, at most `credits` arriving per round (Janus).
@@ -60,6 +62,11 @@ typedef struct moe_sim_opts {
     unsigned schemes;    /* bit (1 << scheme) per scheme to simulate [0: all] */
     moe_acct_opts_t acct; /* top-k, source ranks and replica rule, as moe-place eval's
                            * (matrix ignored) */
+    int accounting;       /* enum moe_accounting [RANK]: the routes of the hierarchical scheme
+                           * (moe_acct_relay): moe-run's (rank), DeepEP's normal kernels
+                           * (deepep: once per node to the source's local index, forwarded
+                           * over NVLink) or low-latency ones (deepep-ll: one message per top-k
+                           * entry, straight) */
     double gather_bytes; /* bytes of one item of coherent's per-iteration all-gather [0: a
                           * token id, MOE_EXFLOW_TOKEN_ID; < 0: a hidden vector, as moe-run
                           * gathers the tokens' states] (moe_exflow_gather_parse) */
@@ -106,6 +113,8 @@ void moe_sim_free(moe_sim_t *s);
 
 /* The accounting the simulation ran (vanilla and coherent transfer counts, loads). */
 const moe_acct_t *moe_sim_acct(const moe_sim_t *s);
+/* The accounting of the hierarchical scheme's routes (opts.accounting). */
+int moe_sim_accounting(const moe_sim_t *s);
 /* Is a scheme simulated (selected in opts.schemes)? */
 int moe_sim_has(const moe_sim_t *s, int scheme);
 /* Layer j of a scheme, or NULL out of range. */

@@ -844,6 +844,17 @@ static void add_replicas(const state_t *s, moe_placement_t *p, uint32_t replicas
     free(held);
 }
 
+/* The rule the replicas are searched under for target rule `rule`. SGLang's static table is
+ * drawn once per placement from one random stream over every row (acct_replica.c): a table
+ * built before a copy is added never sends a token to it, and one rebuilt with it redraws
+ * every later row. The even rule spreads an expert's tokens over its slots as the table's
+ * fair choices spread the GPUs over them, so it stands in during the search (on average the
+ * same locality per copy); the scorer judges the result by the table itself. */
+static int place_search_rule(int rule)
+{
+    return rule == MOE_REPLICA_SGLANG_STATIC ? MOE_REPLICA_EVEN : rule;
+}
+
 /* Write state s into the placement: primary copies, then the replicas, where they save the
  * sample's transfers when there is a sample (place_replica.c), else by load and affinity.
  * Returns 0 or MOE_ENOMEM. */
@@ -857,7 +868,7 @@ static int place_state(const state_t *s, const moe_place_opts_t *o, moe_placemen
         double cost[MOE_LINK_CLASSES] = {0, m->cin, m->cout, m->cout};
         return moe_place_replicate_rule(out, o->sample, o->scheme == MOE_SCHEME_COHERENT,
                                         o->replicas, o->max_imbalance, cost, o->threads,
-                                        o->replica_rule);
+                                        place_search_rule(o->replica_rule), o->accounting);
     }
     add_replicas(s, out, o->replicas);
     return 0;
@@ -889,7 +900,9 @@ static int repartition(state_t *s, const moe_place_opts_t *o, double deadline,
                        moe_placement_t *out, double *score)
 {
     const model_t *m = s->m;
-    moe_place_layers_t pl = {m->L, m->E, m->G, m->gpn, m->C, m->cin, m->cout, m->ng, m->load, m->cap};
+    moe_place_layers_t pl = {m->L, m->E, m->G, m->gpn, m->C, m->cin, m->cout, m->ng, m->load,
+                             m->cap, 0, 0};
+    moe_place_set_weights(&pl, o->accounting);
     state_t t;
     int rc = state_init(&t, m);
     if (rc)
@@ -1003,6 +1016,14 @@ int moe_place_affinity(const moe_affinity_t *a, const moe_topo_t *topo,
     model_t base;
     double *co = NULL, *tr = NULL, *load = NULL, *cap = NULL;
     int rc = build_model(&base, a, topo, o, out->capacity, &co, &tr, &load, &cap);
+    if (!rc && o->accounting == MOE_ACCOUNTING_DEEPEP) {
+        moe_place_layers_t w = {.G = base.G, .gpn = base.gpn, .cin = base.cin, .cout = base.cout};
+        moe_place_set_weights(&w, o->accounting);
+        moe_log(MOE_LOG_INFO, "affinity: DeepEP objective: a set weighs %.3f per node and %.3f "
+                "per rank it spans; replicas kept where RDMA node-copies x %g + NVLink forwards "
+                "x %g fall, searched under the %s rule", w.wnode, w.wrank, base.cout, base.cin,
+                moe_replica_rule_name(place_search_rule(o->replica_rule)));
+    }
     job_t jb = {.seed = o->seed};
     jb.deadline = util_now() + (o->time_limit > 0 ? o->time_limit : 1e9);
     jb.exact = base.top1 && base.C == 1 && base.E == base.G && topo->nodes == 1;

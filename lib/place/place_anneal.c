@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "moe/acct.h"
 #include "moe/moe.h"
 #include "moe/rng.h"
 #include "acct/acct_internal.h"
@@ -21,6 +22,8 @@
  * themselves: the cost of a token is
  *
  *     f = cin (|R_j| - 1) + (cout - cin) (|N_j| - 1)        (R_j ranks, N_j nodes of its set)
+ *
+ * (for DeepEP's accounting with other weights, moe_place_set_weights below)
  *
  * and the search anneals swaps (and moves into free slots) of two experts, each scored exactly
  * and incrementally from per-token counts of experts per rank and per node: a swap touches only
@@ -37,6 +40,27 @@
  * most of them find their home among the ranks they need next (one assignment problem per layer,
  * solved exactly over the relabellings that keep nodes together).
  */
+
+/*
+ * The weights of f. Per-rank transfers: a set on |R| ranks of |N| nodes costs cin per rank
+ * and cout - cin more per node, as above. DeepEP's normal kernels (moe/acct.h) send one RDMA
+ * node-copy to each node of the set but the source's, and one NVLink forward to each rank but
+ * the node's forwarder (the source's local index there, or the source itself): with the
+ * source uniform over the G ranks, which the partition cannot know, that is on average
+ * (1 - 1/nodes) |N| copies and (1 - 1/gpn) |R| forwards (the forwarder serves with
+ * probability 1/gpn), so f weighs a node cout (1 - 1/nodes) and a rank cin (1 - 1/gpn).
+ * The low-latency kernels send per top-k entry whatever the partition: per-rank weights.
+ */
+void moe_place_set_weights(moe_place_layers_t *m, int accounting)
+{
+    double nodes = m->G / m->gpn;
+    m->wrank = m->cin;
+    m->wnode = m->cout - m->cin;
+    if (accounting == MOE_ACCOUNTING_DEEPEP) {
+        m->wrank = m->cin * (1 - 1.0 / m->gpn);
+        m->wnode = m->cout * (1 - 1 / nodes);
+    }
+}
 
 /* Work per layer: ANNEAL_PER_PAIR tries per pair of experts on different ranks, within a budget
  * of token visits for the whole fit (about 5 s on one core of the build machine). On
@@ -215,10 +239,10 @@ static inline double token_delta(const anneal_t *a, const uint8_t *c, const uint
                                  uint32_t r1, uint32_t r2)
 {
     const moe_place_layers_t *m = a->m;
-    double d = m->cin * ((c[r2] == 0) - (c[r1] == 1));
+    double d = m->wrank * ((c[r2] == 0) - (c[r1] == 1));
     uint32_t n1 = r1 / m->gpn, n2 = r2 / m->gpn;
     if (n1 != n2)
-        d += (m->cout - m->cin) * ((nc[n2] == 0) - (nc[n1] == 1));
+        d += m->wnode * ((nc[n2] == 0) - (nc[n1] == 1));
     return d;
 }
 

@@ -353,7 +353,7 @@ moe_placement_t *moe_place_fit(const moe_affinity_t *a, const moe_topo_t *topo,
     if (!rc && o->expert_groups)
         rc = place_keep_groups(sub, a, o->expert_groups);
     if (!rc && o->fill_slots && o->replicas)
-        rc = place_fill_slots(sub, a, o->expert_groups != 0);
+        rc = place_fill_slots(sub, a, o->expert_groups != 0, o->max_imbalance);
     if (!rc && groups > 1)
         rc = expand(sub, groups, p);
     if (!rc && o->score && o->method < MOE_PLACE_EXFLOW) /* exflow reports its own hops */

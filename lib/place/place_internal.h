@@ -40,7 +40,12 @@ typedef struct moe_place_layers {
     uint32_t ng;
     const double *load;
     const double *cap;
+    double wrank, wnode;    /* a set's cost per rank and per node it spans (place_anneal.c) */
 } moe_place_layers_t;
+
+/* The anneal's weights per rank and per node a token's set spans under accounting
+ * `accounting` (moe/acct.h) with link costs cin, cout, into m->wrank, m->wnode. */
+void moe_place_set_weights(moe_place_layers_t *m, int accounting);
 
 /* Re-partition each layer of rank[L][E] (in/out, a layout within the capacity) by simulated
  * annealing on the sample's token sets: minimises the link-weighted ranks and nodes each set
@@ -68,15 +73,19 @@ int moe_place_replicate(moe_placement_t *p, const moe_place_sample_t *x, int coh
                         uint32_t copies, double max_imbalance,
                         const double cost[MOE_LINK_CLASSES], int threads);
 /* moe_place_replicate with the tokens routed by replica rule `rule` (moe/acct.h): the copies
- * are kept only where they lower the transfers under that rule. */
+ * are kept only where they lower the transfers under that rule, counted by `accounting`
+ * (moe/acct.h's enum moe_accounting: per rank, or DeepEP's RDMA node-copies at cost[INTER]
+ * and NVLink forwards at cost[INTRA], moe_acct_relay). */
 int moe_place_replicate_rule(moe_placement_t *p, const moe_place_sample_t *x, int coherent,
                              uint32_t copies, double max_imbalance,
-                             const double cost[MOE_LINK_CLASSES], int threads, int rule);
+                             const double cost[MOE_LINK_CLASSES], int threads, int rule,
+                             int accounting);
 /* Spend every free slot of p (capacity per rank) on extra copies (place_fill.c): the expert
- * with the most load per copy (a's loads) that a free rank lacks, on a node without a copy of
- * it when one has a free rank; `grouped`: only on nodes already holding a copy (expert groups
- * kept whole on nodes). Returns 0, or MOE_ENOMEM / MOE_ERANGE. */
-int place_fill_slots(moe_placement_t *p, const moe_affinity_t *a, int grouped);
+ * with the most load per copy (a's loads) that a free rank lacks, on a rank whose load stays
+ * within imb times the mean (or the layer's largest, if more; imb <= 0: the largest) first,
+ * then on a node without a copy of it; `grouped`: only on nodes already holding a copy
+ * (expert groups kept whole on nodes). Returns 0, or MOE_ENOMEM / MOE_ERANGE. */
+int place_fill_slots(moe_placement_t *p, const moe_affinity_t *a, int grouped, double imb);
 /* Keep `groups` groups of E / groups consecutive experts whole on nodes (place_groups.c):
  * groups assigned to nodes (groups / nodes each) where the fit put most of their load, every
  * copy moved onto its group's node. Returns 0, MOE_ENOMEM or MOE_ERANGE. */

@@ -46,6 +46,7 @@ typedef struct rep {
     moe_acct_t *a;
     uint32_t L, E, G, gpn, ng;
     int coherent, threads;
+    int relay;      /* DeepEP's counts by this relay rule (moe_acct_relay), -1 per rank */
     double cost[MOE_LINK_CLASSES];
     uint32_t *home; /* [n] homes before the current layer */
     double *bound;  /* [ng] */
@@ -88,6 +89,22 @@ static inline int in_set(const uint32_t *set, uint32_t n, uint32_t v)
     return 0;
 }
 
+/* The link-weighted transfers of route rt from h, combined to h2: per rank, or DeepEP's RDMA
+ * node-copies and NVLink forwards both ways. */
+static double route_cost(const rep_t *r, const moe_route_t *rt, uint32_t h, uint32_t h2)
+{
+    double c = 0;
+    if (r->relay >= 0) {
+        moe_relay_route_t rr;
+        moe_acct_relay(rt, h, r->gpn, r->relay, &rr);
+        return 2 * (r->cost[MOE_LINK_INTER] * rr.nremote +
+                    r->cost[MOE_LINK_INTRA] * (rr.nsend - rr.nremote + rr.nfwd));
+    }
+    for (uint32_t i = 0; i < rt->nranks; i++)
+        c += link_cost(r, h, rt->ranks[i]) + link_cost(r, rt->ranks[i], h2);
+    return c;
+}
+
 /* Route tokens t0 .. t1 at layer j under the current copies, adding into *s (homes after the
  * layer into home[]). */
 static void pass_tokens(const rep_t *r, uint32_t j, uint32_t t0, uint32_t t1, pass_t *s,
@@ -111,8 +128,7 @@ static void pass_tokens(const rep_t *r, uint32_t j, uint32_t t0, uint32_t t1, pa
             if (lg)
                 lg[rt.rank[i]] += 1;
         }
-        for (uint32_t i = 0; i < rt.nranks; i++)
-            s->cost += link_cost(r, h, rt.ranks[i]) + link_cost(r, rt.ranks[i], h2);
+        s->cost += route_cost(r, &rt, h, h2);
         int home_in = in_set(rt.ranks, rt.nranks, h);
         for (uint32_t i = 0; i < rt.n; i++) {
             uint32_t q = rt.rank[i], c = 0;
@@ -270,12 +286,13 @@ int moe_place_replicate(moe_placement_t *p, const moe_place_sample_t *x, int coh
                         const double cost[MOE_LINK_CLASSES], int threads)
 {
     return moe_place_replicate_rule(p, x, coherent, copies, max_imbalance, cost, threads,
-                                    MOE_REPLICA_NEAREST);
+                                    MOE_REPLICA_NEAREST, MOE_ACCOUNTING_RANK);
 }
 
 int moe_place_replicate_rule(moe_placement_t *p, const moe_place_sample_t *x, int coherent,
                              uint32_t copies, double max_imbalance,
-                             const double cost[MOE_LINK_CLASSES], int threads, int rule)
+                             const double cost[MOE_LINK_CLASSES], int threads, int rule,
+                             int accounting)
 {
     if (!copies || !x || !x->n || x->layers != p->layers)
         return 0;
@@ -288,7 +305,8 @@ int moe_place_replicate_rule(moe_placement_t *p, const moe_place_sample_t *x, in
     char err[160];
     rep_t r = {.p = p, .x = x, .L = p->layers, .E = p->experts, .G = p->ranks,
                .gpn = p->gpus_per_node, .ng = 1 + (x->group ? x->groups : 0),
-               .coherent = coherent, .threads = threads > 0 ? threads : 0};
+               .coherent = coherent, .threads = threads > 0 ? threads : 0,
+               .relay = accounting ? moe_accounting_relay(accounting) : -1};
     memcpy(r.cost, cost, sizeof r.cost);
     r.a = moe_acct_new(p, NULL, &h, &ao, &st, err, sizeof err);
     if (!r.a)

@@ -142,18 +142,54 @@ void moe_place_tokens_accounting(moe_place_tokens_t *s, int accounting)
         s->accounting = accounting;
 }
 
+/* The busiest rank's DeepEP traffic: per layer and rank, the link-weighted copies it sends
+ * and receives, both directions (moe_acct_relay's routes of every cell). */
+typedef struct busy {
+    const sample_t *s;
+    uint32_t G, gpn;
+    int relay;
+    double *x; /* [L][G] */
+} busy_t;
+
+static void busy_cell(void *ctx, uint32_t j, uint32_t src, const moe_route_t *van,
+                      uint32_t home, const moe_route_t *coh)
+{
+    (void)home, (void)coh;
+    busy_t *b = ctx;
+    moe_relay_route_t r;
+    moe_acct_relay(van, src, b->gpn, b->relay, &r);
+    double *x = b->x + (size_t)j * b->G, in = b->s->topo.cost[MOE_LINK_INTRA];
+    for (uint32_t i = 0; i < r.nsend; i++) {
+        double c = 2 * (r.remote[i] ? b->s->topo.cost[MOE_LINK_INTER] : in);
+        x[src] += c;
+        x[r.send[i]] += c;
+    }
+    for (uint32_t i = 0; i < r.nfwd; i++) {
+        x[r.fwd_from[i]] += 2 * in;
+        x[r.fwd_to[i]] += 2 * in;
+    }
+}
+
 /* DeepEP's cost of the accounted tokens per cell (moe/acct.h): RDMA copies at the inter-node
- * cost, NVLink copies at the intra-node one, both directions, of the kernels chosen. */
-static double deepep_cost(const sample_t *s, const moe_acct_t *a)
+ * cost, NVLink copies at the intra-node one, both directions, of the kernels chosen; the mean
+ * of that and the busiest rank's share of it (an all-to-all lasts as long as its busiest rank:
+ * per layer, G/2 times the most a rank sends and receives, the total when the ranks are even). */
+static double deepep_cost(const sample_t *s, const moe_acct_t *a, const busy_t *b)
 {
     moe_acct_deepep_t t;
     moe_acct_deepep_total(a, &t);
     int k = s->accounting == MOE_ACCOUNTING_DEEPEP_LL ? MOE_DEEPEP_LL : MOE_DEEPEP_NORMAL;
-    double cost = 0;
+    double cost = 0, busy = 0;
     for (int ph = 0; ph < MOE_PHASES; ph++)
         cost += (double)t.rdma[k][ph] * s->topo.cost[MOE_LINK_INTER] +
                 (double)t.nvl[k][ph] * s->topo.cost[MOE_LINK_INTRA];
-    return t.cells ? cost / (double)t.cells : 0;
+    for (uint32_t j = 0; j < s->h.layers; j++) {
+        double hi = 0;
+        for (uint32_t r = 0; r < b->G; r++)
+            hi = fmax(hi, b->x[(size_t)j * b->G + r]);
+        busy += hi * b->G / 2;
+    }
+    return t.cells ? (cost + busy) / (2.0 * (double)t.cells) : 0;
 }
 
 double moe_place_tokens_score(void *ctx, const moe_placement_t *p)
@@ -166,17 +202,25 @@ double moe_place_tokens_score(void *ctx, const moe_placement_t *p)
     int st;
     char err[256];
     moe_acct_t *a = moe_acct_new(p, &s->topo, &s->h, &ao, &st, err, sizeof err);
+    busy_t b = {s, p->ranks, s->topo.gpus_per_node, moe_accounting_relay(s->accounting), NULL};
+    if (a && s->accounting && !(b.x = calloc((size_t)s->h.layers * b.G, sizeof *b.x))) {
+        moe_acct_free(a);
+        return INFINITY;
+    }
     if (!a)
         return INFINITY;
     for (uint32_t i = 0; i < s->n; i++)
-        if (moe_acct_token(a, s->ids + (size_t)i * s->LK, s->w ? s->w + (size_t)i * s->LK : NULL,
-                           s->token[i], s->seq[i], s->rank[i])) {
+        if (moe_acct_token_each(a, s->ids + (size_t)i * s->LK,
+                                s->w ? s->w + (size_t)i * s->LK : NULL, s->token[i], s->seq[i],
+                                s->rank[i], b.x ? busy_cell : NULL, &b)) {
             moe_acct_free(a);
+            free(b.x);
             return INFINITY;
         }
     if (s->accounting) {
-        double c = deepep_cost(s, a);
+        double c = deepep_cost(s, a, &b);
         moe_acct_free(a);
+        free(b.x);
         return c;
     }
     moe_acct_layer_t t;
@@ -264,6 +308,7 @@ moe_place_tokens_t *moe_place_tokens_subset(const moe_place_tokens_t *s,
         d->topk = s->topk;
         d->scheme = s->scheme;
         d->rule = s->rule;
+        d->accounting = s->accounting;
         rc = sample_prepare(d, moe_topo_ranks(&s->topo), s->topk == 1, errbuf, errlen);
     } else {
         util_errf(errbuf, errlen, rc, "out of memory");
@@ -281,6 +326,8 @@ void moe_place_tokens_attach(moe_place_tokens_t *s, moe_place_opts_t *o)
     o->sample = moe_place_tokens_view(s);
     o->score = s ? moe_place_tokens_score : NULL;
     o->score_ctx = s;
+    if (s) /* the search counts what the scorer does */
+        o->accounting = s->accounting;
 }
 
 void moe_place_stats_opts(moe_affinity_opts_t *ao, int top1)

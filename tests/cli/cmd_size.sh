@@ -20,9 +20,11 @@
 # for moe-place compare's predicted layer times (issue 45 items 4 and 5): its --nodes,
 # --hidden, --ffn and --elem-bytes help lines and the call of the library's
 # moe_sim_layer_mean for both sides (the model is lib/cost, the lines lib/acct/acct_compare.c).
+# Raised by 7 for moe-costmodel simulate's --accounting and --for (issue 45: their help lines
+# and cases; the parsing is cmd/cli.c's, the routes lib/acct's moe_acct_relay).
 . "$(dirname "$0")/lib.sh"
 
-BUDGET=4068
+BUDGET=4075
 
 begin "cmd/ within its line budget ($BUDGET)"
 tools() { ls "$top_srcdir"/cmd/*.c "$top_srcdir"/cmd/*.h | grep -v '/cli\.[ch]$'; }

@@ -123,8 +123,12 @@ end
 
 begin "compare --baseline eplb: fitted with the same slots on --baseline-fit"
 moe gen --no-PG -L 2 -E 16 -k 2 -n 800 -s 20 -r 8 -S 9 -o "$T/g.moet" || fail "gen"
-mp fit --no-PG --ranks 8 --gpus-per-node 4 --memory 1.5 --cv 0 --starts 2 --for sglang \
-    -o "$T/f.moep" "$T/g.moet" || fail "fit"
+mp fit --no-PG -v --ranks 8 --gpus-per-node 4 --memory 1.5 --cv 0 --starts 2 --for sglang \
+    -o "$T/f.moep" "$T/g.moet" 2>"$T/fit.err" || fail "fit"
+# the fit's DeepEP objective: 2 nodes x 4, inter-node weight 4: a node 4 (1 - 1/2), a rank
+# 1 - 1/4; replicas under the even split for SGLang's static table
+grep -q 'DeepEP objective: a set weighs 2.000 per node and 0.750 per rank it spans; .*x 4 .*x 1 fall, searched under the even rule' \
+    "$T/fit.err" || fail "-v does not say what the fit's objective is: $(cat "$T/fit.err")"
 expect_exit 0 mp compare --baseline-fit "$T/g.moet" "$T/f.moep" "$T/g.moet"
 grep -q '^# slots per layer: 24 against 24;' "$T/out" || fail "not the same slots"
 expect_eq "$(awk -F '\t' '$1 == "COMPARE"' "$T/out" | wc -l | tr -d ' ')" 5 "five measures"

@@ -120,7 +120,8 @@ static void check_case(uint32_t E, uint32_t G, uint32_t gpn, uint32_t C)
 {
     planted_t p;
     planted_make(&p, E, G, gpn, C, 1500, 1.10);
-    moe_place_layers_t m = {p.L, p.E, p.G, p.gpn, p.C, 1, 4, 1, p.load, p.cap};
+    moe_place_layers_t m = {p.L, p.E, p.G, p.gpn, p.C, 1, 4, 1, p.load, p.cap, 0, 0};
+    moe_place_set_weights(&m, MOE_ACCOUNTING_RANK);
     moe_place_sample_t x = {p.n, p.L, p.K, p.ids, p.source, NULL, 0, NULL};
     size_t V = (size_t)p.L * p.E;
     uint16_t *r0 = malloc(V * sizeof *r0), *r2 = malloc(V * sizeof *r2);
@@ -210,7 +211,8 @@ static void check_bound_kept(void)
         total += p.load[e];
     for (uint32_t j = 0; j < p.L; j++)
         p.cap[j] = 1.05 * total / p.G;
-    moe_place_layers_t m = {p.L, p.E, p.G, p.gpn, p.C, 1, 4, 1, p.load, p.cap};
+    moe_place_layers_t m = {p.L, p.E, p.G, p.gpn, p.C, 1, 4, 1, p.load, p.cap, 0, 0};
+    moe_place_set_weights(&m, MOE_ACCOUNTING_RANK);
     moe_place_sample_t x = {p.n, p.L, p.K, p.ids, p.source, NULL, 0, NULL};
     uint16_t r[48];
     /* a start within the bound: each cluster spread one expert per rank */
@@ -225,8 +227,23 @@ static void check_bound_kept(void)
     planted_free(&p);
 }
 
+/* The set weights: per rank, cin a rank and cout - cin a node; DeepEP's (issue 45), on 4
+ * nodes x 8 with cin 1, cout 6: a node 6 (1 - 1/4) = 4.5 RDMA node-copies' worth, a rank
+ * 1 - 1/8 = 0.875 NVLink forwards' worth; the low-latency kernels keep the per-rank ones. */
+static void check_weights(void)
+{
+    moe_place_layers_t m = {.G = 32, .gpn = 8, .cin = 1, .cout = 6};
+    moe_place_set_weights(&m, MOE_ACCOUNTING_RANK);
+    CHECK(m.wrank == 1 && m.wnode == 5);
+    moe_place_set_weights(&m, MOE_ACCOUNTING_DEEPEP);
+    CHECK(fabs(m.wrank - 0.875) < 1e-12 && fabs(m.wnode - 4.5) < 1e-12);
+    moe_place_set_weights(&m, MOE_ACCOUNTING_DEEPEP_LL);
+    CHECK(m.wrank == 1 && m.wnode == 5);
+}
+
 int main(void)
 {
+    check_weights();
     check_case(32, 4, 4, 8);  /* one node, full ranks: swaps only */
     check_case(32, 4, 2, 8);  /* two nodes */
     check_case(24, 4, 2, 7);  /* free slots: moves as well as swaps */
