@@ -747,6 +747,10 @@ void run_ep_layer(run_t *r, uint32_t l)
     ent_t *ents;
     uint32_t *um;
     size_t ne = run_ep_plan(r, l, 0, n, ids, w, newhome, &ents, &um);
+    /* the mixer, the gate and the routing are the model's compute; the dispatch starts at
+     * the rows' layout on the wire */
+    run_tick(r, l, RUN_COMPUTE, t0);
+    t0 = run_mark(r);
     hop_t *hp = run_hbuf(r, RUN_HS_EP_HOPS, chunks * sizeof *hp);
     size_t *cnt = run_hbuf(r, RUN_HS_EP_LCNT, chunks * C_N * G * sizeof *cnt);
     uint32_t *srow = run_hbuf(r, RUN_HS_EP_LSROW, (ne + 1) * sizeof *srow);

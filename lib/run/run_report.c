@@ -23,8 +23,9 @@ typedef struct sums {
                        * of a rank */
     double *rank;     /* [G][4] vector bytes sent per iteration by rank: total, intra, inter,
                        * the accounting's total (-1 unknown) */
-    double *ex;       /* [2][L] ms a rank was blocked in the layer's communication, then
-                       * (--measure-wait) in the barriers before it; most of a rank */
+    double *ex;       /* [3][L] ms a rank was blocked in the layer's communication, then
+                       * (--measure-wait) in the barriers before it, then (--measure-wait)
+                       * its dispatch and combine less those barriers; most of a rank */
     double ag[MOE_LINK_CLASSES];
     double meta;
     int acct_equal;   /* 1 equal on every rank, 0 not, -1 not applicable */
@@ -79,7 +80,7 @@ static int reduce(run_t *r, sums_t *s)
     s->load = calloc(L * 2, sizeof *s->load);
     s->rank = calloc(G * 4, sizeof *s->rank);
     s->cnt = calloc(L * 3, sizeof *s->cnt);
-    s->ex = calloc(2 * L + 1, sizeof *s->ex);
+    s->ex = calloc(3 * L + 1, sizeof *s->ex);
     if (!s->t || !s->x || !s->by || !s->load || !s->rank || !s->cnt || !s->ex)
         return MOE_ENOMEM;
     double mine[4] = {0, 0, 0, acct_sent(r)};
@@ -104,6 +105,7 @@ static int reduce(run_t *r, sums_t *s)
         s->cnt[l * 3 + 2] = q->a2a / it;
         s->ex[l] = 1e3 * q->exposed / it;
         s->ex[L + l] = 1e3 * q->waited / it;
+        s->ex[2 * L + l] = 1e3 * (q->t[RUN_DISPATCH] + q->t[RUN_COMBINE] - q->waited) / it;
     }
     int eq = mine[3] < 0 ? -1 : mine[3] == mine[0];
     memcpy(s->rank + (size_t)r->me * 4, mine, sizeof mine);
@@ -112,7 +114,7 @@ static int reduce(run_t *r, sums_t *s)
     double e[2] = {eq == 0, eq < 0};
     RUN_CK(r, run_comm_allreduce(r->comm, s->t, (int)(L * 3), MOE_RUN_MAX));
     RUN_CK(r, run_comm_allreduce(r->comm, s->cnt, (int)(L * 3), MOE_RUN_MAX));
-    RUN_CK(r, run_comm_allreduce(r->comm, s->ex, (int)(2 * L), MOE_RUN_MAX));
+    RUN_CK(r, run_comm_allreduce(r->comm, s->ex, (int)(3 * L), MOE_RUN_MAX));
     RUN_CK(r, run_comm_allreduce(r->comm, s->x, (int)(L * 8), MOE_RUN_SUM));
     RUN_CK(r, run_comm_allreduce(r->comm, s->by, (int)(L * 5), MOE_RUN_SUM));
     RUN_CK(r, run_comm_allreduce(r->comm, s->ag, 4, MOE_RUN_SUM));
@@ -241,6 +243,13 @@ int run_report(run_t *r, FILE *fp, double check_err, int check_ok)
             wt += s.ex[r->L + l];
         }
         fprintf(fp, "; %.3f per iteration\n", wt);
+        wt = 0;
+        fprintf(fp, "# transfer (dispatch + combine less that waiting, the slowest rank's), ms:");
+        for (size_t l = 0; l < r->L; l++) {
+            fprintf(fp, " %.3f", s.ex[2 * r->L + l]);
+            wt += s.ex[2 * r->L + l];
+        }
+        fprintf(fp, "; %.3f per iteration\n", wt);
     }
     if (!r->cfg.train) {
         char per[32] = "-";
@@ -362,9 +371,10 @@ static int json_body(const run_t *r, const sums_t *s, moe_textout_t *t, double c
         else
             P("\"exposed_comm_ms\": %s, ", J("%.6f", s->ex[l]));
         if (r->cfg.mode == MOE_RUN_DATACENTRIC || !r->cfg.measure_wait)
-            P("\"imbalance_wait_ms\": null, ");
+            P("\"imbalance_wait_ms\": null, \"transfer_ms\": null, ");
         else
-            P("\"imbalance_wait_ms\": %s, ", J("%.6f", s->ex[r->L + l]));
+            P("\"imbalance_wait_ms\": %s, \"transfer_ms\": %s, ", J("%.6f", s->ex[r->L + l]),
+              J("%.6f", s->ex[2 * r->L + l]));
         P("\"max_rel_diff\": ");
         if (r->layer_err)
             P("%s}%s\n", J("%.6g", r->layer_err[l]), l + 1 < r->L ? "," : "");
