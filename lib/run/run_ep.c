@@ -245,18 +245,27 @@ static void hop_post(hop_t *h, const float *src)
     for (int k = 0; k < 4; k++)
         for (int p = 0; p < G; p++)
             ws[(size_t)k * G + p] = C(h, C_SC + k)[p] * unit;
-    float *sendx = ep_dev(r, h->set, DS_SENDX, (ne + 1) * H * sizeof(float));
+    /* fp32's pack is a plain copy (moe/run_backend.h): its rows are gathered straight into
+     * their peer's block of the wire */
+    int plain = r->cfg.dtype == MOE_DTYPE_FP32;
+    float *sendx = plain ? NULL : ep_dev(r, h->set, DS_SENDX, (ne + 1) * H * sizeof(float));
     char *sendw = ep_dev(r, h->set, DS_SENDW, (ne + 1) * unit);
     h->recvw = ep_dev(r, h->set, DS_RECVW, (h->nr + 1) * unit);
     uint32_t *didx = ep_dev(r, h->set, DS_IDX, (ne + 1) * sizeof *didx);
     RUN_CK(r, o->upload(r->b, didx, h->srow, ne * sizeof *h->srow));
-    RUN_CK(r, o->gather(r->b, src, didx, ne, r->H, sendx));
+    if (!plain)
+        RUN_CK(r, o->gather(r->b, src, didx, ne, r->H, sendx));
     for (int p = 0; p < G; p++) {
         if (!sc[p])
             continue;
         char *blk = sendw + ws[G + p];
         RUN_CK(r, o->upload(r->b, blk, h->smeta + sd[p] * S, sc[p] * mb));
-        RUN_CK(r, o->pack(r->b, sendx + sd[p] * H, sc[p] * H, r->cfg.dtype, blk + sc[p] * mb));
+        if (plain)
+            RUN_CK(r, o->gather(r->b, src, didx + sd[p], sc[p], r->H,
+                                (float *)(blk + sc[p] * mb)));
+        else
+            RUN_CK(r, o->pack(r->b, sendx + sd[p] * H, sc[p] * H, r->cfg.dtype,
+                              blk + sc[p] * mb));
     }
     size_t *w = ws;
     h->req = NULL;
@@ -560,13 +569,21 @@ static void hop_combine(hop_t *h)
         b[2 * G + p] = rc[p] * unit;
         b[3 * G + p] = rd[p] * unit;
     }
-    float *sendx = ep_dev(r, h->set, DS_SENDX, (ne + 1) * H * sizeof(float));
+    /* fp32: the partials gathered straight into the wire, and received rows read where they
+     * arrived (the combine's wire has no metadata: its rows are the partials) */
+    int plain = r->cfg.dtype == MOE_DTYPE_FP32;
     char *sw = ep_dev(r, h->set, DS_CSW, (ne + 1) * unit);
     char *rw = ep_dev(r, h->set, DS_CRW, (h->ncr + 1) * unit);
     uint32_t *didx = ep_dev(r, h->set, DS_CIDX, (ne + 1) * sizeof *didx);
     RUN_CK(r, o->upload(r->b, didx, row, ne * sizeof *row));
-    RUN_CK(r, o->gather(r->b, h->P, didx, ne, r->H, sendx));
-    RUN_CK(r, o->pack(r->b, sendx, ne * H, r->cfg.dtype, sw));
+    if (plain) {
+        RUN_CK(r, o->gather(r->b, h->P, didx, ne, r->H, (float *)sw));
+        h->crx = (float *)rw;
+    } else {
+        float *sendx = ep_dev(r, h->set, DS_SENDX, (ne + 1) * H * sizeof(float));
+        RUN_CK(r, o->gather(r->b, h->P, didx, ne, r->H, sendx));
+        RUN_CK(r, o->pack(r->b, sendx, ne * H, r->cfg.dtype, sw));
+    }
     h->recvw = rw;
     if (r->chunks_used > 1 && h->stage == 1) { /* pipelined: completed after the next chunk */
         xfer_start(h, sw, b, rw, b + 2 * G, &h->creq);
@@ -581,7 +598,8 @@ static void hop_combine(hop_t *h)
         RUN_CK(r, o->alltoallv(r->b, sw, b, b + G, rw, b + 2 * G, b + 3 * G));
     }
     exposed(r, h->l, t0);
-    RUN_CK(r, o->unpack(r->b, rw, h->ncr * H, r->cfg.dtype, h->crx));
+    if (!plain)
+        RUN_CK(r, o->unpack(r->b, rw, h->ncr * H, r->cfg.dtype, h->crx));
 }
 
 /* Complete a combine still in flight (pipelined) and unpack its partials. */
@@ -594,7 +612,8 @@ static void hop_combine_end(hop_t *h)
     RUN_CK(r, r->b->ops->wait(r->b, h->creq));
     exposed(r, h->l, t0);
     h->creq = NULL;
-    RUN_CK(r, r->b->ops->unpack(r->b, h->recvw, h->ncr * r->H, r->cfg.dtype, h->crx));
+    if (r->cfg.dtype != MOE_DTYPE_FP32) /* fp32: crx is the wire (hop_combine) */
+        RUN_CK(r, r->b->ops->unpack(r->b, h->recvw, h->ncr * r->H, r->cfg.dtype, h->crx));
 }
 
 /* ------------------------------------------------------------------ layer */
