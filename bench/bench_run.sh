@@ -40,7 +40,9 @@ layer_mean() { tr ',{}' '\n\n\n' <"$1" | awk -F': ' -v k="$2" '
 # against a bare MPI_Alltoallv replay of the same per-rank bytes (bench/a2a_replay: 2 calls a
 # layer, barrier-separated), and pipelined mode's exposed communication at 4 chunks against
 # vanilla's (compute exceeds communication at this shape). Paired: vanilla, replay and
-# pipelined run back to back in each round, so a load change hits all three.
+# pipelined run back to back in each round, so a load change hits all three; then vanilla
+# again with --measure-wait, whose transfer_ms (dispatch + combine less the barriers' wait
+# for the slowest rank) is the part a bare all-to-all is comparable with.
 part43() {
     rep=${BENCH_REPLAY:-$bin/../bench/a2a_replay}
     [ -x "$rep" ] || { echo "bench: $rep not built (make bench/a2a_replay)" >&2; return 77; }
@@ -50,9 +52,13 @@ part43() {
     echo "# issue 43: 2 ranks, $n43 tokens, hidden 1024, ffn 2048, top-2 of 8 experts, fp32;"
     echo "# ms per layer and iteration (the slowest rank's). d+c: vanilla's dispatch + combine;"
     echo "# replay: bare MPI_Alltoallv of the same bytes; exposed: host blocked in communication"
-    echo "# (vanilla, pipelined --chunks 4); compute: vanilla's. $(uptime | sed 's/.*load/load/')"
-    printf '%-5s %10s %10s %7s %11s %11s %7s %10s\n' round d+c replay ratio exp_vanilla \
-        exp_pipe4 ratio compute
+    echo "# (vanilla, pipelined --chunks 4); compute: vanilla's (mixer, gate, routing, experts);"
+    echo "# with --measure-wait (vanilla): wait: the barriers' time (the slowest rank's"
+    echo "# arrival), transfer: d+c less that wait, the largest over ranks, and its ratio to"
+    echo "# replay; exp_mw: the exposed time after the barriers."
+    echo "# OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-unset}. $(uptime | sed 's/.*load/load/')"
+    printf '%-5s %10s %10s %7s %11s %11s %7s %10s %9s %9s %7s %8s\n' round d+c replay ratio \
+        exp_vanilla exp_pipe4 ratio compute wait transfer ratio exp_mw
     for k in $(seq 1 "${BENCH_PAIRS_43:-2}"); do
         # shellcheck disable=SC2086
         mpirun -np 2 "$mr" --mode vanilla $c43 --json "$tmp/v43.json" >/dev/null
@@ -64,11 +70,17 @@ part43() {
         mpirun -np 2 "$mr" --mode pipelined --chunks 4 $c43 --json "$tmp/p43.json" >/dev/null
         ev=$(layer_mean "$tmp/v43.json" exposed_comm_ms)
         ep=$(layer_mean "$tmp/p43.json" exposed_comm_ms)
-        printf '%-5s %10.3f %10.3f %7s %11.3f %11.3f %7s %10.3f\n' "$k" "$dc" "$rp" \
-            "$(ratio "$dc" "$rp")" "$ev" "$ep" "$(ratio "$ep" "$ev")" \
-            "$(layer_mean "$tmp/v43.json" compute_ms)"
+        # shellcheck disable=SC2086
+        mpirun -np 2 "$mr" --mode vanilla --measure-wait $c43 --json "$tmp/w43.json" >/dev/null
+        tr=$(layer_mean "$tmp/w43.json" transfer_ms)
+        printf '%-5s %10.3f %10.3f %7s %11.3f %11.3f %7s %10.3f %9.3f %9.3f %7s %8.3f\n' \
+            "$k" "$dc" "$rp" "$(ratio "$dc" "$rp")" "$ev" "$ep" "$(ratio "$ep" "$ev")" \
+            "$(layer_mean "$tmp/v43.json" compute_ms)" \
+            "$(layer_mean "$tmp/w43.json" imbalance_wait_ms)" "$tr" "$(ratio "$tr" "$rp")" \
+            "$(layer_mean "$tmp/w43.json" exposed_comm_ms)"
     done
-    echo "# targets: d+c / replay <= 1.5; exposed pipelined / vanilla <= 0.30"
+    echo "# targets: d+c / replay <= 1.5 (transfer / replay: after the slowest rank's arrival);"
+    echo "# exposed pipelined / vanilla <= 0.30"
 }
 
 mt=$bin/moe-trace

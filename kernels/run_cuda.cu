@@ -1162,6 +1162,7 @@ static const moe_run_backend_ops_t cuda_ops = {
     .mark = cu_mark,
     .mark_time = cu_mark_time,
     .test = NULL, /* NCCL progresses its all-to-alls on their stream */
+    .ialltoallv_group = NULL, /* one NCCL communicator: the ranks outside send 0 bytes */
 };
 
 /* Pick the device, make the streams, the kernel context and the NCCL communicator (rank 0

@@ -219,6 +219,14 @@ typedef struct moe_run_backend_ops {
      * data only inside its calls: the runtime calls this between the expert FFN's tiles
      * while a pipelined chunk's rows are in flight, so that they move during the compute. */
     int (*test)(moe_run_backend_t *b, moe_run_req_t *req, int *done);
+    /* Optional (NULL: the runtime calls ialltoallv with the other ranks' counts 0): ialltoallv
+     * among the ranks of one group of the host communicator, made by the runtime before the
+     * first call (group 1: the ranks of this rank's node; 2: the ranks of its local index on
+     * every node), counts and displacements indexed by rank as ialltoallv's, 0 for the ranks
+     * outside the group; completed by wait, progressed by test. */
+    int (*ialltoallv_group)(moe_run_backend_t *b, int group, const void *send,
+                            const size_t *scount, const size_t *sdispl, void *recv,
+                            const size_t *rcount, const size_t *rdispl, moe_run_req_t **req);
 } moe_run_backend_ops_t;
 
 struct moe_run_backend {

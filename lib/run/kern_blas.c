@@ -7,7 +7,10 @@
 
 #include <cblas.h>
 #include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "moe/kern.h"
 #include "moe/moe.h"
@@ -26,6 +29,55 @@ void kern_blas_init(void)
     bli_thread_set_num_threads(1);
 #else
     openblas_set_num_threads(1);
+#endif
+}
+
+/* Vector width of OpenBLAS's x86 cores (its driver/others/dynamic.c names): 2 AVX-512, 1
+ * AVX2, 0 narrower or unknown; and of this CPU. */
+static int core_level(const char *core)
+{
+    static const char *const avx512[] = {"skylakex", "cooperlake", "sapphirerapids"};
+    static const char *const avx2[] = {"haswell", "zen", "excavator", "skylake"};
+    for (size_t i = 0; i < sizeof avx512 / sizeof *avx512; i++)
+        if (!strcasecmp(core, avx512[i]))
+            return 2;
+    for (size_t i = 0; i < sizeof avx2 / sizeof *avx2; i++)
+        if (!strcasecmp(core, avx2[i]))
+            return 1;
+    return 0;
+}
+
+static int cpu_level(void)
+{
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl"))
+        return 2;
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+        return 1;
+#endif
+    return 0;
+}
+
+const char *kern_blas_core_warning(char *buf, size_t n)
+{
+#if HAVE_DECL_OPENBLAS_GET_CORENAME
+    const char *core = openblas_get_corename();
+    int cpu = cpu_level();
+    /* a core the user named is the user's choice */
+    if (getenv("OPENBLAS_CORETYPE") || !core || core_level(core) >= cpu)
+        return NULL;
+    snprintf(buf, n, "OpenBLAS picked core %s's kernels on a CPU with %s: set "
+             "OPENBLAS_CORETYPE=%s for the expert GEMMs' full speed", core,
+             cpu == 2 ? "AVX-512" : "AVX2", cpu == 2 ? "SkylakeX" : "Haswell");
+    return buf;
+#else
+    (void)core_level;
+    (void)cpu_level;
+    (void)buf;
+    (void)n;
+    return NULL;
 #endif
 }
 

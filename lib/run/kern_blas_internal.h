@@ -17,6 +17,12 @@
  * would oversubscribe them (openblas_set_num_threads / bli_thread_set_num_threads). */
 void kern_blas_init(void);
 
+/* With OpenBLAS: a one-line warning into buf when the core whose kernels it picked
+ * (openblas_get_corename) uses narrower vectors than this CPU has (say "Prescott", SSE3, on
+ * an AVX-512 Xeon: a quarter of the speed), naming the OPENBLAS_CORETYPE that fixes it;
+ * NULL when there is nothing to say or the build cannot tell. */
+const char *kern_blas_core_warning(char *buf, size_t n);
+
 /* Floats of scratch both functions below need for sizes H and F, either expert kind. */
 size_t kern_blas_work_size(uint32_t H, uint32_t F);
 

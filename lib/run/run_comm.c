@@ -14,8 +14,10 @@
 struct moe_run_comm {
     int rank, size, local_rank, local_size;
     char err[640]; /* the last MPI failure, "" when none */
+    int gpn, shared; /* the groups' ranks per node (0: none made), node group = local's */
 #ifdef HAVE_MPI
     MPI_Comm local;
+    MPI_Comm node, rail; /* run_comm_groups */
 #endif
 };
 
@@ -73,6 +75,11 @@ moe_run_comm_t *moe_run_comm_init(int *argc, char ***argv)
 void moe_run_comm_finalize(moe_run_comm_t *c)
 {
 #ifdef HAVE_MPI
+    if (c->gpn) {
+        MPI_Comm_free(&c->node);
+        MPI_Comm_free(&c->rail);
+        c->gpn = 0;
+    }
     MPI_Comm_free(&c->local);
     MPI_Finalize();
 #else
@@ -342,4 +349,116 @@ int moe_run_comm_allgather(moe_run_comm_t *c, const void *send, size_t bytes, vo
 int moe_run_comm_barrier(moe_run_comm_t *c)
 {
     return run_comm_barrier(c);
+}
+
+/* ------------------------------------------------------------------ groups */
+
+int run_comm_groups(moe_run_comm_t *c, int gpn, int *shared)
+{
+    if (gpn <= 0 || c->size % gpn)
+        return MOE_EINVAL;
+    if (c->gpn == gpn) {
+        *shared = c->shared;
+        return 0;
+    }
+#ifdef HAVE_MPI
+    if (c->gpn) {
+        MPI_Comm_free(&c->node);
+        MPI_Comm_free(&c->rail);
+        c->gpn = 0;
+    }
+    /* the machine's own node (MPI_COMM_TYPE_SHARED, made at init) when it holds exactly the
+     * ranks of this rank's node index on every rank, else those ranks by MPI_Comm_split (a
+     * topology that lays several nodes on one host) */
+    int lo = c->rank / gpn, hi = lo, ok;
+    RUN_MPI(c, MPI_Allreduce(MPI_IN_PLACE, &lo, 1, MPI_INT, MPI_MIN, c->local));
+    RUN_MPI(c, MPI_Allreduce(MPI_IN_PLACE, &hi, 1, MPI_INT, MPI_MAX, c->local));
+    ok = lo == hi && c->local_size == gpn;
+    RUN_MPI(c, MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
+    if (ok) /* its ranks in world order: the split_type was keyed by rank */
+        RUN_MPI(c, MPI_Comm_dup(c->local, &c->node));
+    else
+        RUN_MPI(c, MPI_Comm_split(MPI_COMM_WORLD, c->rank / gpn, c->rank, &c->node));
+    RUN_MPI(c, MPI_Comm_split(MPI_COMM_WORLD, c->rank % gpn, c->rank, &c->rail));
+    c->shared = ok;
+#else
+    c->shared = 1;
+#endif
+    c->gpn = gpn;
+    *shared = c->shared;
+    return 0;
+}
+
+int run_comm_group_ranks(const moe_run_comm_t *c, int group, int *first, int *stride, int *n)
+{
+    if (group == RUN_GROUP_WORLD || !c->gpn) {
+        *first = 0;
+        *stride = 1;
+        *n = c->size;
+        return group == RUN_GROUP_WORLD ? 0 : MOE_EINVAL;
+    }
+    if (group == RUN_GROUP_NODE) {
+        *first = c->rank / c->gpn * c->gpn;
+        *stride = 1;
+        *n = c->gpn;
+    } else {
+        *first = c->rank % c->gpn;
+        *stride = c->gpn;
+        *n = c->size / c->gpn;
+    }
+    return 0;
+}
+
+#ifdef HAVE_MPI
+MPI_Comm run_comm_group_mpi(const moe_run_comm_t *c, int group)
+{
+    return group == RUN_GROUP_NODE ? c->node : group == RUN_GROUP_RAIL ? c->rail : MPI_COMM_WORLD;
+}
+#endif
+
+int run_comm_group_counts(const moe_run_comm_t *c, int group, const size_t *sc,
+                          const size_t *sd, const size_t *rc, const size_t *rd, int *k)
+{
+    int first, stride, n, rcode = run_comm_group_ranks(c, group, &first, &stride, &n);
+    if (rcode)
+        return rcode;
+    for (int p = 0, i = 0; p < c->size; p++) {
+        int in = p >= first && (p - first) % stride == 0 && (p - first) / stride < n;
+        if (!in) {
+            if (sc[p] || rc[p])
+                return MOE_EINVAL;
+            continue;
+        }
+        if (sc[p] > INT32_MAX || sd[p] > INT32_MAX || rc[p] > INT32_MAX || rd[p] > INT32_MAX)
+            return MOE_ERANGE;
+        k[i] = (int)sc[p];
+        k[n + i] = (int)sd[p];
+        k[2 * n + i] = (int)rc[p];
+        k[3 * n + i] = (int)rd[p];
+        i++;
+    }
+    return 0;
+}
+
+int run_comm_group_alltoallv(moe_run_comm_t *c, int group, const void *send, const size_t *sc,
+                             const size_t *sd, void *recv, const size_t *rc, const size_t *rd)
+{
+    if (group == RUN_GROUP_WORLD)
+        return run_comm_alltoallv(c, send, sc, sd, recv, rc, rd);
+#ifdef HAVE_MPI
+    int *k = malloc(4 * (size_t)c->size * sizeof *k);
+    if (!k)
+        return MOE_ENOMEM;
+    int rcode = run_comm_group_counts(c, group, sc, sd, rc, rd, k), first, stride, n;
+    run_comm_group_ranks(c, group, &first, &stride, &n);
+    int err = rcode ? MPI_SUCCESS
+                    : MPI_Alltoallv(send, k, k + n, MPI_BYTE, recv, k + 2 * n, k + 3 * n,
+                                    MPI_BYTE, run_comm_group_mpi(c, group));
+    free(k);
+    if (err != MPI_SUCCESS)
+        return run_comm_fail(c, err, __FILE__, __LINE__);
+    return rcode;
+#else
+    return run_comm_alltoallv(c, send, sc, sd, recv, rc, rd);
+#endif
 }

@@ -58,6 +58,27 @@ int run_comm_some(moe_run_comm_t *c, run_comm_req_t *q, int block, int *idx, int
 /* Complete every request of q. */
 int run_comm_wait(moe_run_comm_t *c, run_comm_req_t *q);
 int run_comm_barrier(moe_run_comm_t *c);
+
+/* Groups of the host communicator for a layout of gpn ranks per node (hierarchical mode): the
+ * ranks of this rank's node (its MPI_COMM_TYPE_SHARED communicator when that holds exactly
+ * them, else an MPI_Comm_split by node index, as a topology that lays several nodes on one
+ * host needs), and the ranks of its local index on every node (the "rail" among which
+ * DeepEP's RDMA copies go). run_comm_groups makes them (collective; again with the same gpn:
+ * nothing) and sets *shared when the node group is the machine's own; freed at finalize. */
+enum { RUN_GROUP_WORLD = 0, RUN_GROUP_NODE = 1, RUN_GROUP_RAIL = 2 };
+int run_comm_groups(moe_run_comm_t *c, int gpn, int *shared);
+/* The world ranks of a group: first + i * stride for i < n. */
+int run_comm_group_ranks(const moe_run_comm_t *c, int group, int *first, int *stride, int *n);
+/* Counts and displacements indexed by world rank (those of ranks outside the group 0, else
+ * MOE_EINVAL) as 4 arrays of the group's size in k (room for 4 G). */
+int run_comm_group_counts(const moe_run_comm_t *c, int group, const size_t *sc,
+                          const size_t *sd, const size_t *rc, const size_t *rd, int *k);
+/* run_comm_alltoallv among a group's ranks, counts as run_comm_group_counts takes them. */
+int run_comm_group_alltoallv(moe_run_comm_t *c, int group, const void *send, const size_t *sc,
+                             const size_t *sd, void *recv, const size_t *rc, const size_t *rd);
+#ifdef HAVE_MPI
+MPI_Comm run_comm_group_mpi(const moe_run_comm_t *c, int group);
+#endif
 /* The message of the last MPI failure on this rank ("" when none). */
 const char *run_comm_errmsg(const moe_run_comm_t *c);
 /* The MPI library's name and version, for reports. */

@@ -276,6 +276,41 @@ static int cpu_ialltoallv(moe_run_backend_t *b, const void *send, const size_t *
     return 0;
 }
 
+static int cpu_ialltoallv_group(moe_run_backend_t *b, int group, const void *send,
+                                const size_t *sc, const size_t *sd, void *recv,
+                                const size_t *rc, const size_t *rd, moe_run_req_t **out)
+{
+#ifdef HAVE_MPI
+    moe_run_req_t *q = calloc(1, sizeof *q);
+    int *k = malloc(4 * (size_t)b->size * sizeof *k), first, stride, n, rcode;
+    if (!q || !k) {
+        free(q);
+        free(k);
+        return MOE_ENOMEM;
+    }
+    if ((rcode = run_comm_group_counts(b->comm, group, sc, sd, rc, rd, k)) ||
+        (rcode = run_comm_group_ranks(b->comm, group, &first, &stride, &n))) {
+        free(k);
+        free(q);
+        return rcode;
+    }
+    b->alltoalls++;
+    q->counts = k;
+    int err = MPI_Ialltoallv(send, k, k + n, MPI_BYTE, recv, k + 2 * n, k + 3 * n, MPI_BYTE,
+                             run_comm_group_mpi(b->comm, group), &q->req);
+    if (err != MPI_SUCCESS) {
+        free(k);
+        free(q);
+        return run_comm_fail(b->comm, err, __FILE__, __LINE__);
+    }
+    *out = q;
+    return 0;
+#else
+    (void)group;
+    return cpu_ialltoallv(b, send, sc, sd, recv, rc, rd, out);
+#endif
+}
+
 static int cpu_wait(moe_run_backend_t *b, moe_run_req_t *q)
 {
     (void)b;
@@ -408,6 +443,7 @@ static const moe_run_backend_ops_t cpu_ops = {
     .mark = cpu_mark,
     .mark_time = cpu_mark_time,
     .test = cpu_test,
+    .ialltoallv_group = cpu_ialltoallv_group,
 };
 
 moe_run_backend_t *moe_run_backend_cpu(moe_run_comm_t *c, char *errbuf, size_t errlen)
@@ -418,13 +454,16 @@ moe_run_backend_t *moe_run_backend_cpu(moe_run_comm_t *c, char *errbuf, size_t e
         snprintf(errbuf, errlen, "%s", moe_strerror(MOE_ENOMEM));
         return NULL;
     }
-#ifdef HAVE_CBLAS
-    kern_blas_init();
-#endif
     b->ops = &cpu_ops;
     b->name = "cpu";
     b->comm = c;
     b->rank = moe_run_comm_rank(c);
+#ifdef HAVE_CBLAS
+    kern_blas_init();
+    char warn[256];
+    if (b->rank == 0 && kern_blas_core_warning(warn, sizeof warn))
+        moe_log(MOE_LOG_WARN, "%s", warn);
+#endif
     b->size = moe_run_comm_size(c);
     struct utsname u;
     snprintf(b->device, sizeof b->device, "%s host", uname(&u) ? "cpu" : u.machine);

@@ -353,6 +353,8 @@ static void dc_layer(dc_t *d, uint32_t l, int32_t *ids, float *w, int known)
     RUN_CK(r, o->mixer(r->b, r->x.p, n, r->H, r->mix[l]));
     run_gate(r, l, r->x.p, n, r->loc, ids, w);
     run_save_route(r, l, ids, w);
+    run_tick(r, l, RUN_COMPUTE, t0); /* the mixer and the gate: the model's compute */
+    t0 = run_mark(r);
     if (!known)
         gather_needs(d, l, 1, ids);
     if (!d->stored[l])

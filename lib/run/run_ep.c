@@ -17,6 +17,12 @@
  * serves; entries served by another rank of its node are forwarded in a second hop (the
  * hierarchical mode's intra-node stage) whose partials are added before the combine.
  *
+ * Hierarchical mode is DeepEP's internode dispatch: a token goes once to each node holding
+ * one of its serving ranks, to the rank of its source's local index there (its own node:
+ * the source itself), over the rail group (the ranks of one local index, run_comm_groups);
+ * that rank forwards it to each other serving rank of its node over the node group, after
+ * the first hop completes and before the compute; the partials come back the same way.
+ *
  * Meta words: [0] token, [1] ret, [2] entries, then 3 words per entry: expert, weight bits,
  * server. Every hop uses its own set of scratch slots (two sets: stage 2 of hierarchical mode,
  * or the odd chunks of pipelined mode).
@@ -32,6 +38,7 @@ _Static_assert(DS_SLOTS == RUN_EP_DSET && HS_SLOTS == RUN_EP_HSET,
 typedef struct hop {
     run_t *r;
     int set, stage;              /* scratch set; 1 = first hop, 2 = forwarded */
+    int group;                   /* the ranks its transfers go among (RUN_GROUP_*) */
     uint32_t l, chunk;
     size_t S;                    /* meta words per row */
     /* to send, in destination order */
@@ -159,21 +166,41 @@ static void hop_plan(hop_t *h, const ent_t *ents, size_t ne, const uint32_t *ume
 
 /* The count exchange: words per peer from xs (slot base) into the slot base + 1, as peer
  * blocks; one rank needs none. Returns the received words. */
-static size_t *exchange_counts(run_t *r, int base, const size_t *xs, size_t words)
+static size_t *exchange_counts(run_t *r, int base, const size_t *xs, size_t words, int group)
 {
-    int G = r->G;
+    int G = r->G, first, stride, n;
     size_t *xr = run_hbuf(r, base + 1, ((size_t)G * words + 1) * sizeof *xr);
-    if (G == 1) {
-        memcpy(xr, xs, words * sizeof *xr);
+    RUN_CK(r, run_comm_group_ranks(r->comm, group, &first, &stride, &n));
+    if (n == 1) {
+        memset(xr, 0, (size_t)G * words * sizeof *xr);
+        memcpy(xr + (size_t)r->me * words, xs + (size_t)r->me * words, words * sizeof *xr);
         return xr;
     }
+    /* the group's peers only; the others' words stay 0 */
+    if (group != RUN_GROUP_WORLD)
+        memset(xr, 0, (size_t)G * words * sizeof *xr);
     size_t *m = run_hbuf(r, base + 2, 2 * (size_t)G * sizeof *m);
     for (int p = 0; p < G; p++) {
-        m[p] = words * sizeof *xs;
+        int in = p >= first && (p - first) % stride == 0 && (p - first) / stride < n;
+        m[p] = in ? words * sizeof *xs : 0;
         m[G + p] = (size_t)p * words * sizeof *xs;
     }
-    RUN_CK(r, run_comm_alltoallv(r->comm, xs, m, m + G, xr, m, m + G));
+    RUN_CK(r, run_comm_group_alltoallv(r->comm, group, xs, m, m + G, xr, m, m + G));
     return xr;
+}
+
+/* Start a hop's transfer among its group's ranks (the world's all-to-all with the others'
+ * counts 0 on a backend without groups). */
+static void xfer_start(hop_t *h, const void *send, const size_t *w, void *recv,
+                       const size_t *rw, moe_run_req_t **req)
+{
+    run_t *r = h->r;
+    const moe_run_backend_ops_t *o = r->b->ops;
+    int G = r->G;
+    if (h->group != RUN_GROUP_WORLD && o->ialltoallv_group)
+        RUN_CK(r, o->ialltoallv_group(r->b, h->group, send, w, w + G, recv, rw, rw + G, req));
+    else
+        RUN_CK(r, o->ialltoallv(r->b, send, w, w + G, recv, rw, rw + G, req));
 }
 
 /* Hop h's receive counts, its combine's and whether each transfer moves anything, from the
@@ -218,24 +245,32 @@ static void hop_post(hop_t *h, const float *src)
     for (int k = 0; k < 4; k++)
         for (int p = 0; p < G; p++)
             ws[(size_t)k * G + p] = C(h, C_SC + k)[p] * unit;
-    float *sendx = ep_dev(r, h->set, DS_SENDX, (ne + 1) * H * sizeof(float));
+    /* fp32's pack is a plain copy (moe/run_backend.h): its rows are gathered straight into
+     * their peer's block of the wire */
+    int plain = r->cfg.dtype == MOE_DTYPE_FP32;
+    float *sendx = plain ? NULL : ep_dev(r, h->set, DS_SENDX, (ne + 1) * H * sizeof(float));
     char *sendw = ep_dev(r, h->set, DS_SENDW, (ne + 1) * unit);
     h->recvw = ep_dev(r, h->set, DS_RECVW, (h->nr + 1) * unit);
     uint32_t *didx = ep_dev(r, h->set, DS_IDX, (ne + 1) * sizeof *didx);
     RUN_CK(r, o->upload(r->b, didx, h->srow, ne * sizeof *h->srow));
-    RUN_CK(r, o->gather(r->b, src, didx, ne, r->H, sendx));
+    if (!plain)
+        RUN_CK(r, o->gather(r->b, src, didx, ne, r->H, sendx));
     for (int p = 0; p < G; p++) {
         if (!sc[p])
             continue;
         char *blk = sendw + ws[G + p];
         RUN_CK(r, o->upload(r->b, blk, h->smeta + sd[p] * S, sc[p] * mb));
-        RUN_CK(r, o->pack(r->b, sendx + sd[p] * H, sc[p] * H, r->cfg.dtype, blk + sc[p] * mb));
+        if (plain)
+            RUN_CK(r, o->gather(r->b, src, didx + sd[p], sc[p], r->H,
+                                (float *)(blk + sc[p] * mb)));
+        else
+            RUN_CK(r, o->pack(r->b, sendx + sd[p] * H, sc[p] * H, r->cfg.dtype,
+                              blk + sc[p] * mb));
     }
     size_t *w = ws;
     h->req = NULL;
     if (h->dany || G == 1) /* a lone rank's transfer is the backend's local copy */
-        RUN_CK(r, o->ialltoallv(r->b, sendw, w, w + G, h->recvw, w + 2 * G, w + 3 * G,
-                                &h->req));
+        xfer_start(h, sendw, w, h->recvw, w + 2 * G, &h->req);
     else if (w[r->me]) /* only this rank's own rows, everywhere: no transfer */
         RUN_CK(r, o->copy(r->b, (char *)h->recvw + w[3 * G + r->me], sendw + w[G + r->me],
                           w[r->me]));
@@ -267,13 +302,13 @@ static void hop_arrive(hop_t *h)
                                 h->rx + rd[p] * H));
 }
 
-static void hop_compute(hop_t *h);
 static void hop_combine(hop_t *h);
 static void hop_combine_end(hop_t *h);
 
-/* Forward the entries of received rows served by other ranks (hierarchical stage 2), and add
- * their partials into P. */
-static void hop_forward(hop_t *h)
+/* Hierarchical stage 2, first half: forward the entries of h's received rows served by other
+ * ranks of the node, one row per (row, server), over the node group: planned, counted and
+ * posted, and received into f (the stage's hop), before the compute. */
+static void forward_dispatch(hop_t *h, hop_t *f)
 {
     run_t *r = h->r;
     size_t S = h->S, ne = 0, nw = 0;
@@ -306,36 +341,41 @@ static void hop_forward(hop_t *h)
             t[M_N]++;
         }
     }
-    hop_t f = {.r = r, .set = 2, .stage = 2, .l = h->l, .S = S};
-    f.cnt = run_hbuf(r, RUN_HS_EP_CNT, C_N * (size_t)r->G * sizeof(size_t));
+    *f = (hop_t){.r = r, .set = 2, .stage = 2, .group = RUN_GROUP_NODE, .l = h->l, .S = S,
+                 .prog = {h->prog[0], h->prog[1]}};
+    f->cnt = run_hbuf(r, RUN_HS_EP_CNT, C_N * (size_t)r->G * sizeof(size_t));
     ents = run_hbuf(r, RUN_HS_EP_ENT, (ne + 1) * sizeof *ents);
     um = run_hbuf(r, RUN_HS_EP_META, (nw + 1) * sizeof *um);
     size_t W = xwords(r);
     size_t *xs = run_hbuf(r, RUN_HS_EP_FX, ((size_t)r->G * W + 1) * sizeof *xs);
-    hop_plan(&f, ents, ne, um, ep_host(r, 2, HS_SROW, (ne + 1) * sizeof(uint32_t)),
+    hop_plan(f, ents, ne, um, ep_host(r, 2, HS_SROW, (ne + 1) * sizeof(uint32_t)),
              ep_host(r, 2, HS_SMETA, (ne + 1) * S * sizeof(uint32_t)), xs, W);
     double t0 = settle(r, h->l);
-    hop_counts(&f, exchange_counts(r, RUN_HS_EP_FX, xs, W), 0, 1, W);
+    hop_counts(f, exchange_counts(r, RUN_HS_EP_FX, xs, W, RUN_GROUP_NODE), 0, 1, W);
     exposed(r, h->l, t0);
-    hop_post(&f, h->rx);
-    hop_arrive(&f);
-    hop_compute(&f);
-    /* the servers return their partials (ret = this rank); add them to P at the row of the
-     * token (each token is received here once) */
+    hop_post(f, h->rx);
+    hop_arrive(f);
+}
+
+/* Hierarchical stage 2, second half, after the compute: the servers return their partials
+ * (ret = this rank) over the node group; added to h's P at the row of their token (each
+ * token is received here once). */
+static void forward_combine(hop_t *h, hop_t *f)
+{
+    run_t *r = h->r;
     const moe_run_backend_ops_t *o = r->b->ops;
-    hop_combine(&f);
-    hop_combine_end(&f);
-    /* map returned tokens to my received rows: the forwarded rows are unique per (row,
-     * server) and each token appears once among my received rows */
-    uint32_t *idx = ep_host(r, h->set, HS_TMP, (f.ncr + 1) * sizeof *idx);
+    size_t S = h->S;
+    hop_combine(f);
+    hop_combine_end(f);
+    uint32_t *idx = ep_host(r, h->set, HS_TMP, (f->ncr + 1) * sizeof *idx);
     uint32_t *rowof = run_hbuf(r, RUN_HS_EP_ROWOF, r->ntok * sizeof *rowof);
     for (size_t j = 0; j < h->nr; j++)
         rowof[h->rmeta[j * S + M_TOK]] = (uint32_t)j;
-    for (size_t i = 0; i < f.ncr; i++)
-        idx[i] = rowof[f.crmeta[i]];
-    uint32_t *didx = ep_dev(r, h->set, DS_CIDX, (f.ncr + 1) * sizeof *didx);
-    RUN_CK(r, o->upload(r->b, didx, idx, f.ncr * sizeof *idx));
-    RUN_CK(r, o->scatter_add(r->b, f.crx, didx, NULL, f.ncr, r->H, h->P));
+    for (size_t i = 0; i < f->ncr; i++)
+        idx[i] = rowof[f->crmeta[i]];
+    uint32_t *didx = ep_dev(r, h->set, DS_CIDX, (f->ncr + 1) * sizeof *didx);
+    RUN_CK(r, o->upload(r->b, didx, idx, f->ncr * sizeof *idx));
+    RUN_CK(r, o->scatter_add(r->b, f->crx, didx, NULL, f->ncr, r->H, h->P));
 }
 
 /* Rows of an FFN tile between two calls that drive the transfers in flight. */
@@ -445,8 +485,6 @@ static void hop_compute(hop_t *h)
         run_keep_served(r, h->l, h->chunk, h->rx, h->nr, h->rmeta + M_TOK, S, np);
     RUN_CK(r, o->zero(r->b, h->P, h->nr * H * sizeof(float)));
     RUN_CK(r, o->scatter_add(r->b, ys, didx, dw, np, r->H, h->P));
-    if (r->cfg.mode == MOE_RUN_HIERARCHICAL && h->stage == 1)
-        hop_forward(h);
 }
 
 /* The tokens of the partials a combine brings (crmeta), without metadata on the wire: a
@@ -531,22 +569,37 @@ static void hop_combine(hop_t *h)
         b[2 * G + p] = rc[p] * unit;
         b[3 * G + p] = rd[p] * unit;
     }
-    float *sendx = ep_dev(r, h->set, DS_SENDX, (ne + 1) * H * sizeof(float));
+    /* fp32: the partials gathered straight into the wire, and received rows read where they
+     * arrived (the combine's wire has no metadata: its rows are the partials) */
+    int plain = r->cfg.dtype == MOE_DTYPE_FP32;
     char *sw = ep_dev(r, h->set, DS_CSW, (ne + 1) * unit);
     char *rw = ep_dev(r, h->set, DS_CRW, (h->ncr + 1) * unit);
     uint32_t *didx = ep_dev(r, h->set, DS_CIDX, (ne + 1) * sizeof *didx);
     RUN_CK(r, o->upload(r->b, didx, row, ne * sizeof *row));
-    RUN_CK(r, o->gather(r->b, h->P, didx, ne, r->H, sendx));
-    RUN_CK(r, o->pack(r->b, sendx, ne * H, r->cfg.dtype, sw));
+    if (plain) {
+        RUN_CK(r, o->gather(r->b, h->P, didx, ne, r->H, (float *)sw));
+        h->crx = (float *)rw;
+    } else {
+        float *sendx = ep_dev(r, h->set, DS_SENDX, (ne + 1) * H * sizeof(float));
+        RUN_CK(r, o->gather(r->b, h->P, didx, ne, r->H, sendx));
+        RUN_CK(r, o->pack(r->b, sendx, ne * H, r->cfg.dtype, sw));
+    }
     h->recvw = rw;
     if (r->chunks_used > 1 && h->stage == 1) { /* pipelined: completed after the next chunk */
-        RUN_CK(r, o->ialltoallv(r->b, sw, b, b + G, rw, b + 2 * G, b + 3 * G, &h->creq));
+        xfer_start(h, sw, b, rw, b + 2 * G, &h->creq);
         return;
     }
     double t0 = settle(r, h->l);
-    RUN_CK(r, o->alltoallv(r->b, sw, b, b + G, rw, b + 2 * G, b + 3 * G));
+    if (h->group != RUN_GROUP_WORLD && o->ialltoallv_group) {
+        moe_run_req_t *q;
+        xfer_start(h, sw, b, rw, b + 2 * G, &q);
+        RUN_CK(r, o->wait(r->b, q));
+    } else {
+        RUN_CK(r, o->alltoallv(r->b, sw, b, b + G, rw, b + 2 * G, b + 3 * G));
+    }
     exposed(r, h->l, t0);
-    RUN_CK(r, o->unpack(r->b, rw, h->ncr * H, r->cfg.dtype, h->crx));
+    if (!plain)
+        RUN_CK(r, o->unpack(r->b, rw, h->ncr * H, r->cfg.dtype, h->crx));
 }
 
 /* Complete a combine still in flight (pipelined) and unpack its partials. */
@@ -559,7 +612,8 @@ static void hop_combine_end(hop_t *h)
     RUN_CK(r, r->b->ops->wait(r->b, h->creq));
     exposed(r, h->l, t0);
     h->creq = NULL;
-    RUN_CK(r, r->b->ops->unpack(r->b, h->recvw, h->ncr * r->H, r->cfg.dtype, h->crx));
+    if (r->cfg.dtype != MOE_DTYPE_FP32) /* fp32: crx is the wire (hop_combine) */
+        RUN_CK(r, r->b->ops->unpack(r->b, h->recvw, h->ncr * r->H, r->cfg.dtype, h->crx));
 }
 
 /* ------------------------------------------------------------------ layer */
@@ -586,13 +640,15 @@ size_t run_ep_plan(run_t *r, uint32_t l, size_t i0, size_t i1, const int32_t *id
             newhome[i] = rt->home;
         for (uint32_t q = 0; q < rt->nranks; q++) {
             uint32_t d = rt->ranks[q];
-            if (hier && d / r->gpn != me / r->gpn) {
-                /* one row per remote node, to the first serving rank there */
+            if (hier) {
+                /* one row per node, to the rank of this one's local index there (on this
+                 * node: this rank), carrying the entries of all the node's servers */
                 uint32_t q0 = 0;
                 while (rt->ranks[q0] / r->gpn != d / r->gpn)
                     q0++;
                 if (q0 != q)
                     continue;
+                d = d / r->gpn * r->gpn + me % r->gpn;
             }
             ents[ne] = (ent_t){d, (uint32_t)i, nw};
             uint32_t *m = um + nw, n = 0;
@@ -601,8 +657,7 @@ size_t run_ep_plan(run_t *r, uint32_t l, size_t i0, size_t i1, const int32_t *id
             for (uint32_t k = 0; k < rt->n; k++) {
                 uint32_t s = rt->rank[k];
                 /* coherent: every entry, which tells the home whose partials to expect */
-                if (s != d && !coherent &&
-                    !(hier && d / r->gpn != me / r->gpn && s / r->gpn == d / r->gpn))
+                if (s != d && !coherent && !(hier && s / r->gpn == d / r->gpn))
                     continue;
                 uint32_t *e = m + M_HEAD + 3 * n++;
                 e[0] = rt->expert[k];
@@ -743,11 +798,20 @@ void run_ep_layer(run_t *r, uint32_t l)
     run_save_route(r, l, ids, w); /* and their routing */
     uint32_t chunks = r->chunks_used ? r->chunks_used : 1;
     size_t S = M_HEAD + 3 * K, G = (size_t)r->G, W = xwords(r);
+    int hier = r->cfg.mode == MOE_RUN_HIERARCHICAL;
+    if (hier && !r->groups) { /* the node and rail groups, once (every rank is here) */
+        RUN_CK(r, run_comm_groups(r->comm, (int)r->gpn, &r->node_shared));
+        r->groups = 1;
+    }
     /* the whole layer planned at once, its chunks' counts exchanged once */
     ent_t *ents;
     uint32_t *um;
     size_t ne = run_ep_plan(r, l, 0, n, ids, w, newhome, &ents, &um);
-    hop_t *hp = run_hbuf(r, RUN_HS_EP_HOPS, chunks * sizeof *hp);
+    /* the mixer, the gate and the routing are the model's compute; the dispatch starts at
+     * the rows' layout on the wire */
+    run_tick(r, l, RUN_COMPUTE, t0);
+    t0 = run_mark(r);
+    hop_t *hp = run_hbuf(r, RUN_HS_EP_HOPS, (chunks + 1) * sizeof *hp), *fh = hp + chunks;
     size_t *cnt = run_hbuf(r, RUN_HS_EP_LCNT, chunks * C_N * G * sizeof *cnt);
     uint32_t *srow = run_hbuf(r, RUN_HS_EP_LSROW, (ne + 1) * sizeof *srow);
     uint32_t *smeta = run_hbuf(r, RUN_HS_EP_LSMETA, (ne + 1) * S * sizeof *smeta);
@@ -758,14 +822,16 @@ void run_ep_layer(run_t *r, uint32_t l)
         while (e1 < ne && ents[e1].row < i1) /* entries come in row order */
             e1++;
         hop_t *h = &hp[c];
-        *h = (hop_t){.r = r, .set = (int)(c % 2), .stage = 1, .l = l, .chunk = c, .S = S,
-                     .cnt = cnt + c * C_N * G};
+        *h = (hop_t){.r = r, .set = (int)(c % 2), .stage = 1,
+                     .group = hier ? RUN_GROUP_RAIL : RUN_GROUP_WORLD, .l = l, .chunk = c,
+                     .S = S, .cnt = cnt + c * C_N * G};
         hop_plan(h, ents + e0, e1 - e0, um, srow + e0, smeta + e0 * S, xs + c * W,
                  chunks * W);
         e0 = e1;
     }
     double tx = settle(r, l);
-    const size_t *xr = exchange_counts(r, RUN_HS_EP_X, xs, chunks * W);
+    const size_t *xr = exchange_counts(r, RUN_HS_EP_X, xs, chunks * W,
+                                       hier ? RUN_GROUP_RAIL : RUN_GROUP_WORLD);
     exposed(r, l, tx);
     for (uint32_t c = 0; c < chunks; c++)
         hop_counts(&hp[c], xr, c, chunks, W);
@@ -784,9 +850,21 @@ void run_ep_layer(run_t *r, uint32_t l)
             uint32_t t1 = run_mark(r);
             hop_arrive(h);
             run_tick(r, l, RUN_DISPATCH, t1);
+            if (hier) { /* the forwards inside the node, before the compute */
+                t1 = run_mark(r);
+                forward_dispatch(h, fh);
+                run_tick(r, l, RUN_DISPATCH_INTRA, t1);
+            }
             t1 = run_mark(r);
             hop_compute(h);
+            if (hier)
+                hop_compute(fh);
             run_tick(r, l, RUN_COMPUTE, t1);
+            if (hier) {
+                t1 = run_mark(r);
+                forward_combine(h, fh);
+                run_tick(r, l, RUN_COMBINE_INTRA, t1);
+            }
             t1 = run_mark(r);
             hop_combine(h);
             run_tick(r, l, RUN_COMBINE, t1);

@@ -32,7 +32,10 @@ static inline void run_comm_finalize(moe_run_comm_t *c)
 typedef moe_run_cfg_t run_cfg_t;
 
 /* Measured figures of one layer on one rank (summed over the timed iterations). */
-enum run_phase { RUN_DISPATCH = 0, RUN_COMPUTE, RUN_COMBINE, RUN_PHASES };
+/* hierarchical mode's second hop (intra-node forwards) in phases of its own; its first hop
+ * is DISPATCH and COMBINE */
+enum run_phase { RUN_DISPATCH = 0, RUN_COMPUTE, RUN_COMBINE, RUN_DISPATCH_INTRA,
+                 RUN_COMBINE_INTRA, RUN_PHASES };
 typedef struct run_layer_stat {
     double t[RUN_PHASES];                       /* seconds */
     uint64_t xfer[MOE_PHASES][MOE_LINK_CLASSES]; /* hidden-state vectors sent, by class */
@@ -201,6 +204,8 @@ struct moe_run {
     moe_run_backend_t *b;
     int me, G;
     uint32_t L, E, K, H, F, gpn;
+    int groups, node_shared;    /* hierarchical: node and rail groups made (run_comm_groups), the
+                                 * node's is MPI_COMM_TYPE_SHARED's */
     int expert;                      /* enum moe_expert (cfg.expert) */
     size_t cols;                     /* an expert's pre-activations per row: W1's columns
                                       * (moe_kern_w1_cols: 2F SwiGLU, F SiLU) */

@@ -16,6 +16,8 @@
 /* Figures of the whole job, reduced onto every rank. */
 typedef struct sums {
     double *t;        /* [L][3] slowest rank, ms per iteration */
+    double *hop;      /* [L][4] hierarchical: dispatch's first hop (inter-node) and forwards
+                       * (intra-node), combine's forwards and first hop; slowest rank, ms */
     double *x;        /* [L][2][4] vectors per iteration, all ranks */
     double *by;       /* [L][4] payload bytes per iteration */
     double *load;     /* [L][2] max, sum of expert-token pairs per iteration */
@@ -23,10 +25,15 @@ typedef struct sums {
                        * of a rank */
     double *rank;     /* [G][4] vector bytes sent per iteration by rank: total, intra, inter,
                        * the accounting's total (-1 unknown) */
-    double *ex;       /* [2][L] ms a rank was blocked in the layer's communication, then
-                       * (--measure-wait) in the barriers before it; most of a rank */
+    double *ex;       /* [3][L] ms a rank was blocked in the layer's communication, then
+                       * (--measure-wait) in the barriers before it, then (--measure-wait)
+                       * its dispatch and combine less those barriers; most of a rank */
     double ag[MOE_LINK_CLASSES];
     double meta;
+    double *dp;       /* hierarchical, replayed: [L][4] the shared accounting's DeepEP counts
+                       * (normal kernels) per iteration: RDMA dispatch, combine, NVLink
+                       * dispatch, combine; NULL otherwise */
+    double cells;     /* their present cells per iteration */
     int acct_equal;   /* 1 equal on every rank, 0 not, -1 not applicable */
 } sums_t;
 
@@ -69,24 +76,78 @@ static double acct_sent(const run_t *r)
     return x * r->H * r->esz;
 }
 
+/* Hierarchical mode sends as DeepEP's normal kernels do (run_ep.c): the accounting's DeepEP
+ * counts over the run's token stream into s->dp, to compare with the vectors it sent (its
+ * inter-node ones are RDMA node-copies, its intra-node ones NVLink forwards). */
+static void acct_deepep(const run_t *r, sums_t *s)
+{
+    if (!r->replay || r->cfg.mode != MOE_RUN_HIERARCHICAL)
+        return;
+    moe_topo_t topo;
+    moe_topo_uniform(&topo, (uint32_t)r->G / r->gpn, r->gpn);
+    moe_acct_opts_t o;
+    moe_acct_opts_default(&o);
+    o.replica_rule = r->cfg.replica_rule;
+    int st;
+    char msg[256];
+    moe_acct_t *a = moe_acct_new(r->pl, &topo, &r->hdr, &o, &st, msg, sizeof msg);
+    if (!a || !(s->dp = calloc((size_t)r->L * 4, sizeof *s->dp))) {
+        moe_acct_free(a);
+        return;
+    }
+    size_t LK = (size_t)r->L * r->K;
+    for (size_t t = 0; t < r->ntok; t++) {
+        const float *w = r->hdr.flags & MOE_TRACE_WEIGHTS ? r->wts + t * LK : NULL;
+        moe_acct_token(a, r->ids + t * LK, w, r->tok_id[t], r->src[t], r->src[t]);
+    }
+    for (uint32_t l = 0; l < r->L; l++) {
+        const moe_acct_deepep_t *d = moe_acct_deepep(a, l);
+        double *x = s->dp + (size_t)l * 4;
+        x[0] = (double)d->rdma[MOE_DEEPEP_NORMAL][MOE_DISPATCH];
+        x[1] = (double)d->rdma[MOE_DEEPEP_NORMAL][MOE_COMBINE];
+        x[2] = (double)d->nvl[MOE_DEEPEP_NORMAL][MOE_DISPATCH];
+        x[3] = (double)d->nvl[MOE_DEEPEP_NORMAL][MOE_COMBINE];
+        s->cells += (double)d->cells;
+    }
+    moe_acct_free(a);
+}
+
+/* Layer l's measured DeepEP counts of hierarchical mode (all ranks, per iteration): RDMA
+ * dispatch, combine, NVLink dispatch, combine. */
+static void deepep_measured(const sums_t *s, size_t l, double *v)
+{
+    const double *x = s->x + l * 8;
+    v[0] = x[MOE_LINK_INTER];
+    v[1] = x[4 + MOE_LINK_INTER];
+    v[2] = x[MOE_LINK_INTRA];
+    v[3] = x[4 + MOE_LINK_INTRA];
+}
+
 static int reduce(run_t *r, sums_t *s)
 {
     size_t L = r->L, G = (size_t)r->G;
     double it = r->cfg.iters;
     s->t = calloc(L * 3, sizeof *s->t);
+    s->hop = calloc(L * 4, sizeof *s->hop);
     s->x = calloc(L * 8, sizeof *s->x);
     s->by = calloc(L * 5, sizeof *s->by);
     s->load = calloc(L * 2, sizeof *s->load);
     s->rank = calloc(G * 4, sizeof *s->rank);
     s->cnt = calloc(L * 3, sizeof *s->cnt);
-    s->ex = calloc(2 * L + 1, sizeof *s->ex);
-    if (!s->t || !s->x || !s->by || !s->load || !s->rank || !s->cnt || !s->ex)
+    s->ex = calloc(3 * L + 1, sizeof *s->ex);
+    if (!s->t || !s->hop || !s->x || !s->by || !s->load || !s->rank || !s->cnt || !s->ex)
         return MOE_ENOMEM;
     double mine[4] = {0, 0, 0, acct_sent(r)};
     for (size_t l = 0; l < L; l++) {
         const run_layer_stat_t *q = &r->st[l];
-        for (int p = 0; p < 3; p++)
-            s->t[l * 3 + p] = 1e3 * q->t[p] / it;
+        /* a phase is both hops' (hierarchical mode) */
+        s->t[l * 3] = 1e3 * (q->t[RUN_DISPATCH] + q->t[RUN_DISPATCH_INTRA]) / it;
+        s->t[l * 3 + 1] = 1e3 * q->t[RUN_COMPUTE] / it;
+        s->t[l * 3 + 2] = 1e3 * (q->t[RUN_COMBINE] + q->t[RUN_COMBINE_INTRA]) / it;
+        s->hop[l * 4] = 1e3 * q->t[RUN_DISPATCH] / it;
+        s->hop[l * 4 + 1] = 1e3 * q->t[RUN_DISPATCH_INTRA] / it;
+        s->hop[l * 4 + 2] = 1e3 * q->t[RUN_COMBINE_INTRA] / it;
+        s->hop[l * 4 + 3] = 1e3 * q->t[RUN_COMBINE] / it;
         for (int ph = 0; ph < 2; ph++)
             for (int c = 0; c < 4; c++) {
                 double v = (double)q->xfer[ph][c] / it;
@@ -104,6 +165,7 @@ static int reduce(run_t *r, sums_t *s)
         s->cnt[l * 3 + 2] = q->a2a / it;
         s->ex[l] = 1e3 * q->exposed / it;
         s->ex[L + l] = 1e3 * q->waited / it;
+        s->ex[2 * L + l] = s->t[l * 3] + s->t[l * 3 + 2] - 1e3 * q->waited / it;
     }
     int eq = mine[3] < 0 ? -1 : mine[3] == mine[0];
     memcpy(s->rank + (size_t)r->me * 4, mine, sizeof mine);
@@ -111,8 +173,9 @@ static int reduce(run_t *r, sums_t *s)
         s->ag[c] = (double)r->ag_bytes[c] / it;
     double e[2] = {eq == 0, eq < 0};
     RUN_CK(r, run_comm_allreduce(r->comm, s->t, (int)(L * 3), MOE_RUN_MAX));
+    RUN_CK(r, run_comm_allreduce(r->comm, s->hop, (int)(L * 4), MOE_RUN_MAX));
     RUN_CK(r, run_comm_allreduce(r->comm, s->cnt, (int)(L * 3), MOE_RUN_MAX));
-    RUN_CK(r, run_comm_allreduce(r->comm, s->ex, (int)(2 * L), MOE_RUN_MAX));
+    RUN_CK(r, run_comm_allreduce(r->comm, s->ex, (int)(3 * L), MOE_RUN_MAX));
     RUN_CK(r, run_comm_allreduce(r->comm, s->x, (int)(L * 8), MOE_RUN_SUM));
     RUN_CK(r, run_comm_allreduce(r->comm, s->by, (int)(L * 5), MOE_RUN_SUM));
     RUN_CK(r, run_comm_allreduce(r->comm, s->ag, 4, MOE_RUN_SUM));
@@ -125,6 +188,8 @@ static int reduce(run_t *r, sums_t *s)
         s->load[l * 2 + 1] = sm;
     }
     RUN_CK(r, run_comm_allreduce(r->comm, s->rank, (int)(G * 4), MOE_RUN_SUM));
+    if (r->me == 0)
+        acct_deepep(r, s);
     s->acct_equal = e[1] > 0 ? -1 : e[0] == 0;
     return 0;
 }
@@ -132,12 +197,14 @@ static int reduce(run_t *r, sums_t *s)
 static void sums_free(sums_t *s)
 {
     free(s->t);
+    free(s->hop);
     free(s->x);
     free(s->by);
     free(s->load);
     free(s->rank);
     free(s->cnt);
     free(s->ex);
+    free(s->dp);
 }
 
 /* Layer l's vector bytes (all ranks), all-to-all seconds, algbw and busbw in GB/s (nccl-tests:
@@ -233,12 +300,48 @@ int run_report(run_t *r, FILE *fp, double check_err, int check_ok)
         }
         fprintf(fp, "; %.3f per iteration\n", ex);
     }
+    if (r->cfg.mode == MOE_RUN_HIERARCHICAL) {
+        fprintf(fp, "# hops (first among the ranks of one local index, then forwards on the "
+                    "node communicator, %s), ms: dispatch inter + intra, combine intra + inter:",
+                r->node_shared ? "MPI_COMM_TYPE_SHARED" : "split by node index");
+        for (size_t l = 0; l < r->L; l++)
+            fprintf(fp, "%s layer %zu %.3f + %.3f, %.3f + %.3f", l ? ";" : "", l, s.hop[l * 4],
+                    s.hop[l * 4 + 1], s.hop[l * 4 + 2], s.hop[l * 4 + 3]);
+        fprintf(fp, "\n");
+        double m[4] = {0}, v[4];
+        for (size_t l = 0; l < r->L; l++) {
+            deepep_measured(&s, l, v);
+            for (int i = 0; i < 4; i++)
+                m[i] += v[i];
+        }
+        fprintf(fp, "# DeepEP's counts (normal kernels), per iteration, all ranks: RDMA "
+                    "node-copies %.0f dispatch, %.0f combine; NVLink forwards %.0f dispatch, "
+                    "%.0f combine",
+                m[0], m[1], m[2], m[3]);
+        if (s.dp) {
+            int eq = 1;
+            for (size_t l = 0; l < r->L; l++) {
+                deepep_measured(&s, l, v);
+                for (int i = 0; i < 4; i++)
+                    eq &= v[i] == s.dp[l * 4 + i];
+            }
+            fprintf(fp, "; vs the shared accounting (deepep): %s", eq ? "equal" : "DIFFERENT");
+        }
+        fprintf(fp, "\n");
+    }
     if (r->cfg.mode != MOE_RUN_DATACENTRIC && r->cfg.measure_wait) {
         double wt = 0;
         fprintf(fp, "# waiting for the slowest rank (barriers before them), ms:");
         for (size_t l = 0; l < r->L; l++) {
             fprintf(fp, " %.3f", s.ex[r->L + l]);
             wt += s.ex[r->L + l];
+        }
+        fprintf(fp, "; %.3f per iteration\n", wt);
+        wt = 0;
+        fprintf(fp, "# transfer (dispatch + combine less that waiting, the slowest rank's), ms:");
+        for (size_t l = 0; l < r->L; l++) {
+            fprintf(fp, " %.3f", s.ex[2 * r->L + l]);
+            wt += s.ex[2 * r->L + l];
         }
         fprintf(fp, "; %.3f per iteration\n", wt);
     }
@@ -362,9 +465,23 @@ static int json_body(const run_t *r, const sums_t *s, moe_textout_t *t, double c
         else
             P("\"exposed_comm_ms\": %s, ", J("%.6f", s->ex[l]));
         if (r->cfg.mode == MOE_RUN_DATACENTRIC || !r->cfg.measure_wait)
-            P("\"imbalance_wait_ms\": null, ");
+            P("\"imbalance_wait_ms\": null, \"transfer_ms\": null, ");
         else
-            P("\"imbalance_wait_ms\": %s, ", J("%.6f", s->ex[r->L + l]));
+            P("\"imbalance_wait_ms\": %s, \"transfer_ms\": %s, ", J("%.6f", s->ex[r->L + l]),
+              J("%.6f", s->ex[2 * r->L + l]));
+        if (r->cfg.mode == MOE_RUN_HIERARCHICAL) {
+            double v[4];
+            deepep_measured(s, l, v);
+            P("\"dispatch_inter_ms\": %s, \"dispatch_intra_ms\": %s, \"combine_intra_ms\": %s, "
+              "\"combine_inter_ms\": %s, \"deepep\": {\"rdma_dispatch\": %.0f, "
+              "\"rdma_combine\": %.0f, \"nvl_dispatch\": %.0f, \"nvl_combine\": %.0f}, ",
+              J("%.6f", s->hop[l * 4]), J("%.6f", s->hop[l * 4 + 1]),
+              J("%.6f", s->hop[l * 4 + 2]), J("%.6f", s->hop[l * 4 + 3]), v[0], v[1], v[2],
+              v[3]);
+        } else {
+            P("\"dispatch_inter_ms\": null, \"dispatch_intra_ms\": null, "
+              "\"combine_intra_ms\": null, \"combine_inter_ms\": null, \"deepep\": null, ");
+        }
         P("\"max_rel_diff\": ");
         if (r->layer_err)
             P("%s}%s\n", J("%.6g", r->layer_err[l]), l + 1 < r->L ? "," : "");
@@ -388,6 +505,33 @@ static int json_body(const run_t *r, const sums_t *s, moe_textout_t *t, double c
     for (size_t l = 0; l < r->L; l++)
         meta += s->by[l * 5 + 4];
     P("  \"metadata_bytes\": %.0f,\n", meta);
+    if (r->cfg.mode == MOE_RUN_HIERARCHICAL) {
+        double m[4] = {0}, v[4];
+        int eq = 1;
+        for (size_t l = 0; l < r->L; l++) {
+            deepep_measured(s, l, v);
+            for (int i = 0; i < 4; i++) {
+                m[i] += v[i];
+                eq &= !s->dp || v[i] == s->dp[l * 4 + i];
+            }
+        }
+        P("  \"deepep\": {\"kernel\": \"normal\", \"rdma_dispatch\": %.0f, \"rdma_combine\": "
+          "%.0f, \"nvl_dispatch\": %.0f, \"nvl_combine\": %.0f, \"node_group\": \"%s\", ",
+          m[0], m[1], m[2], m[3], r->node_shared ? "shared" : "split");
+        if (s->dp) {
+            double a[4] = {0};
+            for (size_t l = 0; l < r->L; l++)
+                for (int i = 0; i < 4; i++)
+                    a[i] += s->dp[l * 4 + i];
+            P("\"cells\": %.0f, \"accounting\": {\"rdma_dispatch\": %.0f, \"rdma_combine\": "
+              "%.0f, \"nvl_dispatch\": %.0f, \"nvl_combine\": %.0f}, \"accounting_equal\": "
+              "%s},\n", s->cells, a[0], a[1], a[2], a[3], eq ? "true" : "false");
+        } else {
+            P("\"cells\": null, \"accounting\": null, \"accounting_equal\": null},\n");
+        }
+    } else {
+        P("  \"deepep\": null,\n");
+    }
     P("  \"accounting_equal\": %s,\n",
       s->acct_equal < 0 ? "null" : s->acct_equal ? "true" : "false");
     P("  \"allgather_bytes\": {\"intra\": %.0f, \"inter\": %.0f}, \"allgather_total\": %.0f,\n",

@@ -420,6 +420,21 @@ static int g_ialltoallv(moe_run_backend_t *b, const void *s, const size_t *sc,
     return e ? e : *q ? 0 : MOE_ENOMEM;
 }
 
+/* The group's all-to-all on the shadows, completed at once as g_ialltoallv's. */
+static int g_ialltoallv_group(moe_run_backend_t *b, int group, const void *s, const size_t *sc,
+                              const size_t *sd, void *r, const size_t *rc, const size_t *rd,
+                              moe_run_req_t **q)
+{
+    int e = a2a_args(b, "ialltoallv_group", s, sc, sd, r, rc, rd);
+    moe_run_req_t *cq = NULL;
+    if (e)
+        return e;
+    e = cpu->ialltoallv_group(b, group, sh(s), sc, sd, sh(r), rc, rd, &cq);
+    e = e ? e : cpu->wait(b, cq);
+    *q = e ? NULL : malloc(1);
+    return e ? e : *q ? 0 : MOE_ENOMEM;
+}
+
 static int g_wait(moe_run_backend_t *b, moe_run_req_t *q)
 {
     (void)b;
@@ -540,6 +555,7 @@ moe_run_backend_t *guard_backend(moe_run_comm_t *c, char *errbuf, size_t errlen)
     ops.unpack = g_unpack;
     ops.alltoallv = g_alltoallv;
     ops.ialltoallv = g_ialltoallv;
+    ops.ialltoallv_group = cpu->ialltoallv_group ? g_ialltoallv_group : NULL;
     ops.wait = g_wait;
     ops.test = NULL; /* its ialltoallv has completed when it returns */
     ops.allgather = g_allgather;
