@@ -199,6 +199,7 @@ static int sim_parse(int argc, char **argv, sim_cfg_t *g, int *rc)
     int scheme = 0, scheme_set = 0; /* every scheme is simulated */
     moe_cli_target_apply("simulate", g->target, &scheme, &g->so.accounting, &g->so.acct.
                          replica_rule, &scheme_set, &g->accounting_set, &g->rule_set);
+    g->so.deepep = g->so.accounting == MOE_ACCOUNTING_DEEPEP; /* priced as DeepEP's kernels */
     if (!g->topology)
         *rc = moe_usage_error(PROG, "simulate", "--topology is required");
     else if (argc - optind != 2)

@@ -34,7 +34,7 @@ double moe_deepep_bytes(int kernel, int phase, uint32_t hidden)
 void moe_acct_relay(const moe_route_t *rt, uint32_t s, uint32_t gpn, int relay,
                     moe_relay_route_t *out)
 {
-    uint32_t sn = s / gpn, sl = s - sn * gpn, nd[MOE_TRACE_MAX_TOPK], lead[MOE_TRACE_MAX_TOPK];
+    uint32_t sn = s / gpn, sl = s - sn * gpn, nd[MOE_TRACE_MAX_TOPK];
     out->nodes = out->nsend = out->nfwd = out->nremote = 0;
     if (relay == MOE_RELAY_NONE) {
         for (uint32_t i = 0; i < rt->n; i++)
@@ -50,16 +50,18 @@ void moe_acct_relay(const moe_route_t *rt, uint32_t s, uint32_t gpn, int relay,
         uint32_t d = rt->ranks[q], n = nd[q] = d / gpn, i = 0;
         while (nd[i] != n) /* the node's first serving rank: i == q for the first */
             i++;
-        lead[q] = i == q ? d : lead[i];
         out->nodes += i == q;
-        if (n == sn) { /* s's own node: straight from s */
-            if (d != s) {
+        if (n == sn) { /* s's own node: straight from s (RAIL: forwarded by s) */
+            if (d != s && relay == MOE_RELAY_RAIL) {
+                out->fwd_from[out->nfwd] = s;
+                out->fwd_to[out->nfwd++] = d;
+            } else if (d != s) {
                 out->remote[out->nsend] = 0;
                 out->send[out->nsend++] = d;
             }
             continue;
         }
-        uint32_t via = relay == MOE_RELAY_LOCAL ? n * gpn + sl : lead[q];
+        uint32_t via = n * gpn + sl;
         if (i == q) { /* once per other node, to its relay */
             out->remote[out->nsend] = 1;
             out->send[out->nsend++] = via;
@@ -75,7 +77,7 @@ void moe_acct_relay(const moe_route_t *rt, uint32_t s, uint32_t gpn, int relay,
 int moe_accounting_relay(int accounting)
 {
     return accounting == MOE_ACCOUNTING_DEEPEP ? MOE_RELAY_LOCAL
-           : accounting == MOE_ACCOUNTING_DEEPEP_LL ? MOE_RELAY_NONE : MOE_RELAY_FIRST;
+           : accounting == MOE_ACCOUNTING_DEEPEP_LL ? MOE_RELAY_NONE : MOE_RELAY_RAIL;
 }
 
 /* Count the sends of r (RDMA to another node, else NVLink) and its forwards (NVLink) into

@@ -291,8 +291,8 @@ static void pipelined(const moe_sim_t *s, uint32_t j, moe_sim_layer_t *o)
     o->comm = o->time - o->compute;
 }
 
-/* Hierarchical (moe-run's): the first hop (straight within the node, once per other node to
- * its first serving rank), the forwards inside the receiving nodes and their partials back,
+/* Hierarchical (moe-run's): the first hop (once per other node, to the rank of the source's
+ * local index there: moe_acct_relay's RAIL rule), the forwards inside the receiving nodes and their partials back,
  * then the combine of the first hop; vanilla's expert work, the forwards' memory passes. */
 static void hierarchical(const moe_sim_t *s, uint32_t j, double *work, moe_sim_layer_t *o)
 {

@@ -279,9 +279,11 @@ typedef struct moe_acct_deepep {
  * that DeepEP's counts (above) and moe-costmodel simulate's hierarchical scheme are grown from.
  * The token leaves its source rank s; every other serving rank d gets it either straight from
  * s (a send) or from a relay of d's node (a forward, inside the node):
- *  MOE_RELAY_FIRST  moe-run's hierarchical mode: straight to the serving ranks of s's node;
- *                   once to the first serving rank (route order) of each other node, which
- *                   forwards it to that node's other serving ranks;
+ *  MOE_RELAY_RAIL   moe-run's hierarchical mode (its rail, then its node communicator): once
+ *                   to the rank of s's local index on each other node holding a serving rank,
+ *                   as DeepEP, and on s's node to s itself, every such relay then forwarding
+ *                   it to its node's serving ranks but itself (so s's own node is reached by
+ *                   forwards, not sends: the same bytes as LOCAL, in the second hop);
  *  MOE_RELAY_LOCAL  DeepEP's normal kernels: straight to the serving ranks of s's node (s is
  *                   its own node's forwarder); once over RDMA to the rank of s's local index on
  *                   each other node, serving or not, which forwards it to the node's serving
@@ -289,7 +291,7 @@ typedef struct moe_acct_deepep {
  *  MOE_RELAY_NONE   DeepEP's low-latency kernels: one send per top-k entry whose rank is not
  *                   s (a rank serving two of the cell's experts gets two), no forwards.
  * Combine takes the same routes backwards. */
-enum moe_relay { MOE_RELAY_FIRST = 0, MOE_RELAY_LOCAL = 1, MOE_RELAY_NONE = 2 };
+enum moe_relay { MOE_RELAY_RAIL = 0, MOE_RELAY_LOCAL = 1, MOE_RELAY_NONE = 2 };
 typedef struct moe_relay_route {
     uint32_t nodes;                           /* nodes of the serving ranks (0 for NONE) */
     uint32_t nsend, nfwd, nremote;            /* nremote: sends to another node than s's */
@@ -302,7 +304,7 @@ typedef struct moe_relay_route {
  * relay rule `relay` (enum moe_relay), into *out. */
 void moe_acct_relay(const moe_route_t *rt, uint32_t s, uint32_t gpn, int relay,
                     moe_relay_route_t *out);
-/* The relay rule of an accounting (enum moe_accounting): FIRST for rank (moe-run), LOCAL for
+/* The relay rule of an accounting (enum moe_accounting): RAIL for rank (moe-run), LOCAL for
  * deepep, NONE for deepep-ll. */
 int moe_accounting_relay(int accounting);
 

@@ -27,10 +27,11 @@ extern "C" {
  *                all-to-all in which every rank sends its tokens to every other rank;
  *  pipelined     vanilla's hops cut into n chunks whose dispatch, expert compute and combine
  *                overlap (MPMoE, MoNTA);
- *  hierarchical  a token sent once to each other node, to its first serving rank there, which
- *                forwards it inside the node and returns one partial (MoNTA-style); four hops;
- *                with opts.accounting deepep DeepEP's normal kernels instead (to the rank of
- *                the source's local index there), with deepep-ll its low-latency ones;
+ *  hierarchical  a token sent once to each node holding a serving rank, to the rank of the
+ *                source's local index there (moe-run's rail hop, as DeepEP), which forwards it
+ *                inside the node and returns one partial; four hops; with opts.accounting
+ *                deepep DeepEP's normal kernels' routes (the source's node served straight),
+ *                with deepep-ll its low-latency ones;
  *  datacentric   tokens stay on their source rank; each rank pulls the experts it needs, from
  *                its node when a copy is there, else through the node's first rank needing
  *                it, at most `credits` arriving per round (Janus).

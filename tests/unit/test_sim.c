@@ -164,13 +164,16 @@ static void check_layers(const moe_sim_t *s)
     CHECK_NEAR(pl->time, 2.192e-6);
     CHECK_NEAR(pl->comm, 1.168e-6);
     CHECK_NEAR(pl->ctime[MOE_LINK_INTER], 6.4e-7); /* 2 phases x 2 chunks x 1.6e-7 */
-    /* hierarchical layer 0: rank 1 is on token 0's node, rank 2 the first (only) server of
-     * node 1 for token 1: vanilla's hops, plus two empty forward hops (their count
-     * exchanges, 1.6e-7 each) */
+    /* hierarchical layer 0 (moe-run's rail, then node hop): token 0's server, rank 1, is on
+     * its own node: rank 0 forwards it (intra); token 1 (from rank 1, local index 1) crosses
+     * once, 1->3, the rank of its local index on node 1, which forwards it to its server 2.
+     * First hop: rank 1's row, 8.4e-7, and its combine, 5.2e-7; forwards 0->1 and 3->2, one
+     * row each: 1.6e-7 + 36 / 1e9 + 32 / 1e9 = 2.28e-7, partials 1.6e-7 + 4 / 1e9 + 32 / 1e9
+     * = 1.96e-7 */
     const moe_sim_layer_t *hi = moe_sim_layer(s, MOE_SIM_HIERARCHICAL, 0);
     CHECK_NEAR(hi->bytes[MOE_LINK_INTER], 64);
-    CHECK_NEAR(hi->bytes[MOE_LINK_INTRA], 64);
-    CHECK_NEAR(hi->comm, 1.36e-6 + 3.2e-7);
+    CHECK_NEAR(hi->bytes[MOE_LINK_INTRA], 128);
+    CHECK_NEAR(hi->comm, 8.4e-7 + 5.2e-7 + 2.28e-7 + 1.96e-7);
     CHECK_NEAR(hi->compute, 1.024e-6);
     /* layer 1: token 0 crosses once, 0->2, and rank 2 forwards it to 3 (intra) and gets the
      * partial back; token 1 1->0 as vanilla. First hop 1.6e-7 + 36 / 1e8 + 32 / 1e8, forward
@@ -200,7 +203,8 @@ static void check_layers(const moe_sim_t *s)
     const moe_sim_layer_t *c0 = moe_sim_layer(s, MOE_SIM_COHERENT, 0);
     CHECK_NEAR(tot.time, c0->time + c->time + 3.2e-7);
     /* per-rank transfers: vanilla rank 0 sends 1 intra (layer 0) and 2 inter (layer 1) rows,
-     * receives 1 intra combine (layer 0) and 2 inter; hierarchical rank 2 forwards one */
+     * receives 1 intra combine (layer 0) and 2 inter; hierarchical rank 2 receives token 0
+     * of layer 1 over the rail (rank 0's local index) and forwards it to 3 */
     moe_acct_rank_t x;
     CHECK_EQ_INT(moe_sim_rank_xfer(s, MOE_SIM_VANILLA, 0, &x), 0);
     CHECK_EQ_INT(x.sent[MOE_DISPATCH][MOE_LINK_INTRA], 1);
@@ -208,7 +212,7 @@ static void check_layers(const moe_sim_t *s)
     CHECK_EQ_INT(x.recv[MOE_COMBINE][MOE_LINK_INTER], 2);
     CHECK_EQ_INT(moe_sim_rank_xfer(s, MOE_SIM_HIERARCHICAL, 2, &x), 0);
     CHECK_EQ_INT(x.sent[MOE_DISPATCH][MOE_LINK_INTRA], 1);
-    CHECK_EQ_INT(x.recv[MOE_DISPATCH][MOE_LINK_INTER], 2);
+    CHECK_EQ_INT(x.recv[MOE_DISPATCH][MOE_LINK_INTER], 1);
     CHECK_EQ_INT(moe_sim_rank_xfer(s, MOE_SIM_DATACENTRIC, 0, &x), -1);
     CHECK_EQ_INT(moe_sim_rank_xfer(s, MOE_SIM_VANILLA, 4, &x), -1);
 }
