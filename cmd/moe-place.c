@@ -642,6 +642,7 @@ static int run_eval(int argc, char **argv)
     ao.replica_rule = g.po.replica_rule;
     ao.matrix = g.matrix || g.matrix_bytes;
     ao.node_limit = g.node_limit;
+    ao.no_deepep = !g.accounting && !g.node_limit; /* the report has none of them */
     if (!rc && !(a = moe_acct_new(p, &topo, h, &ao, &st, errbuf, sizeof errbuf)))
         rc = fail("'%s' on '%s': %s", ppath, tpath, errbuf);
     if (a) {

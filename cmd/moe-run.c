@@ -22,7 +22,7 @@ enum {
     O_MODE = MOE_OPTC_TOOL, O_LAYERS, O_EXPERTS, O_TOPK, O_HIDDEN, O_FFN, O_TPR, O_DTYPE,
     O_TRACE, O_PLACEMENT, O_TOPOLOGY, O_GPN, O_ITERS, O_WARMUP, O_SEED, O_CHECK, O_JSON,
     O_CHUNKS, O_CREDITS, O_NO_PREFETCH, O_MEASURE_WAIT, O_CALIBRATE, O_VERSION, O_BACKEND, O_REPLICA_RULE,
-    O_TRAIN, O_LR, O_OPTIMIZER, O_REUSE, O_EXPERT, O_COMM,
+    O_TRAIN, O_LR, O_OPTIMIZER, O_REUSE, O_EXPERT, O_COMM, O_NODES,
 };
 
 /* The CPU backend computes in fp32 whatever the wire type, and moves data by MPI. */
@@ -65,7 +65,7 @@ static const struct option long_opts[] = {
     {"hidden", required_argument, 0, O_HIDDEN}, {"ffn", required_argument, 0, O_FFN},
     {"tokens-per-rank", required_argument, 0, O_TPR}, {"dtype", required_argument, 0, O_DTYPE},
     {"trace", required_argument, 0, O_TRACE}, {"placement", required_argument, 0, O_PLACEMENT},
-    {"topology", required_argument, 0, O_TOPOLOGY},
+    {"topology", required_argument, 0, O_TOPOLOGY}, {"nodes", required_argument, 0, O_NODES},
     {"gpus-per-node", required_argument, 0, O_GPN}, {"iters", required_argument, 0, O_ITERS},
     {"warmup", required_argument, 0, O_WARMUP}, {"seed", required_argument, 0, O_SEED},
     {"check", no_argument, 0, O_CHECK}, {"json", required_argument, 0, O_JSON},
@@ -122,6 +122,7 @@ static void usage(FILE *fp)
           "Cluster:\n"
           "      --gpus-per-node=N  ranks per node [topology, placement, else all]\n"
           "      --topology=FILE    moe-topology(5) file or preset name: the node grouping\n"
+          "      --nodes=N          give the topology N nodes (a preset describes one)\n"
           "Modes:\n"
           "      --chunks=N|auto    chunks per layer: pipelined [auto], hierarchical [1]\n"
           "      --credits=C        datacentric: experts pulled per rank per round [4]\n"
@@ -209,6 +210,7 @@ static int take(args_t *a, int c, const char *arg)
     case O_TRACE: g->trace = arg; return 0;
     case O_PLACEMENT: g->placement = arg; return 0;
     case O_TOPOLOGY: g->topology = arg; return 0;
+    case O_NODES: return moe_cli_u32(prog, NULL, arg, 1, MOE_MAX_RANKS, "node count", &g->nodes);
     case O_GPN: return moe_cli_u32(prog, NULL, arg, 1, MOE_MAX_RANKS, "GPUs per node", &g->gpn);
     case O_ITERS:
         return moe_cli_u32(prog, NULL, arg, 1, 1000000, "iteration count", (uint32_t *)&g->iters);

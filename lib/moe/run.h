@@ -45,6 +45,8 @@ typedef struct moe_run_cfg {
     int expert;               /* the experts' FFN, enum moe_expert (moe/moe.h) [SwiGLU] */
     const char *trace, *placement, *topology; /* files or NULL */
     uint32_t gpn;             /* ranks per node (0: topology, placement, else all) */
+    uint32_t nodes;           /* the topology's node count (0: as the file says; a preset
+                               * describes one node) */
     int iters, warmup;        /* timed and untimed iterations [3, 1] */
     uint64_t seed;            /* weights and tokens [1] */
     int check;                /* compare with the serial reference */

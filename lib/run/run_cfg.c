@@ -37,6 +37,8 @@ const char *moe_run_cfg_conflict(const moe_run_cfg_t *c)
     if (c->train && c->mode == MOE_RUN_HIERARCHICAL && c->reuse && c->reuse != MOE_REUSE_S4)
         return "--reuse: hierarchical mode restores by re-communication and re-computation "
                "only (S4)";
+    if (c->nodes && !c->topology)
+        return "--nodes needs --topology";
     if (c->reuse && (!c->train || c->mode == MOE_RUN_DATACENTRIC))
         return "--reuse applies to training in the expert-parallel modes";
     return NULL;
@@ -114,6 +116,7 @@ static const struct agree_field {
     {"--placement", AG_FILE, offsetof(moe_run_cfg_t, placement), NULL},
     {"--topology", AG_FILE, offsetof(moe_run_cfg_t, topology), NULL},
     {"--gpus-per-node", AG_U32, offsetof(moe_run_cfg_t, gpn), NULL},
+    {"--nodes", AG_U32, offsetof(moe_run_cfg_t, nodes), NULL},
     {"--iters", AG_INT, offsetof(moe_run_cfg_t, iters), NULL},
     {"--warmup", AG_INT, offsetof(moe_run_cfg_t, warmup), NULL},
     {"--seed", AG_U64, offsetof(moe_run_cfg_t, seed), NULL},

@@ -361,12 +361,15 @@ static int setup_inputs(run_t *r, char *errbuf, size_t errlen)
     moe_topo_t topo;
     if (!rc && c->topology && moe_topo_load(&topo, c->topology, errbuf, errlen))
         rc = 1;
+    if (!rc && c->nodes && moe_topo_resize(&topo, c->nodes, 0))
+        rc = say(errbuf, errlen, "'%s' with %u nodes: too many ranks", c->topology, c->nodes);
     if (!rc) {
         r->gpn = c->gpn ? c->gpn : c->topology ? topo.gpus_per_node
                                  : r->pl ? r->pl->gpus_per_node : (uint32_t)r->G;
         if (c->topology && moe_topo_ranks(&topo) != (uint32_t)r->G)
-            rc = say(errbuf, errlen, "'%s' describes %u ranks, the run has %d", c->topology,
-                     moe_topo_ranks(&topo), r->G);
+            rc = say(errbuf, errlen, "'%s' describes %u ranks (%u nodes x %u), the run has %d%s",
+                     c->topology, moe_topo_ranks(&topo), topo.nodes, topo.gpus_per_node, r->G,
+                     c->nodes ? "" : ": give --nodes");
     }
     rc = rc ? rc : check_shape(r, errbuf, errlen);
     if (!rc && !r->pl)

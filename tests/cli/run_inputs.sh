@@ -60,6 +60,18 @@ expect_exit 1 mpi_noleak 1 $small --trace "$T/p4.moet" --topology no-such-preset
 grep -q '^moe-run: .*no-such-preset' "$T/err" || fail "the unknown preset is not named"
 end
 
+begin "--nodes gives a topology of one node more nodes (issue 45 item 4)"
+printf 'topology pair\nnodes 1\ngpus-per-node 2\nlink intra bandwidth 300 GB/s\nlink inter bandwidth 50 GB/s\n' \
+    >"$T/pair.topo"
+expect_exit 0 mpi_noleak 4 $small --trace "$T/p4.moet" --topology "$T/pair.topo" --nodes 2
+grep -q '^# ranks 4 (2 nodes x 2)' "$T/out" || fail "the run is not 2 nodes x 2"
+expect_exit 1 mpi_noleak 4 $small --trace "$T/p4.moet" --topology "$T/pair.topo"
+grep -q "^moe-run: '$T/pair.topo' describes 2 ranks (1 nodes x 2), the run has 4: give --nodes" \
+    "$T/err" || fail "no --nodes hint"
+expect_exit 2 "$MOE_BIN/moe-run" --nodes 2
+expect_tool_usage moe-run "" "--nodes needs --topology"
+end
+
 begin "--comm and --expert: the cpu backend moves data by MPI only; unknown names"
 expect_exit 2 "$MOE_BIN/moe-run" --comm nccl
 expect_tool_usage moe-run "" "--comm nccl: the cpu backend moves data by MPI"
