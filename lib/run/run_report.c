@@ -46,6 +46,27 @@ static int acct_scheme(const run_t *r)
                                                                        : -1;
 }
 
+/* The shared accounting of the run's token stream (r->ids from r->src), with the
+ * rank x rank matrix when `matrix`; NULL when out of memory. */
+static moe_acct_t *stream_acct(const run_t *r, int matrix)
+{
+    moe_topo_t topo;
+    moe_topo_uniform(&topo, (uint32_t)r->G / r->gpn, r->gpn);
+    moe_acct_opts_t o;
+    moe_acct_opts_default(&o);
+    o.matrix = matrix;
+    o.replica_rule = r->cfg.replica_rule;
+    int st;
+    char msg[256];
+    moe_acct_t *a = moe_acct_new(r->pl, &topo, &r->hdr, &o, &st, msg, sizeof msg);
+    size_t LK = (size_t)r->L * r->K;
+    for (size_t t = 0; a && t < r->ntok; t++) {
+        const float *w = r->hdr.flags & MOE_TRACE_WEIGHTS ? r->wts + t * LK : NULL;
+        moe_acct_token(a, r->ids + t * LK, w, r->tok_id[t], r->src[t], r->src[t]);
+    }
+    return a;
+}
+
 /* This rank's transfers by the shared accounting over the run's token stream (-1 when the
  * mode or a computed gate has no accounting). */
 static double acct_sent(const run_t *r)
@@ -53,22 +74,9 @@ static double acct_sent(const run_t *r)
     int scheme = acct_scheme(r);
     if (scheme < 0)
         return -1;
-    moe_topo_t topo;
-    moe_topo_uniform(&topo, (uint32_t)r->G / r->gpn, r->gpn);
-    moe_acct_opts_t o;
-    moe_acct_opts_default(&o);
-    o.matrix = 1;
-    o.replica_rule = r->cfg.replica_rule;
-    int st;
-    char msg[256];
-    moe_acct_t *a = moe_acct_new(r->pl, &topo, &r->hdr, &o, &st, msg, sizeof msg);
+    moe_acct_t *a = stream_acct(r, 1);
     if (!a)
         return -1;
-    size_t LK = (size_t)r->L * r->K;
-    for (size_t t = 0; t < r->ntok; t++) {
-        const float *w = r->hdr.flags & MOE_TRACE_WEIGHTS ? r->wts + t * LK : NULL;
-        moe_acct_token(a, r->ids + t * LK, w, r->tok_id[t], r->src[t], r->src[t]);
-    }
     double x = 0;
     for (int d = 0; d < r->G; d++)
         x += (double)moe_acct_matrix(a, scheme, (uint32_t)r->me, (uint32_t)d);
@@ -83,22 +91,10 @@ static void acct_deepep(const run_t *r, sums_t *s)
 {
     if (!r->replay || r->cfg.mode != MOE_RUN_HIERARCHICAL)
         return;
-    moe_topo_t topo;
-    moe_topo_uniform(&topo, (uint32_t)r->G / r->gpn, r->gpn);
-    moe_acct_opts_t o;
-    moe_acct_opts_default(&o);
-    o.replica_rule = r->cfg.replica_rule;
-    int st;
-    char msg[256];
-    moe_acct_t *a = moe_acct_new(r->pl, &topo, &r->hdr, &o, &st, msg, sizeof msg);
+    moe_acct_t *a = stream_acct(r, 0);
     if (!a || !(s->dp = calloc((size_t)r->L * 4, sizeof *s->dp))) {
         moe_acct_free(a);
         return;
-    }
-    size_t LK = (size_t)r->L * r->K;
-    for (size_t t = 0; t < r->ntok; t++) {
-        const float *w = r->hdr.flags & MOE_TRACE_WEIGHTS ? r->wts + t * LK : NULL;
-        moe_acct_token(a, r->ids + t * LK, w, r->tok_id[t], r->src[t], r->src[t]);
     }
     for (uint32_t l = 0; l < r->L; l++) {
         const moe_acct_deepep_t *d = moe_acct_deepep(a, l);
