@@ -1,21 +1,13 @@
 #!/bin/sh
 # tests/cli/compare_time.sh -- moe-place compare's predicted MoE layer times (issue 45 items 4
 # and 5): both sides priced by moe-costmodel simulate's model (lib/cost) on the topology,
-# experts as grouped GEMMs, hand-computed on the 12 ranks (3 nodes x 4) of deepep_acct.sh.
+# experts as grouped GEMMs, hand-computed on the 12 ranks (3 nodes x 4) of deepep_lib.sh.
 . "${top_srcdir:-.}/tests/cli/lib.sh"
 
 mp() { moe_tool moe-place "$@"; }
 
-{
-    printf '@PL\tVN:1.0\tlayers:1\texperts:12\tranks:12\tgpus_per_node:4\tcapacity:2\n'
-    printf '#layer\texpert\tranks\n'
-    for e in 0 1 2 3 4 5 6 7 8 9 10 11; do printf '0\t%d\t%d\n' $e $e; done
-} >"$T/p.moep"
-# the same with experts 4 and 5 both on rank 4 (rank 5 holds none)
-sed 's/^0	5	5$/0	5	4/' "$T/p.moep" >"$T/q.moep"
-hdr='@MT\tVN:1.0\tlayers:1\texperts:12\ttopk:3\thidden:7168\telem_bytes:2\tranks:12\tweights:0\n'
-# token seq pos step rank cell: sources 0, 1 and 4
-printf "$hdr"'0\t0\t0\t0\t0\t4,5,9\n1\t1\t0\t0\t1\t4,5,9\n2\t2\t0\t0\t4\t0,1,5\n' >"$T/abc.txt"
+. "$top_srcdir/tests/cli/deepep_lib.sh"
+deepep_fixtures 7168
 printf 'nodes 3\ngpus-per-node 4\nlink intra bandwidth 100 GB/s\nlink inter bandwidth 10 GB/s\n%s\n' \
     'flops 1 TFLOP/s' >"$T/t.topo"
 

@@ -8,21 +8,8 @@
 
 mp() { moe_tool moe-place "$@"; }
 
-{
-    printf '@PL\tVN:1.0\tlayers:1\texperts:12\tranks:12\tgpus_per_node:4\tcapacity:2\n'
-    printf '#layer\texpert\tranks\n'
-    for e in 0 1 2 3 4 5 6 7 8 9 10 11; do printf '0\t%d\t%d\n' $e $e; done
-} >"$T/p.moep"
-# the same with experts 4 and 5 both on rank 4 (rank 5 holds none)
-sed 's/^0	5	5$/0	5	4/' "$T/p.moep" >"$T/q.moep"
-hdr='@MT\tVN:1.0\tlayers:1\texperts:12\ttopk:3\thidden:7168\telem_bytes:2\tranks:12\tweights:0\n'
-# token seq pos step rank cell
-printf "$hdr"'0\t0\t0\t0\t0\t4,5,9\n' >"$T/a.txt"
-printf "$hdr"'1\t1\t0\t0\t1\t4,5,9\n' >"$T/b.txt"
-printf "$hdr"'2\t2\t0\t0\t4\t0,1,5\n' >"$T/c.txt"
-cat "$T/a.txt" >"$T/abc.txt"
-tail -n 1 "$T/b.txt" >>"$T/abc.txt"
-tail -n 1 "$T/c.txt" >>"$T/abc.txt"
+. "$top_srcdir/tests/cli/deepep_lib.sh"
+deepep_fixtures 7168
 
 # deepep_of FILE KERNEL: "rdma_dispatch rdma_combine nvl_dispatch nvl_combine" of eval's table
 deepep_of() { awk -F '\t' -v k="$2" '$1 == "DEEPEP" && $2 == k { print $3, $4, $5, $6 }' "$1"; }

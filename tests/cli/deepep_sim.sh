@@ -15,19 +15,9 @@ link intra bandwidth 100 GB/s latency 2 us
 link inter bandwidth 10 GB/s latency 5 us
 flops 100 TFLOP/s
 TOPO
-{
-    printf '@PL\tVN:1.0\tlayers:1\texperts:12\tranks:12\tgpus_per_node:4\tcapacity:2\n'
-    printf '#layer\texpert\tranks\n'
-    for e in 0 1 2 3 4 5 6 7 8 9 10 11; do printf '0\t%d\t%d\n' $e $e; done
-} >"$T/p.moep"
-# experts 4 and 5 both on rank 4
-sed 's/^0	5	5$/0	5	4/' "$T/p.moep" >"$T/q.moep"
+. "$top_srcdir/tests/cli/deepep_lib.sh"
 # hidden 64, bf16: a transfer is 128 bytes
-hdr='@MT\tVN:1.0\tlayers:1\texperts:12\ttopk:3\thidden:64\telem_bytes:2\tranks:12\tweights:0\n'
-printf "$hdr"'0\t0\t0\t0\t0\t4,5,9\n' >"$T/a.txt"
-printf "$hdr"'1\t1\t0\t0\t1\t4,5,9\n' >"$T/b.txt"
-cat "$T/a.txt" >"$T/ab.txt"
-tail -n 1 "$T/b.txt" >>"$T/ab.txt"
+deepep_fixtures 64
 
 # hier FILE: "intra inter" bytes of the hierarchical SCHEME line of a simulate table
 hier() { awk -F '\t' '$1 == "SCHEME" && $2 == "hierarchical" { print $6, $7 }' "$1"; }
