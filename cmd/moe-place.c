@@ -642,7 +642,7 @@ static int run_eval(int argc, char **argv)
     ao.replica_rule = g.po.replica_rule;
     ao.matrix = g.matrix || g.matrix_bytes;
     ao.node_limit = g.node_limit;
-    ao.no_deepep = !g.accounting && !g.node_limit; /* the report has none of them */
+    ao.deepep = g.accounting || g.node_limit; /* what the report shows */
     if (!rc && !(a = moe_acct_new(p, &topo, h, &ao, &st, errbuf, sizeof errbuf)))
         rc = fail("'%s' on '%s': %s", ppath, tpath, errbuf);
     if (a) {
@@ -811,6 +811,7 @@ static int run_compare(int argc, char **argv)
     moe_acct_opts_t ao;
     moe_acct_opts_default(&ao);
     ao.replica_rule = g.po.replica_rule;
+    ao.deepep = 1;
     for (int i = 0; i < 2 && !rc; i++)
         if ((st = moe_acct_run(p[i], &topo, tpath, g.o.threads, &ao, &a[i], errbuf,
                                sizeof errbuf)))

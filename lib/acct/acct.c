@@ -18,7 +18,7 @@ struct moe_acct {
     uint32_t L, E, K, k, G, gpn;
     int source, weights, matrix, ranks, rule;
     uint32_t node_limit;
-    int no_deepep;
+    int deepep;
     uint64_t tokens;
     moe_acct_layer_t *layer[MOE_SCHEMES];  /* [L] */
     uint64_t *load[MOE_SCHEMES];           /* [L][G] */
@@ -170,7 +170,7 @@ moe_acct_t *moe_acct_new(const moe_placement_t *p, const moe_topo_t *topo,
     a->weights = (h->flags & MOE_TRACE_WEIGHTS) != 0;
     a->rule = o->replica_rule;
     a->node_limit = o->node_limit;
-    a->no_deepep = o->no_deepep;
+    a->deepep = o->deepep;
     if (a->rule == MOE_REPLICA_SGLANG_STATIC && !(a->tab = acct_static_new(p, status))) {
         moe_acct_free(a);
         snprintf(errbuf, errlen, "%s", moe_strerror(*status));
@@ -595,7 +595,7 @@ static void account_cell(moe_acct_t *a, uint32_t j, const uint16_t *cid, const f
     if (!moe_acct_route(a, j, cid, cw, s, token, rt))
         return;
     count_layer(a, MOE_SCHEME_VANILLA, j, rt, s, s);
-    if (!a->no_deepep)
+    if (a->deepep)
         acct_deepep_cell(&a->dp[j], rt, s, a->gpn, a->node_limit);
     /* at home s, the coherent route is the vanilla one */
     const moe_route_t *c = *h == s ? rt : (moe_acct_route(a, j, cid, cw, *h, token, ch), ch);
@@ -728,7 +728,7 @@ int moe_acct_scan(moe_acct_t *a, moe_trace_map_t *m,
             c.w[i]->weights = a->weights;
             c.w[i]->rule = a->rule;
             c.w[i]->node_limit = a->node_limit;
-            c.w[i]->no_deepep = a->no_deepep;
+            c.w[i]->deepep = a->deepep;
             c.w[i]->tab = a->tab; /* shared, read only */
         }
     }

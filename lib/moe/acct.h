@@ -103,8 +103,8 @@ typedef struct moe_acct_opts {
     uint32_t node_limit; /* count the cells whose serving ranks span more nodes than this
                           * (moe_acct_deepep_t.over_limit; DeepSeek-V3's node-limited routing
                           * sends a token to at most 4); 0 = none [0] */
-    int no_deepep;   /* skip DeepEP's counts, 15% of a scan (moe_acct_deepep then reads
-                      * zeros): for a caller that reports none of them [0] */
+    int deepep;      /* count DeepEP's routes (moe_acct_deepep, moe_acct_deepep_total; about
+                      * 15% of a scan); 0: they read zeros [0] */
 } moe_acct_opts_t;
 
 /* Defaults as marked above. */

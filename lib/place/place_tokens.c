@@ -199,6 +199,7 @@ double moe_place_tokens_score(void *ctx, const moe_placement_t *p)
     moe_acct_opts_default(&ao);
     ao.topk = s->topk;
     ao.replica_rule = s->rule;
+    ao.deepep = s->accounting != MOE_ACCOUNTING_RANK; /* deepep_cost's */
     int st;
     char err[256];
     moe_acct_t *a = moe_acct_new(p, &s->topo, &s->h, &ao, &st, err, sizeof err);

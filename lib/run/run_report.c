@@ -47,7 +47,7 @@ static int acct_scheme(const run_t *r)
 }
 
 /* The shared accounting of the run's token stream (r->ids from r->src), with the
- * rank x rank matrix when `matrix`; NULL when out of memory. */
+ * rank x rank matrix when `matrix`, else DeepEP's counts; NULL when out of memory. */
 static moe_acct_t *stream_acct(const run_t *r, int matrix)
 {
     moe_topo_t topo;
@@ -55,6 +55,7 @@ static moe_acct_t *stream_acct(const run_t *r, int matrix)
     moe_acct_opts_t o;
     moe_acct_opts_default(&o);
     o.matrix = matrix;
+    o.deepep = !matrix;
     o.replica_rule = r->cfg.replica_rule;
     int st;
     char msg[256];
