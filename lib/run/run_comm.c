@@ -135,24 +135,7 @@ int run_comm_alltoallv(moe_run_comm_t *c, const void *send, const size_t *sc, co
                        void *recv, const size_t *rc, const size_t *rd)
 {
 #ifdef HAVE_MPI
-    int G = c->size, *buf = malloc(4 * (size_t)G * sizeof *buf);
-    if (!buf)
-        return MOE_ENOMEM;
-    for (int r = 0; r < G; r++) {
-        if (sc[r] > INT32_MAX || sd[r] > INT32_MAX || rc[r] > INT32_MAX || rd[r] > INT32_MAX) {
-            free(buf);
-            return MOE_ERANGE;
-        }
-        buf[r] = (int)sc[r];
-        buf[G + r] = (int)sd[r];
-        buf[2 * G + r] = (int)rc[r];
-        buf[3 * G + r] = (int)rd[r];
-    }
-    int err = MPI_Alltoallv(send, buf, buf + G, MPI_BYTE, recv, buf + 2 * G, buf + 3 * G,
-                            MPI_BYTE, MPI_COMM_WORLD);
-    free(buf);
-    if (err != MPI_SUCCESS)
-        return run_comm_fail(c, err, __FILE__, __LINE__);
+    return run_comm_group_alltoallv(c, RUN_GROUP_WORLD, send, sc, sd, recv, rc, rd);
 #else
     (void)c;
     (void)rc;
@@ -443,8 +426,6 @@ int run_comm_group_counts(const moe_run_comm_t *c, int group, const size_t *sc,
 int run_comm_group_alltoallv(moe_run_comm_t *c, int group, const void *send, const size_t *sc,
                              const size_t *sd, void *recv, const size_t *rc, const size_t *rd)
 {
-    if (group == RUN_GROUP_WORLD)
-        return run_comm_alltoallv(c, send, sc, sd, recv, rc, rd);
 #ifdef HAVE_MPI
     int *k = malloc(4 * (size_t)c->size * sizeof *k);
     if (!k)
@@ -459,6 +440,7 @@ int run_comm_group_alltoallv(moe_run_comm_t *c, int group, const void *send, con
         return run_comm_fail(c, err, __FILE__, __LINE__);
     return rcode;
 #else
+    (void)group; /* one rank: every group is the world */
     return run_comm_alltoallv(c, send, sc, sd, recv, rc, rd);
 #endif
 }
