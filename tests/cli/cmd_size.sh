@@ -24,10 +24,10 @@
 # and cases; the parsing is cmd/cli.c's, the routes lib/acct's moe_acct_relay), and by 2 for
 # the two merged and simulate's DeepEP pricing following --accounting deepep; by 3 for
 # moe-run --nodes (issue 45 item 4; the resize is the library's) and eval skipping DeepEP's
-# counts it does not report.
+# counts it does not report; by 1 for compare asking for them (they are opt-in).
 . "$(dirname "$0")/lib.sh"
 
-BUDGET=4080
+BUDGET=4081
 
 begin "cmd/ within its line budget ($BUDGET)"
 tools() { ls "$top_srcdir"/cmd/*.c "$top_srcdir"/cmd/*.h | grep -v '/cli\.[ch]$'; }
