@@ -29,7 +29,8 @@
  */
 enum { DS_SENDX, DS_SENDW, DS_RECVW, DS_RX, DS_P, DS_XS, DS_YS, DS_IDX, DS_W, DS_CSW, DS_CRW,
        DS_CRX, DS_CIDX, DS_SLOTS };
-enum { HS_ENT, HS_SROW, HS_SMETA, HS_RMETA, HS_PAIR, HS_CMETA, HS_CRMETA, HS_TMP, HS_SLOTS };
+enum { HS_ENT, HS_SROW, HS_SMETA, HS_RMETA, HS_PAIR, HS_CMETA, HS_CRMETA, HS_TMP, HS_XROW,
+       HS_SLOTS };
 /* RUN_EP_SETS sets of slots (run_internal.h): chunks alternate between sets 0 and 1, the
  * forwarded hop of the hierarchical mode uses set 2; the layer's own host slots follow. */
 _Static_assert(DS_SLOTS == RUN_EP_DSET && HS_SLOTS == RUN_EP_HSET,
@@ -48,6 +49,8 @@ typedef struct hop {
     uint32_t *srow, *smeta, *rmeta; /* host: rows sent (sorted by destination), their meta
                                   * words, the meta words of the rows received */
     float *rx, *P;               /* device: received rows, their partial sums */
+    uint32_t *xrow;              /* received row j is row xrow[j] of rx (fp32 read in place
+                                  * on the wire), or NULL: row j */
     moe_run_req_t *req;
     void *recvw;
     /* combine */
@@ -234,23 +237,45 @@ static void hop_counts(hop_t *h, const size_t *xr, size_t c, size_t nh, size_t w
     h->cany = ret > 0;
 }
 
+/* Rows received in place on the wire (fp32 outside training, which keeps them apart): the
+ * wire is then a matrix of rows whose meta words are padded to whole rows. */
+static int in_place(const hop_t *h)
+{
+    const run_t *r = h->r;
+    /* coherent mode reads a chunk's rows after the next chunk's post (rehome) */
+    return r->cfg.dtype == MOE_DTYPE_FP32 && !r->train.tr &&
+           !(r->cfg.mode == MOE_RUN_COHERENT && r->chunks_used > 1);
+}
+
+/* Bytes of the meta words of n rows on the wire. */
+static size_t meta_bytes(const hop_t *h, size_t n)
+{
+    size_t mb = n * h->S * 4, row = h->r->H * sizeof(float);
+    return in_place(h) ? (mb + row - 1) / row * row : mb;
+}
+
 /* Start the row transfer: each peer's block is its rows' meta words, then the rows. */
 static void hop_post(hop_t *h, const float *src)
 {
     run_t *r = h->r;
     const moe_run_backend_ops_t *o = r->b->ops;
     int G = r->G;
-    size_t H = r->H, S = h->S, ne = h->ns, mb = S * 4, unit = H * r->esz + mb;
+    size_t H = r->H, S = h->S, ne = h->ns, mb = S * 4, row = H * r->esz;
     size_t *sc = C(h, C_SC), *sd = C(h, C_SD), *ws = C(h, C_WSC);
-    for (int k = 0; k < 4; k++)
-        for (int p = 0; p < G; p++)
-            ws[(size_t)k * G + p] = C(h, C_SC + k)[p] * unit;
+    for (int k = 0; k < 4; k += 2)
+        for (size_t p = 0, at = 0; p < (size_t)G; p++) {
+            size_t n = C(h, C_SC + k)[p], b = n ? meta_bytes(h, n) + n * row : 0;
+            ws[(size_t)k * G + p] = b;
+            ws[(size_t)(k + 1) * G + p] = at;
+            at += b;
+        }
+    size_t sent = ws[2 * G - 1] + ws[G - 1], got = ws[4 * G - 1] + ws[3 * G - 1];
     /* fp32's pack is a plain copy (moe/run_backend.h): its rows are gathered straight into
      * their peer's block of the wire */
     int plain = r->cfg.dtype == MOE_DTYPE_FP32;
     float *sendx = plain ? NULL : ep_dev(r, h->set, DS_SENDX, (ne + 1) * H * sizeof(float));
-    char *sendw = ep_dev(r, h->set, DS_SENDW, (ne + 1) * unit);
-    h->recvw = ep_dev(r, h->set, DS_RECVW, (h->nr + 1) * unit);
+    char *sendw = ep_dev(r, h->set, DS_SENDW, sent + 1);
+    h->recvw = ep_dev(r, h->set, DS_RECVW, got + 1);
     uint32_t *didx = ep_dev(r, h->set, DS_IDX, (ne + 1) * sizeof *didx);
     RUN_CK(r, o->upload(r->b, didx, h->srow, ne * sizeof *h->srow));
     if (!plain)
@@ -258,22 +283,20 @@ static void hop_post(hop_t *h, const float *src)
     for (int p = 0; p < G; p++) {
         if (!sc[p])
             continue;
-        char *blk = sendw + ws[G + p];
+        /* this rank's own rows are laid out where they would arrive: no copy through the
+         * transfer */
+        char *blk = p == r->me ? (char *)h->recvw + ws[3 * G + p] : sendw + ws[G + p];
         RUN_CK(r, o->upload(r->b, blk, h->smeta + sd[p] * S, sc[p] * mb));
+        char *rows = blk + meta_bytes(h, sc[p]);
         if (plain)
-            RUN_CK(r, o->gather(r->b, src, didx + sd[p], sc[p], r->H,
-                                (float *)(blk + sc[p] * mb)));
+            RUN_CK(r, o->gather(r->b, src, didx + sd[p], sc[p], r->H, (float *)rows));
         else
-            RUN_CK(r, o->pack(r->b, sendx + sd[p] * H, sc[p] * H, r->cfg.dtype,
-                              blk + sc[p] * mb));
+            RUN_CK(r, o->pack(r->b, sendx + sd[p] * H, sc[p] * H, r->cfg.dtype, rows));
     }
-    size_t *w = ws;
+    ws[r->me] = ws[2 * G + r->me] = 0;
     h->req = NULL;
-    if (h->dany || G == 1) /* a lone rank's transfer is the backend's local copy */
-        xfer_start(h, sendw, w, h->recvw, w + 2 * G, &h->req);
-    else if (w[r->me]) /* only this rank's own rows, everywhere: no transfer */
-        RUN_CK(r, o->copy(r->b, (char *)h->recvw + w[3 * G + r->me], sendw + w[G + r->me],
-                          w[r->me]));
+    if (h->dany) /* else no rank sends another a row: no transfer */
+        xfer_start(h, sendw, ws, h->recvw, ws + 2 * G, &h->req);
 }
 
 /* Complete the row transfer: the meta words to the host (all first, so that the host waits
@@ -291,15 +314,31 @@ static void hop_arrive(hop_t *h)
     exposed(r, h->l, t0);
     h->req = NULL;
     h->rmeta = ep_host(r, h->set, HS_RMETA, (h->nr + 1) * S * sizeof *h->rmeta);
-    h->rx = ep_dev(r, h->set, DS_RX, (h->nr + 1) * H * sizeof(float));
     const char *rw = h->recvw;
     for (int p = 0; p < G; p++)
         if (rc[p])
             RUN_CK(r, o->download(r->b, h->rmeta + rd[p] * S, rw + wr[p], rc[p] * mb));
+    h->xrow = NULL;
+    if (in_place(h)) { /* the rows are read where they arrived */
+        h->rx = h->recvw;
+        h->xrow = ep_host(r, h->set, HS_XROW, (h->nr + 1) * sizeof *h->xrow);
+        for (int p = 0; p < G; p++)
+            for (size_t i = 0, at = (wr[p] + meta_bytes(h, rc[p])) / (H * sizeof(float));
+                 i < rc[p]; i++)
+                h->xrow[rd[p] + i] = (uint32_t)(at + i);
+        return;
+    }
+    h->rx = ep_dev(r, h->set, DS_RX, (h->nr + 1) * H * sizeof(float));
     for (int p = 0; p < G; p++)
         if (rc[p])
-            RUN_CK(r, o->unpack(r->b, rw + wr[p] + rc[p] * mb, rc[p] * H, r->cfg.dtype,
-                                h->rx + rd[p] * H));
+            RUN_CK(r, o->unpack(r->b, rw + wr[p] + meta_bytes(h, rc[p]), rc[p] * H,
+                                r->cfg.dtype, h->rx + rd[p] * H));
+}
+
+/* The row of rx that holds received row j. */
+static uint32_t xrow(const hop_t *h, size_t j)
+{
+    return h->xrow ? h->xrow[j] : (uint32_t)j;
 }
 
 static void hop_combine(hop_t *h);
@@ -353,6 +392,8 @@ static void forward_dispatch(hop_t *h, hop_t *f)
     double t0 = settle(r, h->l);
     hop_counts(f, exchange_counts(r, RUN_HS_EP_FX, xs, W, RUN_GROUP_NODE), 0, 1, W);
     exposed(r, h->l, t0);
+    for (size_t i = 0; i < ne; i++) /* the rows where h received them */
+        f->srow[i] = xrow(h, f->srow[i]);
     hop_post(f, h->rx);
     hop_arrive(f);
 }
@@ -430,7 +471,7 @@ static void hop_compute(hop_t *h)
             }
         }
     }
-    uint32_t *pair = ep_host(r, h->set, HS_PAIR, (2 * np + 1) * sizeof *pair);
+    uint32_t *pair = ep_host(r, h->set, HS_PAIR, (3 * np + 1) * sizeof *pair);
     size_t *off = run_hbuf(r, RUN_HS_EP_OFF, (E + 1) * sizeof *off);
     /* expert-sorted order: offsets of the experts held here, in expert order */
     const float **W1 = run_hbuf(r, RUN_HS_EP_W1, (E + 1) * 2 * sizeof *W1);
@@ -473,7 +514,15 @@ static void hop_compute(hop_t *h)
     h->P = ep_dev(r, h->set, DS_P, (h->nr + 1) * H * sizeof(float));
     RUN_CK(r, o->upload(r->b, didx, pair, np * sizeof *pair));
     RUN_CK(r, o->upload(r->b, dw, wt, np * sizeof *wt));
-    RUN_CK(r, o->gather(r->b, h->rx, didx, np, r->H, xs));
+    if (h->xrow) { /* rows read on the wire: gathered by their row there */
+        uint32_t *gx = pair + 2 * np, *dgx = ep_dev(r, h->set, DS_CIDX, (np + 1) * sizeof *dgx);
+        for (size_t i = 0; i < np; i++)
+            gx[i] = h->xrow[pair[i]];
+        RUN_CK(r, o->upload(r->b, dgx, gx, np * sizeof *gx));
+        RUN_CK(r, o->gather(r->b, h->rx, dgx, np, r->H, xs));
+    } else {
+        RUN_CK(r, o->gather(r->b, h->rx, didx, np, r->H, xs));
+    }
     float *act = h->stage == 1 ? run_keep_act(r, h->l, h->chunk, np) : NULL;
     if (act) /* training keeps the pre-activations (T_M) */
         RUN_CK(r, o->ffn_grouped_act(r->b, xs, G, off, r->H, r->F, r->expert, W1, W2, ys, act));
@@ -572,18 +621,26 @@ static void hop_combine(hop_t *h)
     /* fp32: the partials gathered straight into the wire, and received rows read where they
      * arrived (the combine's wire has no metadata: its rows are the partials) */
     int plain = r->cfg.dtype == MOE_DTYPE_FP32;
-    char *sw = ep_dev(r, h->set, DS_CSW, (ne + 1) * unit);
+    /* outside coherent mode the partials for p are P's rows received from p, in order: fp32
+     * sends them from P where they are */
+    int inplace = plain && r->cfg.mode != MOE_RUN_COHERENT;
+    for (int p = 0; inplace && p < G; p++)
+        inplace = p == r->me || sc[p] == C(h, C_RC)[p];
+    for (int p = 0; inplace && p < G; p++)
+        b[G + p] = C(h, C_RD)[p] * unit;
+    char *sw = inplace ? (char *)h->P : ep_dev(r, h->set, DS_CSW, (ne + 1) * unit);
     char *rw = ep_dev(r, h->set, DS_CRW, (h->ncr + 1) * unit);
-    uint32_t *didx = ep_dev(r, h->set, DS_CIDX, (ne + 1) * sizeof *didx);
-    RUN_CK(r, o->upload(r->b, didx, row, ne * sizeof *row));
-    if (plain) {
-        RUN_CK(r, o->gather(r->b, h->P, didx, ne, r->H, (float *)sw));
-        h->crx = (float *)rw;
-    } else {
-        float *sendx = ep_dev(r, h->set, DS_SENDX, (ne + 1) * H * sizeof(float));
+    if (!inplace) {
+        uint32_t *didx = ep_dev(r, h->set, DS_CIDX, (ne + 1) * sizeof *didx);
+        float *sendx = plain ? (float *)sw
+                             : ep_dev(r, h->set, DS_SENDX, (ne + 1) * H * sizeof(float));
+        RUN_CK(r, o->upload(r->b, didx, row, ne * sizeof *row));
         RUN_CK(r, o->gather(r->b, h->P, didx, ne, r->H, sendx));
-        RUN_CK(r, o->pack(r->b, sendx, ne * H, r->cfg.dtype, sw));
+        if (!plain)
+            RUN_CK(r, o->pack(r->b, sendx, ne * H, r->cfg.dtype, sw));
     }
+    if (plain)
+        h->crx = (float *)rw;
     h->recvw = rw;
     if (r->chunks_used > 1 && h->stage == 1) { /* pipelined: completed after the next chunk */
         xfer_start(h, sw, b, rw, b + 2 * G, &h->creq);
@@ -693,10 +750,15 @@ static void apply(run_t *r, hop_t *h, float *x)
         }
     }
     uint32_t *didx = ep_dev(r, h->set, DS_CIDX, (h->nr + h->ncr + 1) * sizeof *didx);
-    /* P rows are not contiguous per target: gather them first */
-    float *tmp = ep_dev(r, h->set, DS_XS, (n + 1) * r->H * sizeof(float));
-    RUN_CK(r, o->upload(r->b, didx, src, n * sizeof *src));
-    RUN_CK(r, o->gather(r->b, h->P, didx, n, r->H, tmp));
+    /* P's rows for this rank: one run of them outside coherent mode (those it sent itself),
+     * read in place; else gathered first */
+    const float *tmp = h->P + (n ? (size_t)src[0] * r->H : 0);
+    if (n && src[n - 1] - src[0] != n - 1) {
+        float *g = ep_dev(r, h->set, DS_XS, (n + 1) * r->H * sizeof(float));
+        RUN_CK(r, o->upload(r->b, didx, src, n * sizeof *src));
+        RUN_CK(r, o->gather(r->b, h->P, didx, n, r->H, g));
+        tmp = g;
+    }
     RUN_CK(r, o->upload(r->b, didx, idx, n * sizeof *idx));
     RUN_CK(r, o->scatter_add(r->b, tmp, didx, NULL, n, r->H, x));
     for (size_t i = 0; i < h->ncr; i++)
@@ -722,7 +784,7 @@ static void rehome(run_t *r, hop_t *h, const uint32_t *newhome)
     for (size_t j = 0; j < h->nr; j++) {
         const uint32_t *m = h->rmeta + j * S;
         if (m[M_RET] == (uint32_t)r->me && r->tok_row[m[M_TOK]] == UINT32_MAX) {
-            arr[na++] = (uint32_t)j;
+            arr[na++] = xrow(h, j);
             nloc[nk + na - 1] = m[M_TOK];
         }
     }

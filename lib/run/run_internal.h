@@ -147,7 +147,7 @@ typedef struct run_train {
  */
 #define RUN_EP_SETS 3  /* two for alternating chunks, one for the forwarded hop */
 #define RUN_EP_DSET 13 /* device slots of a hop (run_ep.c's DS_*) */
-#define RUN_EP_HSET 8  /* host slots of a hop (run_ep.c's HS_*) */
+#define RUN_EP_HSET 9  /* host slots of a hop (run_ep.c's HS_*) */
 enum run_dslot {
     RUN_DS_EP = 0,                                     /* run_ep.c: the hop sets */
     RUN_DS_DC_IDX = RUN_EP_SETS * RUN_EP_DSET,         /* run_dc.c: rows' indices, */
