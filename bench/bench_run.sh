@@ -42,7 +42,11 @@ layer_mean() { tr ',{}' '\n\n\n' <"$1" | awk -F': ' -v k="$2" '
 # vanilla's (compute exceeds communication at this shape). Paired: vanilla, replay and
 # pipelined run back to back in each round, so a load change hits all three; then vanilla
 # again with --measure-wait, whose transfer_ms (dispatch + combine less the barriers' wait
-# for the slowest rank) is the part a bare all-to-all is comparable with.
+# for the slowest rank) is the part a bare all-to-all is comparable with, and its layout_ms
+# (the rank's own copies within it: rows laid out on the wire, partials added back) apart.
+# mpirun --bind-to none (BENCH_BIND_43): on this 2-vCPU machine Open MPI's default binding
+# made the ranks' computes ~15% slower and their skew (the barriers' wait) several times
+# larger (2026-12-02, one run each: wait 75 against 9-22 ms a layer).
 part43() {
     rep=${BENCH_REPLAY:-$bin/../bench/a2a_replay}
     [ -x "$rep" ] || { echo "bench: $rep not built (make bench/a2a_replay)" >&2; return 77; }
@@ -55,31 +59,37 @@ part43() {
     echo "# (vanilla, pipelined --chunks 4); compute: vanilla's (mixer, gate, routing, experts);"
     echo "# with --measure-wait (vanilla): wait: the barriers' time (the slowest rank's"
     echo "# arrival), transfer: d+c less that wait, the largest over ranks, and its ratio to"
-    echo "# replay; exp_mw: the exposed time after the barriers."
+    echo "# replay; layout: the copies within transfer; coll: transfer less layout (the"
+    echo "# collectives after the slowest rank's arrival) and its ratio to replay."
     echo "# OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-unset}. $(uptime | sed 's/.*load/load/')"
-    printf '%-5s %10s %10s %7s %11s %11s %7s %10s %9s %9s %7s %8s\n' round d+c replay ratio \
-        exp_vanilla exp_pipe4 ratio compute wait transfer ratio exp_mw
+    mpi43="mpirun --bind-to ${BENCH_BIND_43:-none} -np 2"
+    echo "# $mpi43"
+    printf '%-5s %10s %10s %7s %11s %11s %7s %10s %9s %9s %7s %8s %7s %7s\n' round d+c replay \
+        ratio exp_vanilla exp_pipe4 ratio compute wait transfer ratio layout coll ratio
     for k in $(seq 1 "${BENCH_PAIRS_43:-2}"); do
         # shellcheck disable=SC2086
-        mpirun -np 2 "$mr" --mode vanilla $c43 --json "$tmp/v43.json" >/dev/null
+        $mpi43 "$mr" --mode vanilla $c43 --json "$tmp/v43.json" >/dev/null
         dc=$(layer_mean "$tmp/v43.json" 'dispatch_ms|combine_ms')
         by=$(jval "$tmp/v43.json" total_vector_bytes)
         per=$(awk -v b="$by" 'BEGIN { printf "%.0f", b / 2 / 2 / 2 }') # ranks, layers, calls
-        rp=$(mpirun -np 2 "$rep" "$per" 2 8 | sed -n 's/^replay_ms_per_round //p')
+        rp=$($mpi43 "$rep" "$per" 2 8 | sed -n 's/^replay_ms_per_round //p')
         # shellcheck disable=SC2086
-        mpirun -np 2 "$mr" --mode pipelined --chunks 4 $c43 --json "$tmp/p43.json" >/dev/null
+        $mpi43 "$mr" --mode pipelined --chunks 4 $c43 --json "$tmp/p43.json" >/dev/null
         ev=$(layer_mean "$tmp/v43.json" exposed_comm_ms)
         ep=$(layer_mean "$tmp/p43.json" exposed_comm_ms)
         # shellcheck disable=SC2086
-        mpirun -np 2 "$mr" --mode vanilla --measure-wait $c43 --json "$tmp/w43.json" >/dev/null
+        $mpi43 "$mr" --mode vanilla --measure-wait $c43 --json "$tmp/w43.json" >/dev/null
         tr=$(layer_mean "$tmp/w43.json" transfer_ms)
-        printf '%-5s %10.3f %10.3f %7s %11.3f %11.3f %7s %10.3f %9.3f %9.3f %7s %8.3f\n' \
+        lay=$(layer_mean "$tmp/w43.json" layout_ms)
+        co=$(awk -v t="$tr" -v l="$lay" 'BEGIN { printf "%.3f", t - l }')
+        printf '%-5s %10.3f %10.3f %7s %11.3f %11.3f %7s %10.3f %9.3f %9.3f %7s %8.3f %7.3f %7s\n' \
             "$k" "$dc" "$rp" "$(ratio "$dc" "$rp")" "$ev" "$ep" "$(ratio "$ep" "$ev")" \
             "$(layer_mean "$tmp/v43.json" compute_ms)" \
             "$(layer_mean "$tmp/w43.json" imbalance_wait_ms)" "$tr" "$(ratio "$tr" "$rp")" \
-            "$(layer_mean "$tmp/w43.json" exposed_comm_ms)"
+            "$lay" "$co" "$(ratio "$co" "$rp")"
     done
-    echo "# targets: d+c / replay <= 1.5 (transfer / replay: after the slowest rank's arrival);"
+    echo "# targets: d+c / replay <= 1.5 (transfer / replay: after the slowest rank's arrival;"
+    echo "# coll / replay: the collectives alone);"
     echo "# exposed pipelined / vanilla <= 0.30"
 }
 

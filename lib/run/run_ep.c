@@ -81,6 +81,14 @@ static void exposed(run_t *r, uint32_t l, double t0)
         r->st[l].exposed += util_now() - t0;
 }
 
+/* The dispatch's and the combine's own copies: rows laid out on the wire, unpacked, the
+ * partials added into the token rows (by the host's clock: a GPU backend's launches). */
+static void laid(run_t *r, uint32_t l, double t0)
+{
+    if (r->timing)
+        r->st[l].layout += util_now() - t0;
+}
+
 /* --measure-wait: before a blocking point, a barrier, timed: the time to the slowest rank's
  * arrival (imbalance), so that the exposed time after it is the transfer's alone. Every rank
  * reaches the same blocking points in the same order. Returns the time after it. */
@@ -277,6 +285,7 @@ static void hop_post(hop_t *h, const float *src)
     char *sendw = ep_dev(r, h->set, DS_SENDW, sent + 1);
     h->recvw = ep_dev(r, h->set, DS_RECVW, got + 1);
     uint32_t *didx = ep_dev(r, h->set, DS_IDX, (ne + 1) * sizeof *didx);
+    double t0 = util_now();
     RUN_CK(r, o->upload(r->b, didx, h->srow, ne * sizeof *h->srow));
     if (!plain)
         RUN_CK(r, o->gather(r->b, src, didx, ne, r->H, sendx));
@@ -293,6 +302,7 @@ static void hop_post(hop_t *h, const float *src)
         else
             RUN_CK(r, o->pack(r->b, sendx + sd[p] * H, sc[p] * H, r->cfg.dtype, rows));
     }
+    laid(r, h->l, t0);
     ws[r->me] = ws[2 * G + r->me] = 0;
     h->req = NULL;
     if (h->dany) /* else no rank sends another a row: no transfer */
@@ -329,10 +339,12 @@ static void hop_arrive(hop_t *h)
         return;
     }
     h->rx = ep_dev(r, h->set, DS_RX, (h->nr + 1) * H * sizeof(float));
+    t0 = util_now();
     for (int p = 0; p < G; p++)
         if (rc[p])
             RUN_CK(r, o->unpack(r->b, rw + wr[p] + meta_bytes(h, rc[p]), rc[p] * H,
                                 r->cfg.dtype, h->rx + rd[p] * H));
+    laid(r, h->l, t0);
 }
 
 /* The row of rx that holds received row j. */
@@ -631,6 +643,7 @@ static void hop_combine(hop_t *h)
     char *sw = inplace ? (char *)h->P : ep_dev(r, h->set, DS_CSW, (ne + 1) * unit);
     char *rw = ep_dev(r, h->set, DS_CRW, (h->ncr + 1) * unit);
     if (!inplace) {
+        double t0 = util_now();
         uint32_t *didx = ep_dev(r, h->set, DS_CIDX, (ne + 1) * sizeof *didx);
         float *sendx = plain ? (float *)sw
                              : ep_dev(r, h->set, DS_SENDX, (ne + 1) * H * sizeof(float));
@@ -638,6 +651,7 @@ static void hop_combine(hop_t *h)
         RUN_CK(r, o->gather(r->b, h->P, didx, ne, r->H, sendx));
         if (!plain)
             RUN_CK(r, o->pack(r->b, sendx, ne * H, r->cfg.dtype, sw));
+        laid(r, h->l, t0);
     }
     if (plain)
         h->crx = (float *)rw;
@@ -669,8 +683,10 @@ static void hop_combine_end(hop_t *h)
     RUN_CK(r, r->b->ops->wait(r->b, h->creq));
     exposed(r, h->l, t0);
     h->creq = NULL;
+    t0 = util_now();
     if (r->cfg.dtype != MOE_DTYPE_FP32) /* fp32: crx is the wire (hop_combine) */
         RUN_CK(r, r->b->ops->unpack(r->b, h->recvw, h->ncr * r->H, r->cfg.dtype, h->crx));
+    laid(r, h->l, t0);
 }
 
 /* ------------------------------------------------------------------ layer */
@@ -740,6 +756,7 @@ static void apply(run_t *r, hop_t *h, float *x)
 {
     const moe_run_backend_ops_t *o = r->b->ops;
     size_t S = h->S, n = 0;
+    double t0 = util_now();
     uint32_t *idx = ep_host(r, h->set, HS_TMP, (h->nr + h->ncr + 1) * 2 * sizeof *idx);
     uint32_t *src = idx + h->nr + h->ncr + 1;
     for (size_t j = 0; j < h->nr; j++) {
@@ -765,6 +782,7 @@ static void apply(run_t *r, hop_t *h, float *x)
         idx[i] = r->tok_row[h->crmeta[i]];
     RUN_CK(r, o->upload(r->b, didx, idx, h->ncr * sizeof *idx));
     RUN_CK(r, o->scatter_add(r->b, h->crx, didx, NULL, h->ncr, r->H, x));
+    laid(r, h->l, t0);
 }
 
 /* Coherent mode: the next local set is the rows kept here plus those that arrived with this

@@ -50,6 +50,9 @@ typedef struct run_layer_stat {
                                                  * layer's communication (run_ep.c) */
     double waited;                              /* --measure-wait: of the barriers before
                                                  * it (waiting for the slowest rank) */
+    double layout;                              /* seconds of the dispatch and combine
+                                                 * laying rows out on the wire and adding
+                                                 * the partials into the token rows */
 } run_layer_stat_t;
 
 /* A phase's span between two marks (run_mark), added to its layer's time once the marks'

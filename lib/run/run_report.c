@@ -25,9 +25,10 @@ typedef struct sums {
                        * of a rank */
     double *rank;     /* [G][4] vector bytes sent per iteration by rank: total, intra, inter,
                        * the accounting's total (-1 unknown) */
-    double *ex;       /* [3][L] ms a rank was blocked in the layer's communication, then
+    double *ex;       /* [4][L] ms a rank was blocked in the layer's communication, then
                        * (--measure-wait) in the barriers before it, then (--measure-wait)
-                       * its dispatch and combine less those barriers; most of a rank */
+                       * its dispatch and combine less those barriers, then its layout
+                       * copies within them; most of a rank */
     double ag[MOE_LINK_CLASSES];
     double meta;
     double *dp;       /* hierarchical, replayed: [L][4] the shared accounting's DeepEP counts
@@ -131,7 +132,7 @@ static int reduce(run_t *r, sums_t *s)
     s->load = calloc(L * 2, sizeof *s->load);
     s->rank = calloc(G * 4, sizeof *s->rank);
     s->cnt = calloc(L * 3, sizeof *s->cnt);
-    s->ex = calloc(3 * L + 1, sizeof *s->ex);
+    s->ex = calloc(4 * L + 1, sizeof *s->ex);
     if (!s->t || !s->hop || !s->x || !s->by || !s->load || !s->rank || !s->cnt || !s->ex)
         return MOE_ENOMEM;
     double mine[4] = {0, 0, 0, acct_sent(r)};
@@ -163,6 +164,7 @@ static int reduce(run_t *r, sums_t *s)
         s->ex[l] = 1e3 * q->exposed / it;
         s->ex[L + l] = 1e3 * q->waited / it;
         s->ex[2 * L + l] = s->t[l * 3] + s->t[l * 3 + 2] - 1e3 * q->waited / it;
+        s->ex[3 * L + l] = 1e3 * q->layout / it;
     }
     int eq = mine[3] < 0 ? -1 : mine[3] == mine[0];
     memcpy(s->rank + (size_t)r->me * 4, mine, sizeof mine);
@@ -172,7 +174,7 @@ static int reduce(run_t *r, sums_t *s)
     RUN_CK(r, run_comm_allreduce(r->comm, s->t, (int)(L * 3), MOE_RUN_MAX));
     RUN_CK(r, run_comm_allreduce(r->comm, s->hop, (int)(L * 4), MOE_RUN_MAX));
     RUN_CK(r, run_comm_allreduce(r->comm, s->cnt, (int)(L * 3), MOE_RUN_MAX));
-    RUN_CK(r, run_comm_allreduce(r->comm, s->ex, (int)(3 * L), MOE_RUN_MAX));
+    RUN_CK(r, run_comm_allreduce(r->comm, s->ex, (int)(4 * L), MOE_RUN_MAX));
     RUN_CK(r, run_comm_allreduce(r->comm, s->x, (int)(L * 8), MOE_RUN_SUM));
     RUN_CK(r, run_comm_allreduce(r->comm, s->by, (int)(L * 5), MOE_RUN_SUM));
     RUN_CK(r, run_comm_allreduce(r->comm, s->ag, 4, MOE_RUN_SUM));
@@ -458,9 +460,10 @@ static int json_body(const run_t *r, const sums_t *s, moe_textout_t *t, double c
             P("\"host_syncs\": %s, \"allocs\": %s, \"alltoalls\": %s, ",
               J("%.6g", s->cnt[l * 3]), J("%.6g", s->cnt[l * 3 + 1]), J("%.6g", s->cnt[l * 3 + 2]));
         if (r->cfg.mode == MOE_RUN_DATACENTRIC)
-            P("\"exposed_comm_ms\": null, ");
+            P("\"exposed_comm_ms\": null, \"layout_ms\": null, ");
         else
-            P("\"exposed_comm_ms\": %s, ", J("%.6f", s->ex[l]));
+            P("\"exposed_comm_ms\": %s, \"layout_ms\": %s, ", J("%.6f", s->ex[l]),
+              J("%.6f", s->ex[3 * r->L + l]));
         if (r->cfg.mode == MOE_RUN_DATACENTRIC || !r->cfg.measure_wait)
             P("\"imbalance_wait_ms\": null, \"transfer_ms\": null, ");
         else
