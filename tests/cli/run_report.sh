@@ -30,6 +30,10 @@ tr ',{}' '\n\n\n' <"$T/r.json" | awk -F': ' '/"(dispatch|compute|combine)_ms"/ {
     END { exit bad || n != 3 }' || fail "exposed_comm_ms not 3 figures within the layer times"
 grep -q '^# exposed communication (.*), ms: [0-9.]* [0-9.]* [0-9.]*; [0-9.]* per iteration$' \
     "$T/out" || fail "no exposed communication line"
+# layout_ms: the copies within a layer's dispatch + combine, one figure per layer
+tr ',{}' '\n\n\n' <"$T/r.json" | awk -F': ' '/"(dispatch|combine)_ms"/ { s += $2 }
+    /"layout_ms"/ { n++; if (!($2 > 0 && $2 <= s + 1e-3)) bad = 1; s = 0 }
+    END { exit bad || n != 3 }' || fail "layout_ms not 3 figures within dispatch + combine"
 expect_eq "$(grep -c '"imbalance_wait_ms": null' "$T/r.json")" 3 "no waiting without --measure-wait"
 grep -q '^# waiting for the slowest' "$T/out" && fail "a waiting line without --measure-wait"
 # --measure-wait: a figure per layer, within the layer's dispatch + compute + combine
