@@ -630,11 +630,10 @@ static void hop_combine(hop_t *h)
         b[2 * G + p] = rc[p] * unit;
         b[3 * G + p] = rd[p] * unit;
     }
-    /* fp32: the partials gathered straight into the wire, and received rows read where they
-     * arrived (the combine's wire has no metadata: its rows are the partials) */
+    /* fp32: received rows read where they arrived (the combine's wire has no metadata: its
+     * rows are the partials); outside coherent mode the partials for p are P's rows received
+     * from p, in order, sent from P where they are; else gathered into the wire */
     int plain = r->cfg.dtype == MOE_DTYPE_FP32;
-    /* outside coherent mode the partials for p are P's rows received from p, in order: fp32
-     * sends them from P where they are */
     int inplace = plain && r->cfg.mode != MOE_RUN_COHERENT;
     for (int p = 0; inplace && p < G; p++)
         inplace = p == r->me || sc[p] == C(h, C_RC)[p];
